@@ -1,0 +1,255 @@
+//! The verdict on a finished attempt: pure, no I/O, no clock.
+//!
+//! Input is what Slurm said (the sacct rows of one run of one job, job row and step rows,
+//! plus the tail of its stderr); output is a [`Classification`] with the facts that led
+//! there. The table it implements is DESIGN.md's; the order of the checks matters and is
+//! explained beside each.
+
+use crate::config::Rule;
+use crate::model::Classification;
+use crate::slurm::types::{JobState, SacctRow};
+use serde::{Deserialize, Serialize};
+
+/// Texts slurmstepd and the kernel write when a job is killed for memory. The first is
+/// what Slurm's OverMemoryKill prints (no cgroups); the others cover cgroup kills that
+/// surface as a plain signal 9.
+const MEMORY_KILL_MARKERS: &[&str] = &[
+    "Exceeded job memory limit",
+    "Exceeded step memory limit",
+    "exceeded memory limit",
+    "oom-kill event",
+    "oom_kill event",
+    "Out Of Memory",
+];
+
+/// What Slurm said about one run of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The attempt's job id as the supervisor knows it (`123` or `123_4`).
+    pub job_id: String,
+    /// The sacct rows of this run: its job row and its step rows, unchanged.
+    pub rows: Vec<SacctRow>,
+    /// The last lines of the job's stderr file, when it could be read.
+    pub stderr_tail: Option<String>,
+    /// True when Slurm put the job back in the queue itself under the same id after this
+    /// run ended (preemption or node failure with requeue allowed).
+    pub requeued_by_slurm: bool,
+}
+
+/// The verdict and the facts it rests on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub classification: Classification,
+    /// One sentence for a person: why this classification.
+    pub reason: String,
+    /// The rule that matched, for `transient`/`permanent`.
+    pub rule: Option<String>,
+    pub state: JobState,
+    pub exit_code: String,
+    /// Nodes the run used (sacct NodeList), `None` when it never got any.
+    pub nodes: Option<String>,
+    pub req_mem_bytes: Option<u64>,
+    /// The largest MaxRSS over all rows.
+    pub max_rss_bytes: Option<u64>,
+    pub timelimit_secs: Option<u64>,
+    pub elapsed_secs: Option<u64>,
+    pub partition: String,
+}
+
+/// Why an observation could not be classified. Nothing is decided from it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClassifyError {
+    #[error("sacct returned no job row for {0}")]
+    NoJobRow(String),
+    #[error("job {job} is still {state} in sacct; it has not ended")]
+    NotEnded { job: String, state: JobState },
+}
+
+/// Classifies one ended run. `rules` are the config's failure rules, first match wins.
+pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyError> {
+    let job = obs
+        .rows
+        .iter()
+        .find(|r| !r.is_step() && r.job_id == obs.job_id)
+        .or_else(|| obs.rows.iter().find(|r| !r.is_step()))
+        .ok_or_else(|| ClassifyError::NoJobRow(obs.job_id.clone()))?;
+    if !job.state.is_terminal() && !obs.requeued_by_slurm {
+        return Err(ClassifyError::NotEnded { job: obs.job_id.clone(), state: job.state });
+    }
+    let nodes = Some(job.node_list.trim())
+        .filter(|n| !n.is_empty() && *n != "None assigned" && *n != "(null)")
+        .map(str::to_string);
+    let max_rss_bytes = obs.rows.iter().filter_map(|r| r.max_rss_bytes).max();
+    let stderr = obs.stderr_tail.as_deref().unwrap_or("");
+    let verdict = |classification, reason: String, rule: Option<String>| Verdict {
+        classification,
+        reason,
+        rule,
+        state: job.state,
+        exit_code: job.exit_code.to_string(),
+        nodes: nodes.clone(),
+        req_mem_bytes: job.req_mem_bytes,
+        max_rss_bytes,
+        timelimit_secs: job.timelimit_secs,
+        elapsed_secs: job.elapsed_secs,
+        partition: job.partition.clone(),
+    };
+
+    // A run that Slurm requeued itself is classified by how it ended; the caller keeps
+    // watching the same job id instead of resubmitting.
+    if obs.requeued_by_slurm {
+        let c = match job.state {
+            JobState::NodeFail => Classification::NodeFail,
+            JobState::BootFail => Classification::BootFail,
+            _ => Classification::Preempted,
+        };
+        return Ok(verdict(c, format!("{} and Slurm requeued the job itself under the same id", job.state), None));
+    }
+
+    // A user's cancel comes first: `CANCELLED by N` on the job row is a person's choice,
+    // even if a step also shows a memory kill on its way down.
+    if job.state == JobState::Cancelled {
+        let by = job.cancelled_by.map(|u| format!(" by uid {u}")).unwrap_or_default();
+        return Ok(verdict(Classification::Cancelled, format!("cancelled{by}"), None));
+    }
+
+    // OOM in either shape: OUT_OF_MEMORY on any row (cgroup enforcement, sometimes only
+    // on a step while the job row says FAILED or even COMPLETED), or a signal-9 death with
+    // a memory-kill message in stderr (OverMemoryKill without cgroups: FAILED 0:9).
+    if let Some(r) = obs.rows.iter().find(|r| r.state == JobState::OutOfMemory) {
+        return Ok(verdict(Classification::Oom, format!("{} is OUT_OF_MEMORY ({})", r.job_id, r.exit_code), None));
+    }
+    let killed_by_9 = obs.rows.iter().any(|r| r.exit_code.signal == 9);
+    if killed_by_9 {
+        if let Some(m) = MEMORY_KILL_MARKERS.iter().find(|m| stderr.contains(**m)) {
+            return Ok(verdict(Classification::Oom, format!("killed by signal 9 and stderr says {m:?}"), None));
+        }
+    }
+
+    let simple = match job.state {
+        JobState::Completed if job.exit_code.code == 0 && job.exit_code.signal == 0 => {
+            Some((Classification::Completed, "completed with exit code 0:0".to_string()))
+        }
+        JobState::Preempted => Some((Classification::Preempted, "preempted, and not requeued by Slurm".into())),
+        JobState::NodeFail => Some((
+            Classification::NodeFail,
+            format!("node failure on {}", nodes.as_deref().unwrap_or("an unknown node")),
+        )),
+        JobState::BootFail => Some((
+            Classification::BootFail,
+            format!("node {} failed to boot", nodes.as_deref().unwrap_or("unknown")),
+        )),
+        JobState::Timeout => Some((
+            Classification::Timeout,
+            format!(
+                "hit its time limit ({})",
+                job.timelimit_secs.map(crate::slurm::parse::format_time_limit).unwrap_or_else(|| "unknown".into())
+            ),
+        )),
+        JobState::Deadline => Some((Classification::Deadline, "reached its --deadline".into())),
+        _ => None,
+    };
+    if let Some((c, reason)) = simple {
+        return Ok(verdict(c, reason, None));
+    }
+
+    // FAILED (or an odd ending such as COMPLETED with a non-zero code, SPECIAL_EXIT,
+    // REVOKED): the configured rules decide, and nothing matching means a person or an
+    // agent must look.
+    let code = job.exit_code.code;
+    for rule in rules {
+        let code_ok = rule.exit_codes.is_empty() || rule.exit_codes.contains(&code);
+        let text_ok = rule.stderr.as_ref().is_none_or(|re| re.is_match(stderr));
+        if code_ok && text_ok {
+            return Ok(verdict(
+                rule.kind.classification(),
+                format!("{} {} matched rule {:?}", job.state, job.exit_code, rule.name),
+                Some(rule.name.clone()),
+            ));
+        }
+    }
+    Ok(verdict(
+        Classification::Ambiguous,
+        format!("{} with exit code {} and no rule matched", job.state, job.exit_code),
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::slurm::parse::parse_sacct;
+
+    fn rules() -> Vec<Rule> {
+        Config::parse(include_str!("../config/supervisor.toml"), None).unwrap().rules
+    }
+
+    fn obs(job_id: &str, sacct: &str, stderr: Option<&str>) -> Observation {
+        let parsed = parse_sacct(sacct);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        Observation { job_id: job_id.into(), rows: parsed.rows, stderr_tail: stderr.map(str::to_string), requeued_by_slurm: false }
+    }
+
+    /// Columns: JobID|JobIDRaw|State|ExitCode|NodeList|MaxRSS|ReqMem|Timelimit|Elapsed|Partition|Restarts|Comment
+    #[test]
+    fn table_from_real_rows() {
+        let cases: &[(&str, &str, Option<&str>, Classification)] = &[
+            ("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n1.batch|1.batch|COMPLETED|0:0|n1|1024K|||||\n", None, Classification::Completed),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n2.batch|2.batch|FAILED|1:0|n1|1024K|||||\n", Some("something odd happened\n"), Classification::Ambiguous),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("ModuleNotFoundError: No module named 'torch'\n"), Classification::Permanent),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("ConnectionError: Connection refused\n"), Classification::Transient),
+            ("2", "2|2|FAILED|127:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("foo: command not found\n"), Classification::Permanent),
+            // OverMemoryKill without cgroups: FAILED 0:9, step CANCELLED by 0, message in stderr.
+            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n",
+             Some("slurmstepd-vm: error: StepId=3.batch exceeded memory limit (276119552 > 104857600), being killed\nslurmstepd-vm: error: Exceeded job memory limit\n"), Classification::Oom),
+            // The same 0:9 without a memory message is not guessed to be OOM.
+            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n", Some("Killed\n"), Classification::Ambiguous),
+            // cgroup shapes: OUT_OF_MEMORY 0:125 on the job row, or only on a step row.
+            ("123", "123|123|OUT_OF_MEMORY|0:125|n1||4G|01:00:00|00:10:00|debug|\n", None, Classification::Oom),
+            ("123", "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||||\n", None, Classification::Oom),
+            ("123", "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||||\n", None, Classification::Oom),
+            ("8", "8|8|TIMEOUT|0:0|n1||100M|00:01:00|00:01:27|debug|\n8.batch|8.batch|CANCELLED|0:15|n1|1024K|||||\n", Some("*** JOB 8 ON vm CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
+            ("12", "12|12|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n12.batch|12.batch|CANCELLED|0:15|n1|1024K|||||\n", None, Classification::Preempted),
+            ("7", "7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|\n7.batch|7.batch|CANCELLED|0:15|n1|1024K|||||\n", None, Classification::NodeFail),
+            ("9", "9|9|BOOT_FAIL|0:0|n2||100M|00:10:00|00:00:00|debug|\n", None, Classification::BootFail),
+            ("4", "4|4|CANCELLED by 0|0:0|n1||100M|00:10:00|00:00:05|debug|\n", None, Classification::Cancelled),
+            ("5", "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n", None, Classification::Deadline),
+            ("14_3", "14_3|17|FAILED|3:0|n2||100M|00:10:00|00:00:01|debug|\n14_3.batch|17.batch|FAILED|3:0|n2|1024K|||||\n", None, Classification::Ambiguous),
+        ];
+        let rules = rules();
+        for (job, sacct, stderr, want) in cases {
+            let v = classify(&obs(job, sacct, *stderr), &rules).unwrap();
+            assert_eq!(v.classification, *want, "{job}: {sacct} -> {}", v.reason);
+        }
+    }
+
+    #[test]
+    fn facts_are_carried() {
+        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n", Some("Exceeded job memory limit"));
+        let v = classify(&o, &[]).unwrap();
+        assert_eq!(v.req_mem_bytes, Some(100 << 20));
+        assert_eq!(v.max_rss_bytes, Some(269648 * 1024));
+        assert_eq!(v.timelimit_secs, Some(600));
+        assert_eq!(v.nodes.as_deref(), Some("n1"));
+        let o = obs("5", "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n", None);
+        assert_eq!(classify(&o, &[]).unwrap().nodes, None);
+    }
+
+    #[test]
+    fn requeued_runs_are_marked() {
+        let mut o = obs("4", "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n", None);
+        o.requeued_by_slurm = true;
+        let v = classify(&o, &[]).unwrap();
+        assert_eq!(v.classification, Classification::Preempted);
+        assert!(v.reason.contains("requeued"));
+    }
+
+    #[test]
+    fn live_or_missing_jobs_are_not_classified() {
+        let o = obs("4", "4|4|RUNNING|0:0|n1||100M|00:10:00|00:00:20|debug|\n", None);
+        assert!(matches!(classify(&o, &[]), Err(ClassifyError::NotEnded { .. })));
+        let o = Observation { job_id: "4".into(), rows: vec![], stderr_tail: None, requeued_by_slurm: false };
+        assert_eq!(classify(&o, &[]), Err(ClassifyError::NoJobRow("4".into())));
+    }
+}

@@ -1,0 +1,506 @@
+//! The TOML configuration: what an admin or user can tune, validated before use.
+//!
+//! Every key is documented in `docs/configuration.md` and shown in
+//! `config/supervisor.toml`. Unknown keys are rejected so a typo never silently falls
+//! back to a default; errors name the file, line and column.
+
+use crate::model::Classification;
+use regex::Regex;
+use serde::Deserialize;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A config problem, with where it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Semantic { path: PathBuf, message: String },
+}
+
+/// A duration written as `"30s"`, `"2m"`, `"1h"`, `"1d"`, `"500ms"` or a combination (`"1m30s"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s).map(Dur).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `"30s"`, `"1m30s"`, `"500ms"`, `"2h"`, `"1d"`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}: write a number with a unit, e.g. \"30s\", \"5m\", \"1h\"");
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+            "d" => Duration::from_secs(n.checked_mul(86400).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// A memory size written as `"64G"`, `"512M"`, `"1T"` (1024-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemSize(pub u64);
+
+impl MemSize {
+    pub fn mib(self) -> u64 {
+        self.0 / (1024 * 1024)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_mem_size(&s).map(MemSize).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `"100M"`, `"4G"`, `"1T"`, `"512K"`; a bare number is MiB, as for sbatch `--mem`.
+pub fn parse_mem_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad = || format!("invalid memory size {s:?}: write a number with K, M, G or T, e.g. \"64G\"");
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1 << 20),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+/// Whether a failure matched by a rule is worth retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleKind {
+    Transient,
+    Permanent,
+}
+
+impl RuleKind {
+    pub fn classification(self) -> Classification {
+        match self {
+            RuleKind::Transient => Classification::Transient,
+            RuleKind::Permanent => Classification::Permanent,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: String,
+    kind: RuleKind,
+    #[serde(default)]
+    exit_codes: Vec<i32>,
+    stderr: Option<toml::Spanned<String>>,
+}
+
+/// A failure rule: a FAILED attempt whose exit code is listed (if any are) and whose
+/// stderr tail matches the regex (if one is given) is transient or permanent.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub kind: RuleKind,
+    pub exit_codes: Vec<i32>,
+    pub stderr: Option<Regex>,
+}
+
+/// Per-classification retry budgets: how many automatic resubmissions one chain may get
+/// for each kind of failure before it is escalated to an agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Budgets {
+    pub preempted: u32,
+    pub node_fail: u32,
+    pub boot_fail: u32,
+    pub oom: u32,
+    pub timeout: u32,
+    pub transient: u32,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { preempted: 10, node_fail: 3, boot_fail: 3, oom: 3, timeout: 3, transient: 3 }
+    }
+}
+
+impl Budgets {
+    pub fn for_class(&self, c: Classification) -> u32 {
+        match c {
+            Classification::Preempted => self.preempted,
+            Classification::NodeFail => self.node_fail,
+            Classification::BootFail => self.boot_fail,
+            Classification::Oom => self.oom,
+            Classification::Timeout => self.timeout,
+            Classification::Transient => self.transient,
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRetry {
+    max_retries: u32,
+    budgets: Budgets,
+    backoff_initial: Dur,
+    backoff_multiplier: f64,
+    backoff_max: Dur,
+    backoff_jitter: f64,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        RawRetry {
+            max_retries: 5,
+            budgets: Budgets::default(),
+            backoff_initial: Dur(Duration::from_secs(10)),
+            backoff_multiplier: 2.0,
+            backoff_max: Dur(Duration::from_secs(600)),
+            backoff_jitter: 0.2,
+        }
+    }
+}
+
+/// How resources grow after OOM and TIMEOUT.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawEscalation {
+    mem_factor: f64,
+    mem_headroom: f64,
+    mem_max: MemSize,
+    time_factor: f64,
+    time_max: Dur,
+}
+
+impl Default for RawEscalation {
+    fn default() -> Self {
+        RawEscalation {
+            mem_factor: 2.0,
+            mem_headroom: 1.25,
+            mem_max: MemSize(256 << 30),
+            time_factor: 2.0,
+            time_max: Dur(Duration::from_secs(7 * 86400)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSlurm {
+    bin_dir: Option<PathBuf>,
+    command_timeout: Dur,
+    sbatch_timeout: Dur,
+    sacct_chunk: usize,
+    stderr_tail_lines: usize,
+    stderr_tail_bytes: u64,
+}
+
+impl Default for RawSlurm {
+    fn default() -> Self {
+        RawSlurm {
+            bin_dir: None,
+            command_timeout: Dur(Duration::from_secs(30)),
+            sbatch_timeout: Dur(Duration::from_secs(60)),
+            sacct_chunk: 200,
+            stderr_tail_lines: 50,
+            stderr_tail_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    poll_interval: Option<Dur>,
+    #[serde(default)]
+    slurm: RawSlurm,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    escalation: RawEscalation,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+}
+
+/// Slurm command settings.
+#[derive(Debug, Clone)]
+pub struct SlurmConfig {
+    /// Where sbatch, squeue, sacct, scancel and sinfo live; `None` means `$PATH`.
+    pub bin_dir: Option<PathBuf>,
+    pub command_timeout: Duration,
+    pub sbatch_timeout: Duration,
+    /// How many job ids go into one sacct call.
+    pub sacct_chunk: usize,
+    pub stderr_tail_lines: usize,
+    pub stderr_tail_bytes: u64,
+}
+
+/// Retry budgets and backoff.
+#[derive(Debug, Clone)]
+pub struct RetryConfig {
+    /// Default cap on automatic resubmissions per chain (`submit --max-retries` overrides).
+    pub max_retries: u32,
+    pub budgets: Budgets,
+    pub backoff_initial: Duration,
+    pub backoff_multiplier: f64,
+    pub backoff_max: Duration,
+    /// Fraction of the delay added or removed at random, so retries do not arrive together.
+    pub backoff_jitter: f64,
+}
+
+/// Resource escalation factors and caps.
+#[derive(Debug, Clone)]
+pub struct EscalationConfig {
+    pub mem_factor: f64,
+    pub mem_headroom: f64,
+    pub mem_max_bytes: u64,
+    pub time_factor: f64,
+    pub time_max: Duration,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub path: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub poll_interval: Duration,
+    pub slurm: SlurmConfig,
+    pub retry: RetryConfig,
+    pub escalation: EscalationConfig,
+    pub rules: Vec<Rule>,
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, column)
+}
+
+/// The state directory used when the config gives none: `$XDG_STATE_HOME/slurm-supervisor`
+/// or `~/.local/state/slurm-supervisor`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("slurm-supervisor");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/state/slurm-supervisor")
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text, Some(path))
+    }
+
+    /// The configuration with every default, for running without a file.
+    pub fn defaults() -> Config {
+        Config::parse("", None).expect("the empty config is valid")
+    }
+
+    /// Parses and validates config text; `path` is used in error messages.
+    pub fn parse(text: &str, path: Option<&Path>) -> Result<Config, ConfigError> {
+        let shown = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("<config>"));
+        let invalid = |span: Option<Range<usize>>, message: String| {
+            let (line, column) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+            ConfigError::Invalid { path: shown.clone(), line, column, message }
+        };
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| invalid(e.span(), e.message().to_string()))?;
+        let semantic = |message: String| ConfigError::Semantic { path: shown.clone(), message };
+
+        let mut rules = Vec::with_capacity(raw.rules.len());
+        for r in raw.rules {
+            let stderr = match &r.stderr {
+                Some(s) => Some(Regex::new(s.get_ref()).map_err(|e| {
+                    invalid(Some(s.span()), format!("rule {:?}: invalid stderr regex: {e}", r.name))
+                })?),
+                None => None,
+            };
+            if r.exit_codes.is_empty() && stderr.is_none() {
+                return Err(semantic(format!(
+                    "rule {:?} matches everything: give it exit_codes, a stderr regex, or both",
+                    r.name
+                )));
+            }
+            if r.name.trim().is_empty() {
+                return Err(semantic("a rule has an empty name: give every rule a name".into()));
+            }
+            rules.push(Rule { name: r.name, kind: r.kind, exit_codes: r.exit_codes, stderr });
+        }
+
+        let poll_interval = raw.poll_interval.map(|d| d.0).unwrap_or(Duration::from_secs(30));
+        if poll_interval < Duration::from_secs(1) {
+            return Err(semantic(format!(
+                "poll_interval {poll_interval:?} is below the minimum of 1s: Slurm's controller would be polled too often"
+            )));
+        }
+        let e = raw.escalation;
+        for (name, v) in [("escalation.mem_factor", e.mem_factor), ("escalation.mem_headroom", e.mem_headroom), ("escalation.time_factor", e.time_factor), ("retry.backoff_multiplier", raw.retry.backoff_multiplier)] {
+            if !(1.0..=100.0).contains(&v) {
+                return Err(semantic(format!("{name} = {v} must be between 1.0 and 100.0")));
+            }
+        }
+        if !(0.0..=1.0).contains(&raw.retry.backoff_jitter) {
+            return Err(semantic(format!(
+                "retry.backoff_jitter = {} must be a fraction between 0.0 and 1.0",
+                raw.retry.backoff_jitter
+            )));
+        }
+        if raw.slurm.sacct_chunk == 0 {
+            return Err(semantic("slurm.sacct_chunk must be at least 1".into()));
+        }
+        if raw.slurm.command_timeout.0.is_zero() || raw.slurm.sbatch_timeout.0.is_zero() {
+            return Err(semantic("slurm command timeouts must be above zero".into()));
+        }
+
+        let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
+        let socket = raw.socket.unwrap_or_else(|| state_dir.join("supervisor.sock"));
+        Ok(Config {
+            path: path.map(Path::to_path_buf),
+            state_dir,
+            socket,
+            poll_interval,
+            slurm: SlurmConfig {
+                bin_dir: raw.slurm.bin_dir,
+                command_timeout: raw.slurm.command_timeout.0,
+                sbatch_timeout: raw.slurm.sbatch_timeout.0,
+                sacct_chunk: raw.slurm.sacct_chunk,
+                stderr_tail_lines: raw.slurm.stderr_tail_lines,
+                stderr_tail_bytes: raw.slurm.stderr_tail_bytes,
+            },
+            retry: RetryConfig {
+                max_retries: raw.retry.max_retries,
+                budgets: raw.retry.budgets,
+                backoff_initial: raw.retry.backoff_initial.0,
+                backoff_multiplier: raw.retry.backoff_multiplier,
+                backoff_max: raw.retry.backoff_max.0,
+                backoff_jitter: raw.retry.backoff_jitter,
+            },
+            escalation: EscalationConfig {
+                mem_factor: e.mem_factor,
+                mem_headroom: e.mem_headroom,
+                mem_max_bytes: e.mem_max.0,
+                time_factor: e.time_factor,
+                time_max: e.time_max.0,
+            },
+            rules,
+        })
+    }
+
+    /// The SQLite file.
+    pub fn db_path(&self) -> PathBuf {
+        self.state_dir.join("supervisor.db")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_is_valid() {
+        let text = include_str!("../config/supervisor.toml");
+        let c = Config::parse(text, Some(Path::new("supervisor.toml"))).unwrap();
+        assert!(c.rules.iter().any(|r| r.kind == RuleKind::Permanent));
+        assert!(c.rules.iter().any(|r| r.kind == RuleKind::Transient));
+    }
+
+    #[test]
+    fn typo_is_rejected_with_its_line() {
+        let text = "state_dir = \"/tmp/x\"\n\npol_interval = \"2s\"\n";
+        let err = Config::parse(text, Some(Path::new("c.toml"))).unwrap_err().to_string();
+        assert!(err.starts_with("c.toml:3:1: unknown field `pol_interval`"), "{err}");
+    }
+
+    #[test]
+    fn bad_regex_points_at_its_line() {
+        let text = "[[rules]]\nname = \"x\"\nkind = \"transient\"\nstderr = \"(unclosed\"\n";
+        let err = Config::parse(text, Some(Path::new("c.toml"))).unwrap_err().to_string();
+        assert!(err.starts_with("c.toml:4:"), "{err}");
+        assert!(err.contains("invalid stderr regex"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (text, want) in [
+            ("poll_interval = \"500ms\"", "below the minimum"),
+            ("poll_interval = \"soon\"", "invalid duration"),
+            ("[escalation]\nmem_factor = 0.5", "mem_factor"),
+            ("[escalation]\nmem_max = \"lots\"", "invalid memory size"),
+            ("[[rules]]\nname = \"all\"\nkind = \"permanent\"", "matches everything"),
+            ("[[rules]]\nname = \"x\"\nkind = \"maybe\"\nexit_codes = [1]", "unknown variant"),
+            ("[retry.budgets]\noom = -1", "invalid value"),
+        ] {
+            let err = Config::parse(text, None).unwrap_err().to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn mem_sizes() {
+        assert_eq!(parse_mem_size("64G").unwrap(), 64 << 30);
+        assert_eq!(parse_mem_size("100").unwrap(), 100 << 20);
+        assert!(parse_mem_size("12Q").is_err());
+    }
+}

@@ -1,0 +1,255 @@
+//! `supervisorctl`: the user's and the agent's side of the control socket.
+//!
+//! Exit codes (documented in the README): 0 ok; 1 the thing asked about is not ok (sbatch
+//! refused, or the chain asked about failed); 2 usage; 3 unknown id; 4 not allowed in the
+//! chain's state; 70 internal error; 75 Slurm or the daemon unavailable, try again;
+//! 77 not your chain; 78 bad config.
+
+pub mod client;
+pub mod render;
+
+use crate::config::Config;
+use crate::protocol::{ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+
+pub const EXIT_CONFIG: i32 = 78;
+
+#[derive(Debug, Parser)]
+#[command(name = "supervisorctl", version, about = "Submit and inspect jobs supervised by slurm-supervisord")]
+pub struct Cli {
+    /// The config file (the same one the daemon uses); default: built-in defaults.
+    #[arg(long, global = true, env = "SLURM_SUPERVISOR_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CliAction {
+    Retry,
+    Fail,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Submit through sbatch under supervision; prints only the Slurm job id.
+    Submit {
+        /// Cap on automatic resubmissions of this work (default: the config's retry.max_retries).
+        #[arg(long)]
+        max_retries: Option<u32>,
+        /// sbatch options, then the script and its arguments (after `--`).
+        #[arg(last = true, required = true, allow_hyphen_values = true)]
+        sbatch: Vec<String>,
+    },
+    /// Supervise jobs submitted with plain sbatch.
+    Adopt {
+        #[arg(required = true)]
+        job_ids: Vec<String>,
+    },
+    /// One row per chain.
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// A chain id (c17) or a Slurm job id.
+        id: Option<String>,
+    },
+    /// Every attempt and decision of a chain.
+    History {
+        #[arg(long)]
+        json: bool,
+        id: String,
+    },
+    /// Chains waiting for an agent's decision, with their evidence.
+    Pending {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve a pending_failed chain.
+    Classify {
+        id: String,
+        #[arg(long, value_enum)]
+        action: CliAction,
+        /// New memory for the retry, e.g. 4G.
+        #[arg(long)]
+        mem: Option<String>,
+        /// New time limit for the retry, in Slurm's form, e.g. 2:00:00.
+        #[arg(long)]
+        time: Option<String>,
+        /// Why; stored in the decision record.
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Resubmit a failed or pending_failed chain by hand.
+    Recover {
+        id: String,
+        #[arg(long)]
+        mem: Option<String>,
+        #[arg(long)]
+        time: Option<String>,
+        /// Print the exact sbatch command instead of running it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// scancel the current attempt and stop supervising.
+    Cancel { id: String },
+    /// Check the config file and exit (78 when it is bad).
+    Validate,
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
+    match path {
+        None => Ok(Config::defaults()),
+        Some(p) => Config::load(p).map_err(|e| {
+            eprintln!("supervisorctl: {e}");
+            EXIT_CONFIG
+        }),
+    }
+}
+
+fn submit_request(sbatch: Vec<String>, max_retries: Option<u32>) -> Result<SubmitRequest, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let cmd = crate::sbatch_args::parse(&sbatch).map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
+    let wrap = cmd.options.iter().any(|o| o.name == "wrap");
+    let script = match &cmd.script {
+        Some(path) => Some(std::fs::read(cwd.join(path)).map_err(|e| format!("cannot read the batch script {path}: {e}"))?),
+        None if wrap => None,
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+            if buf.is_empty() {
+                return Err("no batch script: name one after the sbatch options, pipe one on stdin, or use --wrap".into());
+            }
+            Some(buf)
+        }
+    };
+    let mut env = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        match (k.into_string(), v.into_string()) {
+            (Ok(k), Ok(v)) => env.push((k, v)),
+            (Ok(k), Err(_)) => eprintln!("supervisorctl: warning: {k} is not valid UTF-8 and is not passed to the job"),
+            _ => eprintln!("supervisorctl: warning: an environment variable with a non-UTF-8 name is not passed to the job"),
+        }
+    }
+    Ok(SubmitRequest { argv: sbatch, cwd: cwd.to_string_lossy().into_owned(), env, script, max_retries })
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json values print"));
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main_with(cli: Cli) -> i32 {
+    let config = match load_config(cli.config.as_ref()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let request = match cli.command {
+        Command::Validate => {
+            println!("{}: ok ({} rules)", cli.config.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()), config.rules.len());
+            return 0;
+        }
+        Command::Submit { ref sbatch, max_retries } => match submit_request(sbatch.clone(), max_retries) {
+            Ok(r) => Request::Submit(r),
+            Err(e) => {
+                eprintln!("supervisorctl: {e}");
+                return 2;
+            }
+        },
+        Command::Adopt { ref job_ids } => Request::Adopt { job_ids: job_ids.clone() },
+        Command::Status { ref id, .. } => Request::Status { id: id.clone() },
+        Command::History { ref id, .. } => Request::History { id: id.clone() },
+        Command::Pending { .. } => Request::Pending,
+        Command::Classify { ref id, action, ref mem, ref time, ref reason, dry_run } => Request::Classify(Resolution {
+            id: id.clone(),
+            action: match action {
+                CliAction::Retry => ResolveAction::Retry,
+                CliAction::Fail => ResolveAction::Fail,
+            },
+            mem: mem.clone(),
+            time: time.clone(),
+            reason: reason.clone(),
+            dry_run,
+        }),
+        Command::Recover { ref id, ref mem, ref time, dry_run } => Request::Recover(RecoverRequest { id: id.clone(), mem: mem.clone(), time: time.clone(), dry_run }),
+        Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
+    };
+    let response = match client::call(&config.socket, &request) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("supervisorctl: {e}");
+            return ErrorKind::Unavailable.exit_code();
+        }
+    };
+    let value = match response {
+        Response::Ok(v) => v,
+        Response::Error(e) => {
+            if let Some(stderr) = &e.stderr {
+                // sbatch's own words, as sbatch would have printed them.
+                eprint!("{stderr}");
+                if !stderr.ends_with('\n') {
+                    eprintln!();
+                }
+                return e.exit_code.unwrap_or(1);
+            }
+            eprintln!("supervisorctl: {}", e.message);
+            return e.kind.exit_code();
+        }
+    };
+    render(&cli.command, &value)
+}
+
+fn render(command: &Command, v: &Value) -> i32 {
+    match command {
+        Command::Submit { .. } => println!("{}", v["job_id"].as_str().unwrap_or_default()),
+        Command::Status { json, id } => {
+            let rows = v.as_array().cloned().unwrap_or_default();
+            if *json {
+                print_json(v);
+            } else {
+                print!("{}", render::status_table(&rows));
+            }
+            // Asked about one piece of work: say whether it failed.
+            if id.is_some() && rows.iter().any(|r| r["state"] == "failed") {
+                return 1;
+            }
+        }
+        Command::History { json, .. } => {
+            if *json {
+                print_json(v);
+            } else if let Some(all) = v.as_array() {
+                all.iter().for_each(|h| println!("{}", render::history_text(h)));
+            } else {
+                print!("{}", render::history_text(v));
+            }
+        }
+        Command::Pending { json } => {
+            if *json {
+                print_json(v);
+            } else {
+                print!("{}", render::pending_text(v.as_array().map(Vec::as_slice).unwrap_or_default()));
+            }
+        }
+        Command::Recover { dry_run: true, .. } => {
+            for p in v["would_run"].as_array().into_iter().flatten() {
+                let argv: Vec<String> = p["command"].as_array().into_iter().flatten().map(|a| shell_quote(a.as_str().unwrap_or_default())).collect();
+                println!("(cd {} && {})", shell_quote(p["cwd"].as_str().unwrap_or_default()), argv.join(" "));
+            }
+        }
+        _ => print_json(v),
+    }
+    0
+}
+
+/// Quotes a word for display as a shell command (the daemon never runs a shell).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_=./,:%+@".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}

@@ -1,0 +1,408 @@
+//! The supervisor's working part: polls Slurm, turns endings into decisions (by calling
+//! `classify` and `policy`), and carries them out. Everything here runs on the daemon's
+//! one loop, so no two steps ever race on the store.
+
+use super::launch::{self, LaunchOutcome};
+use crate::classify::{self, Observation};
+use crate::config::Config;
+use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::policy::{self, ChainHistory, Decision};
+use crate::slurm::types::{JobState, SacctRow, SqueueRow};
+use crate::slurm::{Slurm, SlurmError};
+use crate::store::{Attempt, AttemptEnd, ChainUpdate, NewDecision, Store, StoreError};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
+
+/// How long a partition limit read from sinfo is trusted.
+const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
+
+/// The longest the poll interval stretches while Slurm is not answering: backing off
+/// spares a struggling controller, the cap bounds how late recovery is noticed.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(300);
+
+pub struct Engine<S: Slurm> {
+    pub config: Config,
+    pub store: Store,
+    pub slurm: S,
+    partitions: HashMap<String, Option<u64>>,
+    partitions_read: Option<Instant>,
+    /// The Slurm command that is currently failing, so an outage is logged once.
+    outage: Option<String>,
+    consecutive_failures: u32,
+}
+
+/// Unix time in seconds.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The Slurm id of the job an attempt id belongs to: `123_4` gives `123`.
+pub fn base_job_id(id: &str) -> &str {
+    id.split(['_', '.']).next().unwrap_or(id)
+}
+
+/// A new decision record from the supervisor itself.
+pub fn supervisor_decision(c: Classification, d: &Decision, inputs: serde_json::Value) -> Option<NewDecision> {
+    d.class.map(|class| NewDecision {
+        classification: c,
+        class,
+        action: d.action,
+        reason: d.reason.clone(),
+        inputs,
+        resolves: None,
+        actor: "supervisor".into(),
+    })
+}
+
+/// The runs of each job in sacct `--duplicates` output: a job row starts a run, its step
+/// rows follow it. Earlier runs of a job are ones Slurm requeued.
+pub fn runs_by_job(rows: &[SacctRow]) -> HashMap<String, Vec<Vec<SacctRow>>> {
+    let mut out: HashMap<String, Vec<Vec<SacctRow>>> = HashMap::new();
+    for r in rows {
+        let key = r.job_part().to_string();
+        let runs = out.entry(key).or_default();
+        if !r.is_step() || runs.is_empty() {
+            runs.push(Vec::new());
+        }
+        runs.last_mut().expect("just pushed").push(r.clone());
+    }
+    out
+}
+
+fn is_running_like(s: &str) -> bool {
+    matches!(s, "RUNNING" | "COMPLETING" | "SUSPENDED" | "CONFIGURING" | "STOPPED" | "SIGNALING" | "STAGE_OUT")
+}
+
+impl<S: Slurm> Engine<S> {
+    pub fn new(config: Config, store: Store, slurm: S) -> Self {
+        Engine { config, store, slurm, partitions: HashMap::new(), partitions_read: None, outage: None, consecutive_failures: 0 }
+    }
+
+    /// The poll interval to wait now: longer while Slurm is not answering.
+    pub fn next_interval(&self) -> Duration {
+        let base = self.config.poll_interval;
+        if self.consecutive_failures == 0 {
+            return base;
+        }
+        let factor = 1u32 << self.consecutive_failures.min(6);
+        (base * factor).min(MAX_OUTAGE_BACKOFF.max(base))
+    }
+
+    /// Notes that a Slurm command failed; logs once per outage.
+    pub fn slurm_down(&mut self, what: &str, e: &SlurmError) {
+        self.consecutive_failures += 1;
+        if self.outage.is_none() {
+            warn!("slurm is not answering ({what}): {e}; nothing is decided until it does, polling backs off");
+            self.outage = Some(what.to_string());
+        } else {
+            debug!("still no answer from slurm ({what}): {e}");
+        }
+    }
+
+    fn slurm_up(&mut self) {
+        if let Some(what) = self.outage.take() {
+            info!("slurm answers again ({what} works); resuming");
+        }
+        self.consecutive_failures = 0;
+    }
+
+    /// One full cycle: finish interrupted launches, watch live jobs, launch due retries.
+    pub async fn cycle(&mut self) -> Result<(), StoreError> {
+        let t = now();
+        if !self.reconcile_launches(t).await? {
+            return Ok(());
+        }
+        if !self.poll(t).await? {
+            return Ok(());
+        }
+        self.launch_due(t).await?;
+        Ok(())
+    }
+
+    async fn partition_max(&mut self, partition: &str) -> Option<u64> {
+        let stale = self.partitions_read.is_none_or(|t| t.elapsed() > PARTITION_REFRESH);
+        if stale || !self.partitions.contains_key(partition) {
+            match self.slurm.partition_limits().await {
+                Ok(p) => {
+                    self.partitions = p;
+                    self.partitions_read = Some(Instant::now());
+                }
+                Err(e) => warn!("cannot read partition limits (sinfo): {e}; time escalation uses the config cap only"),
+            }
+        }
+        self.partitions.get(partition).copied().flatten()
+    }
+
+    /// Resolves launches left in `intent` (the daemon died around sbatch, or sbatch's
+    /// answer was lost) by looking their tags up in Slurm. Found: adopted. Not found in
+    /// a successful lookup: submitted again, with the same tag. Returns false when Slurm
+    /// did not answer.
+    pub async fn reconcile_launches(&mut self, t: i64) -> Result<bool, StoreError> {
+        let open = self.store.open_launches()?;
+        if open.is_empty() {
+            return Ok(true);
+        }
+        let mut by_user: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for l in open {
+            let sub = self.store.submission(l.submission_id)?;
+            by_user.entry(sub.user.clone()).or_default().push((l, sub));
+        }
+        for (user, launches) in by_user {
+            let since = launches.iter().map(|(l, _)| l.created_at).min().unwrap_or(t) - 600;
+            let found = match launch::find_tags(&self.slurm, &user, since).await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.slurm_down("tag lookup", &e);
+                    return Ok(false);
+                }
+            };
+            for (l, sub) in launches {
+                if let Some(job) = found.get(&l.tag) {
+                    info!(tag = %l.tag, job = %job, "found the job of an interrupted launch in slurm; adopting it, not submitting again");
+                    self.store.launch_submitted(l.id, job, t)?;
+                } else {
+                    info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
+                    self.run_launch(&l, &sub, t).await?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Runs the sbatch of a recorded launch and records what happened.
+    pub async fn run_launch(&mut self, l: &crate::store::Launch, sub: &crate::store::Submission, t: i64) -> Result<LaunchOutcome, StoreError> {
+        let outcome = launch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
+        match &outcome {
+            LaunchOutcome::Submitted(job) => {
+                crate::failpoint::hit("after-sbatch");
+                self.store.launch_submitted(l.id, job, t)?;
+                info!(job = %job, tag = %l.tag, "submitted");
+            }
+            LaunchOutcome::Unknown(e) => {
+                self.slurm_down("sbatch", e);
+            }
+            LaunchOutcome::Refused { .. } => {}
+        }
+        Ok(outcome)
+    }
+
+    /// Watches every live attempt: one squeue for all, sacct for those that left the
+    /// queue or were requeued. Returns false when Slurm did not answer.
+    pub async fn poll(&mut self, t: i64) -> Result<bool, StoreError> {
+        let live = self.store.live_attempts()?;
+        if live.is_empty() {
+            return Ok(true);
+        }
+        let mut bases: Vec<String> = live.iter().filter_map(|a| a.slurm_job_id.as_deref()).map(|j| base_job_id(j).to_string()).collect();
+        bases.sort();
+        bases.dedup();
+        let sq = match self.slurm.squeue(&bases).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.slurm_down("squeue", &e);
+                return Ok(false);
+            }
+        };
+        for e in &sq.errors {
+            error!(line = e.line_no, job = ?e.job_id, "squeue printed a row that cannot be read, ignoring it: {} ({:?})", e.message, e.line);
+        }
+        let queued = queued_states(&sq.rows);
+
+        let mut ask: Vec<(Attempt, bool)> = Vec::new();
+        for a in live {
+            let Some(jid) = a.slurm_job_id.clone() else { continue };
+            match queued.get(jid.as_str()) {
+                Some(state) if !state.is_terminal() => {
+                    let prev = a.last_seen.clone().unwrap_or_default();
+                    let requeued = is_running_like(&prev)
+                        && matches!(state, JobState::Pending | JobState::Requeued | JobState::RequeueHold | JobState::RequeueFed);
+                    if prev != state.as_str() {
+                        self.store.set_last_seen(a.chain_id, a.n, state.as_str())?;
+                    }
+                    if requeued {
+                        ask.push((a, true));
+                    }
+                }
+                _ => ask.push((a, false)),
+            }
+        }
+        if ask.is_empty() {
+            self.slurm_up();
+            return Ok(true);
+        }
+        let ids: Vec<String> = ask.iter().filter_map(|(a, _)| a.slurm_job_id.clone()).collect();
+        let sa = match self.slurm.sacct(&ids).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.slurm_down("sacct", &e);
+                return Ok(false);
+            }
+        };
+        self.slurm_up();
+        let bad_jobs: HashSet<String> = sa.errors.iter().filter_map(|e| e.job_id.as_deref()).map(|j| j.split('.').next().unwrap_or(j).to_string()).collect();
+        for e in &sa.errors {
+            error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
+        }
+        let runs = runs_by_job(&sa.rows);
+        for (a, _requeue_suspected) in ask {
+            let jid = a.slurm_job_id.clone().unwrap_or_default();
+            if bad_jobs.contains(&jid) {
+                continue;
+            }
+            let Some(job_runs) = runs.get(&jid) else {
+                debug!(job = %jid, "sacct has no record of the job yet; asking again next cycle");
+                continue;
+            };
+            let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());
+            self.judge(&a, job_runs, still_queued, t).await?;
+        }
+        Ok(true)
+    }
+
+    /// Records the requeues and the ending (if any) that the runs of one attempt show.
+    async fn judge(&mut self, a: &Attempt, runs: &[Vec<SacctRow>], still_queued: bool, t: i64) -> Result<(), StoreError> {
+        let jid = a.slurm_job_id.clone().unwrap_or_default();
+        // Every run before the last one ended and was requeued by Slurm itself.
+        let requeued_runs = runs.len().saturating_sub(1);
+        for run in runs.iter().take(requeued_runs).skip(a.restarts as usize) {
+            let obs = Observation { job_id: jid.clone(), rows: run.clone(), stderr_tail: None, requeued_by_slurm: true };
+            let Ok(v) = classify::classify(&obs, &self.config.rules) else { continue };
+            let d = policy::decide_requeued(&v);
+            let rec = supervisor_decision(v.classification, &d, serde_json::json!({ "verdict": v })).expect("requeue decisions are recorded");
+            info!(chain = a.chain_id, job = %jid, "{}", d.reason);
+            self.store.record_requeue(a.chain_id, a.n, &serde_json::to_value(&obs).unwrap_or_default(), &rec, t)?;
+        }
+        let last = runs.last().expect("runs are never empty");
+        let job_row_state = last.iter().find(|r| !r.is_step()).map(|r| r.state);
+        if still_queued || !job_row_state.is_some_and(JobState::is_terminal) {
+            return Ok(());
+        }
+        let sub = self.store.submission(self.store.chain(a.chain_id)?.map(|c| c.submission_id).unwrap_or_default())?;
+        let stderr_tail = super::evidence::stderr_tail(&self.config, &sub, &jid, last);
+        let obs = Observation { job_id: jid.clone(), rows: last.clone(), stderr_tail, requeued_by_slurm: false };
+        self.record_ending(a, obs, t).await
+    }
+
+    async fn record_ending(&mut self, a: &Attempt, obs: Observation, t: i64) -> Result<(), StoreError> {
+        let jid = obs.job_id.clone();
+        let v = match classify::classify(&obs, &self.config.rules) {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(job = %jid, "cannot classify: {e}");
+                return Ok(());
+            }
+        };
+        let chain = self.store.chain(a.chain_id)?.expect("an attempt's chain exists");
+        let sub = self.store.submission(chain.submission_id)?;
+        let history = ChainHistory {
+            resubmits_by_class: self.store.resubmits_by_class(a.chain_id)?.into_iter().collect(),
+            resubmits: self.store.resubmits_by_class(a.chain_id)?.iter().map(|(_, n)| n).sum(),
+            max_retries: sub.max_retries,
+            plan: a.plan.clone(),
+        };
+        let pmax = self.partition_max(&v.partition).await;
+        let jitter = rand::random::<f64>() * 2.0 - 1.0;
+        let d = policy::decide(&v, &history, &self.config, pmax, t, jitter);
+        let job_row = obs.rows.iter().find(|r| !r.is_step());
+        let end = AttemptEnd {
+            slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
+            exit_code: v.exit_code.clone(),
+            nodes: v.nodes.clone(),
+            mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
+            time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
+        };
+        let inputs = serde_json::json!({ "verdict": v, "history": history, "partition_max_secs": pmax });
+        let rec = supervisor_decision(v.classification, &d, inputs);
+        let update = ChainUpdate { state: d.next_state, last_classification: Some(v.classification), plan: d.plan.clone(), not_before: d.not_before };
+        match d.class {
+            Some(c) => info!(chain = a.chain_id, job = %jid, class = %c, action = %d.action, "{}", d.reason),
+            None => info!(chain = a.chain_id, job = %jid, "completed"),
+        }
+        self.store.record_ending(a.chain_id, a.n, &serde_json::to_value(&obs).unwrap_or_default(), &end, rec.as_ref(), &update, t)
+    }
+
+    /// Launches the retries whose backoff has passed. Ready siblings of one array
+    /// submission with the same resources go together in one sbatch (`--array=<list>`).
+    pub async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
+        let ready = self.store.chains_in_state(ChainState::Ready)?;
+        let due_subs: HashSet<i64> = ready.iter().filter(|c| c.not_before.unwrap_or(0) <= t).map(|c| c.submission_id).collect();
+        let mut groups: BTreeMap<(i64, String), Vec<i64>> = BTreeMap::new();
+        for c in ready.iter().filter(|c| due_subs.contains(&c.submission_id)) {
+            let key = (c.submission_id, serde_json::to_string(&c.plan).unwrap_or_default());
+            groups.entry(key).or_default().push(c.id);
+        }
+        for ((sub_id, _), chains) in groups {
+            let sub = self.store.submission(sub_id)?;
+            let l = match launch::begin_relaunch(&mut self.store, &self.config, &sub, &chains, t) {
+                Ok(l) => l,
+                Err(launch::PrepareError::Store(e)) => return Err(e),
+                Err(e) => {
+                    error!(submission = sub_id, "cannot prepare the retry: {e}");
+                    self.escalate(&chains, &format!("the retry could not be prepared: {e}"), t)?;
+                    continue;
+                }
+            };
+            crate::failpoint::hit("after-intent");
+            match self.run_launch(&l, &sub, t).await? {
+                LaunchOutcome::Submitted(_) => {}
+                LaunchOutcome::Unknown(_) => return Ok(()),
+                LaunchOutcome::Refused { code, stderr } => {
+                    let reason = format!("sbatch refused the retry (exit code {code}): {stderr}");
+                    warn!(submission = sub_id, "{reason}");
+                    let rec = NewDecision {
+                        classification: Classification::Ambiguous,
+                        class: RecoveryClass::R2,
+                        action: Action::Escalate,
+                        reason,
+                        inputs: serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code }),
+                        resolves: None,
+                        actor: "supervisor".into(),
+                    };
+                    let update = ChainUpdate { state: ChainState::PendingFailed, last_classification: None, plan: None, not_before: None };
+                    self.store.relaunch_refused(l.id, &stderr, t, &rec, &update)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn escalate(&mut self, chains: &[i64], reason: &str, t: i64) -> Result<(), StoreError> {
+        for &c in chains {
+            let rec = NewDecision {
+                classification: Classification::Ambiguous,
+                class: RecoveryClass::R2,
+                action: Action::Escalate,
+                reason: reason.to_string(),
+                inputs: serde_json::json!({}),
+                resolves: None,
+                actor: "supervisor".into(),
+            };
+            let update = ChainUpdate { state: ChainState::PendingFailed, last_classification: None, plan: None, not_before: None };
+            self.store.decide_chain(c, &[ChainState::Ready], &rec, &update, t)?;
+        }
+        Ok(())
+    }
+}
+
+/// The state squeue shows for each attempt id. Rows for array tasks that have not
+/// started yet may come as a range (`14_[3-10%2]`); they are expanded.
+pub fn queued_states(rows: &[SqueueRow]) -> HashMap<String, JobState> {
+    let mut out = HashMap::new();
+    for r in rows {
+        if let Some((base, rest)) = r.job_id.split_once("_[") {
+            let spec = rest.trim_end_matches(']');
+            if let Ok(tasks) = crate::sbatch_args::parse_array_spec(spec) {
+                for t in tasks {
+                    out.insert(format!("{base}_{t}"), r.state);
+                }
+            }
+        } else {
+            out.insert(r.job_id.clone(), r.state);
+        }
+    }
+    out
+}

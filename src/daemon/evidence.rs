@@ -1,0 +1,147 @@
+//! The job's own output files, read as evidence: where sbatch put them (expanding its
+//! filename patterns) and their last lines.
+
+use crate::config::Config;
+use crate::sbatch_args::{self, SbatchCommand};
+use crate::slurm::types::SacctRow;
+use crate::store::Submission;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// What the filename patterns of `--output`/`--error` refer to.
+pub struct PatternValues<'a> {
+    pub job_id_raw: &'a str,
+    pub array_job_id: &'a str,
+    pub array_task: Option<&'a str>,
+    pub user: &'a str,
+    pub job_name: &'a str,
+    pub first_node: &'a str,
+}
+
+/// Expands sbatch's filename patterns (`%j`, `%A`, `%a`, `%u`, `%x`, `%N`, `%%`, with an
+/// optional zero-padding width such as `%4a`), as Slurm does for `--output`/`--error`.
+pub fn expand_pattern(pattern: &str, v: &PatternValues) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut width = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(*d);
+            chars.next();
+        }
+        let Some(k) = chars.next() else {
+            out.push('%');
+            out.push_str(&width);
+            break;
+        };
+        let value: String = match k {
+            '%' => "%".into(),
+            'j' => v.job_id_raw.into(),
+            'A' => v.array_job_id.into(),
+            // Slurm prints NO_VAL for %a outside an array.
+            'a' => v.array_task.unwrap_or("4294967294").into(),
+            'u' => v.user.into(),
+            'x' => v.job_name.into(),
+            'N' => v.first_node.into(),
+            'n' | 't' => "0".into(),
+            's' => "batch".into(),
+            other => format!("%{width}{other}"),
+        };
+        let w: usize = width.parse().unwrap_or(0);
+        if w > 0 && value.chars().all(|c| c.is_ascii_digit()) && value.len() < w {
+            out.push_str(&"0".repeat(w - value.len()));
+        }
+        out.push_str(&value);
+    }
+    out
+}
+
+fn option<'a>(cmd: &'a SbatchCommand, directives: &'a Option<SbatchCommand>, name: &str) -> Option<&'a str> {
+    cmd.get(name).or_else(|| directives.as_ref().and_then(|d| d.get(name)))
+}
+
+/// Where the job's stderr went.
+pub fn stderr_path(sub: &Submission, job_id: &str, job_row: &SacctRow) -> Option<PathBuf> {
+    let cmd = sbatch_args::parse(&sub.argv).ok()?;
+    let directives = sub
+        .script
+        .as_deref()
+        .and_then(|s| sbatch_args::parse(&sbatch_args::script_directives(&String::from_utf8_lossy(s))).ok());
+    let (base, task) = match job_id.split_once('_') {
+        Some((b, t)) => (b, Some(t)),
+        None => (job_id, None),
+    };
+    let default = if task.is_some() { "slurm-%A_%a.out" } else { "slurm-%j.out" };
+    let pattern = option(&cmd, &directives, "error").or_else(|| option(&cmd, &directives, "output")).unwrap_or(default);
+    let script_name = sub.script_name.as_deref().unwrap_or(if cmd.get("wrap").is_some() { "wrap" } else { "sbatch" });
+    let job_name = option(&cmd, &directives, "job-name").unwrap_or(script_name);
+    let first_node = job_row.node_list.split([',', '[']).next().unwrap_or("");
+    let values = PatternValues {
+        job_id_raw: &job_row.job_id_raw,
+        array_job_id: base,
+        array_task: task,
+        user: &sub.user,
+        job_name,
+        first_node,
+    };
+    let path = PathBuf::from(expand_pattern(pattern, &values));
+    if path.is_absolute() {
+        return Some(path);
+    }
+    let dir = option(&cmd, &directives, "chdir").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(&sub.cwd));
+    let dir = if dir.is_absolute() { dir } else { Path::new(&sub.cwd).join(dir) };
+    Some(dir.join(path))
+}
+
+/// The last `lines` lines (at most `bytes` bytes) of a file; `None` when unreadable.
+pub fn tail(path: &Path, lines: usize, bytes: u64) -> Option<String> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(bytes);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.take(bytes).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    let keep = &all[all.len().saturating_sub(lines)..];
+    Some(keep.join("\n"))
+}
+
+/// The stderr tail of an ended attempt, when the file can be read.
+pub fn stderr_tail(config: &Config, sub: &Submission, job_id: &str, run: &[SacctRow]) -> Option<String> {
+    let job_row = run.iter().find(|r| !r.is_step())?;
+    let path = stderr_path(sub, job_id, job_row)?;
+    tail(&path, config.slurm.stderr_tail_lines, config.slurm.stderr_tail_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values() -> PatternValues<'static> {
+        PatternValues { job_id_raw: "17", array_job_id: "14", array_task: Some("3"), user: "alice", job_name: "train", first_node: "n1" }
+    }
+
+    #[test]
+    fn patterns_expand_like_slurm() {
+        assert_eq!(expand_pattern("slurm-%A_%a.out", &values()), "slurm-14_3.out");
+        assert_eq!(expand_pattern("%x-%j.err", &values()), "train-17.err");
+        assert_eq!(expand_pattern("/tmp/%u/%N/%4a.log", &values()), "/tmp/alice/n1/0003.log");
+        assert_eq!(expand_pattern("100%%-%q", &values()), "100%-%q");
+        assert_eq!(expand_pattern("end%", &values()), "end%");
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, "a\nb\nc\nd\n").unwrap();
+        assert_eq!(tail(&p, 2, 1000).as_deref(), Some("c\nd"));
+        assert_eq!(tail(&p, 10, 4).as_deref(), Some("c\nd"));
+        assert_eq!(tail(&dir.path().join("missing"), 2, 10), None);
+    }
+}

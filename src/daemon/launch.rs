@@ -1,0 +1,209 @@
+//! Turning a recorded submission into an sbatch call, and finding a launch again by its
+//! tag. The argv is built once, stored with the launch's intent, and reused verbatim if
+//! the launch has to be repeated after a crash.
+
+use crate::config::Config;
+use crate::model::RetryPlan;
+use crate::sbatch_args::{self, Overrides, SbatchCommand};
+use crate::slurm::{Slurm, SbatchRequest, SlurmError};
+use crate::store::{Launch, NewSubmission, Store, StoreError, Submission};
+use regex::Regex;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// What became of one sbatch.
+#[derive(Debug)]
+pub enum LaunchOutcome {
+    Submitted(String),
+    /// sbatch answered with a refusal: nothing was created.
+    Refused { code: i32, stderr: String },
+    /// No usable answer: the job may or may not exist; the launch stays an intent and is
+    /// looked up by its tag before anything is submitted again.
+    Unknown(SlurmError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the recorded sbatch command cannot be read: {0}")]
+    Args(#[from] sbatch_args::ArgsError),
+    #[error("cannot write the script snapshot {path}: {source}")]
+    Snapshot {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn tag_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"ssv-[0-9a-f]{8}-L[0-9]+-c[0-9]+\.[0-9]+").expect("valid regex"))
+}
+
+/// The supervisor's tag inside a job comment, if there is one.
+pub fn tag_in(comment: &str) -> Option<&str> {
+    tag_regex().find(comment).map(|m| m.as_str())
+}
+
+/// Where the script snapshot of a launch is written for sbatch to read. The file keeps
+/// the script's own name, so Slurm's default job name stays the same.
+pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> PathBuf {
+    state_dir.join("scripts").join(format!("L{launch_id}")).join(script_name)
+}
+
+fn write_snapshot(path: &Path, content: &[u8]) -> Result<(), PrepareError> {
+    let err = |source| PrepareError::Snapshot { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    std::fs::write(path, content).map_err(err)
+}
+
+/// The argv of a launch: the user's command with the supervisor's changes.
+fn build_argv(cmd: &SbatchCommand, plan: &RetryPlan, array: Option<String>, tag: &str, script_path: Option<&Path>) -> Vec<String> {
+    let comment = match cmd.get("comment") {
+        Some(c) if !c.is_empty() => format!("{c} {tag}"),
+        _ => tag.to_string(),
+    };
+    let o = Overrides {
+        mem_mb: plan.mem_mb,
+        time_limit: plan.time_secs.map(crate::slurm::parse::format_time_limit),
+        exclude: plan.exclude.clone(),
+        array,
+        partition: plan.partition.clone(),
+        comment: Some(comment),
+        script_path: script_path.map(|p| p.display().to_string()),
+    };
+    sbatch_args::rebuild(cmd, &o)
+}
+
+/// Records a new submission and the intent of its first launch.
+pub fn begin_submission(store: &mut Store, config: &Config, new: &NewSubmission, cmd: &SbatchCommand, now: i64) -> Result<Launch, PrepareError> {
+    let launch = store.create_submission(new, now, |tag| {
+        let script = new.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
+        build_argv(cmd, &RetryPlan::default(), None, tag, script.as_deref())
+    })?;
+    Ok(launch)
+}
+
+/// The launch id inside a tag (`ssv-<instance>-L<id>-...`).
+fn launch_id_in(tag: &str) -> i64 {
+    tag.split('-').find_map(|p| p.strip_prefix('L')).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Records the intent of relaunching `chains` (all of submission `sub`) in one sbatch.
+pub fn begin_relaunch(store: &mut Store, config: &Config, sub: &Submission, chains: &[i64], now: i64) -> Result<Launch, PrepareError> {
+    let cmd = sbatch_args::parse(&sub.argv)?;
+    let mut tasks = Vec::new();
+    let mut plan = RetryPlan::default();
+    for &c in chains {
+        if let Some(ch) = store.chain(c)? {
+            tasks.extend(ch.array_task);
+            plan = ch.plan;
+        }
+    }
+    let array = if tasks.is_empty() {
+        None
+    } else {
+        tasks.sort_unstable();
+        let throttle = effective_array_spec(&cmd, sub.script.as_deref()).and_then(|s| sbatch_args::array_throttle(&s));
+        let list = sbatch_args::format_array_list(&tasks);
+        Some(match throttle {
+            Some(t) => format!("{list}%{t}"),
+            None => list,
+        })
+    };
+    let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
+        let script = sub.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
+        build_argv(&cmd, &plan, array, tag, script.as_deref())
+    })?;
+    Ok(launch)
+}
+
+/// The argv a recover of `chain` would run, for `--dry-run`. The tag is only assigned
+/// when the launch is recorded, so it is shown as a placeholder.
+pub fn preview_argv(config: &Config, sub: &Submission, chain: &crate::store::Chain, plan: &RetryPlan) -> Result<Vec<String>, PrepareError> {
+    let cmd = sbatch_args::parse(&sub.argv)?;
+    let array = chain.array_task.map(|t| t.to_string());
+    let script = sub.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, 0, n));
+    Ok(build_argv(&cmd, plan, array, "<tag assigned at launch>", script.as_deref()))
+}
+
+/// The `--array` spec in force: the command line's, else the script's `#SBATCH` one.
+pub fn effective_array_spec(cmd: &SbatchCommand, script: Option<&[u8]>) -> Option<String> {
+    if let Some(a) = cmd.get("array") {
+        return Some(a.to_string());
+    }
+    let text = String::from_utf8_lossy(script?);
+    let directives = sbatch_args::parse(&sbatch_args::script_directives(&text)).ok()?;
+    directives.get("array").map(str::to_string)
+}
+
+/// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
+/// launch repeated after a crash finds it too, and removed once Slurm has its own copy.
+pub async fn sbatch<S: Slurm>(slurm: &S, state_dir: &Path, l: &Launch, sub: &Submission) -> LaunchOutcome {
+    // A script given on stdin (no file name) is fed again on stdin.
+    let stdin = match (&sub.script_name, &sub.script) {
+        (None, Some(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let snapshot = match (&sub.script_name, &sub.script) {
+        (Some(name), Some(content)) => {
+            let p = snapshot_path(state_dir, l.id, name);
+            if let Err(e) = write_snapshot(&p, content) {
+                return LaunchOutcome::Refused { code: 73, stderr: e.to_string() };
+            }
+            Some(p)
+        }
+        _ => None,
+    };
+    crate::failpoint::hit("before-sbatch");
+    let req = SbatchRequest { argv: l.argv.clone(), cwd: PathBuf::from(&sub.cwd), env: sub.env.clone(), stdin };
+    let result = slurm.sbatch(&req).await;
+    if let (Ok(_), Some(p)) = (&result, &snapshot) {
+        // Slurm keeps its own copy of a submitted script; ours is no longer needed.
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    match result {
+        Ok(job) => LaunchOutcome::Submitted(job),
+        Err(SlurmError::Rejected { code, stderr, .. }) => LaunchOutcome::Refused { code, stderr },
+        Err(SlurmError::Spawn { command, source }) => LaunchOutcome::Refused { code: 127, stderr: format!("cannot run {command}: {source}") },
+        Err(e) => LaunchOutcome::Unknown(e),
+    }
+}
+
+/// Finds the supervisor's tags among one user's jobs (squeue, then sacct since `since`):
+/// tag -> the job id sbatch would have printed.
+pub async fn find_tags<S: Slurm>(slurm: &S, user: &str, since: i64) -> Result<HashMap<String, String>, SlurmError> {
+    let mut found = HashMap::new();
+    let sq = slurm.squeue_user(user).await?;
+    for r in &sq.rows {
+        if let Some(t) = tag_in(&r.comment) {
+            found.entry(t.to_string()).or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+        }
+    }
+    let sa = slurm.sacct_user_since(user, since).await?;
+    for r in &sa.rows {
+        if let Some(t) = tag_in(&r.comment) {
+            found.entry(t.to_string()).or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_found_in_comments() {
+        assert_eq!(tag_in("my run ssv-0badcafe-L12-c3.2"), Some("ssv-0badcafe-L12-c3.2"));
+        assert_eq!(tag_in("ssv-0badcafe-L12-c3.2"), Some("ssv-0badcafe-L12-c3.2"));
+        assert_eq!(tag_in("nothing here"), None);
+        assert_eq!(launch_id_in("ssv-0badcafe-L12-c3.2"), 12);
+    }
+}

@@ -1,0 +1,123 @@
+//! The daemon: one tokio loop over a closed set of events.
+//!
+//! Cadence: a poll cycle every `poll_interval` (longer while Slurm is not answering);
+//! control requests are handled between cycles, in arrival order, on the same loop, so
+//! the store has one writer and no decision races another. Shutdown and reload come in
+//! as events from whoever runs the loop (signals in the binary, channels in tests).
+
+pub mod engine;
+pub mod evidence;
+pub mod launch;
+pub mod requests;
+pub mod server;
+pub mod views;
+
+use crate::config::Config;
+use crate::slurm::Slurm;
+use crate::store::{Store, StoreError};
+use engine::Engine;
+use std::os::unix::fs::PermissionsExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+/// What can happen to the daemon from outside.
+#[derive(Debug)]
+pub enum Event {
+    /// Re-read the config file (SIGHUP).
+    Reload,
+    /// Stop cleanly (SIGTERM, SIGINT).
+    Shutdown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot prepare the state directory {path}: {source}")]
+    StateDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the control socket {path}: {source}")]
+    Socket {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
+    let err = |source| DaemonError::StateDir { path: config.state_dir.clone(), source };
+    std::fs::create_dir_all(&config.state_dir).map_err(err)?;
+    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+    Ok(())
+}
+
+/// Runs the daemon until a `Shutdown` event (or until `events` closes).
+pub async fn run<S: Slurm>(config: Config, slurm: S, mut events: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+    prepare_state_dir(&config)?;
+    let store = Store::open(&config.db_path())?;
+    let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket { path: config.socket.clone(), source })?;
+    let socket_path = config.socket.clone();
+    let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
+    let server = tokio::spawn(server::serve(listener, ctl_tx));
+    let mut engine = Engine::new(config, store, slurm);
+
+    // READY only after the store is open and the first reconciliation ran.
+    if let Err(e) = engine.cycle().await {
+        error!("first cycle failed: {e}");
+    }
+    if let Err(e) = crate::notify::notify("READY=1") {
+        warn!("cannot notify systemd: {e}");
+    }
+    info!(socket = %socket_path.display(), poll_interval = ?engine.config.poll_interval, "slurm-supervisord ready");
+
+    let mut next = Instant::now() + engine.next_interval();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {
+                if let Err(e) = engine.cycle().await {
+                    error!("poll cycle failed: {e}; trying again next cycle");
+                }
+                next = Instant::now() + engine.next_interval();
+            }
+            Some(ctl) = ctl_rx.recv() => {
+                let response = requests::handle(&mut engine, ctl.request, ctl.uid).await;
+                let _ = ctl.reply.send(response);
+                // A resolution or recover may have made a retry due right now.
+                if let Err(e) = engine.launch_due(engine::now()).await {
+                    error!("launching due retries failed: {e}");
+                }
+            }
+            ev = events.recv() => match ev {
+                Some(Event::Reload) => reload(&mut engine),
+                Some(Event::Shutdown) | None => break,
+            },
+        }
+    }
+    info!("stopping");
+    let _ = crate::notify::notify("STOPPING=1");
+    server.abort();
+    let _ = std::fs::remove_file(&socket_path);
+    Ok(())
+}
+
+fn reload<S: Slurm>(engine: &mut Engine<S>) {
+    let Some(path) = engine.config.path.clone() else {
+        warn!("reload asked but the daemon runs without a config file; nothing to reload");
+        return;
+    };
+    match Config::load(&path) {
+        Err(e) => error!("new config refused, keeping the old one: {e}"),
+        Ok(new) => {
+            if new.state_dir != engine.config.state_dir || new.socket != engine.config.socket {
+                warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
+            }
+            let keep = (engine.config.state_dir.clone(), engine.config.socket.clone());
+            engine.config = Config { state_dir: keep.0, socket: keep.1, ..new };
+            info!(path = %path.display(), "config reloaded");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The daemon binary's body: arguments, logging, signals, then `daemon::run`.
+
+use crate::config::Config;
+use crate::daemon::{self, Event};
+use crate::slurm::cli::SlurmCli;
+use clap::Parser;
+use std::path::PathBuf;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Parser)]
+#[command(name = "slurm-supervisord", version, about = "Keeps Slurm batch jobs alive through failures that are not their fault")]
+pub struct Args {
+    /// The TOML config file; default: built-in defaults.
+    #[arg(long, env = "SLURM_SUPERVISOR_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Check the config and exit (0 ok, 78 bad).
+    #[arg(long)]
+    pub validate: bool,
+}
+
+/// Runs the daemon; returns the exit code.
+pub fn main(args: Args) -> i32 {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SLURM_SUPERVISOR_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match &args.config {
+        Some(p) => match Config::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("slurm-supervisord: {e}");
+                return crate::ctl::EXIT_CONFIG;
+            }
+        },
+        None => Config::defaults(),
+    };
+    if args.validate {
+        println!("config ok");
+        return 0;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("slurm-supervisord: cannot start the runtime: {e}");
+            return 70;
+        }
+    };
+    rt.block_on(async move {
+        let (tx, rx) = mpsc::channel(8);
+        let signals = async move {
+            let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+            else {
+                tracing::error!("cannot install signal handlers");
+                return;
+            };
+            loop {
+                let ev = tokio::select! {
+                    _ = term.recv() => Event::Shutdown,
+                    _ = int.recv() => Event::Shutdown,
+                    _ = hup.recv() => Event::Reload,
+                };
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::spawn(signals);
+        let slurm = SlurmCli::new(&config.slurm);
+        match daemon::run(config, slurm, rx).await {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("slurm-supervisord: {e}");
+                1
+            }
+        }
+    })
+}

@@ -1,0 +1,168 @@
+//! The supervisor's own vocabulary: chain states, classifications, recovery classes.
+//!
+//! The string forms are part of the JSON contract (`status --json`, `history --json`)
+//! that users' scripts and agents depend on; change them only with a deprecation path.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $($(#[$vm])* #[serde(rename = $text)] $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownName { kind: stringify!($name), value: s.to_string() }),
+                }
+            }
+        }
+    };
+}
+
+/// A name that is not one of an enum's known string forms (e.g. a corrupt store row).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown {kind} {value:?}")]
+pub struct UnknownName {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+string_enum! {
+    /// Where a chain is. `Active`, `Ready` and `PendingFailed` are not finished.
+    ChainState {
+        Active => "active",
+        Ready => "ready",
+        PendingFailed => "pending_failed",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+impl ChainState {
+    /// True while the chain still needs the supervisor (or an agent).
+    pub fn is_open(self) -> bool {
+        matches!(self, ChainState::Active | ChainState::Ready | ChainState::PendingFailed)
+    }
+}
+
+string_enum! {
+    /// The verdict on a finished attempt.
+    Classification {
+        Completed => "completed",
+        Preempted => "preempted",
+        NodeFail => "node_fail",
+        BootFail => "boot_fail",
+        Oom => "oom",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
+        Deadline => "deadline",
+        Transient => "transient",
+        Permanent => "permanent",
+        Ambiguous => "ambiguous",
+    }
+}
+
+string_enum! {
+    /// R1: applied automatically. R2: suggested, escalated to an agent. R3: skipped, forbidden.
+    RecoveryClass {
+        R1 => "R1",
+        R2 => "R2",
+        R3 => "R3",
+    }
+}
+
+string_enum! {
+    /// What the supervisor did about an ending.
+    Action {
+        /// Nothing to do: the work is done.
+        None => "none",
+        /// Slurm requeued the job itself under the same id; keep watching it.
+        Watch => "watch",
+        /// A new sbatch with adjusted resources, after a backoff.
+        Resubmit => "resubmit",
+        /// Wait in `pending_failed` for an agent.
+        Escalate => "escalate",
+        /// Terminal failure.
+        Fail => "fail",
+        /// The user stopped it.
+        Cancel => "cancel",
+    }
+}
+
+/// Resource changes for the next attempt, decided by policy or asked by an agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPlan {
+    /// New `--mem` in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_mb: Option<u64>,
+    /// New `--time` in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_secs: Option<u64>,
+    /// Nodes to add to `--exclude`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// New `--partition`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+}
+
+impl RetryPlan {
+    /// Merge `later` over `self`: later values win, excluded nodes accumulate.
+    pub fn merged(&self, later: &RetryPlan) -> RetryPlan {
+        let mut exclude = self.exclude.clone();
+        for n in &later.exclude {
+            if !exclude.contains(n) {
+                exclude.push(n.clone());
+            }
+        }
+        RetryPlan {
+            mem_mb: later.mem_mb.or(self.mem_mb),
+            time_secs: later.time_secs.or(self.time_secs),
+            exclude,
+            partition: later.partition.clone().or_else(|| self.partition.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Classification::ALL {
+            assert_eq!(c.as_str().parse::<Classification>().unwrap(), *c);
+        }
+        for s in ChainState::ALL {
+            assert_eq!(s.as_str().parse::<ChainState>().unwrap(), *s);
+        }
+        assert!("bogus".parse::<ChainState>().is_err());
+    }
+
+    #[test]
+    fn plan_merge_keeps_earlier_exclusions() {
+        let a = RetryPlan { exclude: vec!["n1".into()], mem_mb: Some(100), ..Default::default() };
+        let b = RetryPlan { exclude: vec!["n2".into(), "n1".into()], ..Default::default() };
+        let m = a.merged(&b);
+        assert_eq!(m.exclude, vec!["n1", "n2"]);
+        assert_eq!(m.mem_mb, Some(100));
+    }
+}

@@ -1,0 +1,122 @@
+//! The control protocol between `supervisorctl` and the daemon: one JSON request per
+//! connection, one JSON line back. The views here are also what `--json` prints, so
+//! their field names are a stable contract (docs/json-schemas.md).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Submit(SubmitRequest),
+    Adopt { job_ids: Vec<String> },
+    Status { id: Option<String> },
+    History { id: String },
+    Pending,
+    Classify(Resolution),
+    Recover(RecoverRequest),
+    Cancel { id: String },
+    Ping,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The sbatch options, the script and its arguments, as the user gave them.
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// The user's environment (sbatch exports it to the job by default).
+    pub env: Vec<(String, String)>,
+    /// The script's content, read by the client with the user's own permissions.
+    pub script: Option<Vec<u8>>,
+    pub max_retries: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveAction {
+    Retry,
+    Fail,
+}
+
+/// An agent's (or a person's) decision on a `pending_failed` chain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resolution {
+    pub id: String,
+    pub action: ResolveAction,
+    pub mem: Option<String>,
+    pub time: Option<String>,
+    pub reason: String,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoverRequest {
+    pub id: String,
+    pub mem: Option<String>,
+    pub time: Option<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    Ok(serde_json::Value),
+    Error(ErrorBody),
+}
+
+/// What went wrong, and the exit code the client should use.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// For `sbatch_failed`: sbatch's own exit code and stderr, passed through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request is malformed or names something that does not exist.
+    Usage,
+    /// No chain or job with that id.
+    NotFound,
+    /// The chain is not in a state where that is allowed.
+    Conflict,
+    /// Not your chain.
+    Forbidden,
+    /// sbatch refused the submission.
+    SbatchFailed,
+    /// Slurm did not answer; try again later.
+    Unavailable,
+    /// Something broke inside the daemon.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The documented exit code of `supervisorctl` for this error.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::Usage => 2,
+            ErrorKind::NotFound => 3,
+            ErrorKind::Conflict => 4,
+            ErrorKind::Forbidden => 77,
+            ErrorKind::SbatchFailed => 1,
+            ErrorKind::Unavailable => 75,
+            ErrorKind::Internal => 70,
+        }
+    }
+}
+
+impl Response {
+    pub fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
+        Response::Error(ErrorBody { kind, message: message.into(), exit_code: None, stderr: None })
+    }
+}

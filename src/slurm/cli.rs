@@ -1,0 +1,287 @@
+//! The real Slurm commands, run as child processes with timeouts.
+//!
+//! No shell is involved: every argument goes to the command as one argv element, so a
+//! job name with quotes or `$()` is carried byte for byte. stdout and stderr are read
+//! concurrently (a child that fills one pipe cannot block), and stderr is kept as
+//! evidence in every error.
+
+use super::parse::{self, Parsed};
+use super::types::{SacctRow, SqueueRow};
+use super::{Slurm, SbatchRequest, SlurmError};
+use crate::config::SlurmConfig;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+/// Texts Slurm's clients print when they could not get an answer; anything else from a
+/// failing command is taken as Slurm's refusal.
+const UNAVAILABLE_MARKERS: &[&str] = &[
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Connection timed out",
+    "Problem talking to the database",
+    "slurmdbd",
+    "Transport endpoint",
+    "temporarily unable",
+    "Slurm backup controller in standby mode",
+    "Zero Bytes were transmitted or received",
+    "Communication connection failure",
+    "Resource temporarily unavailable",
+];
+
+/// squeue's answer for an id it does not (or no longer) know, when only one id is asked.
+const INVALID_JOB_ID: &str = "Invalid job id specified";
+
+/// Job ids per squeue call; squeue filters client-side, so this only bounds argv length.
+const SQUEUE_CHUNK: usize = 2000;
+
+/// Runs Slurm's own commands.
+#[derive(Debug, Clone)]
+pub struct SlurmCli {
+    bin_dir: Option<PathBuf>,
+    timeout: Duration,
+    sbatch_timeout: Duration,
+    sacct_chunk: usize,
+}
+
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    fn status(&self) -> String {
+        match self.code {
+            Some(c) => format!("exit code {c}"),
+            None => "killed by a signal".into(),
+        }
+    }
+}
+
+fn trim_evidence(s: &str) -> String {
+    const MAX: usize = 4000;
+    let t = s.trim();
+    if t.len() <= MAX {
+        return t.to_string();
+    }
+    let mut cut = MAX;
+    while !t.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}... ({} bytes in all)", &t[..cut], t.len())
+}
+
+impl SlurmCli {
+    pub fn new(config: &SlurmConfig) -> Self {
+        SlurmCli {
+            bin_dir: config.bin_dir.clone(),
+            timeout: config.command_timeout,
+            sbatch_timeout: config.sbatch_timeout,
+            sacct_chunk: config.sacct_chunk,
+        }
+    }
+
+    fn program(&self, name: &str) -> PathBuf {
+        match &self.bin_dir {
+            Some(d) => d.join(name),
+            None => find_on_path(name).unwrap_or_else(|| PathBuf::from(name)),
+        }
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        args: &[String],
+        timeout: Duration,
+        setup: impl FnOnce(&mut Command),
+        stdin: Option<&[u8]>,
+    ) -> Result<Ran, SlurmError> {
+        let program = self.program(name);
+        let mut cmd = Command::new(&program);
+        cmd.args(args)
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        setup(&mut cmd);
+        let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn { command: program.display().to_string(), source })?;
+        if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            // A child that exits without reading its stdin is not an error of ours.
+            let _ = pipe.write_all(data).await;
+        }
+        let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(r) => r.map_err(|source| SlurmError::Spawn { command: name.into(), source })?,
+            Err(_) => return Err(SlurmError::Timeout { command: name.into(), secs: timeout.as_secs() }),
+        };
+        Ok(Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    fn failure(name: &str, ran: &Ran) -> SlurmError {
+        let stderr = trim_evidence(&ran.stderr);
+        if UNAVAILABLE_MARKERS.iter().any(|m| ran.stderr.contains(m)) || ran.code.is_none() {
+            SlurmError::Unavailable { command: name.into(), status: ran.status(), stderr }
+        } else {
+            SlurmError::Rejected { command: name.into(), status: ran.status(), code: ran.code.unwrap_or(1), stderr }
+        }
+    }
+
+    async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
+        let ran = self.run(name, &args, self.timeout, |_| {}, None).await?;
+        Ok(ran)
+    }
+}
+
+/// Looks a program up on the daemon's own `$PATH` (never the job's recorded one).
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
+    if ran.code == Some(0) {
+        return Ok(parse::parse_squeue(&ran.stdout));
+    }
+    if ran.stderr.contains(INVALID_JOB_ID) {
+        // The ids asked about are unknown to squeue: finished long ago or never existed.
+        // Only sacct can tell which; report them as absent.
+        return Ok(Parsed { rows: Vec::new(), errors: Vec::new() });
+    }
+    Err(SlurmCli::failure("squeue", &ran))
+}
+
+fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
+    if ran.code == Some(0) {
+        return Ok(parse::parse_sacct(&ran.stdout));
+    }
+    // sacct has no "refused" case worth distinguishing: any failure means no answer.
+    Err(SlurmError::Unavailable { command: "sacct".into(), status: ran.status(), stderr: trim_evidence(&ran.stderr) })
+}
+
+impl Slurm for SlurmCli {
+    async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
+        let env = req.env.clone();
+        let cwd = req.cwd.clone();
+        let ran = self
+            .run(
+                "sbatch",
+                &req.argv,
+                self.sbatch_timeout,
+                move |cmd| {
+                    cmd.env_clear().envs(env).current_dir(cwd);
+                },
+                req.stdin.as_deref(),
+            )
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("sbatch", &ran));
+        }
+        parse::parse_sbatch_parsable(&ran.stdout)
+            .map_err(|e| SlurmError::Garbage { command: "sbatch".into(), message: e.to_string() })
+    }
+
+    async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
+        let mut all = Parsed { rows: Vec::new(), errors: Vec::new() };
+        for chunk in job_ids.chunks(SQUEUE_CHUNK) {
+            let args = vec![
+                "--noheader".into(),
+                "--states=all".into(),
+                "--array".into(),
+                format!("--format={}", parse::SQUEUE_FORMAT),
+                format!("--jobs={}", chunk.join(",")),
+            ];
+            let p = check_squeue(self.query("squeue", args).await?)?;
+            all.rows.extend(p.rows);
+            all.errors.extend(p.errors);
+        }
+        Ok(all)
+    }
+
+    async fn squeue_user(&self, user: &str) -> Result<Parsed<SqueueRow>, SlurmError> {
+        let args = vec![
+            "--noheader".into(),
+            "--states=all".into(),
+            "--array".into(),
+            format!("--format={}", parse::SQUEUE_FORMAT),
+            format!("--user={user}"),
+        ];
+        check_squeue(self.query("squeue", args).await?)
+    }
+
+    async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {
+        let mut all = Parsed { rows: Vec::new(), errors: Vec::new() };
+        for chunk in job_ids.chunks(self.sacct_chunk.max(1)) {
+            let args = vec![
+                "--parsable2".into(),
+                "--noheader".into(),
+                "--duplicates".into(),
+                format!("--format={}", parse::SACCT_FIELDS),
+                format!("--jobs={}", chunk.join(",")),
+            ];
+            let p = check_sacct(self.query("sacct", args).await?)?;
+            all.rows.extend(p.rows);
+            all.errors.extend(p.errors);
+        }
+        Ok(all)
+    }
+
+    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<SacctRow>, SlurmError> {
+        let args = vec![
+            "--parsable2".into(),
+            "--noheader".into(),
+            "--duplicates".into(),
+            "--allocations".into(),
+            format!("--format={}", parse::SACCT_FIELDS),
+            format!("--user={user}"),
+            format!("--starttime={}", format_sacct_time(since)),
+        ];
+        check_sacct(self.query("sacct", args).await?)
+    }
+
+    async fn scancel(&self, job_id: &str) -> Result<(), SlurmError> {
+        let ran = self.query("scancel", vec![job_id.to_string()]).await?;
+        if ran.code == Some(0) {
+            Ok(())
+        } else {
+            Err(Self::failure("scancel", &ran))
+        }
+    }
+
+    async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
+        let ran = self.query("sinfo", vec!["--noheader".into(), "--format=%R|%l".into()]).await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("sinfo", &ran));
+        }
+        let mut out = HashMap::new();
+        for line in ran.stdout.lines().filter(|l| !l.trim().is_empty()) {
+            let Some((name, limit)) = line.trim().split_once('|') else {
+                return Err(SlurmError::Garbage { command: "sinfo".into(), message: format!("no '|' in {line:?}") });
+            };
+            out.insert(name.to_string(), parse::parse_duration_secs(limit));
+        }
+        Ok(out)
+    }
+}
+
+/// sacct's `--starttime` wants local time as `YYYY-MM-DDTHH:MM:SS`; it also takes
+/// `now-<seconds>` relative forms, which avoid any timezone question.
+fn format_sacct_time(since: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(since);
+    format!("now-{}", (now - since).max(0))
+}

@@ -1,0 +1,77 @@
+//! Everything that talks to Slurm. No other module runs a Slurm command.
+//!
+//! [`Slurm`] is the seam: [`cli::SlurmCli`] runs the real commands, tests swap in fakes
+//! (fake executables on disk, or an in-process implementation). Queries are batched: one
+//! squeue for every live job per cycle, sacct in chunks of job ids, never one per job.
+
+pub mod cli;
+pub mod parse;
+pub mod types;
+
+use parse::Parsed;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use types::{SacctRow, SqueueRow};
+
+/// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
+#[derive(Debug, Clone)]
+pub struct SbatchRequest {
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    /// Text to feed on stdin (a script given on stdin); `None` closes stdin.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// Why a Slurm command gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// Slurm could not answer (controller or database down, a timeout). Nothing may be
+    /// concluded about any job from this.
+    #[error("{command} could not reach Slurm ({status}): {stderr}")]
+    Unavailable { command: String, status: String, stderr: String },
+    /// Slurm answered and refused (an invalid option, an unknown partition).
+    #[error("{command} was refused ({status}): {stderr}")]
+    Rejected { command: String, status: String, code: i32, stderr: String },
+    /// The command ran too long and was killed.
+    #[error("{command} did not finish within {secs}s and was killed")]
+    Timeout { command: String, secs: u64 },
+    /// The command could not be started at all.
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It printed something that is not what it should print.
+    #[error("{command} printed output that could not be understood: {message}")]
+    Garbage { command: String, message: String },
+}
+
+impl SlurmError {
+    /// True when the command may have taken effect even though it reported failure
+    /// (an sbatch whose reply was lost): the caller must look before repeating it.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, SlurmError::Unavailable { .. } | SlurmError::Timeout { .. } | SlurmError::Garbage { .. })
+    }
+}
+
+/// The batch system, as the supervisor uses it.
+#[allow(async_fn_in_trait)]
+pub trait Slurm {
+    /// Submits; returns the job id sbatch printed.
+    async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError>;
+    /// The live view of these jobs (base ids; array tasks are listed one per row).
+    /// Jobs squeue no longer knows are simply absent.
+    async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError>;
+    /// Every job of one user that squeue knows, to look submissions up by their tag.
+    async fn squeue_user(&self, user: &str) -> Result<Parsed<SqueueRow>, SlurmError>;
+    /// The accounting records of these jobs, requeued runs included (`--duplicates`).
+    async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError>;
+    /// The accounting records of one user's jobs since a unix time, to find tags.
+    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<SacctRow>, SlurmError>;
+    /// Cancels a job.
+    async fn scancel(&self, job_id: &str) -> Result<(), SlurmError>;
+    /// Each partition's MaxTime in seconds (`None`: unlimited).
+    async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError>;
+}

@@ -1,0 +1,1048 @@
+//! Pure parsers for what Slurm's commands print: `sacct --parsable2`, `squeue` with
+//! [`SQUEUE_FORMAT`], `sbatch --parsable`, and the units those outputs use.
+//!
+//! Nothing here runs a command or reads a clock. A row that does not read cleanly becomes
+//! a [`RowError`] carrying the line and, when it could be read, the job id: a row is never
+//! guessed, because a guessed state would drive a real decision (a resubmission).
+//!
+//! What was checked against Slurm 22.05.8 (Debian 12) and shaped this module:
+//! - sacct 22.05 has no `Restarts` field: asking for it makes sacct fail outright with
+//!   `Invalid field requested: "Restarts"`. [`SACCT_FIELDS`] therefore leaves it out and
+//!   [`SacctRow::restarts`] is always `None` from [`parse_sacct`]; `scontrol show job`
+//!   is where Slurm reports restarts.
+//! - sacct prints `None assigned` as the NodeList of a job that never ran, `Partition_Limit`
+//!   as the Timelimit of a job that asked for none, and `CANCELLED by 0` on job rows too.
+//! - squeue prints `(null)` for `%k` when a job has no comment.
+//! - sbatch's `--time` and every limit Slurm keeps are whole minutes; sbatch rounds seconds
+//!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
+
+use super::types::{ExitCode, JobState, SacctRow, SqueueRow};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The sacct columns, in the order [`parse_sacct`] reads them. `Comment` is last because it
+/// is user text and may itself contain `|`: every field past the tenth is joined back into it.
+pub const SACCT_FIELDS: &str =
+    "JobID,JobIDRaw,State,ExitCode,NodeList,MaxRSS,ReqMem,Timelimit,Elapsed,Partition,Comment";
+
+/// How many `|`-separated fields precede the comment in a sacct row.
+const SACCT_FIXED: usize = 10;
+
+/// The squeue `--format`: job id, raw id, long state, reason, nodes, comment (last, as in
+/// [`SACCT_FIELDS`], because it may contain `|`).
+pub const SQUEUE_FORMAT: &str = "%i|%A|%T|%r|%N|%k";
+
+/// How many `|`-separated fields precede the comment in a squeue row.
+const SQUEUE_FIXED: usize = 5;
+
+/// At most this many bytes of an unreadable line are kept in its [`RowError`], so that a
+/// runaway line (a comment of megabytes) cannot bloat the evidence stored about it.
+pub const MAX_ERROR_LINE: usize = 512;
+
+/// One line of output that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowError {
+    /// 1-based line number in the output.
+    pub line_no: usize,
+    /// The line, cut to [`MAX_ERROR_LINE`] bytes.
+    pub line: String,
+    /// The first field, when it looks like a job id: the job this row was about.
+    pub job_id: Option<String>,
+    /// What was wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for RowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.job_id {
+            Some(id) => write!(f, "line {} (job {}): {}", self.line_no, id, self.message),
+            None => write!(f, "line {}: {}", self.line_no, self.message),
+        }
+    }
+}
+
+/// The rows of an output that could be read, and the lines that could not.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Parsed<T> {
+    pub rows: Vec<T>,
+    pub errors: Vec<RowError>,
+}
+
+/// A whole output that cannot be used at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("sbatch printed no job id; check that --parsable was passed and look at its stderr")]
+    EmptySbatchOutput,
+    #[error("sbatch printed {line:?}, which is not a job id (expected `123` or `123;cluster`)")]
+    BadSbatchOutput { line: String },
+    #[error(
+        "sbatch printed two different job ids, {first} and {second}; look both up before acting"
+    )]
+    ConflictingJobIds { first: String, second: String },
+}
+
+/// Parses `sacct --parsable2 --noheader --format=<SACCT_FIELDS>` output, with or without
+/// `--duplicates` (requeued runs of one job id come as separate rows, oldest first; their
+/// order is kept).
+pub fn parse_sacct(stdout: &str) -> Parsed<SacctRow> {
+    parse_lines(stdout, SACCT_FIXED, sacct_row)
+}
+
+/// Parses `squeue --noheader --states=all --array --format=<SQUEUE_FORMAT>` output.
+pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
+    parse_lines(stdout, SQUEUE_FIXED, squeue_row)
+}
+
+/// Reads the job id from `sbatch --parsable` output: `123`, or `123;cluster` on a
+/// multi-cluster setup. Blank lines and surrounding whitespace are tolerated; the same id
+/// repeated is tolerated; anything else is an error, because a wrong id here would make
+/// the supervisor watch a job that is not the one it submitted.
+pub fn parse_sbatch_parsable(stdout: &str) -> Result<String, ParseError> {
+    let mut found: Option<String> = None;
+    for line in stdout.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let bad = || ParseError::BadSbatchOutput {
+            line: truncate(line, MAX_ERROR_LINE),
+        };
+        let (id, cluster) = match line.split_once(';') {
+            Some((id, cluster)) => (id, Some(cluster)),
+            None => (line, None),
+        };
+        if let Some(c) = cluster {
+            if c.is_empty() || c.contains(|ch: char| ch.is_whitespace() || ch == ';') {
+                return Err(bad());
+            }
+        }
+        match parse_digits_u64(id) {
+            Some(n) if n > 0 && n <= u64::from(u32::MAX) => {}
+            _ => return Err(bad()),
+        }
+        match &found {
+            None => found = Some(id.to_string()),
+            Some(first) if first == id => {}
+            Some(first) => {
+                return Err(ParseError::ConflictingJobIds {
+                    first: first.clone(),
+                    second: id.to_string(),
+                })
+            }
+        }
+    }
+    found.ok_or(ParseError::EmptySbatchOutput)
+}
+
+/// Bytes in a memory size as Slurm prints or takes it: `269648K`, `100M`, `2G`, `1T`,
+/// `1.5G`, `0`.
+///
+/// - Units are 1024-based: K, M, G, T, P (either case), optionally followed by `B`
+///   (`100MB`, which sbatch accepts too).
+/// - A bare number is **megabytes**, as sbatch's `--mem` reads it (`--mem=100` is 100 MiB).
+///   sacct prints MaxRSS with a unit (`269648K`) except for `0`, so this is only a
+///   question for user-given values.
+/// - Slurm before 21.08 printed ReqMem with a trailing `n` (per node) or `c` (per CPU),
+///   `100Mn`/`100Mc`; the suffix is accepted and dropped, so the caller cannot tell per-node
+///   from per-CPU with such a value.
+/// - A fraction is accepted (sacct prints `1.50G` with `--units`) and rounded up to a byte.
+///
+/// Returns `None` for anything else, including blank, negative or overflowing values.
+pub fn parse_mem_bytes(s: &str) -> Option<u64> {
+    let s = s.strip_suffix(['n', 'c']).unwrap_or(s);
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits_end);
+    let unit = match unit.len() {
+        2 if unit.ends_with(['B', 'b']) => &unit[..1],
+        _ => unit,
+    };
+    let mult: u128 = match unit {
+        "" => 1 << 20,
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        "G" | "g" => 1 << 30,
+        "T" | "t" => 1 << 40,
+        "P" | "p" => 1 << 50,
+        _ => return None,
+    };
+    let (whole, frac) = match number.split_once('.') {
+        Some((w, f)) => (w, f),
+        None => (number, ""),
+    };
+    if whole.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole = u128::from(parse_digits_u64(whole)?);
+    let scale = 10u128.pow(frac.len() as u32);
+    let frac = if frac.is_empty() {
+        0
+    } else {
+        u128::from(parse_digits_u64(frac)?)
+    };
+    let bytes = ((whole * scale + frac) * mult).div_ceil(scale);
+    u64::try_from(bytes).ok()
+}
+
+/// Seconds in a Slurm duration. `None` for a value that means "no limit" (`UNLIMITED`,
+/// `INFINITE`, `Partition_Limit`, any case) and for anything unreadable; use
+/// [`parse_duration`] to tell those apart.
+///
+/// The forms are Slurm's (sbatch `--time`): `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`,
+/// `D-H:M:S`. Note that a bare number is **minutes** (`--time=90` is 90 minutes) and that
+/// two fields without a day are **minutes:seconds** (`30:00` is 30 minutes). sacct's
+/// Elapsed and Timelimit are normally `[D-]HH:MM:SS`, which the same rules read. Fields are
+/// not range-checked, as Slurm does not check them (`0:0:90` is 90 seconds).
+///
+/// `0` is returned as `Some(0)`; as a *limit* Slurm reads zero as unlimited, which the
+/// caller of a limit must keep in mind.
+pub fn parse_duration_secs(s: &str) -> Option<u64> {
+    match parse_duration(s) {
+        Ok(Duration::Secs(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// A Slurm duration read by [`parse_duration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duration {
+    Secs(u64),
+    /// `UNLIMITED`, `INFINITE` or `Partition_Limit`: no limit of the job's own.
+    Unlimited,
+}
+
+/// The text was not a Slurm duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a Slurm time (use minutes, M:S, H:M:S or D-H:M:S)")]
+pub struct BadDuration(pub String);
+
+/// Like [`parse_duration_secs`], but says whether the text meant "no limit" or was not a
+/// duration at all.
+pub fn parse_duration(s: &str) -> Result<Duration, BadDuration> {
+    let bad = || BadDuration(truncate(s, 64));
+    if ["UNLIMITED", "INFINITE", "Partition_Limit"]
+        .iter()
+        .any(|w| w.eq_ignore_ascii_case(s))
+    {
+        return Ok(Duration::Unlimited);
+    }
+    let (days, rest) = match s.split_once('-') {
+        Some((d, rest)) => (Some(parse_digits_u64(d).ok_or_else(bad)?), rest),
+        None => (None, s),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(parse_digits_u64)
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    let (h, m, sec) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, *m, 0),
+        (None, [m, s]) => (0, *m, *s),
+        (_, [h, m, s]) => (*h, *m, *s),
+        (Some(_), [h]) => (*h, 0, 0),
+        (Some(_), [h, m]) => (*h, *m, 0),
+        _ => return Err(bad()),
+    };
+    let total = days
+        .unwrap_or(0)
+        .checked_mul(86_400)
+        .and_then(|d| d.checked_add(h.checked_mul(3_600)?))
+        .and_then(|t| t.checked_add(m.checked_mul(60)?))
+        .and_then(|t| t.checked_add(sec))
+        .ok_or_else(bad)?;
+    Ok(Duration::Secs(total))
+}
+
+/// A time limit as sbatch `--time` takes it: `HH:MM:SS`, or `D-HH:MM:SS` from one day on.
+///
+/// Slurm keeps limits in whole minutes, so seconds are rounded **up** to the next minute
+/// (never give a job less than asked). A limit of zero minutes means UNLIMITED to Slurm,
+/// so anything under a minute, zero included, becomes one minute.
+pub fn format_time_limit(secs: u64) -> String {
+    let minutes = secs.div_ceil(60).max(1);
+    let (days, rem) = (minutes / 1_440, minutes % 1_440);
+    let (h, m) = (rem / 60, rem % 60);
+    if days > 0 {
+        format!("{days}-{h:02}:{m:02}:00")
+    } else {
+        format!("{h:02}:{m:02}:00")
+    }
+}
+
+// ---- internals --------------------------------------------------------------------------
+
+/// Splits output into lines, skips blank ones, and hands each line's fields to `row`
+/// (the fixed ones, then the rest joined back with `|` as the comment).
+fn parse_lines<T>(
+    stdout: &str,
+    fixed: usize,
+    row: impl Fn(&[&str], String) -> Result<T, String>,
+) -> Parsed<T> {
+    let mut out = Parsed {
+        rows: Vec::new(),
+        errors: Vec::new(),
+    };
+    for (i, line) in stdout.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('|').collect();
+        let first = fields[0];
+        let job_id = looks_like_job_id(first).then(|| first.to_string());
+        let result = if fields.len() <= fixed {
+            Err(format!(
+                "expected at least {} fields separated by '|', found {}",
+                fixed + 1,
+                fields.len()
+            ))
+        } else if job_id.is_none() {
+            Err(format!("{:?} is not a job id", truncate(first, 64)))
+        } else {
+            row(&fields[..fixed], fields[fixed..].join("|"))
+        };
+        match result {
+            Ok(r) => out.rows.push(r),
+            Err(message) => out.errors.push(RowError {
+                line_no: i + 1,
+                line: truncate(line, MAX_ERROR_LINE),
+                job_id,
+                message,
+            }),
+        }
+    }
+    out
+}
+
+fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
+    let [job_id, job_id_raw, state, exit, nodes, max_rss, req_mem, timelimit, elapsed, partition] =
+        f
+    else {
+        unreachable!("parse_lines hands over exactly SACCT_FIXED fields")
+    };
+    if !looks_like_job_id(job_id_raw) {
+        return Err(format!(
+            "JobIDRaw {:?} is not a job id",
+            truncate(job_id_raw, 64)
+        ));
+    }
+    let (state, cancelled_by) = parse_state(state)?;
+    let timelimit_secs = match parse_duration(timelimit) {
+        _ if timelimit.is_empty() => None,
+        // Zero minutes is how Slurm stores "no limit"; a zero here must never become a
+        // limit that a retry multiplies.
+        Ok(Duration::Secs(0)) | Ok(Duration::Unlimited) => None,
+        Ok(Duration::Secs(n)) => Some(n),
+        Err(_) => {
+            return Err(format!(
+                "Timelimit {:?} is not a Slurm time",
+                truncate(timelimit, 64)
+            ))
+        }
+    };
+    let elapsed_secs = match parse_duration(elapsed) {
+        _ if elapsed.is_empty() => None,
+        Ok(Duration::Secs(n)) => Some(n),
+        _ => {
+            return Err(format!(
+                "Elapsed {:?} is not a Slurm time",
+                truncate(elapsed, 64)
+            ))
+        }
+    };
+    Ok(SacctRow {
+        job_id: job_id.to_string(),
+        job_id_raw: job_id_raw.to_string(),
+        state,
+        cancelled_by,
+        exit_code: parse_exit_code(exit)?,
+        node_list: nodes.to_string(),
+        max_rss_bytes: optional_mem("MaxRSS", max_rss)?,
+        req_mem_bytes: optional_mem("ReqMem", req_mem)?,
+        timelimit_secs,
+        elapsed_secs,
+        partition: partition.to_string(),
+        // Not a sacct field in Slurm 22.05; see the module documentation.
+        restarts: None,
+        comment,
+    })
+}
+
+fn squeue_row(f: &[&str], comment: String) -> Result<SqueueRow, String> {
+    let [job_id, job_id_raw, state, reason, nodes] = f else {
+        unreachable!("parse_lines hands over exactly SQUEUE_FIXED fields")
+    };
+    if !looks_like_job_id(job_id_raw) {
+        return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
+    }
+    let state = JobState::parse(state)
+        .ok_or_else(|| format!("unknown job state {:?}", truncate(state, 64)))?;
+    Ok(SqueueRow {
+        job_id: job_id.to_string(),
+        job_id_raw: job_id_raw.to_string(),
+        state,
+        reason: reason.to_string(),
+        node_list: nodes.to_string(),
+        // squeue prints `(null)` for a job without a comment.
+        comment: if comment == "(null)" {
+            String::new()
+        } else {
+            comment
+        },
+    })
+}
+
+/// `COMPLETED`, or `CANCELLED by 1000` (the uid of whoever cancelled).
+fn parse_state(s: &str) -> Result<(JobState, Option<u32>), String> {
+    let unknown = || format!("unknown job state {:?}", truncate(s, 64));
+    match s.split_once(" by ") {
+        Some(("CANCELLED", uid)) => {
+            let uid = parse_digits_u64(uid)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(unknown)?;
+            Ok((JobState::Cancelled, Some(uid)))
+        }
+        Some(_) => Err(unknown()),
+        None => Ok((JobState::parse(s).ok_or_else(unknown)?, None)),
+    }
+}
+
+/// `code:signal`, both non-negative integers.
+fn parse_exit_code(s: &str) -> Result<ExitCode, String> {
+    let bad = || format!("ExitCode {:?} is not code:signal", truncate(s, 64));
+    let (code, signal) = s.split_once(':').ok_or_else(bad)?;
+    let num = |t: &str| parse_digits_u64(t).and_then(|n| i32::try_from(n).ok());
+    Ok(ExitCode {
+        code: num(code).ok_or_else(bad)?,
+        signal: num(signal).ok_or_else(bad)?,
+    })
+}
+
+fn optional_mem(column: &str, s: &str) -> Result<Option<u64>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    parse_mem_bytes(s)
+        .map(Some)
+        .ok_or_else(|| format!("{column} {:?} is not a memory size", truncate(s, 64)))
+}
+
+/// Only ASCII digits (no sign, no spaces, not empty), as Slurm prints numbers.
+fn parse_digits_u64(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// True for the shapes Slurm prints as a job id: it starts with a digit and holds only
+/// digits, letters (step names), and `_ . + [ ] - % ,` (arrays, steps, het components).
+fn looks_like_job_id(s: &str) -> bool {
+    s.len() <= 256
+        && s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.+[]-%,".contains(c))
+}
+
+/// The first `max` bytes of `s`, cut at a character boundary, with `...` when cut.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: u64 = 1 << 10;
+    const M: u64 = 1 << 20;
+    const G: u64 = 1 << 30;
+
+    /// A job row as the tests expect it; fields not given are the usual blank/None.
+    fn row(job_id: &str, raw: &str, state: JobState, exit: (i32, i32)) -> SacctRow {
+        SacctRow {
+            job_id: job_id.into(),
+            job_id_raw: raw.into(),
+            state,
+            cancelled_by: None,
+            exit_code: ExitCode {
+                code: exit.0,
+                signal: exit.1,
+            },
+            node_list: String::new(),
+            max_rss_bytes: None,
+            req_mem_bytes: None,
+            timelimit_secs: None,
+            elapsed_secs: None,
+            partition: String::new(),
+            restarts: None,
+            comment: String::new(),
+        }
+    }
+
+    fn one(line: &str) -> SacctRow {
+        let p = parse_sacct(line);
+        assert!(p.errors.is_empty(), "{line}: {:?}", p.errors);
+        assert_eq!(p.rows.len(), 1, "{line}");
+        p.rows.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn fields_constant_matches_the_fixed_count() {
+        assert_eq!(SACCT_FIELDS.split(',').count(), SACCT_FIXED + 1);
+        assert_eq!(SACCT_FIELDS.rsplit(',').next(), Some("Comment"));
+        assert_eq!(SQUEUE_FORMAT.split('|').count(), SQUEUE_FIXED + 1);
+        assert!(SQUEUE_FORMAT.ends_with("%k"));
+        assert!(
+            !SACCT_FIELDS.contains("Restarts"),
+            "sacct 22.05 rejects Restarts"
+        );
+    }
+
+    /// Every ending in slurm-notes.md, as sacct --parsable2 prints it with SACCT_FIELDS.
+    #[test]
+    fn sacct_failure_shapes_from_the_notes() {
+        let out = "\
+1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|
+1.batch|1.batch|COMPLETED|0:0|n1|1024K|||00:00:01||
+2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|
+2.batch|2.batch|FAILED|1:0|n1|2048K|||00:00:01||
+3|3|FAILED|0:9|vm||100M|00:30:00|00:00:03|debug|
+3.batch|3.batch|CANCELLED by 0|0:9|vm|269648K|||00:00:03||
+8|8|TIMEOUT|0:0|vm||100M|00:01:00|00:01:27|debug|
+8.batch|8.batch|CANCELLED|0:15|vm|3132K|||00:01:27||
+4|4|PREEMPTED|0:0|n1||1000M|00:30:00|00:00:29|debug|
+4|4|PENDING|0:0|None assigned||1000M|00:30:00|00:00:00|debug|
+12|12|PREEMPTED|0:0|n2||1000M|Partition_Limit|00:00:01|debug|
+12.batch|12.batch|CANCELLED|0:15|n2|3168K|||00:00:01||
+7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|
+7.batch|7.batch|CANCELLED|0:15|n1|1024K|||00:00:20||
+5|5|CANCELLED by 1000|0:0|None assigned||1000M|01:40:00|00:00:00|debug|
+";
+        let p = parse_sacct(out);
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let got: Vec<(&str, JobState, Option<u32>, String)> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.state,
+                    r.cancelled_by,
+                    r.exit_code.to_string(),
+                )
+            })
+            .collect();
+        use JobState::*;
+        let want = vec![
+            ("1", Completed, None, "0:0".to_string()),
+            ("1.batch", Completed, None, "0:0".into()),
+            ("2", Failed, None, "1:0".into()),
+            ("2.batch", Failed, None, "1:0".into()),
+            ("3", Failed, None, "0:9".into()),
+            ("3.batch", Cancelled, Some(0), "0:9".into()),
+            ("8", Timeout, None, "0:0".into()),
+            ("8.batch", Cancelled, None, "0:15".into()),
+            ("4", Preempted, None, "0:0".into()),
+            ("4", Pending, None, "0:0".into()),
+            ("12", Preempted, None, "0:0".into()),
+            ("12.batch", Cancelled, None, "0:15".into()),
+            ("7", NodeFail, None, "0:0".into()),
+            ("7.batch", Cancelled, None, "0:15".into()),
+            ("5", Cancelled, Some(1000), "0:0".into()),
+        ];
+        assert_eq!(got, want);
+
+        // The OOM step carries the evidence: MaxRSS above ReqMem.
+        let oom_job = &p.rows[4];
+        assert_eq!(oom_job.req_mem_bytes, Some(100 * M));
+        assert_eq!(oom_job.max_rss_bytes, None);
+        assert_eq!(oom_job.node_list, "vm");
+        assert_eq!(p.rows[5].max_rss_bytes, Some(269_648 * K));
+        assert_eq!(p.rows[5].req_mem_bytes, None);
+        assert_eq!(p.rows[5].partition, "");
+        // TIMEOUT: Elapsed past Timelimit.
+        assert_eq!(p.rows[6].timelimit_secs, Some(60));
+        assert_eq!(p.rows[6].elapsed_secs, Some(87));
+        assert_eq!(p.rows[7].timelimit_secs, None);
+        // Never-run job: NodeList kept as printed.
+        assert_eq!(p.rows[9].node_list, "None assigned");
+        assert_eq!(
+            p.rows[10].timelimit_secs, None,
+            "Partition_Limit is no limit of the job's own"
+        );
+        assert_eq!(p.rows[14].timelimit_secs, Some(100 * 60));
+    }
+
+    #[test]
+    fn sacct_full_row_is_read_field_by_field() {
+        let r = one(
+            "14_3|17|FAILED|3:0|n[1-2]|1.5G|4000M|1-00:00:00|1-02:03:04|long|ssv-0a1b2c3d-L4-c5.2",
+        );
+        let mut want = row("14_3", "17", JobState::Failed, (3, 0));
+        want.node_list = "n[1-2]".into();
+        want.max_rss_bytes = Some(3 * G / 2);
+        want.req_mem_bytes = Some(4000 * M);
+        want.timelimit_secs = Some(86_400);
+        want.elapsed_secs = Some(86_400 + 2 * 3_600 + 3 * 60 + 4);
+        want.partition = "long".into();
+        want.comment = "ssv-0a1b2c3d-L4-c5.2".into();
+        assert_eq!(r, want);
+    }
+
+    /// cgroup enforcement: OUT_OF_MEMORY 0:125 sometimes only on a step row.
+    #[test]
+    fn sacct_cgroup_oom_on_a_step_row() {
+        for job_line in [
+            "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|",
+            "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|",
+        ] {
+            let out = format!(
+                "{job_line}\n123.batch|123.batch|COMPLETED|0:0|n1|1024K|||00:10:00||\n\
+                 123.extern|123.extern|COMPLETED|0:0|n1|0|||00:10:00||\n\
+                 123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||00:09:59||\n"
+            );
+            let p = parse_sacct(&out);
+            assert!(p.errors.is_empty(), "{:?}", p.errors);
+            assert_eq!(p.rows.len(), 4);
+            assert!(!p.rows[0].is_step());
+            assert_eq!(p.rows[0].req_mem_bytes, Some(4 * G));
+            let step = &p.rows[3];
+            assert!(step.is_step());
+            assert_eq!(step.job_part(), "123");
+            assert_eq!(step.state, JobState::OutOfMemory);
+            assert_eq!(
+                step.exit_code,
+                ExitCode {
+                    code: 0,
+                    signal: 125
+                }
+            );
+            assert_eq!(step.max_rss_bytes, Some(4 * G));
+            assert_eq!(p.rows[2].max_rss_bytes, Some(0));
+        }
+    }
+
+    #[test]
+    fn sacct_job_id_shapes() {
+        let cases = [
+            // JobID, JobIDRaw, State
+            ("14_1", "15", "COMPLETED"),
+            ("14_[3-10]", "14", "PENDING"),
+            ("14_[3-10%2]", "14", "PENDING"),
+            ("14_[3,5,7-9]", "14", "PENDING"),
+            ("3.batch", "3.batch", "COMPLETED"),
+            ("3.extern", "3.extern", "COMPLETED"),
+            ("123.0", "123.0", "FAILED"),
+            ("123_4.batch", "127.batch", "FAILED"),
+            ("123+0", "123", "COMPLETED"),
+            ("123+1.batch", "124.batch", "COMPLETED"),
+        ];
+        for (id, raw, state) in cases {
+            let r = one(&format!("{id}|{raw}|{state}|0:0|n1||||00:00:00||"));
+            assert_eq!(
+                (r.job_id.as_str(), r.job_id_raw.as_str(), r.state.as_str()),
+                (id, raw, state)
+            );
+        }
+        assert_eq!(
+            one("123_4.batch|127.batch|FAILED|0:0|||||||").job_part(),
+            "123_4"
+        );
+    }
+
+    #[test]
+    fn sacct_units_in_columns() {
+        // (MaxRSS, ReqMem, Timelimit, Elapsed) -> parsed
+        type Want = (Option<u64>, Option<u64>, Option<u64>, Option<u64>);
+        let cases: &[(&str, &str, &str, &str, Want)] = &[
+            (
+                "269648K",
+                "100M",
+                "00:01:00",
+                "00:01:27",
+                (Some(269_648 * K), Some(100 * M), Some(60), Some(87)),
+            ),
+            (
+                "1.5G",
+                "2G",
+                "1-00:00:00",
+                "1-02:03:04",
+                (Some(3 * G / 2), Some(2 * G), Some(86_400), Some(93_784)),
+            ),
+            (
+                "0",
+                "100Mn",
+                "30:00",
+                "00:00:00",
+                (Some(0), Some(100 * M), Some(1_800), Some(0)),
+            ),
+            (
+                "",
+                "100Mc",
+                "UNLIMITED",
+                "",
+                (None, Some(100 * M), None, None),
+            ),
+            (
+                "",
+                "",
+                "Partition_Limit",
+                "00:00:01",
+                (None, None, None, Some(1)),
+            ),
+            (
+                "",
+                "999999999M",
+                "",
+                "00:00:00",
+                (None, Some(999_999_999 * M), None, Some(0)),
+            ),
+        ];
+        for (rss, req, tl, el, want) in cases {
+            let r = one(&format!(
+                "1|1|COMPLETED|0:0|n1|{rss}|{req}|{tl}|{el}|debug|"
+            ));
+            assert_eq!(
+                (
+                    r.max_rss_bytes,
+                    r.req_mem_bytes,
+                    r.timelimit_secs,
+                    r.elapsed_secs
+                ),
+                *want,
+                "{rss} {req} {tl} {el}"
+            );
+        }
+    }
+
+    #[test]
+    fn sacct_comment_keeps_its_pipes_and_spaces() {
+        let r = one("9|9|FAILED|2:0|n1||1G|00:10:00|00:00:05|debug|a|b||c ssv-00000000-L1-c1.1 |");
+        assert_eq!(r.comment, "a|b||c ssv-00000000-L1-c1.1 |");
+        assert_eq!(r.partition, "debug");
+        assert_eq!(r.exit_code, ExitCode { code: 2, signal: 0 });
+    }
+
+    #[test]
+    fn sacct_garbage_becomes_row_errors_not_rows() {
+        let huge = format!(
+            "77|77|FAILED|1:0|n1||1G|00:10:00|{}|debug|",
+            "9".repeat(100_000)
+        );
+        let out = format!(
+            "\n\
+             10|10|FROBNICATED|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             11|11|FAILED|one:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             12|12|FAILED\n\
+             hello world\n\
+             13|13|FAILED|1:0|n1|lots|1G|00:10:00|00:00:01|debug|\n\
+             14|14|FAILED|1:0|n1||1G|soon|00:00:01|debug|\n\
+             15|15|CANCELLED by root|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             16|16|FAILED|-1:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             {huge}\n\
+             17|17|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             \n"
+        );
+        let p = parse_sacct(&out);
+        assert_eq!(p.rows.len(), 1, "only the good row survives: {:?}", p.rows);
+        assert_eq!(p.rows[0].job_id, "17");
+        let got: Vec<(usize, Option<&str>, bool)> = p
+            .errors
+            .iter()
+            .map(|e| {
+                (
+                    e.line_no,
+                    e.job_id.as_deref(),
+                    e.line.len() <= MAX_ERROR_LINE + 3,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (2, Some("10"), true),
+                (3, Some("11"), true),
+                (4, Some("12"), true),
+                (5, None, true),
+                (6, Some("13"), true),
+                (7, Some("14"), true),
+                (8, Some("15"), true),
+                (9, Some("16"), true),
+                (10, Some("77"), true),
+            ]
+        );
+        assert!(
+            p.errors[0].message.contains("FROBNICATED"),
+            "{}",
+            p.errors[0].message
+        );
+        assert!(
+            p.errors[1].message.contains("ExitCode"),
+            "{}",
+            p.errors[1].message
+        );
+        assert!(
+            p.errors[2].message.contains("fields"),
+            "{}",
+            p.errors[2].message
+        );
+        assert!(
+            p.errors[4].message.contains("MaxRSS"),
+            "{}",
+            p.errors[4].message
+        );
+        assert!(
+            p.errors[5].message.contains("Timelimit"),
+            "{}",
+            p.errors[5].message
+        );
+        assert!(
+            p.errors[8].message.contains("Elapsed"),
+            "{}",
+            p.errors[8].message
+        );
+        assert!(p.errors[8].line.ends_with("..."));
+        assert_eq!(
+            p.errors[0].to_string(),
+            "line 2 (job 10): unknown job state \"FROBNICATED\""
+        );
+    }
+
+    #[test]
+    fn sacct_wrong_column_counts() {
+        // Too few fields is an error; an old fixture with an extra Restarts column reads
+        // the extra field into the comment, which is why the column set is fixed in one place.
+        let p = parse_sacct("1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug\n");
+        assert_eq!(p.rows.len(), 0);
+        assert_eq!(p.errors[0].job_id.as_deref(), Some("1"));
+        let r = one("1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|0|");
+        assert_eq!(r.comment, "0|");
+    }
+
+    #[test]
+    fn sacct_bad_raw_id_is_an_error() {
+        let p = parse_sacct("1|x y|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|\n");
+        assert!(p.rows.is_empty());
+        assert_eq!(p.errors[0].job_id.as_deref(), Some("1"));
+        assert!(p.errors[0].message.contains("JobIDRaw"));
+    }
+
+    #[test]
+    fn squeue_rows() {
+        let out = "\
+117|117|RUNNING|None|n1|(null)
+14_[3-10%2]|14|PENDING|JobArrayTaskLimit||ssv-0a1b2c3d-L1-c1.1
+14_1|15|RUNNING|None|n2|ssv-0a1b2c3d-L1-c1.1
+20|20|PENDING|DependencyNeverSatisfied||a|b
+4|4|PENDING|BeginTime||
+21|21|COMPLETING|None|n[1-2]|x
+22|22|WEIRD|None|n1|
+23|23|RUNNING
+";
+        let p = parse_squeue(out);
+        let got: Vec<(&str, &str, JobState, &str, &str, &str)> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.job_id_raw.as_str(),
+                    r.state,
+                    r.reason.as_str(),
+                    r.node_list.as_str(),
+                    r.comment.as_str(),
+                )
+            })
+            .collect();
+        use JobState::*;
+        assert_eq!(
+            got,
+            vec![
+                ("117", "117", Running, "None", "n1", ""),
+                (
+                    "14_[3-10%2]",
+                    "14",
+                    Pending,
+                    "JobArrayTaskLimit",
+                    "",
+                    "ssv-0a1b2c3d-L1-c1.1"
+                ),
+                ("14_1", "15", Running, "None", "n2", "ssv-0a1b2c3d-L1-c1.1"),
+                ("20", "20", Pending, "DependencyNeverSatisfied", "", "a|b"),
+                ("4", "4", Pending, "BeginTime", "", ""),
+                ("21", "21", Completing, "None", "n[1-2]", "x"),
+            ]
+        );
+        let errs: Vec<(usize, Option<&str>)> = p
+            .errors
+            .iter()
+            .map(|e| (e.line_no, e.job_id.as_deref()))
+            .collect();
+        assert_eq!(errs, vec![(7, Some("22")), (8, Some("23"))]);
+    }
+
+    #[test]
+    fn sbatch_parsable_output() {
+        let ok: &[(&str, &str)] = &[
+            ("123\n", "123"),
+            ("123", "123"),
+            ("  123  \n\n", "123"),
+            ("123;cluster\n", "123"),
+            ("123;c1\r\n", "123"),
+            ("123\n123\n", "123"),
+            ("4294967295\n", "4294967295"),
+        ];
+        for (out, id) in ok {
+            assert_eq!(parse_sbatch_parsable(out).as_deref(), Ok(*id), "{out:?}");
+        }
+        let bad: &[(&str, ParseError)] = &[
+            ("", ParseError::EmptySbatchOutput),
+            ("\n  \n", ParseError::EmptySbatchOutput),
+            (
+                "Submitted batch job 123\n",
+                ParseError::BadSbatchOutput {
+                    line: "Submitted batch job 123".into(),
+                },
+            ),
+            ("abc\n", ParseError::BadSbatchOutput { line: "abc".into() }),
+            (
+                "123;\n",
+                ParseError::BadSbatchOutput {
+                    line: "123;".into(),
+                },
+            ),
+            (
+                "123;a;b\n",
+                ParseError::BadSbatchOutput {
+                    line: "123;a;b".into(),
+                },
+            ),
+            ("0\n", ParseError::BadSbatchOutput { line: "0".into() }),
+            ("-5\n", ParseError::BadSbatchOutput { line: "-5".into() }),
+            (
+                "4294967296\n",
+                ParseError::BadSbatchOutput {
+                    line: "4294967296".into(),
+                },
+            ),
+            (
+                "12 3\n",
+                ParseError::BadSbatchOutput {
+                    line: "12 3".into(),
+                },
+            ),
+            (
+                "123\n124\n",
+                ParseError::ConflictingJobIds {
+                    first: "123".into(),
+                    second: "124".into(),
+                },
+            ),
+        ];
+        for (out, want) in bad {
+            assert_eq!(parse_sbatch_parsable(out).as_ref(), Err(want), "{out:?}");
+        }
+    }
+
+    #[test]
+    fn mem_sizes() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("269648K", Some(269_648 * K)),
+            ("100M", Some(100 * M)),
+            ("4000M", Some(4000 * M)),
+            ("2G", Some(2 * G)),
+            ("1T", Some(1 << 40)),
+            ("1P", Some(1 << 50)),
+            ("1.5G", Some(3 * G / 2)),
+            ("1.50G", Some(3 * G / 2)),
+            ("0.1K", Some(103)), // 102.4 bytes, rounded up
+            ("0", Some(0)),
+            ("100", Some(100 * M)), // bare number: MB, as --mem
+            ("100Mn", Some(100 * M)),
+            ("100Mc", Some(100 * M)),
+            ("100k", Some(100 * K)),
+            ("100MB", Some(100 * M)),
+            ("", None),
+            ("M", None),
+            ("1.G", Some(G)),
+            (".5G", None),
+            ("1..5G", None),
+            ("-1M", None),
+            ("1Q", None),
+            ("1 M", None),
+            ("10MiB", None),
+            ("99999999999999999999M", None),
+            ("16777216T", None), // 2^64 bytes
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_mem_bytes(s), *want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("5", Some(300)),       // minutes
+            ("90", Some(5_400)),    // minutes
+            ("30:00", Some(1_800)), // minutes:seconds
+            ("0:90", Some(90)),     // fields are not range-checked
+            ("00:01:00", Some(60)), // hours:minutes:seconds
+            ("00:01:27", Some(87)),
+            ("25:00:00", Some(90_000)),
+            ("1-2", Some(93_600)),        // days-hours
+            ("1-2:3", Some(93_780)),      // days-hours:minutes
+            ("1-02:03:04", Some(93_784)), // days-hours:minutes:seconds
+            ("1-00:00:00", Some(86_400)),
+            ("0", Some(0)),
+            ("UNLIMITED", None),
+            ("infinite", None),
+            ("INFINITE", None),
+            ("Partition_Limit", None),
+            ("", None),
+            ("1:2:3:4", None),
+            ("1-2:3:4:5", None),
+            ("-5", None),
+            ("5m", None),
+            (" 5", None),
+            ("1--2", None),
+            ("a:b", None),
+            ("99999999999999999999", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_duration_secs(s), *want, "{s:?}");
+        }
+        assert_eq!(parse_duration("UNLIMITED"), Ok(Duration::Unlimited));
+        assert_eq!(parse_duration("Partition_Limit"), Ok(Duration::Unlimited));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn time_limits_for_sbatch() {
+        let cases: &[(u64, &str)] = &[
+            (0, "00:01:00"), // zero would mean UNLIMITED to Slurm
+            (1, "00:01:00"),
+            (59, "00:01:00"),
+            (60, "00:01:00"),
+            (61, "00:02:00"),
+            (87, "00:02:00"),
+            (3_600, "01:00:00"),
+            (86_399, "1-00:00:00"),
+            (86_400, "1-00:00:00"),
+            (93_784, "1-02:04:00"),
+            (10 * 86_400 + 5 * 3_600, "10-05:00:00"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(format_time_limit(*secs), *want, "{secs}");
+            // What is printed reads back as at least what was asked.
+            let back = parse_duration_secs(want).unwrap();
+            assert!(
+                back >= *secs && back < secs + 60 || *secs == 0,
+                "{secs} -> {want} -> {back}"
+            );
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Plain data about Slurm jobs, as the parsers produce it and the rest of the crate reads it.
+//!
+//! Job ids are kept as Slurm prints them (`123`, `123_4` for an array task, `123+0` for a
+//! heterogeneous component, `123.batch` for a step) because that string is what a user
+//! sees in `squeue` and `sacct` and what they pass back to the supervisor.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A job or step state, as squeue (`%T`) and sacct (`State`) print it.
+///
+/// Unknown states are a parse error, never a guess: a new Slurm version with a new state
+/// must be looked at by a person before the supervisor acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Running,
+    Suspended,
+    Completing,
+    Configuring,
+    Completed,
+    Cancelled,
+    Failed,
+    Timeout,
+    Preempted,
+    NodeFail,
+    BootFail,
+    Deadline,
+    OutOfMemory,
+    Requeued,
+    RequeueFed,
+    RequeueHold,
+    Resizing,
+    Revoked,
+    Signaling,
+    SpecialExit,
+    StageOut,
+    Stopped,
+    ResvDelHold,
+}
+
+impl JobState {
+    /// Every state with the exact text Slurm prints for it.
+    pub const ALL: [(JobState, &'static str); 24] = [
+        (JobState::Pending, "PENDING"),
+        (JobState::Running, "RUNNING"),
+        (JobState::Suspended, "SUSPENDED"),
+        (JobState::Completing, "COMPLETING"),
+        (JobState::Configuring, "CONFIGURING"),
+        (JobState::Completed, "COMPLETED"),
+        (JobState::Cancelled, "CANCELLED"),
+        (JobState::Failed, "FAILED"),
+        (JobState::Timeout, "TIMEOUT"),
+        (JobState::Preempted, "PREEMPTED"),
+        (JobState::NodeFail, "NODE_FAIL"),
+        (JobState::BootFail, "BOOT_FAIL"),
+        (JobState::Deadline, "DEADLINE"),
+        (JobState::OutOfMemory, "OUT_OF_MEMORY"),
+        (JobState::Requeued, "REQUEUED"),
+        (JobState::RequeueFed, "REQUEUE_FED"),
+        (JobState::RequeueHold, "REQUEUE_HOLD"),
+        (JobState::Resizing, "RESIZING"),
+        (JobState::Revoked, "REVOKED"),
+        (JobState::Signaling, "SIGNALING"),
+        (JobState::SpecialExit, "SPECIAL_EXIT"),
+        (JobState::StageOut, "STAGE_OUT"),
+        (JobState::Stopped, "STOPPED"),
+        (JobState::ResvDelHold, "RESV_DEL_HOLD"),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        JobState::ALL
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map(|(_, t)| *t)
+            .unwrap_or("UNKNOWN")
+    }
+
+    pub fn parse(text: &str) -> Option<JobState> {
+        JobState::ALL
+            .iter()
+            .find(|(_, t)| *t == text)
+            .map(|(s, _)| *s)
+    }
+
+    /// True when the job will not run again under this job id without someone acting.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed
+                | JobState::Cancelled
+                | JobState::Failed
+                | JobState::Timeout
+                | JobState::Preempted
+                | JobState::NodeFail
+                | JobState::BootFail
+                | JobState::Deadline
+                | JobState::OutOfMemory
+                | JobState::Revoked
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `ExitCode` as sacct prints it: `code:signal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExitCode {
+    pub code: i32,
+    pub signal: i32,
+}
+
+impl fmt::Display for ExitCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.code, self.signal)
+    }
+}
+
+/// One row of `sacct --parsable2` with the columns in [`crate::slurm::parse::SACCT_FIELDS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SacctRow {
+    /// `JobID` as printed: `123`, `123_4`, `123.batch`, `123_4.0`, `123+0`, `123_[3-10]`.
+    pub job_id: String,
+    /// `JobIDRaw`: the numeric id Slurm uses internally (an array task has its own).
+    pub job_id_raw: String,
+    pub state: JobState,
+    /// The uid after `CANCELLED by N`, when sacct printed one.
+    pub cancelled_by: Option<u32>,
+    pub exit_code: ExitCode,
+    /// `NodeList` as printed (`n1`, `n[1-2]`, `None assigned`); empty when blank.
+    pub node_list: String,
+    /// `MaxRSS` in bytes (sacct prints `269648K`); only step rows usually have one.
+    pub max_rss_bytes: Option<u64>,
+    /// `ReqMem` in bytes, per node or per cpu as printed (`100M`, older `100Mn`/`100Mc`).
+    pub req_mem_bytes: Option<u64>,
+    /// `Timelimit` in seconds; `None` for `UNLIMITED`, `Partition_Limit` or blank.
+    pub timelimit_secs: Option<u64>,
+    /// `Elapsed` in seconds.
+    pub elapsed_secs: Option<u64>,
+    pub partition: String,
+    /// How many times Slurm requeued the job itself. sacct 22.05 has no such column (asking
+    /// for `Restarts` makes it fail), so [`crate::slurm::parse::parse_sacct`] always leaves
+    /// this `None`; `scontrol show job` reports it, and `--duplicates` shows each run.
+    pub restarts: Option<u32>,
+    /// `Comment` as stored (the supervisor's tag lives here).
+    pub comment: String,
+}
+
+impl SacctRow {
+    /// The part of `job_id` before any step suffix: `123_4.batch` gives `123_4`.
+    pub fn job_part(&self) -> &str {
+        self.job_id.split('.').next().unwrap_or(&self.job_id)
+    }
+
+    /// True for a step row (`123.batch`, `123.0`, `123.extern`).
+    pub fn is_step(&self) -> bool {
+        self.job_id.contains('.')
+    }
+}
+
+/// One row of squeue with the format in [`crate::slurm::parse::SQUEUE_FORMAT`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqueueRow {
+    /// `%i`: `123`, `123_4`, or `123_[5-10%2]` for tasks not yet started.
+    pub job_id: String,
+    /// `%A`: the numeric id of this job or array task.
+    pub job_id_raw: String,
+    pub state: JobState,
+    /// `%r`: why it waits (`Priority`, `BeginTime`, `DependencyNeverSatisfied`, ...).
+    pub reason: String,
+    /// `%N`: nodes it runs on, empty while pending.
+    pub node_list: String,
+    /// `%k`: the comment.
+    pub comment: String,
+}

@@ -1,0 +1,853 @@
+//! The SQLite store: one file, WAL, versioned migrations, and the only SQL in the project.
+//!
+//! Every state change that must survive a crash is one transaction. The write-ahead
+//! intent of a launch (see `schema.rs`) is committed before sbatch runs.
+
+mod schema;
+
+use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use serde::Serialize;
+use std::path::Path;
+
+/// A store failure. The daemon treats these as fatal for the operation at hand and never
+/// as a fact about a job.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("state database holds a value it cannot read: {0}")]
+    Corrupt(String),
+    #[error("state database schema version {found} is newer than this program knows ({known}); upgrade slurm-supervisor")]
+    TooNew { found: i64, known: i64 },
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializing plain data cannot fail")
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{e}: {s:.200}")))
+}
+
+fn parse_name<T: std::str::FromStr<Err = crate::model::UnknownName>>(s: &str) -> Result<T> {
+    s.parse().map_err(|e: crate::model::UnknownName| StoreError::Corrupt(e.to_string()))
+}
+
+/// The user-facing chain id: `c` and the row id.
+pub fn chain_label(id: i64) -> String {
+    format!("c{id}")
+}
+
+/// What a user submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    pub id: i64,
+    pub owner_uid: u32,
+    pub user: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub script_name: Option<String>,
+    pub script: Option<Vec<u8>>,
+    pub max_retries: u32,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chain {
+    pub id: i64,
+    pub submission_id: i64,
+    pub array_task: Option<u32>,
+    pub state: ChainState,
+    pub last_classification: Option<Classification>,
+    pub plan: RetryPlan,
+    pub not_before: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    Launching,
+    Live,
+    Ended,
+    NotSubmitted,
+}
+
+impl AttemptState {
+    fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "launching" => AttemptState::Launching,
+            "live" => AttemptState::Live,
+            "ended" => AttemptState::Ended,
+            "not_submitted" => AttemptState::NotSubmitted,
+            _ => return Err(StoreError::Corrupt(format!("unknown attempt state {s:?}"))),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attempt {
+    pub chain_id: i64,
+    pub n: u32,
+    pub launch_id: i64,
+    pub slurm_job_id: Option<String>,
+    pub state: AttemptState,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<String>,
+    pub nodes: Option<String>,
+    pub mem: Option<String>,
+    pub time_limit: Option<String>,
+    pub plan: RetryPlan,
+    pub restarts: u32,
+    pub last_seen: Option<String>,
+    pub submitted_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    /// The tag of the launch that submitted it (in the job's comment).
+    pub tag: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchState {
+    Intent,
+    Submitted,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub id: i64,
+    pub submission_id: i64,
+    pub tag: String,
+    pub argv: Vec<String>,
+    pub state: LaunchState,
+    pub job_id: Option<String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+}
+
+/// A decision record as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionRecord {
+    pub id: i64,
+    pub chain_id: i64,
+    pub attempt_n: u32,
+    pub observation_id: Option<i64>,
+    pub at: i64,
+    pub classification: Classification,
+    pub class: RecoveryClass,
+    pub action: Action,
+    pub reason: String,
+    pub inputs: serde_json::Value,
+    pub resolves: Option<i64>,
+    pub actor: String,
+}
+
+/// A decision to append.
+#[derive(Debug, Clone)]
+pub struct NewDecision {
+    pub classification: Classification,
+    pub class: RecoveryClass,
+    pub action: Action,
+    pub reason: String,
+    pub inputs: serde_json::Value,
+    pub resolves: Option<i64>,
+    pub actor: String,
+}
+
+/// How an attempt ended, as shown by `history`.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptEnd {
+    pub slurm_state: String,
+    pub exit_code: String,
+    pub nodes: Option<String>,
+    pub mem: Option<String>,
+    pub time_limit: Option<String>,
+}
+
+/// What changes on a chain after a decision.
+#[derive(Debug, Clone)]
+pub struct ChainUpdate {
+    pub state: ChainState,
+    pub last_classification: Option<Classification>,
+    pub plan: Option<RetryPlan>,
+    pub not_before: Option<i64>,
+}
+
+/// The new submission the daemon is about to launch.
+#[derive(Debug, Clone)]
+pub struct NewSubmission {
+    pub owner_uid: u32,
+    pub user: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub script_name: Option<String>,
+    pub script: Option<Vec<u8>>,
+    pub max_retries: u32,
+    /// Array task ids, or `None` for a plain job.
+    pub array_tasks: Option<Vec<u32>>,
+}
+
+pub struct Store {
+    conn: Connection,
+    instance: String,
+}
+
+const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
+const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag";
+const ATTEMPT_FROM: &str = "attempts a JOIN launches l ON l.id = a.launch_id";
+const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor";
+
+fn chain_from(row: &Row) -> rusqlite::Result<(Chain, String, Option<String>, String)> {
+    Ok((
+        Chain {
+            id: row.get(0)?,
+            submission_id: row.get(1)?,
+            array_task: row.get(2)?,
+            state: ChainState::Active,
+            last_classification: None,
+            plan: RetryPlan::default(),
+            not_before: row.get(6)?,
+            created_at: row.get(7)?,
+            updated_at: row.get(8)?,
+        },
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+fn finish_chain(raw: (Chain, String, Option<String>, String)) -> Result<Chain> {
+    let (mut c, state, lc, plan) = raw;
+    c.state = parse_name(&state)?;
+    c.last_classification = lc.as_deref().map(parse_name).transpose()?;
+    c.plan = from_json(&plan)?;
+    Ok(c)
+}
+
+type RawAttempt = (Attempt, String, String);
+
+fn attempt_from(row: &Row) -> rusqlite::Result<RawAttempt> {
+    Ok((
+        Attempt {
+            chain_id: row.get(0)?,
+            n: row.get(1)?,
+            launch_id: row.get(2)?,
+            slurm_job_id: row.get(3)?,
+            state: AttemptState::Launching,
+            slurm_state: row.get(5)?,
+            exit_code: row.get(6)?,
+            nodes: row.get(7)?,
+            mem: row.get(8)?,
+            time_limit: row.get(9)?,
+            plan: RetryPlan::default(),
+            restarts: row.get(11)?,
+            last_seen: row.get(12)?,
+            submitted_at: row.get(13)?,
+            ended_at: row.get(14)?,
+            tag: row.get(15)?,
+        },
+        row.get(4)?,
+        row.get(10)?,
+    ))
+}
+
+fn finish_attempt(raw: RawAttempt) -> Result<Attempt> {
+    let (mut a, state, plan) = raw;
+    a.state = AttemptState::parse(&state)?;
+    a.plan = from_json(&plan)?;
+    Ok(a)
+}
+
+type RawDecision = (DecisionRecord, String, String, String, String);
+
+fn decision_from(row: &Row) -> rusqlite::Result<RawDecision> {
+    Ok((
+        DecisionRecord {
+            id: row.get(0)?,
+            chain_id: row.get(1)?,
+            attempt_n: row.get(2)?,
+            observation_id: row.get(3)?,
+            at: row.get(4)?,
+            classification: Classification::Ambiguous,
+            class: RecoveryClass::R2,
+            action: Action::None,
+            reason: row.get(8)?,
+            inputs: serde_json::Value::Null,
+            resolves: row.get(10)?,
+            actor: row.get(11)?,
+        },
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(9)?,
+    ))
+}
+
+fn finish_decision(raw: RawDecision) -> Result<DecisionRecord> {
+    let (mut d, c, class, action, inputs) = raw;
+    d.classification = parse_name(&c)?;
+    d.class = parse_name(&class)?;
+    d.action = parse_name(&action)?;
+    d.inputs = from_json(&inputs)?;
+    Ok(d)
+}
+
+fn insert_decision(tx: &Transaction, chain_id: i64, n: u32, obs: Option<i64>, at: i64, d: &NewDecision) -> Result<i64> {
+    tx.execute(
+        "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            chain_id,
+            n,
+            obs,
+            at,
+            d.classification.as_str(),
+            d.class.as_str(),
+            d.action.as_str(),
+            d.reason,
+            json(&d.inputs),
+            d.resolves,
+            d.actor
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
+    tx.execute(
+        "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
+             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6 WHERE id = ?1",
+        params![
+            chain_id,
+            u.state.as_str(),
+            u.last_classification.map(|c| c.as_str()),
+            u.plan.as_ref().map(json),
+            u.not_before,
+            now
+        ],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path)?;
+        Store::init(conn)
+    }
+
+    /// An in-memory store, for tests.
+    pub fn in_memory() -> Result<Store> {
+        Store::init(Connection::open_in_memory()?)
+    }
+
+    fn init(mut conn: Connection) -> Result<Store> {
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let known = schema::MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::TooNew { found: version, known });
+        }
+        for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            tx.commit()?;
+        }
+        let instance: Option<String> =
+            conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| r.get(0)).optional()?;
+        let instance = match instance {
+            Some(i) => i,
+            None => {
+                let i = format!("{:08x}", rand::random::<u32>());
+                conn.execute("INSERT INTO meta (key, value) VALUES ('instance', ?1)", [&i])?;
+                i
+            }
+        };
+        Ok(Store { conn, instance })
+    }
+
+    /// A random id of this store, part of every tag so two stores never share one.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Records a new submission with its chains and the intent of its first launch.
+    /// `argv_for_tag` builds the exact sbatch argv once the tag is known.
+    /// Returns the launch.
+    pub fn create_submission(
+        &mut self,
+        new: &NewSubmission,
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                new.owner_uid,
+                new.user,
+                json(&new.argv),
+                new.cwd,
+                json(&new.env),
+                new.script_name,
+                new.script,
+                new.max_retries,
+                now
+            ],
+        )?;
+        let submission_id = tx.last_insert_rowid();
+        let tasks: Vec<Option<u32>> = match &new.array_tasks {
+            Some(t) => t.iter().copied().map(Some).collect(),
+            None => vec![None],
+        };
+        let mut members = Vec::with_capacity(tasks.len());
+        {
+            let mut ins = tx.prepare(
+                "INSERT INTO chains (submission_id, array_task, state, created_at, updated_at) VALUES (?1, ?2, 'active', ?3, ?3)",
+            )?;
+            for t in tasks {
+                ins.execute(params![submission_id, t, now])?;
+                members.push((tx.last_insert_rowid(), 1u32, RetryPlan::default()));
+            }
+        }
+        let launch = Self::insert_launch(&tx, &self.instance, submission_id, &members, now, argv_for_tag)?;
+        tx.commit()?;
+        Ok(launch)
+    }
+
+    fn insert_launch(
+        tx: &Transaction,
+        instance: &str,
+        submission_id: i64,
+        members: &[(i64, u32, RetryPlan)],
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
+        tx.execute(
+            "INSERT INTO launches (submission_id, tag, argv, state, created_at) VALUES (?1, '', '[]', 'intent', ?2)",
+            params![submission_id, now],
+        )?;
+        let id = tx.last_insert_rowid();
+        let first = members.first().map(|m| format!("c{}.{}", m.0, m.1)).unwrap_or_default();
+        let tag = format!("ssv-{instance}-L{id}-{first}");
+        let argv = argv_for_tag(&tag);
+        tx.execute("UPDATE launches SET tag = ?2, argv = ?3 WHERE id = ?1", params![id, tag, json(&argv)])?;
+        let mut ins = tx.prepare(
+            "INSERT INTO attempts (chain_id, n, launch_id, state, plan) VALUES (?1, ?2, ?3, 'launching', ?4)",
+        )?;
+        for (chain, n, plan) in members {
+            ins.execute(params![chain, n, id, json(plan)])?;
+        }
+        Ok(Launch {
+            id,
+            submission_id,
+            tag,
+            argv,
+            state: LaunchState::Intent,
+            job_id: None,
+            error: None,
+            created_at: now,
+        })
+    }
+
+    /// Records the intent to launch the next attempt of `chains` (all of one submission)
+    /// in one sbatch. Each chain's next attempt number and current plan are taken from
+    /// the store.
+    pub fn begin_relaunch(
+        &mut self,
+        submission_id: i64,
+        chain_ids: &[i64],
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
+        let tx = self.conn.transaction()?;
+        let mut members = Vec::with_capacity(chain_ids.len());
+        for &c in chain_ids {
+            let (n, plan): (u32, String) = tx.query_row(
+                "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
+                [c],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            members.push((c, n, from_json::<RetryPlan>(&plan)?));
+        }
+        let launch = Self::insert_launch(&tx, &self.instance, submission_id, &members, now, argv_for_tag)?;
+        tx.commit()?;
+        Ok(launch)
+    }
+
+    /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
+    /// under `job_id_task`) and their chains active.
+    pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3 WHERE id = ?1",
+            params![launch_id, job_id, now],
+        )?;
+        let members: Vec<(i64, u32, Option<u32>)> = {
+            let mut q = tx.prepare(
+                "SELECT a.chain_id, a.n, c.array_task FROM attempts a JOIN chains c ON c.id = a.chain_id WHERE a.launch_id = ?1",
+            )?;
+            let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for (chain, n, task) in members {
+            let jid = match task {
+                Some(t) => format!("{job_id}_{t}"),
+                None => job_id.to_string(),
+            };
+            tx.execute(
+                "UPDATE attempts SET slurm_job_id = ?3, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
+                params![chain, n, jid, now],
+            )?;
+            tx.execute(
+                "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
+                params![chain, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// sbatch definitively refused a first submission: nothing was created in Slurm, so
+    /// nothing is kept (the user sees sbatch's error instead).
+    pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let sub: i64 = tx.query_row("SELECT submission_id FROM launches WHERE id = ?1", [launch_id], |r| r.get(0))?;
+        let decided: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id WHERE c.submission_id = ?1",
+            [sub],
+            |r| r.get(0),
+        )?;
+        if decided > 0 {
+            return Err(StoreError::Corrupt(format!("submission {sub} has decisions and cannot be discarded")));
+        }
+        tx.execute("DELETE FROM attempts WHERE chain_id IN (SELECT id FROM chains WHERE submission_id = ?1)", [sub])?;
+        tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
+        tx.execute("DELETE FROM chains WHERE submission_id = ?1", [sub])?;
+        tx.execute("DELETE FROM submissions WHERE id = ?1", [sub])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// sbatch definitively refused a retry: the attempts are marked not submitted, the
+    /// chains get `decision` and its state.
+    pub fn relaunch_refused(&mut self, launch_id: i64, error: &str, now: i64, decision: &NewDecision, update: &ChainUpdate) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
+            params![launch_id, error, now],
+        )?;
+        let members: Vec<(i64, u32)> = {
+            let mut q = tx.prepare("SELECT chain_id, n FROM attempts WHERE launch_id = ?1")?;
+            let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for (chain, n) in members {
+            tx.execute(
+                "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
+                params![chain, n, now],
+            )?;
+            insert_decision(&tx, chain, n, None, now, decision)?;
+            update_chain(&tx, chain, update, now)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn launch(&self, id: i64) -> Result<Launch> {
+        let raw = self.conn.query_row(
+            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at FROM launches WHERE id = ?1",
+            [id],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, i64>(7)?,
+                ))
+            },
+        )?;
+        Ok(Launch {
+            id: raw.0,
+            submission_id: raw.1,
+            tag: raw.2,
+            argv: from_json(&raw.3)?,
+            state: match raw.4.as_str() {
+                "intent" => LaunchState::Intent,
+                "submitted" => LaunchState::Submitted,
+                "failed" => LaunchState::Failed,
+                s => return Err(StoreError::Corrupt(format!("unknown launch state {s:?}"))),
+            },
+            job_id: raw.5,
+            error: raw.6,
+            created_at: raw.7,
+        })
+    }
+
+    /// Launches whose sbatch may or may not have happened (the daemon died, or sbatch's
+    /// answer was lost).
+    pub fn open_launches(&self) -> Result<Vec<Launch>> {
+        let ids: Vec<i64> = {
+            let mut q = self.conn.prepare("SELECT id FROM launches WHERE state = 'intent' ORDER BY id")?;
+            let rows = q.query_map([], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        ids.into_iter().map(|id| self.launch(id)).collect()
+    }
+
+    pub fn submission(&self, id: i64) -> Result<Submission> {
+        let raw = self.conn.query_row(
+            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at FROM submissions WHERE id = ?1",
+            [id],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<Vec<u8>>>(7)?,
+                    r.get::<_, u32>(8)?,
+                    r.get::<_, i64>(9)?,
+                ))
+            },
+        )?;
+        Ok(Submission {
+            id: raw.0,
+            owner_uid: raw.1,
+            user: raw.2,
+            argv: from_json(&raw.3)?,
+            cwd: raw.4,
+            env: from_json(&raw.5)?,
+            script_name: raw.6,
+            script: raw.7,
+            max_retries: raw.8,
+            created_at: raw.9,
+        })
+    }
+
+    pub fn chain(&self, id: i64) -> Result<Option<Chain>> {
+        let raw = self
+            .conn
+            .query_row(&format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"), [id], chain_from)
+            .optional()?;
+        raw.map(finish_chain).transpose()
+    }
+
+    /// Chains, newest first; `owner` limits them to one uid.
+    pub fn chains(&self, owner: Option<u32>) -> Result<Vec<Chain>> {
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {CHAIN_COLS} FROM chains WHERE ?1 IS NULL OR submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1) ORDER BY id"
+        ))?;
+        let rows = q.query_map([owner], chain_from)?;
+        rows.map(|r| finish_chain(r?)).collect()
+    }
+
+    pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {
+        let mut q = self.conn.prepare(&format!("SELECT {CHAIN_COLS} FROM chains WHERE state = ?1 ORDER BY id"))?;
+        let rows = q.query_map([state.as_str()], chain_from)?;
+        rows.map(|r| finish_chain(r?)).collect()
+    }
+
+    pub fn owner_of(&self, chain_id: i64) -> Result<u32> {
+        Ok(self.conn.query_row(
+            "SELECT s.owner_uid FROM chains c JOIN submissions s ON s.id = c.submission_id WHERE c.id = ?1",
+            [chain_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The chains a user-given id names: `c17` (a chain), `123` (a job, or every task of
+    /// array 123), `123_4` (one task). Empty when nothing matches.
+    pub fn resolve(&self, id: &str) -> Result<Vec<i64>> {
+        let id = id.trim();
+        if let Some(n) = id.strip_prefix('c').and_then(|n| n.parse::<i64>().ok()) {
+            let found: Option<i64> = self.conn.query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0)).optional()?;
+            return Ok(found.into_iter().collect());
+        }
+        let mut q = self.conn.prepare(
+            "SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1 OR slurm_job_id LIKE ?1 || '\\_%' ESCAPE '\\' ORDER BY chain_id",
+        )?;
+        let rows = q.query_map([id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn attempts(&self, chain_id: i64) -> Result<Vec<Attempt>> {
+        let mut q = self.conn.prepare(&format!("SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.chain_id = ?1 ORDER BY a.n"))?;
+        let rows = q.query_map([chain_id], attempt_from)?;
+        rows.map(|r| finish_attempt(r?)).collect()
+    }
+
+    /// Every attempt Slurm is running or holding for us.
+    pub fn live_attempts(&self) -> Result<Vec<Attempt>> {
+        let mut q = self.conn.prepare(&format!("SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"))?;
+        let rows = q.query_map([], attempt_from)?;
+        rows.map(|r| finish_attempt(r?)).collect()
+    }
+
+    pub fn decisions(&self, chain_id: i64) -> Result<Vec<DecisionRecord>> {
+        let mut q = self.conn.prepare(&format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id"))?;
+        let rows = q.query_map([chain_id], decision_from)?;
+        rows.map(|r| finish_decision(r?)).collect()
+    }
+
+    /// The observations of a chain as stored (JSON), oldest first.
+    pub fn observations(&self, chain_id: i64) -> Result<Vec<(i64, u32, i64, serde_json::Value)>> {
+        let mut q = self.conn.prepare("SELECT id, attempt_n, observed_at, body FROM observations WHERE chain_id = ?1 ORDER BY id")?;
+        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?)))?;
+        rows.map(|r| {
+            let (id, n, at, body) = r?;
+            Ok((id, n, at, from_json(&body)?))
+        })
+        .collect()
+    }
+
+    /// Counts of resubmissions (automatic or agent-ordered) by the classification that caused them.
+    pub fn resubmits_by_class(&self, chain_id: i64) -> Result<Vec<(String, u32)>> {
+        let mut q = self.conn.prepare(
+            "SELECT classification, COUNT(*) FROM decisions WHERE chain_id = ?1 AND action = 'resubmit' GROUP BY classification",
+        )?;
+        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The last squeue state seen for a live attempt.
+    pub fn set_last_seen(&mut self, chain_id: i64, n: u32, state: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE attempts SET last_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
+            params![chain_id, n, state],
+        )?;
+        Ok(())
+    }
+
+    /// Records that Slurm requeued a live attempt itself: the observation of the run
+    /// that ended, its decision, and the restart count; the attempt stays live.
+    pub fn record_requeue(
+        &mut self,
+        chain_id: i64,
+        n: u32,
+        observation: &serde_json::Value,
+        decision: &NewDecision,
+        now: i64,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
+            params![chain_id, n, now, json(observation)],
+        )?;
+        let obs = tx.last_insert_rowid();
+        insert_decision(&tx, chain_id, n, Some(obs), now, decision)?;
+        tx.execute(
+            "UPDATE attempts SET restarts = restarts + 1 WHERE chain_id = ?1 AND n = ?2",
+            params![chain_id, n],
+        )?;
+        tx.execute(
+            "UPDATE chains SET last_classification = ?2, updated_at = ?3 WHERE id = ?1",
+            params![chain_id, decision.classification.as_str(), now],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records the end of an attempt: the observation unchanged, how it ended, the
+    /// decision (none for a success), and the chain's new state, in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_ending(
+        &mut self,
+        chain_id: i64,
+        n: u32,
+        observation: &serde_json::Value,
+        end: &AttemptEnd,
+        decision: Option<&NewDecision>,
+        update: &ChainUpdate,
+        now: i64,
+    ) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
+            params![chain_id, n, now, json(observation)],
+        )?;
+        let obs = tx.last_insert_rowid();
+        tx.execute(
+            "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
+             WHERE chain_id = ?1 AND n = ?2",
+            params![chain_id, n, end.slurm_state, end.exit_code, end.nodes, end.mem, end.time_limit, now],
+        )?;
+        if let Some(d) = decision {
+            insert_decision(&tx, chain_id, n, Some(obs), now, d)?;
+        }
+        update_chain(&tx, chain_id, update, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Appends a decision about a chain that is not tied to a new ending (an agent's
+    /// resolution, a manual recover, a cancel) and moves the chain. `expect` guards
+    /// against races: the change happens only if the chain is still in one of those states.
+    pub fn decide_chain(
+        &mut self,
+        chain_id: i64,
+        expect: &[ChainState],
+        decision: &NewDecision,
+        update: &ChainUpdate,
+        now: i64,
+    ) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let (state, n): (String, u32) = tx.query_row(
+            "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
+            [chain_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let state: ChainState = parse_name(&state)?;
+        if !expect.contains(&state) {
+            return Ok(false);
+        }
+        insert_decision(&tx, chain_id, n, None, now, decision)?;
+        update_chain(&tx, chain_id, update, now)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// The latest decision of a chain, if any.
+    pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
+        let raw = self
+            .conn
+            .query_row(
+                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id DESC LIMIT 1"),
+                [chain_id],
+                decision_from,
+            )
+            .optional()?;
+        raw.map(finish_decision).transpose()
+    }
+
+    /// Marks a live attempt ended without an observation (cancelled by the supervisor on
+    /// a user's request).
+    pub fn end_attempt(&mut self, chain_id: i64, n: u32, slurm_state: &str, now: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE attempts SET state = 'ended', slurm_state = ?3, ended_at = ?4 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            params![chain_id, n, slurm_state, now],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

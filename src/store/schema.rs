@@ -1,0 +1,113 @@
+//! Versioned migrations. `PRAGMA user_version` holds how many have been applied; each
+//! runs once, in order, in its own transaction. Never edit a migration that has shipped:
+//! add a new one.
+
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- What the user asked for, kept so that every retry can be rebuilt from it even if the
+-- script is edited or deleted afterwards.
+CREATE TABLE submissions (
+    id          INTEGER PRIMARY KEY,
+    owner_uid   INTEGER NOT NULL,
+    user        TEXT NOT NULL,
+    argv        TEXT NOT NULL,    -- JSON array: the user's sbatch options, script and its args
+    cwd         TEXT NOT NULL,
+    env         TEXT NOT NULL,    -- JSON array of [name, value]: sbatch exports it to the job
+    script_name TEXT,             -- the script's file name; NULL for --wrap
+    script      BLOB,             -- the script's content at submission
+    max_retries INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+
+-- One supervised piece of work; an array submission has one chain per task.
+CREATE TABLE chains (
+    id                  INTEGER PRIMARY KEY,
+    submission_id       INTEGER NOT NULL REFERENCES submissions(id),
+    array_task          INTEGER,
+    state               TEXT NOT NULL,
+    last_classification TEXT,
+    plan                TEXT NOT NULL DEFAULT '{}',  -- JSON RetryPlan for the next attempt
+    not_before          INTEGER,                     -- state 'ready': resubmit from then on
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL
+);
+CREATE INDEX chains_by_state ON chains(state);
+CREATE INDEX chains_by_submission ON chains(submission_id);
+
+-- One sbatch call (one job, or one array covering several chains). The row is written
+-- with state 'intent' BEFORE sbatch runs; the tag goes into the job's --comment so a job
+-- whose reply was lost can be found again instead of submitted twice.
+CREATE TABLE launches (
+    id            INTEGER PRIMARY KEY,
+    submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    tag           TEXT NOT NULL UNIQUE,
+    argv          TEXT NOT NULL,   -- JSON: the exact sbatch argv
+    state         TEXT NOT NULL,   -- intent | submitted | failed
+    job_id        TEXT,
+    error         TEXT,
+    created_at    INTEGER NOT NULL,
+    finished_at   INTEGER
+);
+CREATE INDEX launches_by_state ON launches(state);
+
+CREATE TABLE attempts (
+    chain_id     INTEGER NOT NULL REFERENCES chains(id),
+    n            INTEGER NOT NULL,
+    launch_id    INTEGER NOT NULL REFERENCES launches(id),
+    slurm_job_id TEXT,
+    state        TEXT NOT NULL,    -- launching | live | ended | not_submitted
+    slurm_state  TEXT,
+    exit_code    TEXT,
+    nodes        TEXT,
+    mem          TEXT,
+    time_limit   TEXT,
+    plan         TEXT NOT NULL,    -- JSON RetryPlan it was launched with
+    restarts     INTEGER NOT NULL DEFAULT 0,
+    last_seen    TEXT,             -- the last squeue state seen
+    submitted_at INTEGER,
+    ended_at     INTEGER,
+    PRIMARY KEY (chain_id, n)
+);
+CREATE INDEX attempts_by_job ON attempts(slurm_job_id);
+CREATE INDEX attempts_by_state ON attempts(state);
+
+-- What Slurm said, unchanged.
+CREATE TABLE observations (
+    id          INTEGER PRIMARY KEY,
+    chain_id    INTEGER NOT NULL REFERENCES chains(id),
+    attempt_n   INTEGER NOT NULL,
+    observed_at INTEGER NOT NULL,
+    body        TEXT NOT NULL      -- JSON classify::Observation
+);
+CREATE INDEX observations_by_chain ON observations(chain_id);
+
+-- Append-only: a later fact is a new row, pointing at what it resolves.
+CREATE TABLE decisions (
+    id             INTEGER PRIMARY KEY,
+    chain_id       INTEGER NOT NULL REFERENCES chains(id),
+    attempt_n      INTEGER NOT NULL,
+    observation_id INTEGER REFERENCES observations(id),
+    at             INTEGER NOT NULL,
+    classification TEXT NOT NULL,
+    class          TEXT NOT NULL,
+    action         TEXT NOT NULL,
+    reason         TEXT NOT NULL,
+    inputs         TEXT NOT NULL,  -- JSON: what the decision was computed from
+    resolves       INTEGER REFERENCES decisions(id),
+    actor          TEXT NOT NULL
+);
+CREATE INDEX decisions_by_chain ON decisions(chain_id);
+CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions
+BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
+CREATE TRIGGER decisions_no_delete BEFORE DELETE ON decisions
+BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
+CREATE TRIGGER observations_no_update BEFORE UPDATE ON observations
+BEGIN SELECT RAISE(ABORT, 'observations are kept unchanged'); END;
+"#,
+];

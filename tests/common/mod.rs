@@ -1,0 +1,205 @@
+//! Shared harness for the end-to-end tests: a daemon in a temporary state directory,
+//! `supervisorctl` as a user would run it, and waiting for chains to reach a state.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const DAEMON: &str = env!("CARGO_BIN_EXE_slurm-supervisord");
+pub const CTL: &str = env!("CARGO_BIN_EXE_supervisorctl");
+
+/// A running daemon with its own state directory; killed when dropped.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub child: Option<Child>,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl Daemon {
+    /// Writes a config with fast polling and short backoffs (`extra` is appended) and
+    /// starts the daemon.
+    pub fn start(extra: &str) -> Daemon {
+        Self::start_with_env(extra, &[])
+    }
+
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::Builder::new().prefix("ssv-test-").tempdir_in(scratch_root()).expect("temp dir");
+        let config = dir.path().join("supervisor.toml");
+        let text = format!(
+            "state_dir = {:?}\npoll_interval = \"1s\"\n{extra}\n",
+            dir.path().join("state").display().to_string()
+        );
+        let text = if text.contains("[retry]") {
+            text
+        } else {
+            format!("{text}\n[retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n")
+        };
+        std::fs::write(&config, text).expect("write config");
+        let mut d = Daemon { dir, config, child: None, extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        d.spawn();
+        d
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        let p = self.dir.path().join("work");
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// Starts (or restarts) the daemon process and waits for its socket to answer.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("daemon.log")).unwrap();
+        let mut cmd = Command::new(DAEMON);
+        cmd.arg("--config").arg(&self.config).env("SLURM_SUPERVISOR_LOG", "debug").stdout(Stdio::null()).stderr(log);
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("start slurm-supervisord"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.ctl(&["status", "--json"]).status.success() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("slurm-supervisord exited early ({status}); log:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "daemon did not answer within 60s; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("daemon running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        c.wait().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_in(args, &std::env::temp_dir())
+    }
+
+    pub fn ctl_in(&self, args: &[&str], cwd: &Path) -> Output {
+        Command::new(CTL).arg("--config").arg(&self.config).args(args).current_dir(cwd).stdin(Stdio::null()).output().expect("run supervisorctl")
+    }
+
+    /// `supervisorctl submit -- <args>` in the work dir; returns the job id it printed.
+    pub fn submit(&self, args: &[&str]) -> String {
+        let mut all = vec!["submit", "--"];
+        all.extend_from_slice(args);
+        let out = self.ctl_in(&all, &self.work_dir());
+        assert!(out.status.success(), "submit failed: {}\n{}", String::from_utf8_lossy(&out.stderr), self.log());
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(!id.is_empty() && id.chars().all(|c| c.is_ascii_digit()), "submit printed {id:?}");
+        id
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.ctl(args);
+        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    pub fn status(&self, id: &str) -> Vec<Value> {
+        self.json(&["status", "--json", id]).as_array().cloned().unwrap()
+    }
+
+    pub fn history(&self, id: &str) -> Value {
+        self.json(&["history", "--json", id])
+    }
+
+    /// Waits until every chain of `id` is in `state`; panics with the history otherwise.
+    pub fn wait_state(&self, id: &str, state: &str, within: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let rows = self.status(id);
+            if !rows.is_empty() && rows.iter().all(|r| r["state"] == state) {
+                return rows;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{id} did not reach {state} within {within:?}: {rows:#?}\nhistory: {:#}\nlog tail:\n{}",
+                    self.history(id),
+                    tail(&self.log(), 60)
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    pub fn write_script(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.work_dir().join(name);
+        std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
+        p
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("daemon log ({}):\n{}", self.dir.path().display(), tail(&self.log(), 200));
+            // Keep the directory for a post-mortem.
+            let p = self.dir.path().to_path_buf();
+            std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap()));
+            eprintln!("kept {}", p.display());
+        }
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Where test state goes: under /tmp, which the Slurm job steps can write to.
+pub fn scratch_root() -> PathBuf {
+    let p = PathBuf::from("/tmp/ssv-tests");
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+/// Runs a command and returns its stdout; panics with its stderr on failure.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    assert!(out.status.success(), "{cmd} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Fails the test unless the dev cluster answers: real-Slurm tests never skip silently.
+pub fn require_slurm() {
+    let out = Command::new("sinfo").arg("--noheader").output();
+    match out {
+        Ok(o) if o.status.success() && !o.stdout.is_empty() => {}
+        Ok(o) => panic!(
+            "a real Slurm is needed and sinfo failed: {}; bring one up with `scripts/dev-cluster up` (or run scripts/test)",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("a real Slurm is needed and sinfo cannot run ({e}); run `scripts/dev-cluster up` first (or scripts/test)"),
+    }
+}
+
+/// Every sacct row of the jobs with this comment substring (to count submissions).
+pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
+    let out = run("sacct", &["--parsable2", "--noheader", "--allusers", "--duplicates", "-X", "--starttime=now-1days", "--format=JobID,State,Comment"]);
+    out.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
+}

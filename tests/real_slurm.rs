@@ -1,0 +1,209 @@
+//! End-to-end tests against the real single-node Slurm of `scripts/dev-cluster`: each
+//! submits through `supervisorctl submit` to a running daemon and watches the chain
+//! through a real failure. Disruptive cases (node failure, preemption) are in
+//! `real_slurm_disruptive.rs`, which runs its tests one at a time.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+
+fn decisions(h: &Value) -> Vec<Value> {
+    h["decisions"].as_array().cloned().unwrap_or_default()
+}
+
+fn attempts(h: &Value) -> Vec<Value> {
+    h["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn oom_is_retried_with_more_memory_and_completes() {
+    require_slurm();
+    let d = Daemon::start("");
+    // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
+    d.write_script("oom.sh", "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done");
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-oom", "oom.sh"]);
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["slurm_state"], "FAILED", "{h:#}");
+    assert_eq!(a[0]["mem"], "100M");
+    assert_eq!(a[1]["slurm_state"], "COMPLETED");
+    let mem2: u64 = a[1]["mem"].as_str().unwrap().trim_end_matches('M').parse().unwrap();
+    assert!(mem2 >= 200, "second attempt got {mem2}M");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str(), ds[0]["action"].as_str()), (Some("R1"), Some("oom"), Some("resubmit")));
+}
+
+#[test]
+fn timeout_is_retried_with_a_longer_limit() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("slow.sh", "sleep 75\necho finished");
+    let job = d.submit(&["--time=1", "--job-name=ssv-timeout", "slow.sh"]);
+    d.wait_state(&job, "completed", 6 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["slurm_state"], "TIMEOUT");
+    assert_eq!(a[0]["time_limit"], "00:01:00");
+    assert_eq!(a[1]["time_limit"], "00:02:00");
+    assert_eq!(decisions(&h)[0]["classification"], "timeout");
+}
+
+#[test]
+fn a_permanent_error_fails_without_a_retry() {
+    require_slurm();
+    let d = Daemon::start("[[rules]]\nname = \"missing-module\"\nkind = \"permanent\"\nstderr = 'ModuleNotFoundError'\n");
+    d.write_script("perm.sh", "python3 -c 'import no_such_module_here'");
+    let job = d.submit(&["--job-name=ssv-permanent", "perm.sh"]);
+    d.wait_state(&job, "failed", 3 * MIN);
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 1);
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1);
+    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str()), (Some("R3"), Some("permanent")));
+    // `status ID` of a failed chain exits 1.
+    assert_eq!(d.ctl(&["status", &job]).status.code(), Some(1));
+}
+
+#[test]
+fn an_ambiguous_failure_waits_for_an_agent_then_retries() {
+    require_slurm();
+    let d = Daemon::start("");
+    // Fails oddly the first time, succeeds once a marker exists.
+    d.write_script("odd.sh", "if [ -e marker ]; then echo ok; exit 0; fi\ntouch marker\necho 'the frobnicator is out of phase' >&2\nexit 1");
+    let job = d.submit(&["--job-name=ssv-ambiguous", "odd.sh"]);
+    d.wait_state(&job, "pending_failed", 3 * MIN);
+    let pending = d.json(&["pending", "--json"]);
+    let p = pending.as_array().unwrap().iter().find(|p| p["slurm_job_id"] == job.as_str()).expect("listed in pending").clone();
+    assert!(p["evidence"]["stderr_tail"].as_str().unwrap_or_default().contains("frobnicator"), "{p:#}");
+    assert_eq!(p["last_classification"], "ambiguous");
+    // A resolution without a reason is refused; with one it is recorded.
+    let out = d.ctl(&["classify", &job, "--action", "retry", "--reason", " "]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = d.ctl(&["classify", &job, "--action", "retry", "--reason", "marker now exists", "--mem", "200M"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A second resolution of the same chain is refused.
+    let again = d.ctl(&["classify", &job, "--action", "fail", "--reason", "late"]);
+    assert_eq!(again.status.code(), Some(4), "{}", String::from_utf8_lossy(&again.stderr));
+    d.wait_state(&job, "completed", 3 * MIN);
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 2);
+    assert_eq!(attempts(&h)[1]["mem"], "200M");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 2, "{h:#}");
+    assert_eq!((ds[0]["class"].as_str(), ds[0]["action"].as_str()), (Some("R2"), Some("escalate")));
+    assert_eq!(ds[1]["action"], "resubmit");
+    assert_eq!(ds[1]["reason"], "marker now exists");
+    assert_eq!(ds[1]["resolves"], ds[0]["id"]);
+}
+
+#[test]
+fn a_users_scancel_is_never_retried() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("long.sh", "sleep 300");
+    let job = d.submit(&["--job-name=ssv-scancel", "long.sh"]);
+    // Wait until Slurm has it, then cancel it as the user would.
+    std::thread::sleep(Duration::from_secs(3));
+    run("scancel", &[&job]);
+    d.wait_state(&job, "cancelled", 2 * MIN);
+    std::thread::sleep(Duration::from_secs(4));
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    let ds = decisions(&h);
+    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str()), (Some("R3"), Some("cancelled")));
+}
+
+#[test]
+fn supervisorctl_cancel_stops_supervision() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("long.sh", "sleep 300");
+    let job = d.submit(&["--job-name=ssv-ctl-cancel", "long.sh"]);
+    let out = d.ctl(&["cancel", &job]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    d.wait_state(&job, "cancelled", MIN);
+    // Slurm really cancelled it.
+    let deadline = std::time::Instant::now() + MIN;
+    loop {
+        let s = run("sacct", &["--parsable2", "--noheader", "-X", "-j", &job, "--format=State"]);
+        if s.contains("CANCELLED") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sacct shows {s:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(d.ctl(&["cancel", &job]).status.code(), Some(4));
+}
+
+#[test]
+fn an_array_resubmits_only_its_failed_tasks_in_one_sbatch() {
+    require_slurm();
+    let d = Daemon::start("");
+    // Tasks 2 and 4 fail with a transient error the first time.
+    d.write_script(
+        "arr.sh",
+        "t=$SLURM_ARRAY_TASK_ID\nif { [ $t = 2 ] || [ $t = 4 ]; } && [ ! -e done-$t ]; then touch done-$t; echo 'Connection refused' >&2; exit 1; fi\necho task $t ok",
+    );
+    let job = d.submit(&["--array=1-4", "--job-name=ssv-array", "arr.sh"]);
+    let rows = d.wait_state(&job, "completed", 4 * MIN);
+    assert_eq!(rows.len(), 4);
+    let mut retried_jobs = Vec::new();
+    for r in &rows {
+        let h = d.history(r["id"].as_str().unwrap());
+        let a = attempts(&h);
+        let task = r["array_task"].as_u64().unwrap();
+        if task == 2 || task == 4 {
+            assert_eq!(a.len(), 2, "task {task}: {h:#}");
+            assert_eq!(decisions(&h)[0]["classification"], "transient");
+            let second = a[1]["slurm_job_id"].as_str().unwrap().to_string();
+            assert!(second.ends_with(&format!("_{task}")), "{second}");
+            retried_jobs.push(second.split('_').next().unwrap().to_string());
+        } else {
+            assert_eq!(a.len(), 1, "task {task}: {h:#}");
+        }
+    }
+    // Both retried tasks went in one sbatch.
+    assert_eq!(retried_jobs[0], retried_jobs[1]);
+    assert_ne!(retried_jobs[0], job);
+}
+
+#[test]
+fn a_daemon_restart_midway_loses_and_repeats_nothing() {
+    require_slurm();
+    let mut d = Daemon::start("");
+    d.write_script("flaky.sh", "sleep 8\nif [ ! -e once ]; then touch once; echo 'Connection refused' >&2; exit 1; fi\necho ok");
+    let job = d.submit(&["--job-name=ssv-restart", "flaky.sh"]);
+    // Stop the daemon while the job runs; the job ends while nobody watches.
+    let status = d.stop();
+    assert!(status.success(), "clean stop: {status}");
+    std::thread::sleep(Duration::from_secs(20));
+    d.spawn();
+    d.wait_state(&job, "completed", 3 * MIN);
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 2, "{h:#}");
+    assert_eq!(decisions(&h).len(), 1, "{h:#}");
+    // Each attempt's tag is on exactly one Slurm job: nothing was submitted twice.
+    for a in attempts(&h) {
+        let rows = sacct_jobs_with_comment(a["tag"].as_str().unwrap());
+        assert_eq!(rows.len(), 1, "{rows:#?}");
+    }
+}
+
+#[test]
+fn unknown_ids_are_refused_clearly() {
+    let d = Daemon::start("");
+    for args in [vec!["status", "999999999"], vec!["history", "c424242"], vec!["cancel", "c1"], vec!["recover", "12345678"]] {
+        let out = d.ctl(&args);
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is supervised here"), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,121 @@
+//! End-to-end tests against the real Slurm that disturb the whole cluster (a node set
+//! down, a partition preempting another). They take a lock so they run one at a time,
+//! and this file runs after `real_slurm.rs` (cargo runs test binaries one by one).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+const MIN: Duration = Duration::from_secs(60);
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits until squeue shows the job RUNNING; returns its node.
+fn wait_running(job: &str) -> String {
+    let deadline = Instant::now() + 3 * MIN;
+    loop {
+        let out = Command::new("squeue").args(["--noheader", "-j", job, "--format=%T|%N"]).output().unwrap();
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if let Some(node) = s.strip_prefix("RUNNING|") {
+            return node.to_string();
+        }
+        assert!(Instant::now() < deadline, "job {job} never ran: {s:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn wait_node_idle(node: &str) {
+    let deadline = Instant::now() + 3 * MIN;
+    loop {
+        let s = run("sinfo", &["--noheader", "-n", node, "--format=%T"]);
+        if s.lines().all(|l| matches!(l.trim(), "idle" | "mixed" | "allocated")) && !s.trim().is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = Command::new("scontrol").args(["update", &format!("nodename={node}"), "state=resume"]).status();
+            panic!("node {node} did not come back: {s:?}");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn attempts(h: &Value) -> Vec<Value> {
+    h["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_node_failure_is_retried_on_another_node() {
+    require_slurm();
+    let _g = lock();
+    let d = Daemon::start("");
+    d.write_script("nf.sh", "sleep 30\necho ok on $(hostname) $SLURMD_NODENAME");
+    let job = d.submit(&["--no-requeue", "--job-name=ssv-nodefail", "nf.sh"]);
+    let node = wait_running(&job);
+    run("scontrol", &["update", &format!("nodename={node}"), "state=down", "reason=ssv-test"]);
+    d.wait_state(&job, "completed", 4 * MIN);
+    wait_node_idle(&node);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["slurm_state"], "NODE_FAIL");
+    assert_eq!(a[0]["nodes"], node.as_str());
+    assert_ne!(a[1]["nodes"], node.as_str(), "{h:#}");
+    assert_eq!(a[1]["excluded_nodes"], serde_json::json!([node]));
+    assert_eq!(h["decisions"][0]["classification"], "node_fail");
+}
+
+/// Starts a job in `urgent` on `node` that takes the whole node, preempting `debug` jobs there.
+fn preempt_on(node: &str) -> String {
+    let out = run("sbatch", &["--parsable", "--partition=urgent", "-w", node, "--exclusive", "--job-name=ssv-urgent", "--output=/dev/null", "--wrap=sleep 15"]);
+    out.trim().to_string()
+}
+
+#[test]
+fn a_preemption_slurm_requeued_is_not_resubmitted() {
+    require_slurm();
+    let _g = lock();
+    let d = Daemon::start("");
+    d.write_script("victim.sh", "sleep 40\necho survived");
+    let job = d.submit(&["--job-name=ssv-preempt-requeue", "victim.sh"]);
+    let node = wait_running(&job);
+    // Let the daemon see it running, so the requeue is noticed as it happens.
+    std::thread::sleep(Duration::from_secs(3));
+    preempt_on(&node);
+    d.wait_state(&job, "completed", 8 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 1, "Slurm requeued it; the supervisor must not resubmit: {h:#}");
+    assert!(a[0]["requeues"].as_u64().unwrap() >= 1, "{h:#}");
+    let ds = h["decisions"].as_array().unwrap();
+    assert!(ds.iter().any(|d| d["classification"] == "preempted" && d["action"] == "watch"), "{h:#}");
+    assert!(ds.iter().all(|d| d["action"] != "resubmit"), "{h:#}");
+    // No second job anywhere in sacct carries this chain's tag.
+    let rows = sacct_jobs_with_comment(a[0]["tag"].as_str().unwrap());
+    let ids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.split('|').next().unwrap()).collect();
+    assert_eq!(ids.len(), 1, "{rows:#?}");
+}
+
+#[test]
+fn a_preemption_without_requeue_is_resubmitted() {
+    require_slurm();
+    let _g = lock();
+    let d = Daemon::start("");
+    d.write_script("victim.sh", "sleep 20\necho survived");
+    let job = d.submit(&["--no-requeue", "--job-name=ssv-preempt", "victim.sh"]);
+    let node = wait_running(&job);
+    preempt_on(&node);
+    d.wait_state(&job, "completed", 6 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["slurm_state"], "PREEMPTED");
+    assert_eq!(h["decisions"][0]["classification"], "preempted");
+    assert_eq!(h["decisions"][0]["action"], "resubmit");
+}
