@@ -74,7 +74,10 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         .or_else(|| obs.rows.iter().find(|r| !r.is_step()))
         .ok_or_else(|| ClassifyError::NoJobRow(obs.job_id.clone()))?;
     if !job.state.is_terminal() && !obs.requeued_by_slurm {
-        return Err(ClassifyError::NotEnded { job: obs.job_id.clone(), state: job.state });
+        return Err(ClassifyError::NotEnded {
+            job: obs.job_id.clone(),
+            state: job.state,
+        });
     }
     let nodes = Some(job.node_list.trim())
         .filter(|n| !n.is_empty() && *n != "None assigned" && *n != "(null)")
@@ -103,47 +106,81 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
             JobState::BootFail => Classification::BootFail,
             _ => Classification::Preempted,
         };
-        return Ok(verdict(c, format!("{} and Slurm requeued the job itself under the same id", job.state), None));
+        return Ok(verdict(
+            c,
+            format!(
+                "{} and Slurm requeued the job itself under the same id",
+                job.state
+            ),
+            None,
+        ));
     }
 
     // A user's cancel comes first: `CANCELLED by N` on the job row is a person's choice,
     // even if a step also shows a memory kill on its way down.
     if job.state == JobState::Cancelled {
-        let by = job.cancelled_by.map(|u| format!(" by uid {u}")).unwrap_or_default();
-        return Ok(verdict(Classification::Cancelled, format!("cancelled{by}"), None));
+        let by = job
+            .cancelled_by
+            .map(|u| format!(" by uid {u}"))
+            .unwrap_or_default();
+        return Ok(verdict(
+            Classification::Cancelled,
+            format!("cancelled{by}"),
+            None,
+        ));
     }
 
     // OOM in either shape: OUT_OF_MEMORY on any row (cgroup enforcement, sometimes only
     // on a step while the job row says FAILED or even COMPLETED), or a signal-9 death with
     // a memory-kill message in stderr (OverMemoryKill without cgroups: FAILED 0:9).
     if let Some(r) = obs.rows.iter().find(|r| r.state == JobState::OutOfMemory) {
-        return Ok(verdict(Classification::Oom, format!("{} is OUT_OF_MEMORY ({})", r.job_id, r.exit_code), None));
+        return Ok(verdict(
+            Classification::Oom,
+            format!("{} is OUT_OF_MEMORY ({})", r.job_id, r.exit_code),
+            None,
+        ));
     }
     let killed_by_9 = obs.rows.iter().any(|r| r.exit_code.signal == 9);
     if killed_by_9 {
         if let Some(m) = MEMORY_KILL_MARKERS.iter().find(|m| stderr.contains(**m)) {
-            return Ok(verdict(Classification::Oom, format!("killed by signal 9 and stderr says {m:?}"), None));
+            return Ok(verdict(
+                Classification::Oom,
+                format!("killed by signal 9 and stderr says {m:?}"),
+                None,
+            ));
         }
     }
 
     let simple = match job.state {
-        JobState::Completed if job.exit_code.code == 0 && job.exit_code.signal == 0 => {
-            Some((Classification::Completed, "completed with exit code 0:0".to_string()))
-        }
-        JobState::Preempted => Some((Classification::Preempted, "preempted, and not requeued by Slurm".into())),
+        JobState::Completed if job.exit_code.code == 0 && job.exit_code.signal == 0 => Some((
+            Classification::Completed,
+            "completed with exit code 0:0".to_string(),
+        )),
+        JobState::Preempted => Some((
+            Classification::Preempted,
+            "preempted, and not requeued by Slurm".into(),
+        )),
         JobState::NodeFail => Some((
             Classification::NodeFail,
-            format!("node failure on {}", nodes.as_deref().unwrap_or("an unknown node")),
+            format!(
+                "node failure on {}",
+                nodes.as_deref().unwrap_or("an unknown node")
+            ),
         )),
         JobState::BootFail => Some((
             Classification::BootFail,
-            format!("node {} failed to boot", nodes.as_deref().unwrap_or("unknown")),
+            format!(
+                "node {} failed to boot",
+                nodes.as_deref().unwrap_or("unknown")
+            ),
         )),
         JobState::Timeout => Some((
             Classification::Timeout,
             format!(
                 "hit its time limit ({})",
-                job.timelimit_secs.map(crate::slurm::parse::format_time_limit).unwrap_or_else(|| "unknown".into())
+                job.timelimit_secs
+                    .map(crate::slurm::parse::format_time_limit)
+                    .unwrap_or_else(|| "unknown".into())
             ),
         )),
         JobState::Deadline => Some((Classification::Deadline, "reached its --deadline".into())),
@@ -163,14 +200,20 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         if code_ok && text_ok {
             return Ok(verdict(
                 rule.kind.classification(),
-                format!("{} {} matched rule {:?}", job.state, job.exit_code, rule.name),
+                format!(
+                    "{} {} matched rule {:?}",
+                    job.state, job.exit_code, rule.name
+                ),
                 Some(rule.name.clone()),
             ));
         }
     }
     Ok(verdict(
         Classification::Ambiguous,
-        format!("{} with exit code {} and no rule matched", job.state, job.exit_code),
+        format!(
+            "{} with exit code {} and no rule matched",
+            job.state, job.exit_code
+        ),
         None,
     ))
 }
@@ -182,13 +225,20 @@ mod tests {
     use crate::slurm::parse::parse_sacct;
 
     fn rules() -> Vec<Rule> {
-        Config::parse(include_str!("../config/supervisor.toml"), None).unwrap().rules
+        Config::parse(include_str!("../config/supervisor.toml"), None)
+            .unwrap()
+            .rules
     }
 
     fn obs(job_id: &str, sacct: &str, stderr: Option<&str>) -> Observation {
         let parsed = parse_sacct(sacct);
         assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-        Observation { job_id: job_id.into(), rows: parsed.rows, stderr_tail: stderr.map(str::to_string), requeued_by_slurm: false }
+        Observation {
+            job_id: job_id.into(),
+            rows: parsed.rows,
+            stderr_tail: stderr.map(str::to_string),
+            requeued_by_slurm: false,
+        }
     }
 
     /// Columns: JobID|JobIDRaw|State|ExitCode|NodeList|MaxRSS|ReqMem|Timelimit|Elapsed|Partition|Restarts|Comment
@@ -232,13 +282,21 @@ mod tests {
         assert_eq!(v.max_rss_bytes, Some(269648 * 1024));
         assert_eq!(v.timelimit_secs, Some(600));
         assert_eq!(v.nodes.as_deref(), Some("n1"));
-        let o = obs("5", "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n", None);
+        let o = obs(
+            "5",
+            "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n",
+            None,
+        );
         assert_eq!(classify(&o, &[]).unwrap().nodes, None);
     }
 
     #[test]
     fn requeued_runs_are_marked() {
-        let mut o = obs("4", "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n", None);
+        let mut o = obs(
+            "4",
+            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n",
+            None,
+        );
         o.requeued_by_slurm = true;
         let v = classify(&o, &[]).unwrap();
         assert_eq!(v.classification, Classification::Preempted);
@@ -247,9 +305,21 @@ mod tests {
 
     #[test]
     fn live_or_missing_jobs_are_not_classified() {
-        let o = obs("4", "4|4|RUNNING|0:0|n1||100M|00:10:00|00:00:20|debug|\n", None);
-        assert!(matches!(classify(&o, &[]), Err(ClassifyError::NotEnded { .. })));
-        let o = Observation { job_id: "4".into(), rows: vec![], stderr_tail: None, requeued_by_slurm: false };
+        let o = obs(
+            "4",
+            "4|4|RUNNING|0:0|n1||100M|00:10:00|00:00:20|debug|\n",
+            None,
+        );
+        assert!(matches!(
+            classify(&o, &[]),
+            Err(ClassifyError::NotEnded { .. })
+        ));
+        let o = Observation {
+            job_id: "4".into(),
+            rows: vec![],
+            stderr_tail: None,
+            requeued_by_slurm: false,
+        };
         assert_eq!(classify(&o, &[]), Err(ClassifyError::NoJobRow("4".into())));
     }
 }

@@ -38,13 +38,17 @@ pub struct Dur(pub Duration);
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_duration(&s).map(Dur).map_err(serde::de::Error::custom)
+        parse_duration(&s)
+            .map(Dur)
+            .map_err(serde::de::Error::custom)
     }
 }
 
 /// Parses `"30s"`, `"1m30s"`, `"500ms"`, `"2h"`, `"1d"`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?}: write a number with a unit, e.g. \"30s\", \"5m\", \"1h\"");
+    let bad = || {
+        format!("invalid duration {s:?}: write a number with a unit, e.g. \"30s\", \"5m\", \"1h\"")
+    };
     let t = s.trim();
     if t.is_empty() {
         return Err(bad());
@@ -58,7 +62,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let part = match unit {
@@ -87,14 +93,17 @@ impl MemSize {
 impl<'de> Deserialize<'de> for MemSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_mem_size(&s).map(MemSize).map_err(serde::de::Error::custom)
+        parse_mem_size(&s)
+            .map(MemSize)
+            .map_err(serde::de::Error::custom)
     }
 }
 
 /// Parses `"100M"`, `"4G"`, `"1T"`, `"512K"`; a bare number is MiB, as for sbatch `--mem`.
 pub fn parse_mem_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let bad = || format!("invalid memory size {s:?}: write a number with K, M, G or T, e.g. \"64G\"");
+    let bad =
+        || format!("invalid memory size {s:?}: write a number with K, M, G or T, e.g. \"64G\"");
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m: u64 = match c.to_ascii_uppercase() {
@@ -164,7 +173,14 @@ pub struct Budgets {
 
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets { preempted: 10, node_fail: 3, boot_fail: 3, oom: 3, timeout: 3, transient: 3 }
+        Budgets {
+            preempted: 10,
+            node_fail: 3,
+            boot_fail: 3,
+            oom: 3,
+            timeout: 3,
+            transient: 3,
+        }
     }
 }
 
@@ -331,15 +347,19 @@ pub fn default_state_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(x).join("slurm-supervisor");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
     home.join(".local/state/slurm-supervisor")
 }
 
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Config::parse(&text, Some(path))
     }
 
@@ -350,20 +370,33 @@ impl Config {
 
     /// Parses and validates config text; `path` is used in error messages.
     pub fn parse(text: &str, path: Option<&Path>) -> Result<Config, ConfigError> {
-        let shown = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("<config>"));
+        let shown = path
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("<config>"));
         let invalid = |span: Option<Range<usize>>, message: String| {
             let (line, column) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-            ConfigError::Invalid { path: shown.clone(), line, column, message }
+            ConfigError::Invalid {
+                path: shown.clone(),
+                line,
+                column,
+                message,
+            }
         };
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| invalid(e.span(), e.message().to_string()))?;
-        let semantic = |message: String| ConfigError::Semantic { path: shown.clone(), message };
+        let semantic = |message: String| ConfigError::Semantic {
+            path: shown.clone(),
+            message,
+        };
 
         let mut rules = Vec::with_capacity(raw.rules.len());
         for r in raw.rules {
             let stderr = match &r.stderr {
                 Some(s) => Some(Regex::new(s.get_ref()).map_err(|e| {
-                    invalid(Some(s.span()), format!("rule {:?}: invalid stderr regex: {e}", r.name))
+                    invalid(
+                        Some(s.span()),
+                        format!("rule {:?}: invalid stderr regex: {e}", r.name),
+                    )
                 })?),
                 None => None,
             };
@@ -374,21 +407,38 @@ impl Config {
                 )));
             }
             if r.name.trim().is_empty() {
-                return Err(semantic("a rule has an empty name: give every rule a name".into()));
+                return Err(semantic(
+                    "a rule has an empty name: give every rule a name".into(),
+                ));
             }
-            rules.push(Rule { name: r.name, kind: r.kind, exit_codes: r.exit_codes, stderr });
+            rules.push(Rule {
+                name: r.name,
+                kind: r.kind,
+                exit_codes: r.exit_codes,
+                stderr,
+            });
         }
 
-        let poll_interval = raw.poll_interval.map(|d| d.0).unwrap_or(Duration::from_secs(30));
+        let poll_interval = raw
+            .poll_interval
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(30));
         if poll_interval < Duration::from_secs(1) {
             return Err(semantic(format!(
                 "poll_interval {poll_interval:?} is below the minimum of 1s: Slurm's controller would be polled too often"
             )));
         }
         let e = raw.escalation;
-        for (name, v) in [("escalation.mem_factor", e.mem_factor), ("escalation.mem_headroom", e.mem_headroom), ("escalation.time_factor", e.time_factor), ("retry.backoff_multiplier", raw.retry.backoff_multiplier)] {
+        for (name, v) in [
+            ("escalation.mem_factor", e.mem_factor),
+            ("escalation.mem_headroom", e.mem_headroom),
+            ("escalation.time_factor", e.time_factor),
+            ("retry.backoff_multiplier", raw.retry.backoff_multiplier),
+        ] {
             if !(1.0..=100.0).contains(&v) {
-                return Err(semantic(format!("{name} = {v} must be between 1.0 and 100.0")));
+                return Err(semantic(format!(
+                    "{name} = {v} must be between 1.0 and 100.0"
+                )));
             }
         }
         if !(0.0..=1.0).contains(&raw.retry.backoff_jitter) {
@@ -405,7 +455,9 @@ impl Config {
         }
 
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
-        let socket = raw.socket.unwrap_or_else(|| state_dir.join("supervisor.sock"));
+        let socket = raw
+            .socket
+            .unwrap_or_else(|| state_dir.join("supervisor.sock"));
         Ok(Config {
             path: path.map(Path::to_path_buf),
             state_dir,
@@ -459,14 +511,21 @@ mod tests {
     #[test]
     fn typo_is_rejected_with_its_line() {
         let text = "state_dir = \"/tmp/x\"\n\npol_interval = \"2s\"\n";
-        let err = Config::parse(text, Some(Path::new("c.toml"))).unwrap_err().to_string();
-        assert!(err.starts_with("c.toml:3:1: unknown field `pol_interval`"), "{err}");
+        let err = Config::parse(text, Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.toml:3:1: unknown field `pol_interval`"),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_regex_points_at_its_line() {
         let text = "[[rules]]\nname = \"x\"\nkind = \"transient\"\nstderr = \"(unclosed\"\n";
-        let err = Config::parse(text, Some(Path::new("c.toml"))).unwrap_err().to_string();
+        let err = Config::parse(text, Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("c.toml:4:"), "{err}");
         assert!(err.contains("invalid stderr regex"), "{err}");
     }
@@ -478,8 +537,14 @@ mod tests {
             ("poll_interval = \"soon\"", "invalid duration"),
             ("[escalation]\nmem_factor = 0.5", "mem_factor"),
             ("[escalation]\nmem_max = \"lots\"", "invalid memory size"),
-            ("[[rules]]\nname = \"all\"\nkind = \"permanent\"", "matches everything"),
-            ("[[rules]]\nname = \"x\"\nkind = \"maybe\"\nexit_codes = [1]", "unknown variant"),
+            (
+                "[[rules]]\nname = \"all\"\nkind = \"permanent\"",
+                "matches everything",
+            ),
+            (
+                "[[rules]]\nname = \"x\"\nkind = \"maybe\"\nexit_codes = [1]",
+                "unknown variant",
+            ),
             ("[retry.budgets]\noom = -1", "invalid value"),
         ] {
             let err = Config::parse(text, None).unwrap_err().to_string();

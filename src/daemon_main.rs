@@ -9,7 +9,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 #[derive(Debug, Parser)]
-#[command(name = "slurm-supervisord", version, about = "Keeps Slurm batch jobs alive through failures that are not their fault")]
+#[command(
+    name = "slurm-supervisord",
+    version,
+    about = "Keeps Slurm batch jobs alive through failures that are not their fault"
+)]
 pub struct Args {
     /// The TOML config file; default: built-in defaults.
     #[arg(long, env = "SLURM_SUPERVISOR_CONFIG")]
@@ -22,7 +26,10 @@ pub struct Args {
 /// Runs the daemon; returns the exit code.
 pub fn main(args: Args) -> i32 {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SLURM_SUPERVISOR_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLURM_SUPERVISOR_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let config = match &args.config {
@@ -39,7 +46,10 @@ pub fn main(args: Args) -> i32 {
         println!("config ok");
         return 0;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("slurm-supervisord: cannot start the runtime: {e}");
@@ -49,9 +59,11 @@ pub fn main(args: Args) -> i32 {
     rt.block_on(async move {
         let (tx, rx) = mpsc::channel(8);
         let signals = async move {
-            let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-            else {
+            let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::hangup()),
+            ) else {
                 tracing::error!("cannot install signal handlers");
                 return;
             };

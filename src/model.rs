@@ -59,7 +59,10 @@ string_enum! {
 impl ChainState {
     /// True while the chain still needs the supervisor (or an agent).
     pub fn is_open(self) -> bool {
-        matches!(self, ChainState::Active | ChainState::Ready | ChainState::PendingFailed)
+        matches!(
+            self,
+            ChainState::Active | ChainState::Ready | ChainState::PendingFailed
+        )
     }
 }
 
@@ -159,8 +162,15 @@ mod tests {
 
     #[test]
     fn plan_merge_keeps_earlier_exclusions() {
-        let a = RetryPlan { exclude: vec!["n1".into()], mem_mb: Some(100), ..Default::default() };
-        let b = RetryPlan { exclude: vec!["n2".into(), "n1".into()], ..Default::default() };
+        let a = RetryPlan {
+            exclude: vec!["n1".into()],
+            mem_mb: Some(100),
+            ..Default::default()
+        };
+        let b = RetryPlan {
+            exclude: vec!["n2".into(), "n1".into()],
+            ..Default::default()
+        };
         let m = a.merged(&b);
         assert_eq!(m.exclude, vec!["n1", "n2"]);
         assert_eq!(m.mem_mb, Some(100));

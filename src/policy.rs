@@ -38,12 +38,29 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn new(class: Option<RecoveryClass>, action: Action, next_state: ChainState, reason: impl Into<String>) -> Self {
-        Decision { class, action, next_state, reason: reason.into(), plan: None, not_before: None }
+    fn new(
+        class: Option<RecoveryClass>,
+        action: Action,
+        next_state: ChainState,
+        reason: impl Into<String>,
+    ) -> Self {
+        Decision {
+            class,
+            action,
+            next_state,
+            reason: reason.into(),
+            plan: None,
+            not_before: None,
+        }
     }
 
     fn escalate(reason: impl Into<String>) -> Self {
-        Decision::new(Some(RecoveryClass::R2), Action::Escalate, ChainState::PendingFailed, reason)
+        Decision::new(
+            Some(RecoveryClass::R2),
+            Action::Escalate,
+            ChainState::PendingFailed,
+            reason,
+        )
     }
 }
 
@@ -72,7 +89,9 @@ pub fn decide(
     use Classification as C;
     let c = verdict.classification;
     match c {
-        C::Completed => return Decision::new(None, Action::None, ChainState::Completed, "completed"),
+        C::Completed => {
+            return Decision::new(None, Action::None, ChainState::Completed, "completed")
+        }
         C::Cancelled => {
             return Decision::new(
                 Some(RecoveryClass::R3),
@@ -97,12 +116,21 @@ pub fn decide(
                 format!("{}: a permanent error is not retried", verdict.reason),
             )
         }
-        C::Ambiguous => return Decision::escalate(format!("{}: waiting for an agent to decide", verdict.reason)),
+        C::Ambiguous => {
+            return Decision::escalate(format!(
+                "{}: waiting for an agent to decide",
+                verdict.reason
+            ))
+        }
         C::Preempted | C::NodeFail | C::BootFail | C::Oom | C::Timeout | C::Transient => {}
     }
 
     let budget = config.retry.budgets.for_class(c);
-    let used = history.resubmits_by_class.get(c.as_str()).copied().unwrap_or(0);
+    let used = history
+        .resubmits_by_class
+        .get(c.as_str())
+        .copied()
+        .unwrap_or(0);
     if used >= budget {
         return Decision::escalate(format!(
             "{}: the {c} retry budget is spent ({used} of {budget} used)",
@@ -120,13 +148,20 @@ pub fn decide(
     let mut change = String::new();
     match c {
         C::Oom => {
-            let current = verdict.req_mem_bytes.or(history.plan.mem_mb.map(|m| m * MIB));
+            let current = verdict
+                .req_mem_bytes
+                .or(history.plan.mem_mb.map(|m| m * MIB));
             let Some(current) = current else {
-                return Decision::escalate(format!("{}: ReqMem is unknown, so more memory cannot be computed", verdict.reason));
+                return Decision::escalate(format!(
+                    "{}: ReqMem is unknown, so more memory cannot be computed",
+                    verdict.reason
+                ));
             };
             let by_factor = current as f64 * config.escalation.mem_factor;
             let by_rss = verdict.max_rss_bytes.unwrap_or(0) as f64 * config.escalation.mem_headroom;
-            let want = by_factor.max(by_rss).min(config.escalation.mem_max_bytes as f64) as u64;
+            let want = by_factor
+                .max(by_rss)
+                .min(config.escalation.mem_max_bytes as f64) as u64;
             let want_mb = want.div_ceil(MIB);
             if want_mb <= current.div_ceil(MIB) {
                 return Decision::escalate(format!(
@@ -140,7 +175,10 @@ pub fn decide(
         }
         C::Timeout => {
             let Some(current) = verdict.timelimit_secs.or(history.plan.time_secs) else {
-                return Decision::escalate(format!("{}: the time limit is unknown, so a longer one cannot be computed", verdict.reason));
+                return Decision::escalate(format!(
+                    "{}: the time limit is unknown, so a longer one cannot be computed",
+                    verdict.reason
+                ));
             };
             let mut cap = config.escalation.time_max.as_secs();
             if let Some(p) = partition_max_secs {
@@ -216,7 +254,10 @@ mod tests {
     }
 
     fn history() -> ChainHistory {
-        ChainHistory { max_retries: 5, ..Default::default() }
+        ChainHistory {
+            max_retries: 5,
+            ..Default::default()
+        }
     }
 
     fn cfg() -> Config {
@@ -228,31 +269,98 @@ mod tests {
         use Classification as C;
         let cases = [
             (C::Completed, None, Action::None, ChainState::Completed),
-            (C::Cancelled, Some(RecoveryClass::R3), Action::Cancel, ChainState::Cancelled),
-            (C::Deadline, Some(RecoveryClass::R3), Action::Fail, ChainState::Failed),
-            (C::Permanent, Some(RecoveryClass::R3), Action::Fail, ChainState::Failed),
-            (C::Ambiguous, Some(RecoveryClass::R2), Action::Escalate, ChainState::PendingFailed),
-            (C::Preempted, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
-            (C::NodeFail, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
-            (C::BootFail, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
-            (C::Oom, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
-            (C::Timeout, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
-            (C::Transient, Some(RecoveryClass::R1), Action::Resubmit, ChainState::Ready),
+            (
+                C::Cancelled,
+                Some(RecoveryClass::R3),
+                Action::Cancel,
+                ChainState::Cancelled,
+            ),
+            (
+                C::Deadline,
+                Some(RecoveryClass::R3),
+                Action::Fail,
+                ChainState::Failed,
+            ),
+            (
+                C::Permanent,
+                Some(RecoveryClass::R3),
+                Action::Fail,
+                ChainState::Failed,
+            ),
+            (
+                C::Ambiguous,
+                Some(RecoveryClass::R2),
+                Action::Escalate,
+                ChainState::PendingFailed,
+            ),
+            (
+                C::Preempted,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
+            (
+                C::NodeFail,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
+            (
+                C::BootFail,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
+            (
+                C::Oom,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
+            (
+                C::Timeout,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
+            (
+                C::Transient,
+                Some(RecoveryClass::R1),
+                Action::Resubmit,
+                ChainState::Ready,
+            ),
         ];
         for (c, class, action, state) in cases {
             let d = decide(&verdict(c), &history(), &cfg(), None, 1000, 0.0);
-            assert_eq!((d.class, d.action, d.next_state), (class, action, state), "{c}");
+            assert_eq!(
+                (d.class, d.action, d.next_state),
+                (class, action, state),
+                "{c}"
+            );
         }
     }
 
     #[test]
     fn oom_takes_the_larger_of_factor_and_rss() {
-        let d = decide(&verdict(Classification::Oom), &history(), &cfg(), None, 0, 0.0);
+        let d = decide(
+            &verdict(Classification::Oom),
+            &history(),
+            &cfg(),
+            None,
+            0,
+            0.0,
+        );
         // 100 MiB * 2.0 = 200; 263 MiB * 1.25 = 328.75 -> 329.
         assert_eq!(d.plan.unwrap().mem_mb, Some(329));
         let mut v = verdict(Classification::Oom);
         v.max_rss_bytes = None;
-        assert_eq!(decide(&v, &history(), &cfg(), None, 0, 0.0).plan.unwrap().mem_mb, Some(200));
+        assert_eq!(
+            decide(&v, &history(), &cfg(), None, 0, 0.0)
+                .plan
+                .unwrap()
+                .mem_mb,
+            Some(200)
+        );
     }
 
     #[test]
@@ -266,13 +374,29 @@ mod tests {
 
     #[test]
     fn timeout_is_capped_by_the_partition() {
-        let d = decide(&verdict(Classification::Timeout), &history(), &cfg(), Some(30 * 60), 0, 0.0);
+        let d = decide(
+            &verdict(Classification::Timeout),
+            &history(),
+            &cfg(),
+            Some(30 * 60),
+            0,
+            0.0,
+        );
         assert_eq!(d.plan.unwrap().time_secs, Some(120));
         let mut v = verdict(Classification::Timeout);
         v.timelimit_secs = Some(25 * 60);
-        assert_eq!(decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0).plan.unwrap().time_secs, Some(30 * 60));
+        assert_eq!(
+            decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0)
+                .plan
+                .unwrap()
+                .time_secs,
+            Some(30 * 60)
+        );
         v.timelimit_secs = Some(30 * 60);
-        assert_eq!(decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0).action, Action::Escalate);
+        assert_eq!(
+            decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0).action,
+            Action::Escalate
+        );
     }
 
     #[test]
@@ -289,13 +413,27 @@ mod tests {
         h.resubmits_by_class.insert("oom".into(), 3);
         h.resubmits = 3;
         let d = decide(&verdict(Classification::Oom), &h, &cfg(), None, 0, 0.0);
-        assert_eq!((d.class, d.next_state), (Some(RecoveryClass::R2), ChainState::PendingFailed));
-        assert!(d.reason.contains("oom retry budget is spent"), "{}", d.reason);
+        assert_eq!(
+            (d.class, d.next_state),
+            (Some(RecoveryClass::R2), ChainState::PendingFailed)
+        );
+        assert!(
+            d.reason.contains("oom retry budget is spent"),
+            "{}",
+            d.reason
+        );
 
         let mut h = history();
         h.max_retries = 1;
         h.resubmits = 1;
-        let d = decide(&verdict(Classification::Preempted), &h, &cfg(), None, 0, 0.0);
+        let d = decide(
+            &verdict(Classification::Preempted),
+            &h,
+            &cfg(),
+            None,
+            0,
+            0.0,
+        );
         assert!(d.reason.contains("chain's retry budget"), "{}", d.reason);
     }
 
@@ -307,7 +445,14 @@ mod tests {
         assert_eq!(backoff_secs(&c, 30, 0.0), 600);
         assert_eq!(backoff_secs(&c, 0, 1.0), 12);
         assert_eq!(backoff_secs(&c, 0, -1.0), 8);
-        let d = decide(&verdict(Classification::Preempted), &history(), &c, None, 1000, 0.0);
+        let d = decide(
+            &verdict(Classification::Preempted),
+            &history(),
+            &c,
+            None,
+            1000,
+            0.0,
+        );
         assert_eq!(d.not_before, Some(1010));
     }
 }

@@ -117,6 +117,11 @@ impl ErrorKind {
 
 impl Response {
     pub fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
-        Response::Error(ErrorBody { kind, message: message.into(), exit_code: None, stderr: None })
+        Response::Error(ErrorBody {
+            kind,
+            message: message.into(),
+            exit_code: None,
+            stderr: None,
+        })
     }
 }

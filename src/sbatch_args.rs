@@ -472,6 +472,35 @@ fn lookup_long(name: &str) -> Result<Option<&'static Spec>, ArgsError> {
     }
 }
 
+/// A submission as sbatch sees it: the command line and the script's `#SBATCH` lines.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub cmd: SbatchCommand,
+    pub directives: SbatchCommand,
+}
+
+impl Submitted {
+    /// Reads argv strictly; the script's directives leniently (sbatch itself is the judge
+    /// of a malformed directive, and reports it to the user).
+    pub fn read(argv: &[String], script: Option<&[u8]>) -> Result<Submitted, ArgsError> {
+        let cmd = parse(argv)?;
+        let directives = script
+            .and_then(|s| parse_directives(&script_directives(&String::from_utf8_lossy(s))).ok())
+            .unwrap_or_default();
+        Ok(Submitted { cmd, directives })
+    }
+
+    /// The value of `name` in force (command line over script).
+    pub fn option(&self, name: &str) -> Option<&str> {
+        effective_option(&self.cmd, &self.directives, name)
+    }
+
+    /// True when the option is given at all, on the command line or in the script.
+    pub fn has(&self, name: &str) -> bool {
+        self.cmd.has(name) || self.directives.has(name)
+    }
+}
+
 /// The value of `name` in force: the command line's last occurrence, else the script's.
 ///
 /// This is per option name. It does not know that `--mem` and `--mem-per-cpu` exclude each

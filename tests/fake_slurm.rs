@@ -29,8 +29,16 @@ impl Fake {
     }
 
     fn ctl(&self, args: &[&str]) -> String {
-        let out = Command::new(self.bin.join("fake_slurm.py")).arg("ctl").args(args).output().unwrap();
-        assert!(out.status.success(), "fake ctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(self.bin.join("fake_slurm.py"))
+            .arg("ctl")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "fake ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -45,9 +53,16 @@ impl Fake {
 
 /// A daemon wired to a fake Slurm.
 fn start(extra: &str, env: &[(&str, &str)]) -> (Daemon, Fake) {
-    let root = tempfile::Builder::new().prefix("ssv-fake-").tempdir_in(scratch_root()).unwrap().keep();
+    let root = tempfile::Builder::new()
+        .prefix("ssv-fake-")
+        .tempdir_in(scratch_root())
+        .unwrap()
+        .keep();
     let fake = Fake::new(&root);
-    let cfg = format!("[slurm]\nbin_dir = {:?}\ncommand_timeout = \"3s\"\nsbatch_timeout = \"3s\"\n{extra}", fake.bin.display().to_string());
+    let cfg = format!(
+        "[slurm]\nbin_dir = {:?}\ncommand_timeout = \"3s\"\nsbatch_timeout = \"3s\"\n{extra}",
+        fake.bin.display().to_string()
+    );
     (Daemon::start_with_env(&cfg, env), fake)
 }
 
@@ -63,14 +78,36 @@ fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 fn a_retry_is_submitted_with_more_memory_through_the_fake() {
     let (d, fake) = start("", &[]);
     d.write_script("job.sh", "echo hi");
-    let job = d.submit(&["--mem=100M", "--job-name=it's \"quoted\" $(rm -rf /)", "job.sh", "arg with space"]);
-    fake.ctl(&["finish", &job, "FAILED", "0:9", "slurmstepd: error: Exceeded job memory limit\n"]);
-    wait_until("a second sbatch", Duration::from_secs(20), || fake.sbatch_calls().len() == 2);
+    let job = d.submit(&[
+        "--mem=100M",
+        "--job-name=it's \"quoted\" $(rm -rf /)",
+        "job.sh",
+        "arg with space",
+    ]);
+    fake.ctl(&[
+        "finish",
+        &job,
+        "FAILED",
+        "0:9",
+        "slurmstepd: error: Exceeded job memory limit\n",
+    ]);
+    wait_until("a second sbatch", Duration::from_secs(20), || {
+        fake.sbatch_calls().len() == 2
+    });
     let calls = fake.sbatch_calls();
     let argv: Vec<String> = serde_json::from_value(calls[1]["argv"].clone()).unwrap();
     // The user's options survive byte for byte; memory is overridden; the script args stay.
-    assert!(argv.contains(&"--job-name=it's \"quoted\" $(rm -rf /)".to_string()), "{argv:?}");
-    assert!(argv.contains(&"--mem=328M".to_string()) || argv.iter().any(|a| a.starts_with("--mem=") && a != "--mem=100M"), "{argv:?}");
+    assert!(
+        argv.contains(&"--job-name=it's \"quoted\" $(rm -rf /)".to_string()),
+        "{argv:?}"
+    );
+    assert!(
+        argv.contains(&"--mem=328M".to_string())
+            || argv
+                .iter()
+                .any(|a| a.starts_with("--mem=") && a != "--mem=100M"),
+        "{argv:?}"
+    );
     assert!(!argv.contains(&"--mem=100M".to_string()), "{argv:?}");
     assert_eq!(argv.last().unwrap(), "arg with space");
     let h = d.history(&job);
@@ -85,10 +122,16 @@ fn garbage_from_sacct_decides_nothing_until_sacct_makes_sense() {
     fake.ctl(&["mode", "sacct", "garbage"]);
     fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
     std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(d.status(&job)[0]["state"], "active", "nothing may be decided from garbage");
+    assert_eq!(
+        d.status(&job)[0]["state"],
+        "active",
+        "nothing may be decided from garbage"
+    );
     assert!(d.log().contains("cannot be read"), "{}", d.log());
     fake.ctl(&["mode", "sacct", "ok"]);
-    wait_until("the chain to be judged", Duration::from_secs(20), || d.status(&job)[0]["last_classification"] == "transient");
+    wait_until("the chain to be judged", Duration::from_secs(20), || {
+        d.status(&job)[0]["last_classification"] == "transient"
+    });
 }
 
 #[test]
@@ -105,7 +148,9 @@ fn an_outage_is_not_a_failure_and_is_logged_once() {
     assert_eq!(log.matches("slurm is not answering").count(), 1, "{log}");
     fake.ctl(&["mode", "squeue", "ok"]);
     fake.ctl(&["mode", "sacct", "ok"]);
-    wait_until("recovery after the outage", Duration::from_secs(60), || d.status(&job)[0]["state"] == "pending_failed");
+    wait_until("recovery after the outage", Duration::from_secs(60), || {
+        d.status(&job)[0]["state"] == "pending_failed"
+    });
     assert!(d.log().contains("slurm answers again"));
 }
 
@@ -114,9 +159,16 @@ fn an_sbatch_refusal_passes_through_and_keeps_nothing() {
     let (d, fake) = start("", &[]);
     d.write_script("job.sh", "echo hi");
     fake.ctl(&["mode", "sbatch", "reject"]);
-    let out = d.ctl_in(&["submit", "--", "--partition=nope", "job.sh"], &d.work_dir());
+    let out = d.ctl_in(
+        &["submit", "--", "--partition=nope", "job.sh"],
+        &d.work_dir(),
+    );
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid partition specified"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid partition specified"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.stdout.is_empty());
     assert_eq!(d.json(&["status", "--json"]), serde_json::json!([]));
 }
@@ -127,12 +179,23 @@ fn a_lost_sbatch_reply_is_found_by_its_tag_not_submitted_twice() {
     d.write_script("job.sh", "echo hi");
     fake.ctl(&["mode", "sbatch", "lost-reply"]);
     let out = d.ctl_in(&["submit", "--", "job.sh"], &d.work_dir());
-    assert_eq!(out.status.code(), Some(75), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     fake.ctl(&["mode", "sbatch", "ok"]);
     wait_until("the launch to be adopted", Duration::from_secs(20), || {
-        d.json(&["status", "--json"]).as_array().is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
+        d.json(&["status", "--json"])
+            .as_array()
+            .is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
     });
-    assert_eq!(fake.sbatch_calls().len(), 1, "the job Slurm accepted must not be submitted again");
+    assert_eq!(
+        fake.sbatch_calls().len(),
+        1,
+        "the job Slurm accepted must not be submitted again"
+    );
 }
 
 #[test]
@@ -142,15 +205,25 @@ fn a_crash_between_intent_and_sbatch_submits_exactly_once() {
         d.write_script("job.sh", "echo hi");
         // The first submission goes through the same failpoints: it dies there.
         let out = d.ctl_in(&["submit", "--", "job.sh"], &d.work_dir());
-        assert!(!out.status.success(), "{point}: the daemon should have died");
+        assert!(
+            !out.status.success(),
+            "{point}: the daemon should have died"
+        );
         d.kill();
         d.extra_env.clear();
         d.spawn();
         wait_until("the chain to be live", Duration::from_secs(20), || {
-            d.json(&["status", "--json"]).as_array().is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
+            d.json(&["status", "--json"])
+                .as_array()
+                .is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
         });
         // Died before sbatch: submitted once after the restart. Died after: found by its tag.
-        assert_eq!(fake.sbatch_calls().len(), 1, "{point}: {:?}", fake.sbatch_calls());
+        assert_eq!(
+            fake.sbatch_calls().len(),
+            1,
+            "{point}: {:?}",
+            fake.sbatch_calls()
+        );
     }
 }
 
@@ -158,15 +231,33 @@ fn a_crash_between_intent_and_sbatch_submits_exactly_once() {
 fn a_bad_config_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
-    std::fs::write(&p, "poll_interval = \"2s\"\n[retry]\nmax_retries = \"lots\"\n").unwrap();
-    let out = Command::new(CTL).arg("--config").arg(&p).arg("validate").output().unwrap();
+    std::fs::write(
+        &p,
+        "poll_interval = \"2s\"\n[retry]\nmax_retries = \"lots\"\n",
+    )
+    .unwrap();
+    let out = Command::new(CTL)
+        .arg("--config")
+        .arg(&p)
+        .arg("validate")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml:3:"), "{err}");
-    let out = Command::new(DAEMON).arg("--config").arg(&p).output().unwrap();
+    let out = Command::new(DAEMON)
+        .arg("--config")
+        .arg(&p)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.toml:3:"));
-    let out = Command::new(CTL).arg("--config").arg(dir.path().join("missing.toml")).arg("status").output().unwrap();
+    let out = Command::new(CTL)
+        .arg("--config")
+        .arg(dir.path().join("missing.toml"))
+        .arg("status")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(78));
 }
 
@@ -175,11 +266,27 @@ fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
     let (d, _fake) = start("", &[]);
     let pid = d.child.as_ref().unwrap().id() as i32;
     let good = std::fs::read_to_string(&d.config).unwrap();
-    std::fs::write(&d.config, format!("{good}\n[[rules]]\nname = \"broken\"\nkind = \"transient\"\nstderr = \"(\"\n")).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP).unwrap();
-    wait_until("the refusal", Duration::from_secs(10), || d.log().contains("new config refused"));
+    std::fs::write(
+        &d.config,
+        format!("{good}\n[[rules]]\nname = \"broken\"\nkind = \"transient\"\nstderr = \"(\"\n"),
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_until("the refusal", Duration::from_secs(10), || {
+        d.log().contains("new config refused")
+    });
     std::fs::write(&d.config, &good).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP).unwrap();
-    wait_until("the reload", Duration::from_secs(10), || d.log().contains("config reloaded"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_until("the reload", Duration::from_secs(10), || {
+        d.log().contains("config reloaded")
+    });
     assert!(d.ctl(&["status"]).status.success());
 }

@@ -24,7 +24,10 @@ fn oom_is_retried_with_more_memory_and_completes() {
     require_slurm();
     let d = Daemon::start("");
     // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
-    d.write_script("oom.sh", "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done");
+    d.write_script(
+        "oom.sh",
+        "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
+    );
     let job = d.submit(&["--mem=100M", "--job-name=ssv-oom", "oom.sh"]);
     d.wait_state(&job, "completed", 4 * MIN);
     let h = d.history(&job);
@@ -33,11 +36,23 @@ fn oom_is_retried_with_more_memory_and_completes() {
     assert_eq!(a[0]["slurm_state"], "FAILED", "{h:#}");
     assert_eq!(a[0]["mem"], "100M");
     assert_eq!(a[1]["slurm_state"], "COMPLETED");
-    let mem2: u64 = a[1]["mem"].as_str().unwrap().trim_end_matches('M').parse().unwrap();
+    let mem2: u64 = a[1]["mem"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('M')
+        .parse()
+        .unwrap();
     assert!(mem2 >= 200, "second attempt got {mem2}M");
     let ds = decisions(&h);
     assert_eq!(ds.len(), 1, "{h:#}");
-    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str(), ds[0]["action"].as_str()), (Some("R1"), Some("oom"), Some("resubmit")));
+    assert_eq!(
+        (
+            ds[0]["class"].as_str(),
+            ds[0]["classification"].as_str(),
+            ds[0]["action"].as_str()
+        ),
+        (Some("R1"), Some("oom"), Some("resubmit"))
+    );
 }
 
 #[test]
@@ -67,7 +82,10 @@ fn a_permanent_error_fails_without_a_retry() {
     assert_eq!(attempts(&h).len(), 1);
     let ds = decisions(&h);
     assert_eq!(ds.len(), 1);
-    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str()), (Some("R3"), Some("permanent")));
+    assert_eq!(
+        (ds[0]["class"].as_str(), ds[0]["classification"].as_str()),
+        (Some("R3"), Some("permanent"))
+    );
     // `status ID` of a failed chain exits 1.
     assert_eq!(d.ctl(&["status", &job]).status.code(), Some(1));
 }
@@ -81,24 +99,57 @@ fn an_ambiguous_failure_waits_for_an_agent_then_retries() {
     let job = d.submit(&["--job-name=ssv-ambiguous", "odd.sh"]);
     d.wait_state(&job, "pending_failed", 3 * MIN);
     let pending = d.json(&["pending", "--json"]);
-    let p = pending.as_array().unwrap().iter().find(|p| p["slurm_job_id"] == job.as_str()).expect("listed in pending").clone();
-    assert!(p["evidence"]["stderr_tail"].as_str().unwrap_or_default().contains("frobnicator"), "{p:#}");
+    let p = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["slurm_job_id"] == job.as_str())
+        .expect("listed in pending")
+        .clone();
+    assert!(
+        p["evidence"]["stderr_tail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("frobnicator"),
+        "{p:#}"
+    );
     assert_eq!(p["last_classification"], "ambiguous");
     // A resolution without a reason is refused; with one it is recorded.
     let out = d.ctl(&["classify", &job, "--action", "retry", "--reason", " "]);
     assert_eq!(out.status.code(), Some(2));
-    let out = d.ctl(&["classify", &job, "--action", "retry", "--reason", "marker now exists", "--mem", "200M"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = d.ctl(&[
+        "classify",
+        &job,
+        "--action",
+        "retry",
+        "--reason",
+        "marker now exists",
+        "--mem",
+        "200M",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A second resolution of the same chain is refused.
     let again = d.ctl(&["classify", &job, "--action", "fail", "--reason", "late"]);
-    assert_eq!(again.status.code(), Some(4), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(
+        again.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     d.wait_state(&job, "completed", 3 * MIN);
     let h = d.history(&job);
     assert_eq!(attempts(&h).len(), 2);
     assert_eq!(attempts(&h)[1]["mem"], "200M");
     let ds = decisions(&h);
     assert_eq!(ds.len(), 2, "{h:#}");
-    assert_eq!((ds[0]["class"].as_str(), ds[0]["action"].as_str()), (Some("R2"), Some("escalate")));
+    assert_eq!(
+        (ds[0]["class"].as_str(), ds[0]["action"].as_str()),
+        (Some("R2"), Some("escalate"))
+    );
     assert_eq!(ds[1]["action"], "resubmit");
     assert_eq!(ds[1]["reason"], "marker now exists");
     assert_eq!(ds[1]["resolves"], ds[0]["id"]);
@@ -118,7 +169,10 @@ fn a_users_scancel_is_never_retried() {
     let h = d.history(&job);
     assert_eq!(attempts(&h).len(), 1, "{h:#}");
     let ds = decisions(&h);
-    assert_eq!((ds[0]["class"].as_str(), ds[0]["classification"].as_str()), (Some("R3"), Some("cancelled")));
+    assert_eq!(
+        (ds[0]["class"].as_str(), ds[0]["classification"].as_str()),
+        (Some("R3"), Some("cancelled"))
+    );
 }
 
 #[test]
@@ -128,12 +182,26 @@ fn supervisorctl_cancel_stops_supervision() {
     d.write_script("long.sh", "sleep 300");
     let job = d.submit(&["--job-name=ssv-ctl-cancel", "long.sh"]);
     let out = d.ctl(&["cancel", &job]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     d.wait_state(&job, "cancelled", MIN);
     // Slurm really cancelled it.
     let deadline = std::time::Instant::now() + MIN;
     loop {
-        let s = run("sacct", &["--parsable2", "--noheader", "-X", "-j", &job, "--format=State"]);
+        let s = run(
+            "sacct",
+            &[
+                "--parsable2",
+                "--noheader",
+                "-X",
+                "-j",
+                &job,
+                "--format=State",
+            ],
+        );
         if s.contains("CANCELLED") {
             break;
         }
@@ -200,7 +268,12 @@ fn a_daemon_restart_midway_loses_and_repeats_nothing() {
 #[test]
 fn unknown_ids_are_refused_clearly() {
     let d = Daemon::start("");
-    for args in [vec!["status", "999999999"], vec!["history", "c424242"], vec!["cancel", "c1"], vec!["recover", "12345678"]] {
+    for args in [
+        vec!["status", "999999999"],
+        vec!["history", "c424242"],
+        vec!["cancel", "c1"],
+        vec!["recover", "12345678"],
+    ] {
         let out = d.ctl(&args);
         assert_eq!(out.status.code(), Some(3), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);

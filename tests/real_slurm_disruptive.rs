@@ -21,7 +21,10 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 fn wait_running(job: &str) -> String {
     let deadline = Instant::now() + 3 * MIN;
     loop {
-        let out = Command::new("squeue").args(["--noheader", "-j", job, "--format=%T|%N"]).output().unwrap();
+        let out = Command::new("squeue")
+            .args(["--noheader", "-j", job, "--format=%T|%N"])
+            .output()
+            .unwrap();
         let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if let Some(node) = s.strip_prefix("RUNNING|") {
             return node.to_string();
@@ -35,11 +38,16 @@ fn wait_node_idle(node: &str) {
     let deadline = Instant::now() + 3 * MIN;
     loop {
         let s = run("sinfo", &["--noheader", "-n", node, "--format=%T"]);
-        if s.lines().all(|l| matches!(l.trim(), "idle" | "mixed" | "allocated")) && !s.trim().is_empty() {
+        if s.lines()
+            .all(|l| matches!(l.trim(), "idle" | "mixed" | "allocated"))
+            && !s.trim().is_empty()
+        {
             return;
         }
         if Instant::now() > deadline {
-            let _ = Command::new("scontrol").args(["update", &format!("nodename={node}"), "state=resume"]).status();
+            let _ = Command::new("scontrol")
+                .args(["update", &format!("nodename={node}"), "state=resume"])
+                .status();
             panic!("node {node} did not come back: {s:?}");
         }
         std::thread::sleep(Duration::from_secs(1));
@@ -58,7 +66,15 @@ fn a_node_failure_is_retried_on_another_node() {
     d.write_script("nf.sh", "sleep 30\necho ok on $(hostname) $SLURMD_NODENAME");
     let job = d.submit(&["--no-requeue", "--job-name=ssv-nodefail", "nf.sh"]);
     let node = wait_running(&job);
-    run("scontrol", &["update", &format!("nodename={node}"), "state=down", "reason=ssv-test"]);
+    run(
+        "scontrol",
+        &[
+            "update",
+            &format!("nodename={node}"),
+            "state=down",
+            "reason=ssv-test",
+        ],
+    );
     d.wait_state(&job, "completed", 4 * MIN);
     wait_node_idle(&node);
     let h = d.history(&job);
@@ -73,7 +89,19 @@ fn a_node_failure_is_retried_on_another_node() {
 
 /// Starts a job in `urgent` on `node` that takes the whole node, preempting `debug` jobs there.
 fn preempt_on(node: &str) -> String {
-    let out = run("sbatch", &["--parsable", "--partition=urgent", "-w", node, "--exclusive", "--job-name=ssv-urgent", "--output=/dev/null", "--wrap=sleep 15"]);
+    let out = run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--partition=urgent",
+            "-w",
+            node,
+            "--exclusive",
+            "--job-name=ssv-urgent",
+            "--output=/dev/null",
+            "--wrap=sleep 15",
+        ],
+    );
     out.trim().to_string()
 }
 
@@ -91,14 +119,23 @@ fn a_preemption_slurm_requeued_is_not_resubmitted() {
     d.wait_state(&job, "completed", 8 * MIN);
     let h = d.history(&job);
     let a = attempts(&h);
-    assert_eq!(a.len(), 1, "Slurm requeued it; the supervisor must not resubmit: {h:#}");
+    assert_eq!(
+        a.len(),
+        1,
+        "Slurm requeued it; the supervisor must not resubmit: {h:#}"
+    );
     assert!(a[0]["requeues"].as_u64().unwrap() >= 1, "{h:#}");
     let ds = h["decisions"].as_array().unwrap();
-    assert!(ds.iter().any(|d| d["classification"] == "preempted" && d["action"] == "watch"), "{h:#}");
+    assert!(
+        ds.iter()
+            .any(|d| d["classification"] == "preempted" && d["action"] == "watch"),
+        "{h:#}"
+    );
     assert!(ds.iter().all(|d| d["action"] != "resubmit"), "{h:#}");
     // No second job anywhere in sacct carries this chain's tag.
     let rows = sacct_jobs_with_comment(a[0]["tag"].as_str().unwrap());
-    let ids: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.split('|').next().unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.split('|').next().unwrap()).collect();
     assert_eq!(ids.len(), 1, "{rows:#?}");
 }
 

@@ -25,7 +25,10 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Sends one request and returns the daemon's response.
 pub fn call(socket: &Path, request: &Request) -> Result<Response, ClientError> {
-    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect { path: socket.display().to_string(), source })?;
+    let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
+        path: socket.display().to_string(),
+        source,
+    })?;
     stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');

@@ -9,7 +9,9 @@ pub mod client;
 pub mod render;
 
 use crate::config::Config;
-use crate::protocol::{ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest};
+use crate::protocol::{
+    ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest,
+};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::Read;
@@ -18,7 +20,11 @@ use std::path::PathBuf;
 pub const EXIT_CONFIG: i32 = 78;
 
 #[derive(Debug, Parser)]
-#[command(name = "supervisorctl", version, about = "Submit and inspect jobs supervised by slurm-supervisord")]
+#[command(
+    name = "supervisorctl",
+    version,
+    about = "Submit and inspect jobs supervised by slurm-supervisord"
+)]
 pub struct Cli {
     /// The config file (the same one the daemon uses); default: built-in defaults.
     #[arg(long, global = true, env = "SLURM_SUPERVISOR_CONFIG")]
@@ -112,15 +118,22 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
 }
 
 fn submit_request(sbatch: Vec<String>, max_retries: Option<u32>) -> Result<SubmitRequest, String> {
-    let cwd = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let cmd = crate::sbatch_args::parse(&sbatch).map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let cmd = crate::sbatch_args::parse(&sbatch)
+        .map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
     let wrap = cmd.options.iter().any(|o| o.name == "wrap");
     let script = match &cmd.script {
-        Some(path) => Some(std::fs::read(cwd.join(path)).map_err(|e| format!("cannot read the batch script {path}: {e}"))?),
+        Some(path) => Some(
+            std::fs::read(cwd.join(path))
+                .map_err(|e| format!("cannot read the batch script {path}: {e}"))?,
+        ),
         None if wrap => None,
         None => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
             if buf.is_empty() {
                 return Err("no batch script: name one after the sbatch options, pipe one on stdin, or use --wrap".into());
             }
@@ -135,11 +148,20 @@ fn submit_request(sbatch: Vec<String>, max_retries: Option<u32>) -> Result<Submi
             _ => eprintln!("supervisorctl: warning: an environment variable with a non-UTF-8 name is not passed to the job"),
         }
     }
-    Ok(SubmitRequest { argv: sbatch, cwd: cwd.to_string_lossy().into_owned(), env, script, max_retries })
+    Ok(SubmitRequest {
+        argv: sbatch,
+        cwd: cwd.to_string_lossy().into_owned(),
+        env,
+        script,
+        max_retries,
+    })
 }
 
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("json values print"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).expect("json values print")
+    );
 }
 
 /// Runs the command line; returns the process exit code.
@@ -150,21 +172,40 @@ pub fn main_with(cli: Cli) -> i32 {
     };
     let request = match cli.command {
         Command::Validate => {
-            println!("{}: ok ({} rules)", cli.config.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults".into()), config.rules.len());
+            println!(
+                "{}: ok ({} rules)",
+                cli.config
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "built-in defaults".into()),
+                config.rules.len()
+            );
             return 0;
         }
-        Command::Submit { ref sbatch, max_retries } => match submit_request(sbatch.clone(), max_retries) {
+        Command::Submit {
+            ref sbatch,
+            max_retries,
+        } => match submit_request(sbatch.clone(), max_retries) {
             Ok(r) => Request::Submit(r),
             Err(e) => {
                 eprintln!("supervisorctl: {e}");
                 return 2;
             }
         },
-        Command::Adopt { ref job_ids } => Request::Adopt { job_ids: job_ids.clone() },
+        Command::Adopt { ref job_ids } => Request::Adopt {
+            job_ids: job_ids.clone(),
+        },
         Command::Status { ref id, .. } => Request::Status { id: id.clone() },
         Command::History { ref id, .. } => Request::History { id: id.clone() },
         Command::Pending { .. } => Request::Pending,
-        Command::Classify { ref id, action, ref mem, ref time, ref reason, dry_run } => Request::Classify(Resolution {
+        Command::Classify {
+            ref id,
+            action,
+            ref mem,
+            ref time,
+            ref reason,
+            dry_run,
+        } => Request::Classify(Resolution {
             id: id.clone(),
             action: match action {
                 CliAction::Retry => ResolveAction::Retry,
@@ -175,7 +216,17 @@ pub fn main_with(cli: Cli) -> i32 {
             reason: reason.clone(),
             dry_run,
         }),
-        Command::Recover { ref id, ref mem, ref time, dry_run } => Request::Recover(RecoverRequest { id: id.clone(), mem: mem.clone(), time: time.clone(), dry_run }),
+        Command::Recover {
+            ref id,
+            ref mem,
+            ref time,
+            dry_run,
+        } => Request::Recover(RecoverRequest {
+            id: id.clone(),
+            mem: mem.clone(),
+            time: time.clone(),
+            dry_run,
+        }),
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
     };
     let response = match client::call(&config.socket, &request) {
@@ -222,7 +273,8 @@ fn render(command: &Command, v: &Value) -> i32 {
             if *json {
                 print_json(v);
             } else if let Some(all) = v.as_array() {
-                all.iter().for_each(|h| println!("{}", render::history_text(h)));
+                all.iter()
+                    .for_each(|h| println!("{}", render::history_text(h)));
             } else {
                 print!("{}", render::history_text(v));
             }
@@ -231,13 +283,25 @@ fn render(command: &Command, v: &Value) -> i32 {
             if *json {
                 print_json(v);
             } else {
-                print!("{}", render::pending_text(v.as_array().map(Vec::as_slice).unwrap_or_default()));
+                print!(
+                    "{}",
+                    render::pending_text(v.as_array().map(Vec::as_slice).unwrap_or_default())
+                );
             }
         }
         Command::Recover { dry_run: true, .. } => {
             for p in v["would_run"].as_array().into_iter().flatten() {
-                let argv: Vec<String> = p["command"].as_array().into_iter().flatten().map(|a| shell_quote(a.as_str().unwrap_or_default())).collect();
-                println!("(cd {} && {})", shell_quote(p["cwd"].as_str().unwrap_or_default()), argv.join(" "));
+                let argv: Vec<String> = p["command"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| shell_quote(a.as_str().unwrap_or_default()))
+                    .collect();
+                println!(
+                    "(cd {} && {})",
+                    shell_quote(p["cwd"].as_str().unwrap_or_default()),
+                    argv.join(" ")
+                );
             }
         }
         _ => print_json(v),
@@ -247,7 +311,10 @@ fn render(command: &Command, v: &Value) -> i32 {
 
 /// Quotes a word for display as a shell command (the daemon never runs a shell).
 pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_=./,:%+@".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=./,:%+@".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))

@@ -31,7 +31,12 @@ pub fn format_unix(t: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
 }
 
 pub fn status_table(rows: &[Value]) -> String {
@@ -48,9 +53,15 @@ pub fn status_table(rows: &[Value]) -> String {
             s(&r["last_classification"]),
         ]);
     }
-    let widths: Vec<usize> = (0..6).map(|i| table.iter().map(|row| row[i].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|i| table.iter().map(|row| row[i].len()).max().unwrap_or(0))
+        .collect();
     for row in &table {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out
@@ -58,7 +69,13 @@ pub fn status_table(rows: &[Value]) -> String {
 
 pub fn history_text(h: &Value) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "chain {}  state {}  last {}", s(&h["id"]), s(&h["state"]), s(&h["last_classification"]));
+    let _ = writeln!(
+        out,
+        "chain {}  state {}  last {}",
+        s(&h["id"]),
+        s(&h["state"]),
+        s(&h["last_classification"])
+    );
     let _ = writeln!(out, "attempts:");
     for a in h["attempts"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -97,18 +114,35 @@ pub fn pending_text(rows: &[Value]) -> String {
         out.push_str("nothing is waiting for a decision\n");
     }
     for r in rows {
-        let _ = writeln!(out, "{}  job {}  {}", s(&r["id"]), s(&r["slurm_job_id"]), s(&r["last_classification"]));
+        let _ = writeln!(
+            out,
+            "{}  job {}  {}",
+            s(&r["id"]),
+            s(&r["slurm_job_id"]),
+            s(&r["last_classification"])
+        );
         let ev = &r["evidence"];
         if let Some(d) = ev["decisions"].as_array().and_then(|d| d.last()) {
             let _ = writeln!(out, "  why: {}", s(&d["reason"]));
         }
         if let Some(tail) = ev["stderr_tail"].as_str() {
             let _ = writeln!(out, "  stderr (last lines):");
-            for l in tail.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+            for l in tail
+                .lines()
+                .rev()
+                .take(10)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
                 let _ = writeln!(out, "    {l}");
             }
         }
-        let _ = writeln!(out, "  resolve: supervisorctl classify {} --action retry|fail --reason TEXT", s(&r["id"]));
+        let _ = writeln!(
+            out,
+            "  resolve: supervisorctl classify {} --action retry|fail --reason TEXT",
+            s(&r["id"])
+        );
     }
     out
 }

@@ -46,7 +46,11 @@ pub fn base_job_id(id: &str) -> &str {
 }
 
 /// A new decision record from the supervisor itself.
-pub fn supervisor_decision(c: Classification, d: &Decision, inputs: serde_json::Value) -> Option<NewDecision> {
+pub fn supervisor_decision(
+    c: Classification,
+    d: &Decision,
+    inputs: serde_json::Value,
+) -> Option<NewDecision> {
     d.class.map(|class| NewDecision {
         classification: c,
         class,
@@ -74,12 +78,29 @@ pub fn runs_by_job(rows: &[SacctRow]) -> HashMap<String, Vec<Vec<SacctRow>>> {
 }
 
 fn is_running_like(s: &str) -> bool {
-    matches!(s, "RUNNING" | "COMPLETING" | "SUSPENDED" | "CONFIGURING" | "STOPPED" | "SIGNALING" | "STAGE_OUT")
+    matches!(
+        s,
+        "RUNNING"
+            | "COMPLETING"
+            | "SUSPENDED"
+            | "CONFIGURING"
+            | "STOPPED"
+            | "SIGNALING"
+            | "STAGE_OUT"
+    )
 }
 
 impl<S: Slurm> Engine<S> {
     pub fn new(config: Config, store: Store, slurm: S) -> Self {
-        Engine { config, store, slurm, partitions: HashMap::new(), partitions_read: None, outage: None, consecutive_failures: 0 }
+        Engine {
+            config,
+            store,
+            slurm,
+            partitions: HashMap::new(),
+            partitions_read: None,
+            outage: None,
+            consecutive_failures: 0,
+        }
     }
 
     /// The poll interval to wait now: longer while Slurm is not answering.
@@ -124,7 +145,9 @@ impl<S: Slurm> Engine<S> {
     }
 
     async fn partition_max(&mut self, partition: &str) -> Option<u64> {
-        let stale = self.partitions_read.is_none_or(|t| t.elapsed() > PARTITION_REFRESH);
+        let stale = self
+            .partitions_read
+            .is_none_or(|t| t.elapsed() > PARTITION_REFRESH);
         if stale || !self.partitions.contains_key(partition) {
             match self.slurm.partition_limits().await {
                 Ok(p) => {
@@ -152,7 +175,12 @@ impl<S: Slurm> Engine<S> {
             by_user.entry(sub.user.clone()).or_default().push((l, sub));
         }
         for (user, launches) in by_user {
-            let since = launches.iter().map(|(l, _)| l.created_at).min().unwrap_or(t) - 600;
+            let since = launches
+                .iter()
+                .map(|(l, _)| l.created_at)
+                .min()
+                .unwrap_or(t)
+                - 600;
             let found = match launch::find_tags(&self.slurm, &user, since).await {
                 Ok(f) => f,
                 Err(e) => {
@@ -174,7 +202,12 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Runs the sbatch of a recorded launch and records what happened.
-    pub async fn run_launch(&mut self, l: &crate::store::Launch, sub: &crate::store::Submission, t: i64) -> Result<LaunchOutcome, StoreError> {
+    pub async fn run_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        sub: &crate::store::Submission,
+        t: i64,
+    ) -> Result<LaunchOutcome, StoreError> {
         let outcome = launch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
         match &outcome {
             LaunchOutcome::Submitted(job) => {
@@ -197,7 +230,11 @@ impl<S: Slurm> Engine<S> {
         if live.is_empty() {
             return Ok(true);
         }
-        let mut bases: Vec<String> = live.iter().filter_map(|a| a.slurm_job_id.as_deref()).map(|j| base_job_id(j).to_string()).collect();
+        let mut bases: Vec<String> = live
+            .iter()
+            .filter_map(|a| a.slurm_job_id.as_deref())
+            .map(|j| base_job_id(j).to_string())
+            .collect();
         bases.sort();
         bases.dedup();
         let sq = match self.slurm.squeue(&bases).await {
@@ -214,12 +251,20 @@ impl<S: Slurm> Engine<S> {
 
         let mut ask: Vec<(Attempt, bool)> = Vec::new();
         for a in live {
-            let Some(jid) = a.slurm_job_id.clone() else { continue };
+            let Some(jid) = a.slurm_job_id.clone() else {
+                continue;
+            };
             match queued.get(jid.as_str()) {
                 Some(state) if !state.is_terminal() => {
                     let prev = a.last_seen.clone().unwrap_or_default();
                     let requeued = is_running_like(&prev)
-                        && matches!(state, JobState::Pending | JobState::Requeued | JobState::RequeueHold | JobState::RequeueFed);
+                        && matches!(
+                            state,
+                            JobState::Pending
+                                | JobState::Requeued
+                                | JobState::RequeueHold
+                                | JobState::RequeueFed
+                        );
                     if prev != state.as_str() {
                         self.store.set_last_seen(a.chain_id, a.n, state.as_str())?;
                     }
@@ -234,7 +279,10 @@ impl<S: Slurm> Engine<S> {
             self.slurm_up();
             return Ok(true);
         }
-        let ids: Vec<String> = ask.iter().filter_map(|(a, _)| a.slurm_job_id.clone()).collect();
+        let ids: Vec<String> = ask
+            .iter()
+            .filter_map(|(a, _)| a.slurm_job_id.clone())
+            .collect();
         let sa = match self.slurm.sacct(&ids).await {
             Ok(p) => p,
             Err(e) => {
@@ -243,7 +291,12 @@ impl<S: Slurm> Engine<S> {
             }
         };
         self.slurm_up();
-        let bad_jobs: HashSet<String> = sa.errors.iter().filter_map(|e| e.job_id.as_deref()).map(|j| j.split('.').next().unwrap_or(j).to_string()).collect();
+        let bad_jobs: HashSet<String> = sa
+            .errors
+            .iter()
+            .filter_map(|e| e.job_id.as_deref())
+            .map(|j| j.split('.').next().unwrap_or(j).to_string())
+            .collect();
         for e in &sa.errors {
             error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
         }
@@ -264,30 +317,66 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Records the requeues and the ending (if any) that the runs of one attempt show.
-    async fn judge(&mut self, a: &Attempt, runs: &[Vec<SacctRow>], still_queued: bool, t: i64) -> Result<(), StoreError> {
+    async fn judge(
+        &mut self,
+        a: &Attempt,
+        runs: &[Vec<SacctRow>],
+        still_queued: bool,
+        t: i64,
+    ) -> Result<(), StoreError> {
         let jid = a.slurm_job_id.clone().unwrap_or_default();
         // Every run before the last one ended and was requeued by Slurm itself.
         let requeued_runs = runs.len().saturating_sub(1);
         for run in runs.iter().take(requeued_runs).skip(a.restarts as usize) {
-            let obs = Observation { job_id: jid.clone(), rows: run.clone(), stderr_tail: None, requeued_by_slurm: true };
-            let Ok(v) = classify::classify(&obs, &self.config.rules) else { continue };
+            let obs = Observation {
+                job_id: jid.clone(),
+                rows: run.clone(),
+                stderr_tail: None,
+                requeued_by_slurm: true,
+            };
+            let Ok(v) = classify::classify(&obs, &self.config.rules) else {
+                continue;
+            };
             let d = policy::decide_requeued(&v);
-            let rec = supervisor_decision(v.classification, &d, serde_json::json!({ "verdict": v })).expect("requeue decisions are recorded");
+            let rec =
+                supervisor_decision(v.classification, &d, serde_json::json!({ "verdict": v }))
+                    .expect("requeue decisions are recorded");
             info!(chain = a.chain_id, job = %jid, "{}", d.reason);
-            self.store.record_requeue(a.chain_id, a.n, &serde_json::to_value(&obs).unwrap_or_default(), &rec, t)?;
+            self.store.record_requeue(
+                a.chain_id,
+                a.n,
+                &serde_json::to_value(&obs).unwrap_or_default(),
+                &rec,
+                t,
+            )?;
         }
         let last = runs.last().expect("runs are never empty");
         let job_row_state = last.iter().find(|r| !r.is_step()).map(|r| r.state);
         if still_queued || !job_row_state.is_some_and(JobState::is_terminal) {
             return Ok(());
         }
-        let sub = self.store.submission(self.store.chain(a.chain_id)?.map(|c| c.submission_id).unwrap_or_default())?;
+        let sub = self.store.submission(
+            self.store
+                .chain(a.chain_id)?
+                .map(|c| c.submission_id)
+                .unwrap_or_default(),
+        )?;
         let stderr_tail = super::evidence::stderr_tail(&self.config, &sub, &jid, last);
-        let obs = Observation { job_id: jid.clone(), rows: last.clone(), stderr_tail, requeued_by_slurm: false };
+        let obs = Observation {
+            job_id: jid.clone(),
+            rows: last.clone(),
+            stderr_tail,
+            requeued_by_slurm: false,
+        };
         self.record_ending(a, obs, t).await
     }
 
-    async fn record_ending(&mut self, a: &Attempt, obs: Observation, t: i64) -> Result<(), StoreError> {
+    async fn record_ending(
+        &mut self,
+        a: &Attempt,
+        obs: Observation,
+        t: i64,
+    ) -> Result<(), StoreError> {
         let jid = obs.job_id.clone();
         let v = match classify::classify(&obs, &self.config.rules) {
             Ok(v) => v,
@@ -296,11 +385,23 @@ impl<S: Slurm> Engine<S> {
                 return Ok(());
             }
         };
-        let chain = self.store.chain(a.chain_id)?.expect("an attempt's chain exists");
+        let chain = self
+            .store
+            .chain(a.chain_id)?
+            .expect("an attempt's chain exists");
         let sub = self.store.submission(chain.submission_id)?;
         let history = ChainHistory {
-            resubmits_by_class: self.store.resubmits_by_class(a.chain_id)?.into_iter().collect(),
-            resubmits: self.store.resubmits_by_class(a.chain_id)?.iter().map(|(_, n)| n).sum(),
+            resubmits_by_class: self
+                .store
+                .resubmits_by_class(a.chain_id)?
+                .into_iter()
+                .collect(),
+            resubmits: self
+                .store
+                .resubmits_by_class(a.chain_id)?
+                .iter()
+                .map(|(_, n)| n)
+                .sum(),
             max_retries: sub.max_retries,
             plan: a.plan.clone(),
         };
@@ -315,24 +416,47 @@ impl<S: Slurm> Engine<S> {
             mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
             time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
         };
-        let inputs = serde_json::json!({ "verdict": v, "history": history, "partition_max_secs": pmax });
+        let inputs =
+            serde_json::json!({ "verdict": v, "history": history, "partition_max_secs": pmax });
         let rec = supervisor_decision(v.classification, &d, inputs);
-        let update = ChainUpdate { state: d.next_state, last_classification: Some(v.classification), plan: d.plan.clone(), not_before: d.not_before };
+        let update = ChainUpdate {
+            state: d.next_state,
+            last_classification: Some(v.classification),
+            plan: d.plan.clone(),
+            not_before: d.not_before,
+        };
         match d.class {
-            Some(c) => info!(chain = a.chain_id, job = %jid, class = %c, action = %d.action, "{}", d.reason),
+            Some(c) => {
+                info!(chain = a.chain_id, job = %jid, class = %c, action = %d.action, "{}", d.reason)
+            }
             None => info!(chain = a.chain_id, job = %jid, "completed"),
         }
-        self.store.record_ending(a.chain_id, a.n, &serde_json::to_value(&obs).unwrap_or_default(), &end, rec.as_ref(), &update, t)
+        self.store.record_ending(
+            a.chain_id,
+            a.n,
+            &serde_json::to_value(&obs).unwrap_or_default(),
+            &end,
+            rec.as_ref(),
+            &update,
+            t,
+        )
     }
 
     /// Launches the retries whose backoff has passed. Ready siblings of one array
     /// submission with the same resources go together in one sbatch (`--array=<list>`).
     pub async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
         let ready = self.store.chains_in_state(ChainState::Ready)?;
-        let due_subs: HashSet<i64> = ready.iter().filter(|c| c.not_before.unwrap_or(0) <= t).map(|c| c.submission_id).collect();
+        let due_subs: HashSet<i64> = ready
+            .iter()
+            .filter(|c| c.not_before.unwrap_or(0) <= t)
+            .map(|c| c.submission_id)
+            .collect();
         let mut groups: BTreeMap<(i64, String), Vec<i64>> = BTreeMap::new();
         for c in ready.iter().filter(|c| due_subs.contains(&c.submission_id)) {
-            let key = (c.submission_id, serde_json::to_string(&c.plan).unwrap_or_default());
+            let key = (
+                c.submission_id,
+                serde_json::to_string(&c.plan).unwrap_or_default(),
+            );
             groups.entry(key).or_default().push(c.id);
         }
         for ((sub_id, _), chains) in groups {
@@ -362,8 +486,14 @@ impl<S: Slurm> Engine<S> {
                         resolves: None,
                         actor: "supervisor".into(),
                     };
-                    let update = ChainUpdate { state: ChainState::PendingFailed, last_classification: None, plan: None, not_before: None };
-                    self.store.relaunch_refused(l.id, &stderr, t, &rec, &update)?;
+                    let update = ChainUpdate {
+                        state: ChainState::PendingFailed,
+                        last_classification: None,
+                        plan: None,
+                        not_before: None,
+                    };
+                    self.store
+                        .relaunch_refused(l.id, &stderr, t, &rec, &update)?;
                 }
             }
         }
@@ -381,8 +511,14 @@ impl<S: Slurm> Engine<S> {
                 resolves: None,
                 actor: "supervisor".into(),
             };
-            let update = ChainUpdate { state: ChainState::PendingFailed, last_classification: None, plan: None, not_before: None };
-            self.store.decide_chain(c, &[ChainState::Ready], &rec, &update, t)?;
+            let update = ChainUpdate {
+                state: ChainState::PendingFailed,
+                last_classification: None,
+                plan: None,
+                not_before: None,
+            };
+            self.store
+                .decide_chain(c, &[ChainState::Ready], &rec, &update, t)?;
         }
         Ok(())
     }

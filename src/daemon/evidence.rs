@@ -2,7 +2,7 @@
 //! filename patterns) and their last lines.
 
 use crate::config::Config;
-use crate::sbatch_args::{self, SbatchCommand};
+use crate::sbatch_args::Submitted;
 use crate::slurm::types::SacctRow;
 use crate::store::Submission;
 use std::io::{Read, Seek, SeekFrom};
@@ -60,25 +60,27 @@ pub fn expand_pattern(pattern: &str, v: &PatternValues) -> String {
     out
 }
 
-fn option<'a>(cmd: &'a SbatchCommand, directives: &'a Option<SbatchCommand>, name: &str) -> Option<&'a str> {
-    cmd.get(name).or_else(|| directives.as_ref().and_then(|d| d.get(name)))
-}
-
 /// Where the job's stderr went.
 pub fn stderr_path(sub: &Submission, job_id: &str, job_row: &SacctRow) -> Option<PathBuf> {
-    let cmd = sbatch_args::parse(&sub.argv).ok()?;
-    let directives = sub
-        .script
-        .as_deref()
-        .and_then(|s| sbatch_args::parse(&sbatch_args::script_directives(&String::from_utf8_lossy(s))).ok());
+    let s = Submitted::read(&sub.argv, sub.script.as_deref()).ok()?;
     let (base, task) = match job_id.split_once('_') {
         Some((b, t)) => (b, Some(t)),
         None => (job_id, None),
     };
-    let default = if task.is_some() { "slurm-%A_%a.out" } else { "slurm-%j.out" };
-    let pattern = option(&cmd, &directives, "error").or_else(|| option(&cmd, &directives, "output")).unwrap_or(default);
-    let script_name = sub.script_name.as_deref().unwrap_or(if cmd.get("wrap").is_some() { "wrap" } else { "sbatch" });
-    let job_name = option(&cmd, &directives, "job-name").unwrap_or(script_name);
+    let default = if task.is_some() {
+        "slurm-%A_%a.out"
+    } else {
+        "slurm-%j.out"
+    };
+    let pattern = s
+        .option("error")
+        .or_else(|| s.option("output"))
+        .unwrap_or(default);
+    let script_name =
+        sub.script_name
+            .as_deref()
+            .unwrap_or(if s.cmd.has("wrap") { "wrap" } else { "sbatch" });
+    let job_name = s.option("job-name").unwrap_or(script_name);
     let first_node = job_row.node_list.split([',', '[']).next().unwrap_or("");
     let values = PatternValues {
         job_id_raw: &job_row.job_id_raw,
@@ -92,8 +94,15 @@ pub fn stderr_path(sub: &Submission, job_id: &str, job_row: &SacctRow) -> Option
     if path.is_absolute() {
         return Some(path);
     }
-    let dir = option(&cmd, &directives, "chdir").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(&sub.cwd));
-    let dir = if dir.is_absolute() { dir } else { Path::new(&sub.cwd).join(dir) };
+    let dir = s
+        .option("chdir")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(&sub.cwd));
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        Path::new(&sub.cwd).join(dir)
+    };
     Some(dir.join(path))
 }
 
@@ -112,10 +121,19 @@ pub fn tail(path: &Path, lines: usize, bytes: u64) -> Option<String> {
 }
 
 /// The stderr tail of an ended attempt, when the file can be read.
-pub fn stderr_tail(config: &Config, sub: &Submission, job_id: &str, run: &[SacctRow]) -> Option<String> {
+pub fn stderr_tail(
+    config: &Config,
+    sub: &Submission,
+    job_id: &str,
+    run: &[SacctRow],
+) -> Option<String> {
     let job_row = run.iter().find(|r| !r.is_step())?;
     let path = stderr_path(sub, job_id, job_row)?;
-    tail(&path, config.slurm.stderr_tail_lines, config.slurm.stderr_tail_bytes)
+    tail(
+        &path,
+        config.slurm.stderr_tail_lines,
+        config.slurm.stderr_tail_bytes,
+    )
 }
 
 #[cfg(test)]
@@ -123,14 +141,27 @@ mod tests {
     use super::*;
 
     fn values() -> PatternValues<'static> {
-        PatternValues { job_id_raw: "17", array_job_id: "14", array_task: Some("3"), user: "alice", job_name: "train", first_node: "n1" }
+        PatternValues {
+            job_id_raw: "17",
+            array_job_id: "14",
+            array_task: Some("3"),
+            user: "alice",
+            job_name: "train",
+            first_node: "n1",
+        }
     }
 
     #[test]
     fn patterns_expand_like_slurm() {
-        assert_eq!(expand_pattern("slurm-%A_%a.out", &values()), "slurm-14_3.out");
+        assert_eq!(
+            expand_pattern("slurm-%A_%a.out", &values()),
+            "slurm-14_3.out"
+        );
         assert_eq!(expand_pattern("%x-%j.err", &values()), "train-17.err");
-        assert_eq!(expand_pattern("/tmp/%u/%N/%4a.log", &values()), "/tmp/alice/n1/0003.log");
+        assert_eq!(
+            expand_pattern("/tmp/%u/%N/%4a.log", &values()),
+            "/tmp/alice/n1/0003.log"
+        );
         assert_eq!(expand_pattern("100%%-%q", &values()), "100%-%q");
         assert_eq!(expand_pattern("end%", &values()), "end%");
     }

@@ -4,8 +4,8 @@
 
 use crate::config::Config;
 use crate::model::RetryPlan;
-use crate::sbatch_args::{self, Overrides, SbatchCommand};
-use crate::slurm::{Slurm, SbatchRequest, SlurmError};
+use crate::sbatch_args::{self, Overrides, Submitted};
+use crate::slurm::{SbatchRequest, Slurm, SlurmError};
 use crate::store::{Launch, NewSubmission, Store, StoreError, Submission};
 use regex::Regex;
 use std::collections::HashMap;
@@ -17,7 +17,10 @@ use std::sync::OnceLock;
 pub enum LaunchOutcome {
     Submitted(String),
     /// sbatch answered with a refusal: nothing was created.
-    Refused { code: i32, stderr: String },
+    Refused {
+        code: i32,
+        stderr: String,
+    },
     /// No usable answer: the job may or may not exist; the launch stays an intent and is
     /// looked up by its tag before anything is submitted again.
     Unknown(SlurmError),
@@ -50,52 +53,95 @@ pub fn tag_in(comment: &str) -> Option<&str> {
 /// Where the script snapshot of a launch is written for sbatch to read. The file keeps
 /// the script's own name, so Slurm's default job name stays the same.
 pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> PathBuf {
-    state_dir.join("scripts").join(format!("L{launch_id}")).join(script_name)
+    state_dir
+        .join("scripts")
+        .join(format!("L{launch_id}"))
+        .join(script_name)
 }
 
 fn write_snapshot(path: &Path, content: &[u8]) -> Result<(), PrepareError> {
-    let err = |source| PrepareError::Snapshot { path: path.to_path_buf(), source };
+    let err = |source| PrepareError::Snapshot {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
     std::fs::write(path, content).map_err(err)
 }
 
-/// The argv of a launch: the user's command with the supervisor's changes.
-fn build_argv(cmd: &SbatchCommand, plan: &RetryPlan, array: Option<String>, tag: &str, script_path: Option<&Path>) -> Vec<String> {
-    let comment = match cmd.get("comment") {
+/// The argv of a launch: the user's command with the supervisor's changes. Options the
+/// supervisor sets on the command line replace the script's `#SBATCH` ones, so the
+/// script's comment and excluded nodes are carried over into them.
+fn build_argv(
+    s: &Submitted,
+    plan: &RetryPlan,
+    array: Option<String>,
+    tag: &str,
+    script_path: Option<&Path>,
+) -> Vec<String> {
+    let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
         _ => tag.to_string(),
     };
+    let mut exclude = Vec::new();
+    if !plan.exclude.is_empty() && s.cmd.get("exclude").is_none() {
+        exclude.extend(s.directives.get("exclude").map(str::to_string));
+    }
+    exclude.extend(plan.exclude.iter().cloned());
     let o = Overrides {
         mem_mb: plan.mem_mb,
         time_limit: plan.time_secs.map(crate::slurm::parse::format_time_limit),
-        exclude: plan.exclude.clone(),
+        exclude,
         array,
         partition: plan.partition.clone(),
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
     };
-    sbatch_args::rebuild(cmd, &o)
+    sbatch_args::rebuild(&s.cmd, &o)
 }
 
 /// Records a new submission and the intent of its first launch.
-pub fn begin_submission(store: &mut Store, config: &Config, new: &NewSubmission, cmd: &SbatchCommand, now: i64) -> Result<Launch, PrepareError> {
+pub fn begin_submission(
+    store: &mut Store,
+    config: &Config,
+    new: &NewSubmission,
+    submitted: &Submitted,
+    now: i64,
+) -> Result<Launch, PrepareError> {
     let launch = store.create_submission(new, now, |tag| {
-        let script = new.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
-        build_argv(cmd, &RetryPlan::default(), None, tag, script.as_deref())
+        let script = new
+            .script_name
+            .as_deref()
+            .map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
+        build_argv(
+            submitted,
+            &RetryPlan::default(),
+            None,
+            tag,
+            script.as_deref(),
+        )
     })?;
     Ok(launch)
 }
 
 /// The launch id inside a tag (`ssv-<instance>-L<id>-...`).
 fn launch_id_in(tag: &str) -> i64 {
-    tag.split('-').find_map(|p| p.strip_prefix('L')).and_then(|n| n.parse().ok()).unwrap_or(0)
+    tag.split('-')
+        .find_map(|p| p.strip_prefix('L'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Records the intent of relaunching `chains` (all of submission `sub`) in one sbatch.
-pub fn begin_relaunch(store: &mut Store, config: &Config, sub: &Submission, chains: &[i64], now: i64) -> Result<Launch, PrepareError> {
-    let cmd = sbatch_args::parse(&sub.argv)?;
+pub fn begin_relaunch(
+    store: &mut Store,
+    config: &Config,
+    sub: &Submission,
+    chains: &[i64],
+    now: i64,
+) -> Result<Launch, PrepareError> {
+    let submitted = Submitted::read(&sub.argv, sub.script.as_deref())?;
     let mut tasks = Vec::new();
     let mut plan = RetryPlan::default();
     for &c in chains {
@@ -108,7 +154,9 @@ pub fn begin_relaunch(store: &mut Store, config: &Config, sub: &Submission, chai
         None
     } else {
         tasks.sort_unstable();
-        let throttle = effective_array_spec(&cmd, sub.script.as_deref()).and_then(|s| sbatch_args::array_throttle(&s));
+        let throttle = submitted
+            .option("array")
+            .and_then(sbatch_args::array_throttle);
         let list = sbatch_args::format_array_list(&tasks);
         Some(match throttle {
             Some(t) => format!("{list}%{t}"),
@@ -116,34 +164,46 @@ pub fn begin_relaunch(store: &mut Store, config: &Config, sub: &Submission, chai
         })
     };
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
-        let script = sub.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
-        build_argv(&cmd, &plan, array, tag, script.as_deref())
+        let script = sub
+            .script_name
+            .as_deref()
+            .map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
+        build_argv(&submitted, &plan, array, tag, script.as_deref())
     })?;
     Ok(launch)
 }
 
 /// The argv a recover of `chain` would run, for `--dry-run`. The tag is only assigned
 /// when the launch is recorded, so it is shown as a placeholder.
-pub fn preview_argv(config: &Config, sub: &Submission, chain: &crate::store::Chain, plan: &RetryPlan) -> Result<Vec<String>, PrepareError> {
-    let cmd = sbatch_args::parse(&sub.argv)?;
+pub fn preview_argv(
+    config: &Config,
+    sub: &Submission,
+    chain: &crate::store::Chain,
+    plan: &RetryPlan,
+) -> Result<Vec<String>, PrepareError> {
+    let submitted = Submitted::read(&sub.argv, sub.script.as_deref())?;
     let array = chain.array_task.map(|t| t.to_string());
-    let script = sub.script_name.as_deref().map(|n| snapshot_path(&config.state_dir, 0, n));
-    Ok(build_argv(&cmd, plan, array, "<tag assigned at launch>", script.as_deref()))
-}
-
-/// The `--array` spec in force: the command line's, else the script's `#SBATCH` one.
-pub fn effective_array_spec(cmd: &SbatchCommand, script: Option<&[u8]>) -> Option<String> {
-    if let Some(a) = cmd.get("array") {
-        return Some(a.to_string());
-    }
-    let text = String::from_utf8_lossy(script?);
-    let directives = sbatch_args::parse(&sbatch_args::script_directives(&text)).ok()?;
-    directives.get("array").map(str::to_string)
+    let script = sub
+        .script_name
+        .as_deref()
+        .map(|n| snapshot_path(&config.state_dir, 0, n));
+    Ok(build_argv(
+        &submitted,
+        plan,
+        array,
+        "<tag assigned at launch>",
+        script.as_deref(),
+    ))
 }
 
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
 /// launch repeated after a crash finds it too, and removed once Slurm has its own copy.
-pub async fn sbatch<S: Slurm>(slurm: &S, state_dir: &Path, l: &Launch, sub: &Submission) -> LaunchOutcome {
+pub async fn sbatch<S: Slurm>(
+    slurm: &S,
+    state_dir: &Path,
+    l: &Launch,
+    sub: &Submission,
+) -> LaunchOutcome {
     // A script given on stdin (no file name) is fed again on stdin.
     let stdin = match (&sub.script_name, &sub.script) {
         (None, Some(s)) => Some(s.clone()),
@@ -153,14 +213,22 @@ pub async fn sbatch<S: Slurm>(slurm: &S, state_dir: &Path, l: &Launch, sub: &Sub
         (Some(name), Some(content)) => {
             let p = snapshot_path(state_dir, l.id, name);
             if let Err(e) = write_snapshot(&p, content) {
-                return LaunchOutcome::Refused { code: 73, stderr: e.to_string() };
+                return LaunchOutcome::Refused {
+                    code: 73,
+                    stderr: e.to_string(),
+                };
             }
             Some(p)
         }
         _ => None,
     };
     crate::failpoint::hit("before-sbatch");
-    let req = SbatchRequest { argv: l.argv.clone(), cwd: PathBuf::from(&sub.cwd), env: sub.env.clone(), stdin };
+    let req = SbatchRequest {
+        argv: l.argv.clone(),
+        cwd: PathBuf::from(&sub.cwd),
+        env: sub.env.clone(),
+        stdin,
+    };
     let result = slurm.sbatch(&req).await;
     if let (Ok(_), Some(p)) = (&result, &snapshot) {
         // Slurm keeps its own copy of a submitted script; ours is no longer needed.
@@ -171,25 +239,36 @@ pub async fn sbatch<S: Slurm>(slurm: &S, state_dir: &Path, l: &Launch, sub: &Sub
     match result {
         Ok(job) => LaunchOutcome::Submitted(job),
         Err(SlurmError::Rejected { code, stderr, .. }) => LaunchOutcome::Refused { code, stderr },
-        Err(SlurmError::Spawn { command, source }) => LaunchOutcome::Refused { code: 127, stderr: format!("cannot run {command}: {source}") },
+        Err(SlurmError::Spawn { command, source }) => LaunchOutcome::Refused {
+            code: 127,
+            stderr: format!("cannot run {command}: {source}"),
+        },
         Err(e) => LaunchOutcome::Unknown(e),
     }
 }
 
 /// Finds the supervisor's tags among one user's jobs (squeue, then sacct since `since`):
 /// tag -> the job id sbatch would have printed.
-pub async fn find_tags<S: Slurm>(slurm: &S, user: &str, since: i64) -> Result<HashMap<String, String>, SlurmError> {
+pub async fn find_tags<S: Slurm>(
+    slurm: &S,
+    user: &str,
+    since: i64,
+) -> Result<HashMap<String, String>, SlurmError> {
     let mut found = HashMap::new();
     let sq = slurm.squeue_user(user).await?;
     for r in &sq.rows {
         if let Some(t) = tag_in(&r.comment) {
-            found.entry(t.to_string()).or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+            found
+                .entry(t.to_string())
+                .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
         }
     }
     let sa = slurm.sacct_user_since(user, since).await?;
     for r in &sa.rows {
         if let Some(t) = tag_in(&r.comment) {
-            found.entry(t.to_string()).or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+            found
+                .entry(t.to_string())
+                .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
         }
     }
     Ok(found)
@@ -201,8 +280,14 @@ mod tests {
 
     #[test]
     fn tags_are_found_in_comments() {
-        assert_eq!(tag_in("my run ssv-0badcafe-L12-c3.2"), Some("ssv-0badcafe-L12-c3.2"));
-        assert_eq!(tag_in("ssv-0badcafe-L12-c3.2"), Some("ssv-0badcafe-L12-c3.2"));
+        assert_eq!(
+            tag_in("my run ssv-0badcafe-L12-c3.2"),
+            Some("ssv-0badcafe-L12-c3.2")
+        );
+        assert_eq!(
+            tag_in("ssv-0badcafe-L12-c3.2"),
+            Some("ssv-0badcafe-L12-c3.2")
+        );
         assert_eq!(tag_in("nothing here"), None);
         assert_eq!(launch_id_in("ssv-0badcafe-L12-c3.2"), 12);
     }

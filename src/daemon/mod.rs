@@ -49,17 +49,28 @@ pub enum DaemonError {
 }
 
 fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
-    let err = |source| DaemonError::StateDir { path: config.state_dir.clone(), source };
+    let err = |source| DaemonError::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    };
     std::fs::create_dir_all(&config.state_dir).map_err(err)?;
-    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(err)?;
     Ok(())
 }
 
 /// Runs the daemon until a `Shutdown` event (or until `events` closes).
-pub async fn run<S: Slurm>(config: Config, slurm: S, mut events: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+pub async fn run<S: Slurm>(
+    config: Config,
+    slurm: S,
+    mut events: mpsc::Receiver<Event>,
+) -> Result<(), DaemonError> {
     prepare_state_dir(&config)?;
     let store = Store::open(&config.db_path())?;
-    let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket { path: config.socket.clone(), source })?;
+    let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
+        path: config.socket.clone(),
+        source,
+    })?;
     let socket_path = config.socket.clone();
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
     let server = tokio::spawn(server::serve(listener, ctl_tx));
@@ -115,8 +126,15 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
             if new.state_dir != engine.config.state_dir || new.socket != engine.config.socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
-            let keep = (engine.config.state_dir.clone(), engine.config.socket.clone());
-            engine.config = Config { state_dir: keep.0, socket: keep.1, ..new };
+            let keep = (
+                engine.config.state_dir.clone(),
+                engine.config.socket.clone(),
+            );
+            engine.config = Config {
+                state_dir: keep.0,
+                socket: keep.1,
+                ..new
+            };
             info!(path = %path.display(), "config reloaded");
         }
     }

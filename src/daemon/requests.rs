@@ -7,7 +7,10 @@ use super::engine::{now, Engine};
 use super::launch::{self, LaunchOutcome};
 use super::views;
 use crate::model::{Action, ChainState, RecoveryClass, RetryPlan};
-use crate::protocol::{ErrorBody, ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest};
+use crate::protocol::{
+    ErrorBody, ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response,
+    SubmitRequest,
+};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, ChainUpdate, NewDecision, NewSubmission, StoreError};
@@ -60,18 +63,27 @@ fn sees_all(uid: u32) -> bool {
 }
 
 /// The chains an id names that this caller may act on.
-fn chains_for<S: Slurm>(engine: &Engine<S>, id: &str, uid: u32) -> Result<Vec<crate::store::Chain>, Response> {
+fn chains_for<S: Slurm>(
+    engine: &Engine<S>,
+    id: &str,
+    uid: u32,
+) -> Result<Vec<crate::store::Chain>, Response> {
     let ids = engine.store.resolve(id)?;
     if ids.is_empty() {
         return Err(Response::error(
             ErrorKind::NotFound,
-            format!("no chain or job {id:?} is supervised here: see `supervisorctl status` for the ids"),
+            format!(
+                "no chain or job {id:?} is supervised here: see `supervisorctl status` for the ids"
+            ),
         ));
     }
     let mut out = Vec::new();
     for i in ids {
         if !sees_all(uid) && engine.store.owner_of(i)? != uid {
-            return Err(Response::error(ErrorKind::Forbidden, format!("{id} belongs to another user")));
+            return Err(Response::error(
+                ErrorKind::Forbidden,
+                format!("{id} belongs to another user"),
+            ));
         }
         out.extend(engine.store.chain(i)?);
     }
@@ -88,13 +100,15 @@ fn user_name(uid: u32) -> String {
 
 async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) -> Handled {
     let usage = |m: String| Response::error(ErrorKind::Usage, m);
-    let cmd = sbatch_args::parse(&r.argv).map_err(|e| usage(format!("cannot understand the sbatch command: {e}")))?;
+    let submitted = sbatch_args::Submitted::read(&r.argv, r.script.as_deref())
+        .map_err(|e| usage(format!("cannot understand the sbatch command: {e}")))?;
+    let cmd = &submitted.cmd;
     for (opt, why) in REFUSED_OPTIONS {
-        if cmd.get(opt).is_some() || cmd.options.iter().any(|o| o.name == *opt) {
+        if submitted.has(opt) {
             return Err(usage(format!("--{opt} is not supervised: {why}")));
         }
     }
-    let script_name = match (&cmd.script, cmd.options.iter().any(|o| o.name == "wrap")) {
+    let script_name = match (&cmd.script, cmd.has("wrap")) {
         (Some(s), _) => Some(
             std::path::Path::new(s)
                 .file_name()
@@ -103,13 +117,22 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         ),
         (None, true) => None,
         (None, false) if r.script.is_some() => None,
-        (None, false) => return Err(usage("no batch script given: name one after the options, or use --wrap".into())),
+        (None, false) => {
+            return Err(usage(
+                "no batch script given: name one after the options, or use --wrap".into(),
+            ))
+        }
     };
     if script_name.is_some() && r.script.is_none() {
-        return Err(usage("the script's content was not sent; use supervisorctl to submit".into()));
+        return Err(usage(
+            "the script's content was not sent; use supervisorctl to submit".into(),
+        ));
     }
-    let array_tasks = match launch::effective_array_spec(&cmd, r.script.as_deref()) {
-        Some(spec) => Some(sbatch_args::parse_array_spec(&spec).map_err(|e| usage(format!("invalid --array {spec:?}: {e}")))?),
+    let array_tasks = match submitted.option("array") {
+        Some(spec) => Some(
+            sbatch_args::parse_array_spec(spec)
+                .map_err(|e| usage(format!("invalid --array {spec:?}: {e}")))?,
+        ),
         None => None,
     };
     let new = NewSubmission {
@@ -124,7 +147,8 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         array_tasks,
     };
     let t = now();
-    let l = launch::begin_submission(&mut engine.store, &engine.config, &new, &cmd, t).map_err(internal)?;
+    let l = launch::begin_submission(&mut engine.store, &engine.config, &new, &submitted, t)
+        .map_err(internal)?;
     crate::failpoint::hit("after-intent");
     let sub = engine.store.submission(l.submission_id)?;
     match engine.run_launch(&l, &sub, t).await? {
@@ -154,9 +178,14 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
 fn status<S: Slurm>(engine: &Engine<S>, id: Option<&str>, uid: u32) -> Handled {
     let chains = match id {
         Some(id) => chains_for(engine, id, uid)?,
-        None => engine.store.chains(if sees_all(uid) { None } else { Some(uid) })?,
+        None => engine
+            .store
+            .chains(if sees_all(uid) { None } else { Some(uid) })?,
     };
-    let rows: Result<Vec<Value>, StoreError> = chains.iter().map(|c| views::chain_view(&engine.store, c)).collect();
+    let rows: Result<Vec<Value>, StoreError> = chains
+        .iter()
+        .map(|c| views::chain_view(&engine.store, c))
+        .collect();
     Ok(Value::Array(rows?))
 }
 
@@ -165,7 +194,10 @@ fn history<S: Slurm>(engine: &Engine<S>, id: &str, uid: u32) -> Handled {
     if chains.len() == 1 {
         return Ok(views::history_view(&engine.store, &chains[0])?);
     }
-    let all: Result<Vec<Value>, StoreError> = chains.iter().map(|c| views::history_view(&engine.store, c)).collect();
+    let all: Result<Vec<Value>, StoreError> = chains
+        .iter()
+        .map(|c| views::history_view(&engine.store, c))
+        .collect();
     Ok(Value::Array(all?))
 }
 
@@ -182,12 +214,18 @@ fn pending<S: Slurm>(engine: &Engine<S>, uid: u32) -> Handled {
 fn plan_from(mem: Option<&str>, time: Option<&str>) -> Result<RetryPlan, Response> {
     let mut plan = RetryPlan::default();
     if let Some(m) = mem {
-        let bytes = crate::config::parse_mem_size(m).map_err(|e| Response::error(ErrorKind::Usage, e))?;
+        let bytes =
+            crate::config::parse_mem_size(m).map_err(|e| Response::error(ErrorKind::Usage, e))?;
         plan.mem_mb = Some(bytes.div_ceil(1 << 20));
     }
     if let Some(t) = time {
         plan.time_secs = Some(crate::slurm::parse::parse_duration_secs(t).ok_or_else(|| {
-            Response::error(ErrorKind::Usage, format!("invalid time limit {t:?}: use Slurm's form, e.g. 30, 2:00:00 or 1-00:00:00"))
+            Response::error(
+                ErrorKind::Usage,
+                format!(
+                    "invalid time limit {t:?}: use Slurm's form, e.g. 30, 2:00:00 or 1-00:00:00"
+                ),
+            )
         })?);
     }
     Ok(plan)
@@ -199,7 +237,10 @@ fn actor(uid: u32) -> String {
 
 fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled {
     if r.reason.trim().is_empty() {
-        return Err(Response::error(ErrorKind::Usage, "a resolution needs a --reason, which is recorded"));
+        return Err(Response::error(
+            ErrorKind::Usage,
+            "a resolution needs a --reason, which is recorded",
+        ));
     }
     let chains = chains_for(engine, &r.id, uid)?;
     let extra = plan_from(r.mem.as_deref(), r.time.as_deref())?;
@@ -213,22 +254,36 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
         }
     }
     if r.dry_run {
-        return Ok(json!({ "dry_run": true, "chains": chains.iter().map(|c| chain_label(c.id)).collect::<Vec<_>>(), "action": r.action }));
+        return Ok(
+            json!({ "dry_run": true, "chains": chains.iter().map(|c| chain_label(c.id)).collect::<Vec<_>>(), "action": r.action }),
+        );
     }
     let t = now();
     for c in &chains {
         let last = engine.store.last_decision(c.id)?;
-        let classification = c.last_classification.unwrap_or(crate::model::Classification::Ambiguous);
+        let classification = c
+            .last_classification
+            .unwrap_or(crate::model::Classification::Ambiguous);
         let (class, action, update) = match r.action {
             ResolveAction::Retry => (
                 RecoveryClass::R2,
                 Action::Resubmit,
-                ChainUpdate { state: ChainState::Ready, last_classification: None, plan: Some(c.plan.merged(&extra)), not_before: Some(t) },
+                ChainUpdate {
+                    state: ChainState::Ready,
+                    last_classification: None,
+                    plan: Some(c.plan.merged(&extra)),
+                    not_before: Some(t),
+                },
             ),
             ResolveAction::Fail => (
                 RecoveryClass::R3,
                 Action::Fail,
-                ChainUpdate { state: ChainState::Failed, last_classification: None, plan: None, not_before: None },
+                ChainUpdate {
+                    state: ChainState::Failed,
+                    last_classification: None,
+                    plan: None,
+                    not_before: None,
+                },
             ),
         };
         let rec = NewDecision {
@@ -240,8 +295,14 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
             resolves: last.map(|d| d.id),
             actor: actor(uid),
         };
-        if !engine.store.decide_chain(c.id, &[ChainState::PendingFailed], &rec, &update, t)? {
-            return Err(Response::error(ErrorKind::Conflict, format!("{} was resolved by someone else first", chain_label(c.id))));
+        if !engine
+            .store
+            .decide_chain(c.id, &[ChainState::PendingFailed], &rec, &update, t)?
+        {
+            return Err(Response::error(
+                ErrorKind::Conflict,
+                format!("{} was resolved by someone else first", chain_label(c.id)),
+            ));
         }
         done.push(chain_label(c.id));
     }
@@ -256,7 +317,11 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
         if !allowed.contains(&c.state) {
             return Err(Response::error(
                 ErrorKind::Conflict,
-                format!("{} is {}: only a failed or pending_failed chain can be recovered", chain_label(c.id), c.state),
+                format!(
+                    "{} is {}: only a failed or pending_failed chain can be recovered",
+                    chain_label(c.id),
+                    c.state
+                ),
             ));
         }
     }
@@ -264,7 +329,8 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
         let mut previews = Vec::new();
         for c in &chains {
             let sub = engine.store.submission(c.submission_id)?;
-            let argv = launch::preview_argv(&engine.config, &sub, c, &c.plan.merged(&extra)).map_err(internal)?;
+            let argv = launch::preview_argv(&engine.config, &sub, c, &c.plan.merged(&extra))
+                .map_err(internal)?;
             previews.push(json!({ "chain": chain_label(c.id), "cwd": sub.cwd, "command": std::iter::once("sbatch".to_string()).chain(argv).collect::<Vec<_>>() }));
         }
         return Ok(json!({ "dry_run": true, "would_run": previews }));
@@ -273,7 +339,9 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
     let mut done = Vec::new();
     for c in &chains {
         let rec = NewDecision {
-            classification: c.last_classification.unwrap_or(crate::model::Classification::Ambiguous),
+            classification: c
+                .last_classification
+                .unwrap_or(crate::model::Classification::Ambiguous),
             class: RecoveryClass::R2,
             action: Action::Resubmit,
             reason: "manual recover".into(),
@@ -281,9 +349,20 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
             resolves: engine.store.last_decision(c.id)?.map(|d| d.id),
             actor: actor(uid),
         };
-        let update = ChainUpdate { state: ChainState::Ready, last_classification: None, plan: Some(c.plan.merged(&extra)), not_before: Some(t) };
-        if !engine.store.decide_chain(c.id, &allowed, &rec, &update, t)? {
-            return Err(Response::error(ErrorKind::Conflict, format!("{} changed state meanwhile; look again", chain_label(c.id))));
+        let update = ChainUpdate {
+            state: ChainState::Ready,
+            last_classification: None,
+            plan: Some(c.plan.merged(&extra)),
+            not_before: Some(t),
+        };
+        if !engine
+            .store
+            .decide_chain(c.id, &allowed, &rec, &update, t)?
+        {
+            return Err(Response::error(
+                ErrorKind::Conflict,
+                format!("{} changed state meanwhile; look again", chain_label(c.id)),
+            ));
         }
         done.push(chain_label(c.id));
     }
@@ -294,16 +373,26 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
     let chains = chains_for(engine, id, uid)?;
     let open: Vec<_> = chains.into_iter().filter(|c| c.state.is_open()).collect();
     if open.is_empty() {
-        return Err(Response::error(ErrorKind::Conflict, format!("{id} has already ended; nothing to cancel")));
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!("{id} has already ended; nothing to cancel"),
+        ));
     }
     let t = now();
     let mut done = Vec::new();
     for c in &open {
-        let live = engine.store.attempts(c.id)?.into_iter().find(|a| a.state == crate::store::AttemptState::Live);
+        let live = engine
+            .store
+            .attempts(c.id)?
+            .into_iter()
+            .find(|a| a.state == crate::store::AttemptState::Live);
         if let Some(a) = &live {
             let job = a.slurm_job_id.clone().unwrap_or_default();
             engine.slurm.scancel(&job).await.map_err(|e| {
-                Response::error(ErrorKind::Unavailable, format!("scancel {job} failed, nothing changed: {e}"))
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("scancel {job} failed, nothing changed: {e}"),
+                )
             })?;
             engine.store.end_attempt(a.chain_id, a.n, "CANCELLED", t)?;
         }
@@ -316,8 +405,23 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             resolves: None,
             actor: actor(uid),
         };
-        let update = ChainUpdate { state: ChainState::Cancelled, last_classification: Some(crate::model::Classification::Cancelled), plan: None, not_before: None };
-        engine.store.decide_chain(c.id, &[ChainState::Active, ChainState::Ready, ChainState::PendingFailed], &rec, &update, t)?;
+        let update = ChainUpdate {
+            state: ChainState::Cancelled,
+            last_classification: Some(crate::model::Classification::Cancelled),
+            plan: None,
+            not_before: None,
+        };
+        engine.store.decide_chain(
+            c.id,
+            &[
+                ChainState::Active,
+                ChainState::Ready,
+                ChainState::PendingFailed,
+            ],
+            &rec,
+            &update,
+            t,
+        )?;
         done.push(chain_label(c.id));
     }
     Ok(json!({ "cancelled": done }))

@@ -31,7 +31,10 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
         Ok(_) => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
-                format!("another slurm-supervisord is already listening on {}; stop it first", path.display()),
+                format!(
+                    "another slurm-supervisord is already listening on {}; stop it first",
+                    path.display()
+                ),
             ))
         }
         Err(_) => {
@@ -39,7 +42,11 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
         }
     }
     let listener = UnixListener::bind(path)?;
-    let mode = if nix::unistd::geteuid().is_root() { 0o666 } else { 0o600 };
+    let mode = if nix::unistd::geteuid().is_root() {
+        0o666
+    } else {
+        0o600
+    };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
@@ -68,18 +75,33 @@ async fn connection(stream: UnixStream, to_loop: mpsc::Sender<Control>) -> std::
     let uid = stream.peer_cred()?.uid();
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
-    BufReader::new(read.take(MAX_REQUEST_BYTES + 1)).read_until(b'\n', &mut line).await?;
+    BufReader::new(read.take(MAX_REQUEST_BYTES + 1))
+        .read_until(b'\n', &mut line)
+        .await?;
     let response = if line.len() as u64 > MAX_REQUEST_BYTES {
-        Response::error(ErrorKind::Usage, format!("request larger than {MAX_REQUEST_BYTES} bytes"))
+        Response::error(
+            ErrorKind::Usage,
+            format!("request larger than {MAX_REQUEST_BYTES} bytes"),
+        )
     } else {
         match serde_json::from_slice::<Request>(&line) {
             Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
-                if to_loop.send(Control { request, uid, reply }).await.is_err() {
+                if to_loop
+                    .send(Control {
+                        request,
+                        uid,
+                        reply,
+                    })
+                    .await
+                    .is_err()
+                {
                     Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
                 } else {
-                    answer.await.unwrap_or_else(|_| Response::error(ErrorKind::Internal, "the daemon dropped the request"))
+                    answer.await.unwrap_or_else(|_| {
+                        Response::error(ErrorKind::Internal, "the daemon dropped the request")
+                    })
                 }
             }
         }

@@ -77,7 +77,10 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
     let mut v = chain_view(store, c)?;
     let sub = store.submission(c.submission_id)?;
     let observations = store.observations(c.id)?;
-    let last = observations.last().map(|(_, _, _, body)| body.clone()).unwrap_or(Value::Null);
+    let last = observations
+        .last()
+        .map(|(_, _, _, body)| body.clone())
+        .unwrap_or(Value::Null);
     let history = history_view(store, c)?;
     v["evidence"] = json!({
         "sacct_rows": last.get("rows").cloned().unwrap_or(Value::Null),

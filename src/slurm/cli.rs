@@ -7,7 +7,7 @@
 
 use super::parse::{self, Parsed};
 use super::types::{SacctRow, SqueueRow};
-use super::{Slurm, SbatchRequest, SlurmError};
+use super::{SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -104,19 +104,34 @@ impl SlurmCli {
         let program = self.program(name);
         let mut cmd = Command::new(&program);
         cmd.args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         setup(&mut cmd);
-        let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn { command: program.display().to_string(), source })?;
+        let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn {
+            command: program.display().to_string(),
+            source,
+        })?;
         if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A child that exits without reading its stdin is not an error of ours.
             let _ = pipe.write_all(data).await;
         }
         let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(r) => r.map_err(|source| SlurmError::Spawn { command: name.into(), source })?,
-            Err(_) => return Err(SlurmError::Timeout { command: name.into(), secs: timeout.as_secs() }),
+            Ok(r) => r.map_err(|source| SlurmError::Spawn {
+                command: name.into(),
+                source,
+            })?,
+            Err(_) => {
+                return Err(SlurmError::Timeout {
+                    command: name.into(),
+                    secs: timeout.as_secs(),
+                })
+            }
         };
         Ok(Ran {
             code: out.status.code(),
@@ -128,9 +143,18 @@ impl SlurmCli {
     fn failure(name: &str, ran: &Ran) -> SlurmError {
         let stderr = trim_evidence(&ran.stderr);
         if UNAVAILABLE_MARKERS.iter().any(|m| ran.stderr.contains(m)) || ran.code.is_none() {
-            SlurmError::Unavailable { command: name.into(), status: ran.status(), stderr }
+            SlurmError::Unavailable {
+                command: name.into(),
+                status: ran.status(),
+                stderr,
+            }
         } else {
-            SlurmError::Rejected { command: name.into(), status: ran.status(), code: ran.code.unwrap_or(1), stderr }
+            SlurmError::Rejected {
+                command: name.into(),
+                status: ran.status(),
+                code: ran.code.unwrap_or(1),
+                stderr,
+            }
         }
     }
 
@@ -143,12 +167,16 @@ impl SlurmCli {
 /// Looks a program up on the daemon's own `$PATH` (never the job's recorded one).
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
@@ -158,7 +186,10 @@ fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
     if ran.stderr.contains(INVALID_JOB_ID) {
         // The ids asked about are unknown to squeue: finished long ago or never existed.
         // Only sacct can tell which; report them as absent.
-        return Ok(Parsed { rows: Vec::new(), errors: Vec::new() });
+        return Ok(Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        });
     }
     Err(SlurmCli::failure("squeue", &ran))
 }
@@ -168,7 +199,11 @@ fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
         return Ok(parse::parse_sacct(&ran.stdout));
     }
     // sacct has no "refused" case worth distinguishing: any failure means no answer.
-    Err(SlurmError::Unavailable { command: "sacct".into(), status: ran.status(), stderr: trim_evidence(&ran.stderr) })
+    Err(SlurmError::Unavailable {
+        command: "sacct".into(),
+        status: ran.status(),
+        stderr: trim_evidence(&ran.stderr),
+    })
 }
 
 impl Slurm for SlurmCli {
@@ -189,12 +224,17 @@ impl Slurm for SlurmCli {
         if ran.code != Some(0) {
             return Err(Self::failure("sbatch", &ran));
         }
-        parse::parse_sbatch_parsable(&ran.stdout)
-            .map_err(|e| SlurmError::Garbage { command: "sbatch".into(), message: e.to_string() })
+        parse::parse_sbatch_parsable(&ran.stdout).map_err(|e| SlurmError::Garbage {
+            command: "sbatch".into(),
+            message: e.to_string(),
+        })
     }
 
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
-        let mut all = Parsed { rows: Vec::new(), errors: Vec::new() };
+        let mut all = Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        };
         for chunk in job_ids.chunks(SQUEUE_CHUNK) {
             let args = vec![
                 "--noheader".into(),
@@ -222,7 +262,10 @@ impl Slurm for SlurmCli {
     }
 
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {
-        let mut all = Parsed { rows: Vec::new(), errors: Vec::new() };
+        let mut all = Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        };
         for chunk in job_ids.chunks(self.sacct_chunk.max(1)) {
             let args = vec![
                 "--parsable2".into(),
@@ -238,7 +281,11 @@ impl Slurm for SlurmCli {
         Ok(all)
     }
 
-    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<SacctRow>, SlurmError> {
+    async fn sacct_user_since(
+        &self,
+        user: &str,
+        since: i64,
+    ) -> Result<Parsed<SacctRow>, SlurmError> {
         let args = vec![
             "--parsable2".into(),
             "--noheader".into(),
@@ -261,14 +308,19 @@ impl Slurm for SlurmCli {
     }
 
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
-        let ran = self.query("sinfo", vec!["--noheader".into(), "--format=%R|%l".into()]).await?;
+        let ran = self
+            .query("sinfo", vec!["--noheader".into(), "--format=%R|%l".into()])
+            .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("sinfo", &ran));
         }
         let mut out = HashMap::new();
         for line in ran.stdout.lines().filter(|l| !l.trim().is_empty()) {
             let Some((name, limit)) = line.trim().split_once('|') else {
-                return Err(SlurmError::Garbage { command: "sinfo".into(), message: format!("no '|' in {line:?}") });
+                return Err(SlurmError::Garbage {
+                    command: "sinfo".into(),
+                    message: format!("no '|' in {line:?}"),
+                });
             };
             out.insert(name.to_string(), parse::parse_duration_secs(limit));
         }

@@ -29,10 +29,19 @@ pub enum SlurmError {
     /// Slurm could not answer (controller or database down, a timeout). Nothing may be
     /// concluded about any job from this.
     #[error("{command} could not reach Slurm ({status}): {stderr}")]
-    Unavailable { command: String, status: String, stderr: String },
+    Unavailable {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     /// Slurm answered and refused (an invalid option, an unknown partition).
     #[error("{command} was refused ({status}): {stderr}")]
-    Rejected { command: String, status: String, code: i32, stderr: String },
+    Rejected {
+        command: String,
+        status: String,
+        code: i32,
+        stderr: String,
+    },
     /// The command ran too long and was killed.
     #[error("{command} did not finish within {secs}s and was killed")]
     Timeout { command: String, secs: u64 },
@@ -52,7 +61,12 @@ impl SlurmError {
     /// True when the command may have taken effect even though it reported failure
     /// (an sbatch whose reply was lost): the caller must look before repeating it.
     pub fn is_ambiguous(&self) -> bool {
-        matches!(self, SlurmError::Unavailable { .. } | SlurmError::Timeout { .. } | SlurmError::Garbage { .. })
+        matches!(
+            self,
+            SlurmError::Unavailable { .. }
+                | SlurmError::Timeout { .. }
+                | SlurmError::Garbage { .. }
+        )
     }
 }
 
@@ -69,7 +83,11 @@ pub trait Slurm {
     /// The accounting records of these jobs, requeued runs included (`--duplicates`).
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError>;
     /// The accounting records of one user's jobs since a unix time, to find tags.
-    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<SacctRow>, SlurmError>;
+    async fn sacct_user_since(
+        &self,
+        user: &str,
+        since: i64,
+    ) -> Result<Parsed<SacctRow>, SlurmError>;
     /// Cancels a job.
     async fn scancel(&self, job_id: &str) -> Result<(), SlurmError>;
     /// Each partition's MaxTime in seconds (`None`: unlimited).

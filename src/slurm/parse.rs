@@ -352,7 +352,13 @@ fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
         job_id_raw: job_id_raw.to_string(),
         state,
         cancelled_by,
-        exit_code: parse_exit_code(exit)?,
+        // sacct leaves ExitCode empty on the `.batch` step of a job killed by NODE_FAIL: the
+        // step never returned. Only there is blank read as 0:0 (the step's state says what
+        // happened); a job row without one is still an error.
+        exit_code: match *exit {
+            "" if job_id.contains('.') => ExitCode::default(),
+            _ => parse_exit_code(exit)?,
+        },
         node_list: nodes.to_string(),
         max_rss_bytes: optional_mem("MaxRSS", max_rss)?,
         req_mem_bytes: optional_mem("ReqMem", req_mem)?,
@@ -575,6 +581,78 @@ mod tests {
             "Partition_Limit is no limit of the job's own"
         );
         assert_eq!(p.rows[14].timelimit_secs, Some(100 * 60));
+    }
+
+    /// Rows recorded on the dev cluster (docs/slurm-observed.md), verbatim.
+    #[test]
+    fn sacct_rows_recorded_on_the_dev_cluster() {
+        let out = "\
+133|133|NODE_FAIL|0:0|n1||1000M|00:30:00|00:00:02|debug|
+133.batch|133.batch|CANCELLED||n1||||00:00:02||
+108|108|FAILED|0:9|n2||100M|00:30:00|00:00:01|debug|
+108.batch|108.batch|CANCELLED by 0|0:9|n2|424496K|||00:00:01||
+110_[1-4%1]|110|PENDING|0:0|None assigned||1000M|Partition_Limit|00:00:00|debug|
+123_1|127|COMPLETED|0:0|n2||1000M|00:30:00|00:00:05|debug|
+123_1.batch|127.batch|COMPLETED|0:0|n2|3296K|||00:00:05||
+123_2.batch|128.batch|RUNNING|0:0|n2||||00:00:05||
+130|130|PREEMPTED|0:0|n1||1000M|Partition_Limit|00:00:01|debug|
+111|111|FAILED|1:0|None assigned||999999999M|Partition_Limit|00:00:00|debug|
+109|109|COMPLETED|0:0|n1||1000M|00:30:00|00:00:05|debug|hello \"world\" $(x) | pipe
+131|131|PENDING|0:0|n2||16?||00:00:02||
+";
+        let p = parse_sacct(out);
+        let got: Vec<(&str, &str, JobState, String)> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.job_id_raw.as_str(),
+                    r.state,
+                    r.exit_code.to_string(),
+                )
+            })
+            .collect();
+        use JobState::*;
+        assert_eq!(
+            got,
+            vec![
+                ("133", "133", NodeFail, "0:0".to_string()),
+                ("133.batch", "133.batch", Cancelled, "0:0".into()),
+                ("108", "108", Failed, "0:9".into()),
+                ("108.batch", "108.batch", Cancelled, "0:9".into()),
+                ("110_[1-4%1]", "110", Pending, "0:0".into()),
+                ("123_1", "127", Completed, "0:0".into()),
+                ("123_1.batch", "127.batch", Completed, "0:0".into()),
+                ("123_2.batch", "128.batch", Running, "0:0".into()),
+                ("130", "130", Preempted, "0:0".into()),
+                ("111", "111", Failed, "1:0".into()),
+                ("109", "109", Completed, "0:0".into()),
+            ]
+        );
+        assert_eq!(p.rows[3].max_rss_bytes, Some(424_496 * K));
+        assert_eq!(p.rows[3].cancelled_by, Some(0));
+        assert_eq!(p.rows[9].req_mem_bytes, Some(999_999_999 * M));
+        assert_eq!(p.rows[10].comment, "hello \"world\" $(x) | pipe");
+        // The stub row sacct shows for a few seconds after a job starts or ends is not data.
+        assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+        assert_eq!(
+            (p.errors[0].line_no, p.errors[0].job_id.as_deref()),
+            (12, Some("131"))
+        );
+        assert!(
+            p.errors[0].message.contains("ReqMem"),
+            "{}",
+            p.errors[0].message
+        );
+        // A job row without an exit code is not given one.
+        let p = parse_sacct("133|133|NODE_FAIL||n1||1000M|00:30:00|00:00:02|debug|\n");
+        assert!(p.rows.is_empty());
+        assert!(
+            p.errors[0].message.contains("ExitCode"),
+            "{}",
+            p.errors[0].message
+        );
     }
 
     #[test]

@@ -131,6 +131,8 @@ pub struct SacctRow {
     pub state: JobState,
     /// The uid after `CANCELLED by N`, when sacct printed one.
     pub cancelled_by: Option<u32>,
+    /// A step row that sacct printed with an empty ExitCode (the `.batch` step of a job
+    /// ended by NODE_FAIL) reads as 0:0.
     pub exit_code: ExitCode,
     /// `NodeList` as printed (`n1`, `n[1-2]`, `None assigned`); empty when blank.
     pub node_list: String,

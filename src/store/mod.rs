@@ -33,7 +33,8 @@ fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T> {
 }
 
 fn parse_name<T: std::str::FromStr<Err = crate::model::UnknownName>>(s: &str) -> Result<T> {
-    s.parse().map_err(|e: crate::model::UnknownName| StoreError::Corrupt(e.to_string()))
+    s.parse()
+        .map_err(|e: crate::model::UnknownName| StoreError::Corrupt(e.to_string()))
 }
 
 /// The user-facing chain id: `c` and the row id.
@@ -298,7 +299,14 @@ fn finish_decision(raw: RawDecision) -> Result<DecisionRecord> {
     Ok(d)
 }
 
-fn insert_decision(tx: &Transaction, chain_id: i64, n: u32, obs: Option<i64>, at: i64, d: &NewDecision) -> Result<i64> {
+fn insert_decision(
+    tx: &Transaction,
+    chain_id: i64,
+    n: u32,
+    obs: Option<i64>,
+    at: i64,
+    d: &NewDecision,
+) -> Result<i64> {
     tx.execute(
         "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -355,7 +363,10 @@ impl Store {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let known = schema::MIGRATIONS.len() as i64;
         if version > known {
-            return Err(StoreError::TooNew { found: version, known });
+            return Err(StoreError::TooNew {
+                found: version,
+                known,
+            });
         }
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
             let tx = conn.transaction()?;
@@ -363,13 +374,19 @@ impl Store {
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
             tx.commit()?;
         }
-        let instance: Option<String> =
-            conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| r.get(0)).optional()?;
+        let instance: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
         let instance = match instance {
             Some(i) => i,
             None => {
                 let i = format!("{:08x}", rand::random::<u32>());
-                conn.execute("INSERT INTO meta (key, value) VALUES ('instance', ?1)", [&i])?;
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('instance', ?1)",
+                    [&i],
+                )?;
                 i
             }
         };
@@ -421,7 +438,14 @@ impl Store {
                 members.push((tx.last_insert_rowid(), 1u32, RetryPlan::default()));
             }
         }
-        let launch = Self::insert_launch(&tx, &self.instance, submission_id, &members, now, argv_for_tag)?;
+        let launch = Self::insert_launch(
+            &tx,
+            &self.instance,
+            submission_id,
+            &members,
+            now,
+            argv_for_tag,
+        )?;
         tx.commit()?;
         Ok(launch)
     }
@@ -439,10 +463,16 @@ impl Store {
             params![submission_id, now],
         )?;
         let id = tx.last_insert_rowid();
-        let first = members.first().map(|m| format!("c{}.{}", m.0, m.1)).unwrap_or_default();
+        let first = members
+            .first()
+            .map(|m| format!("c{}.{}", m.0, m.1))
+            .unwrap_or_default();
         let tag = format!("ssv-{instance}-L{id}-{first}");
         let argv = argv_for_tag(&tag);
-        tx.execute("UPDATE launches SET tag = ?2, argv = ?3 WHERE id = ?1", params![id, tag, json(&argv)])?;
+        tx.execute(
+            "UPDATE launches SET tag = ?2, argv = ?3 WHERE id = ?1",
+            params![id, tag, json(&argv)],
+        )?;
         let mut ins = tx.prepare(
             "INSERT INTO attempts (chain_id, n, launch_id, state, plan) VALUES (?1, ?2, ?3, 'launching', ?4)",
         )?;
@@ -481,7 +511,14 @@ impl Store {
             )?;
             members.push((c, n, from_json::<RetryPlan>(&plan)?));
         }
-        let launch = Self::insert_launch(&tx, &self.instance, submission_id, &members, now, argv_for_tag)?;
+        let launch = Self::insert_launch(
+            &tx,
+            &self.instance,
+            submission_id,
+            &members,
+            now,
+            argv_for_tag,
+        )?;
         tx.commit()?;
         Ok(launch)
     }
@@ -523,14 +560,20 @@ impl Store {
     /// nothing is kept (the user sees sbatch's error instead).
     pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
         let tx = self.conn.transaction()?;
-        let sub: i64 = tx.query_row("SELECT submission_id FROM launches WHERE id = ?1", [launch_id], |r| r.get(0))?;
+        let sub: i64 = tx.query_row(
+            "SELECT submission_id FROM launches WHERE id = ?1",
+            [launch_id],
+            |r| r.get(0),
+        )?;
         let decided: i64 = tx.query_row(
             "SELECT COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id WHERE c.submission_id = ?1",
             [sub],
             |r| r.get(0),
         )?;
         if decided > 0 {
-            return Err(StoreError::Corrupt(format!("submission {sub} has decisions and cannot be discarded")));
+            return Err(StoreError::Corrupt(format!(
+                "submission {sub} has decisions and cannot be discarded"
+            )));
         }
         tx.execute("DELETE FROM attempts WHERE chain_id IN (SELECT id FROM chains WHERE submission_id = ?1)", [sub])?;
         tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
@@ -542,7 +585,14 @@ impl Store {
 
     /// sbatch definitively refused a retry: the attempts are marked not submitted, the
     /// chains get `decision` and its state.
-    pub fn relaunch_refused(&mut self, launch_id: i64, error: &str, now: i64, decision: &NewDecision, update: &ChainUpdate) -> Result<()> {
+    pub fn relaunch_refused(
+        &mut self,
+        launch_id: i64,
+        error: &str,
+        now: i64,
+        decision: &NewDecision,
+        update: &ChainUpdate,
+    ) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
@@ -603,7 +653,9 @@ impl Store {
     /// answer was lost).
     pub fn open_launches(&self) -> Result<Vec<Launch>> {
         let ids: Vec<i64> = {
-            let mut q = self.conn.prepare("SELECT id FROM launches WHERE state = 'intent' ORDER BY id")?;
+            let mut q = self
+                .conn
+                .prepare("SELECT id FROM launches WHERE state = 'intent' ORDER BY id")?;
             let rows = q.query_map([], |r| r.get(0))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
@@ -646,7 +698,11 @@ impl Store {
     pub fn chain(&self, id: i64) -> Result<Option<Chain>> {
         let raw = self
             .conn
-            .query_row(&format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"), [id], chain_from)
+            .query_row(
+                &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
+                [id],
+                chain_from,
+            )
             .optional()?;
         raw.map(finish_chain).transpose()
     }
@@ -661,7 +717,9 @@ impl Store {
     }
 
     pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {
-        let mut q = self.conn.prepare(&format!("SELECT {CHAIN_COLS} FROM chains WHERE state = ?1 ORDER BY id"))?;
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {CHAIN_COLS} FROM chains WHERE state = ?1 ORDER BY id"
+        ))?;
         let rows = q.query_map([state.as_str()], chain_from)?;
         rows.map(|r| finish_chain(r?)).collect()
     }
@@ -679,7 +737,10 @@ impl Store {
     pub fn resolve(&self, id: &str) -> Result<Vec<i64>> {
         let id = id.trim();
         if let Some(n) = id.strip_prefix('c').and_then(|n| n.parse::<i64>().ok()) {
-            let found: Option<i64> = self.conn.query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0)).optional()?;
+            let found: Option<i64> = self
+                .conn
+                .query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0))
+                .optional()?;
             return Ok(found.into_iter().collect());
         }
         let mut q = self.conn.prepare(
@@ -690,20 +751,26 @@ impl Store {
     }
 
     pub fn attempts(&self, chain_id: i64) -> Result<Vec<Attempt>> {
-        let mut q = self.conn.prepare(&format!("SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.chain_id = ?1 ORDER BY a.n"))?;
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.chain_id = ?1 ORDER BY a.n"
+        ))?;
         let rows = q.query_map([chain_id], attempt_from)?;
         rows.map(|r| finish_attempt(r?)).collect()
     }
 
     /// Every attempt Slurm is running or holding for us.
     pub fn live_attempts(&self) -> Result<Vec<Attempt>> {
-        let mut q = self.conn.prepare(&format!("SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"))?;
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
+        ))?;
         let rows = q.query_map([], attempt_from)?;
         rows.map(|r| finish_attempt(r?)).collect()
     }
 
     pub fn decisions(&self, chain_id: i64) -> Result<Vec<DecisionRecord>> {
-        let mut q = self.conn.prepare(&format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id"))?;
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id"
+        ))?;
         let rows = q.query_map([chain_id], decision_from)?;
         rows.map(|r| finish_decision(r?)).collect()
     }
@@ -711,7 +778,9 @@ impl Store {
     /// The observations of a chain as stored (JSON), oldest first.
     pub fn observations(&self, chain_id: i64) -> Result<Vec<(i64, u32, i64, serde_json::Value)>> {
         let mut q = self.conn.prepare("SELECT id, attempt_n, observed_at, body FROM observations WHERE chain_id = ?1 ORDER BY id")?;
-        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?)))?;
+        let rows = q.query_map([chain_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
+        })?;
         rows.map(|r| {
             let (id, n, at, body) = r?;
             Ok((id, n, at, from_json(&body)?))
@@ -840,7 +909,13 @@ impl Store {
 
     /// Marks a live attempt ended without an observation (cancelled by the supervisor on
     /// a user's request).
-    pub fn end_attempt(&mut self, chain_id: i64, n: u32, slurm_state: &str, now: i64) -> Result<()> {
+    pub fn end_attempt(
+        &mut self,
+        chain_id: i64,
+        n: u32,
+        slurm_state: &str,
+        now: i64,
+    ) -> Result<()> {
         self.conn.execute(
             "UPDATE attempts SET state = 'ended', slurm_state = ?3, ended_at = ?4 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
             params![chain_id, n, slurm_state, now],

@@ -29,8 +29,17 @@ fn decision(c: Classification, action: Action) -> NewDecision {
 #[test]
 fn submission_launch_and_lookup() {
     let mut s = Store::in_memory().unwrap();
-    let l = s.create_submission(&sub(None), 100, |tag| vec![format!("--comment={tag}"), "job.sh".into()]).unwrap();
-    assert!(l.tag.starts_with(&format!("ssv-{}-L{}-c1.1", s.instance(), l.id)), "{}", l.tag);
+    let l = s
+        .create_submission(&sub(None), 100, |tag| {
+            vec![format!("--comment={tag}"), "job.sh".into()]
+        })
+        .unwrap();
+    assert!(
+        l.tag
+            .starts_with(&format!("ssv-{}-L{}-c1.1", s.instance(), l.id)),
+        "{}",
+        l.tag
+    );
     assert_eq!(l.argv[0], format!("--comment={}", l.tag));
     assert_eq!(s.open_launches().unwrap().len(), 1);
     s.launch_submitted(l.id, "42", 101).unwrap();
@@ -49,13 +58,20 @@ fn submission_launch_and_lookup() {
 #[test]
 fn arrays_get_a_chain_per_task() {
     let mut s = Store::in_memory().unwrap();
-    let l = s.create_submission(&sub(Some(vec![1, 2, 5])), 100, |_| vec![]).unwrap();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2, 5])), 100, |_| vec![])
+        .unwrap();
     s.launch_submitted(l.id, "14", 101).unwrap();
     assert_eq!(s.resolve("14").unwrap(), vec![1, 2, 3]);
     assert_eq!(s.resolve("14_5").unwrap(), vec![3]);
     // "1" must not match "14_x" nor "14".
     assert!(s.resolve("1").unwrap().is_empty());
-    let ids: Vec<_> = s.live_attempts().unwrap().into_iter().map(|a| a.slurm_job_id.unwrap()).collect();
+    let ids: Vec<_> = s
+        .live_attempts()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.slurm_job_id.unwrap())
+        .collect();
     assert_eq!(ids, vec!["14_1", "14_2", "14_5"]);
 }
 
@@ -64,11 +80,30 @@ fn relaunch_takes_next_attempt_number_and_plan() {
     let mut s = Store::in_memory().unwrap();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
-    let plan = RetryPlan { mem_mb: Some(400), ..Default::default() };
-    let update = ChainUpdate { state: ChainState::Ready, last_classification: Some(Classification::Oom), plan: Some(plan.clone()), not_before: Some(200) };
-    s.record_ending(1, 1, &serde_json::json!({}), &AttemptEnd::default(), Some(&decision(Classification::Oom, Action::Resubmit)), &update, 150).unwrap();
+    let plan = RetryPlan {
+        mem_mb: Some(400),
+        ..Default::default()
+    };
+    let update = ChainUpdate {
+        state: ChainState::Ready,
+        last_classification: Some(Classification::Oom),
+        plan: Some(plan.clone()),
+        not_before: Some(200),
+    };
+    s.record_ending(
+        1,
+        1,
+        &serde_json::json!({}),
+        &AttemptEnd::default(),
+        Some(&decision(Classification::Oom, Action::Resubmit)),
+        &update,
+        150,
+    )
+    .unwrap();
     assert_eq!(s.chains_in_state(ChainState::Ready).unwrap().len(), 1);
-    let l2 = s.begin_relaunch(l.submission_id, &[1], 200, |_| vec![]).unwrap();
+    let l2 = s
+        .begin_relaunch(l.submission_id, &[1], 200, |_| vec![])
+        .unwrap();
     s.launch_submitted(l2.id, "43", 201).unwrap();
     let a = s.attempts(1).unwrap();
     assert_eq!(a.len(), 2);
@@ -76,7 +111,10 @@ fn relaunch_takes_next_attempt_number_and_plan() {
     assert_eq!(a[1].plan, plan);
     assert_eq!(s.resolve("42").unwrap(), vec![1]);
     assert_eq!(s.resolve("43").unwrap(), vec![1]);
-    assert_eq!(s.resubmits_by_class(1).unwrap(), vec![("oom".to_string(), 1)]);
+    assert_eq!(
+        s.resubmits_by_class(1).unwrap(),
+        vec![("oom".to_string(), 1)]
+    );
     assert_eq!(s.chain(1).unwrap().unwrap().state, ChainState::Active);
 }
 
@@ -85,9 +123,26 @@ fn decisions_are_append_only() {
     let mut s = Store::in_memory().unwrap();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
-    let update = ChainUpdate { state: ChainState::PendingFailed, last_classification: Some(Classification::Ambiguous), plan: None, not_before: None };
-    s.record_ending(1, 1, &serde_json::json!({}), &AttemptEnd::default(), Some(&decision(Classification::Ambiguous, Action::Escalate)), &update, 150).unwrap();
-    let err = s.conn.execute("UPDATE decisions SET reason = 'x'", []).unwrap_err();
+    let update = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+    };
+    s.record_ending(
+        1,
+        1,
+        &serde_json::json!({}),
+        &AttemptEnd::default(),
+        Some(&decision(Classification::Ambiguous, Action::Escalate)),
+        &update,
+        150,
+    )
+    .unwrap();
+    let err = s
+        .conn
+        .execute("UPDATE decisions SET reason = 'x'", [])
+        .unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
     let err = s.conn.execute("DELETE FROM decisions", []).unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
@@ -98,11 +153,46 @@ fn a_resolution_races_safely() {
     let mut s = Store::in_memory().unwrap();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
-    let pf = ChainUpdate { state: ChainState::PendingFailed, last_classification: Some(Classification::Ambiguous), plan: None, not_before: None };
-    s.record_ending(1, 1, &serde_json::json!({}), &AttemptEnd::default(), Some(&decision(Classification::Ambiguous, Action::Escalate)), &pf, 150).unwrap();
-    let fail = ChainUpdate { state: ChainState::Failed, last_classification: None, plan: None, not_before: None };
-    assert!(s.decide_chain(1, &[ChainState::PendingFailed], &decision(Classification::Ambiguous, Action::Fail), &fail, 160).unwrap());
-    assert!(!s.decide_chain(1, &[ChainState::PendingFailed], &decision(Classification::Ambiguous, Action::Fail), &fail, 161).unwrap());
+    let pf = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+    };
+    s.record_ending(
+        1,
+        1,
+        &serde_json::json!({}),
+        &AttemptEnd::default(),
+        Some(&decision(Classification::Ambiguous, Action::Escalate)),
+        &pf,
+        150,
+    )
+    .unwrap();
+    let fail = ChainUpdate {
+        state: ChainState::Failed,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+    };
+    assert!(s
+        .decide_chain(
+            1,
+            &[ChainState::PendingFailed],
+            &decision(Classification::Ambiguous, Action::Fail),
+            &fail,
+            160
+        )
+        .unwrap());
+    assert!(!s
+        .decide_chain(
+            1,
+            &[ChainState::PendingFailed],
+            &decision(Classification::Ambiguous, Action::Fail),
+            &fail,
+            161
+        )
+        .unwrap());
     assert_eq!(s.decisions(1).unwrap().len(), 2);
 }
 
@@ -123,7 +213,9 @@ fn reopening_keeps_everything() {
 #[test]
 fn discard_removes_a_refused_first_submission() {
     let mut s = Store::in_memory().unwrap();
-    let l = s.create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![]).unwrap();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
+        .unwrap();
     s.discard_submission(l.id).unwrap();
     assert!(s.chains(None).unwrap().is_empty());
     assert!(s.open_launches().unwrap().is_empty());

@@ -26,19 +26,36 @@ impl Daemon {
     }
 
     pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Daemon {
-        let dir = tempfile::Builder::new().prefix("ssv-test-").tempdir_in(scratch_root()).expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix("ssv-test-")
+            .tempdir_in(scratch_root())
+            .expect("temp dir");
         let config = dir.path().join("supervisor.toml");
         let text = format!(
             "state_dir = {:?}\npoll_interval = \"1s\"\n{extra}\n",
             dir.path().join("state").display().to_string()
         );
+        // The usual transient rule, as in config/supervisor.toml.
+        let text = if text.contains("[[rules]]") {
+            text
+        } else {
+            format!("{text}\n[[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = '(?i)connection refused'\n")
+        };
         let text = if text.contains("[retry]") {
             text
         } else {
             format!("{text}\n[retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n")
         };
         std::fs::write(&config, text).expect("write config");
-        let mut d = Daemon { dir, config, child: None, extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        let mut d = Daemon {
+            dir,
+            config,
+            child: None,
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
         d.spawn();
         d
     }
@@ -55,9 +72,17 @@ impl Daemon {
 
     /// Starts (or restarts) the daemon process and waits for its socket to answer.
     pub fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("daemon.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .unwrap();
         let mut cmd = Command::new(DAEMON);
-        cmd.arg("--config").arg(&self.config).env("SLURM_SUPERVISOR_LOG", "debug").stdout(Stdio::null()).stderr(log);
+        cmd.arg("--config")
+            .arg(&self.config)
+            .env("SLURM_SUPERVISOR_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(log);
         for (k, v) in &self.extra_env {
             cmd.env(k, v);
         }
@@ -68,9 +93,16 @@ impl Daemon {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("slurm-supervisord exited early ({status}); log:\n{}", self.log());
+                panic!(
+                    "slurm-supervisord exited early ({status}); log:\n{}",
+                    self.log()
+                );
             }
-            assert!(Instant::now() < deadline, "daemon did not answer within 60s; log:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not answer within 60s; log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -86,7 +118,11 @@ impl Daemon {
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().expect("daemon running");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         c.wait().unwrap()
     }
 
@@ -99,7 +135,14 @@ impl Daemon {
     }
 
     pub fn ctl_in(&self, args: &[&str], cwd: &Path) -> Output {
-        Command::new(CTL).arg("--config").arg(&self.config).args(args).current_dir(cwd).stdin(Stdio::null()).output().expect("run supervisorctl")
+        Command::new(CTL)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run supervisorctl")
     }
 
     /// `supervisorctl submit -- <args>` in the work dir; returns the job id it printed.
@@ -107,20 +150,40 @@ impl Daemon {
         let mut all = vec!["submit", "--"];
         all.extend_from_slice(args);
         let out = self.ctl_in(&all, &self.work_dir());
-        assert!(out.status.success(), "submit failed: {}\n{}", String::from_utf8_lossy(&out.stderr), self.log());
+        assert!(
+            out.status.success(),
+            "submit failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
         let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        assert!(!id.is_empty() && id.chars().all(|c| c.is_ascii_digit()), "submit printed {id:?}");
+        assert!(
+            !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()),
+            "submit printed {id:?}"
+        );
         id
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.ctl(args);
-        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
     }
 
     pub fn status(&self, id: &str) -> Vec<Value> {
-        self.json(&["status", "--json", id]).as_array().cloned().unwrap()
+        self.json(&["status", "--json", id])
+            .as_array()
+            .cloned()
+            .unwrap()
     }
 
     pub fn history(&self, id: &str) -> Value {
@@ -157,10 +220,17 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            eprintln!("daemon log ({}):\n{}", self.dir.path().display(), tail(&self.log(), 200));
+            eprintln!(
+                "daemon log ({}):\n{}",
+                self.dir.path().display(),
+                tail(&self.log(), 200)
+            );
             // Keep the directory for a post-mortem.
             let p = self.dir.path().to_path_buf();
-            std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap()));
+            std::mem::forget(std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().unwrap(),
+            ));
             eprintln!("kept {}", p.display());
         }
     }
@@ -180,8 +250,15 @@ pub fn scratch_root() -> PathBuf {
 
 /// Runs a command and returns its stdout; panics with its stderr on failure.
 pub fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    assert!(out.status.success(), "{cmd} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -200,6 +277,20 @@ pub fn require_slurm() {
 
 /// Every sacct row of the jobs with this comment substring (to count submissions).
 pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
-    let out = run("sacct", &["--parsable2", "--noheader", "--allusers", "--duplicates", "-X", "--starttime=now-1days", "--format=JobID,State,Comment"]);
-    out.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
+    let out = run(
+        "sacct",
+        &[
+            "--parsable2",
+            "--noheader",
+            "--allusers",
+            "--duplicates",
+            "-X",
+            "--starttime=now-1days",
+            "--format=JobID,State,Comment",
+        ],
+    );
+    out.lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
 }
