@@ -93,6 +93,36 @@ pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
     parse_lines(stdout, SQUEUE_FIXED, squeue_row)
 }
 
+/// One record of `scontrol show job -o` (`Key=value Key=value ...` on one line) as a map.
+/// A value runs until the next ` Key=`, so values with spaces (`JobName=my job`) survive;
+/// a value that itself contains ` Word=` cannot be told apart, as in scontrol's own output.
+pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, String> {
+    let mut starts = Vec::new();
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let at_boundary = i == 0 || bytes[i - 1] == b' ';
+        if at_boundary && bytes[i].is_ascii_uppercase() {
+            let mut k = i;
+            while k < bytes.len() && (bytes[k].is_ascii_alphanumeric() || matches!(bytes[k], b'_' | b':' | b'/')) {
+                k += 1;
+            }
+            if k < bytes.len() && bytes[k] == b'=' {
+                starts.push((i, k));
+                i = k + 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for (n, &(key_start, eq)) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).map(|&(next, _)| next).unwrap_or(line.len());
+        out.insert(line[key_start..eq].to_string(), line[eq + 1..end].trim().to_string());
+    }
+    out
+}
+
 /// Reads the job id from `sbatch --parsable` output: `123`, or `123;cluster` on a
 /// multi-cluster setup. Blank lines and surrounding whitespace are tolerated; the same id
 /// repeated is tolerated; anything else is an error, because a wrong id here would make
@@ -1122,5 +1152,17 @@ mod tests {
                 "{secs} -> {want} -> {back}"
             );
         }
+    }
+
+    #[test]
+    fn scontrol_records_keep_values_with_spaces() {
+        let line = "JobId=166 JobName=my job UserId=root(0) TimeLimit=00:05:00 Partition=debug CPUs/Task=1 MinMemoryNode=100M Command=/tmp/adopt.sh a1 b 2 WorkDir=/tmp StdErr=/tmp/adopt-166.out Power= ";
+        let r = parse_scontrol_record(line);
+        assert_eq!(r["JobName"], "my job");
+        assert_eq!(r["UserId"], "root(0)");
+        assert_eq!(r["CPUs/Task"], "1");
+        assert_eq!(r["Command"], "/tmp/adopt.sh a1 b 2");
+        assert_eq!(r["Power"], "");
+        assert_eq!(r.len(), 11);
     }
 }
