@@ -290,3 +290,72 @@ fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
     });
     assert!(d.ctl(&["status"]).status.success());
 }
+
+#[test]
+fn recover_dry_run_shows_the_exact_sbatch_then_recover_runs_it() {
+    let (d, fake) = start(
+        "[[rules]]\nname = \"perm\"\nkind = \"permanent\"\nexit_codes = [2]\n",
+        &[],
+    );
+    d.write_script("job.sh", "#SBATCH --comment='from the script'\necho hi");
+    let job = d.submit(&["--time=10", "job.sh", "x y"]);
+    fake.ctl(&["finish", &job, "FAILED", "2:0"]);
+    wait_until("failed", Duration::from_secs(20), || {
+        d.status(&job)[0]["state"] == "failed"
+    });
+    let out = d.ctl(&[
+        "recover",
+        &job,
+        "--mem",
+        "2G",
+        "--time",
+        "1:00:00",
+        "--dry-run",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8(out.stdout).unwrap();
+    // The user's --time=10 gives way to the new limit; everything else is theirs.
+    assert!(
+        shown.contains("sbatch --mem=2048M --time=01:00:00 "),
+        "{shown}"
+    );
+    assert!(!shown.contains("--time=10"), "{shown}");
+    assert!(
+        shown.contains("'--comment=from the script <tag assigned at launch>'"),
+        "{shown}"
+    );
+    assert!(shown.trim_end().ends_with("job.sh 'x y')"), "{shown}");
+    assert_eq!(fake.sbatch_calls().len(), 1, "a dry run submits nothing");
+    let out = d.ctl(&["recover", &job, "--mem", "2G"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the recovery sbatch", Duration::from_secs(20), || {
+        fake.sbatch_calls().len() == 2
+    });
+    let argv: Vec<String> = serde_json::from_value(fake.sbatch_calls()[1]["argv"].clone()).unwrap();
+    assert!(argv.contains(&"--mem=2048M".to_string()), "{argv:?}");
+    assert!(
+        argv.iter()
+            .any(|a| a.starts_with("--comment=from the script ssv-")),
+        "{argv:?}"
+    );
+    let h = d.history(&job);
+    let last = h["decisions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (
+            last["class"].as_str(),
+            last["action"].as_str(),
+            last["reason"].as_str()
+        ),
+        (Some("R2"), Some("resubmit"), Some("manual recover"))
+    );
+    // Only failed or pending_failed chains can be recovered.
+    assert_eq!(d.ctl(&["recover", &job]).status.code(), Some(4));
+}

@@ -287,9 +287,24 @@ fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     let d = Daemon::start("");
     let script = d.write_script("adopt.sh", "sleep 6\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho adopted ok");
     let work = d.work_dir();
-    let job = run("sbatch", &["--parsable", "--mem=100M", "--job-name=ssv adopt", &format!("--chdir={}", work.display()), script.to_str().unwrap()]).trim().to_string();
+    let job = run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--mem=100M",
+            "--job-name=ssv adopt",
+            &format!("--chdir={}", work.display()),
+            script.to_str().unwrap(),
+        ],
+    )
+    .trim()
+    .to_string();
     let out = d.ctl(&["adopt", &job]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Adopting twice is refused.
     assert_eq!(d.ctl(&["adopt", &job]).status.code(), Some(4));
     d.wait_state(&job, "completed", 4 * MIN);
@@ -297,6 +312,16 @@ fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     let a = attempts(&h);
     assert_eq!(a.len(), 2, "{h:#}");
     assert_eq!(decisions(&h)[0]["classification"], "oom");
-    let name = run("sacct", &["--parsable2", "--noheader", "-X", "-j", a[1]["slurm_job_id"].as_str().unwrap(), "--format=JobName"]);
+    let name = run(
+        "sacct",
+        &[
+            "--parsable2",
+            "--noheader",
+            "-X",
+            "-j",
+            a[1]["slurm_job_id"].as_str().unwrap(),
+            "--format=JobName",
+        ],
+    );
     assert_eq!(name.trim(), "ssv adopt");
 }

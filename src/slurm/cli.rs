@@ -307,21 +307,43 @@ impl Slurm for SlurmCli {
         }
     }
 
-    async fn show_job(&self, job_id: &str) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
-        let ran = self.query("scontrol", vec!["show".into(), "job".into(), "-o".into(), job_id.to_string()]).await?;
+    async fn show_job(
+        &self,
+        job_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
+        let ran = self
+            .query(
+                "scontrol",
+                vec!["show".into(), "job".into(), "-o".into(), job_id.to_string()],
+            )
+            .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("scontrol", &ran));
         }
-        let line = ran.stdout.lines().find(|l| l.starts_with("JobId=")).unwrap_or_default();
+        let line = ran
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("JobId="))
+            .unwrap_or_default();
         if line.is_empty() {
-            return Err(SlurmError::Garbage { command: "scontrol".into(), message: format!("no JobId= record in {:?}", trim_evidence(&ran.stdout)) });
+            return Err(SlurmError::Garbage {
+                command: "scontrol".into(),
+                message: format!("no JobId= record in {:?}", trim_evidence(&ran.stdout)),
+            });
         }
         Ok(parse::parse_scontrol_record(line))
     }
 
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {
-        let args = vec!["write".into(), "batch_script".into(), job_id.to_string(), "-".into()];
-        let ran = self.run("scontrol", &args, self.timeout, |_| {}, None).await?;
+        let args = vec![
+            "write".into(),
+            "batch_script".into(),
+            job_id.to_string(),
+            "-".into(),
+        ];
+        let ran = self
+            .run("scontrol", &args, self.timeout, |_| {}, None)
+            .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("scontrol", &ran));
         }

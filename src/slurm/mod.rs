@@ -91,7 +91,10 @@ pub trait Slurm {
     /// Cancels a job.
     async fn scancel(&self, job_id: &str) -> Result<(), SlurmError>;
     /// `scontrol show job -o`: one job's record as key/value pairs.
-    async fn show_job(&self, job_id: &str) -> Result<std::collections::BTreeMap<String, String>, SlurmError>;
+    async fn show_job(
+        &self,
+        job_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError>;
     /// `scontrol write batch_script`: the script Slurm holds for a job.
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError>;
     /// Each partition's MaxTime in seconds (`None`: unlimited).

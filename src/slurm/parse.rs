@@ -104,7 +104,9 @@ pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, S
         let at_boundary = i == 0 || bytes[i - 1] == b' ';
         if at_boundary && bytes[i].is_ascii_uppercase() {
             let mut k = i;
-            while k < bytes.len() && (bytes[k].is_ascii_alphanumeric() || matches!(bytes[k], b'_' | b':' | b'/')) {
+            while k < bytes.len()
+                && (bytes[k].is_ascii_alphanumeric() || matches!(bytes[k], b'_' | b':' | b'/'))
+            {
                 k += 1;
             }
             if k < bytes.len() && bytes[k] == b'=' {
@@ -117,8 +119,14 @@ pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, S
     }
     let mut out = std::collections::BTreeMap::new();
     for (n, &(key_start, eq)) in starts.iter().enumerate() {
-        let end = starts.get(n + 1).map(|&(next, _)| next).unwrap_or(line.len());
-        out.insert(line[key_start..eq].to_string(), line[eq + 1..end].trim().to_string());
+        let end = starts
+            .get(n + 1)
+            .map(|&(next, _)| next)
+            .unwrap_or(line.len());
+        out.insert(
+            line[key_start..eq].to_string(),
+            line[eq + 1..end].trim().to_string(),
+        );
     }
     out
 }

@@ -164,10 +164,11 @@ impl Daemon {
         id
     }
 
+    /// A read command's JSON. Exit code 1 is allowed: `status ID` says so when the chain failed.
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.ctl(args);
         assert!(
-            out.status.success(),
+            matches!(out.status.code(), Some(0 | 1)),
             "{args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
