@@ -269,6 +269,38 @@ impl Default for RawSlurm {
     }
 }
 
+/// The global breaker: when this many infrastructure failures (node_fail, boot_fail,
+/// transient) happen across all chains within `window`, automatic resubmission of such
+/// failures pauses and they are escalated instead. `threshold = 0` disables it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    pub threshold: u32,
+    pub window: Dur,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig { threshold: 10, window: Dur(Duration::from_secs(600)) }
+    }
+}
+
+/// Node quarantine: a node that failed `threshold` jobs within `window` is excluded from
+/// every retry until `duration` after its latest failure. `threshold = 0` disables it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuarantineConfig {
+    pub threshold: u32,
+    pub window: Dur,
+    pub duration: Dur,
+}
+
+impl Default for QuarantineConfig {
+    fn default() -> Self {
+        QuarantineConfig { threshold: 2, window: Dur(Duration::from_secs(3600)), duration: Dur(Duration::from_secs(7200)) }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -281,6 +313,10 @@ struct RawConfig {
     retry: RawRetry,
     #[serde(default)]
     escalation: RawEscalation,
+    #[serde(default)]
+    breaker: BreakerConfig,
+    #[serde(default)]
+    quarantine: QuarantineConfig,
     #[serde(default)]
     rules: Vec<RawRule>,
 }
@@ -331,6 +367,8 @@ pub struct Config {
     pub slurm: SlurmConfig,
     pub retry: RetryConfig,
     pub escalation: EscalationConfig,
+    pub breaker: BreakerConfig,
+    pub quarantine: QuarantineConfig,
     pub rules: Vec<Rule>,
 }
 
@@ -486,6 +524,8 @@ impl Config {
                 time_factor: e.time_factor,
                 time_max: e.time_max.0,
             },
+            breaker: raw.breaker,
+            quarantine: raw.quarantine,
             rules,
         })
     }

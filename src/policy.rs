@@ -1,6 +1,7 @@
 //! What to do about a classified ending: pure, no I/O; time and randomness are passed in.
 //!
-//! The decision core is `decide(verdict, history, config, partition limit, now, jitter)`.
+//! The decision core is `decide(verdict, history, config, context)`; the context carries
+//! the partition limit, quarantined nodes, the breaker's count, the time and the jitter.
 //! It implements the "default action" column of DESIGN.md's table, the per-class and
 //! per-chain budgets, the resource escalation, and the backoff ladder.
 
@@ -76,18 +77,56 @@ pub fn backoff_secs(config: &Config, n: u32, jitter: f64) -> u64 {
     (capped * (1.0 + j)).max(0.0).round() as u64
 }
 
-/// Decides what to do about `verdict`. `partition_max_secs` is the MaxTime of the
-/// partition the attempt ran in (`None`: unlimited or unknown).
-pub fn decide(
-    verdict: &Verdict,
-    history: &ChainHistory,
-    config: &Config,
-    partition_max_secs: Option<u64>,
-    now: i64,
-    jitter: f64,
-) -> Decision {
+/// What a decision needs to know beyond the chain itself. The daemon gathers it; the
+/// decision stays a pure function of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// MaxTime of the partition the attempt ran in (`None`: unlimited or unknown).
+    pub partition_max_secs: Option<u64>,
+    /// Nodes in quarantine now (see [`quarantined`]); every retry avoids them.
+    pub quarantined: Vec<String>,
+    /// Infrastructure failures (node_fail, boot_fail, transient) across all chains within
+    /// the breaker window, not counting this one.
+    pub recent_infra_failures: u32,
+    /// Unix seconds.
+    pub now: i64,
+    /// A number in [-1, 1] for the backoff jitter.
+    pub jitter: f64,
+}
+
+/// Classifications that point at the cluster rather than the job; a burst of them across
+/// chains opens the breaker.
+pub fn is_infrastructure(c: Classification) -> bool {
+    matches!(c, Classification::NodeFail | Classification::BootFail | Classification::Transient)
+}
+
+/// The nodes in quarantine at `now`: a node with `threshold` failures within `window` stays
+/// out of retries until `duration` after its latest failure. So a quarantine decays by
+/// itself when the node stops failing jobs.
+pub fn quarantined(failures: &[(String, i64)], config: &Config, now: i64) -> Vec<String> {
+    let q = &config.quarantine;
+    let mut by_node: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (node, at) in failures {
+        by_node.entry(node.as_str()).or_default().push(*at);
+    }
+    let window = q.window.0.as_secs() as i64;
+    let duration = q.duration.0.as_secs() as i64;
+    by_node
+        .into_iter()
+        .filter(|(_, times)| {
+            let latest = times.iter().copied().max().unwrap_or(i64::MIN);
+            let in_window = times.iter().filter(|t| **t > latest - window).count() as u32;
+            q.threshold > 0 && in_window >= q.threshold && now < latest + duration
+        })
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+/// Decides what to do about `verdict`.
+pub fn decide(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Context) -> Decision {
     use Classification as C;
     let c = verdict.classification;
+    let (partition_max_secs, now, jitter) = (ctx.partition_max_secs, ctx.now, ctx.jitter);
     match c {
         C::Completed => {
             return Decision::new(None, Action::None, ChainState::Completed, "completed")
@@ -123,6 +162,17 @@ pub fn decide(
             ))
         }
         C::Preempted | C::NodeFail | C::BootFail | C::Oom | C::Timeout | C::Transient => {}
+    }
+
+    let b = &config.breaker;
+    if is_infrastructure(c) && b.threshold > 0 && ctx.recent_infra_failures >= b.threshold {
+        return Decision::escalate(format!(
+            "{}: automatic resubmission is paused, {} infrastructure failures across chains in the last {}s (breaker threshold {})",
+            verdict.reason,
+            ctx.recent_infra_failures,
+            b.window.0.as_secs(),
+            b.threshold
+        ));
     }
 
     let budget = config.retry.budgets.for_class(c);
@@ -206,6 +256,11 @@ pub fn decide(
         }
         _ => {}
     }
+    let fresh: Vec<String> = ctx.quarantined.iter().filter(|n| !history.plan.exclude.contains(n) && !next.exclude.contains(n)).cloned().collect();
+    if !fresh.is_empty() {
+        change.push_str(&format!(", avoiding quarantined {}", fresh.join(",")));
+        next.exclude.extend(fresh);
+    }
     let plan = history.plan.merged(&next);
     let delay = backoff_secs(config, history.resubmits, jitter);
     Decision {
@@ -262,6 +317,10 @@ mod tests {
 
     fn cfg() -> Config {
         Config::defaults()
+    }
+
+    fn ctx(partition_max_secs: Option<u64>, now: i64) -> Context {
+        Context { partition_max_secs, now, ..Default::default() }
     }
 
     #[test]
@@ -331,7 +390,7 @@ mod tests {
             ),
         ];
         for (c, class, action, state) in cases {
-            let d = decide(&verdict(c), &history(), &cfg(), None, 1000, 0.0);
+            let d = decide(&verdict(c), &history(), &cfg(), &ctx(None, 1000));
             assert_eq!(
                 (d.class, d.action, d.next_state),
                 (class, action, state),
@@ -342,20 +401,13 @@ mod tests {
 
     #[test]
     fn oom_takes_the_larger_of_factor_and_rss() {
-        let d = decide(
-            &verdict(Classification::Oom),
-            &history(),
-            &cfg(),
-            None,
-            0,
-            0.0,
-        );
+        let d = decide(&verdict(Classification::Oom), &history(), &cfg(), &ctx(None, 0));
         // 100 MiB * 2.0 = 200; 263 MiB * 1.25 = 328.75 -> 329.
         assert_eq!(d.plan.unwrap().mem_mb, Some(329));
         let mut v = verdict(Classification::Oom);
         v.max_rss_bytes = None;
         assert_eq!(
-            decide(&v, &history(), &cfg(), None, 0, 0.0)
+            decide(&v, &history(), &cfg(), &ctx(None, 0))
                 .plan
                 .unwrap()
                 .mem_mb,
@@ -367,26 +419,19 @@ mod tests {
     fn oom_at_the_cap_escalates() {
         let mut c = cfg();
         c.escalation.mem_max_bytes = 100 * MIB;
-        let d = decide(&verdict(Classification::Oom), &history(), &c, None, 0, 0.0);
+        let d = decide(&verdict(Classification::Oom), &history(), &c, &ctx(None, 0));
         assert_eq!(d.action, Action::Escalate);
         assert!(d.reason.contains("already at the cap"), "{}", d.reason);
     }
 
     #[test]
     fn timeout_is_capped_by_the_partition() {
-        let d = decide(
-            &verdict(Classification::Timeout),
-            &history(),
-            &cfg(),
-            Some(30 * 60),
-            0,
-            0.0,
-        );
+        let d = decide(&verdict(Classification::Timeout), &history(), &cfg(), &ctx(Some(30 * 60), 0));
         assert_eq!(d.plan.unwrap().time_secs, Some(120));
         let mut v = verdict(Classification::Timeout);
         v.timelimit_secs = Some(25 * 60);
         assert_eq!(
-            decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0)
+            decide(&v, &history(), &cfg(), &ctx(Some(30 * 60), 0))
                 .plan
                 .unwrap()
                 .time_secs,
@@ -394,7 +439,7 @@ mod tests {
         );
         v.timelimit_secs = Some(30 * 60);
         assert_eq!(
-            decide(&v, &history(), &cfg(), Some(30 * 60), 0, 0.0).action,
+            decide(&v, &history(), &cfg(), &ctx(Some(30 * 60), 0)).action,
             Action::Escalate
         );
     }
@@ -403,7 +448,7 @@ mod tests {
     fn node_fail_excludes_and_accumulates() {
         let mut h = history();
         h.plan.exclude = vec!["n2".into()];
-        let d = decide(&verdict(Classification::NodeFail), &h, &cfg(), None, 0, 0.0);
+        let d = decide(&verdict(Classification::NodeFail), &h, &cfg(), &ctx(None, 0));
         assert_eq!(d.plan.unwrap().exclude, vec!["n2", "n1"]);
     }
 
@@ -412,7 +457,7 @@ mod tests {
         let mut h = history();
         h.resubmits_by_class.insert("oom".into(), 3);
         h.resubmits = 3;
-        let d = decide(&verdict(Classification::Oom), &h, &cfg(), None, 0, 0.0);
+        let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 0));
         assert_eq!(
             (d.class, d.next_state),
             (Some(RecoveryClass::R2), ChainState::PendingFailed)
@@ -426,15 +471,35 @@ mod tests {
         let mut h = history();
         h.max_retries = 1;
         h.resubmits = 1;
-        let d = decide(
-            &verdict(Classification::Preempted),
-            &h,
-            &cfg(),
-            None,
-            0,
-            0.0,
-        );
+        let d = decide(&verdict(Classification::Preempted), &h, &cfg(), &ctx(None, 0));
         assert!(d.reason.contains("chain's retry budget"), "{}", d.reason);
+    }
+
+    #[test]
+    fn the_breaker_escalates_infrastructure_failures_only() {
+        let c = cfg();
+        let busy = Context { recent_infra_failures: c.breaker.threshold, ..Default::default() };
+        let d = decide(&verdict(Classification::NodeFail), &history(), &c, &busy);
+        assert_eq!((d.class, d.action), (Some(RecoveryClass::R2), Action::Escalate));
+        assert!(d.reason.contains("paused"), "{}", d.reason);
+        // An OOM is about the job, not the cluster: it is still retried.
+        assert_eq!(decide(&verdict(Classification::Oom), &history(), &c, &busy).action, Action::Resubmit);
+        let calm = Context { recent_infra_failures: c.breaker.threshold - 1, ..Default::default() };
+        assert_eq!(decide(&verdict(Classification::NodeFail), &history(), &c, &calm).action, Action::Resubmit);
+    }
+
+    #[test]
+    fn quarantine_needs_repeats_and_decays() {
+        let c = cfg(); // threshold 2 within 1h, kept 2h after the latest failure
+        let f = |v: &[(&str, i64)]| v.iter().map(|(n, t)| (n.to_string(), *t)).collect::<Vec<_>>();
+        assert!(quarantined(&f(&[("n1", 100)]), &c, 200).is_empty());
+        assert_eq!(quarantined(&f(&[("n1", 100), ("n1", 200), ("n2", 150)]), &c, 300), vec!["n1"]);
+        assert!(quarantined(&f(&[("n1", 100), ("n1", 200)]), &c, 200 + 7200).is_empty(), "decays");
+        assert!(quarantined(&f(&[("n1", 0), ("n1", 4000)]), &c, 4100).is_empty(), "too far apart");
+        let ctx = Context { quarantined: vec!["n2".into()], ..Default::default() };
+        let d = decide(&verdict(Classification::Preempted), &history(), &c, &ctx);
+        assert_eq!(d.plan.unwrap().exclude, vec!["n2"]);
+        assert!(d.reason.contains("quarantined n2"), "{}", d.reason);
     }
 
     #[test]
@@ -445,14 +510,7 @@ mod tests {
         assert_eq!(backoff_secs(&c, 30, 0.0), 600);
         assert_eq!(backoff_secs(&c, 0, 1.0), 12);
         assert_eq!(backoff_secs(&c, 0, -1.0), 8);
-        let d = decide(
-            &verdict(Classification::Preempted),
-            &history(),
-            &c,
-            None,
-            1000,
-            0.0,
-        );
+        let d = decide(&verdict(Classification::Preempted), &history(), &c, &ctx(None, 1000));
         assert_eq!(d.not_before, Some(1010));
     }
 }

@@ -405,9 +405,18 @@ impl<S: Slurm> Engine<S> {
             max_retries: sub.max_retries,
             plan: a.plan.clone(),
         };
-        let pmax = self.partition_max(&v.partition).await;
-        let jitter = rand::random::<f64>() * 2.0 - 1.0;
-        let d = policy::decide(&v, &history, &self.config, pmax, t, jitter);
+        let ctx = policy::Context {
+            partition_max_secs: self.partition_max(&v.partition).await,
+            quarantined: policy::quarantined(
+                &self.store.node_failures_since(t - self.config.quarantine.window.0.as_secs() as i64 - self.config.quarantine.duration.0.as_secs() as i64)?,
+                &self.config,
+                t,
+            ),
+            recent_infra_failures: self.store.infra_failures_since(t - self.config.breaker.window.0.as_secs() as i64)?,
+            now: t,
+            jitter: rand::random::<f64>() * 2.0 - 1.0,
+        };
+        let d = policy::decide(&v, &history, &self.config, &ctx);
         let job_row = obs.rows.iter().find(|r| !r.is_step());
         let end = AttemptEnd {
             slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
@@ -416,8 +425,7 @@ impl<S: Slurm> Engine<S> {
             mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
             time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
         };
-        let inputs =
-            serde_json::json!({ "verdict": v, "history": history, "partition_max_secs": pmax });
+        let inputs = serde_json::json!({ "verdict": v, "history": history, "context": ctx });
         let rec = supervisor_decision(v.classification, &d, inputs);
         let update = ChainUpdate {
             state: d.next_state,

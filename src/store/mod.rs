@@ -894,6 +894,28 @@ impl Store {
         Ok(true)
     }
 
+    /// How many infrastructure failures (node_fail, boot_fail, transient endings) the
+    /// supervisor recorded across all chains since `since`.
+    pub fn infra_failures_since(&self, since: i64) -> Result<u32> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM decisions WHERE at >= ?1 AND actor = 'supervisor'
+               AND observation_id IS NOT NULL AND classification IN ('node_fail', 'boot_fail', 'transient')",
+            [since],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The nodes of node_fail/boot_fail endings since `since`, with when they were recorded.
+    pub fn node_failures_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
+        let mut q = self.conn.prepare(
+            "SELECT json_extract(inputs, '$.verdict.nodes'), at FROM decisions
+             WHERE at >= ?1 AND actor = 'supervisor' AND classification IN ('node_fail', 'boot_fail')
+               AND json_extract(inputs, '$.verdict.nodes') IS NOT NULL",
+        )?;
+        let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The latest decision of a chain, if any.
     pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
         let raw = self

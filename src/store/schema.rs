@@ -103,6 +103,7 @@ CREATE TABLE decisions (
     actor          TEXT NOT NULL
 );
 CREATE INDEX decisions_by_chain ON decisions(chain_id);
+CREATE INDEX decisions_by_time ON decisions(at);
 CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions
 BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
 CREATE TRIGGER decisions_no_delete BEFORE DELETE ON decisions
