@@ -281,7 +281,10 @@ pub struct BreakerConfig {
 
 impl Default for BreakerConfig {
     fn default() -> Self {
-        BreakerConfig { threshold: 10, window: Dur(Duration::from_secs(600)) }
+        BreakerConfig {
+            threshold: 10,
+            window: Dur(Duration::from_secs(600)),
+        }
     }
 }
 
@@ -297,7 +300,11 @@ pub struct QuarantineConfig {
 
 impl Default for QuarantineConfig {
     fn default() -> Self {
-        QuarantineConfig { threshold: 2, window: Dur(Duration::from_secs(3600)), duration: Dur(Duration::from_secs(7200)) }
+        QuarantineConfig {
+            threshold: 2,
+            window: Dur(Duration::from_secs(3600)),
+            duration: Dur(Duration::from_secs(7200)),
+        }
     }
 }
 

@@ -97,7 +97,10 @@ pub struct Context {
 /// Classifications that point at the cluster rather than the job; a burst of them across
 /// chains opens the breaker.
 pub fn is_infrastructure(c: Classification) -> bool {
-    matches!(c, Classification::NodeFail | Classification::BootFail | Classification::Transient)
+    matches!(
+        c,
+        Classification::NodeFail | Classification::BootFail | Classification::Transient
+    )
 }
 
 /// The nodes in quarantine at `now`: a node with `threshold` failures within `window` stays
@@ -123,7 +126,12 @@ pub fn quarantined(failures: &[(String, i64)], config: &Config, now: i64) -> Vec
 }
 
 /// Decides what to do about `verdict`.
-pub fn decide(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Context) -> Decision {
+pub fn decide(
+    verdict: &Verdict,
+    history: &ChainHistory,
+    config: &Config,
+    ctx: &Context,
+) -> Decision {
     use Classification as C;
     let c = verdict.classification;
     let (partition_max_secs, now, jitter) = (ctx.partition_max_secs, ctx.now, ctx.jitter);
@@ -256,7 +264,12 @@ pub fn decide(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &
         }
         _ => {}
     }
-    let fresh: Vec<String> = ctx.quarantined.iter().filter(|n| !history.plan.exclude.contains(n) && !next.exclude.contains(n)).cloned().collect();
+    let fresh: Vec<String> = ctx
+        .quarantined
+        .iter()
+        .filter(|n| !history.plan.exclude.contains(n) && !next.exclude.contains(n))
+        .cloned()
+        .collect();
     if !fresh.is_empty() {
         change.push_str(&format!(", avoiding quarantined {}", fresh.join(",")));
         next.exclude.extend(fresh);
@@ -320,7 +333,11 @@ mod tests {
     }
 
     fn ctx(partition_max_secs: Option<u64>, now: i64) -> Context {
-        Context { partition_max_secs, now, ..Default::default() }
+        Context {
+            partition_max_secs,
+            now,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -401,7 +418,12 @@ mod tests {
 
     #[test]
     fn oom_takes_the_larger_of_factor_and_rss() {
-        let d = decide(&verdict(Classification::Oom), &history(), &cfg(), &ctx(None, 0));
+        let d = decide(
+            &verdict(Classification::Oom),
+            &history(),
+            &cfg(),
+            &ctx(None, 0),
+        );
         // 100 MiB * 2.0 = 200; 263 MiB * 1.25 = 328.75 -> 329.
         assert_eq!(d.plan.unwrap().mem_mb, Some(329));
         let mut v = verdict(Classification::Oom);
@@ -426,7 +448,12 @@ mod tests {
 
     #[test]
     fn timeout_is_capped_by_the_partition() {
-        let d = decide(&verdict(Classification::Timeout), &history(), &cfg(), &ctx(Some(30 * 60), 0));
+        let d = decide(
+            &verdict(Classification::Timeout),
+            &history(),
+            &cfg(),
+            &ctx(Some(30 * 60), 0),
+        );
         assert_eq!(d.plan.unwrap().time_secs, Some(120));
         let mut v = verdict(Classification::Timeout);
         v.timelimit_secs = Some(25 * 60);
@@ -448,7 +475,12 @@ mod tests {
     fn node_fail_excludes_and_accumulates() {
         let mut h = history();
         h.plan.exclude = vec!["n2".into()];
-        let d = decide(&verdict(Classification::NodeFail), &h, &cfg(), &ctx(None, 0));
+        let d = decide(
+            &verdict(Classification::NodeFail),
+            &h,
+            &cfg(),
+            &ctx(None, 0),
+        );
         assert_eq!(d.plan.unwrap().exclude, vec!["n2", "n1"]);
     }
 
@@ -471,32 +503,68 @@ mod tests {
         let mut h = history();
         h.max_retries = 1;
         h.resubmits = 1;
-        let d = decide(&verdict(Classification::Preempted), &h, &cfg(), &ctx(None, 0));
+        let d = decide(
+            &verdict(Classification::Preempted),
+            &h,
+            &cfg(),
+            &ctx(None, 0),
+        );
         assert!(d.reason.contains("chain's retry budget"), "{}", d.reason);
     }
 
     #[test]
     fn the_breaker_escalates_infrastructure_failures_only() {
         let c = cfg();
-        let busy = Context { recent_infra_failures: c.breaker.threshold, ..Default::default() };
+        let busy = Context {
+            recent_infra_failures: c.breaker.threshold,
+            ..Default::default()
+        };
         let d = decide(&verdict(Classification::NodeFail), &history(), &c, &busy);
-        assert_eq!((d.class, d.action), (Some(RecoveryClass::R2), Action::Escalate));
+        assert_eq!(
+            (d.class, d.action),
+            (Some(RecoveryClass::R2), Action::Escalate)
+        );
         assert!(d.reason.contains("paused"), "{}", d.reason);
         // An OOM is about the job, not the cluster: it is still retried.
-        assert_eq!(decide(&verdict(Classification::Oom), &history(), &c, &busy).action, Action::Resubmit);
-        let calm = Context { recent_infra_failures: c.breaker.threshold - 1, ..Default::default() };
-        assert_eq!(decide(&verdict(Classification::NodeFail), &history(), &c, &calm).action, Action::Resubmit);
+        assert_eq!(
+            decide(&verdict(Classification::Oom), &history(), &c, &busy).action,
+            Action::Resubmit
+        );
+        let calm = Context {
+            recent_infra_failures: c.breaker.threshold - 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&verdict(Classification::NodeFail), &history(), &c, &calm).action,
+            Action::Resubmit
+        );
     }
 
     #[test]
     fn quarantine_needs_repeats_and_decays() {
         let c = cfg(); // threshold 2 within 1h, kept 2h after the latest failure
-        let f = |v: &[(&str, i64)]| v.iter().map(|(n, t)| (n.to_string(), *t)).collect::<Vec<_>>();
+        let f = |v: &[(&str, i64)]| {
+            v.iter()
+                .map(|(n, t)| (n.to_string(), *t))
+                .collect::<Vec<_>>()
+        };
         assert!(quarantined(&f(&[("n1", 100)]), &c, 200).is_empty());
-        assert_eq!(quarantined(&f(&[("n1", 100), ("n1", 200), ("n2", 150)]), &c, 300), vec!["n1"]);
-        assert!(quarantined(&f(&[("n1", 100), ("n1", 200)]), &c, 200 + 7200).is_empty(), "decays");
-        assert!(quarantined(&f(&[("n1", 0), ("n1", 4000)]), &c, 4100).is_empty(), "too far apart");
-        let ctx = Context { quarantined: vec!["n2".into()], ..Default::default() };
+        assert_eq!(
+            quarantined(&f(&[("n1", 100), ("n1", 200), ("n2", 150)]), &c, 300),
+            vec!["n1"]
+        );
+        assert!(
+            quarantined(&f(&[("n1", 100), ("n1", 200)]), &c, 200 + 7200).is_empty(),
+            "decays"
+        );
+        assert!(
+            quarantined(&f(&[("n1", 0), ("n1", 4000)]), &c, 4100).is_empty(),
+            "too far apart"
+        );
+        let ctx = Context {
+            quarantined: vec!["n2".into()],
+            ..Default::default()
+        };
         let d = decide(&verdict(Classification::Preempted), &history(), &c, &ctx);
         assert_eq!(d.plan.unwrap().exclude, vec!["n2"]);
         assert!(d.reason.contains("quarantined n2"), "{}", d.reason);
@@ -510,7 +578,12 @@ mod tests {
         assert_eq!(backoff_secs(&c, 30, 0.0), 600);
         assert_eq!(backoff_secs(&c, 0, 1.0), 12);
         assert_eq!(backoff_secs(&c, 0, -1.0), 8);
-        let d = decide(&verdict(Classification::Preempted), &history(), &c, &ctx(None, 1000));
+        let d = decide(
+            &verdict(Classification::Preempted),
+            &history(),
+            &c,
+            &ctx(None, 1000),
+        );
         assert_eq!(d.not_before, Some(1010));
     }
 }

@@ -761,8 +761,8 @@ pub struct Overrides {
 ///   by the command-line one, so the caller should add the script's nodes to
 ///   `o.exclude` (see [`effective_option`]).
 /// - `--parsable` is there exactly once (the first of the user's, or appended).
-/// - Then the script (or `o.script_path`), preceded by `--` if it starts with `-`, and the
-///   script's arguments, unchanged.
+/// - Then the script (or `o.script_path`), preceded by `--` if it starts with `-` or is
+///   `:`, and the script's arguments, unchanged.
 ///
 /// Options given only as `#SBATCH` lines need no removal: the command line wins over them,
 /// with one exception, the memory options (see [`script_mem_conflict`]).
@@ -817,7 +817,9 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
         out.push("--parsable".to_string());
     }
     if let Some(script) = o.script_path.as_ref().or(cmd.script.as_ref()) {
-        if script.starts_with('-') {
+        // `--` keeps a script named `-x` from being read as an option, and one named `:`
+        // from being read as a heterogeneous-job separator.
+        if script.starts_with('-') || script == ":" {
             out.push("--".to_string());
         }
         out.push(script.clone());
@@ -1602,6 +1604,13 @@ mod tests {
                     ..Default::default()
                 },
                 &["-J", "j", "--parsable", "/s/L1/stdin.sh"],
+            ),
+            // Found by fuzzing: a script named `:` (only reachable after `--`) kept its
+            // `--`, or the rebuilt line would read as a heterogeneous job.
+            (
+                &["--", ":", "a"],
+                &Overrides::default(),
+                &["--parsable", "--", ":", "a"],
             ),
             // A replacement script starting with `-` is protected by `--`.
             (

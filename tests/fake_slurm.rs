@@ -5,74 +5,10 @@
 
 mod common;
 
+use common::fake::{start, wait_until};
 use common::*;
-use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-struct Fake {
-    bin: PathBuf,
-}
-
-impl Fake {
-    fn new(root: &std::path::Path) -> Fake {
-        let bin = root.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake-slurm/fake_slurm.py");
-        let me = bin.join("fake_slurm.py");
-        std::fs::copy(&src, &me).unwrap();
-        for name in ["sbatch", "squeue", "sacct", "scancel", "sinfo"] {
-            std::os::unix::fs::symlink(&me, bin.join(name)).unwrap();
-        }
-        Fake { bin }
-    }
-
-    fn ctl(&self, args: &[&str]) -> String {
-        let out = Command::new(self.bin.join("fake_slurm.py"))
-            .arg("ctl")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fake ctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn sbatch_calls(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.bin.join("sbatch.log"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-/// A daemon wired to a fake Slurm.
-fn start(extra: &str, env: &[(&str, &str)]) -> (Daemon, Fake) {
-    let root = tempfile::Builder::new()
-        .prefix("ssv-fake-")
-        .tempdir_in(scratch_root())
-        .unwrap()
-        .keep();
-    let fake = Fake::new(&root);
-    let cfg = format!(
-        "[slurm]\nbin_dir = {:?}\ncommand_timeout = \"3s\"\nsbatch_timeout = \"3s\"\n{extra}",
-        fake.bin.display().to_string()
-    );
-    (Daemon::start_with_env(&cfg, env), fake)
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn a_retry_is_submitted_with_more_memory_through_the_fake() {
@@ -196,35 +132,6 @@ fn a_lost_sbatch_reply_is_found_by_its_tag_not_submitted_twice() {
         1,
         "the job Slurm accepted must not be submitted again"
     );
-}
-
-#[test]
-fn a_crash_between_intent_and_sbatch_submits_exactly_once() {
-    for point in ["before-sbatch", "after-sbatch"] {
-        let (mut d, fake) = start("", &[("SLURM_SUPERVISOR_FAILPOINT", point)]);
-        d.write_script("job.sh", "echo hi");
-        // The first submission goes through the same failpoints: it dies there.
-        let out = d.ctl_in(&["submit", "--", "job.sh"], &d.work_dir());
-        assert!(
-            !out.status.success(),
-            "{point}: the daemon should have died"
-        );
-        d.kill();
-        d.extra_env.clear();
-        d.spawn();
-        wait_until("the chain to be live", Duration::from_secs(20), || {
-            d.json(&["status", "--json"])
-                .as_array()
-                .is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
-        });
-        // Died before sbatch: submitted once after the restart. Died after: found by its tag.
-        assert_eq!(
-            fake.sbatch_calls().len(),
-            1,
-            "{point}: {:?}",
-            fake.sbatch_calls()
-        );
-    }
 }
 
 #[test]

@@ -105,6 +105,8 @@ pub enum Command {
     Cancel { id: String },
     /// Check the config file and exit (78 when it is bad).
     Validate,
+    /// Serve the Model Context Protocol on stdin/stdout, for AI agents (docs/agents.md).
+    Mcp,
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
@@ -182,6 +184,7 @@ pub fn main_with(cli: Cli) -> i32 {
             );
             return 0;
         }
+        Command::Mcp => return crate::mcp::serve(config.socket.clone()),
         Command::Submit {
             ref sbatch,
             max_retries,

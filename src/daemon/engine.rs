@@ -408,11 +408,16 @@ impl<S: Slurm> Engine<S> {
         let ctx = policy::Context {
             partition_max_secs: self.partition_max(&v.partition).await,
             quarantined: policy::quarantined(
-                &self.store.node_failures_since(t - self.config.quarantine.window.0.as_secs() as i64 - self.config.quarantine.duration.0.as_secs() as i64)?,
+                &self.store.node_failures_since(
+                    t - self.config.quarantine.window.0.as_secs() as i64
+                        - self.config.quarantine.duration.0.as_secs() as i64,
+                )?,
                 &self.config,
                 t,
             ),
-            recent_infra_failures: self.store.infra_failures_since(t - self.config.breaker.window.0.as_secs() as i64)?,
+            recent_infra_failures: self
+                .store
+                .infra_failures_since(t - self.config.breaker.window.0.as_secs() as i64)?,
             now: t,
             jitter: rand::random::<f64>() * 2.0 - 1.0,
         };

@@ -113,6 +113,18 @@ impl SlurmCli {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         setup(&mut cmd);
+        // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
+        // sbatch cannot create a job after the restarted daemon looked for its tag. The
+        // daemon runs on one thread (current_thread runtime), which PDEATHSIG watches.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn {
             command: program.display().to_string(),
             source,

@@ -215,7 +215,8 @@ pub fn parse_mem_bytes(s: &str) -> Option<u64> {
     } else {
         u128::from(parse_digits_u64(frac)?)
     };
-    let bytes = ((whole * scale + frac) * mult).div_ceil(scale);
+    // whole * scale + frac fits in u128 (below 2^64 * 10^9); times the unit it may not.
+    let bytes = (whole * scale + frac).checked_mul(mult)?.div_ceil(scale);
     u64::try_from(bytes).ok()
 }
 
@@ -1097,6 +1098,23 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(parse_mem_bytes(s), *want, "{s:?}");
         }
+    }
+
+    /// Found by fuzzing: a value too big for u128 once multiplied by its unit panicked in
+    /// debug builds and wrapped in release ones (the second case read as ~723 TiB).
+    #[test]
+    fn mem_size_overflow_is_none() {
+        for s in [
+            "18446744073709551615.999999999P",
+            "302231454903658.000000000P",
+            "18446744073709551615.9T",
+        ] {
+            assert_eq!(parse_mem_bytes(s), None, "{s:?}");
+        }
+        assert_eq!(
+            parse_mem_bytes("16383.999999999P"),
+            Some(18_446_744_073_708_425_717)
+        );
     }
 
     #[test]

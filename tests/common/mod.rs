@@ -2,6 +2,8 @@
 //! `supervisorctl` as a user would run it, and waiting for chains to reach a state.
 #![allow(dead_code)]
 
+pub mod fake;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

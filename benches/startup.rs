@@ -1,0 +1,2 @@
+//! Start-up benchmark (work in progress).
+fn main() {}

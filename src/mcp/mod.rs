@@ -1,0 +1,314 @@
+//! `supervisorctl mcp`: a Model Context Protocol server over stdio, for AI agents.
+//!
+//! It is a client of the running daemon like the rest of `supervisorctl`: every tool call
+//! sends `protocol::Request`s over the control socket and returns the daemon's JSON. It
+//! keeps no state and decides nothing; the daemon checks every request (state, owner,
+//! reason) as it does for the command line. Tool descriptions live in `text.rs`.
+
+mod params;
+mod text;
+
+use crate::ctl::client;
+use crate::protocol::{RecoverRequest, Request, Resolution, ResolveAction, Response};
+use params::{Action, IdParam, RecoverParams, ResolutionItem, ResolveParams, StatusParams};
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The MCP server: the daemon's socket and the tools.
+#[derive(Clone)]
+pub struct Supervisor {
+    socket: PathBuf,
+    tool_router: ToolRouter<Self>,
+}
+
+/// What went wrong, as the agent sees it: `{"kind": ..., "message": ...}`, with `kind` one
+/// of the daemon's error kinds (`usage`, `not_found`, `conflict`, `forbidden`,
+/// `unavailable`, `internal`, ...).
+type Failure = Value;
+
+fn failure(kind: &str, message: impl std::fmt::Display) -> Failure {
+    json!({ "kind": kind, "message": message.to_string() })
+}
+
+/// A tool's answer: the value as structured content (and as text), or `{"error": ...}`
+/// flagged as a tool error.
+fn reply(answer: Result<Value, Failure>) -> CallToolResult {
+    match answer {
+        Ok(v) => CallToolResult::structured(v),
+        Err(e) => CallToolResult::structured_error(json!({ "error": e })),
+    }
+}
+
+/// Structured content must be an object for older protocol versions: lists are wrapped.
+fn listed(v: Value) -> Value {
+    match v {
+        Value::Array(chains) => json!({ "count": chains.len(), "chains": chains }),
+        other => other,
+    }
+}
+
+impl Supervisor {
+    pub fn new(socket: PathBuf) -> Self {
+        Supervisor {
+            socket,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// One request to the daemon (the client is blocking, so it runs off the event loop).
+    async fn ask(&self, request: Request) -> Result<Value, Failure> {
+        let socket = self.socket.clone();
+        match tokio::task::spawn_blocking(move || client::call(&socket, &request)).await {
+            Ok(Ok(Response::Ok(v))) => Ok(v),
+            Ok(Ok(Response::Error(e))) => {
+                let mut f = json!({ "kind": e.kind, "message": e.message });
+                if let Some(stderr) = e.stderr {
+                    f["stderr"] = stderr.into();
+                }
+                Err(f)
+            }
+            Ok(Err(e)) => Err(failure("unavailable", e)),
+            Err(e) => Err(failure(
+                "internal",
+                format!("the request did not finish: {e}"),
+            )),
+        }
+    }
+
+    /// One item of `classify_and_resolve`: `{"id", "ok": true, "result"}` or
+    /// `{"id", "ok": false, "error"}`.
+    async fn resolve_one(&self, item: ResolutionItem, dry_run: bool) -> Value {
+        let id = item.id.clone();
+        let outcome = self.resolve_item(item, dry_run).await;
+        match outcome {
+            Ok(result) => json!({ "id": id, "ok": true, "result": result }),
+            Err(error) => json!({ "id": id, "ok": false, "error": error }),
+        }
+    }
+
+    async fn resolve_item(&self, item: ResolutionItem, dry_run: bool) -> Result<Value, Failure> {
+        if item.action == Action::Fail && (item.mem.is_some() || item.time.is_some()) {
+            return Err(failure(
+                "usage",
+                "mem and time go with action retry only; a failed chain runs nothing",
+            ));
+        }
+        let resolution = Resolution {
+            id: item.id.clone(),
+            action: match item.action {
+                Action::Retry => ResolveAction::Retry,
+                Action::Fail => ResolveAction::Fail,
+            },
+            mem: item.mem.clone(),
+            time: item.time.clone(),
+            reason: item.reason,
+            dry_run,
+        };
+        let mut result = self.ask(Request::Classify(resolution)).await?;
+        if dry_run && item.action == Action::Retry {
+            // The retry is launched from the same plan a manual recover would use.
+            let preview = Request::Recover(RecoverRequest {
+                id: item.id,
+                mem: item.mem,
+                time: item.time,
+                dry_run: true,
+            });
+            match self.ask(preview).await {
+                Ok(p) => result["would_run"] = p["would_run"].clone(),
+                Err(e) => result["would_run_error"] = e,
+            }
+        }
+        Ok(result)
+    }
+}
+
+#[tool_router]
+impl Supervisor {
+    #[tool(
+        description = text::LIST_PENDING_FAILED,
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_pending_failed(&self) -> CallToolResult {
+        reply(self.ask(Request::Pending).await.map(listed))
+    }
+
+    #[tool(
+        description = text::GET_CHAIN,
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_chain(&self, Parameters(p): Parameters<IdParam>) -> CallToolResult {
+        reply(self.ask(Request::History { id: p.id }).await.map(listed))
+    }
+
+    #[tool(
+        description = text::STATUS,
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn status(&self, Parameters(p): Parameters<StatusParams>) -> CallToolResult {
+        reply(self.ask(Request::Status { id: p.id }).await.map(listed))
+    }
+
+    #[tool(
+        description = text::CLASSIFY_AND_RESOLVE,
+        annotations(destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn classify_and_resolve(
+        &self,
+        Parameters(p): Parameters<ResolveParams>,
+    ) -> CallToolResult {
+        if p.resolutions.is_empty() {
+            return reply(Err(failure("usage", "no resolutions given")));
+        }
+        let mut results = Vec::new();
+        for item in p.resolutions {
+            results.push(self.resolve_one(item, p.dry_run).await);
+        }
+        let failed = results.iter().filter(|r| r["ok"] != true).count();
+        let out = json!({
+            "dry_run": p.dry_run,
+            "succeeded": results.len() - failed,
+            "failed": failed,
+            "results": results,
+        });
+        // A tool error only when nothing went through; otherwise read each item.
+        if failed == results.len() {
+            CallToolResult::structured_error(out)
+        } else {
+            CallToolResult::structured(out)
+        }
+    }
+
+    #[tool(
+        description = text::RECOVER,
+        annotations(destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn recover(&self, Parameters(p): Parameters<RecoverParams>) -> CallToolResult {
+        reply(
+            self.ask(Request::Recover(RecoverRequest {
+                id: p.id,
+                mem: p.mem,
+                time: p.time,
+                dry_run: p.dry_run,
+            }))
+            .await,
+        )
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Supervisor {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("slurm-supervisor", env!("CARGO_PKG_VERSION"))
+                    .with_title("slurm-supervisor: Slurm job failures waiting for a decision"),
+            )
+            .with_instructions(text::INSTRUCTIONS)
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes stdin; returns the exit code.
+/// Nothing but the protocol goes to stdout; warnings go to stderr.
+pub fn serve(socket: PathBuf) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("supervisorctl mcp: cannot start: {e}");
+            return 70;
+        }
+    };
+    if let Err(e) = client::call(&socket, &Request::Ping) {
+        // Not fatal: the daemon may be started later; each tool call says so meanwhile.
+        eprintln!("supervisorctl mcp: warning: {e}");
+    }
+    let served = runtime.block_on(async {
+        let running = Supervisor::new(socket)
+            .serve(rmcp::transport::stdio())
+            .await?;
+        running.waiting().await?;
+        anyhow::Ok(())
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("supervisorctl mcp: {e:#}");
+            70
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_daemon() -> Supervisor {
+        Supervisor::new(PathBuf::from("/nonexistent/slurm-supervisor.sock"))
+    }
+
+    fn item(id: &str, action: Action, mem: Option<&str>) -> ResolutionItem {
+        ResolutionItem {
+            id: id.into(),
+            action,
+            mem: mem.map(str::to_string),
+            time: None,
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn every_tool_is_listed_with_a_schema() {
+        let names: Vec<String> = no_daemon()
+            .tool_router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        for want in [
+            "list_pending_failed",
+            "get_chain",
+            "status",
+            "classify_and_resolve",
+            "recover",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
+    }
+
+    #[test]
+    fn each_resolution_gets_its_own_answer_and_errors_do_not_stop_the_rest() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let s = no_daemon();
+        let bad = rt.block_on(s.resolve_one(item("c1", Action::Fail, Some("2G")), true));
+        assert_eq!(bad["ok"], false);
+        assert_eq!(bad["error"]["kind"], "usage");
+        let down = rt.block_on(s.resolve_one(item("c2", Action::Retry, Some("2G")), true));
+        assert_eq!(down["id"], "c2");
+        assert_eq!(down["error"]["kind"], "unavailable");
+        assert!(
+            down["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("is the daemon running"),
+            "{down}"
+        );
+    }
+
+    #[test]
+    fn lists_are_wrapped_in_an_object() {
+        assert_eq!(
+            listed(json!([1, 2])),
+            json!({ "count": 2, "chains": [1, 2] })
+        );
+        assert_eq!(listed(json!({ "id": "c1" })), json!({ "id": "c1" }));
+    }
+}

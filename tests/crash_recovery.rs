@@ -1,0 +1,328 @@
+//! Exactly-once under crashes, storms and hostile input, with the fake Slurm: the daemon
+//! is killed at every named failpoint and at random instants, and afterwards every
+//! attempt must have exactly one Slurm job and every Slurm job one attempt.
+
+mod common;
+
+use common::fake::{start, wait_until, Fake};
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The supervisor tag inside a fake job's comment.
+fn tag_of(job: &Value) -> Option<String> {
+    job["comment"]
+        .as_str()?
+        .split_whitespace()
+        .find(|w| w.starts_with("ssv-"))
+        .map(str::to_string)
+}
+
+/// Every attempt that reached Slurm has exactly one job with its tag, and every tagged job
+/// belongs to an attempt. Returns the histories.
+fn assert_exactly_once(d: &Daemon, fake: &Fake) -> Vec<Value> {
+    let mut jobs_by_tag: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, job) in fake.jobs() {
+        if let Some(t) = tag_of(&job) {
+            jobs_by_tag.entry(t).or_default().push(id);
+        }
+    }
+    let mut histories = Vec::new();
+    let mut seen_tags = Vec::new();
+    for row in d.json(&["status", "--json"]).as_array().unwrap() {
+        let h = d.history(row["id"].as_str().unwrap());
+        let mut numbers = Vec::new();
+        for a in h["attempts"].as_array().unwrap() {
+            numbers.push(a["n"].as_u64().unwrap());
+            let tag = a["tag"].as_str().unwrap().to_string();
+            if let Some(job) = a["slurm_job_id"].as_str() {
+                let jobs = jobs_by_tag.get(&tag).cloned().unwrap_or_default();
+                assert_eq!(
+                    jobs,
+                    vec![job.to_string()],
+                    "attempt {} of {} ({tag}): {h:#}",
+                    a["n"],
+                    row["id"]
+                );
+            }
+            seen_tags.push(tag);
+        }
+        let mut sorted = numbers.clone();
+        sorted.dedup();
+        assert_eq!(numbers, sorted, "attempt numbers repeat: {h:#}");
+        histories.push(h);
+    }
+    for (tag, jobs) in &jobs_by_tag {
+        assert!(
+            seen_tags.contains(tag),
+            "Slurm job(s) {jobs:?} with tag {tag} belong to no attempt"
+        );
+    }
+    histories
+}
+
+#[test]
+fn every_failpoint_on_a_first_submission_leaves_exactly_one_job() {
+    for point in ["after-intent", "before-sbatch", "after-sbatch"] {
+        let (mut d, fake) = start("", &[("SLURM_SUPERVISOR_FAILPOINT", point)]);
+        d.write_script("job.sh", "echo hi");
+        let out = d.ctl_in(&["submit", "--", "job.sh"], &d.work_dir());
+        assert!(
+            !out.status.success(),
+            "{point}: the daemon should have died mid-submit"
+        );
+        d.kill();
+        d.extra_env.clear();
+        d.spawn();
+        wait_until("the chain to be live", Duration::from_secs(20), || {
+            d.json(&["status", "--json"])
+                .as_array()
+                .is_some_and(|a| a.len() == 1 && a[0]["slurm_job_id"].is_string())
+        });
+        assert_exactly_once(&d, &fake);
+        assert_eq!(fake.jobs().len(), 1, "{point}");
+    }
+}
+
+#[test]
+fn every_failpoint_on_a_retry_leaves_exactly_one_job_per_attempt() {
+    for point in ["after-intent", "before-sbatch", "after-sbatch"] {
+        let (mut d, fake) = start("", &[]);
+        d.write_script("job.sh", "echo hi");
+        let job = d.submit(&["job.sh"]);
+        // Restart with the failpoint armed; the retry's launch hits it.
+        d.kill();
+        d.extra_env = vec![("SLURM_SUPERVISOR_FAILPOINT".into(), point.into())];
+        d.spawn();
+        fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
+        let child = d.child.as_mut().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{point}: the failpoint was never reached\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d.child = None;
+        d.extra_env.clear();
+        d.spawn();
+        wait_until("the retry to be live", Duration::from_secs(30), || {
+            d.status(&job)[0]["attempts"] == 2 && d.status(&job)[0]["state"] == "active"
+        });
+        let h = assert_exactly_once(&d, &fake);
+        assert_eq!(
+            h[0]["decisions"].as_array().unwrap().len(),
+            1,
+            "{point}: one decision for one ending: {:#}",
+            h[0]
+        );
+        assert_eq!(fake.jobs().len(), 2, "{point}");
+    }
+}
+
+#[test]
+fn random_kills_never_duplicate_or_lose_work() {
+    let rounds = 4;
+    for round in 0..rounds {
+        let (mut d, fake) = start("[retry.budgets]\ntransient = 3\n", &[]);
+        d.write_script("job.sh", "echo hi");
+        let jobs: Vec<String> = (0..3).map(|_| d.submit(&["job.sh"])).collect();
+        // Fail every job Slurm starts, transiently, while the daemon is killed at random.
+        let stop = Instant::now() + Duration::from_secs(14);
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15 ^ (round as u64 + 1);
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        while Instant::now() < stop {
+            for (id, job) in fake.jobs() {
+                if job["state"] == "PENDING" {
+                    fake.ctl(&["finish", &id, "FAILED", "1:0", "Connection refused\n"]);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200 + next() % 1300));
+            d.kill();
+            d.spawn();
+        }
+        // Calm: no more kills; let every chain run out its budget.
+        wait_until(
+            "every chain to run out of retries",
+            Duration::from_secs(60),
+            || {
+                for (id, job) in fake.jobs() {
+                    if job["state"] == "PENDING" {
+                        fake.ctl(&["finish", &id, "FAILED", "1:0", "Connection refused\n"]);
+                    }
+                }
+                d.json(&["status", "--json"])
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|c| c["state"] == "pending_failed")
+            },
+        );
+        let histories = assert_exactly_once(&d, &fake);
+        assert_eq!(histories.len(), jobs.len(), "no chain lost");
+        for h in &histories {
+            let attempts = h["attempts"].as_array().unwrap();
+            let decisions = h["decisions"].as_array().unwrap();
+            assert_eq!(attempts.len(), 4, "1 + 3 transient retries: {h:#}");
+            // Exactly one decision per ending: 3 resubmits, then the spent budget.
+            assert_eq!(decisions.len(), 4, "{h:#}");
+            assert!(
+                decisions[..3].iter().all(|x| x["action"] == "resubmit"),
+                "{h:#}"
+            );
+            assert_eq!(decisions[3]["action"], "escalate");
+        }
+    }
+}
+
+#[test]
+fn a_storm_of_node_failures_opens_the_breaker() {
+    let (d, fake) = start(
+        "[breaker]\nthreshold = 3\nwindow = \"10m\"\n[quarantine]\nthreshold = 0\n",
+        &[],
+    );
+    d.write_script("job.sh", "echo hi");
+    let jobs: Vec<String> = (0..5).map(|_| d.submit(&["job.sh"])).collect();
+    for j in &jobs {
+        fake.ctl(&["finish", j, "NODE_FAIL", "0:0"]);
+    }
+    wait_until("all five judged", Duration::from_secs(30), || {
+        jobs.iter()
+            .all(|j| d.status(j)[0]["last_classification"] == "node_fail")
+    });
+    let mut paused = 0;
+    let mut retried = 0;
+    for j in &jobs {
+        let h = d.history(j);
+        let dec = &h["decisions"][0];
+        match dec["action"].as_str() {
+            Some("resubmit") => retried += 1,
+            Some("escalate") => {
+                assert!(dec["reason"].as_str().unwrap().contains("paused"), "{h:#}");
+                assert_eq!(dec["class"], "R2");
+                paused += 1;
+            }
+            other => panic!("unexpected {other:?}: {h:#}"),
+        }
+    }
+    assert_eq!((retried, paused), (3, 2));
+}
+
+#[test]
+fn a_node_that_keeps_failing_is_quarantined_from_other_retries() {
+    let (d, fake) = start(
+        "[quarantine]\nthreshold = 2\nwindow = \"1h\"\nduration = \"2h\"\n",
+        &[],
+    );
+    d.write_script("job.sh", "echo hi");
+    let a = d.submit(&["job.sh"]);
+    let b = d.submit(&["job.sh"]);
+    let c = d.submit(&["job.sh"]);
+    fake.ctl(&["run", &a, "n1"]);
+    fake.ctl(&["finish", &a, "NODE_FAIL", "0:0"]);
+    fake.ctl(&["run", &b, "n1"]);
+    fake.ctl(&["finish", &b, "NODE_FAIL", "0:0"]);
+    wait_until("two node failures judged", Duration::from_secs(20), || {
+        [&a, &b].iter().all(|j| d.status(j)[0]["attempts"] == 2)
+    });
+    // An unrelated preemption on n2: its retry stays off the quarantined n1.
+    fake.ctl(&["run", &c, "n2"]);
+    fake.ctl(&["finish", &c, "PREEMPTED", "0:0"]);
+    wait_until("the preempted job's retry", Duration::from_secs(20), || {
+        d.status(&c)[0]["attempts"] == 2
+    });
+    let h = d.history(&c);
+    assert!(
+        h["decisions"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("quarantined n1"),
+        "{h:#}"
+    );
+    let last: Vec<String> =
+        serde_json::from_value(fake.sbatch_calls().last().unwrap()["argv"].clone()).unwrap();
+    assert!(last.contains(&"--exclude=n1".to_string()), "{last:?}");
+}
+
+#[test]
+fn hostile_arguments_are_carried_byte_exact_or_refused() {
+    let (d, fake) = start("", &[]);
+    d.write_script("job.sh", "echo hi");
+    let name = "a\"b'c $(touch /tmp/ssv-pwned) `id` ; rm -rf / #\nsecond line";
+    let job = d.submit(&[
+        &format!("--job-name={name}"),
+        "job.sh",
+        "--not-an-option",
+        "$HOME",
+        "tab\there",
+    ]);
+    let argv: Vec<String> = serde_json::from_value(fake.sbatch_calls()[0]["argv"].clone()).unwrap();
+    assert!(argv.contains(&format!("--job-name={name}")), "{argv:?}");
+    assert_eq!(
+        &argv[argv.len() - 3..],
+        ["--not-an-option", "$HOME", "tab\there"]
+    );
+    assert!(
+        !std::path::Path::new("/tmp/ssv-pwned").exists(),
+        "nothing was run by a shell"
+    );
+    assert_eq!(d.status(&job).len(), 1);
+    // A non-UTF-8 argument is refused clearly, and nothing is submitted.
+    let bad = std::ffi::OsStr::from_bytes(b"--job-name=\xff\xfe");
+    let out = Command::new(CTL)
+        .arg("--config")
+        .arg(&d.config)
+        .args(["submit", "--"])
+        .arg(bad)
+        .arg("job.sh")
+        .current_dir(d.work_dir())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UTF-8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fake.sbatch_calls().len(), 1);
+}
+
+#[test]
+fn a_corrupt_state_file_stops_the_daemon_and_is_left_as_it_was() {
+    let (mut d, _fake) = start("", &[]);
+    d.kill();
+    let db = d.state_dir().join("supervisor.db");
+    for f in ["supervisor.db-wal", "supervisor.db-shm"] {
+        let _ = std::fs::remove_file(d.state_dir().join(f));
+    }
+    let garbage = b"this is not a database, it is a shopping list\n".repeat(100);
+    std::fs::write(&db, &garbage).unwrap();
+    let out = Command::new(DAEMON)
+        .arg("--config")
+        .arg(&d.config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a database"), "{err}");
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        garbage,
+        "the file is left for a person to look at"
+    );
+}
