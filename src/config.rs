@@ -308,6 +308,31 @@ impl Default for QuarantineConfig {
     }
 }
 
+/// Running an agent on waiting chains (off unless `command` is set).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// The agent's argv, e.g. `["claude", "--print"]`; it gets a prompt on stdin.
+    pub command: Option<Vec<String>>,
+    /// At most one run per interval, and only while unheld chains wait.
+    pub interval: Dur,
+    /// A run taking longer is killed.
+    pub timeout: Dur,
+    /// A resolution with a lower `confidence` is turned into `hold` for a person.
+    pub min_confidence: f64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            command: None,
+            interval: Dur(Duration::from_secs(600)),
+            timeout: Dur(Duration::from_secs(300)),
+            min_confidence: 0.7,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -324,6 +349,8 @@ struct RawConfig {
     breaker: BreakerConfig,
     #[serde(default)]
     quarantine: QuarantineConfig,
+    #[serde(default)]
+    agent: AgentConfig,
     #[serde(default)]
     rules: Vec<RawRule>,
 }
@@ -376,6 +403,7 @@ pub struct Config {
     pub escalation: EscalationConfig,
     pub breaker: BreakerConfig,
     pub quarantine: QuarantineConfig,
+    pub agent: AgentConfig,
     pub rules: Vec<Rule>,
 }
 
@@ -492,6 +520,15 @@ impl Config {
                 raw.retry.backoff_jitter
             )));
         }
+        if !(0.0..=1.0).contains(&raw.agent.min_confidence) {
+            return Err(semantic(format!(
+                "agent.min_confidence = {} must be between 0.0 and 1.0",
+                raw.agent.min_confidence
+            )));
+        }
+        if raw.agent.command.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(semantic("agent.command is empty: give the program and its arguments, e.g. [\"claude\", \"--print\"]".into()));
+        }
         if raw.slurm.sacct_chunk == 0 {
             return Err(semantic("slurm.sacct_chunk must be at least 1".into()));
         }
@@ -533,6 +570,7 @@ impl Config {
             },
             breaker: raw.breaker,
             quarantine: raw.quarantine,
+            agent: raw.agent,
             rules,
         })
     }

@@ -105,6 +105,8 @@ string_enum! {
         Escalate => "escalate",
         /// Terminal failure.
         Fail => "fail",
+        /// Left in `pending_failed` for a person (an agent was unsure).
+        Hold => "hold",
         /// The user stopped it.
         Cancel => "cancel",
     }

@@ -15,6 +15,7 @@ pub enum Request {
     Classify(Resolution),
     Recover(RecoverRequest),
     Cancel { id: String },
+    Stats { id: Option<String> },
     Ping,
 }
 
@@ -36,6 +37,8 @@ pub struct SubmitRequest {
 pub enum ResolveAction {
     Retry,
     Fail,
+    /// Leave the chain in `pending_failed` for a person.
+    Hold,
 }
 
 /// An agent's (or a person's) decision on a `pending_failed` chain.
@@ -44,9 +47,20 @@ pub enum ResolveAction {
 pub struct Resolution {
     pub id: String,
     pub action: ResolveAction,
+    #[serde(default)]
     pub mem: Option<String>,
+    #[serde(default)]
     pub time: Option<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Nodes to keep the retry off.
+    #[serde(default)]
+    pub exclude: Vec<String>,
     pub reason: String,
+    /// How sure the resolver is, 0.0 to 1.0; below the config's `agent.min_confidence`
+    /// the resolution becomes `hold`.
+    #[serde(default)]
+    pub confidence: Option<f64>,
     #[serde(default)]
     pub dry_run: bool,
 }
@@ -55,8 +69,13 @@ pub struct Resolution {
 #[serde(deny_unknown_fields)]
 pub struct RecoverRequest {
     pub id: String,
+    #[serde(default)]
     pub mem: Option<String>,
+    #[serde(default)]
     pub time: Option<String>,
+    /// Why; recorded (default: "manual recover").
+    #[serde(default)]
+    pub reason: Option<String>,
     #[serde(default)]
     pub dry_run: bool,
 }

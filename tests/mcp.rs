@@ -168,7 +168,8 @@ fn an_agent_lists_and_resolves_a_pending_failure_over_mcp() {
     assert_eq!(dry["structured"]["succeeded"], 1);
     let r = &item(dry, a)["result"];
     assert_eq!(r["dry_run"], true);
-    let would: Vec<&str> = r["would_run"][0]["command"]
+    assert_eq!(r["resolutions"][0]["action"], "retry");
+    let would: Vec<&str> = r["resolutions"][0]["would_run"]["command"]
         .as_array()
         .unwrap()
         .iter()

@@ -37,6 +37,7 @@ pub struct Cli {
 pub enum CliAction {
     Retry,
     Fail,
+    Hold,
 }
 
 #[derive(Debug, Subcommand)]
@@ -84,9 +85,19 @@ pub enum Command {
         /// New time limit for the retry, in Slurm's form, e.g. 2:00:00.
         #[arg(long)]
         time: Option<String>,
+        /// Partition for the retry.
+        #[arg(long)]
+        partition: Option<String>,
+        /// Nodes to keep the retry off (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        exclude: Vec<String>,
         /// Why; stored in the decision record.
         #[arg(long)]
         reason: String,
+        /// How sure you are (0.0-1.0); below agent.min_confidence the chain is held for a person.
+        #[arg(long)]
+        confidence: Option<f64>,
+        /// Show what would happen, change nothing.
         #[arg(long)]
         dry_run: bool,
     },
@@ -97,9 +108,18 @@ pub enum Command {
         mem: Option<String>,
         #[arg(long)]
         time: Option<String>,
+        /// Why; stored in the decision record (default: "manual recover").
+        #[arg(long)]
+        reason: Option<String>,
         /// Print the exact sbatch command instead of running it.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Retries, agent resolutions and whether they worked, per chain and in total.
+    Stats {
+        #[arg(long)]
+        json: bool,
+        id: Option<String>,
     },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
@@ -206,30 +226,40 @@ pub fn main_with(cli: Cli) -> i32 {
             action,
             ref mem,
             ref time,
+            ref partition,
+            ref exclude,
             ref reason,
+            confidence,
             dry_run,
         } => Request::Classify(Resolution {
             id: id.clone(),
             action: match action {
                 CliAction::Retry => ResolveAction::Retry,
                 CliAction::Fail => ResolveAction::Fail,
+                CliAction::Hold => ResolveAction::Hold,
             },
             mem: mem.clone(),
             time: time.clone(),
+            partition: partition.clone(),
+            exclude: exclude.clone(),
             reason: reason.clone(),
+            confidence,
             dry_run,
         }),
         Command::Recover {
             ref id,
             ref mem,
             ref time,
+            ref reason,
             dry_run,
         } => Request::Recover(RecoverRequest {
             id: id.clone(),
             mem: mem.clone(),
             time: time.clone(),
+            reason: reason.clone(),
             dry_run,
         }),
+        Command::Stats { ref id, .. } => Request::Stats { id: id.clone() },
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
     };
     let response = match client::call(&config.socket, &request) {
@@ -260,6 +290,7 @@ pub fn main_with(cli: Cli) -> i32 {
 fn render(command: &Command, v: &Value) -> i32 {
     match command {
         Command::Submit { .. } => println!("{}", v["job_id"].as_str().unwrap_or_default()),
+        Command::Stats { json: false, .. } => print!("{}", render::stats_text(v)),
         Command::Status { json, id } => {
             let rows = v.as_array().cloned().unwrap_or_default();
             if *json {

@@ -147,6 +147,39 @@ pub fn pending_text(rows: &[Value]) -> String {
     out
 }
 
+pub fn stats_text(v: &Value) -> String {
+    let t = &v["total"];
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "chains: {}  ({})",
+        s(&t["chains"]),
+        t["by_state"]
+            .as_object()
+            .map(|m| m
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(out, "automatic retries: {}", s(&t["automatic_retries"]));
+    let _ = writeln!(
+        out,
+        "agent resolutions: {} ({} retries)",
+        s(&t["agent_resolutions"]),
+        s(&t["agent_retries"])
+    );
+    let _ = writeln!(
+        out,
+        "agent retries that then succeeded: {} chains; did not: {}; still running: {}",
+        s(&t["recovered_successfully"]),
+        s(&t["not_recovered"]),
+        s(&t["recovery_in_progress"])
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

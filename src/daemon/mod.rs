@@ -5,11 +5,15 @@
 //! the store has one writer and no decision races another. Shutdown and reload come in
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
+pub mod adopt;
+pub mod dependents;
 pub mod engine;
 pub mod evidence;
 pub mod launch;
 pub mod requests;
+pub mod resolve;
 pub mod server;
+pub mod stats;
 pub mod views;
 
 use crate::config::Config;

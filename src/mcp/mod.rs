@@ -91,38 +91,22 @@ impl Supervisor {
     }
 
     async fn resolve_item(&self, item: ResolutionItem, dry_run: bool) -> Result<Value, Failure> {
-        if item.action == Action::Fail && (item.mem.is_some() || item.time.is_some()) {
-            return Err(failure(
-                "usage",
-                "mem and time go with action retry only; a failed chain runs nothing",
-            ));
-        }
         let resolution = Resolution {
-            id: item.id.clone(),
+            id: item.id,
             action: match item.action {
                 Action::Retry => ResolveAction::Retry,
                 Action::Fail => ResolveAction::Fail,
+                Action::Hold => ResolveAction::Hold,
             },
-            mem: item.mem.clone(),
-            time: item.time.clone(),
+            mem: item.mem,
+            time: item.time,
+            partition: item.partition,
+            exclude: item.exclude,
             reason: item.reason,
+            confidence: item.confidence,
             dry_run,
         };
-        let mut result = self.ask(Request::Classify(resolution)).await?;
-        if dry_run && item.action == Action::Retry {
-            // The retry is launched from the same plan a manual recover would use.
-            let preview = Request::Recover(RecoverRequest {
-                id: item.id,
-                mem: item.mem,
-                time: item.time,
-                dry_run: true,
-            });
-            match self.ask(preview).await {
-                Ok(p) => result["would_run"] = p["would_run"].clone(),
-                Err(e) => result["would_run_error"] = e,
-            }
-        }
-        Ok(result)
+        self.ask(Request::Classify(resolution)).await
     }
 }
 
@@ -192,6 +176,7 @@ impl Supervisor {
                 id: p.id,
                 mem: p.mem,
                 time: p.time,
+                reason: p.reason,
                 dry_run: p.dry_run,
             }))
             .await,
@@ -259,6 +244,9 @@ mod tests {
             action,
             mem: mem.map(str::to_string),
             time: None,
+            partition: None,
+            exclude: Vec::new(),
+            confidence: None,
             reason: "test".into(),
         }
     }
@@ -288,9 +276,10 @@ mod tests {
             .build()
             .unwrap();
         let s = no_daemon();
+        // The daemon checks the resolutions; without one, each item still gets its answer.
         let bad = rt.block_on(s.resolve_one(item("c1", Action::Fail, Some("2G")), true));
         assert_eq!(bad["ok"], false);
-        assert_eq!(bad["error"]["kind"], "usage");
+        assert_eq!(bad["id"], "c1");
         let down = rt.block_on(s.resolve_one(item("c2", Action::Retry, Some("2G")), true));
         assert_eq!(down["id"], "c2");
         assert_eq!(down["error"]["kind"], "unavailable");

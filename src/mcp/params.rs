@@ -30,6 +30,8 @@ pub enum Action {
     Retry,
     /// End the chain for good (permanent failure); it is never retried.
     Fail,
+    /// Leave it for a person: you are not sure, or it needs a fix outside the job.
+    Hold,
 }
 
 /// One decision on one `pending_failed` chain.
@@ -49,6 +51,17 @@ pub struct ResolutionItem {
     /// `2:00:00`, `1-00:00:00`). Omit to keep the last one.
     #[serde(default)]
     pub time: Option<String>,
+    /// Only with `retry`: another partition for the new attempt.
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Only with `retry`: nodes to keep the new attempt off (e.g. `["n3"]`), for a node
+    /// the evidence blames.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// How sure you are, 0.0 to 1.0. Below the admin's threshold the chain is held for a
+    /// person instead; give an honest number.
+    #[serde(default)]
+    pub confidence: Option<f64>,
     /// Why, citing the evidence (e.g. "stderr shows `Connection refused` to the data
     /// server: transient"). Mandatory; stored in the chain's decision record for good.
     #[schemars(length(min = 1))]
@@ -80,6 +93,9 @@ pub struct RecoverParams {
     /// Time limit for the new attempt (`2:00:00`); omit to keep the last one.
     #[serde(default)]
     pub time: Option<String>,
+    /// Why; recorded in the chain's decision record.
+    #[serde(default)]
+    pub reason: Option<String>,
     /// true: return the exact sbatch command that would run, change nothing.
     /// false: resubmit. Call with true first.
     pub dry_run: bool,

@@ -5,6 +5,7 @@
 //! squeue for every live job per cycle, sacct in chunks of job ids, never one per job.
 
 pub mod cli;
+pub mod fake;
 pub mod parse;
 pub mod types;
 

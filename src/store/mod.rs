@@ -916,6 +916,26 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Decision counts by chain, actor kind (`supervisor` or not) and action.
+    pub fn decision_counts(&self) -> Result<Vec<(i64, bool, Action, u32)>> {
+        let mut q = self.conn.prepare(
+            "SELECT chain_id, actor = 'supervisor', action, COUNT(*) FROM decisions GROUP BY chain_id, actor = 'supervisor', action ORDER BY chain_id",
+        )?;
+        let rows = q.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, bool>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, u32>(3)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (c, sup, a, n) = r?;
+            Ok((c, sup, parse_name(&a)?, n))
+        })
+        .collect()
+    }
+
     /// The latest decision of a chain, if any.
     pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
         let raw = self

@@ -1,0 +1,141 @@
+//! Adopting a job that was submitted with plain sbatch: its submission is rebuilt from
+//! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`).
+
+use super::engine::{now, Engine};
+use super::launch;
+use super::requests::{internal, sees_all, Handled};
+use crate::protocol::{ErrorKind, Response};
+use crate::sbatch_args;
+use crate::slurm::Slurm;
+use crate::store::{chain_label, NewSubmission};
+use serde_json::json;
+
+/// Rebuilds an sbatch command line from what `scontrol show job` says about a job that
+/// was submitted without the supervisor. Script arguments are split on blanks (scontrol
+/// joins them with spaces, so an argument containing one cannot be recovered).
+pub fn argv_from_scontrol(
+    job: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<String>, String> {
+    let set = |k: &str| {
+        job.get(k).map(String::as_str).filter(|v| {
+            !v.is_empty()
+                && !matches!(
+                    *v,
+                    "(null)" | "N/A" | "UNLIMITED" | "NONE" | "Partition_Limit"
+                )
+        })
+    };
+    let mut argv = Vec::new();
+    let mut add = |opt: &str, key: &str| {
+        if let Some(v) = set(key) {
+            argv.push(format!("--{opt}={v}"));
+        }
+    };
+    add("job-name", "JobName");
+    add("partition", "Partition");
+    add("account", "Account");
+    add("qos", "QOS");
+    add("time", "TimeLimit");
+    add("nodes", "NumNodes");
+    add("ntasks", "NumTasks");
+    add("cpus-per-task", "CPUs/Task");
+    add("mem", "MinMemoryNode");
+    add("mem-per-cpu", "MinMemoryCPU");
+    add("exclude", "ExcNodeList");
+    add("chdir", "WorkDir");
+    add("output", "StdOut");
+    add("error", "StdErr");
+    if set("Requeue") == Some("0") {
+        argv.push("--no-requeue".into());
+    }
+    if set("Comment").is_some() {
+        argv.push(format!("--comment={}", job["Comment"]));
+    }
+    let command = set("Command").ok_or(
+        "scontrol shows no Command for it (an interactive or --wrap job cannot be adopted)",
+    )?;
+    argv.extend(command.split_whitespace().map(str::to_string));
+    Ok(argv)
+}
+
+pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u32) -> Handled {
+    let mut adopted = Vec::new();
+    for id in job_ids {
+        let usage =
+            |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
+        if !engine.store.resolve(id)?.is_empty() {
+            return Err(Response::error(
+                ErrorKind::Conflict,
+                format!("{id} is already supervised"),
+            ));
+        }
+        let job = engine.slurm.show_job(id).await.map_err(|e| match e {
+            crate::slurm::SlurmError::Rejected { .. } => Response::error(
+                ErrorKind::NotFound,
+                format!("Slurm does not know a live job {id}: {e}"),
+            ),
+            e => Response::error(
+                ErrorKind::Unavailable,
+                format!("cannot ask Slurm about {id}: {e}"),
+            ),
+        })?;
+        if job.contains_key("ArrayJobId")
+            || job.get("JobId").map(String::as_str) != Some(id.as_str())
+        {
+            return Err(usage(
+                "array jobs cannot be adopted yet; submit arrays with supervisorctl submit".into(),
+            ));
+        }
+        let owner: Option<u32> = job
+            .get("UserId")
+            .and_then(|u| u.split_once('('))
+            .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
+        if !sees_all(uid) && owner != Some(uid) {
+            return Err(Response::error(
+                ErrorKind::Forbidden,
+                format!("job {id} belongs to another user"),
+            ));
+        }
+        let state = job.get("JobState").cloned().unwrap_or_default();
+        if crate::slurm::types::JobState::parse(&state).is_none_or(|s| s.is_terminal()) {
+            return Err(usage(format!(
+                "it is {state}; only a pending or running job can be adopted"
+            )));
+        }
+        let argv = argv_from_scontrol(&job).map_err(usage)?;
+        let script = engine.slurm.batch_script(id).await.map_err(|e| {
+            Response::error(
+                ErrorKind::Unavailable,
+                format!("cannot read the batch script of {id}: {e}"),
+            )
+        })?;
+        let submitted =
+            sbatch_args::Submitted::read(&argv, Some(&script)).map_err(|e| usage(e.to_string()))?;
+        let new = NewSubmission {
+            owner_uid: owner.unwrap_or(uid),
+            user: job
+                .get("UserId")
+                .and_then(|u| u.split('(').next())
+                .unwrap_or_default()
+                .to_string(),
+            cwd: job.get("WorkDir").cloned().unwrap_or_else(|| "/".into()),
+            env: Vec::new(),
+            script_name: submitted
+                .cmd
+                .script
+                .as_deref()
+                .and_then(|p| std::path::Path::new(p).file_name())
+                .map(|n| n.to_string_lossy().into_owned()),
+            script: Some(script),
+            max_retries: engine.config.retry.max_retries,
+            array_tasks: None,
+            argv,
+        };
+        let t = now();
+        let l = launch::begin_submission(&mut engine.store, &engine.config, &new, &submitted, t)
+            .map_err(internal)?;
+        engine.store.launch_submitted(l.id, id, t)?;
+        adopted.extend(engine.store.resolve(id)?.into_iter().map(chain_label));
+    }
+    Ok(json!({ "adopted": adopted }))
+}
