@@ -6,6 +6,7 @@
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
 pub mod adopt;
+pub mod agent;
 pub mod dependents;
 pub mod engine;
 pub mod evidence;
@@ -89,6 +90,8 @@ pub async fn run<S: Slurm>(
     }
     info!(socket = %socket_path.display(), poll_interval = ?engine.config.poll_interval, "slurm-supervisord ready");
 
+    let mut agent = agent::Runner::default();
+    agent.maybe_start(&engine);
     let mut next = Instant::now() + engine.next_interval();
     loop {
         tokio::select! {
@@ -96,6 +99,7 @@ pub async fn run<S: Slurm>(
                 if let Err(e) = engine.cycle().await {
                     error!("poll cycle failed: {e}; trying again next cycle");
                 }
+                agent.maybe_start(&engine);
                 next = Instant::now() + engine.next_interval();
             }
             Some(ctl) = ctl_rx.recv() => {

@@ -82,6 +82,9 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
         .map(|(_, _, _, body)| body.clone())
         .unwrap_or(Value::Null);
     let history = history_view(store, c)?;
+    v["held"] = json!(store
+        .last_decision(c.id)?
+        .is_some_and(|d| d.action == crate::model::Action::Hold));
     v["evidence"] = json!({
         "sacct_rows": last.get("rows").cloned().unwrap_or(Value::Null),
         "stderr_tail": last.get("stderr_tail").cloned().unwrap_or(Value::Null),

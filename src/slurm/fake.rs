@@ -83,6 +83,9 @@ pub enum Ending {
     OutOfMemory,
     /// FAILED 1:0 on the job row, OUT_OF_MEMORY 0:125 only on step `.0`.
     OutOfMemoryInStep,
+    /// COMPLETED 0:0 on the job row although step `.0` is OUT_OF_MEMORY 0:125 (cgroup
+    /// kills of a step the script survived): not a success.
+    CompletedWithStepOom,
     /// TIMEOUT 0:0, `.batch` CANCELLED 0:15; Elapsed a little over the limit.
     Timeout,
     /// NODE_FAIL 0:0 on the job's node, `.batch` CANCELLED with an empty exit code.
@@ -409,6 +412,14 @@ impl FakeSlurm {
                 exit(1, 0),
                 vec![
                     j.step_row("batch", JobState::Failed, exit(1, 0), Some(mem / 16)),
+                    j.step_row("0", JobState::OutOfMemory, exit(0, 125), Some(mem)),
+                ],
+            ),
+            Ending::CompletedWithStepOom => (
+                JobState::Completed,
+                exit(0, 0),
+                vec![
+                    j.step_row("batch", JobState::Completed, exit(0, 0), Some(mem / 16)),
                     j.step_row("0", JobState::OutOfMemory, exit(0, 125), Some(mem)),
                 ],
             ),

@@ -1,0 +1,155 @@
+//! Optional: running an agent (an AI CLI such as `claude --print`, or any program) when
+//! chains wait in `pending_failed`. The agent gets a prompt on stdin and acts through
+//! `supervisorctl` (its config is in `SLURM_SUPERVISOR_CONFIG`) or the MCP server.
+//!
+//! It runs at most once per `agent.interval`, one at a time, in its own task with a
+//! timeout: a slow, failing or hanging agent never holds up supervision.
+
+use super::engine::Engine;
+use super::views;
+use crate::model::{Action, ChainState};
+use crate::slurm::Slurm;
+use crate::store::{Store, StoreError};
+use serde_json::Value;
+use std::process::Stdio;
+use std::time::Instant;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+/// The prompt is cut to this size; an agent can ask for more with `get_chain`.
+const MAX_PROMPT_BYTES: usize = 256 * 1024;
+
+/// Whether an agent is running and when the last one started.
+#[derive(Default)]
+pub struct Runner {
+    running: Option<JoinHandle<()>>,
+    last_start: Option<Instant>,
+}
+
+/// Chains waiting for an agent that no one asked to hold for a person.
+pub fn waiting(store: &Store) -> Result<Vec<Value>, StoreError> {
+    let mut out = Vec::new();
+    for c in store.chains_in_state(ChainState::PendingFailed)? {
+        let held = store
+            .last_decision(c.id)?
+            .is_some_and(|d| d.action == Action::Hold);
+        if !held {
+            out.push(views::pending_view(store, &c)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The text given to the agent.
+pub fn prompt(pending: &[Value], min_confidence: f64) -> String {
+    let mut evidence = serde_json::to_string_pretty(pending).unwrap_or_default();
+    if evidence.len() > MAX_PROMPT_BYTES {
+        let mut cut = MAX_PROMPT_BYTES;
+        while !evidence.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        evidence.truncate(cut);
+        evidence.push_str("\n... (cut; use `supervisorctl pending --json` or the MCP tool list_pending_failed for all of it)");
+    }
+    format!(
+        "You are resolving failed Slurm batch jobs for slurm-supervisor. The chains below ended in a way \
+no rule could classify and wait in pending_failed for you. For each, read the evidence (sacct rows, \
+stderr tail, earlier attempts and what was already tried) and decide:\n\
+- transient (retry): infrastructure trouble such as `Connection refused`, timeouts talking to a \
+service, NCCL timeouts, I/O errors, a node problem; retry, with more memory or time if the evidence \
+shows the job ran short of them;\n\
+- permanent (fail): a bug or bad input such as SyntaxError, ModuleNotFoundError, a missing input \
+file, a wrong argument; it would fail again;\n\
+- hold: you are not sure, or a person must fix something first.\n\
+Act with `supervisorctl classify ID --action retry|fail|hold --reason \"...\" --confidence 0.0-1.0 \
+[--mem SIZE] [--time LIMIT] [--exclude NODES]`, first with `--dry-run`. Every reason is recorded. \
+A confidence below {min_confidence} is turned into hold. Do not retry a fix that already failed \
+(see the decisions of earlier attempts).\n\nPending chains:\n{evidence}\n"
+    )
+}
+
+impl Runner {
+    /// Starts the agent if one is configured, something waits for it, none is running,
+    /// and the interval has passed.
+    pub fn maybe_start<S: Slurm>(&mut self, engine: &Engine<S>) {
+        let cfg = &engine.config.agent;
+        let Some(argv) = cfg.command.clone() else {
+            return;
+        };
+        if self.running.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        if self
+            .last_start
+            .is_some_and(|t| t.elapsed() < cfg.interval.0)
+        {
+            return;
+        }
+        let pending = match waiting(&engine.store) {
+            Ok(p) if p.is_empty() => return,
+            Ok(p) => p,
+            Err(e) => {
+                warn!("cannot list pending chains for the agent: {e}");
+                return;
+            }
+        };
+        let text = prompt(&pending, cfg.min_confidence);
+        let timeout = cfg.timeout.0;
+        let config_path = engine.config.path.clone();
+        self.last_start = Some(Instant::now());
+        info!(chains = pending.len(), command = ?argv, "starting the agent");
+        self.running = Some(tokio::spawn(async move {
+            let mut cmd = tokio::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            if let Some(p) = config_path {
+                cmd.env("SLURM_SUPERVISOR_CONFIG", p);
+            }
+            let mut child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(command = ?argv, "cannot start the agent: {e}");
+                    return;
+                }
+            };
+            if let Some(mut stdin) = child.stdin.take() {
+                let _ = stdin.write_all(text.as_bytes()).await;
+            }
+            match tokio::time::timeout(timeout, child.wait_with_output()).await {
+                Err(_) => {
+                    warn!(command = ?argv, "the agent did not finish within {}s and was killed; supervision goes on", timeout.as_secs())
+                }
+                Ok(Err(e)) => warn!(command = ?argv, "the agent failed: {e}"),
+                Ok(Ok(out)) => {
+                    let tail = |b: &[u8]| {
+                        let s = String::from_utf8_lossy(b);
+                        let lines: Vec<&str> = s.lines().collect();
+                        lines[lines.len().saturating_sub(40)..].join("\n")
+                    };
+                    info!(command = ?argv, status = %out.status, stdout = %tail(&out.stdout), stderr = %tail(&out.stderr), "the agent finished");
+                }
+            }
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_carries_the_evidence_and_the_rules() {
+        let p = prompt(
+            &[serde_json::json!({"id": "c7", "evidence": {"stderr_tail": "weird failure"}})],
+            0.7,
+        );
+        assert!(p.contains("\"c7\"") && p.contains("weird failure"));
+        assert!(p.contains("--confidence") && p.contains("below 0.7"));
+        let huge = vec![serde_json::json!({"x": "y".repeat(MAX_PROMPT_BYTES * 2)})];
+        assert!(prompt(&huge, 0.7).len() < MAX_PROMPT_BYTES + 4096);
+    }
+}
