@@ -31,6 +31,9 @@ pub struct Observation {
     pub rows: Vec<SacctRow>,
     /// The last lines of the job's stderr file, when it could be read.
     pub stderr_tail: Option<String>,
+    /// The last lines of its stdout file, when that is a different file from stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_tail: Option<String>,
     /// True when Slurm put the job back in the queue itself under the same id after this
     /// run ended (preemption or node failure with requeue allowed).
     pub requeued_by_slurm: bool,
@@ -237,6 +240,7 @@ mod tests {
             job_id: job_id.into(),
             rows: parsed.rows,
             stderr_tail: stderr.map(str::to_string),
+            stdout_tail: None,
             requeued_by_slurm: false,
         }
     }
@@ -318,6 +322,7 @@ mod tests {
             job_id: "4".into(),
             rows: vec![],
             stderr_tail: None,
+            stdout_tail: None,
             requeued_by_slurm: false,
         };
         assert_eq!(classify(&o, &[]), Err(ClassifyError::NoJobRow("4".into())));

@@ -266,3 +266,39 @@ fn recover_dry_run_shows_the_exact_sbatch_then_recover_runs_it() {
     // Only failed or pending_failed chains can be recovered.
     assert_eq!(d.ctl(&["recover", &job]).status.code(), Some(4));
 }
+
+#[test]
+fn a_failed_chain_names_the_jobs_that_depend_on_it() {
+    let (d, fake) = start(
+        "[[rules]]\nname = \"perm\"\nkind = \"permanent\"\nexit_codes = [2]\n",
+        &[],
+    );
+    d.write_script("job.sh", "echo hi");
+    let a = d.submit(&["--mem=300M", "job.sh"]);
+    let b = d.submit(&[&format!("--dependency=afterok:{a}"), "job.sh"]);
+    fake.ctl(&["finish", &a, "FAILED", "2:0"]);
+    wait_until("a to fail", Duration::from_secs(20), || {
+        d.status(&a)[0]["state"] == "failed"
+    });
+    let h = d.history(&a);
+    let b_chain = d.status(&b)[0]["id"].clone();
+    assert_eq!(
+        h["decisions"][0]["inputs"]["dependents"],
+        serde_json::json!([b_chain]),
+        "{h:#}"
+    );
+    assert_eq!(
+        d.status(&b)[0]["dependency_failed"],
+        serde_json::json!([h["id"]])
+    );
+    // The evidence of a waiting chain shows what it used against what it asked for.
+    fake.ctl(&["finish", &b, "FAILED", "1:0", "odd\n"]);
+    wait_until("b to wait", Duration::from_secs(20), || {
+        d.status(&b)[0]["state"] == "pending_failed"
+    });
+    let p = d.json(&["pending", "--json"]);
+    let usage = &p[0]["evidence"]["usage"];
+    assert_eq!(usage["mem_requested_bytes"], 100 << 20, "{p:#}");
+    assert_eq!(usage["max_rss_bytes"], 262144 << 10, "{p:#}");
+    assert_eq!(usage["time_limit_secs"], 600);
+}

@@ -15,6 +15,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(e.line.len() <= MAX_ERROR_LINE + 3);
     }
     for r in &q.rows {
+        // One trailing CR is taken for a CRLF line end, so a comment that itself ends in
+        // CR cannot come back; nor can a comment `(null)`, squeue's "no comment".
+        if r.comment.ends_with('\r') {
+            continue;
+        }
         let line = [
             r.job_id.as_str(),
             &r.job_id_raw,

@@ -332,6 +332,7 @@ impl<S: Slurm> Engine<S> {
                 job_id: jid.clone(),
                 rows: run.clone(),
                 stderr_tail: None,
+                stdout_tail: None,
                 requeued_by_slurm: true,
             };
             let Ok(v) = classify::classify(&obs, &self.config.rules) else {
@@ -361,11 +362,13 @@ impl<S: Slurm> Engine<S> {
                 .map(|c| c.submission_id)
                 .unwrap_or_default(),
         )?;
-        let stderr_tail = super::evidence::stderr_tail(&self.config, &sub, &jid, last);
+        let (stderr_tail, stdout_tail) =
+            super::evidence::output_tails(&self.config, &sub, &jid, last);
         let obs = Observation {
             job_id: jid.clone(),
             rows: last.clone(),
             stderr_tail,
+            stdout_tail,
             requeued_by_slurm: false,
         };
         self.record_ending(a, obs, t).await
@@ -430,7 +433,18 @@ impl<S: Slurm> Engine<S> {
             mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
             time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
         };
-        let inputs = serde_json::json!({ "verdict": v, "history": history, "context": ctx });
+        let mut inputs = serde_json::json!({ "verdict": v, "history": history, "context": ctx });
+        if d.next_state == ChainState::Failed {
+            // Jobs that wait on this one with --dependency will never start: say so.
+            let deps: Vec<String> = super::dependents::of(&self.store, a.chain_id)?
+                .into_iter()
+                .map(crate::store::chain_label)
+                .collect();
+            if !deps.is_empty() {
+                warn!(chain = a.chain_id, dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
+            }
+            inputs["dependents"] = serde_json::json!(deps);
+        }
         let rec = supervisor_decision(v.classification, &d, inputs);
         let update = ChainUpdate {
             state: d.next_state,

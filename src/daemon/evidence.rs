@@ -60,8 +60,20 @@ pub fn expand_pattern(pattern: &str, v: &PatternValues) -> String {
     out
 }
 
-/// Where the job's stderr went.
-pub fn stderr_path(sub: &Submission, job_id: &str, job_row: &SacctRow) -> Option<PathBuf> {
+/// One of the job's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Where the job's stdout or stderr went (stderr goes with stdout unless `--error` is given).
+pub fn output_path(
+    sub: &Submission,
+    job_id: &str,
+    job_row: &SacctRow,
+    stream: Stream,
+) -> Option<PathBuf> {
     let s = Submitted::read(&sub.argv, sub.script.as_deref()).ok()?;
     let (base, task) = match job_id.split_once('_') {
         Some((b, t)) => (b, Some(t)),
@@ -72,10 +84,11 @@ pub fn stderr_path(sub: &Submission, job_id: &str, job_row: &SacctRow) -> Option
     } else {
         "slurm-%j.out"
     };
-    let pattern = s
-        .option("error")
-        .or_else(|| s.option("output"))
-        .unwrap_or(default);
+    let pattern = match stream {
+        Stream::Stderr => s.option("error").or_else(|| s.option("output")),
+        Stream::Stdout => s.option("output"),
+    }
+    .unwrap_or(default);
     let script_name =
         sub.script_name
             .as_deref()
@@ -120,20 +133,26 @@ pub fn tail(path: &Path, lines: usize, bytes: u64) -> Option<String> {
     Some(keep.join("\n"))
 }
 
-/// The stderr tail of an ended attempt, when the file can be read.
-pub fn stderr_tail(
+/// The tails of an ended attempt's stderr and, when it is a different file, stdout.
+pub fn output_tails(
     config: &Config,
     sub: &Submission,
     job_id: &str,
     run: &[SacctRow],
-) -> Option<String> {
-    let job_row = run.iter().find(|r| !r.is_step())?;
-    let path = stderr_path(sub, job_id, job_row)?;
-    tail(
-        &path,
-        config.slurm.stderr_tail_lines,
-        config.slurm.stderr_tail_bytes,
-    )
+) -> (Option<String>, Option<String>) {
+    let Some(job_row) = run.iter().find(|r| !r.is_step()) else {
+        return (None, None);
+    };
+    let read = |p: &Path| {
+        tail(
+            p,
+            config.slurm.stderr_tail_lines,
+            config.slurm.stderr_tail_bytes,
+        )
+    };
+    let err = output_path(sub, job_id, job_row, Stream::Stderr);
+    let out = output_path(sub, job_id, job_row, Stream::Stdout).filter(|o| Some(o) != err.as_ref());
+    (err.as_deref().and_then(read), out.as_deref().and_then(read))
 }
 
 #[cfg(test)]

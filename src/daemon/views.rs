@@ -23,6 +23,11 @@ pub fn chain_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
         "submission": c.submission_id,
         "slurm_state": cur.and_then(|a| a.slurm_state.clone().or_else(|| a.last_seen.clone())),
         "next_retry_at": if c.state == crate::model::ChainState::Ready { c.not_before } else { None },
+        "dependency_failed": if c.state.is_open() {
+            super::dependents::failed_dependencies(store, c.submission_id)?.into_iter().map(chain_label).collect::<Vec<_>>()
+        } else {
+            Vec::new()
+        },
         "created_at": c.created_at,
         "updated_at": c.updated_at,
     }))
@@ -72,6 +77,24 @@ pub fn history_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
     Ok(v)
 }
 
+/// What the last attempt used against what it asked for, from its sacct rows.
+fn usage(observation: &Value) -> Value {
+    let rows: Vec<crate::slurm::types::SacctRow> =
+        serde_json::from_value(observation.get("rows").cloned().unwrap_or(Value::Null))
+            .unwrap_or_default();
+    let Some(job) = rows.iter().find(|r| !r.is_step()) else {
+        return Value::Null;
+    };
+    json!({
+        "mem_requested_bytes": job.req_mem_bytes,
+        "max_rss_bytes": rows.iter().filter_map(|r| r.max_rss_bytes).max(),
+        "time_limit_secs": job.timelimit_secs,
+        "elapsed_secs": job.elapsed_secs,
+        "partition": job.partition,
+        "nodes": job.node_list,
+    })
+}
+
 /// One element of `pending --json`: the status row plus the evidence an agent needs.
 pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
     let mut v = chain_view(store, c)?;
@@ -88,6 +111,8 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
     v["evidence"] = json!({
         "sacct_rows": last.get("rows").cloned().unwrap_or(Value::Null),
         "stderr_tail": last.get("stderr_tail").cloned().unwrap_or(Value::Null),
+        "stdout_tail": last.get("stdout_tail").cloned().unwrap_or(Value::Null),
+        "usage": usage(&last),
         "nodes": history["attempts"].as_array().and_then(|a| a.last()).and_then(|a| a.get("nodes")).cloned().unwrap_or(Value::Null),
         "attempts": history["attempts"],
         "decisions": history["decisions"],
