@@ -20,25 +20,6 @@ fn sbatch_argvs(fake: &Fake) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// A Python with the `mcp` package; fails with the way to get one.
-fn python() -> PathBuf {
-    let p = std::env::var_os("SSV_MCP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/ssv-mcp-venv/bin/python"));
-    let ok = Command::new(&p)
-        .args(["-c", "import mcp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "this test needs a Python with the official `mcp` package at {} (or set SSV_MCP_PYTHON); \
-         scripts/test makes one, or: python3 -m venv /tmp/ssv-mcp-venv && \
-         /tmp/ssv-mcp-venv/bin/pip install 'mcp>=2.3,<3'",
-        p.display()
-    );
-    p
-}
-
 fn item<'a>(batch: &'a Value, id: &str) -> &'a Value {
     batch["structured"]["results"]
         .as_array()
@@ -50,7 +31,7 @@ fn item<'a>(batch: &'a Value, id: &str) -> &'a Value {
 
 #[test]
 fn an_agent_lists_and_resolves_a_pending_failure_over_mcp() {
-    let python = python();
+    let python = mcp_python();
     let (d, fake) = start("", &[]);
     d.write_script("job.sh", "echo hi");
     let job_a = d.submit(&["--mem=100M", "job.sh"]);

@@ -325,3 +325,85 @@ fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     );
     assert_eq!(name.trim(), "ssv adopt");
 }
+
+#[test]
+fn an_mcp_agent_retries_an_ambiguous_failure_with_more_memory() {
+    require_slurm();
+    let d = Daemon::start("");
+    // First run: an error no rule knows. Second run: needs 150 MiB, more than --mem=100M.
+    d.write_script(
+        "agentjob.sh",
+        "if [ -e marker ]; then python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(3)'; echo ok; exit 0; fi\ntouch marker\necho 'storage hiccup on shard 7' >&2\nexit 1",
+    );
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-mcp", "agentjob.sh"]);
+    d.wait_state(&job, "pending_failed", 3 * MIN);
+    let script = format!("{}/tests/mcp/resolve_one.py", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(mcp_python())
+        .args([&script, CTL, d.config.to_str().unwrap(), &job, "1G"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["pending"][0]["evidence"]["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("storage hiccup on shard 7"),
+        "{v:#}"
+    );
+    assert_eq!(v["dry_run"]["is_error"], false, "{v:#}");
+    assert_eq!(v["resolve"]["structured"]["succeeded"], 1, "{v:#}");
+    assert_eq!(
+        v["second"]["structured"]["results"][0]["error"]["kind"], "conflict",
+        "{v:#}"
+    );
+    d.wait_state(&job, "completed", 3 * MIN);
+    let h = d.history(&job);
+    assert_eq!(attempts(&h)[1]["mem"], "1024M", "{h:#}");
+    assert_eq!(
+        decisions(&h)[1]["actor"]
+            .as_str()
+            .map(|a| a.starts_with("user:")),
+        Some(true)
+    );
+}
+
+#[test]
+fn a_kill_right_after_sbatch_adopts_the_job_instead_of_submitting_again() {
+    require_slurm();
+    let mut d = Daemon::start("");
+    d.write_script("flaky.sh", "sleep 3\nif [ ! -e once ]; then touch once; echo 'Connection refused' >&2; exit 1; fi\necho ok");
+    let job = d.submit(&["--job-name=ssv-kill", "flaky.sh"]);
+    // Re-arm the daemon to die right after the retry's sbatch returns, before recording it.
+    d.kill();
+    d.extra_env = vec![("SLURM_SUPERVISOR_FAILPOINT".into(), "after-sbatch".into())];
+    d.spawn();
+    let deadline = std::time::Instant::now() + 3 * MIN;
+    while d.child.as_mut().unwrap().try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the failpoint was never reached:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    d.child = None;
+    d.extra_env.clear();
+    d.spawn();
+    d.wait_state(&job, "completed", 3 * MIN);
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 2, "{h:#}");
+    for a in attempts(&h) {
+        let rows = sacct_jobs_with_comment(a["tag"].as_str().unwrap());
+        assert_eq!(rows.len(), 1, "attempt {}: {rows:#?}", a["n"]);
+    }
+    assert!(
+        d.log().contains("adopting it, not submitting again"),
+        "{}",
+        d.log()
+    );
+}

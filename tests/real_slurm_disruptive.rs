@@ -156,3 +156,114 @@ fn a_preemption_without_requeue_is_resubmitted() {
     assert_eq!(h["decisions"][0]["classification"], "preempted");
     assert_eq!(h["decisions"][0]["action"], "resubmit");
 }
+
+/// Stops a Slurm daemon of the dev cluster (as a crash or an admin would).
+fn stop_daemon(name: &str) {
+    let pid = std::fs::read_to_string(format!("/run/slurm/{name}.pid")).unwrap();
+    run("kill", &[pid.trim()]);
+    let deadline = Instant::now() + MIN;
+    while std::path::Path::new(&format!("/proc/{}", pid.trim())).exists() {
+        assert!(Instant::now() < deadline, "{name} did not stop");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Brings everything back (the dev cluster's `up` starts what is missing).
+fn restart_cluster() {
+    let script = format!("{}/scripts/dev-cluster", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(script).arg("up").output().unwrap();
+    assert!(
+        out.status.success(),
+        "dev-cluster up: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_slurmdbd_outage_is_not_taken_for_job_failures() {
+    require_slurm();
+    let _g = lock();
+    let d = Daemon::start("");
+    d.write_script("ok.sh", "sleep 6\necho fine");
+    d.write_script("flaky.sh", "sleep 6\nif [ ! -e once ]; then touch once; echo 'Connection refused' >&2; exit 1; fi\necho ok");
+    let a = d.submit(&["--job-name=ssv-dbd-ok", "ok.sh"]);
+    let b = d.submit(&["--job-name=ssv-dbd-flaky", "flaky.sh"]);
+    wait_running(&a);
+    wait_running(&b);
+    stop_daemon("slurmdbd");
+    // The jobs end while accounting cannot be asked: nothing may be decided.
+    std::thread::sleep(Duration::from_secs(20));
+    let during = (
+        d.status(&a)[0]["state"].clone(),
+        d.status(&b)[0]["state"].clone(),
+    );
+    let log = d.log();
+    restart_cluster();
+    assert_eq!(during, ("active".into(), "active".into()), "{log}");
+    assert_eq!(
+        log.matches("slurm is not answering").count(),
+        1,
+        "one line per outage:\n{log}"
+    );
+    d.wait_state(&a, "completed", 3 * MIN);
+    d.wait_state(&b, "completed", 3 * MIN);
+    assert_eq!(d.history(&a)["decisions"].as_array().unwrap().len(), 0);
+    let hb = d.history(&b);
+    assert_eq!(hb["decisions"][0]["classification"], "transient", "{hb:#}");
+    assert_eq!(attempts(&hb).len(), 2);
+    assert!(d.log().contains("slurm answers again"));
+}
+
+#[test]
+fn a_slurmctld_outage_delays_but_does_not_lose_or_duplicate_work() {
+    require_slurm();
+    let _g = lock();
+    let d = Daemon::start("[slurm]\nsbatch_timeout = \"20s\"\n");
+    d.write_script("ok.sh", "sleep 10\necho fine");
+    let a = d.submit(&["--job-name=ssv-ctld-ok", "ok.sh"]);
+    wait_running(&a);
+    stop_daemon("slurmctld");
+    // A submission while the controller is down is recorded and made later, once.
+    let out = d.ctl_in(
+        &["submit", "--", "--job-name=ssv-ctld-late", "ok.sh"],
+        &d.work_dir(),
+    );
+    let submit_code = out.status.code();
+    std::thread::sleep(Duration::from_secs(15));
+    let during = d.status(&a)[0]["state"].clone();
+    let log = d.log();
+    restart_cluster();
+    assert_eq!(
+        submit_code,
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(during, "active", "{log}");
+    assert_eq!(log.matches("slurm is not answering").count(), 1, "{log}");
+    d.wait_state(&a, "completed", 3 * MIN);
+    // The late submission went in exactly once after the controller came back.
+    let deadline = Instant::now() + 3 * MIN;
+    let late = loop {
+        let all = d.json(&["status", "--json"]);
+        if let Some(c) = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] != d.status(&a)[0]["id"] && c["slurm_job_id"].is_string())
+        {
+            break c.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the late submission never went in: {all:#}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let late_job = late["slurm_job_id"].as_str().unwrap().to_string();
+    d.wait_state(&late_job, "completed", 3 * MIN);
+    let h = d.history(&late_job);
+    let rows = sacct_jobs_with_comment(h["attempts"][0]["tag"].as_str().unwrap());
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+}

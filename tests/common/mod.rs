@@ -297,3 +297,23 @@ pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// A Python with the official `mcp` package (PyPI), from `SSV_MCP_PYTHON` or the venv
+/// that scripts/test makes.
+pub fn mcp_python() -> PathBuf {
+    let p = std::env::var_os("SSV_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/ssv-mcp-venv/bin/python"));
+    let ok = Command::new(&p)
+        .args(["-c", "import mcp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "this test needs a Python with the official `mcp` package at {} (or set SSV_MCP_PYTHON); \
+         scripts/test makes one, or: python3 -m venv /tmp/ssv-mcp-venv && \
+         /tmp/ssv-mcp-venv/bin/pip install 'mcp>=2.3,<3'",
+        p.display()
+    );
+    p
+}
