@@ -326,3 +326,28 @@ fn a_corrupt_state_file_stops_the_daemon_and_is_left_as_it_was() {
         "the file is left for a person to look at"
     );
 }
+
+#[test]
+fn endless_or_hanging_output_from_slurm_is_cut_off_and_decides_nothing() {
+    let (d, fake) = start("", &[]);
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
+    fake.ctl(&["mode", "squeue", "huge"]);
+    wait_until("the cut-off", Duration::from_secs(30), || {
+        d.log().contains("printed more than")
+    });
+    fake.ctl(&["mode", "squeue", "hang"]);
+    wait_until("the timeout", Duration::from_secs(30), || {
+        d.log().contains("did not finish within")
+    });
+    assert_eq!(
+        d.status(&job)[0]["state"],
+        "active",
+        "nothing is decided from a broken answer"
+    );
+    fake.ctl(&["mode", "squeue", "ok"]);
+    wait_until("recovery", Duration::from_secs(60), || {
+        d.status(&job)[0]["last_classification"] == "transient"
+    });
+}

@@ -19,7 +19,7 @@ const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
 
 /// The longest the poll interval stretches while Slurm is not answering: backing off
 /// spares a struggling controller, the cap bounds how late recovery is noticed.
-const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(300);
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(120);
 
 pub struct Engine<S: Slurm> {
     pub config: Config,
@@ -109,7 +109,7 @@ impl<S: Slurm> Engine<S> {
         if self.consecutive_failures == 0 {
             return base;
         }
-        let factor = 1u32 << self.consecutive_failures.min(6);
+        let factor = 1u32 << self.consecutive_failures.min(2);
         (base * factor).min(MAX_OUTAGE_BACKOFF.max(base))
     }
 
@@ -194,7 +194,17 @@ impl<S: Slurm> Engine<S> {
                     self.store.launch_submitted(l.id, job, t)?;
                 } else {
                     info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
-                    self.run_launch(&l, &sub, t).await?;
+                    match self.run_launch(&l, &sub, t).await? {
+                        LaunchOutcome::Submitted(_) => {}
+                        // Still no answer: the launch stays an intent. Nothing else may
+                        // be launched this cycle, or a chain would get a second intent.
+                        LaunchOutcome::Unknown(_) => return Ok(false),
+                        // Left as an intent, it would be tried again every cycle while
+                        // its chains, still `ready`, got new launches beside it.
+                        LaunchOutcome::Refused { code, stderr } => {
+                            self.launch_refused(&l, code, &stderr, t)?
+                        }
+                    }
                 }
             }
         }
@@ -502,29 +512,40 @@ impl<S: Slurm> Engine<S> {
                 LaunchOutcome::Submitted(_) => {}
                 LaunchOutcome::Unknown(_) => return Ok(()),
                 LaunchOutcome::Refused { code, stderr } => {
-                    let reason = format!("sbatch refused the retry (exit code {code}): {stderr}");
-                    warn!(submission = sub_id, "{reason}");
-                    let rec = NewDecision {
-                        classification: Classification::Ambiguous,
-                        class: RecoveryClass::R2,
-                        action: Action::Escalate,
-                        reason,
-                        inputs: serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code }),
-                        resolves: None,
-                        actor: "supervisor".into(),
-                    };
-                    let update = ChainUpdate {
-                        state: ChainState::PendingFailed,
-                        last_classification: None,
-                        plan: None,
-                        not_before: None,
-                    };
-                    self.store
-                        .relaunch_refused(l.id, &stderr, t, &rec, &update)?;
+                    self.launch_refused(&l, code, &stderr, t)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// sbatch refused a launch for good: its attempts are marked not submitted and their
+    /// chains wait in `pending_failed`, with sbatch's answer as the evidence.
+    fn launch_refused(
+        &mut self,
+        l: &crate::store::Launch,
+        code: i32,
+        stderr: &str,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let reason = format!("sbatch refused the retry (exit code {code}): {stderr}");
+        warn!(submission = l.submission_id, "{reason}");
+        let rec = NewDecision {
+            classification: Classification::Ambiguous,
+            class: RecoveryClass::R2,
+            action: Action::Escalate,
+            reason,
+            inputs: serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code }),
+            resolves: None,
+            actor: "supervisor".into(),
+        };
+        let update = ChainUpdate {
+            state: ChainState::PendingFailed,
+            last_classification: None,
+            plan: None,
+            not_before: None,
+        };
+        self.store.relaunch_refused(l.id, stderr, t, &rec, &update)
     }
 
     fn escalate(&mut self, chains: &[i64], reason: &str, t: i64) -> Result<(), StoreError> {

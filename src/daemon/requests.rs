@@ -219,6 +219,25 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             format!("{id} has already ended; nothing to cancel"),
         ));
     }
+    // A launch whose sbatch gave no answer may have created a job that the next cycle
+    // will find by its tag and adopt; cancelling the chain now would leave that job
+    // running and the chain brought back to `active` by the adoption.
+    for c in &open {
+        let launching = engine
+            .store
+            .attempts(c.id)?
+            .iter()
+            .any(|a| a.state == crate::store::AttemptState::Launching);
+        if launching {
+            return Err(Response::error(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} is being submitted and Slurm has not confirmed its job yet; nothing changed, try again after the next poll",
+                    chain_label(c.id)
+                ),
+            ));
+        }
+    }
     let t = now();
     let mut done = Vec::new();
     for c in &open {

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 /// Texts Slurm's clients print when they could not get an answer; anything else from a
@@ -35,6 +35,9 @@ const UNAVAILABLE_MARKERS: &[&str] = &[
 
 /// squeue's answer for an id it does not (or no longer) know, when only one id is asked.
 const INVALID_JOB_ID: &str = "Invalid job id specified";
+
+/// The most a Slurm command may print on stdout or stderr before it is stopped.
+const MAX_OUTPUT: u64 = 64 << 20;
 
 /// Job ids per squeue call; squeue filters client-side, so this only bounds argv length.
 const SQUEUE_CHUNK: usize = 2000;
@@ -133,7 +136,48 @@ impl SlurmCli {
             // A child that exits without reading its stdin is not an error of ours.
             let _ = pipe.write_all(data).await;
         }
-        let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        // Both pipes are read at once, each only up to MAX_OUTPUT: a command that prints
+        // without end cannot exhaust the daemon's memory.
+        let (mut out_pipe, mut err_pipe) = (child.stdout.take(), child.stderr.take());
+        let pid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
+        // Past the limit the child is killed, so the other pipe closes and reading ends.
+        let stop = || {
+            if let Some(p) = pid {
+                let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGKILL);
+            }
+        };
+        let collect = async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let read_out = async {
+                if let Some(p) = out_pipe.as_mut() {
+                    p.take(MAX_OUTPUT + 1).read_to_end(&mut out).await?;
+                    if out.len() as u64 > MAX_OUTPUT {
+                        stop();
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            let read_err = async {
+                if let Some(p) = err_pipe.as_mut() {
+                    p.take(MAX_OUTPUT + 1).read_to_end(&mut err).await?;
+                    if err.len() as u64 > MAX_OUTPUT {
+                        stop();
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            let (a, b) = tokio::join!(read_out, read_err);
+            a?;
+            b?;
+            if out.len() as u64 > MAX_OUTPUT || err.len() as u64 > MAX_OUTPUT {
+                let _ = child.wait().await;
+                return Ok((None, out, err));
+            }
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((Some(status), out, err))
+        };
+        let (status, stdout, stderr) = match tokio::time::timeout(timeout, collect).await {
             Ok(r) => r.map_err(|source| SlurmError::Spawn {
                 command: name.into(),
                 source,
@@ -144,6 +188,17 @@ impl SlurmCli {
                     secs: timeout.as_secs(),
                 })
             }
+        };
+        let Some(status) = status else {
+            return Err(SlurmError::Garbage {
+                command: name.into(),
+                message: format!("printed more than {MAX_OUTPUT} bytes; it was stopped"),
+            });
+        };
+        let out = std::process::Output {
+            status,
+            stdout,
+            stderr,
         };
         Ok(Ran {
             code: out.status.code(),

@@ -6,7 +6,7 @@ State lives in state.json beside the links, under an flock. Tests drive it with
 `fake_slurm.py ctl <command>`:
   ctl finish JOB STATE EXIT [STDERR_TEXT]   end a job (e.g. FAILED 1:0)
   ctl run JOB NODE                          mark a job RUNNING on NODE
-  ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | hang | reject | lost-reply
+  ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
   ctl dump                                  print the state
 Every sbatch call is appended to sbatch.log (one JSON line), so tests can count them.
 """
@@ -55,6 +55,11 @@ def misbehave(s, cmd):
         sys.exit(1)
     if mode == "hang":
         time.sleep(3600)
+    if mode == "huge":
+        line = "x" * 1023 + "\n"
+        for _ in range(70 * 1024):
+            sys.stdout.write(line)
+        sys.exit(0)
     if mode == "garbage":
         sys.stdout.write("\x00\xff garbage |||| FROBNICATED|||\n" * 3)
         sys.exit(0)
