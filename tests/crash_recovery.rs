@@ -98,17 +98,8 @@ fn every_failpoint_on_a_retry_leaves_exactly_one_job_per_attempt() {
         d.extra_env = vec![("SLURM_SUPERVISOR_FAILPOINT".into(), point.into())];
         d.spawn();
         fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
-        let child = d.child.as_mut().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "{point}: the failpoint was never reached\n{}",
-                d.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        d.child = None;
+        // The failpoint kills the daemon during the retry's launch.
+        d.wait_dead(Duration::from_secs(30));
         d.extra_env.clear();
         d.spawn();
         wait_until("the retry to be live", Duration::from_secs(30), || {

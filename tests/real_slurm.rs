@@ -382,16 +382,7 @@ fn a_kill_right_after_sbatch_adopts_the_job_instead_of_submitting_again() {
     d.kill();
     d.extra_env = vec![("SLURM_SUPERVISOR_FAILPOINT".into(), "after-sbatch".into())];
     d.spawn();
-    let deadline = std::time::Instant::now() + 3 * MIN;
-    while d.child.as_mut().unwrap().try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the failpoint was never reached:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    d.child = None;
+    d.wait_dead(3 * MIN);
     d.extra_env.clear();
     d.spawn();
     d.wait_state(&job, "completed", 3 * MIN);

@@ -530,46 +530,40 @@ impl<S: Slurm> Engine<S> {
     ) -> Result<(), StoreError> {
         let reason = format!("sbatch refused the retry (exit code {code}): {stderr}");
         warn!(submission = l.submission_id, "{reason}");
-        let rec = NewDecision {
-            classification: Classification::Ambiguous,
-            class: RecoveryClass::R2,
-            action: Action::Escalate,
-            reason,
-            inputs: serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code }),
-            resolves: None,
-            actor: "supervisor".into(),
-        };
-        let update = ChainUpdate {
-            state: ChainState::PendingFailed,
-            last_classification: None,
-            plan: None,
-            not_before: None,
-        };
+        let inputs = serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code });
+        let (rec, update) = escalation(reason, inputs);
         self.store.relaunch_refused(l.id, stderr, t, &rec, &update)
     }
 
     fn escalate(&mut self, chains: &[i64], reason: &str, t: i64) -> Result<(), StoreError> {
         for &c in chains {
-            let rec = NewDecision {
-                classification: Classification::Ambiguous,
-                class: RecoveryClass::R2,
-                action: Action::Escalate,
-                reason: reason.to_string(),
-                inputs: serde_json::json!({}),
-                resolves: None,
-                actor: "supervisor".into(),
-            };
-            let update = ChainUpdate {
-                state: ChainState::PendingFailed,
-                last_classification: None,
-                plan: None,
-                not_before: None,
-            };
+            let (rec, update) = escalation(reason.to_string(), serde_json::json!({}));
             self.store
                 .decide_chain(c, &[ChainState::Ready], &rec, &update, t)?;
         }
         Ok(())
     }
+}
+
+/// An R2 escalation by the supervisor that is not about a job's ending (a retry that
+/// could not be prepared or that sbatch refused), and the move to `pending_failed`.
+fn escalation(reason: String, inputs: serde_json::Value) -> (NewDecision, ChainUpdate) {
+    let rec = NewDecision {
+        classification: Classification::Ambiguous,
+        class: RecoveryClass::R2,
+        action: Action::Escalate,
+        reason,
+        inputs,
+        resolves: None,
+        actor: "supervisor".into(),
+    };
+    let update = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+    };
+    (rec, update)
 }
 
 /// The state squeue shows for each attempt id. Rows for array tasks that have not

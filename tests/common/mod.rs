@@ -117,6 +117,21 @@ impl Daemon {
         }
     }
 
+    /// Waits until the daemon dies by itself (a failpoint); panics after `within`.
+    pub fn wait_dead(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut().expect("daemon running");
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not die within {within:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.child = None;
+    }
+
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().expect("daemon running");
