@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::model::RetryPlan;
 use crate::sbatch_args::{self, Overrides, Submitted};
-use crate::slurm::{SbatchRequest, Slurm, SlurmError};
+use crate::slurm::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::{Launch, NewSubmission, Store, StoreError, Submission};
 use regex::Regex;
 use std::collections::HashMap;
@@ -59,15 +59,33 @@ pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> Pat
         .join(script_name)
 }
 
-fn write_snapshot(path: &Path, content: &[u8]) -> Result<(), PrepareError> {
+/// Writes a snapshot where sbatch (running as `owner`, when given) can read it and no one
+/// else can: the launch's folder and the file belong to the owner, mode 0700/0600.
+fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<(), PrepareError> {
     let err = |source| PrepareError::Snapshot {
         path: path.to_path_buf(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
+    let dir = path.parent().expect("a snapshot path has a folder");
+    std::fs::create_dir_all(dir).map_err(err)?;
+    std::fs::write(path, content).map_err(err)?;
+    if let Some(who) = owner {
+        let (uid, gid) = (Some(who.uid), Some(who.gid));
+        std::os::unix::fs::chown(dir, uid, gid).map_err(err)?;
+        std::os::unix::fs::chown(path, uid, gid).map_err(err)?;
     }
-    std::fs::write(path, content).map_err(err)
+    Ok(())
+}
+
+/// Who Slurm commands for `owner_uid` run as: the owner themself when the daemon runs as
+/// root for other users (system-wide), else the daemon's own user.
+pub fn run_as(owner_uid: u32) -> Result<Option<RunAs>, String> {
+    if !nix::unistd::geteuid().is_root() || owner_uid == 0 {
+        return Ok(None);
+    }
+    RunAs::lookup(owner_uid).map(Some).ok_or_else(|| {
+        format!("uid {owner_uid} has no account on this host; nothing is run as root on its behalf")
+    })
 }
 
 /// The argv of a launch: the user's command with the supervisor's changes. Options the
@@ -209,10 +227,19 @@ pub async fn sbatch<S: Slurm>(
         (None, Some(s)) => Some(s.clone()),
         _ => None,
     };
+    let owner = match run_as(sub.owner_uid) {
+        Ok(o) => o,
+        Err(e) => {
+            return LaunchOutcome::Refused {
+                code: 67,
+                stderr: e,
+            }
+        }
+    };
     let snapshot = match (&sub.script_name, &sub.script) {
         (Some(name), Some(content)) => {
             let p = snapshot_path(state_dir, l.id, name);
-            if let Err(e) = write_snapshot(&p, content) {
+            if let Err(e) = write_snapshot(&p, content, owner.as_ref()) {
                 return LaunchOutcome::Refused {
                     code: 73,
                     stderr: e.to_string(),
@@ -228,6 +255,7 @@ pub async fn sbatch<S: Slurm>(
         cwd: PathBuf::from(&sub.cwd),
         env: sub.env.clone(),
         stdin,
+        run_as: owner,
     };
     let result = slurm.sbatch(&req).await;
     if let (Ok(_), Some(p)) = (&result, &snapshot) {

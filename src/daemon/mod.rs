@@ -53,14 +53,26 @@ pub enum DaemonError {
     Store(#[from] StoreError),
 }
 
+/// Everything the daemon creates is private (umask 077). A per-user daemon's state
+/// directory is 0700. A system-wide (root) daemon's is 0711, and so is its `scripts/`:
+/// users may pass through to the script snapshot that belongs to them (0700 folder, 0600
+/// file, owned by them) so their own sbatch can read it, and can list or read nothing else.
 fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let err = |source| DaemonError::StateDir {
         path: config.state_dir.clone(),
         source,
     };
-    std::fs::create_dir_all(&config.state_dir).map_err(err)?;
-    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(0o700))
+    let mode = if nix::unistd::geteuid().is_root() {
+        0o711
+    } else {
+        0o700
+    };
+    let scripts = config.state_dir.join("scripts");
+    std::fs::create_dir_all(&scripts).map_err(err)?;
+    std::fs::set_permissions(&config.state_dir, std::fs::Permissions::from_mode(mode))
         .map_err(err)?;
+    std::fs::set_permissions(&scripts, std::fs::Permissions::from_mode(mode)).map_err(err)?;
     Ok(())
 }
 

@@ -248,12 +248,18 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             .find(|a| a.state == crate::store::AttemptState::Live);
         if let Some(a) = &live {
             let job = a.slurm_job_id.clone().unwrap_or_default();
-            engine.slurm.scancel(&job).await.map_err(|e| {
-                Response::error(
-                    ErrorKind::Unavailable,
-                    format!("scancel {job} failed, nothing changed: {e}"),
-                )
-            })?;
+            let who = launch::run_as(engine.store.owner_of(c.id)?)
+                .map_err(|e| Response::error(ErrorKind::Internal, e))?;
+            engine
+                .slurm
+                .scancel(&job, who.as_ref())
+                .await
+                .map_err(|e| {
+                    Response::error(
+                        ErrorKind::Unavailable,
+                        format!("scancel {job} failed, nothing changed: {e}"),
+                    )
+                })?;
             engine.store.end_attempt(a.chain_id, a.n, "CANCELLED", t)?;
         }
         let rec = NewDecision {

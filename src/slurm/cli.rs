@@ -7,7 +7,7 @@
 
 use super::parse::{self, Parsed};
 use super::types::{SacctRow, SqueueRow};
-use super::{SbatchRequest, Slurm, SlurmError};
+use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +115,8 @@ impl SlurmCli {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // `setup` may drop privileges in a pre_exec; PDEATHSIG must be set after that,
+        // because changing credentials clears it.
         setup(&mut cmd);
         // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
         // sbatch cannot create a job after the restarted daemon looked for its tag. The
@@ -231,6 +233,24 @@ impl SlurmCli {
     }
 }
 
+/// Makes the child drop to `who` (groups, gid, uid, in that order) before it runs.
+fn drop_to(cmd: &mut Command, who: &RunAs) {
+    let who = who.clone();
+    // SAFETY: initgroups/setgid/setuid are async-signal-safe enough for a forked child (no
+    // allocation here: the name was made a CString before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::initgroups(who.user.as_ptr(), who.gid as libc::gid_t) != 0
+                || libc::setgid(who.gid) != 0
+                || libc::setuid(who.uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Looks a program up on the daemon's own `$PATH` (never the job's recorded one).
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -277,6 +297,7 @@ impl Slurm for SlurmCli {
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
         let env = req.env.clone();
         let cwd = req.cwd.clone();
+        let run_as = req.run_as.clone();
         let ran = self
             .run(
                 "sbatch",
@@ -284,6 +305,9 @@ impl Slurm for SlurmCli {
                 self.sbatch_timeout,
                 move |cmd| {
                     cmd.env_clear().envs(env).current_dir(cwd);
+                    if let Some(who) = &run_as {
+                        drop_to(cmd, who);
+                    }
                 },
                 req.stdin.as_deref(),
             )
@@ -365,8 +389,22 @@ impl Slurm for SlurmCli {
         check_sacct(self.query("sacct", args).await?)
     }
 
-    async fn scancel(&self, job_id: &str) -> Result<(), SlurmError> {
-        let ran = self.query("scancel", vec![job_id.to_string()]).await?;
+    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        let who = run_as.cloned();
+        let args = vec![job_id.to_string()];
+        let ran = self
+            .run(
+                "scancel",
+                &args,
+                self.timeout,
+                move |cmd| {
+                    if let Some(who) = &who {
+                        drop_to(cmd, who);
+                    }
+                },
+                None,
+            )
+            .await?;
         if ran.code == Some(0) {
             Ok(())
         } else {

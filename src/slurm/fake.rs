@@ -766,7 +766,11 @@ impl Slurm for FakeSlurm {
         })
     }
 
-    async fn scancel(&self, job_id: &str) -> Result<(), SlurmError> {
+    async fn scancel(
+        &self,
+        job_id: &str,
+        _run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
         let ids: Vec<String> = {
             let s = self.enter(Command::Scancel)?;
             s.jobs

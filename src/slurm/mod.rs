@@ -22,6 +22,30 @@ pub struct SbatchRequest {
     pub env: Vec<(String, String)>,
     /// Text to feed on stdin (a script given on stdin); `None` closes stdin.
     pub stdin: Option<Vec<u8>>,
+    /// The user to run it as (a system-wide daemon acts for users, never as root for them).
+    pub run_as: Option<RunAs>,
+}
+
+/// A user a command runs as: uid, primary gid, and the name for their supplementary groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: std::ffi::CString,
+}
+
+impl RunAs {
+    /// The account of `uid`, or `None` if the system does not know it.
+    pub fn lookup(uid: u32) -> Option<RunAs> {
+        let u = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()?;
+        Some(RunAs {
+            uid,
+            gid: u.gid.as_raw(),
+            user: std::ffi::CString::new(u.name).ok()?,
+        })
+    }
 }
 
 /// Why a Slurm command gave no usable answer.
@@ -89,8 +113,8 @@ pub trait Slurm {
         user: &str,
         since: i64,
     ) -> Result<Parsed<SacctRow>, SlurmError>;
-    /// Cancels a job.
-    async fn scancel(&self, job_id: &str) -> Result<(), SlurmError>;
+    /// Cancels a job (as `run_as`, when given).
+    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError>;
     /// `scontrol show job -o`: one job's record as key/value pairs.
     async fn show_job(
         &self,
