@@ -3,11 +3,12 @@
 //!
 //! The real engine and store are driven cycle by cycle against the in-process fake Slurm
 //! (`slurm::fake`): a few submissions (plain jobs and two-task arrays), then a random
-//! sequence of steps: a job ends in one of Slurm's shapes, Slurm requeues a job itself,
-//! Slurm stops answering for a few cycles (all of it, only the queries, or only sbatch),
-//! sbatch loses its reply or refuses, the user cancels a chain, a poll cycle runs. Then
-//! everything is let settle, and finally every job still running completes and the engine
-//! settles again. Checked throughout:
+//! sequence of steps: a job ends in one of Slurm's shapes, one chain's job keeps failing
+//! the same way cycle after cycle, Slurm requeues a job itself, Slurm stops answering for
+//! a few cycles (all of it, only the queries, or only sbatch), sbatch loses its reply or
+//! refuses, the user cancels a chain, an agent resolves a chain (retry, fail, hold), a
+//! poll cycle runs. Then everything is let settle, and finally every job still running
+//! completes and the engine settles again. Checked throughout:
 //!
 //! 1. every ended attempt has exactly one decision record for its ending, tied to the
 //!    observation of that (chain, attempt); each Slurm requeue adds one `watch` record tied
@@ -24,7 +25,9 @@
 //! 5. a cycle while Slurm does not answer changes no chain's state and adds no record or
 //!    observation (a queries-only outage may still launch a due retry);
 //! 6. after settling, each chain's state is the one its last decision says (or
-//!    `completed` after a success), and terminal chains never change state.
+//!    `completed` after a success), and terminal chains never change state;
+//! 7. a resolution of a `pending_failed` chain is one new record pointing at the last
+//!    one; a resolution of a chain in any other state is refused and writes nothing.
 //!
 //! Cases are few and short so that the file runs in a few seconds; `PROPTEST_CASES=2000`
 //! gives a longer run.
@@ -36,7 +39,9 @@ use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
 use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass};
-use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
+use slurm_supervisor::protocol::{
+    ErrorKind, Request, Resolution, ResolveAction, Response, SubmitRequest,
+};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeJob, FakeSlurm};
 use slurm_supervisor::slurm::types::JobState;
 use slurm_supervisor::store::{Attempt, AttemptState, Chain, DecisionRecord, Store};
@@ -149,6 +154,10 @@ enum Step {
     RefuseSbatch,
     /// `supervisorctl cancel` of the n-th chain.
     Cancel(usize),
+    /// The n-th chain's job keeps failing the same way: ended, a cycle, again, k times.
+    Storm(usize, Ending, u8),
+    /// An agent resolves the n-th chain (`classify`), whatever state it is in.
+    Resolve(usize, ResolveAction),
 }
 
 #[derive(Debug, Clone)]
@@ -185,7 +194,22 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::LoseSbatchReply),
         1 => Just(Step::RefuseSbatch),
         1 => (0..8usize).prop_map(Step::Cancel),
+        1 => (0..8usize, retried_ending(), 2..7u8).prop_map(|(i, e, k)| Step::Storm(i, e, k)),
+        2 => (0..8usize, select(vec![ResolveAction::Retry, ResolveAction::Fail, ResolveAction::Hold]))
+            .prop_map(|(i, a)| Step::Resolve(i, a)),
     ]
+}
+
+/// Endings the supervisor retries by itself, as long as budgets and caps allow.
+fn retried_ending() -> impl Strategy<Value = Ending> {
+    select(vec![
+        Ending::Failed(75),
+        Ending::OutOfMemory,
+        Ending::Timeout,
+        Ending::NodeFail,
+        Ending::BootFail,
+        Ending::Preempted,
+    ])
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -488,10 +512,20 @@ impl Harness {
             .collect();
         let mut used = HashMap::new();
         for d in &decisions {
+            if let Some(r) = d.resolves {
+                ensure!(
+                    r < d.id && decisions.iter().any(|e| e.id == r),
+                    "decision {} resolves {r}, which is not an earlier record of c{}:\n{}",
+                    d.id,
+                    c.id,
+                    why()
+                );
+            }
             let expected_class = match d.action {
                 Action::Resubmit if d.actor == "supervisor" => Some(RecoveryClass::R1),
+                Action::Resubmit => Some(RecoveryClass::R2),
                 Action::Watch => Some(RecoveryClass::R1),
-                Action::Escalate => Some(RecoveryClass::R2),
+                Action::Escalate | Action::Hold => Some(RecoveryClass::R2),
                 Action::Fail | Action::Cancel => Some(RecoveryClass::R3),
                 _ => None,
             };
@@ -860,7 +894,7 @@ impl Harness {
             } else {
                 match decisions.iter().rev().find(|d| d.action != Action::Watch) {
                     Some(d) => match d.action {
-                        Action::Escalate => ChainState::PendingFailed,
+                        Action::Escalate | Action::Hold => ChainState::PendingFailed,
                         Action::Fail => ChainState::Failed,
                         Action::Cancel => ChainState::Cancelled,
                         other => {
@@ -955,16 +989,26 @@ impl Harness {
                     self.cycle().await?;
                     let after = self.states()?;
                     if *kind != Outage::Sbatch {
-                        // 5: nothing is decided while Slurm does not answer.
+                        // 5: nothing is decided from a query that got no answer. While
+                        // only the queries fail, sbatch still answers: a due retry may be
+                        // launched, or refused (a record without an observation).
+                        let sbatch_answers = *kind == Outage::Queries;
+                        let added = &self.decisions[nd..];
                         ensure!(
-                            self.decisions.len() == nd && self.observations.len() == no,
-                            "a record was added while Slurm did not answer ({kind:?}); steps: {}",
+                            self.observations.len() == no
+                                && (added.is_empty()
+                                    || sbatch_answers
+                                        && added.iter().all(|d| {
+                                            d.observation_id.is_none()
+                                                && d.action == Action::Escalate
+                                        })),
+                            "a record was added while Slurm did not answer ({kind:?}): {added:#?}\nsteps: {}",
                             self.log.join("; ")
                         );
                         for ((id, s0), (_, s1)) in states.iter().zip(&after) {
-                            let launched = *kind == Outage::Queries
+                            let launched = sbatch_answers
                                 && *s0 == ChainState::Ready
-                                && *s1 == ChainState::Active;
+                                && matches!(*s1, ChainState::Active | ChainState::PendingFailed);
                             ensure!(
                                 s0 == s1 || launched,
                                 "c{id} went from {s0} to {s1} while Slurm did not answer ({kind:?}):\n{}",
@@ -1019,6 +1063,88 @@ impl Harness {
                 }
                 // The cancel is not a cycle, but what it wrote must hold up too.
                 self.after_cycle()?;
+            }
+            Step::Resolve(i, action) => {
+                let chains = self.chains()?;
+                let c = chains[i % chains.len()].clone();
+                let before = self.store().last_decision(c.id).map_err(store_err)?;
+                let count = self.store().decisions(c.id).map_err(store_err)?.len();
+                let r = Resolution {
+                    id: format!("c{}", c.id),
+                    action: *action,
+                    mem: None,
+                    time: None,
+                    partition: None,
+                    exclude: Vec::new(),
+                    reason: "property test".into(),
+                    confidence: None,
+                    dry_run: false,
+                };
+                let answer =
+                    requests::handle(&mut self.engine, Request::Classify(r), self.uid).await;
+                self.log
+                    .push(format!("resolve c{} {action:?} ({})", c.id, c.state));
+                let after = self.store().decisions(c.id).map_err(store_err)?;
+                let now = self
+                    .store()
+                    .chain(c.id)
+                    .map_err(store_err)?
+                    .expect("exists");
+                if c.state == ChainState::PendingFailed {
+                    // A later fact is a new record pointing at the one it resolves.
+                    ensure!(
+                        matches!(answer, Response::Ok(_)) && after.len() == count + 1,
+                        "resolving pending_failed c{} gave {answer:?}:\n{}",
+                        c.id,
+                        self.describe(c.id)
+                    );
+                    let d = after.last().expect("just added");
+                    let want = match action {
+                        ResolveAction::Retry => ChainState::Ready,
+                        ResolveAction::Fail => ChainState::Failed,
+                        ResolveAction::Hold => ChainState::PendingFailed,
+                    };
+                    ensure!(
+                        d.resolves == before.map(|b| b.id)
+                            && d.actor.starts_with("user:")
+                            && d.observation_id.is_none()
+                            && now.state == want,
+                        "the resolution of c{} is not a new record resolving the last one:\n{}",
+                        c.id,
+                        self.describe(c.id)
+                    );
+                } else {
+                    // Only a chain waiting for a decision can be resolved.
+                    ensure!(
+                        matches!(&answer, Response::Error(e) if e.kind == ErrorKind::Conflict)
+                            && after.len() == count
+                            && now.state == c.state,
+                        "resolving c{} in state {} gave {answer:?}:\n{}",
+                        c.id,
+                        c.state,
+                        self.describe(c.id)
+                    );
+                }
+                self.after_cycle()?;
+            }
+            Step::Storm(i, e, k) => {
+                let chains = self.chains()?;
+                let c = chains[i % chains.len()].id;
+                for _ in 0..*k {
+                    let job = self
+                        .store()
+                        .attempts(c)
+                        .map_err(store_err)?
+                        .into_iter()
+                        .find(|a| a.state == AttemptState::Live)
+                        .and_then(|a| a.slurm_job_id);
+                    let Some(j) = job else { break };
+                    if !self.fake().end(&j, *e) {
+                        break;
+                    }
+                    self.log.push(format!("end {j} {e:?}; cycle"));
+                    self.cycle().await?;
+                }
             }
         }
         Ok(())

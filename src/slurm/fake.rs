@@ -766,11 +766,7 @@ impl Slurm for FakeSlurm {
         })
     }
 
-    async fn scancel(
-        &self,
-        job_id: &str,
-        _run_as: Option<&super::RunAs>,
-    ) -> Result<(), SlurmError> {
+    async fn scancel(&self, job_id: &str, run_as: Option<&super::RunAs>) -> Result<(), SlurmError> {
         let ids: Vec<String> = {
             let s = self.enter(Command::Scancel)?;
             s.jobs
@@ -785,7 +781,10 @@ impl Slurm for FakeSlurm {
                 &format!("scancel: error: Invalid job id {job_id}"),
             ));
         }
-        let uid = nix::unistd::getuid().as_raw();
+        // Slurm records who cancelled: the user it ran as, else the caller.
+        let uid = run_as
+            .map(|r| r.uid)
+            .unwrap_or_else(|| nix::unistd::getuid().as_raw());
         let mut any = false;
         for id in &ids {
             any |= self.end(id, Ending::CancelledBy(uid));
