@@ -479,9 +479,19 @@ impl<S: Slurm> Engine<S> {
         )
     }
 
+    /// Launches due retries outside a poll cycle (after a resolution): interrupted
+    /// launches are settled first, so a chain never gets a second launch beside one whose
+    /// fate is still unknown.
+    pub async fn launch_ready(&mut self, t: i64) -> Result<(), StoreError> {
+        if self.reconcile_launches(t).await? {
+            self.launch_due(t).await?;
+        }
+        Ok(())
+    }
+
     /// Launches the retries whose backoff has passed. Ready siblings of one array
     /// submission with the same resources go together in one sbatch (`--array=<list>`).
-    pub async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
+    async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
         let ready = self.store.chains_in_state(ChainState::Ready)?;
         let due_subs: HashSet<i64> = ready
             .iter()

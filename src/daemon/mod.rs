@@ -118,7 +118,7 @@ pub async fn run<S: Slurm>(
                 let response = requests::handle(&mut engine, ctl.request, ctl.uid).await;
                 let _ = ctl.reply.send(response);
                 // A resolution or recover may have made a retry due right now.
-                if let Err(e) = engine.launch_due(engine::now()).await {
+                if let Err(e) = engine.launch_ready(engine::now()).await {
                     error!("launching due retries failed: {e}");
                 }
             }
