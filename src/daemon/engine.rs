@@ -74,6 +74,25 @@ pub fn runs_by_job(rows: &[SacctRow]) -> HashMap<String, Vec<Vec<SacctRow>>> {
         }
         runs.last_mut().expect("just pushed").push(r.clone());
     }
+    // Array tasks that never started have no rows of their own, only a range row
+    // (`14_[3-10%2]`); if the array ended (cancelled, deadline) that row is their ending.
+    let ranges: Vec<(String, Vec<Vec<SacctRow>>)> = out
+        .iter()
+        .filter(|(k, _)| k.contains("_["))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, runs) in ranges {
+        let Some((base, spec)) = key.split_once("_[") else {
+            continue;
+        };
+        let Ok(tasks) = crate::sbatch_args::parse_array_spec(spec.trim_end_matches(']')) else {
+            continue;
+        };
+        for t in tasks {
+            out.entry(format!("{base}_{t}"))
+                .or_insert_with(|| runs.clone());
+        }
+    }
     out
 }
 
@@ -593,4 +612,26 @@ pub fn queued_states(rows: &[SqueueRow]) -> HashMap<String, JobState> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slurm::parse::parse_sacct;
+
+    #[test]
+    fn runs_split_requeues_and_expand_unstarted_array_tasks() {
+        let rows = parse_sacct(
+            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n4.batch|4.batch|CANCELLED|0:15|n1|1024K|||||\n4|4|PENDING|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n\
+             14_1|15|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n14_[3-4%1]|14|CANCELLED by 0|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n",
+        )
+        .rows;
+        let runs = runs_by_job(&rows);
+        assert_eq!(runs["4"].len(), 2);
+        assert_eq!(runs["4"][0].len(), 2, "the step belongs to the first run");
+        assert_eq!(runs["14_1"].len(), 1);
+        assert_eq!(runs["14_3"][0][0].state, JobState::Cancelled);
+        assert!(runs.contains_key("14_4"));
+        assert!(!runs.contains_key("14_2"));
+    }
 }
