@@ -342,3 +342,101 @@ fn endless_or_hanging_output_from_slurm_is_cut_off_and_decides_nothing() {
         d.status(&job)[0]["last_classification"] == "transient"
     });
 }
+
+/// A small tmpfs mounted for one test (needs root, as the tests do), unmounted on drop.
+struct Mount(std::path::PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &std::path::Path, size: &str) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                at.to_str().unwrap(),
+            ],
+        );
+        Mount(at.to_path_buf())
+    }
+
+    fn remount(&self, mode: &str) {
+        run(
+            "mount",
+            &["-o", &format!("remount,{mode}"), self.0.to_str().unwrap()],
+        );
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills a filesystem to the last byte; returns the filler file.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    let f = dir.join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", &format!("of={}", f.display()), "bs=64k"])
+        .output();
+    f
+}
+
+#[test]
+fn a_full_disk_loses_nothing_and_recovery_resumes_when_space_returns() {
+    let (mut d, fake) = start("", &[]);
+    d.kill();
+    let state = d.state_dir();
+    let _ = std::fs::remove_dir_all(&state);
+    let _m = Mount::tmpfs(&state, "8m");
+    d.spawn();
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    let before = d.history(&job);
+    let filler = fill(&state);
+    fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
+    wait_until("the write to fail", Duration::from_secs(20), || {
+        d.log().contains("poll cycle failed")
+    });
+    // Still up and answering; nothing half-recorded.
+    assert_eq!(d.status(&job)[0]["state"], "active");
+    assert_eq!(d.history(&job)["attempts"], before["attempts"]);
+    std::fs::remove_file(filler).unwrap();
+    wait_until("the ending to be recorded", Duration::from_secs(30), || {
+        d.status(&job)[0]["last_classification"] == "transient"
+    });
+    let h = d.history(&job);
+    assert_eq!(h["decisions"].as_array().unwrap().len(), 1, "{h:#}");
+}
+
+#[test]
+fn a_read_only_state_directory_stops_the_daemon_clearly_and_keeps_the_data() {
+    let (mut d, _fake) = start("", &[]);
+    d.kill();
+    let state = d.state_dir();
+    let _ = std::fs::remove_dir_all(&state);
+    let m = Mount::tmpfs(&state, "8m");
+    d.spawn();
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    assert!(d.stop().success());
+    m.remount("ro");
+    let out = Command::new(DAEMON)
+        .arg("--config")
+        .arg(&d.config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Read-only file system") || err.contains("readonly"),
+        "{err}"
+    );
+    m.remount("rw");
+    d.spawn();
+    assert_eq!(d.status(&job).len(), 1, "the chain is still there");
+}

@@ -302,3 +302,23 @@ fn a_failed_chain_names_the_jobs_that_depend_on_it() {
     assert_eq!(usage["max_rss_bytes"], 262144 << 10, "{p:#}");
     assert_eq!(usage["time_limit_secs"], 600);
 }
+
+#[test]
+fn systemd_hears_ready_after_the_first_cycle_and_stopping_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let (mut d, _fake) = start("", &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())]);
+    let mut buf = [0u8; 64];
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(d.stop().success(), "a clean exit on SIGTERM");
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert!(
+        !d.state_dir().join("supervisor.sock").exists(),
+        "the socket is removed"
+    );
+}
