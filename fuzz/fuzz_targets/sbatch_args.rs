@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use slurm_supervisor::sbatch_args::{
-    self, check_overrides, format_array_list, parse, parse_array_spec, rebuild,
-    script_directives, Overrides, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
+    self, check_overrides, format_array_list, parse, parse_array_spec, rebuild, script_directives,
+    Overrides, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -35,7 +35,11 @@ fuzz_target!(|data: &[u8]| {
                 let script = o.script_path.as_ref().or(cmd.script.as_ref());
                 assert_eq!(again.script.as_ref(), script);
                 assert_eq!(
-                    again.options.iter().filter(|x| x.name == "parsable").count(),
+                    again
+                        .options
+                        .iter()
+                        .filter(|x| x.name == "parsable")
+                        .count(),
                     1
                 );
             }
@@ -53,6 +57,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(!tasks.is_empty() && tasks.len() <= MAX_ARRAY_TASKS);
         assert!(tasks.windows(2).all(|w| w[0] < w[1]));
         assert!(tasks.iter().all(|&t| t <= MAX_ARRAY_INDEX));
-        assert_eq!(parse_array_spec(&format_array_list(&tasks)).ok(), Some(tasks));
+        assert_eq!(
+            parse_array_spec(&format_array_list(&tasks)).ok(),
+            Some(tasks)
+        );
     }
 });

@@ -76,6 +76,7 @@ CREATE TABLE attempts (
 );
 CREATE INDEX attempts_by_job ON attempts(slurm_job_id);
 CREATE INDEX attempts_by_state ON attempts(state);
+CREATE INDEX attempts_by_launch ON attempts(launch_id);
 
 -- What Slurm said, unchanged.
 CREATE TABLE observations (
