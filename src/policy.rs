@@ -22,6 +22,10 @@ pub struct ChainHistory {
     pub max_retries: u32,
     /// The resources the ended attempt ran with (the supervisor's overrides so far).
     pub plan: RetryPlan,
+    /// When the ended attempt was a retry an agent or a person asked for: the
+    /// classification of the failure they resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_retry_of: Option<Classification>,
 }
 
 /// The decision on one ending.
@@ -170,6 +174,15 @@ pub fn decide(
             ))
         }
         C::Preempted | C::NodeFail | C::BootFail | C::Oom | C::Timeout | C::Transient => {}
+    }
+
+    // A recovery an agent asked for that failed the same way goes back to the agent: the
+    // supervisor does not start a loop of its own on top of a fix that did not work.
+    if history.agent_retry_of == Some(c) {
+        return Decision::escalate(format!(
+            "{}: the retry an agent or person asked for failed the same way ({c}); back to them",
+            verdict.reason
+        ));
     }
 
     let b = &config.breaker;
@@ -538,6 +551,28 @@ mod tests {
             decide(&verdict(Classification::NodeFail), &history(), &c, &calm).action,
             Action::Resubmit
         );
+    }
+
+    #[test]
+    fn an_agents_retry_that_fails_the_same_way_goes_back_to_the_agent() {
+        let h = ChainHistory {
+            agent_retry_of: Some(Classification::Oom),
+            ..history()
+        };
+        let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 0));
+        assert_eq!(
+            (d.class, d.action),
+            (Some(RecoveryClass::R2), Action::Escalate)
+        );
+        assert!(d.reason.contains("failed the same way"), "{}", d.reason);
+        // Failing another way is judged on its own.
+        let d = decide(
+            &verdict(Classification::Preempted),
+            &h,
+            &cfg(),
+            &ctx(None, 0),
+        );
+        assert_eq!(d.action, Action::Resubmit);
     }
 
     #[test]

@@ -422,20 +422,21 @@ impl<S: Slurm> Engine<S> {
             .chain(a.chain_id)?
             .expect("an attempt's chain exists");
         let sub = self.store.submission(chain.submission_id)?;
+        let by_class: BTreeMap<String, u32> = self
+            .store
+            .resubmits_by_class(a.chain_id)?
+            .into_iter()
+            .collect();
         let history = ChainHistory {
-            resubmits_by_class: self
-                .store
-                .resubmits_by_class(a.chain_id)?
-                .into_iter()
-                .collect(),
-            resubmits: self
-                .store
-                .resubmits_by_class(a.chain_id)?
-                .iter()
-                .map(|(_, n)| n)
-                .sum(),
+            resubmits: by_class.values().sum(),
+            resubmits_by_class: by_class,
             max_retries: sub.max_retries,
             plan: a.plan.clone(),
+            agent_retry_of: self
+                .store
+                .last_decision(a.chain_id)?
+                .filter(|d| d.actor != "supervisor" && d.action == Action::Resubmit)
+                .map(|d| d.classification),
         };
         let ctx = policy::Context {
             partition_max_secs: self.partition_max(&v.partition).await,
