@@ -14,6 +14,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
+/// An interrupted launch older than this that cannot be found is escalated, not repeated:
+/// a job it created could have ended and left squeue (Slurm's default MinJobAge is 300 s).
+const UNCONFIRMED_AFTER_SECS: i64 = 300;
+/// Prefixes of a launch's noted error: sbatch certainly did not reach Slurm, or may have.
+const UNREACHED: &str = "unreached";
+const UNCONFIRMED: &str = "unconfirmed";
+
+/// How long reading a job's stdout/stderr tail may take.
+const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a partition limit read from sinfo is trusted.
 const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
 
@@ -200,29 +210,44 @@ impl<S: Slurm> Engine<S> {
                 .min()
                 .unwrap_or(t)
                 - 600;
+            // One user's lookup failing holds up only that user's launches: their chains
+            // keep their open launch, which `launch_due` respects.
             let found = match launch::find_tags(&self.slurm, &user, since).await {
                 Ok(f) => f,
                 Err(e) => {
                     self.slurm_down("tag lookup", &e);
-                    return Ok(false);
+                    continue;
                 }
             };
             for (l, sub) in launches {
                 if let Some(job) = found.get(&l.tag) {
                     info!(tag = %l.tag, job = %job, "found the job of an interrupted launch in slurm; adopting it, not submitting again");
                     self.store.launch_submitted(l.id, job, t)?;
-                } else {
-                    info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
-                    match self.run_launch(&l, &sub, t).await? {
-                        LaunchOutcome::Submitted(_) => {}
-                        // Still no answer: the launch stays an intent. Nothing else may
-                        // be launched this cycle, or a chain would get a second intent.
-                        LaunchOutcome::Unknown(_) => return Ok(false),
-                        // Left as an intent, it would be tried again every cycle while
-                        // its chains, still `ready`, got new launches beside it.
-                        LaunchOutcome::Refused { code, stderr } => {
-                            self.launch_refused(&l, code, &stderr, t)?
-                        }
+                    continue;
+                }
+                // A job that may exist but is not found any more could have finished and
+                // left squeue (and sacct may not keep comments): submitting again could
+                // duplicate it, so a person or agent decides.
+                let unreached = l.error.as_deref().is_some_and(|e| e.starts_with(UNREACHED));
+                if !unreached && t - l.created_at > UNCONFIRMED_AFTER_SECS {
+                    let reason = format!(
+                        "could not confirm whether sbatch created the job of launch {} (last error: {}); not resubmitting blindly",
+                        l.tag,
+                        l.error.as_deref().unwrap_or("the daemon stopped during sbatch")
+                    );
+                    warn!("{reason}");
+                    let (rec, update) =
+                        escalation(reason, serde_json::json!({ "argv": l.argv, "tag": l.tag }));
+                    self.store
+                        .relaunch_refused(l.id, "unconfirmed", t, &rec, &update)?;
+                    continue;
+                }
+                info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
+                match self.run_launch(&l, &sub, t).await? {
+                    LaunchOutcome::Submitted(_) | LaunchOutcome::Unknown(_) => {}
+                    // Left as an intent, it would be tried again every cycle.
+                    LaunchOutcome::Refused { code, stderr } => {
+                        self.launch_refused(&l, code, &stderr, t)?
                     }
                 }
             }
@@ -246,6 +271,13 @@ impl<S: Slurm> Engine<S> {
             }
             LaunchOutcome::Unknown(e) => {
                 self.slurm_down("sbatch", e);
+                let kind = if e.may_have_reached_slurm() {
+                    UNCONFIRMED
+                } else {
+                    UNREACHED
+                };
+                self.store
+                    .note_launch_error(l.id, &format!("{kind}: {e}"))?;
             }
             LaunchOutcome::Refused { .. } => {}
         }
@@ -391,8 +423,20 @@ impl<S: Slurm> Engine<S> {
                 .map(|c| c.submission_id)
                 .unwrap_or_default(),
         )?;
-        let (stderr_tail, stdout_tail) =
-            super::evidence::output_tails(&self.config, &sub, &jid, last);
+        // Reading the job's files can block (a hung network filesystem): off the loop,
+        // with a deadline; past it the ending is judged without them.
+        let (config, run, job) = (self.config.clone(), last.clone(), jid.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            super::evidence::output_tails(&config, &sub, &job, &run)
+        });
+        let (stderr_tail, stdout_tail) = match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await
+        {
+            Ok(Ok(tails)) => tails,
+            _ => {
+                warn!(job = %jid, "the job's output files could not be read in time; judging without them");
+                (None, None)
+            }
+        };
         let obs = Observation {
             job_id: jid.clone(),
             rows: last.clone(),
@@ -512,7 +556,19 @@ impl<S: Slurm> Engine<S> {
     /// Launches the retries whose backoff has passed. Ready siblings of one array
     /// submission with the same resources go together in one sbatch (`--array=<list>`).
     async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
-        let ready = self.store.chains_in_state(ChainState::Ready)?;
+        // A submission with a launch still unsettled gets no second one beside it.
+        let unsettled: HashSet<i64> = self
+            .store
+            .open_launches()?
+            .iter()
+            .map(|l| l.submission_id)
+            .collect();
+        let ready: Vec<_> = self
+            .store
+            .chains_in_state(ChainState::Ready)?
+            .into_iter()
+            .filter(|c| !unsettled.contains(&c.submission_id))
+            .collect();
         let due_subs: HashSet<i64> = ready
             .iter()
             .filter(|c| c.not_before.unwrap_or(0) <= t)

@@ -120,9 +120,21 @@ pub fn output_path(
 }
 
 /// The last `lines` lines (at most `bytes` bytes) of a file; `None` when unreadable.
-pub fn tail(path: &Path, lines: usize, bytes: u64) -> Option<String> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
+/// A job controls its output paths, so the file is opened without following a final
+/// link and without blocking (a FIFO), must be a regular file, and, when `owner` is
+/// given (a root daemon reading a user's output), must belong to that user.
+pub fn tail(path: &Path, lines: usize, bytes: u64, owner: Option<u32>) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || owner.is_some_and(|uid| meta.uid() != uid) {
+        return None;
+    }
+    let len = meta.len();
     let start = len.saturating_sub(bytes);
     f.seek(SeekFrom::Start(start)).ok()?;
     let mut buf = Vec::with_capacity((len - start) as usize);
@@ -143,11 +155,14 @@ pub fn output_tails(
     let Some(job_row) = run.iter().find(|r| !r.is_step()) else {
         return (None, None);
     };
+    // A root daemon reads a user's files only if they are that user's.
+    let owner = (nix::unistd::geteuid().is_root() && sub.owner_uid != 0).then_some(sub.owner_uid);
     let read = |p: &Path| {
         tail(
             p,
             config.slurm.stderr_tail_lines,
             config.slurm.stderr_tail_bytes,
+            owner,
         )
     };
     let err = output_path(sub, job_id, job_row, Stream::Stderr);
@@ -190,8 +205,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, "a\nb\nc\nd\n").unwrap();
-        assert_eq!(tail(&p, 2, 1000).as_deref(), Some("c\nd"));
-        assert_eq!(tail(&p, 10, 4).as_deref(), Some("c\nd"));
-        assert_eq!(tail(&dir.path().join("missing"), 2, 10), None);
+        assert_eq!(tail(&p, 2, 1000, None).as_deref(), Some("c\nd"));
+        assert_eq!(tail(&p, 10, 4, None).as_deref(), Some("c\nd"));
+        assert_eq!(tail(&dir.path().join("missing"), 2, 10, None), None);
+        // Not followed: a link, a FIFO, another user's file.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert_eq!(tail(&link, 2, 1000, None), None);
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(tail(&fifo, 2, 1000, None), None);
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(tail(&p, 2, 1000, Some(me + 1)), None);
+        assert!(tail(&p, 2, 1000, Some(me)).is_some());
     }
 }

@@ -45,9 +45,9 @@ fn tag_regex() -> &'static Regex {
     RE.get_or_init(|| Regex::new(r"ssv-[0-9a-f]{8}-L[0-9]+-c[0-9]+\.[0-9]+").expect("valid regex"))
 }
 
-/// The supervisor's tag inside a job comment, if there is one.
-pub fn tag_in(comment: &str) -> Option<&str> {
-    tag_regex().find(comment).map(|m| m.as_str())
+/// The supervisor's tags inside a job comment (a user's own comment may quote an older one).
+pub fn tags_in(comment: &str) -> impl Iterator<Item = &str> {
+    tag_regex().find_iter(comment).map(|m| m.as_str())
 }
 
 /// Where the script snapshot of a launch is written for sbatch to read. The file keeps
@@ -60,19 +60,31 @@ pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> Pat
 }
 
 /// Writes a snapshot where sbatch (running as `owner`, when given) can read it and no one
-/// else can: the launch's folder and the file belong to the owner, mode 0700/0600.
+/// else can. The launch's folder stays root's (0711: no user can plant a link in it); the
+/// file is opened without following links and handed to the owner by descriptor (0600).
 fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<(), PrepareError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let err = |source| PrepareError::Snapshot {
         path: path.to_path_buf(),
         source,
     };
     let dir = path.parent().expect("a snapshot path has a folder");
     std::fs::create_dir_all(dir).map_err(err)?;
-    std::fs::write(path, content).map_err(err)?;
+    if owner.is_some() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(err)?;
+    f.write_all(content).map_err(err)?;
     if let Some(who) = owner {
-        let (uid, gid) = (Some(who.uid), Some(who.gid));
-        std::os::unix::fs::chown(dir, uid, gid).map_err(err)?;
-        std::os::unix::fs::chown(path, uid, gid).map_err(err)?;
+        std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid)).map_err(err)?;
     }
     Ok(())
 }
@@ -285,7 +297,7 @@ pub async fn find_tags<S: Slurm>(
     let mut found = HashMap::new();
     let sq = slurm.squeue_user(user).await?;
     for r in &sq.rows {
-        if let Some(t) = tag_in(&r.comment) {
+        for t in tags_in(&r.comment) {
             found
                 .entry(t.to_string())
                 .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
@@ -293,7 +305,7 @@ pub async fn find_tags<S: Slurm>(
     }
     let sa = slurm.sacct_user_since(user, since).await?;
     for r in &sa.rows {
-        if let Some(t) = tag_in(&r.comment) {
+        for t in tags_in(&r.comment) {
             found
                 .entry(t.to_string())
                 .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
@@ -308,15 +320,16 @@ mod tests {
 
     #[test]
     fn tags_are_found_in_comments() {
+        let all = |c| tags_in(c).collect::<Vec<_>>();
         assert_eq!(
-            tag_in("my run ssv-0badcafe-L12-c3.2"),
-            Some("ssv-0badcafe-L12-c3.2")
+            all("my run ssv-0badcafe-L12-c3.2"),
+            vec!["ssv-0badcafe-L12-c3.2"]
         );
         assert_eq!(
-            tag_in("ssv-0badcafe-L12-c3.2"),
-            Some("ssv-0badcafe-L12-c3.2")
+            all("ssv-0badcafe-L1-c3.1 ssv-0badcafe-L12-c3.2"),
+            vec!["ssv-0badcafe-L1-c3.1", "ssv-0badcafe-L12-c3.2"]
         );
-        assert_eq!(tag_in("nothing here"), None);
+        assert!(all("nothing here").is_empty());
         assert_eq!(launch_id_in("ssv-0badcafe-L12-c3.2"), 12);
     }
 }

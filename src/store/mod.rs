@@ -615,6 +615,15 @@ impl Store {
         Ok(())
     }
 
+    /// Notes why a launch's sbatch gave no clear answer; the launch stays an intent.
+    pub fn note_launch_error(&mut self, launch_id: i64, error: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE launches SET error = ?2 WHERE id = ?1 AND state = 'intent'",
+            params![launch_id, error],
+        )?;
+        Ok(())
+    }
+
     pub fn launch(&self, id: i64) -> Result<Launch> {
         let raw = self.conn.query_row(
             "SELECT id, submission_id, tag, argv, state, job_id, error, created_at FROM launches WHERE id = ?1",
