@@ -27,10 +27,17 @@ pub struct Runner {
     last_start: Option<Instant>,
 }
 
-/// Chains waiting for an agent that no one asked to hold for a person.
+/// Chains waiting for an agent that no one asked to hold for a person (for a root
+/// daemon: only root's own).
 pub fn waiting(store: &Store) -> Result<Vec<Value>, StoreError> {
     let mut out = Vec::new();
+    // A root daemon gives its agent only root's own chains: another user's stderr could
+    // carry instructions, and the agent acts as root. Users run their own agents (MCP).
+    let root = nix::unistd::geteuid().is_root();
     for c in store.chains_in_state(ChainState::PendingFailed)? {
+        if root && store.owner_of(c.id)? != 0 {
+            continue;
+        }
         let held = store
             .last_decision(c.id)?
             .is_some_and(|d| d.action == Action::Hold);

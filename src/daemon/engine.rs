@@ -386,6 +386,19 @@ impl<S: Slurm> Engine<S> {
         t: i64,
     ) -> Result<(), StoreError> {
         let jid = a.slurm_job_id.clone().unwrap_or_default();
+        // After Slurm's job ids wrap around (or its state is reset), an old job with the
+        // same id is in sacct too: when some runs carry this attempt's tag, only those are
+        // ours. (None carry it when the cluster keeps no comments, or the job was adopted.)
+        let tagged = |run: &&Vec<SacctRow>| {
+            run.iter()
+                .any(|r| !r.is_step() && r.comment.contains(&a.tag))
+        };
+        let ours: Vec<Vec<SacctRow>> = if runs.iter().any(|r| tagged(&r)) {
+            runs.iter().filter(tagged).cloned().collect()
+        } else {
+            runs.to_vec()
+        };
+        let runs = ours.as_slice();
         // Every run before the last one ended and was requeued by Slurm itself.
         let requeued_runs = runs.len().saturating_sub(1);
         for run in runs.iter().take(requeued_runs).skip(a.restarts as usize) {

@@ -115,11 +115,15 @@ pub async fn run<S: Slurm>(
                 next = Instant::now() + engine.next_interval();
             }
             Some(ctl) = ctl_rx.recv() => {
+                // A resolution or recover may have made a retry due right now; other
+                // requests make no Slurm calls outside the poll cadence.
+                let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
                 let response = requests::handle(&mut engine, ctl.request, ctl.uid).await;
                 let _ = ctl.reply.send(response);
-                // A resolution or recover may have made a retry due right now.
-                if let Err(e) = engine.launch_ready(engine::now()).await {
-                    error!("launching due retries failed: {e}");
+                if may_launch {
+                    if let Err(e) = engine.launch_ready(engine::now()).await {
+                        error!("launching due retries failed: {e}");
+                    }
                 }
             }
             ev = events.recv() => match ev {

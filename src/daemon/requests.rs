@@ -123,7 +123,24 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
             "the script's content was not sent; use supervisorctl to submit".into(),
         ));
     }
-    let array_tasks = match submitted.option("array") {
+    // One job on one cluster is what the supervisor can watch.
+    let env_has = |k: &str| r.env.iter().any(|(n, v)| n == k && !v.is_empty());
+    if submitted.has("clusters") || env_has("SLURM_CLUSTERS") || env_has("SBATCH_CLUSTERS") {
+        return Err(usage("multi-cluster submission (--clusters, -M, SLURM_CLUSTERS) is not supervised; submit on one cluster".into()));
+    }
+    // sbatch takes --array from the command line, then SBATCH_ARRAY_INX, then the script.
+    let env_array = r
+        .env
+        .iter()
+        .find(|(n, _)| n == "SBATCH_ARRAY_INX")
+        .map(|(_, v)| v.clone());
+    let array_spec = submitted
+        .cmd
+        .get("array")
+        .map(str::to_string)
+        .or(env_array)
+        .or_else(|| submitted.option("array").map(str::to_string));
+    let array_tasks = match array_spec.as_deref() {
         Some(spec) => Some(
             sbatch_args::parse_array_spec(spec)
                 .map_err(|e| usage(format!("invalid --array {spec:?}: {e}")))?,

@@ -51,9 +51,19 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// At most this many connections are served at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 64;
+
+/// A client must send its request within this time.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: UnixListener, to_loop: mpsc::Sender<Control>) {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -64,6 +74,7 @@ pub async fn serve(listener: UnixListener, to_loop: mpsc::Sender<Control>) {
         };
         let tx = to_loop.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(e) = connection(stream, tx).await {
                 debug!("control connection ended with an error: {e}");
             }
@@ -75,9 +86,10 @@ async fn connection(stream: UnixStream, to_loop: mpsc::Sender<Control>) -> std::
     let uid = stream.peer_cred()?.uid();
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
-    BufReader::new(read.take(MAX_REQUEST_BYTES + 1))
-        .read_until(b'\n', &mut line)
-        .await?;
+    let mut reader = BufReader::new(read.take(MAX_REQUEST_BYTES + 1));
+    tokio::time::timeout(READ_TIMEOUT, reader.read_until(b'\n', &mut line))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time"))??;
     let response = if line.len() as u64 > MAX_REQUEST_BYTES {
         Response::error(
             ErrorKind::Usage,

@@ -233,11 +233,14 @@ impl SlurmCli {
     }
 }
 
-/// Makes the child drop to `who` (groups, gid, uid, in that order) before it runs.
-fn drop_to(cmd: &mut Command, who: &RunAs) {
+/// Makes the child drop to `who` (groups, gid, uid, in that order) before it runs, then
+/// enter `cwd` as that user, so a directory the user may not enter is refused as it would
+/// be for them.
+fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
     let who = who.clone();
-    // SAFETY: initgroups/setgid/setuid are async-signal-safe enough for a forked child (no
-    // allocation here: the name was made a CString before the fork).
+    let cwd = cwd.and_then(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok());
+    // SAFETY: initgroups/setgid/setuid/chdir are fine in a forked child; nothing here
+    // allocates (the strings were made before the fork).
     unsafe {
         cmd.pre_exec(move || {
             if libc::initgroups(who.user.as_ptr(), who.gid as libc::gid_t) != 0
@@ -245,6 +248,11 @@ fn drop_to(cmd: &mut Command, who: &RunAs) {
                 || libc::setuid(who.uid) != 0
             {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(dir) = &cwd {
+                if libc::chdir(dir.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
@@ -304,10 +312,12 @@ impl Slurm for SlurmCli {
                 &req.argv,
                 self.sbatch_timeout,
                 move |cmd| {
-                    cmd.env_clear().envs(env).current_dir(cwd);
                     if let Some(who) = &run_as {
-                        drop_to(cmd, who);
+                        drop_to(cmd, who, Some(&cwd));
+                    } else {
+                        cmd.current_dir(&cwd);
                     }
+                    cmd.env_clear().envs(env);
                 },
                 req.stdin.as_deref(),
             )
@@ -399,13 +409,16 @@ impl Slurm for SlurmCli {
                 self.timeout,
                 move |cmd| {
                     if let Some(who) = &who {
-                        drop_to(cmd, who);
+                        drop_to(cmd, who, None);
                     }
                 },
                 None,
             )
             .await?;
-        if ran.code == Some(0) {
+        // A job that already ended (or that Slurm forgot) needs no cancelling.
+        let gone = ran.stderr.contains("Invalid job id specified")
+            || ran.stderr.contains("already completing or completed");
+        if ran.code == Some(0) || gone {
             Ok(())
         } else {
             Err(Self::failure("scancel", &ran))
