@@ -254,6 +254,7 @@ struct RawSlurm {
     sacct_chunk: usize,
     stderr_tail_lines: usize,
     stderr_tail_bytes: u64,
+    lost_job_after: Dur,
 }
 
 impl Default for RawSlurm {
@@ -265,6 +266,7 @@ impl Default for RawSlurm {
             sacct_chunk: 200,
             stderr_tail_lines: 50,
             stderr_tail_bytes: 64 * 1024,
+            lost_job_after: Dur(Duration::from_secs(1800)),
         }
     }
 }
@@ -366,6 +368,8 @@ pub struct SlurmConfig {
     pub sacct_chunk: usize,
     pub stderr_tail_lines: usize,
     pub stderr_tail_bytes: u64,
+    /// A job gone from squeue whose sacct record never ends is escalated after this long.
+    pub lost_job_after: Duration,
 }
 
 /// Retry budgets and backoff.
@@ -552,6 +556,7 @@ impl Config {
                 sacct_chunk: raw.slurm.sacct_chunk,
                 stderr_tail_lines: raw.slurm.stderr_tail_lines,
                 stderr_tail_bytes: raw.slurm.stderr_tail_bytes,
+                lost_job_after: raw.slurm.lost_job_after.0,
             },
             retry: RetryConfig {
                 max_retries: raw.retry.max_retries,

@@ -322,3 +322,29 @@ fn systemd_hears_ready_after_the_first_cycle_and_stopping_on_sigterm() {
         "the socket is removed"
     );
 }
+
+#[test]
+fn a_job_slurm_lost_is_escalated_not_guessed() {
+    let (d, fake) = start("lost_job_after = \"3s\"\n", &[]);
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    fake.ctl(&["lose", &job]);
+    wait_until("the escalation", Duration::from_secs(30), || {
+        d.status(&job)[0]["state"] == "pending_failed"
+    });
+    let h = d.history(&job);
+    assert_eq!(h["attempts"][0]["slurm_state"], "LOST", "{h:#}");
+    let dec = &h["decisions"][0];
+    assert_eq!(
+        (dec["class"].as_str(), dec["action"].as_str()),
+        (Some("R2"), Some("escalate"))
+    );
+    assert!(
+        dec["reason"]
+            .as_str()
+            .unwrap()
+            .contains("missing from squeue"),
+        "{h:#}"
+    );
+    assert_eq!(fake.sbatch_calls().len(), 1, "nothing resubmitted");
+}

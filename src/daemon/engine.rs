@@ -37,6 +37,8 @@ pub struct Engine<S: Slurm> {
     pub slurm: S,
     partitions: HashMap<String, Option<u64>>,
     partitions_read: Option<Instant>,
+    /// Live attempts missing from squeue without an ending in sacct, and since when.
+    missing: HashMap<(i64, u32), i64>,
     /// The Slurm command that is currently failing, so an outage is logged once.
     outage: Option<String>,
     consecutive_failures: u32,
@@ -127,6 +129,7 @@ impl<S: Slurm> Engine<S> {
             slurm,
             partitions: HashMap::new(),
             partitions_read: None,
+            missing: HashMap::new(),
             outage: None,
             consecutive_failures: 0,
         }
@@ -367,14 +370,47 @@ impl<S: Slurm> Engine<S> {
             if bad_jobs.contains(&jid) {
                 continue;
             }
+            let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());
+            let ended = runs
+                .get(&jid)
+                .and_then(|r| r.last())
+                .and_then(|run| run.iter().find(|r| !r.is_step()))
+                .is_some_and(|r| r.state.is_terminal());
+            if still_queued || ended {
+                self.missing.remove(&(a.chain_id, a.n));
+            } else {
+                self.watch_missing(&a, t)?;
+            }
             let Some(job_runs) = runs.get(&jid) else {
                 debug!(job = %jid, "sacct has no record of the job yet; asking again next cycle");
                 continue;
             };
-            let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());
             self.judge(&a, job_runs, still_queued, t).await?;
         }
         Ok(true)
+    }
+
+    /// A live attempt that squeue no longer shows and sacct shows no ending for: after
+    /// `lost_job_after` Slurm has lost it (or its accounting), and a person or agent must
+    /// look. Nothing is guessed about how it ended.
+    fn watch_missing(&mut self, a: &Attempt, t: i64) -> Result<(), StoreError> {
+        let since = *self.missing.entry((a.chain_id, a.n)).or_insert(t);
+        if t - since < self.config.slurm.lost_job_after.as_secs() as i64 {
+            return Ok(());
+        }
+        let job = a.slurm_job_id.clone().unwrap_or_default();
+        let reason = format!(
+            "job {job} has been missing from squeue for {}s while sacct shows no ending: Slurm may have lost it; nothing is retried blindly",
+            t - since
+        );
+        warn!(chain = a.chain_id, "{reason}");
+        let (rec, update) = escalation(
+            reason,
+            serde_json::json!({ "job": job, "missing_since": since }),
+        );
+        self.store.attempt_lost(a.chain_id, a.n, &rec, &update, t)?;
+        self.missing.remove(&(a.chain_id, a.n));
+        Ok(())
     }
 
     /// Records the requeues and the ending (if any) that the runs of one attempt show.

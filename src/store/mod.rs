@@ -958,6 +958,30 @@ impl Store {
         raw.map(finish_decision).transpose()
     }
 
+    /// Slurm lost track of a live attempt (not in squeue, never ending in sacct): the
+    /// attempt ends as `LOST` and the chain gets `decision`, in one transaction.
+    pub fn attempt_lost(
+        &mut self,
+        chain_id: i64,
+        n: u32,
+        decision: &NewDecision,
+        update: &ChainUpdate,
+        now: i64,
+    ) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE attempts SET state = 'ended', slurm_state = 'LOST', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            params![chain_id, n, now],
+        )?;
+        if changed == 0 {
+            return Ok(false);
+        }
+        insert_decision(&tx, chain_id, n, None, now, decision)?;
+        update_chain(&tx, chain_id, update, now)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
     /// Marks a live attempt ended without an observation (cancelled by the supervisor on
     /// a user's request).
     pub fn end_attempt(

@@ -6,6 +6,7 @@ State lives in state.json beside the links, under an flock. Tests drive it with
 `fake_slurm.py ctl <command>`:
   ctl finish JOB STATE EXIT [STDERR_TEXT]   end a job (e.g. FAILED 1:0)
   ctl run JOB NODE                          mark a job RUNNING on NODE
+  ctl lose JOB                              slurmctld forgets a running job (sacct still RUNNING)
   ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
   ctl dump                                  print the state
 Every sbatch call is appended to sbatch.log (one JSON line), so tests can count them.
@@ -135,7 +136,7 @@ def squeue(args):
     with Locked() as s:
         misbehave(s, "squeue")
         for k, j in selected(s, args):
-            if j["state"] in ("PENDING", "RUNNING"):
+            if j["state"] in ("PENDING", "RUNNING") and not j.get("lost"):
                 print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j['comment']}")
 
 
@@ -181,6 +182,10 @@ def ctl(args):
         elif cmd == "run":
             j = s["jobs"][args[1]]
             j["state"], j["node"] = "RUNNING", args[2]
+        elif cmd == "lose":
+            # slurmctld forgets the job; accounting still says it runs.
+            j = s["jobs"][args[1]]
+            j["state"], j["node"], j["lost"] = "RUNNING", "n1", True
         elif cmd == "mode":
             s["modes"][args[1]] = args[2]
         elif cmd == "dump":
