@@ -377,6 +377,16 @@ impl Drop for Mount {
     }
 }
 
+/// Restarts the daemon with its state directory on a fresh 8 MiB tmpfs.
+fn on_tmpfs(d: &mut Daemon) -> Mount {
+    d.kill();
+    let state = d.state_dir();
+    let _ = std::fs::remove_dir_all(&state);
+    let m = Mount::tmpfs(&state, "8m");
+    d.spawn();
+    m
+}
+
 /// Fills a filesystem to the last byte; returns the filler file.
 fn fill(dir: &std::path::Path) -> std::path::PathBuf {
     let f = dir.join("filler");
@@ -389,11 +399,8 @@ fn fill(dir: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn a_full_disk_loses_nothing_and_recovery_resumes_when_space_returns() {
     let (mut d, fake) = start("", &[]);
-    d.kill();
+    let _m = on_tmpfs(&mut d);
     let state = d.state_dir();
-    let _ = std::fs::remove_dir_all(&state);
-    let _m = Mount::tmpfs(&state, "8m");
-    d.spawn();
     d.write_script("job.sh", "echo hi");
     let job = d.submit(&["job.sh"]);
     let before = d.history(&job);
@@ -416,11 +423,7 @@ fn a_full_disk_loses_nothing_and_recovery_resumes_when_space_returns() {
 #[test]
 fn a_read_only_state_directory_stops_the_daemon_clearly_and_keeps_the_data() {
     let (mut d, _fake) = start("", &[]);
-    d.kill();
-    let state = d.state_dir();
-    let _ = std::fs::remove_dir_all(&state);
-    let m = Mount::tmpfs(&state, "8m");
-    d.spawn();
+    let m = on_tmpfs(&mut d);
     d.write_script("job.sh", "echo hi");
     let job = d.submit(&["job.sh"]);
     assert!(d.stop().success());

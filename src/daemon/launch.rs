@@ -100,16 +100,16 @@ pub fn run_as(owner_uid: u32) -> Result<Option<RunAs>, String> {
     })
 }
 
-/// The argv of a launch: the user's command with the supervisor's changes. Options the
-/// supervisor sets on the command line replace the script's `#SBATCH` ones, so the
-/// script's comment and excluded nodes are carried over into them.
-fn build_argv(
+/// The supervisor's changes to the user's command. Options it sets on the command line
+/// replace the script's `#SBATCH` ones, so the script's comment and excluded nodes are
+/// carried over into them.
+fn overrides(
     s: &Submitted,
     plan: &RetryPlan,
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
-) -> Vec<String> {
+) -> Overrides {
     let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
         _ => tag.to_string(),
@@ -119,7 +119,7 @@ fn build_argv(
         exclude.extend(s.directives.get("exclude").map(str::to_string));
     }
     exclude.extend(plan.exclude.iter().cloned());
-    let o = Overrides {
+    Overrides {
         mem_mb: plan.mem_mb,
         time_limit: plan.time_secs.map(crate::slurm::parse::format_time_limit),
         exclude,
@@ -127,8 +127,37 @@ fn build_argv(
         partition: plan.partition.clone(),
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
-    };
-    sbatch_args::rebuild(&s.cmd, &o)
+    }
+}
+
+/// The argv of a launch: the user's command with the supervisor's changes.
+fn build_argv(
+    s: &Submitted,
+    plan: &RetryPlan,
+    array: Option<String>,
+    tag: &str,
+    script_path: Option<&Path>,
+) -> Vec<String> {
+    sbatch_args::rebuild(&s.cmd, &overrides(s, plan, array, tag, script_path))
+}
+
+/// Refuses, before anything is recorded, a retry that sbatch would refuse for a reason
+/// visible here: bad overrides, or new memory for a script that asks for memory per CPU
+/// or GPU in `#SBATCH` lines (sbatch 22.05 rejects `--mem` beside those, and the
+/// supervisor does not rewrite the user's script).
+fn check(s: &Submitted, o: &Overrides) -> Result<(), PrepareError> {
+    if o.mem_mb.is_some() {
+        if let Some(opt) = sbatch_args::script_mem_conflict(&s.directives) {
+            return Err(sbatch_args::ArgsError::BadOverride(format!(
+                "the script asks for memory with #SBATCH --{}, and sbatch refuses a per-node --mem beside it; \
+                 the memory of this job cannot be raised without editing its script",
+                opt.name
+            ))
+            .into());
+        }
+    }
+    sbatch_args::check_overrides(&s.cmd, o)?;
+    Ok(())
 }
 
 /// Records a new submission and the intent of its first launch.
@@ -193,6 +222,20 @@ pub fn begin_relaunch(
             None => list,
         })
     };
+    let placeholder = sub
+        .script_name
+        .as_deref()
+        .map(|n| snapshot_path(&config.state_dir, 0, n));
+    check(
+        &submitted,
+        &overrides(
+            &submitted,
+            &plan,
+            array.clone(),
+            "check",
+            placeholder.as_deref(),
+        ),
+    )?;
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
             .script_name
@@ -203,8 +246,9 @@ pub fn begin_relaunch(
     Ok(launch)
 }
 
-/// The argv a recover of `chain` would run, for `--dry-run`. The tag is only assigned
-/// when the launch is recorded, so it is shown as a placeholder.
+/// The argv a retry of `chain` with `plan` would run, for `--dry-run`, or why sbatch would
+/// refuse it. The tag is only assigned when the launch is recorded, so it is shown as a
+/// placeholder.
 pub fn preview_argv(
     config: &Config,
     sub: &Submission,
@@ -217,13 +261,15 @@ pub fn preview_argv(
         .script_name
         .as_deref()
         .map(|n| snapshot_path(&config.state_dir, 0, n));
-    Ok(build_argv(
+    let o = overrides(
         &submitted,
         plan,
         array,
         "<tag assigned at launch>",
         script.as_deref(),
-    ))
+    );
+    check(&submitted, &o)?;
+    Ok(sbatch_args::rebuild(&submitted.cmd, &o))
 }
 
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
@@ -317,6 +363,34 @@ pub async fn find_tags<S: Slurm>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retry_sbatch_would_refuse_is_refused_before_it_is_recorded() {
+        let argv = vec!["--time=10".to_string(), "job.sh".to_string()];
+        let per_cpu =
+            Submitted::read(&argv, Some(b"#!/bin/sh\n#SBATCH --mem-per-cpu=100M\nrun\n")).unwrap();
+        let more_mem = RetryPlan {
+            mem_mb: Some(400),
+            ..Default::default()
+        };
+        let err = check(&per_cpu, &overrides(&per_cpu, &more_mem, None, "t", None))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--mem-per-cpu"), "{err}");
+        // More time is fine for the same script, and more memory for a plain one.
+        let more_time = RetryPlan {
+            time_secs: Some(1200),
+            ..Default::default()
+        };
+        assert!(check(&per_cpu, &overrides(&per_cpu, &more_time, None, "t", None)).is_ok());
+        let plain = Submitted::read(&argv, Some(b"#!/bin/sh\nrun\n")).unwrap();
+        assert!(check(&plain, &overrides(&plain, &more_mem, None, "t", None)).is_ok());
+        let bad_node = RetryPlan {
+            exclude: vec!["n 1".into()],
+            ..Default::default()
+        };
+        assert!(check(&plain, &overrides(&plain, &bad_node, None, "t", None)).is_err());
+    }
 
     #[test]
     fn tags_are_found_in_comments() {

@@ -53,19 +53,17 @@ fn plan_from(
         }
         plan.time_secs = Some(secs);
     }
-    if exclude
-        .iter()
-        .any(|n| n.is_empty() || n.contains(char::is_whitespace))
-    {
-        return Err(usage("--exclude takes node names, e.g. n1,n[3-4]".into()));
-    }
     Ok(plan)
 }
 
-/// What a retry of `chain` with `plan` would run.
+/// What a retry of `chain` with `plan` would run; a retry sbatch would refuse is a usage
+/// error, before anything is recorded.
 fn preview<S: Slurm>(engine: &Engine<S>, c: &Chain, plan: &RetryPlan) -> Result<Value, Response> {
     let sub = engine.store.submission(c.submission_id)?;
-    let argv = launch::preview_argv(&engine.config, &sub, c, plan).map_err(internal)?;
+    let argv = launch::preview_argv(&engine.config, &sub, c, plan).map_err(|e| match e {
+        launch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
+        e => internal(e),
+    })?;
     Ok(
         json!({ "chain": chain_label(c.id), "cwd": sub.cwd, "command": std::iter::once("sbatch".to_string()).chain(argv).collect::<Vec<_>>() }),
     )
@@ -122,16 +120,17 @@ pub fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Ha
         }
         _ => (r.action, r.reason.clone()),
     };
-    if r.dry_run {
-        let mut items = Vec::new();
-        for c in &chains {
-            let mut item =
-                json!({ "chain": chain_label(c.id), "action": action, "reason": reason });
-            if action == ResolveAction::Retry {
-                item["would_run"] = preview(engine, c, &c.plan.merged(&extra))?;
-            }
-            items.push(item);
+    // A retry is previewed for every chain first, dry run or not: one that sbatch would
+    // refuse is turned down here, before any of them is recorded.
+    let mut items = Vec::new();
+    for c in &chains {
+        let mut item = json!({ "chain": chain_label(c.id), "action": action, "reason": reason });
+        if action == ResolveAction::Retry {
+            item["would_run"] = preview(engine, c, &c.plan.merged(&extra))?;
         }
+        items.push(item);
+    }
+    if r.dry_run {
         return Ok(json!({ "dry_run": true, "resolutions": items }));
     }
     let t = now();
@@ -223,12 +222,14 @@ pub fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) ->
             ));
         }
     }
+    // Previewed first, dry run or not, so a retry sbatch would refuse is turned down here.
+    let previews: Result<Vec<Value>, Response> = chains
+        .iter()
+        .map(|c| preview(engine, c, &c.plan.merged(&extra)))
+        .collect();
+    let previews = previews?;
     if r.dry_run {
-        let previews: Result<Vec<Value>, Response> = chains
-            .iter()
-            .map(|c| preview(engine, c, &c.plan.merged(&extra)))
-            .collect();
-        return Ok(json!({ "dry_run": true, "would_run": previews? }));
+        return Ok(json!({ "dry_run": true, "would_run": previews }));
     }
     let reason = r
         .reason

@@ -83,9 +83,9 @@ pub enum SlurmError {
 }
 
 impl SlurmError {
-    /// True when the command may have taken effect even though it reported failure
-    /// (an sbatch whose reply was lost): the caller must look before repeating it.
-    /// False only when the command certainly never reached Slurm (the controller refused
+    /// True when the command may have taken effect even though it reported failure (an
+    /// sbatch whose reply was lost): the caller must look before repeating it. False only
+    /// when the command certainly never reached Slurm (the controller refused
     /// the connection): then nothing can have been created.
     pub fn may_have_reached_slurm(&self) -> bool {
         match self {
@@ -95,15 +95,6 @@ impl SlurmError {
             SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
             SlurmError::Timeout { .. } | SlurmError::Garbage { .. } => true,
         }
-    }
-
-    pub fn is_ambiguous(&self) -> bool {
-        matches!(
-            self,
-            SlurmError::Unavailable { .. }
-                | SlurmError::Timeout { .. }
-                | SlurmError::Garbage { .. }
-        )
     }
 }
 

@@ -327,6 +327,15 @@ fn insert_decision(
     Ok(tx.last_insert_rowid())
 }
 
+/// The attempts a launch covers: chain, attempt number, array task.
+fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
+    let mut q = tx.prepare(
+        "SELECT a.chain_id, a.n, c.array_task FROM attempts a JOIN chains c ON c.id = a.chain_id WHERE a.launch_id = ?1",
+    )?;
+    let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
@@ -531,14 +540,7 @@ impl Store {
             "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3 WHERE id = ?1",
             params![launch_id, job_id, now],
         )?;
-        let members: Vec<(i64, u32, Option<u32>)> = {
-            let mut q = tx.prepare(
-                "SELECT a.chain_id, a.n, c.array_task FROM attempts a JOIN chains c ON c.id = a.chain_id WHERE a.launch_id = ?1",
-            )?;
-            let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        for (chain, n, task) in members {
+        for (chain, n, task) in launch_members(&tx, launch_id)? {
             let jid = match task {
                 Some(t) => format!("{job_id}_{t}"),
                 None => job_id.to_string(),
@@ -598,12 +600,7 @@ impl Store {
             "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
             params![launch_id, error, now],
         )?;
-        let members: Vec<(i64, u32)> = {
-            let mut q = tx.prepare("SELECT chain_id, n FROM attempts WHERE launch_id = ?1")?;
-            let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        for (chain, n) in members {
+        for (chain, n, _) in launch_members(&tx, launch_id)? {
             tx.execute(
                 "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
                 params![chain, n, now],
