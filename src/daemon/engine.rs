@@ -466,14 +466,14 @@ impl<S: Slurm> Engine<S> {
         if still_queued || !job_row_state.is_some_and(JobState::is_terminal) {
             return Ok(());
         }
-        let sub = self.store.submission(
-            self.store
-                .chain(a.chain_id)?
-                .map(|c| c.submission_id)
-                .unwrap_or_default(),
-        )?;
+        let chain = self
+            .store
+            .chain(a.chain_id)?
+            .expect("an attempt's chain exists");
+        let sub = self.store.submission(chain.submission_id)?;
         // Reading the job's files can block (a hung network filesystem): off the loop,
         // with a deadline; past it the ending is judged without them.
+        let max_retries = sub.max_retries;
         let (config, run, job) = (self.config.clone(), last.clone(), jid.clone());
         let read = tokio::task::spawn_blocking(move || {
             super::evidence::output_tails(&config, &sub, &job, &run)
@@ -493,13 +493,14 @@ impl<S: Slurm> Engine<S> {
             stdout_tail,
             requeued_by_slurm: false,
         };
-        self.record_ending(a, obs, t).await
+        self.record_ending(a, obs, max_retries, t).await
     }
 
     async fn record_ending(
         &mut self,
         a: &Attempt,
         obs: Observation,
+        max_retries: u32,
         t: i64,
     ) -> Result<(), StoreError> {
         let jid = obs.job_id.clone();
@@ -510,11 +511,6 @@ impl<S: Slurm> Engine<S> {
                 return Ok(());
             }
         };
-        let chain = self
-            .store
-            .chain(a.chain_id)?
-            .expect("an attempt's chain exists");
-        let sub = self.store.submission(chain.submission_id)?;
         let by_class: BTreeMap<String, u32> = self
             .store
             .resubmits_by_class(a.chain_id)?
@@ -523,7 +519,7 @@ impl<S: Slurm> Engine<S> {
         let history = ChainHistory {
             resubmits: by_class.values().sum(),
             resubmits_by_class: by_class,
-            max_retries: sub.max_retries,
+            max_retries,
             plan: a.plan.clone(),
             agent_retry_of: self
                 .store
