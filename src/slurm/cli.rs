@@ -99,7 +99,7 @@ impl SlurmCli {
     async fn run(
         &self,
         name: &str,
-        args: &[String],
+        args: &[impl AsRef<std::ffi::OsStr>],
         timeout: Duration,
         setup: impl FnOnce(&mut Command),
         stdin: Option<&[u8]>,
@@ -180,7 +180,8 @@ impl SlurmCli {
             Ok::<_, std::io::Error>((Some(status), out, err))
         };
         let (status, stdout, stderr) = match tokio::time::timeout(timeout, collect).await {
-            Ok(r) => r.map_err(|source| SlurmError::Spawn {
+            // The command was started: whatever failed now, it may have done its work.
+            Ok(r) => r.map_err(|source| SlurmError::Io {
                 command: name.into(),
                 source,
             })?,
@@ -238,7 +239,9 @@ impl SlurmCli {
 /// be for them.
 fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
     let who = who.clone();
-    let cwd = cwd.and_then(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok());
+    // A path with a NUL byte cannot be entered: the child refuses to run rather than stay
+    // in the daemon's own directory.
+    let cwd = cwd.map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()));
     // SAFETY: initgroups/setgid/setuid/chdir are fine in a forked child; nothing here
     // allocates (the strings were made before the fork).
     unsafe {
@@ -249,10 +252,14 @@ fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
             {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(dir) = &cwd {
-                if libc::chdir(dir.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
+            match &cwd {
+                Some(Ok(dir)) => {
+                    if libc::chdir(dir.as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
+                Some(Err(_)) => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+                None => {}
             }
             Ok(())
         });
@@ -303,13 +310,16 @@ fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
 
 impl Slurm for SlurmCli {
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
-        let env = req.env.clone();
-        let cwd = req.cwd.clone();
+        // The user's bytes go back to their raw form here (see `osbytes`).
+        use crate::osbytes::to_os;
+        let env: Vec<_> = req.env.iter().map(|(k, v)| (to_os(k), to_os(v))).collect();
+        let cwd = crate::osbytes::to_path(&req.cwd.to_string_lossy());
         let run_as = req.run_as.clone();
+        let argv: Vec<std::ffi::OsString> = req.argv.iter().map(|a| to_os(a)).collect();
         let ran = self
             .run(
                 "sbatch",
-                &req.argv,
+                &argv,
                 self.sbatch_timeout,
                 move |cmd| {
                     if let Some(who) = &run_as {

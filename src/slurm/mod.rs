@@ -77,6 +77,14 @@ pub enum SlurmError {
         #[source]
         source: std::io::Error,
     },
+    /// It was started, but reading its output or waiting for it failed: it may have
+    /// done its work.
+    #[error("{command} was started but could not be followed to its end: {source}")]
+    Io {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// It printed something that is not what it should print.
     #[error("{command} printed output that could not be understood: {message}")]
     Garbage { command: String, message: String },
@@ -93,7 +101,9 @@ impl SlurmError {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
             SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
-            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } => true,
+            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } | SlurmError::Io { .. } => {
+                true
+            }
         }
     }
 }
