@@ -587,8 +587,16 @@ impl Config {
             ("poll_interval", poll_interval, 3600),
             ("slurm.command_timeout", raw.slurm.command_timeout.0, DAY),
             ("slurm.sbatch_timeout", raw.slurm.sbatch_timeout.0, DAY),
-            ("slurm.lost_job_after", raw.slurm.lost_job_after.0, 365 * DAY),
-            ("retry.backoff_initial", raw.retry.backoff_initial.0, 30 * DAY),
+            (
+                "slurm.lost_job_after",
+                raw.slurm.lost_job_after.0,
+                365 * DAY,
+            ),
+            (
+                "retry.backoff_initial",
+                raw.retry.backoff_initial.0,
+                30 * DAY,
+            ),
             ("retry.backoff_max", raw.retry.backoff_max.0, 30 * DAY),
             ("escalation.time_max", e.time_max.0, 3650 * DAY),
             ("breaker.window", raw.breaker.window.0, 365 * DAY),
@@ -612,15 +620,55 @@ impl Config {
         }
         const GIB: u64 = 1 << 30;
         let counts = [
-            ("slurm.sacct_chunk", raw.slurm.sacct_chunk as u64, 1, 100_000),
-            ("slurm.stderr_tail_lines", raw.slurm.stderr_tail_lines as u64, 0, 100_000),
-            ("slurm.stderr_tail_bytes", raw.slurm.stderr_tail_bytes, 0, 16 << 20),
+            (
+                "slurm.sacct_chunk",
+                raw.slurm.sacct_chunk as u64,
+                1,
+                100_000,
+            ),
+            (
+                "slurm.stderr_tail_lines",
+                raw.slurm.stderr_tail_lines as u64,
+                0,
+                100_000,
+            ),
+            (
+                "slurm.stderr_tail_bytes",
+                raw.slurm.stderr_tail_bytes,
+                0,
+                16 << 20,
+            ),
             ("escalation.mem_max", e.mem_max.0, 1 << 20, 1 << 50),
-            ("limits.connections_per_user", raw.limits.connections_per_user as u64, 1, 4096),
-            ("limits.max_script_size", raw.limits.max_script_size.0, 1024, GIB),
-            ("limits.max_array_tasks", raw.limits.max_array_tasks as u64, 1, 1_000_000),
-            ("limits.max_open_chains_per_user", raw.limits.max_open_chains_per_user as u64, 1, 10_000_000),
-            ("limits.submits_in_flight_per_user", raw.limits.submits_in_flight_per_user as u64, 1, 1024),
+            (
+                "limits.connections_per_user",
+                raw.limits.connections_per_user as u64,
+                1,
+                4096,
+            ),
+            (
+                "limits.max_script_size",
+                raw.limits.max_script_size.0,
+                1024,
+                GIB,
+            ),
+            (
+                "limits.max_array_tasks",
+                raw.limits.max_array_tasks as u64,
+                1,
+                1_000_000,
+            ),
+            (
+                "limits.max_open_chains_per_user",
+                raw.limits.max_open_chains_per_user as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "limits.submits_in_flight_per_user",
+                raw.limits.submits_in_flight_per_user as u64,
+                1,
+                1024,
+            ),
             ("retry.max_retries", raw.retry.max_retries as u64, 0, 10_000),
         ];
         for (name, value, min, max) in counts {
@@ -729,12 +777,27 @@ mod tests {
             ),
             ("[retry.budgets]\noom = -1", "invalid value"),
             ("poll_interval = \"10000000000000000000s\"", "poll_interval"),
-            ("[slurm]\nlost_job_after = \"100000000d\"", "slurm.lost_job_after"),
+            (
+                "[slurm]\nlost_job_after = \"100000000d\"",
+                "slurm.lost_job_after",
+            ),
             ("[agent]\ntimeout = \"9999999999s\"", "agent.timeout"),
-            ("[slurm]\nstderr_tail_bytes = 99999999999", "slurm.stderr_tail_bytes"),
-            ("[limits]\nmax_script_size = \"8T\"", "limits.max_script_size"),
-            ("[limits]\nconnections_per_user = 0", "limits.connections_per_user"),
-            ("[limits]\nrequest_timeout = \"0s\"", "limits.request_timeout"),
+            (
+                "[slurm]\nstderr_tail_bytes = 99999999999",
+                "slurm.stderr_tail_bytes",
+            ),
+            (
+                "[limits]\nmax_script_size = \"8T\"",
+                "limits.max_script_size",
+            ),
+            (
+                "[limits]\nconnections_per_user = 0",
+                "limits.connections_per_user",
+            ),
+            (
+                "[limits]\nrequest_timeout = \"0s\"",
+                "limits.request_timeout",
+            ),
             ("[escalation]\nmem_max = \"99999T\"", "escalation.mem_max"),
         ] {
             let err = Config::parse(text, None).unwrap_err().to_string();

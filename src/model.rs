@@ -199,7 +199,8 @@ impl IdRef {
             let more = if id.chars().count() > 40 { "..." } else { "" };
             format!("{shown:?}{more} is not a chain id (c17) or a Slurm job id (123, or 123_4 for an array task)")
         };
-        let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
         if id.len() > MAX_ID_LEN {
             return Err(bad());
         }
@@ -226,7 +227,9 @@ mod id_tests {
         assert_eq!(IdRef::parse("c17"), Ok(IdRef::Chain(17)));
         assert_eq!(IdRef::parse(" 123 "), Ok(IdRef::Job("123".into())));
         assert_eq!(IdRef::parse("123_4"), Ok(IdRef::Task("123_4".into())));
-        for bad in ["1%", "1_", "%", "_", "c", "c-1", "c1x", "12_3_4", "", "1 2", "c+1"] {
+        for bad in [
+            "1%", "1_", "%", "_", "c", "c-1", "c1x", "12_3_4", "", "1 2", "c+1",
+        ] {
             assert!(IdRef::parse(bad).is_err(), "{bad:?}");
         }
         let huge = "9".repeat(100_000);

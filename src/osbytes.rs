@@ -32,7 +32,9 @@ pub fn encode(bytes: &[u8]) -> String {
         for c in chunk.valid().chars() {
             if is_stand_in(c) {
                 let mut buf = [0u8; 4];
-                c.encode_utf8(&mut buf).bytes().for_each(|b| out.push(stand_in(b)));
+                c.encode_utf8(&mut buf)
+                    .bytes()
+                    .for_each(|b| out.push(stand_in(b)));
             } else {
                 out.push(c);
             }
@@ -107,7 +109,10 @@ mod tests {
         }
         assert_eq!(encode(b"plain"), "plain");
         assert_eq!(escape(&encode(b"a\xffb")), "a\\xffb");
-        assert_eq!(escape(&encode(&real_stand_in)), "\\xf4\\x8f\\xbe\\x80x\\xf4\\x8f\\xbf\\xbf");
+        assert_eq!(
+            escape(&encode(&real_stand_in)),
+            "\\xf4\\x8f\\xbe\\x80x\\xf4\\x8f\\xbf\\xbf"
+        );
     }
 
     #[test]

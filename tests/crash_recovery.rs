@@ -69,7 +69,11 @@ fn assert_exactly_once(d: &Daemon, fake: &Fake) -> Vec<Value> {
 /// behalf; a job its sbatch did create is found by its tag and supervised.
 #[test]
 fn every_failpoint_on_a_first_submission_leaves_at_most_the_job_sbatch_made() {
-    for (point, jobs) in [("after-intent", 0), ("before-sbatch", 0), ("after-sbatch", 1)] {
+    for (point, jobs) in [
+        ("after-intent", 0),
+        ("before-sbatch", 0),
+        ("after-sbatch", 1),
+    ] {
         let (mut d, fake) = start("", &[("SLURM_SUPERVISOR_FAILPOINT", point)]);
         d.write_script("job.sh", "echo hi");
         let out = d.ctl_in(&["submit", "--", "job.sh"], &d.work_dir());
@@ -81,13 +85,22 @@ fn every_failpoint_on_a_first_submission_leaves_at_most_the_job_sbatch_made() {
         d.extra_env.clear();
         d.spawn();
         // The restarted daemon settles the launch in its first cycle, before READY.
-        let settled = if jobs == 0 { "so it is dropped" } else { "adopting it" };
-        wait_until("the interrupted launch to be settled", Duration::from_secs(20), || {
-            d.log().contains(settled)
-        });
+        let settled = if jobs == 0 {
+            "so it is dropped"
+        } else {
+            "adopting it"
+        };
+        wait_until(
+            "the interrupted launch to be settled",
+            Duration::from_secs(20),
+            || d.log().contains(settled),
+        );
         assert_exactly_once(&d, &fake);
         assert_eq!(fake.jobs().len(), jobs, "{point}");
-        assert_eq!(d.json(&["status", "--json"]).as_array().unwrap().len(), jobs);
+        assert_eq!(
+            d.json(&["status", "--json"]).as_array().unwrap().len(),
+            jobs
+        );
     }
 }
 

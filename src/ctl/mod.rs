@@ -152,9 +152,10 @@ fn submit_request(
         .map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
     let wrap = cmd.options.iter().any(|o| o.name == "wrap");
     let script = match &cmd.script {
-        Some(path) => Some(std::fs::read(cwd.join(to_path(path))).map_err(|e| {
-            format!("cannot read the batch script {}: {e}", escape(path))
-        })?),
+        Some(path) => Some(
+            std::fs::read(cwd.join(to_path(path)))
+                .map_err(|e| format!("cannot read the batch script {}: {e}", escape(path)))?,
+        ),
         None if wrap => None,
         None => {
             let mut buf = Vec::new();
@@ -266,7 +267,9 @@ pub fn main_with(cli: Cli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("supervisorctl: {e}");
-            if matches!(request, Request::Submit(_)) && !matches!(e, client::ClientError::Connect { .. }) {
+            if matches!(request, Request::Submit(_))
+                && !matches!(e, client::ClientError::Connect { .. })
+            {
                 eprintln!("supervisorctl: the daemon gave no answer, so nothing will be submitted later on this request's behalf; \
                            if sbatch had already created the job, it is found and supervised: check `supervisorctl status` before submitting again");
             }

@@ -129,7 +129,8 @@ pub fn output_path(
 /// descriptor, not of the name.
 pub fn open_user_file(path: &Path, owner: Option<u32>) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let refuse = |why: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string());
+    let refuse =
+        |why: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string());
     let handle = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_NOCTTY)
@@ -253,7 +254,13 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert_eq!(tail(&fifo, 2, 1000, None), None);
         // Devices are never opened for reading: not a terminal, not an endless stream.
-        for dev in ["/dev/zero", "/dev/urandom", "/dev/null", "/dev/tty", "/dev/ptmx"] {
+        for dev in [
+            "/dev/zero",
+            "/dev/urandom",
+            "/dev/null",
+            "/dev/tty",
+            "/dev/ptmx",
+        ] {
             assert_eq!(tail(Path::new(dev), 2, 1000, None), None, "{dev}");
         }
         assert_eq!(tail(dir.path(), 2, 1000, None), None, "a directory");

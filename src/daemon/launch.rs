@@ -324,7 +324,8 @@ pub async fn sbatch<S: Slurm>(
     };
     let snapshot = match (&sub.script_name, &sub.script) {
         (Some(name), Some(content)) => {
-            let p = crate::osbytes::to_path(&snapshot_path(state_dir, l.id, name).to_string_lossy());
+            let p =
+                crate::osbytes::to_path(&snapshot_path(state_dir, l.id, name).to_string_lossy());
             if let Err(e) = write_snapshot(&p, content, owner.as_ref()) {
                 remove_snapshot(&p);
                 return LaunchOutcome::Refused {

@@ -106,7 +106,13 @@ fn lock_state_dir(config: &Config) -> Result<std::fs::File, DaemonError> {
         .open(&path)
         .map_err(err)?;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
             return Err(err(e));

@@ -74,9 +74,16 @@ fn usage(m: impl Into<String>) -> Response {
 /// What sbatch would be given must be something the operating system can carry: no NUL
 /// anywhere, an absolute working directory, environment names without `=`.
 fn check_request(r: &SubmitRequest) -> Result<(), Response> {
-    let shown = |s: &str| crate::osbytes::escape(s).chars().take(80).collect::<String>();
+    let shown = |s: &str| {
+        crate::osbytes::escape(s)
+            .chars()
+            .take(80)
+            .collect::<String>()
+    };
     if r.argv.iter().any(|a| a.contains('\0')) {
-        return Err(usage("an sbatch argument contains a NUL byte, which no command can be given"));
+        return Err(usage(
+            "an sbatch argument contains a NUL byte, which no command can be given",
+        ));
     }
     if r.cwd.contains('\0') || !r.cwd.starts_with('/') {
         return Err(usage(format!(

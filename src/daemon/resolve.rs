@@ -3,8 +3,8 @@
 //! record pointing at the one it resolves; the chain's state is changed only if it is
 //! still where the caller saw it, so two resolvers racing cannot both win.
 
-use super::engine::{now, Engine};
 use super::access::{actor, chains_for, internal, Handled};
+use super::engine::{now, Engine};
 use super::{dependents, launch};
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use crate::protocol::{ErrorKind, RecoverRequest, Resolution, ResolveAction, Response};

@@ -165,7 +165,12 @@ async fn write_answer(
         write.shutdown().await
     })
     .await
-    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "the client did not read its answer"))?
+    .map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its answer",
+        )
+    })?
 }
 
 async fn connection(
@@ -180,7 +185,11 @@ async fn connection(
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read.take(max + 1));
-    let got = tokio::time::timeout(limits.request_timeout.0, reader.read_until(b'\n', &mut line)).await;
+    let got = tokio::time::timeout(
+        limits.request_timeout.0,
+        reader.read_until(b'\n', &mut line),
+    )
+    .await;
     let response = match got {
         Err(_) => Response::error(
             ErrorKind::Usage,
@@ -199,8 +208,9 @@ async fn connection(
             Ok(request) if reads::is_read(&request) => {
                 let db = db_path.to_path_buf();
                 tokio::task::spawn_blocking(move || match Store::open_reader(&db) {
-                    Ok(store) => reads::handle(&store, &request, uid)
-                        .expect("is_read requests are reads"),
+                    Ok(store) => {
+                        reads::handle(&store, &request, uid).expect("is_read requests are reads")
+                    }
                     Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
                 })
                 .await

@@ -101,9 +101,7 @@ impl SlurmError {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
             SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
-            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } | SlurmError::Io { .. } => {
-                true
-            }
+            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } | SlurmError::Io { .. } => true,
         }
     }
 }

@@ -415,7 +415,9 @@ impl Store {
         };
         match check() {
             Err(e) => Err(not_a_store(e.to_string())),
-            Ok((ok, _, _)) if ok != "ok" => Err(not_a_store(format!("integrity check failed: {ok}"))),
+            Ok((ok, _, _)) if ok != "ok" => {
+                Err(not_a_store(format!("integrity check failed: {ok}")))
+            }
             Ok((_, version, has_meta)) if version == 0 || has_meta == 0 => Err(not_a_store(
                 "it is an SQLite database, but not one this program made".into(),
             )),
@@ -819,11 +821,13 @@ impl Store {
 
     /// How many unfinished chains (active, ready, pending_failed) a user has.
     pub fn open_chains_of(&self, owner_uid: u32) -> Result<u64> {
-        Ok(self.conn.prepare_cached(
-            "SELECT COUNT(*) FROM chains c JOIN submissions s ON s.id = c.submission_id
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM chains c JOIN submissions s ON s.id = c.submission_id
              WHERE s.owner_uid = ?1 AND c.state IN ('active', 'ready', 'pending_failed')",
-        )?
-        .query_row([owner_uid], |r| r.get(0))?)
+            )?
+            .query_row([owner_uid], |r| r.get(0))?)
     }
 
     pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {
