@@ -73,6 +73,9 @@ fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<
     };
     let dir = path.parent().expect("a snapshot path has a folder");
     remove_snapshot(path);
+    if let Some(scripts) = dir.parent() {
+        std::fs::create_dir_all(scripts).map_err(err)?;
+    }
     std::fs::DirBuilder::new()
         .mode(if owner.is_some() { 0o711 } else { 0o700 })
         .create(dir)

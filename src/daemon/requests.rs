@@ -314,57 +314,64 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             ));
         }
     }
+    // One scancel per owner for every live job of the request (an array's tasks
+    // together), then one transaction for all the chains: either all are recorded
+    // cancelled or, if scancel fails, none changes.
     let t = now();
-    let mut done = Vec::new();
+    let mut live_by_owner: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    let mut items = Vec::with_capacity(open.len());
     for c in &open {
         let live = engine
             .store
             .attempts(c.id)?
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
-        if let Some(a) = &live {
-            let job = a.slurm_job_id.clone().unwrap_or_default();
-            let who = launch::run_as(engine.store.owner_of(c.id)?)
-                .map_err(|e| Response::error(ErrorKind::Internal, e))?;
-            engine
-                .slurm
-                .scancel(&job, who.as_ref())
-                .await
-                .map_err(|e| {
-                    Response::error(
-                        ErrorKind::Unavailable,
-                        format!("scancel {job} failed, nothing changed: {e}"),
-                    )
-                })?;
-            engine.store.end_attempt(a.chain_id, a.n, "CANCELLED", t)?;
+        let job = live.as_ref().and_then(|a| a.slurm_job_id.clone());
+        if let Some(j) = &job {
+            live_by_owner
+                .entry(engine.store.owner_of(c.id)?)
+                .or_default()
+                .push(j.clone());
         }
         let rec = NewDecision {
             classification: crate::model::Classification::Cancelled,
             class: RecoveryClass::R3,
             action: Action::Cancel,
             reason: "cancelled with supervisorctl cancel; never retried".into(),
-            inputs: json!({ "job": live.and_then(|a| a.slurm_job_id) }),
+            inputs: json!({ "job": job }),
             resolves: None,
             actor: actor(uid),
         };
-        let update = ChainUpdate {
-            state: ChainState::Cancelled,
-            last_classification: Some(crate::model::Classification::Cancelled),
-            plan: None,
-            not_before: None,
-        };
-        engine.store.decide_chain(
-            c.id,
-            &[
-                ChainState::Active,
-                ChainState::Ready,
-                ChainState::PendingFailed,
-            ],
-            &rec,
-            &update,
-            t,
-        )?;
-        done.push(chain_label(c.id));
+        items.push((c.id, live.map(|a| a.n), rec));
     }
-    Ok(json!({ "cancelled": done }))
+    for (owner, jobs) in &live_by_owner {
+        let who = launch::run_as(*owner).map_err(|e| Response::error(ErrorKind::Internal, e))?;
+        engine
+            .slurm
+            .scancel(jobs, who.as_ref())
+            .await
+            .map_err(|e| {
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
+                )
+            })?;
+    }
+    let update = ChainUpdate {
+        state: ChainState::Cancelled,
+        last_classification: Some(crate::model::Classification::Cancelled),
+        plan: None,
+        not_before: None,
+    };
+    let done = engine.store.cancel_chains(
+        &items,
+        &[
+            ChainState::Active,
+            ChainState::Ready,
+            ChainState::PendingFailed,
+        ],
+        &update,
+        t,
+    )?;
+    Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
 }

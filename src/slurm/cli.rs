@@ -253,13 +253,11 @@ fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
                 return Err(std::io::Error::last_os_error());
             }
             match &cwd {
-                Some(Ok(dir)) => {
-                    if libc::chdir(dir.as_ptr()) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                Some(Ok(dir)) if libc::chdir(dir.as_ptr()) != 0 => {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Some(Err(_)) => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-                None => {}
+                _ => {}
             }
             Ok(())
         });
@@ -409,9 +407,9 @@ impl Slurm for SlurmCli {
         check_sacct(self.query("sacct", args).await?)
     }
 
-    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+    async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         let who = run_as.cloned();
-        let args = vec![job_id.to_string()];
+        let args = job_ids.to_vec();
         let ran = self
             .run(
                 "scancel",

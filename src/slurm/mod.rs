@@ -124,8 +124,9 @@ pub trait Slurm {
         user: &str,
         since: i64,
     ) -> Result<Parsed<SacctRow>, SlurmError>;
-    /// Cancels a job (as `run_as`, when given).
-    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError>;
+    /// Cancels jobs, in one call (as `run_as`, when given). Jobs that already ended are
+    /// not an error.
+    async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;
     /// `scontrol show job -o`: one job's record as key/value pairs.
     async fn show_job(
         &self,

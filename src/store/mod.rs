@@ -355,6 +355,30 @@ fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Opt
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Records `decision` on a chain still in one of the `expect`ed states (compare-and-set
+/// inside the caller's transaction); false when it has moved on.
+fn decide_in(
+    tx: &Transaction,
+    chain_id: i64,
+    expect: &[ChainState],
+    decision: &NewDecision,
+    update: &ChainUpdate,
+    now: i64,
+) -> Result<bool> {
+    let (state, n): (String, u32) = tx.query_row(
+        "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
+        [chain_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let state: ChainState = parse_name(&state)?;
+    if !expect.contains(&state) {
+        return Ok(false);
+    }
+    insert_decision(tx, chain_id, n, None, now, decision)?;
+    update_chain(tx, chain_id, update, now)?;
+    Ok(true)
+}
+
 fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
@@ -1002,19 +1026,38 @@ impl Store {
         now: i64,
     ) -> Result<bool> {
         let tx = self.conn.transaction()?;
-        let (state, n): (String, u32) = tx.query_row(
-            "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
-            [chain_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        let state: ChainState = parse_name(&state)?;
-        if !expect.contains(&state) {
-            return Ok(false);
+        let done = decide_in(&tx, chain_id, expect, decision, update, now)?;
+        if done {
+            tx.commit()?;
         }
-        insert_decision(&tx, chain_id, n, None, now, decision)?;
-        update_chain(&tx, chain_id, update, now)?;
+        Ok(done)
+    }
+
+    /// Cancels several chains in one transaction: for each, its live attempt (if any) is
+    /// ended as CANCELLED and, if the chain is still in an `expect`ed state, its decision
+    /// recorded. Either all of it is recorded or none. Returns the chains changed.
+    pub fn cancel_chains(
+        &mut self,
+        items: &[(i64, Option<u32>, NewDecision)],
+        expect: &[ChainState],
+        update: &ChainUpdate,
+        now: i64,
+    ) -> Result<Vec<i64>> {
+        let tx = self.conn.transaction()?;
+        let mut done = Vec::new();
+        for (chain, live, decision) in items {
+            if let Some(n) = live {
+                tx.execute(
+                    "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+                    params![chain, n, now],
+                )?;
+            }
+            if decide_in(&tx, *chain, expect, decision, update, now)? {
+                done.push(*chain);
+            }
+        }
         tx.commit()?;
-        Ok(true)
+        Ok(done)
     }
 
     /// How many infrastructure failures (node_fail, boot_fail, transient endings) the
