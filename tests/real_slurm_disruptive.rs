@@ -180,8 +180,12 @@ fn wait_left_queue(job: &str) {
             .output()
             .unwrap();
         let s = String::from_utf8_lossy(&out.stdout);
-        !s.lines()
-            .any(|l| matches!(l.trim(), "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING"))
+        !s.lines().any(|l| {
+            matches!(
+                l.trim(),
+                "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING"
+            )
+        })
     });
 }
 

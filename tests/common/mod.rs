@@ -267,7 +267,10 @@ impl Drop for Daemon {
 pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !f() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 }
@@ -276,7 +279,14 @@ pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 pub fn sacct_state(job: &str) -> String {
     run(
         "sacct",
-        &["--parsable2", "--noheader", "-X", "-j", job, "--format=State"],
+        &[
+            "--parsable2",
+            "--noheader",
+            "-X",
+            "-j",
+            job,
+            "--format=State",
+        ],
     )
     .trim()
     .to_string()
@@ -354,7 +364,9 @@ pub fn slurm(name: &str) -> Command {
 /// `scripts/dev-cluster` writes it.
 pub fn slurm_pidfile(daemon: &str) -> PathBuf {
     let root = match slurm_version() {
-        "24.11" => std::env::var("DEV_CLUSTER_TRIXIE_ROOT").unwrap_or_else(|_| "/srv/trixie".into()),
+        "24.11" => {
+            std::env::var("DEV_CLUSTER_TRIXIE_ROOT").unwrap_or_else(|_| "/srv/trixie".into())
+        }
         _ => String::new(),
     };
     PathBuf::from(format!("{root}/run/slurm/{daemon}.pid"))
@@ -425,7 +437,10 @@ pub fn require_slurm() {
             "a real Slurm {v} is needed and sinfo failed: {}; bring one up with {up}",
             String::from_utf8_lossy(&o.stderr)
         ),
-        Err(e) => panic!("a real Slurm {v} is needed and {} cannot run ({e}); run {up} first", slurm_cmd("sinfo").display()),
+        Err(e) => panic!(
+            "a real Slurm {v} is needed and {} cannot run ({e}); run {up} first",
+            slurm_cmd("sinfo").display()
+        ),
     }
     // `slurm 22.05.8` (Debian 12), `slurm-wlm 24.11.5` (Debian trixie).
     let version = run("sinfo", &["--version"]);
