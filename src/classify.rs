@@ -278,6 +278,65 @@ mod tests {
         }
     }
 
+    /// The endings Slurm 24.11.5 printed on `scripts/dev-cluster up --slurm 24.11`
+    /// (docs/slurm-observed.md), classified as their 22.05 counterparts are.
+    #[test]
+    fn table_from_real_rows_slurm_24_11() {
+        let oom_stderr = "\
+slurmstepd-n1: error: StepId=53.batch exceeded memory limit (167526400 > 104857600), being killed
+slurmstepd-n1: error: Exceeded job memory limit
+slurmstepd-n1: error: *** JOB 53 ON n1 CANCELLED AT 2026-11-22T14:45:53 ***
+slurmstepd-n1: error: StepId=53.batch exceeded memory limit (167526400 > 104857600), being killed
+slurmstepd-n1: error: Exceeded job memory limit
+";
+        let node_fail_stderr = "slurmstepd-n1: error: *** JOB 55 ON n1 CANCELLED AT 2026-11-22T14:45:55 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\nTerminated\n";
+        let cases: &[(&str, &str, Option<&str>, Classification)] = &[
+            ("43", "43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|\n43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00||\n", None, Classification::Completed),
+            ("44", "44|44|FAILED|1:0|n1||1000M|00:30:00|00:00:00|debug|\n44.batch|44.batch|FAILED|1:0|n1||||00:00:00||\n", Some("boom\n"), Classification::Ambiguous),
+            // OOM: the slurmstepd-<node>: prefix, the message twice, a CANCELLED line between.
+            ("53", "53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|\n53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01||\n", Some(oom_stderr), Classification::Oom),
+            // NODE_FAIL 1:0 with a CANCELLED batch step without exit code, and "Terminated".
+            ("55", "55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|\n55.batch|55.batch|CANCELLED||n1||||00:00:03||\n", Some(node_fail_stderr), Classification::NodeFail),
+            ("22", "22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|ssv-0a1b2c3d-L1-c1.1\n22.batch|22.batch|CANCELLED||n1||||00:00:00||\n", None, Classification::NodeFail),
+            ("46", "46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|\n46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05||\n", Some("slurmstepd-n1: error: *** JOB 46 ON n1 CANCELLED AT 2026-11-22T14:45:37 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
+            // Ended just before the sweep: TIMEOUT 0:0 over a COMPLETED step, no stderr line.
+            ("20", "20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|\n20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15||\n", Some(""), Classification::Timeout),
+            ("49_2", "49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|\n49_2.batch|51.batch|FAILED|1:0|n2||||00:00:00||\n", None, Classification::Ambiguous),
+        ];
+        let rules = rules();
+        for (job, sacct, stderr, want) in cases {
+            let v = classify(&obs(job, sacct, *stderr), &rules).unwrap();
+            assert_eq!(v.classification, *want, "{job}: {sacct} -> {}", v.reason);
+        }
+        // A NODE_FAIL is a node failure whatever its exit code, even where a rule would
+        // match that code, and names its node.
+        let everything_permanent = Config::parse(
+            "[[rules]]\nname = \"exit-1\"\nkind = \"permanent\"\nexit_codes = [1]\n",
+            None,
+        )
+        .unwrap()
+        .rules;
+        let v = classify(
+            &obs("55", cases[3].1, Some(node_fail_stderr)),
+            &everything_permanent,
+        )
+        .unwrap();
+        assert_eq!(v.classification, Classification::NodeFail);
+        assert_eq!(v.nodes.as_deref(), Some("n1"));
+        assert_eq!(v.exit_code, "1:0");
+        // Requeued by Slurm after the node failure (sacct -D's first run of job 46).
+        let mut o = obs(
+            "46",
+            "46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|\n46.batch|46.batch|CANCELLED||n1||||00:00:03||\n",
+            None,
+        );
+        o.requeued_by_slurm = true;
+        assert_eq!(
+            classify(&o, &rules).unwrap().classification,
+            Classification::NodeFail
+        );
+    }
+
     #[test]
     fn facts_are_carried() {
         let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n", Some("Exceeded job memory limit"));

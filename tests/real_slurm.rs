@@ -161,11 +161,11 @@ fn a_users_scancel_is_never_retried() {
     let d = Daemon::start("");
     d.write_script("long.sh", "sleep 300");
     let job = d.submit(&["--job-name=ssv-scancel", "long.sh"]);
-    // Wait until Slurm has it, then cancel it as the user would.
-    std::thread::sleep(Duration::from_secs(3));
+    // Once the daemon has seen it run, cancel it as the user would.
+    d.wait_seen_running(&job, 3 * MIN);
     run("scancel", &[&job]);
     d.wait_state(&job, "cancelled", 2 * MIN);
-    std::thread::sleep(Duration::from_secs(4));
+    // `cancelled` is terminal: the R3 record below is the last word, nothing is retried.
     let h = d.history(&job);
     assert_eq!(attempts(&h).len(), 1, "{h:#}");
     let ds = decisions(&h);
@@ -214,13 +214,25 @@ fn supervisorctl_cancel_stops_supervision() {
 #[test]
 fn an_array_resubmits_only_its_failed_tasks_in_one_sbatch() {
     require_slurm();
-    let d = Daemon::start("");
-    // Tasks 2 and 4 fail with a transient error the first time.
+    // Sibling tasks that fail within one backoff window are retried in one sbatch (the
+    // engine joins every ready chain of a submission to the first one due). A 10 s backoff
+    // makes that window wider than the time the daemon may take to see both endings.
+    let d = Daemon::start(
+        "[retry]\nbackoff_initial = \"10s\"\nbackoff_max = \"10s\"\nbackoff_jitter = 0.0\n",
+    );
+    // Every task says it started, then waits for `go`, which the test makes once all four
+    // run: tasks 2 and 4 then fail together with a transient error (the first time only),
+    // however far apart Slurm started them.
     d.write_script(
         "arr.sh",
-        "t=$SLURM_ARRAY_TASK_ID\nif { [ $t = 2 ] || [ $t = 4 ]; } && [ ! -e done-$t ]; then touch done-$t; echo 'Connection refused' >&2; exit 1; fi\necho task $t ok",
+        "t=$SLURM_ARRAY_TASK_ID\ntouch started-$t\nwhile [ ! -e go ]; do sleep 0.2; done\nif { [ $t = 2 ] || [ $t = 4 ]; } && [ ! -e done-$t ]; then touch done-$t; echo 'Connection refused' >&2; exit 1; fi\necho task $t ok",
     );
     let job = d.submit(&["--array=1-4", "--job-name=ssv-array", "arr.sh"]);
+    let work = d.work_dir();
+    wait_for("all four tasks to start", 4 * MIN, || {
+        (1..=4).all(|t| work.join(format!("started-{t}")).exists())
+    });
+    std::fs::write(work.join("go"), "").unwrap();
     let rows = d.wait_state(&job, "completed", 4 * MIN);
     assert_eq!(rows.len(), 4);
     let mut retried_jobs = Vec::new();
@@ -252,7 +264,9 @@ fn a_daemon_restart_midway_loses_and_repeats_nothing() {
     // Stop the daemon while the job runs; the job ends while nobody watches.
     let status = d.stop();
     assert!(status.success(), "clean stop: {status}");
-    std::thread::sleep(Duration::from_secs(20));
+    wait_for(&format!("{job} to fail in sacct"), 3 * MIN, || {
+        sacct_state(&job) == "FAILED"
+    });
     d.spawn();
     d.wait_state(&job, "completed", 3 * MIN);
     let h = d.history(&job);
@@ -285,7 +299,9 @@ fn unknown_ids_are_refused_clearly() {
 fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     require_slurm();
     let d = Daemon::start("");
-    let script = d.write_script("adopt.sh", "sleep 6\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho adopted ok");
+    // The job waits for `adopted` (made once `adopt` answered), so it is still running
+    // when adopted however slow the queue is.
+    let script = d.write_script("adopt.sh", "while [ ! -e adopted ]; do sleep 0.2; done\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho adopted ok");
     let work = d.work_dir();
     let job = run(
         "sbatch",
@@ -307,6 +323,7 @@ fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     );
     // Adopting twice is refused.
     assert_eq!(d.ctl(&["adopt", &job]).status.code(), Some(4));
+    std::fs::write(work.join("adopted"), "").unwrap();
     d.wait_state(&job, "completed", 4 * MIN);
     let h = d.history(&job);
     let a = attempts(&h);

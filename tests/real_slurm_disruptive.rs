@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 fn wait_running(job: &str) -> String {
     let deadline = Instant::now() + 3 * MIN;
     loop {
-        let out = Command::new("squeue")
+        let out = slurm("squeue")
             .args(["--noheader", "-j", job, "--format=%T|%N"])
             .output()
             .unwrap();
@@ -45,7 +44,7 @@ fn wait_node_idle(node: &str) {
             return;
         }
         if Instant::now() > deadline {
-            let _ = Command::new("scontrol")
+            let _ = slurm("scontrol")
                 .args(["update", &format!("nodename={node}"), "state=resume"])
                 .status();
             panic!("node {node} did not come back: {s:?}");
@@ -114,7 +113,7 @@ fn a_preemption_slurm_requeued_is_not_resubmitted() {
     let job = d.submit(&["--job-name=ssv-preempt-requeue", "victim.sh"]);
     let node = wait_running(&job);
     // Let the daemon see it running, so the requeue is noticed as it happens.
-    std::thread::sleep(Duration::from_secs(3));
+    d.wait_seen_running(&job, MIN);
     preempt_on(&node);
     d.wait_state(&job, "completed", 8 * MIN);
     let h = d.history(&job);
@@ -159,7 +158,7 @@ fn a_preemption_without_requeue_is_resubmitted() {
 
 /// Stops a Slurm daemon of the dev cluster (as a crash or an admin would).
 fn stop_daemon(name: &str) {
-    let pid = std::fs::read_to_string(format!("/run/slurm/{name}.pid")).unwrap();
+    let pid = std::fs::read_to_string(slurm_pidfile(name)).unwrap();
     run("kill", &[pid.trim()]);
     let deadline = Instant::now() + MIN;
     while std::path::Path::new(&format!("/proc/{}", pid.trim())).exists() {
@@ -170,13 +169,24 @@ fn stop_daemon(name: &str) {
 
 /// Brings everything back (the dev cluster's `up` starts what is missing).
 fn restart_cluster() {
-    let script = format!("{}/scripts/dev-cluster", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(script).arg("up").output().unwrap();
-    assert!(
-        out.status.success(),
-        "dev-cluster up: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    dev_cluster_up();
+}
+
+/// Waits until squeue no longer lists `job` as pending, running or completing: it ended.
+fn wait_left_queue(job: &str) {
+    wait_for(&format!("{job} to leave the queue"), 3 * MIN, || {
+        let out = slurm("squeue")
+            .args(["--noheader", "-j", job, "--format=%T"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout);
+        !s.lines().any(|l| {
+            matches!(
+                l.trim(),
+                "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING"
+            )
+        })
+    });
 }
 
 #[test]
@@ -192,7 +202,11 @@ fn a_slurmdbd_outage_is_not_taken_for_job_failures() {
     wait_running(&b);
     stop_daemon("slurmdbd");
     // The jobs end while accounting cannot be asked: nothing may be decided.
-    std::thread::sleep(Duration::from_secs(20));
+    wait_left_queue(&a);
+    wait_left_queue(&b);
+    wait_for("the daemon to find sacct not answering", MIN, || {
+        d.log().contains("slurm is not answering")
+    });
     let during = (
         d.status(&a)[0]["state"].clone(),
         d.status(&b)[0]["state"].clone(),
@@ -229,7 +243,9 @@ fn a_slurmctld_outage_delays_but_does_not_lose_or_duplicate_work() {
         &d.work_dir(),
     );
     let submit_code = out.status.code();
-    std::thread::sleep(Duration::from_secs(15));
+    wait_for("the daemon to find Slurm not answering", MIN, || {
+        d.log().contains("slurm is not answering")
+    });
     let during = d.status(&a)[0]["state"].clone();
     let log = d.log();
     restart_cluster();

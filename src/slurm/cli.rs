@@ -31,6 +31,15 @@ const UNAVAILABLE_MARKERS: &[&str] = &[
     "Zero Bytes were transmitted or received",
     "Communication connection failure",
     "Resource temporarily unavailable",
+    // sacct 24.11 with slurmdbd down, before its "Problem talking to the database".
+    "_open_persist_conn",
+    "Sending PersistInit msg",
+    // Rate limiting (rl_enable, 23.02 on): clients print these and retry by themselves
+    // without bound (the command timeout stops them); 24.05 on may answer "retry later".
+    "Rate limit exceeded",
+    "RPC rate limited",
+    "retry later",
+    "try again later",
 ];
 
 /// squeue's answer for an id it does not (or no longer) know, when only one id is asked.
@@ -505,4 +514,45 @@ fn format_sacct_time(since: i64) -> String {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(since);
     format!("now-{}", (now - since).max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(stderr: &str) -> SlurmError {
+        let ran = Ran {
+            code: Some(1),
+            stdout: String::new(),
+            stderr: stderr.into(),
+        };
+        SlurmCli::failure("sacct", &ran)
+    }
+
+    /// What Slurm 22.05 and 24.11 printed when they could not answer (docs/slurm-observed.md,
+    /// docs/compatibility.md): never a refusal, never a job's failure.
+    #[test]
+    fn slurm_not_answering_in_either_version_is_unavailable() {
+        for stderr in [
+            "sacct: error: Problem talking to the database: Connection refused\n",
+            "sacct: error: _open_persist_conn: failed to open persistent connection to host:localhost:7819: Connection refused\n\
+             sacct: error: Sending PersistInit msg: Connection refused\n\
+             sacct: error: Problem talking to the database: Connection refused\n",
+            "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n",
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+            "squeue: error: RPC rate limited 3 time(s). Sleeping then trying again.\n",
+            "slurm_load_jobs error: Rate limit exceeded, please retry momentarily\n",
+            "sbatch: error: Batch job submission failed: Rate limit exceeded, please retry later\n",
+            "scontrol: error: Job can not be altered now, try again later\n",
+        ] {
+            assert!(
+                matches!(failed(stderr), SlurmError::Unavailable { .. }),
+                "{stderr}"
+            );
+        }
+        assert!(matches!(
+            failed("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified\n"),
+            SlurmError::Rejected { .. }
+        ));
+    }
 }

@@ -5,14 +5,19 @@
 //! a [`RowError`] carrying the line and, when it could be read, the job id: a row is never
 //! guessed, because a guessed state would drive a real decision (a resubmission).
 //!
-//! What was checked against Slurm 22.05.8 (Debian 12) and shaped this module:
+//! What was checked against Slurm 22.05.8 (Debian 12) and 24.11.5 (Debian trixie; the
+//! differences are in docs/compatibility.md) and shaped this module:
 //! - sacct 22.05 has no `Restarts` field: asking for it makes sacct fail outright with
 //!   `Invalid field requested: "Restarts"`. [`SACCT_FIELDS`] therefore leaves it out and
 //!   [`SacctRow::restarts`] is always `None` from [`parse_sacct`]; `scontrol show job`
 //!   is where Slurm reports restarts.
 //! - sacct prints `None assigned` as the NodeList of a job that never ran, `Partition_Limit`
 //!   as the Timelimit of a job that asked for none, and `CANCELLED by 0` on job rows too.
-//! - squeue prints `(null)` for `%k` when a job has no comment.
+//! - squeue prints `(null)` for `%k` when a job has no comment (both versions).
+//! - 24.11: NODE_FAIL job rows have ExitCode `1:0` (22.05: `0:0`); Timelimit may read
+//!   `UNLIMITED` or `365-00:00:00` for jobs without a limit of their own; MaxRSS is empty
+//!   for steps under a second. The squeue format asks for no exit code, so squeue's
+//!   exit-code column format change in 23.02 does not reach the parser.
 //! - sbatch's `--time` and every limit Slurm keeps are whole minutes; sbatch rounds seconds
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
@@ -691,6 +696,128 @@ mod tests {
             p.errors[0].message.contains("ExitCode"),
             "{}",
             p.errors[0].message
+        );
+    }
+
+    /// Rows Slurm 24.11.5 (Debian trixie) printed on `scripts/dev-cluster up --slurm 24.11`
+    /// (docs/slurm-observed.md, "Slurm 24.11"), verbatim, and those of slurm-notes.md.
+    #[test]
+    fn sacct_rows_recorded_on_slurm_24_11() {
+        let out = "\
+43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|
+43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00||
+53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|
+53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01||
+55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|
+55.batch|55.batch|CANCELLED||n1||||00:00:03||
+46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|
+46.batch|46.batch|CANCELLED||n1||||00:00:03||
+46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|
+46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05||
+20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|
+20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15||
+57|57|PENDING|0:0|None assigned||1000M|UNLIMITED|00:00:00|debug|
+22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|ssv-0a1b2c3d-L1-c1.1
+22.batch|22.batch|CANCELLED||n1||||00:00:00||
+23|23|COMPLETED|0:0|n2||7231M|365-00:00:00|00:00:05|debug|
+24|24|PENDING|0:0|None assigned||7231M|Partition_Limit|00:00:00|debug|
+49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|
+49_3|49|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|
+47|47|COMPLETED|0:0|n2||1000M|00:30:00|00:00:01|debug|hello \"world\" | pipe
+";
+        let p = parse_sacct(out);
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        /// JobID, State, ExitCode, MaxRSS bytes, Timelimit seconds.
+        type Seen<'a> = (&'a str, JobState, String, Option<u64>, Option<u64>);
+        let got: Vec<Seen> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.state,
+                    r.exit_code.to_string(),
+                    r.max_rss_bytes,
+                    r.timelimit_secs,
+                )
+            })
+            .collect();
+        use JobState::*;
+        assert_eq!(
+            got,
+            vec![
+                // MaxRSS is empty for a step under a second.
+                ("43", Completed, "0:0".to_string(), None, Some(1800)),
+                ("43.batch", Completed, "0:0".into(), None, None),
+                ("53", Failed, "0:9".into(), None, Some(1800)),
+                ("53.batch", Cancelled, "0:9".into(), Some(163_600 * K), None),
+                // NODE_FAIL has exit code 1:0 in 24.11 (0:0 in 22.05); its batch step an
+                // empty one, read as 0:0.
+                ("55", NodeFail, "1:0".into(), None, Some(1800)),
+                ("55.batch", Cancelled, "0:0".into(), None, None),
+                // The same with requeue allowed (`-D`: the node failure, then the rerun).
+                ("46", NodeFail, "1:0".into(), None, Some(60)),
+                ("46.batch", Cancelled, "0:0".into(), None, None),
+                ("46", Timeout, "0:0".into(), None, Some(60)),
+                ("46.batch", Cancelled, "0:15".into(), Some(3328 * K), None),
+                // Ended just before the time-limit sweep: TIMEOUT over a COMPLETED step.
+                ("20", Timeout, "0:0".into(), None, Some(60)),
+                ("20.batch", Completed, "0:0".into(), Some(3328 * K), None),
+                // Timelimit UNLIMITED, 365-00:00:00 (backfill-started), Partition_Limit.
+                ("57", Pending, "0:0".into(), None, None),
+                ("22", NodeFail, "1:0".into(), None, None),
+                ("22.batch", Cancelled, "0:0".into(), None, None),
+                ("23", Completed, "0:0".into(), None, Some(365 * 86_400)),
+                ("24", Pending, "0:0".into(), None, None),
+                ("49_2", Failed, "1:0".into(), None, Some(1800)),
+                ("49_3", Completed, "0:0".into(), None, Some(1800)),
+                ("47", Completed, "0:0".into(), None, Some(1800)),
+            ]
+        );
+        assert_eq!(p.rows[4].node_list, "n1");
+        assert_eq!(p.rows[5].elapsed_secs, Some(3));
+        assert_eq!(p.rows[13].comment, "ssv-0a1b2c3d-L1-c1.1");
+        assert_eq!(p.rows[17].job_id_raw, "51");
+        assert_eq!(
+            p.rows[18].job_id_raw, "49",
+            "the last task carries the base id"
+        );
+        assert_eq!(p.rows[19].comment, "hello \"world\" | pipe");
+        for limit in ["UNLIMITED", "Partition_Limit"] {
+            assert_eq!(parse_duration(limit), Ok(Duration::Unlimited), "{limit}");
+        }
+        assert_eq!(
+            parse_duration("365-00:00:00"),
+            Ok(Duration::Secs(365 * 86_400))
+        );
+    }
+
+    /// squeue 24.11 prints `(null)` for a job without a comment, as 22.05 does.
+    #[test]
+    fn squeue_rows_recorded_on_slurm_24_11() {
+        let p = parse_squeue(
+            "57|57|PENDING|PartitionTimeLimit||(null)\n54|54|RUNNING|None|n1|(null)\n55|55|RUNNING|None|n1|ssv-0a1b2c3d-L1-c1.1\n",
+        );
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let got: Vec<(&str, JobState, &str, &str)> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.state,
+                    r.node_list.as_str(),
+                    r.comment.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("57", JobState::Pending, "", ""),
+                ("54", JobState::Running, "n1", ""),
+                ("55", JobState::Running, "n1", "ssv-0a1b2c3d-L1-c1.1"),
+            ]
         );
     }
 

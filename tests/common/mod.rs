@@ -48,6 +48,7 @@ impl Daemon {
         } else {
             format!("{text}\n[retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n")
         };
+        let text = with_slurm_bin_dir(text);
         std::fs::write(&config, text).expect("write config");
         let mut d = Daemon {
             dir,
@@ -85,6 +86,14 @@ impl Daemon {
             .env("SLURM_SUPERVISOR_LOG", "debug")
             .stdout(Stdio::null())
             .stderr(log);
+        // A daemon whose config names no bin_dir (system_mode.rs writes its own) finds
+        // Slurm's commands on PATH: put the selected cluster's first.
+        if let Some(dir) = slurm_bin_dir() {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let mut dirs = vec![dir];
+            dirs.extend(std::env::split_paths(&path));
+            cmd.env("PATH", std::env::join_paths(dirs).unwrap());
+        }
         for (k, v) in &self.extra_env {
             cmd.env(k, v);
         }
@@ -254,6 +263,46 @@ impl Drop for Daemon {
     }
 }
 
+/// Waits until `f` holds (a fact: a state, a row, a file); panics naming `what` after `within`.
+pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The job row's State in sacct (`-X`), empty while sacct does not have it yet.
+pub fn sacct_state(job: &str) -> String {
+    run(
+        "sacct",
+        &[
+            "--parsable2",
+            "--noheader",
+            "-X",
+            "-j",
+            job,
+            "--format=State",
+        ],
+    )
+    .trim()
+    .to_string()
+}
+
+impl Daemon {
+    /// Waits until the daemon has seen `job` RUNNING in squeue.
+    pub fn wait_seen_running(&self, job: &str, within: Duration) {
+        wait_for(&format!("the daemon to see {job} running"), within, || {
+            self.status(job)
+                .first()
+                .is_some_and(|r| r["slurm_state"] == "RUNNING")
+        });
+    }
+}
+
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -266,9 +315,105 @@ pub fn scratch_root() -> PathBuf {
     p
 }
 
-/// Runs a command and returns its stdout; panics with its stderr on failure.
+/// The environment variable that says which real Slurm the end-to-end tests use:
+/// `22.05` (the default: Debian 12's Slurm on the host, commands on PATH) or `24.11`
+/// (Debian trixie's Slurm in the root of `scripts/dev-cluster up --slurm 24.11`, commands
+/// in [`SLURM_2411_BIN`]). Every Slurm command the tests run themselves, and every
+/// daemon they start, goes to that cluster.
+pub const SLURM_VERSION_VAR: &str = "SSV_TEST_SLURM";
+
+/// Where `scripts/dev-cluster up --slurm 24.11` puts the 24.11 client commands.
+pub const SLURM_2411_BIN: &str = "/opt/slurm-24.11/bin";
+
+/// Slurm's client commands, which [`run`] sends to the selected cluster.
+const SLURM_COMMANDS: &[&str] = &[
+    "sacct", "sacctmgr", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "squeue", "srun",
+];
+
+/// The Slurm version the tests are asked to use (see [`SLURM_VERSION_VAR`]).
+pub fn slurm_version() -> &'static str {
+    match std::env::var(SLURM_VERSION_VAR).as_deref() {
+        Err(_) | Ok("") | Ok("22.05") => "22.05",
+        Ok("24.11") => "24.11",
+        Ok(other) => panic!("{SLURM_VERSION_VAR}={other:?}: known versions are 22.05 and 24.11"),
+    }
+}
+
+/// The directory of the selected cluster's Slurm commands, `None` for the host's own (PATH).
+pub fn slurm_bin_dir() -> Option<PathBuf> {
+    match slurm_version() {
+        "24.11" => Some(PathBuf::from(SLURM_2411_BIN)),
+        _ => None,
+    }
+}
+
+/// How to run Slurm command `name` of the selected cluster.
+pub fn slurm_cmd(name: &str) -> PathBuf {
+    match slurm_bin_dir() {
+        Some(dir) => dir.join(name),
+        None => PathBuf::from(name),
+    }
+}
+
+/// A `Command` for Slurm command `name` of the selected cluster.
+pub fn slurm(name: &str) -> Command {
+    Command::new(slurm_cmd(name))
+}
+
+/// The pid file of one of the selected cluster's daemons (`slurmctld`, `slurmdbd`), as
+/// `scripts/dev-cluster` writes it.
+pub fn slurm_pidfile(daemon: &str) -> PathBuf {
+    let root = match slurm_version() {
+        "24.11" => {
+            std::env::var("DEV_CLUSTER_TRIXIE_ROOT").unwrap_or_else(|_| "/srv/trixie".into())
+        }
+        _ => String::new(),
+    };
+    PathBuf::from(format!("{root}/run/slurm/{daemon}.pid"))
+}
+
+/// `scripts/dev-cluster up` for the selected cluster: starts whatever of it is not running.
+pub fn dev_cluster_up() {
+    let script = format!("{}/scripts/dev-cluster", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(script)
+        .args(["up", "--slurm", slurm_version()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dev-cluster up --slurm {}: {}",
+        slurm_version(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A daemon config with the selected cluster's `[slurm] bin_dir` added, unless it names one.
+fn with_slurm_bin_dir(text: String) -> String {
+    let Some(dir) = slurm_bin_dir() else {
+        return text;
+    };
+    if text.contains("bin_dir") {
+        return text;
+    }
+    let line = format!("bin_dir = {:?}\n", dir.display().to_string());
+    match text.find("[slurm]\n") {
+        Some(i) => {
+            let at = i + "[slurm]\n".len();
+            format!("{}{line}{}", &text[..at], &text[at..])
+        }
+        None => format!("{text}\n[slurm]\n{line}"),
+    }
+}
+
+/// Runs a command and returns its stdout; panics with its stderr on failure. Slurm's
+/// commands go to the selected cluster (see [`SLURM_VERSION_VAR`]).
 pub fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
+    let program = if SLURM_COMMANDS.contains(&cmd) {
+        slurm_cmd(cmd)
+    } else {
+        PathBuf::from(cmd)
+    };
+    let out = Command::new(&program)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
@@ -280,17 +425,33 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Fails the test unless the dev cluster answers: real-Slurm tests never skip silently.
+/// Fails the test unless the selected dev cluster answers and runs the selected Slurm
+/// version: real-Slurm tests never skip silently, nor test another version than asked.
 pub fn require_slurm() {
-    let out = Command::new("sinfo").arg("--noheader").output();
+    let v = slurm_version();
+    let up = format!("`scripts/dev-cluster up --slurm {v}` (or run scripts/test --slurm {v})");
+    let out = slurm("sinfo").arg("--noheader").output();
     match out {
         Ok(o) if o.status.success() && !o.stdout.is_empty() => {}
         Ok(o) => panic!(
-            "a real Slurm is needed and sinfo failed: {}; bring one up with `scripts/dev-cluster up` (or run scripts/test)",
+            "a real Slurm {v} is needed and sinfo failed: {}; bring one up with {up}",
             String::from_utf8_lossy(&o.stderr)
         ),
-        Err(e) => panic!("a real Slurm is needed and sinfo cannot run ({e}); run `scripts/dev-cluster up` first (or scripts/test)"),
+        Err(e) => panic!(
+            "a real Slurm {v} is needed and {} cannot run ({e}); run {up} first",
+            slurm_cmd("sinfo").display()
+        ),
     }
+    // `slurm 22.05.8` (Debian 12), `slurm-wlm 24.11.5` (Debian trixie).
+    let version = run("sinfo", &["--version"]);
+    assert!(
+        version
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|n| n.starts_with(&format!("{v}."))),
+        "{SLURM_VERSION_VAR} asks for Slurm {v} but {} says {version:?}",
+        slurm_cmd("sinfo").display()
+    );
 }
 
 /// Every sacct row of the jobs with this comment substring (to count submissions).
