@@ -368,9 +368,9 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// The largest request line accepted: a script travels in it as a JSON array of byte
-    /// values (up to four characters a byte), plus room for the command line and the
-    /// environment.
+    /// The largest request line accepted: a script travels in it as base64 (4 characters
+    /// for 3 bytes; the older array of byte values takes up to 4 a byte), plus room for the
+    /// command line and the environment.
     pub fn max_request_bytes(&self) -> u64 {
         self.max_script_size.0.saturating_mul(4) + (4 << 20)
     }

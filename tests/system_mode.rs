@@ -42,7 +42,7 @@ fn ensure_user(user: &str) {
     if !known {
         let _ = Command::new("useradd").args(["-m", user]).output();
     }
-    let _ = Command::new("sacctmgr")
+    let _ = slurm("sacctmgr")
         .args(["-i", "add", "user", user, "account=default"])
         .output();
 }
@@ -62,10 +62,13 @@ fn system_daemon(prefix: &str) -> (Daemon, std::path::PathBuf) {
     std::fs::write(
         &config,
         format!(
-            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
+            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
              [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = 'Connection refused'\n",
             dir.path().join("state").display().to_string(),
-            run_dir.join("supervisor.sock").display().to_string()
+            run_dir.join("supervisor.sock").display().to_string(),
+            slurm_bin_dir()
+                .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
+                .unwrap_or_default()
         ),
     )
     .unwrap();
@@ -328,46 +331,9 @@ fn bob_cannot_reach_alices_work_through_the_root_daemon() {
 #[test]
 fn a_root_daemon_acts_for_each_user_as_that_user() {
     require_slurm();
-    assert!(
-        Command::new("id")
-            .arg("alice")
-            .output()
-            .unwrap()
-            .status
-            .success(),
-        "user alice is made by scripts/dev-cluster up"
-    );
-    let dir = tempfile::Builder::new()
-        .prefix("ssv-system-")
-        .tempdir_in(scratch_root())
-        .unwrap();
-    chmod(dir.path(), 0o755);
-    let run_dir = dir.path().join("run");
-    std::fs::create_dir(&run_dir).unwrap();
-    chmod(&run_dir, 0o755);
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
-             [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = 'Connection refused'\n",
-            dir.path().join("state").display().to_string(),
-            run_dir.join("supervisor.sock").display().to_string()
-        ),
-    )
-    .unwrap();
-    chmod(&config, 0o644);
-    // A copy of supervisorctl that alice can run wherever this checkout lives.
-    let ctl = dir.path().join("supervisorctl");
-    std::fs::copy(CTL, &ctl).unwrap();
-    chmod(&ctl, 0o755);
-    let mut d = Daemon {
-        dir,
-        config: config.clone(),
-        child: None,
-        extra_env: Vec::new(),
-    };
-    d.spawn();
+    ensure_user("alice");
+    let (d, ctl) = system_daemon("ssv-system-");
+    let config = d.config.clone();
 
     let home = d.dir.path().join("alice");
     std::fs::create_dir(&home).unwrap();

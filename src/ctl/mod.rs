@@ -143,6 +143,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
 fn submit_request(
     sbatch: &[std::ffi::OsString],
     max_retries: Option<u32>,
+    config: &Config,
 ) -> Result<SubmitRequest, String> {
     use crate::osbytes::{escape, from_os, to_path};
     let cwd =
@@ -168,6 +169,14 @@ fn submit_request(
             Some(buf)
         }
     };
+    // The daemon checks this too; saying it here spares sending a script it will refuse.
+    let max = config.limits.max_script_size.0;
+    if let Some(s) = script.as_ref().filter(|s| s.len() as u64 > max) {
+        return Err(format!(
+            "the batch script is {} bytes, more than limits.max_script_size ({max} bytes); ask your admin to raise it",
+            s.len()
+        ));
+    }
     let env = std::env::vars_os()
         .map(|(k, v)| (from_os(&k), from_os(&v)))
         .collect();
@@ -209,7 +218,7 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Submit {
             ref sbatch,
             max_retries,
-        } => match submit_request(sbatch, max_retries) {
+        } => match submit_request(sbatch, max_retries, &config) {
             Ok(r) => Request::Submit(r),
             Err(e) => {
                 eprintln!("supervisorctl: {e}");

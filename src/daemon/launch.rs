@@ -66,7 +66,7 @@ pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> Pat
 /// and handed to the owner by descriptor (0600).
 fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<(), PrepareError> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     let err = |source| PrepareError::Snapshot {
         path: path.to_path_buf(),
         source,
@@ -77,9 +77,13 @@ fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<
         std::fs::create_dir_all(scripts).map_err(err)?;
     }
     std::fs::DirBuilder::new()
-        .mode(if owner.is_some() { 0o711 } else { 0o700 })
+        .mode(0o700)
         .create(dir)
         .map_err(err)?;
+    if owner.is_some() {
+        // Set explicitly: the daemon's umask (077) masks the mode given at creation.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -173,6 +173,48 @@ async fn write_answer(
     })?
 }
 
+/// The longest a whole request may take to arrive, however big.
+const MAX_REQUEST_TIME: Duration = Duration::from_secs(60);
+
+/// Each MiB of request that has arrived gives the rest of it this much more time.
+const TIME_PER_MIB: Duration = Duration::from_millis(125);
+
+/// Reads one request line within `within`, stretched for a big request by `TIME_PER_MIB`
+/// for what has arrived (never past `MAX_REQUEST_TIME`): a client that trickles or stops
+/// holds its slot only briefly, a big script that flows has time to arrive.
+async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    within: Duration,
+) -> std::io::Result<()> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let allowed =
+            (within + TIME_PER_MIB * (line.len() >> 20) as u32).min(MAX_REQUEST_TIME.max(within));
+        let buf = match tokio::time::timeout_at(start + allowed, reader.fill_buf()).await {
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no complete request in time",
+                ))
+            }
+            Ok(b) => b?,
+        };
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let (used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..used]);
+        reader.consume(used);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
 async fn connection(
     stream: UnixStream,
     uid: u32,
@@ -185,25 +227,21 @@ async fn connection(
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read.take(max + 1));
-    let got = tokio::time::timeout(
-        limits.request_timeout.0,
-        reader.read_until(b'\n', &mut line),
-    )
-    .await;
+    let got = read_request(&mut reader, &mut line, limits.request_timeout.0).await;
     let response = match got {
-        Err(_) => Response::error(
+        Err(why) if why.kind() == std::io::ErrorKind::TimedOut => Response::error(
             ErrorKind::Usage,
             format!(
-                "no complete request within {:?} (limits.request_timeout)",
+                "{why} (limits.request_timeout = {:?})",
                 limits.request_timeout.0
             ),
         ),
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(_)) if line.len() as u64 > max => Response::error(
+        Err(e) => return Err(e),
+        Ok(()) if line.len() as u64 > max => Response::error(
             ErrorKind::Usage,
             format!("request larger than {max} bytes (limits.max_script_size sets it)"),
         ),
-        Ok(Ok(_)) => match serde_json::from_slice::<Request>(&line) {
+        Ok(()) => match serde_json::from_slice::<Request>(&line) {
             Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
             Ok(request) if reads::is_read(&request) => {
                 let db = db_path.to_path_buf();
