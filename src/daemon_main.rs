@@ -47,7 +47,12 @@ pub fn main(args: Args) -> i32 {
         return 0;
     }
     detach_from_terminal();
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    // The daemon's loop runs on this (main) thread, in `block_on`; the control socket's
+    // tasks run on two worker threads, so reading and answering requests never waits for
+    // the loop's work (a poll cycle, a store write). Slurm commands are started from the
+    // loop, so PDEATHSIG ties them to the main thread, which lives as long as the process.
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
     {

@@ -129,7 +129,8 @@ impl SlurmCli {
         setup(&mut cmd);
         // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
         // sbatch cannot create a job after the restarted daemon looked for its tag. The
-        // daemon runs on one thread (current_thread runtime), which PDEATHSIG watches.
+        // daemon's loop, which starts them, runs on the main thread for the process's life
+        // (PDEATHSIG watches the thread that forked).
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
