@@ -366,17 +366,31 @@ pub struct Timed {
 
 /// Runs `cmd` to its end, or kills it after `within`.
 pub fn run_within(mut cmd: Command, within: Duration) -> Timed {
+    use std::io::Read;
     let start = Instant::now();
     let mut child: Child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Drained as the child writes, so a large output cannot block it.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     loop {
-        if child.try_wait().unwrap().is_some() {
-            let output = child.wait_with_output().unwrap();
+        if let Some(status) = child.try_wait().unwrap() {
             return Timed {
-                output: Some(output),
+                output: Some(Output {
+                    status,
+                    stdout: out.join().unwrap(),
+                    stderr: err.join().unwrap(),
+                }),
                 took: start.elapsed(),
             };
         }
