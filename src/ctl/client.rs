@@ -20,6 +20,13 @@ pub enum ClientError {
     Garbage(#[from] serde_json::Error),
 }
 
+impl ClientError {
+    /// The daemon is there but did not answer in time (it may still act on the request).
+    pub fn timed_out(&self) -> bool {
+        matches!(self, ClientError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    }
+}
+
 /// How long to wait for an answer: a submit waits for sbatch, which may be slow.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 

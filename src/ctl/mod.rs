@@ -276,11 +276,18 @@ pub fn main_with(cli: Cli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("supervisorctl: {e}");
-            if matches!(request, Request::Submit(_))
-                && !matches!(e, client::ClientError::Connect { .. })
-            {
-                eprintln!("supervisorctl: the daemon gave no answer, so nothing will be submitted later on this request's behalf; \
-                           if sbatch had already created the job, it is found and supervised: check `supervisorctl status` before submitting again");
+            if matches!(request, Request::Submit(_)) {
+                match &e {
+                    client::ClientError::Connect { .. } => {}
+                    e if e.timed_out() => eprintln!(
+                        "supervisorctl: the daemon is still busy with this submission and may yet submit it; \
+                         check `supervisorctl status` before submitting again"
+                    ),
+                    _ => eprintln!(
+                        "supervisorctl: the daemon stopped before answering, so nothing will be submitted later on this request's behalf; \
+                         if sbatch had already created the job, it is found and supervised: check `supervisorctl status` before submitting again"
+                    ),
+                }
             }
             return ErrorKind::Unavailable.exit_code();
         }

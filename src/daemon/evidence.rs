@@ -51,14 +51,24 @@ pub fn expand_pattern(pattern: &str, v: &PatternValues) -> String {
             's' => "batch".into(),
             other => format!("%{width}{other}"),
         };
-        let w: usize = width.parse().unwrap_or(0);
+        // Slurm pads to a few digits; a wider request (a user's `%10000000000j`) is not a
+        // width the daemon will allocate for.
+        let w: usize = width.parse().unwrap_or(0).min(MAX_PAD);
         if w > 0 && value.chars().all(|c| c.is_ascii_digit()) && value.len() < w {
             out.push_str(&"0".repeat(w - value.len()));
         }
         out.push_str(&value);
+        if out.len() > MAX_PATH {
+            break;
+        }
     }
     out
 }
+
+/// The widest zero padding a filename pattern gets.
+const MAX_PAD: usize = 16;
+/// Longer expansions are cut here (Linux's PATH_MAX); such a path is never opened.
+const MAX_PATH: usize = 4096;
 
 /// One of the job's output streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +113,11 @@ pub fn output_path(
         job_name,
         first_node,
     };
-    let path = PathBuf::from(expand_pattern(pattern, &values));
+    let expanded = expand_pattern(pattern, &values);
+    if expanded.len() > MAX_PATH {
+        return None;
+    }
+    let path = PathBuf::from(expanded);
     if path.is_absolute() {
         return Some(path);
     }
@@ -236,6 +250,10 @@ mod tests {
         );
         assert_eq!(expand_pattern("100%%-%q", &values()), "100%-%q");
         assert_eq!(expand_pattern("end%", &values()), "end%");
+        // A user's absurd width is capped, and an absurd length cut short.
+        let wide = expand_pattern("x-%10000000000000j.out", &values());
+        assert_eq!(wide, format!("x-{}17.out", "0".repeat(MAX_PAD - 2)));
+        assert!(expand_pattern(&"%99x".repeat(10_000), &values()).len() <= MAX_PATH + MAX_PAD + 8);
     }
 
     #[test]

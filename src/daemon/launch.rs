@@ -348,17 +348,57 @@ pub async fn sbatch<S: Slurm>(
     let req = SbatchRequest {
         argv: l.argv.clone(),
         cwd: PathBuf::from(&sub.cwd),
-        env: sub.env.clone(),
+        env: sbatch_env(&sub.env),
         stdin,
         run_as: owner,
     };
+    let confirm = req.run_as.is_some();
     let result = slurm.sbatch(&req).await;
     // sbatch has read the script and sent it to Slurm, or never will: whatever it
     // answered, the snapshot is not needed any more (a repeat writes its own).
     if let Some(p) = &snapshot {
         remove_snapshot(p);
     }
-    outcome_of(result)
+    match outcome_of(result) {
+        // sbatch ran as the user, in their environment, so what it printed is theirs to
+        // choose: the job id is believed only if Slurm (asked by the daemon itself) shows
+        // that job carrying this launch's tag. Otherwise the launch stays unsettled and
+        // is found by its tag, like any sbatch whose answer was lost.
+        LaunchOutcome::Submitted(job) if confirm => confirm_job(slurm, job, &l.tag).await,
+        other => other,
+    }
+}
+
+/// `Submitted(job)` if squeue shows `job` with `tag` in its comment, else `Unknown`.
+async fn confirm_job<S: Slurm>(slurm: &S, job: String, tag: &str) -> LaunchOutcome {
+    let base = crate::daemon::engine::base_job_id(&job).to_string();
+    match slurm.squeue(std::slice::from_ref(&base)).await {
+        Ok(p) if p.rows.iter().any(|r| tags_in(&r.comment).any(|t| t == tag)) => {
+            LaunchOutcome::Submitted(job)
+        }
+        Ok(_) => LaunchOutcome::Unknown(SlurmError::Garbage {
+            command: "sbatch".into(),
+            message: format!(
+                "it printed job id {job:?}, but Slurm shows no such job with this launch's tag {tag}"
+            ),
+        }),
+        Err(e) => LaunchOutcome::Unknown(e),
+    }
+}
+
+/// The environment sbatch runs with: the user's, except which Slurm it talks to. The
+/// daemon watches the cluster of its own `SLURM_CONF`, so a job must go there; a user's
+/// `SLURM_CONF` could also point sbatch at a file that makes it hang.
+fn sbatch_env(user: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = user
+        .iter()
+        .filter(|(k, _)| k != "SLURM_CONF")
+        .cloned()
+        .collect();
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        env.push(("SLURM_CONF".into(), conf));
+    }
+    env
 }
 
 /// What an sbatch's result means for its launch. Only an sbatch that never ran (it could

@@ -260,13 +260,17 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
             if new.state_dir != engine.config.state_dir || new.socket != engine.config.socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
+            // The control socket holds the limits it started with; the loop keeps the same
+            // ones, so one set is in force until a restart.
             let keep = (
                 engine.config.state_dir.clone(),
                 engine.config.socket.clone(),
+                engine.config.limits.clone(),
             );
             engine.config = Config {
                 state_dir: keep.0,
                 socket: keep.1,
+                limits: keep.2,
                 ..new
             };
             info!(path = %path.display(), "config reloaded");

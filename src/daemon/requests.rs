@@ -91,6 +91,7 @@ fn check_request(r: &SubmitRequest) -> Result<(), Response> {
             shown(&r.cwd)
         )));
     }
+    let mut names = std::collections::HashSet::new();
     for (k, v) in &r.env {
         if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
             return Err(usage(format!(
@@ -98,9 +99,33 @@ fn check_request(r: &SubmitRequest) -> Result<(), Response> {
                 shown(k)
             )));
         }
+        // One value a name: what is checked here is what sbatch gets.
+        if !names.insert(k.as_str()) {
+            return Err(usage(format!(
+                "the environment variable {:?} is given twice",
+                shown(k)
+            )));
+        }
+    }
+    // What the kernel would refuse to pass to sbatch is refused here, before it is stored.
+    let strings = r.argv.iter().chain(r.env.iter().flat_map(|(k, v)| [k, v]));
+    let (mut total, mut longest) = (0usize, 0usize);
+    for s in strings {
+        total += s.len() + 1;
+        longest = longest.max(s.len());
+    }
+    if total > MAX_EXEC_BYTES || longest > MAX_EXEC_STRING {
+        return Err(usage(format!(
+            "the sbatch arguments and environment take {total} bytes (the longest {longest});              at most {MAX_EXEC_BYTES} in all and {MAX_EXEC_STRING} for one can be given to a command"
+        )));
     }
     Ok(())
 }
+
+/// What Linux lets one exec carry: arguments and environment together (a quarter of the
+/// default 8 MiB stack), and one string (MAX_ARG_STRLEN).
+const MAX_EXEC_BYTES: usize = 2 << 20;
+const MAX_EXEC_STRING: usize = 128 << 10;
 
 /// Checks a submission against the caller's limits and records its intent.
 pub fn begin_submit<S: Slurm>(
@@ -137,7 +162,8 @@ pub fn begin_submit<S: Slurm>(
             return Err(usage(format!("--{opt} is not supervised: {why}")));
         }
     }
-    let env_has = |k: &str| r.env.iter().any(|(n, v)| n == k && !v.is_empty());
+    // sbatch acts on these when they are set at all, empty or not.
+    let env_has = |k: &str| r.env.iter().any(|(n, _)| n == k);
     if env_has("SBATCH_WAIT") {
         return Err(usage(format!(
             "SBATCH_WAIT is set: {}",

@@ -154,12 +154,25 @@ async fn answer(stream: UnixStream, response: &Response) -> std::io::Result<()> 
     write_answer(&mut write, response).await
 }
 
+/// A response as the line that goes back.
+fn line_of(response: &Response) -> Vec<u8> {
+    let mut out = serde_json::to_vec(response).expect("responses serialize");
+    out.push(b'\n');
+    out
+}
+
 async fn write_answer(
     write: &mut tokio::net::unix::OwnedWriteHalf,
     response: &Response,
 ) -> std::io::Result<()> {
-    let mut out = serde_json::to_vec(response).expect("responses serialize");
-    out.push(b'\n');
+    write_line(write, line_of(response)).await
+}
+
+/// Writes an answer; a client that does not take it within `WRITE_TIMEOUT` is dropped.
+async fn write_line(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    out: Vec<u8>,
+) -> std::io::Result<()> {
     tokio::time::timeout(WRITE_TIMEOUT, async {
         write.write_all(&out).await?;
         write.shutdown().await
@@ -248,42 +261,55 @@ async fn connection(
             ErrorKind::Usage,
             format!("request larger than {max} bytes (limits.max_script_size sets it)"),
         ),
-        Ok(()) => match serde_json::from_slice::<Request>(&line) {
-            Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
-            Ok(request) if reads::is_read(&request) => {
-                let db = db_path.to_path_buf();
-                tokio::task::spawn_blocking(move || match Store::open_reader(&db) {
-                    Ok(store) => {
-                        reads::handle(&store, &request, uid).expect("is_read requests are reads")
-                    }
-                    Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
-                })
+        // Parsing a big request is work for a blocking thread, not for the threads that
+        // accept and read everyone's requests.
+        Ok(()) => {
+            match tokio::task::spawn_blocking(move || serde_json::from_slice::<Request>(&line))
                 .await
-                .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
-            }
-            Ok(request) => {
-                let (reply, answer) = oneshot::channel();
-                if to_loop
-                    .send(Control {
-                        request,
-                        uid,
-                        reply,
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+            {
+                Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
+                Ok(request) if reads::is_read(&request) => {
+                    // The query and the JSON of a big answer are work for a blocking thread,
+                    // not for the threads that accept and read everyone's requests.
+                    let db = db_path.to_path_buf();
+                    let out = tokio::task::spawn_blocking(move || {
+                        line_of(&match Store::open_reader(&db) {
+                            Ok(store) => reads::handle(&store, &request, uid)
+                                .expect("is_read requests are reads"),
+                            Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+                        })
                     })
                     .await
-                    .is_err()
-                {
-                    Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
-                } else {
-                    answer.await.unwrap_or_else(|_| {
+                    .unwrap_or_else(|e| {
+                        line_of(&Response::error(ErrorKind::Internal, e.to_string()))
+                    });
+                    return write_line(&mut write, out).await;
+                }
+                Ok(request) => {
+                    let (reply, answer) = oneshot::channel();
+                    if to_loop
+                        .send(Control {
+                            request,
+                            uid,
+                            reply,
+                        })
+                        .await
+                        .is_err()
+                    {
+                        Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
+                    } else {
+                        answer.await.unwrap_or_else(|_| {
                         Response::error(
                             ErrorKind::Unavailable,
                             "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
                              (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`",
                         )
                     })
+                    }
                 }
             }
-        },
+        }
     };
     write_answer(&mut write, &response).await
 }
