@@ -941,11 +941,13 @@ fn item03_answers_nobody_reads_do_not_block_the_daemon() {
     sys.d
         .wait_state(&j, "pending_failed", Duration::from_secs(30));
     deaf.finish();
+    // bob's own slots come back once his deaf connections are gone. (His answer is 48 MB
+    // of JSON, so this asks only that it comes, not how fast.)
     answers_quickly(
         &sys,
         "bob",
         &["pending", "--json"],
-        Duration::from_secs(5),
+        Duration::from_secs(60),
         "bob's unread answers were dropped",
     );
 }
@@ -1922,4 +1924,86 @@ fn non_utf8_bytes_are_carried_exactly_to_sbatch_and_shown_escaped() {
         shown.iter().any(|s| escaped(s)),
         "the job name's bytes are shown escaped (\\xfe\\xff): {shown:#?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Found by a review of the fixes: each was a way in that the items above did not name.
+
+/// A job controls its output pattern; an absurd zero-padding width (`%10000000000000j`)
+/// once made the daemon allocate terabytes and abort, again on every restart.
+#[test]
+fn review_an_absurd_output_pattern_width_does_not_kill_the_daemon() {
+    let mut sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["--output=/tmp/x-%10000000000000j.out", "job.sh"]);
+    sys.fake.ctl(&["finish", &job, "FAILED", "1:0"]);
+    // The ending is judged (its output read) and recorded, and the daemon lives on.
+    wait_until("the ending to be judged", Duration::from_secs(30), || {
+        sys.d.status(&job)[0]["state"] == "pending_failed"
+    });
+    assert!(sys.alive().is_none(), "{}", tail(&sys.d.log(), 20));
+}
+
+/// sbatch runs as the user, in their environment, so what it prints is theirs to choose:
+/// bob's sbatch prints alice's job id. The daemon must not file alice's job under bob.
+#[test]
+fn review_a_job_id_printed_by_a_users_sbatch_is_not_believed_without_its_tag() {
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    let alice_job = sys.submit_as("alice", &["job.sh"]);
+    // The fake sbatch is Python: sitecustomize on bob's PYTHONPATH stands for LD_PRELOAD.
+    let evil = sys.home("bob").join("evil");
+    std::fs::create_dir(&evil).unwrap();
+    std::fs::write(
+        evil.join("sitecustomize.py"),
+        format!("import os, sys\nif os.path.basename(sys.argv[0]) == 'sbatch':\n    sys.stdout.write('{alice_job}\\n'); sys.stdout.flush(); os._exit(0)\n"),
+    )
+    .unwrap();
+    chown(&evil, "bob");
+    chown(&evil.join("sitecustomize.py"), "bob");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+    c.env("PYTHONPATH", &evil);
+    let o = c.output().unwrap();
+    assert!(
+        !o.status.success(),
+        "bob's submit was accepted as job {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // alice's job is still hers alone; bob's chains name none of it.
+    let mine = sys.as_user("alice", &["status", "--json", &alice_job]);
+    assert!(
+        mine.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mine.stderr)
+    );
+    let theirs = sys.as_user("bob", &["status", "--json"]);
+    let text = String::from_utf8_lossy(&theirs.stdout);
+    let rows: Value = serde_json::from_str(&text).unwrap();
+    for r in rows.as_array().unwrap() {
+        assert_ne!(r["slurm_job_id"], alice_job.as_str(), "{text}");
+    }
+}
+
+/// What is checked must be what sbatch gets: a name given twice in the environment (the
+/// check reads one, sbatch the other) is refused, and so is `SBATCH_WAIT` set empty.
+#[test]
+fn review_an_environment_name_given_twice_or_an_empty_sbatch_wait_is_refused() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let home = sys.home("bob");
+    for env in [
+        json!([
+            ["SBATCH_ARRAY_INX", "0-1"],
+            ["SBATCH_ARRAY_INX", "0-999999"]
+        ]),
+        json!([["SBATCH_WAIT", ""]]),
+    ] {
+        let req = json!({"cmd": "submit", "argv": ["job.sh"], "cwd": home.display().to_string(),
+            "env": env, "script": script("echo hi"), "max_retries": null});
+        let out = sys.raw_request_as("bob", format!("{req}\n").as_bytes());
+        let answer: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(answer["error"]["kind"], "usage", "{env}: {answer}");
+    }
+    assert!(sys.sbatch_calls_of("bob").is_empty());
 }
