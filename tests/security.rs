@@ -2007,3 +2007,31 @@ fn review_an_environment_name_given_twice_or_an_empty_sbatch_wait_is_refused() {
     }
     assert!(sys.sbatch_calls_of("bob").is_empty());
 }
+
+/// A retry's sbatch runs as its user, in their stored environment, which they can make
+/// slow (here the fake's sleep; in life `LD_PRELOAD`, `--export-file` naming a FIFO). It
+/// runs beside the daemon's loop, so it holds up no one else's submit.
+#[test]
+fn review_a_slow_retry_sbatch_of_one_user_does_not_delay_another() {
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+    c.env("SSV_FAKE_SBATCH_SLEEP", "25");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let job = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    sys.fake.ctl(&["finish", &job, "NODE_FAIL", "0:0"]);
+    wait_until(
+        "bob's retry sbatch to start",
+        Duration::from_secs(30),
+        || sys.sbatch_calls_of("bob").len() == 2,
+    );
+    answers_quickly(
+        &sys,
+        "alice",
+        &["submit", "--", "job.sh"],
+        Duration::from_secs(5),
+        "bob's retry sbatch was slow",
+    );
+}

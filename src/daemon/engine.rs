@@ -42,10 +42,28 @@ pub struct Engine<S: Slurm> {
     /// The Slurm command that is currently failing, so an outage is logged once.
     outage: Option<String>,
     consecutive_failures: u32,
-    /// Launches whose sbatch runs beside the loop right now (a submit), and for whom.
-    /// Reconciliation leaves them alone: their fate is about to be known.
-    in_flight: HashMap<i64, u32>,
+    /// Launches whose sbatch runs beside the loop right now, and for whom (a user's
+    /// submit) or not (a retry). Reconciliation leaves them alone: their fate is about to
+    /// be known.
+    in_flight: HashMap<i64, Option<u32>>,
+    /// Whether retries' sbatch runs beside the loop (the daemon) or is awaited in place
+    /// (the in-process tests, which drive cycles one by one).
+    defer: bool,
+    /// Retries ready to take off beside the loop, for the daemon to pick up.
+    takeoff: Vec<Flight>,
 }
+
+/// A retry whose sbatch runs beside the loop: its intent is recorded; what sbatch
+/// answers comes back to `Engine::land`.
+#[derive(Debug)]
+pub struct Flight {
+    pub launch: crate::store::Launch,
+    pub sub: crate::store::Submission,
+}
+
+/// Retries whose sbatch may run beside the loop at once: enough for a burst, few enough
+/// that an outage does not turn into a storm of sbatch calls.
+const MAX_RETRY_FLIGHTS: usize = 16;
 
 /// Unix time in seconds.
 pub fn now() -> i64 {
@@ -136,20 +154,50 @@ impl<S: Slurm> Engine<S> {
             outage: None,
             consecutive_failures: 0,
             in_flight: HashMap::new(),
+            defer: false,
+            takeoff: Vec::new(),
         }
+    }
+
+    /// Retries' sbatch runs beside the loop from now on: `run_launch` records the intent
+    /// and leaves the launch in `take_flights` for the caller to run and `land`.
+    pub fn defer_launches(&mut self) {
+        self.defer = true;
+    }
+
+    /// The retries waiting to take off.
+    pub fn take_flights(&mut self) -> Vec<Flight> {
+        std::mem::take(&mut self.takeoff)
     }
 
     /// How many of `uid`'s submits are waiting for their sbatch.
     pub fn submits_in_flight(&self, uid: u32) -> usize {
-        self.in_flight.values().filter(|&&u| u == uid).count()
+        self.in_flight.values().filter(|&&u| u == Some(uid)).count()
     }
 
-    /// Marks a launch's sbatch as running beside the loop (or done, with `None`).
-    pub fn set_in_flight(&mut self, launch_id: i64, uid: Option<u32>) {
-        match uid {
-            Some(u) => self.in_flight.insert(launch_id, u),
-            None => self.in_flight.remove(&launch_id),
-        };
+    /// Marks a user's submit as running beside the loop.
+    pub fn start_flight(&mut self, launch_id: i64, uid: u32) {
+        self.in_flight.insert(launch_id, Some(uid));
+    }
+
+    /// A launch's sbatch beside the loop has answered.
+    pub fn end_flight(&mut self, launch_id: i64) {
+        self.in_flight.remove(&launch_id);
+    }
+
+    fn retry_flights(&self) -> usize {
+        self.in_flight.values().filter(|u| u.is_none()).count()
+    }
+
+    /// Records what a retry's sbatch beside the loop answered, as `run_launch` would have.
+    pub fn land(&mut self, f: &Flight, outcome: LaunchOutcome) -> Result<(), StoreError> {
+        self.end_flight(f.launch.id);
+        let t = now();
+        self.record_launch(&f.launch, &outcome, t, false)?;
+        if let LaunchOutcome::Refused { code, stderr } = outcome {
+            self.launch_refused(&f.launch, code, &stderr, t)?;
+        }
+        Ok(())
     }
 
     /// The poll interval to wait now: longer while Slurm is not answering.
@@ -271,11 +319,14 @@ impl<S: Slurm> Engine<S> {
                         .relaunch_refused(l.id, "unconfirmed", t, &rec, &update)?;
                     continue;
                 }
+                if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+                    continue;
+                }
                 info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
                 match self.run_launch(&l, &sub, t).await? {
-                    LaunchOutcome::Submitted(_) | LaunchOutcome::Unknown(_) => {}
+                    None | Some(LaunchOutcome::Submitted(_) | LaunchOutcome::Unknown(_)) => {}
                     // Left as an intent, it would be tried again every cycle.
-                    LaunchOutcome::Refused { code, stderr } => {
+                    Some(LaunchOutcome::Refused { code, stderr }) => {
                         self.launch_refused(&l, code, &stderr, t)?
                     }
                 }
@@ -284,16 +335,25 @@ impl<S: Slurm> Engine<S> {
         Ok(true)
     }
 
-    /// Runs the sbatch of a recorded launch and records what happened.
+    /// Runs the sbatch of a recorded launch and records what happened; or, when launches
+    /// are deferred, leaves it to take off beside the loop (`None`).
     pub async fn run_launch(
         &mut self,
         l: &crate::store::Launch,
         sub: &crate::store::Submission,
         t: i64,
-    ) -> Result<LaunchOutcome, StoreError> {
+    ) -> Result<Option<LaunchOutcome>, StoreError> {
+        if self.defer {
+            self.in_flight.insert(l.id, None);
+            self.takeoff.push(Flight {
+                launch: l.clone(),
+                sub: sub.clone(),
+            });
+            return Ok(None);
+        }
         let outcome = launch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
         self.record_launch(l, &outcome, t, false)?;
-        Ok(outcome)
+        Ok(Some(outcome))
     }
 
     /// Records what an sbatch answered: a job, or no clear answer (the launch stays an
@@ -677,6 +737,10 @@ impl<S: Slurm> Engine<S> {
             groups.entry(key).or_default().push(c.id);
         }
         for ((sub_id, _), chains) in groups {
+            if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+                // The rest stay ready for the next cycle.
+                break;
+            }
             let sub = self.store.submission(sub_id)?;
             let l = match launch::begin_relaunch(&mut self.store, &self.config, &sub, &chains, t) {
                 Ok(l) => l,
@@ -689,9 +753,9 @@ impl<S: Slurm> Engine<S> {
             };
             crate::failpoint::hit("after-intent");
             match self.run_launch(&l, &sub, t).await? {
-                LaunchOutcome::Submitted(_) => {}
-                LaunchOutcome::Unknown(_) => return Ok(()),
-                LaunchOutcome::Refused { code, stderr } => {
+                None | Some(LaunchOutcome::Submitted(_)) => {}
+                Some(LaunchOutcome::Unknown(_)) => return Ok(()),
+                Some(LaunchOutcome::Refused { code, stderr }) => {
                     self.launch_refused(&l, code, &stderr, t)?;
                 }
             }

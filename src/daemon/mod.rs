@@ -134,18 +134,33 @@ fn lock_state_dir(config: &Config) -> Result<std::fs::File, DaemonError> {
     Ok(f)
 }
 
-/// A submission's sbatch, running beside the loop.
-type InFlight = std::pin::Pin<
-    Box<
-        dyn std::future::Future<
-            Output = (
-                requests::PendingSubmit,
-                launch::LaunchOutcome,
-                tokio::sync::oneshot::Sender<crate::protocol::Response>,
-            ),
-        >,
-    >,
->;
+/// An sbatch that ran beside the loop, back with its answer.
+enum Landing {
+    /// A user's submit, whose client waits for the answer.
+    Submit(
+        requests::PendingSubmit,
+        launch::LaunchOutcome,
+        tokio::sync::oneshot::Sender<crate::protocol::Response>,
+    ),
+    /// A retry (or a launch repeated after a crash).
+    Retry(engine::Flight, launch::LaunchOutcome),
+}
+
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Landing>>>;
+
+/// Starts the retries the engine has left to take off, beside the loop.
+fn dispatch<S: Slurm + Clone + 'static>(
+    engine: &mut Engine<S>,
+    in_flight: &mut futures_util::stream::FuturesUnordered<InFlight>,
+) {
+    for f in engine.take_flights() {
+        let (slurm, dir) = (engine.slurm.clone(), engine.config.state_dir.clone());
+        in_flight.push(Box::pin(async move {
+            let outcome = launch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
+            Landing::Retry(f, outcome)
+        }));
+    }
+}
 
 /// Runs the daemon until a `Shutdown` event (or until `events` closes).
 pub async fn run<S: Slurm + Clone + 'static>(
@@ -189,6 +204,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
 
     let mut agent = agent::Runner::default();
     agent.maybe_start(&engine);
+    // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
+    // controller, or anything in their own environment) holds up no one else.
+    engine.defer_launches();
     let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut next = Instant::now() + engine.next_interval();
     let result = loop {
@@ -200,6 +218,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         break Err(e.into());
                     }
                 }
+                dispatch(&mut engine, &mut in_flight);
                 agent.maybe_start(&engine);
                 next = Instant::now() + engine.next_interval();
             }
@@ -210,11 +229,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     match requests::begin_submit(&mut engine, r, ctl.uid) {
                         Err(response) => { let _ = ctl.reply.send(response); }
                         Ok(p) => {
-                            engine.set_in_flight(p.launch.id, Some(p.uid));
+                            engine.start_flight(p.launch.id, p.uid);
                             let (slurm, dir, reply) = (engine.slurm.clone(), engine.config.state_dir.clone(), ctl.reply);
                             in_flight.push(Box::pin(async move {
                                 let outcome = launch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
-                                (p, outcome, reply)
+                                Landing::Submit(p, outcome, reply)
                             }));
                         }
                     }
@@ -229,13 +248,25 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     if let Err(e) = engine.launch_ready(engine::now()).await {
                         error!("launching due retries failed: {e}");
                     }
+                    dispatch(&mut engine, &mut in_flight);
                 }
             }
-            Some((p, outcome, reply)) = in_flight.next(), if !in_flight.is_empty() => {
-                engine.set_in_flight(p.launch.id, None);
-                let response = requests::finish_submit(&mut engine, &p, outcome);
-                let _ = reply.send(response);
-            }
+            Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
+                Landing::Submit(p, outcome, reply) => {
+                    engine.end_flight(p.launch.id);
+                    let response = requests::finish_submit(&mut engine, &p, outcome);
+                    let _ = reply.send(response);
+                }
+                Landing::Retry(f, outcome) => {
+                    if let Err(e) = engine.land(&f, outcome) {
+                        // The launch stays an intent; reconciliation settles it by its tag.
+                        error!(tag = %f.launch.tag, "cannot record what a retry's sbatch answered: {e}");
+                        if e.is_corruption() {
+                            break Err(e.into());
+                        }
+                    }
+                }
+            },
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload(&mut engine),
                 Some(Event::Shutdown) | None => break Ok(()),
