@@ -335,6 +335,47 @@ impl Default for AgentConfig {
     }
 }
 
+/// What one caller (a uid on the control socket) may take of a shared daemon. Each limit
+/// is per user, so one user cannot starve or fill the daemon for the others.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Control connections one user may hold open at once.
+    pub connections_per_user: usize,
+    /// A connection must deliver its request line within this.
+    pub request_timeout: Dur,
+    /// The largest batch script a submission may carry (Slurm's own default is 4 MiB).
+    pub max_script_size: MemSize,
+    /// The most tasks one array submission may have.
+    pub max_array_tasks: usize,
+    /// The most unfinished chains (active, ready, pending_failed) one user may have.
+    pub max_open_chains_per_user: usize,
+    /// Submissions of one user whose sbatch is still running.
+    pub submits_in_flight_per_user: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            connections_per_user: 8,
+            request_timeout: Dur(Duration::from_secs(5)),
+            max_script_size: MemSize(4 << 20),
+            max_array_tasks: 10_000,
+            max_open_chains_per_user: 10_000,
+            submits_in_flight_per_user: 4,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The largest request line accepted: a script travels in it as base64 (4 characters
+    /// for 3 bytes; the older array of byte values takes up to 4 a byte), plus room for the
+    /// command line and the environment.
+    pub fn max_request_bytes(&self) -> u64 {
+        self.max_script_size.0.saturating_mul(4) + (4 << 20)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -353,6 +394,8 @@ struct RawConfig {
     quarantine: QuarantineConfig,
     #[serde(default)]
     agent: AgentConfig,
+    #[serde(default)]
+    limits: LimitsConfig,
     #[serde(default)]
     rules: Vec<RawRule>,
 }
@@ -408,6 +451,7 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub quarantine: QuarantineConfig,
     pub agent: AgentConfig,
+    pub limits: LimitsConfig,
     pub rules: Vec<Rule>,
 }
 
@@ -533,11 +577,106 @@ impl Config {
         if raw.agent.command.as_ref().is_some_and(|c| c.is_empty()) {
             return Err(semantic("agent.command is empty: give the program and its arguments, e.g. [\"claude\", \"--print\"]".into()));
         }
-        if raw.slurm.sacct_chunk == 0 {
-            return Err(semantic("slurm.sacct_chunk must be at least 1".into()));
-        }
         if raw.slurm.command_timeout.0.is_zero() || raw.slurm.sbatch_timeout.0.is_zero() {
             return Err(semantic("slurm command timeouts must be above zero".into()));
+        }
+        // Every duration and size has a bound, so no value can overflow a clock or a
+        // buffer later (a daemon that validated a config must never panic on it).
+        const DAY: u64 = 86_400;
+        let durations = [
+            ("poll_interval", poll_interval, 3600),
+            ("slurm.command_timeout", raw.slurm.command_timeout.0, DAY),
+            ("slurm.sbatch_timeout", raw.slurm.sbatch_timeout.0, DAY),
+            (
+                "slurm.lost_job_after",
+                raw.slurm.lost_job_after.0,
+                365 * DAY,
+            ),
+            (
+                "retry.backoff_initial",
+                raw.retry.backoff_initial.0,
+                30 * DAY,
+            ),
+            ("retry.backoff_max", raw.retry.backoff_max.0, 30 * DAY),
+            ("escalation.time_max", e.time_max.0, 3650 * DAY),
+            ("breaker.window", raw.breaker.window.0, 365 * DAY),
+            ("quarantine.window", raw.quarantine.window.0, 365 * DAY),
+            ("quarantine.duration", raw.quarantine.duration.0, 365 * DAY),
+            ("agent.interval", raw.agent.interval.0, 365 * DAY),
+            ("agent.timeout", raw.agent.timeout.0, DAY),
+            ("limits.request_timeout", raw.limits.request_timeout.0, 3600),
+        ];
+        for (name, value, max_secs) in durations {
+            if value > Duration::from_secs(max_secs) {
+                return Err(semantic(format!(
+                    "{name} = {value:?} is longer than the most it may be ({max_secs}s)"
+                )));
+            }
+        }
+        if raw.limits.request_timeout.0 < Duration::from_millis(100) {
+            return Err(semantic(
+                "limits.request_timeout must be at least 100ms".into(),
+            ));
+        }
+        const GIB: u64 = 1 << 30;
+        let counts = [
+            (
+                "slurm.sacct_chunk",
+                raw.slurm.sacct_chunk as u64,
+                1,
+                100_000,
+            ),
+            (
+                "slurm.stderr_tail_lines",
+                raw.slurm.stderr_tail_lines as u64,
+                0,
+                100_000,
+            ),
+            (
+                "slurm.stderr_tail_bytes",
+                raw.slurm.stderr_tail_bytes,
+                0,
+                16 << 20,
+            ),
+            ("escalation.mem_max", e.mem_max.0, 1 << 20, 1 << 50),
+            (
+                "limits.connections_per_user",
+                raw.limits.connections_per_user as u64,
+                1,
+                4096,
+            ),
+            (
+                "limits.max_script_size",
+                raw.limits.max_script_size.0,
+                1024,
+                GIB,
+            ),
+            (
+                "limits.max_array_tasks",
+                raw.limits.max_array_tasks as u64,
+                1,
+                1_000_000,
+            ),
+            (
+                "limits.max_open_chains_per_user",
+                raw.limits.max_open_chains_per_user as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "limits.submits_in_flight_per_user",
+                raw.limits.submits_in_flight_per_user as u64,
+                1,
+                1024,
+            ),
+            ("retry.max_retries", raw.retry.max_retries as u64, 0, 10_000),
+        ];
+        for (name, value, min, max) in counts {
+            if !(min..=max).contains(&value) {
+                return Err(semantic(format!(
+                    "{name} = {value} must be between {min} and {max}"
+                )));
+            }
         }
 
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
@@ -576,6 +715,7 @@ impl Config {
             breaker: raw.breaker,
             quarantine: raw.quarantine,
             agent: raw.agent,
+            limits: raw.limits,
             rules,
         })
     }
@@ -636,6 +776,29 @@ mod tests {
                 "unknown variant",
             ),
             ("[retry.budgets]\noom = -1", "invalid value"),
+            ("poll_interval = \"10000000000000000000s\"", "poll_interval"),
+            (
+                "[slurm]\nlost_job_after = \"100000000d\"",
+                "slurm.lost_job_after",
+            ),
+            ("[agent]\ntimeout = \"9999999999s\"", "agent.timeout"),
+            (
+                "[slurm]\nstderr_tail_bytes = 99999999999",
+                "slurm.stderr_tail_bytes",
+            ),
+            (
+                "[limits]\nmax_script_size = \"8T\"",
+                "limits.max_script_size",
+            ),
+            (
+                "[limits]\nconnections_per_user = 0",
+                "limits.connections_per_user",
+            ),
+            (
+                "[limits]\nrequest_timeout = \"0s\"",
+                "limits.request_timeout",
+            ),
+            ("[escalation]\nmem_max = \"99999T\"", "escalation.mem_max"),
         ] {
             let err = Config::parse(text, None).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");

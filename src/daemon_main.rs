@@ -46,7 +46,13 @@ pub fn main(args: Args) -> i32 {
         println!("config ok");
         return 0;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    detach_from_terminal();
+    // The daemon's loop runs on this (main) thread, in `block_on`; the control socket's
+    // tasks run on two worker threads, so reading and answering requests never waits for
+    // the loop's work (a poll cycle, a store write). Slurm commands are started from the
+    // loop, so PDEATHSIG ties them to the main thread, which lives as long as the process.
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
     {
@@ -89,4 +95,15 @@ pub fn main(args: Args) -> i32 {
             }
         }
     })
+}
+
+/// The daemon never owns a terminal: a terminal it owned could stop it (^C, or SIGHUP
+/// when it closes) at the will of whoever holds the other end. A new session has no
+/// controlling terminal; where one cannot be made (the daemon already leads a process
+/// group, as a foreground job does), it leads no session, and only a session leader can
+/// acquire a terminal. Files opened for users are opened with `O_NOCTTY` besides.
+fn detach_from_terminal() {
+    // Under systemd the daemon already leads a session without a terminal, and setsid
+    // fails harmlessly.
+    let _ = nix::unistd::setsid();
 }

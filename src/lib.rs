@@ -22,6 +22,7 @@ pub mod failpoint;
 pub mod mcp;
 pub mod model;
 pub mod notify;
+pub mod osbytes;
 pub mod policy;
 pub mod protocol;
 pub mod sbatch_args;

@@ -27,7 +27,9 @@ pub struct SubmitRequest {
     pub cwd: String,
     /// The user's environment (sbatch exports it to the job by default).
     pub env: Vec<(String, String)>,
-    /// The script's content, read by the client with the user's own permissions.
+    /// The script's content, read by the client with the user's own permissions. Sent as
+    /// base64 (a JSON array of byte values is accepted too).
+    #[serde(default, with = "script_bytes")]
     pub script: Option<Vec<u8>>,
     pub max_retries: Option<u32>,
 }
@@ -142,5 +144,38 @@ impl Response {
             exit_code: None,
             stderr: None,
         })
+    }
+}
+
+/// A script's bytes on the wire: base64 text, four characters for three bytes, quick to
+/// write and to read however big the script (an array of numbers is up to four times the
+/// script and slow to parse). An array of byte values is still read.
+mod script_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Base64(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        match Option::<Wire>::deserialize(d)? {
+            None => Ok(None),
+            Some(Wire::Bytes(b)) => Ok(Some(b)),
+            Some(Wire::Base64(t)) => base64::engine::general_purpose::STANDARD
+                .decode(t)
+                .map(Some)
+                .map_err(|e| serde::de::Error::custom(format!("script is not valid base64: {e}"))),
+        }
     }
 }

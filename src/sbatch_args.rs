@@ -634,6 +634,13 @@ fn directive_tokens(line: &str) -> Result<Vec<String>, char> {
 /// The task ids of an `--array` spec: `1-10`, `0,6,16-32`, `0-15:4`, `1-10%2` (the `%N`
 /// throttle is dropped here; read it with [`array_throttle`]). Sorted, without duplicates.
 pub fn parse_array_spec(spec: &str) -> Result<Vec<u32>, ArgsError> {
+    parse_array_spec_limited(spec, MAX_ARRAY_TASKS)
+}
+
+/// `parse_array_spec` with at most `max_tasks` tasks; the count is checked before any
+/// task list is built, so a huge spec costs nothing.
+pub fn parse_array_spec_limited(spec: &str, max_tasks: usize) -> Result<Vec<u32>, ArgsError> {
+    let max_tasks = max_tasks.min(MAX_ARRAY_TASKS);
     let bad = |reason: &str| ArgsError::BadArray {
         spec: spec.to_string(),
         reason: reason.to_string(),
@@ -679,8 +686,8 @@ pub fn parse_array_spec(spec: &str) -> Result<Vec<u32>, ArgsError> {
         }
         let step = step.unwrap_or(1);
         total += ((last - first) / step) as usize + 1;
-        if total > MAX_ARRAY_TASKS {
-            return Err(bad(&format!("more than {MAX_ARRAY_TASKS} tasks")));
+        if total > max_tasks {
+            return Err(bad(&format!("more than {max_tasks} tasks")));
         }
         ranges.push((first, last, step));
     }

@@ -1,7 +1,7 @@
 //! `supervisorctl mcp` driven end to end by a real MCP client: the official Python SDK
 //! (`mcp` from PyPI, tests/mcp/client.py) against a daemon wired to the fake Slurm
 //! (tests/common/fake.rs). The Python comes from `SSV_MCP_PYTHON`, default
-//! /tmp/ssv-mcp-venv/bin/python; scripts/test creates that venv.
+//! /opt/ssv-mcp-venv/bin/python; scripts/test creates that venv.
 
 mod common;
 

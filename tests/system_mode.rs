@@ -15,8 +15,12 @@ fn chmod(p: &Path, mode: u32) {
 }
 
 fn as_alice(ctl: &Path, config: &Path, cwd: &Path, args: &[&str]) -> Output {
+    as_user("alice", ctl, config, cwd, args)
+}
+
+fn as_user(user: &str, ctl: &Path, config: &Path, cwd: &Path, args: &[&str]) -> Output {
     Command::new("runuser")
-        .args(["-u", "alice", "--"])
+        .args(["-u", user, "--"])
         .arg(ctl)
         .arg("--config")
         .arg(config)
@@ -26,20 +30,28 @@ fn as_alice(ctl: &Path, config: &Path, cwd: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-#[test]
-fn a_root_daemon_acts_for_each_user_as_that_user() {
-    require_slurm();
-    assert!(
-        Command::new("id")
-            .arg("alice")
-            .output()
-            .unwrap()
-            .status
-            .success(),
-        "user alice is made by scripts/dev-cluster up"
-    );
+/// A Unix user with a Slurm account (scripts/dev-cluster makes alice and bob; this makes
+/// sure, so the test does not depend on which version of it ran).
+fn ensure_user(user: &str) {
+    let known = Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    if !known {
+        let _ = Command::new("useradd").args(["-m", user]).output();
+    }
+    let _ = slurm("sacctmgr")
+        .args(["-i", "add", "user", user, "account=default"])
+        .output();
+}
+
+/// A root daemon in system-wide mode in a fresh directory everyone may pass through, with
+/// a copy of supervisorctl every user can run. Returns it and that copy.
+fn system_daemon(prefix: &str) -> (Daemon, std::path::PathBuf) {
     let dir = tempfile::Builder::new()
-        .prefix("ssv-system-")
+        .prefix(prefix)
         .tempdir_in(scratch_root())
         .unwrap();
     chmod(dir.path(), 0o755);
@@ -50,25 +62,286 @@ fn a_root_daemon_acts_for_each_user_as_that_user() {
     std::fs::write(
         &config,
         format!(
-            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
+            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
              [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = 'Connection refused'\n",
             dir.path().join("state").display().to_string(),
-            run_dir.join("supervisor.sock").display().to_string()
+            run_dir.join("supervisor.sock").display().to_string(),
+            slurm_bin_dir()
+                .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
+                .unwrap_or_default()
         ),
     )
     .unwrap();
     chmod(&config, 0o644);
-    // A copy of supervisorctl that alice can run wherever this checkout lives.
     let ctl = dir.path().join("supervisorctl");
     std::fs::copy(CTL, &ctl).unwrap();
     chmod(&ctl, 0o755);
     let mut d = Daemon {
         dir,
-        config: config.clone(),
+        config,
         child: None,
         extra_env: Vec::new(),
     };
     d.spawn();
+    (d, ctl)
+}
+
+/// A home for `user` inside the test's directory, with `script` as job.sh.
+fn home_of(d: &Daemon, user: &str, script: &str) -> std::path::PathBuf {
+    let home = d.dir.path().join(user);
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("job.sh"), script).unwrap();
+    chmod(&home, 0o700);
+    run(
+        "chown",
+        &["-R", &format!("{user}:"), home.to_str().unwrap()],
+    );
+    home
+}
+
+/// alice and bob submit at the same time to one root daemon; bob then tries to reach
+/// alice's chain, her script and her output through every command, MCP included, and
+/// through the evidence the daemon reads for his own job. He gets nothing of hers, and
+/// nothing of hers changes.
+#[test]
+fn bob_cannot_reach_alices_work_through_the_root_daemon() {
+    require_slurm();
+    ensure_user("alice");
+    ensure_user("bob");
+    let (d, ctl) = system_daemon("ssv-two-users-");
+    let config = d.config.clone();
+    let secret = "ALICE-SECRET-7f3a";
+    let alice = home_of(
+        &d,
+        "alice",
+        &format!("#!/bin/bash\necho '{secret} in stdout'\necho '{secret} in stderr: shard checksum mismatch' >&2\nexit 3\n"),
+    );
+    let bob = home_of(&d, "bob", "#!/bin/bash\necho bob was here\n");
+    let alice_out = alice.join("alice.out");
+    let (a_ctl, a_cfg, a_home) = (ctl.clone(), config.clone(), alice.clone());
+    let a_out = alice_out.display().to_string();
+    let alice_submit = std::thread::spawn(move || {
+        as_user(
+            "alice",
+            &a_ctl,
+            &a_cfg,
+            &a_home,
+            &[
+                "submit",
+                "--",
+                "--job-name=ssv-alice",
+                "-o",
+                &a_out,
+                "job.sh",
+            ],
+        )
+    });
+    let bob_submit = as_user(
+        "bob",
+        &ctl,
+        &config,
+        &bob,
+        &["submit", "--", "--job-name=ssv-bob", "job.sh"],
+    );
+    let alice_submit = alice_submit.join().unwrap();
+    for out in [&alice_submit, &bob_submit] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let alice_job = String::from_utf8_lossy(&alice_submit.stdout)
+        .trim()
+        .to_string();
+    let rows = d.wait_state(&alice_job, "pending_failed", Duration::from_secs(180));
+    let alice_chain = rows[0]["id"].as_str().unwrap().to_string();
+    let before = d.history(&alice_chain);
+    // The positive control: alice herself sees her evidence, so a leak would show.
+    let mine = as_user("alice", &ctl, &config, &alice, &["pending", "--json"]);
+    assert!(
+        String::from_utf8_lossy(&mine.stdout).contains(secret),
+        "{}",
+        String::from_utf8_lossy(&mine.stdout)
+    );
+
+    // bob's job writes where alice's output is: the daemon must not read her file as his
+    // evidence (owner check), whatever Slurm does with his job.
+    std::fs::write(bob.join("steal.sh"), "#!/bin/bash\necho nothing\nexit 3\n").unwrap();
+    run("chown", &["bob:", bob.join("steal.sh").to_str().unwrap()]);
+    let a_path = alice_out.display().to_string();
+    let steal = as_user(
+        "bob",
+        &ctl,
+        &config,
+        &bob,
+        &[
+            "submit",
+            "--",
+            "--job-name=ssv-steal",
+            "-o",
+            &a_path,
+            "-e",
+            &a_path,
+            "steal.sh",
+        ],
+    );
+    assert!(
+        steal.status.success(),
+        "{}",
+        String::from_utf8_lossy(&steal.stderr)
+    );
+    let steal_job = String::from_utf8_lossy(&steal.stdout).trim().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while d.status(&steal_job)[0]["state"] == "active" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bob's job never ended"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Every command, by job id and by chain id: another user's chain (77), no data.
+    let ids = [alice_job.as_str(), alice_chain.as_str()];
+    for id in ids {
+        for args in [
+            vec!["status", id],
+            vec!["status", "--json", id],
+            vec!["history", id],
+            vec!["history", "--json", id],
+            vec!["stats", id],
+            vec!["cancel", id],
+            vec!["classify", id, "--action", "fail", "--reason", "mine now"],
+            vec![
+                "classify",
+                id,
+                "--action",
+                "retry",
+                "--reason",
+                "mine now",
+                "--dry-run",
+            ],
+            vec!["recover", id, "--dry-run"],
+            vec!["recover", id],
+        ] {
+            let out = as_user("bob", &ctl, &config, &bob, &args);
+            assert_eq!(
+                out.status.code(),
+                Some(77),
+                "bob {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !all.contains(secret),
+                "bob {args:?} got alice's data: {all}"
+            );
+        }
+    }
+    let adopt = as_user("bob", &ctl, &config, &bob, &["adopt", &alice_job]);
+    assert!(!adopt.status.success());
+    for args in [
+        vec!["status", "--json"],
+        vec!["pending", "--json"],
+        vec!["stats", "--json"],
+    ] {
+        let out = as_user("bob", &ctl, &config, &bob, &args);
+        assert!(
+            out.status.success(),
+            "bob {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains(secret), "bob {args:?}: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let rows = v.as_array().cloned().unwrap_or_default();
+        let chains = v["chains"].as_array().cloned().unwrap_or_default();
+        for r in rows.iter().chain(chains.iter()) {
+            let named = [&r["id"], &r["chain"], &r["slurm_job_id"]];
+            assert!(
+                !named
+                    .iter()
+                    .any(|x| **x == alice_chain.as_str() || **x == alice_job.as_str()),
+                "bob {args:?} sees alice's chain: {r:#}"
+            );
+        }
+    }
+    // Her script: the snapshots are gone once sbatch has its copy, and the folder is
+    // closed to others anyway.
+    let scripts = d.state_dir().join("scripts");
+    assert_eq!(
+        std::fs::read_dir(&scripts).unwrap().count(),
+        0,
+        "snapshots left behind"
+    );
+    let ls = Command::new("runuser")
+        .args(["-u", "bob", "--", "ls"])
+        .arg(&scripts)
+        .output()
+        .unwrap();
+    assert!(!ls.status.success(), "bob can list the snapshot folder");
+    let cat = Command::new("runuser")
+        .args(["-u", "bob", "--", "cat"])
+        .arg(&alice_out)
+        .output()
+        .unwrap();
+    assert!(
+        !cat.status.success(),
+        "the test's own premise: bob cannot read alice's output"
+    );
+
+    // MCP, as bob's agent would: every tool that takes an id, for real.
+    let python = mcp_python();
+    let probe = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/probe.py");
+    let copy = d.dir.path().join("probe.py");
+    std::fs::copy(&probe, &copy).unwrap();
+    chmod(&copy, 0o755);
+    let out = Command::new("runuser")
+        .args(["-u", "bob", "--"])
+        .arg(&python)
+        .arg(&copy)
+        .arg(&ctl)
+        .arg(&config)
+        .args(ids)
+        .current_dir(&bob)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the MCP probe failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains(secret),
+        "bob's agent got alice's data: {text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for id in ids {
+        for (tool, r) in v["ids"][id].as_object().unwrap() {
+            let failed = r["is_error"] == true
+                || r["structured"]["results"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().all(|x| x["ok"] == false));
+            assert!(failed, "bob's {tool} on {id} was not refused: {r:#}");
+        }
+    }
+    // Nothing of alice's changed.
+    let after = d.history(&alice_chain);
+    assert_eq!(after["decisions"], before["decisions"]);
+    assert_eq!(d.status(&alice_chain)[0]["state"], "pending_failed");
+}
+
+#[test]
+fn a_root_daemon_acts_for_each_user_as_that_user() {
+    require_slurm();
+    ensure_user("alice");
+    let (d, ctl) = system_daemon("ssv-system-");
+    let config = d.config.clone();
 
     let home = d.dir.path().join("alice");
     std::fs::create_dir(&home).unwrap();

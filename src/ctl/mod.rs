@@ -47,9 +47,10 @@ pub enum Command {
         /// Cap on automatic resubmissions of this work (default: the config's retry.max_retries).
         #[arg(long)]
         max_retries: Option<u32>,
-        /// sbatch options, then the script and its arguments (after `--`).
-        #[arg(last = true, required = true, allow_hyphen_values = true)]
-        sbatch: Vec<String>,
+        /// sbatch options, then the script and its arguments (after `--`). Any bytes but
+        /// NUL are carried exactly, as sbatch takes them.
+        #[arg(last = true, required = true, allow_hyphen_values = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+        sbatch: Vec<std::ffi::OsString>,
     },
     /// Supervise jobs submitted with plain sbatch.
     Adopt {
@@ -139,16 +140,22 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
     }
 }
 
-fn submit_request(sbatch: Vec<String>, max_retries: Option<u32>) -> Result<SubmitRequest, String> {
+fn submit_request(
+    sbatch: &[std::ffi::OsString],
+    max_retries: Option<u32>,
+    config: &Config,
+) -> Result<SubmitRequest, String> {
+    use crate::osbytes::{escape, from_os, to_path};
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let cmd = crate::sbatch_args::parse(&sbatch)
+    let argv: Vec<String> = sbatch.iter().map(|a| from_os(a)).collect();
+    let cmd = crate::sbatch_args::parse(&argv)
         .map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
     let wrap = cmd.options.iter().any(|o| o.name == "wrap");
     let script = match &cmd.script {
         Some(path) => Some(
-            std::fs::read(cwd.join(path))
-                .map_err(|e| format!("cannot read the batch script {path}: {e}"))?,
+            std::fs::read(cwd.join(to_path(path)))
+                .map_err(|e| format!("cannot read the batch script {}: {e}", escape(path)))?,
         ),
         None if wrap => None,
         None => {
@@ -162,17 +169,20 @@ fn submit_request(sbatch: Vec<String>, max_retries: Option<u32>) -> Result<Submi
             Some(buf)
         }
     };
-    let mut env = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        match (k.into_string(), v.into_string()) {
-            (Ok(k), Ok(v)) => env.push((k, v)),
-            (Ok(k), Err(_)) => eprintln!("supervisorctl: warning: {k} is not valid UTF-8 and is not passed to the job"),
-            _ => eprintln!("supervisorctl: warning: an environment variable with a non-UTF-8 name is not passed to the job"),
-        }
+    // The daemon checks this too; saying it here spares sending a script it will refuse.
+    let max = config.limits.max_script_size.0;
+    if let Some(s) = script.as_ref().filter(|s| s.len() as u64 > max) {
+        return Err(format!(
+            "the batch script is {} bytes, more than limits.max_script_size ({max} bytes); ask your admin to raise it",
+            s.len()
+        ));
     }
+    let env = std::env::vars_os()
+        .map(|(k, v)| (from_os(&k), from_os(&v)))
+        .collect();
     Ok(SubmitRequest {
-        argv: sbatch,
-        cwd: cwd.to_string_lossy().into_owned(),
+        argv,
+        cwd: from_os(cwd.as_os_str()),
         env,
         script,
         max_retries,
@@ -208,7 +218,7 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Submit {
             ref sbatch,
             max_retries,
-        } => match submit_request(sbatch.clone(), max_retries) {
+        } => match submit_request(sbatch, max_retries, &config) {
             Ok(r) => Request::Submit(r),
             Err(e) => {
                 eprintln!("supervisorctl: {e}");
@@ -266,6 +276,12 @@ pub fn main_with(cli: Cli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("supervisorctl: {e}");
+            if matches!(request, Request::Submit(_))
+                && !matches!(e, client::ClientError::Connect { .. })
+            {
+                eprintln!("supervisorctl: the daemon gave no answer, so nothing will be submitted later on this request's behalf; \
+                           if sbatch had already created the job, it is found and supervised: check `supervisorctl status` before submitting again");
+            }
             return ErrorKind::Unavailable.exit_code();
         }
     };

@@ -1,9 +1,9 @@
 //! Adopting a job that was submitted with plain sbatch: its submission is rebuilt from
 //! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`).
 
+use super::access::{internal, parse_id, sees_all, Handled};
 use super::engine::{now, Engine};
 use super::launch;
-use super::requests::{internal, sees_all, Handled};
 use crate::protocol::{ErrorKind, Response};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
@@ -58,9 +58,30 @@ pub fn argv_from_scontrol(
     Ok(argv)
 }
 
+/// Job ids one `adopt` request may name: each costs two Slurm calls on the daemon's loop.
+pub const MAX_ADOPT_IDS: usize = 100;
+
 pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u32) -> Handled {
+    if job_ids.len() > MAX_ADOPT_IDS {
+        return Err(Response::error(
+            ErrorKind::Usage,
+            format!(
+                "{} job ids in one adopt; at most {MAX_ADOPT_IDS} at a time",
+                job_ids.len()
+            ),
+        ));
+    }
+    for id in job_ids {
+        if !matches!(parse_id(id)?, crate::model::IdRef::Job(_)) {
+            return Err(Response::error(
+                ErrorKind::Usage,
+                format!("cannot adopt {id:?}: give the job id of a plain job, e.g. 12345"),
+            ));
+        }
+    }
     let mut adopted = Vec::new();
     for id in job_ids {
+        let id = &id.trim().to_string();
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
         if !engine.store.resolve(id)?.is_empty() {
@@ -109,6 +130,13 @@ pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u3
                 format!("cannot read the batch script of {id}: {e}"),
             )
         })?;
+        let max = engine.config.limits.max_script_size.0;
+        if script.len() as u64 > max {
+            return Err(usage(format!(
+                "its batch script is {} bytes, more than limits.max_script_size ({max} bytes)",
+                script.len()
+            )));
+        }
         let submitted =
             sbatch_args::Submitted::read(&argv, Some(&script)).map_err(|e| usage(e.to_string()))?;
         let new = NewSubmission {

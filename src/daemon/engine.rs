@@ -42,6 +42,9 @@ pub struct Engine<S: Slurm> {
     /// The Slurm command that is currently failing, so an outage is logged once.
     outage: Option<String>,
     consecutive_failures: u32,
+    /// Launches whose sbatch runs beside the loop right now (a submit), and for whom.
+    /// Reconciliation leaves them alone: their fate is about to be known.
+    in_flight: HashMap<i64, u32>,
 }
 
 /// Unix time in seconds.
@@ -132,7 +135,21 @@ impl<S: Slurm> Engine<S> {
             missing: HashMap::new(),
             outage: None,
             consecutive_failures: 0,
+            in_flight: HashMap::new(),
         }
+    }
+
+    /// How many of `uid`'s submits are waiting for their sbatch.
+    pub fn submits_in_flight(&self, uid: u32) -> usize {
+        self.in_flight.values().filter(|&&u| u == uid).count()
+    }
+
+    /// Marks a launch's sbatch as running beside the loop (or done, with `None`).
+    pub fn set_in_flight(&mut self, launch_id: i64, uid: Option<u32>) {
+        match uid {
+            Some(u) => self.in_flight.insert(launch_id, u),
+            None => self.in_flight.remove(&launch_id),
+        };
     }
 
     /// The poll interval to wait now: longer while Slurm is not answering.
@@ -197,7 +214,8 @@ impl<S: Slurm> Engine<S> {
     /// a successful lookup: submitted again, with the same tag. Returns false when Slurm
     /// did not answer.
     pub async fn reconcile_launches(&mut self, t: i64) -> Result<bool, StoreError> {
-        let open = self.store.open_launches()?;
+        let mut open = self.store.open_launches()?;
+        open.retain(|l| !self.in_flight.contains_key(&l.id));
         if open.is_empty() {
             return Ok(true);
         }
@@ -226,6 +244,14 @@ impl<S: Slurm> Engine<S> {
                 if let Some(job) = found.get(&l.tag) {
                     info!(tag = %l.tag, job = %job, "found the job of an interrupted launch in slurm; adopting it, not submitting again");
                     self.store.launch_submitted(l.id, job, t)?;
+                    continue;
+                }
+                // A first submission whose client was never told it would be submitted
+                // (the daemon stopped, or the answer was a failure) is not submitted now:
+                // the user may already have submitted it again.
+                if l.unpromised {
+                    info!(tag = %l.tag, "an interrupted first submission is not in slurm; its client was not told it would be submitted, so it is dropped");
+                    self.store.discard_submission(l.id)?;
                     continue;
                 }
                 // A job that may exist but is not found any more could have finished and
@@ -266,7 +292,21 @@ impl<S: Slurm> Engine<S> {
         t: i64,
     ) -> Result<LaunchOutcome, StoreError> {
         let outcome = launch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
-        match &outcome {
+        self.record_launch(l, &outcome, t, false)?;
+        Ok(outcome)
+    }
+
+    /// Records what an sbatch answered: a job, or no clear answer (the launch stays an
+    /// intent; `promise` makes an unpromised first submission one to finish later). A
+    /// refusal is for the caller to record.
+    pub fn record_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        outcome: &LaunchOutcome,
+        t: i64,
+        promise: bool,
+    ) -> Result<(), StoreError> {
+        match outcome {
             LaunchOutcome::Submitted(job) => {
                 crate::failpoint::hit("after-sbatch");
                 self.store.launch_submitted(l.id, job, t)?;
@@ -280,11 +320,11 @@ impl<S: Slurm> Engine<S> {
                     UNREACHED
                 };
                 self.store
-                    .note_launch_error(l.id, &format!("{kind}: {e}"))?;
+                    .note_launch_error(l.id, &format!("{kind}: {e}"), promise)?;
             }
             LaunchOutcome::Refused { .. } => {}
         }
-        Ok(outcome)
+        Ok(())
     }
 
     /// Watches every live attempt: one squeue for all, sacct for those that left the
@@ -311,6 +351,9 @@ impl<S: Slurm> Engine<S> {
         for e in &sq.errors {
             error!(line = e.line_no, job = ?e.job_id, "squeue printed a row that cannot be read, ignoring it: {} ({:?})", e.message, e.line);
         }
+        // A job's absence from squeue means something only when squeue's whole answer
+        // could be read (see `watch_missing`).
+        let mut complete = sq.errors.is_empty();
         let queued = queued_states(&sq.rows);
 
         let mut ask: Vec<(Attempt, bool)> = Vec::new();
@@ -364,6 +407,12 @@ impl<S: Slurm> Engine<S> {
         for e in &sa.errors {
             error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
         }
+        complete &= sa.errors.is_empty();
+        if !complete {
+            // An unreadable answer says nothing about which jobs are gone: the lost-job
+            // clocks start again from the next complete answer.
+            self.missing.clear();
+        }
         let runs = runs_by_job(&sa.rows);
         for (a, _requeue_suspected) in ask {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
@@ -378,7 +427,7 @@ impl<S: Slurm> Engine<S> {
                 .is_some_and(|r| r.state.is_terminal());
             if still_queued || ended {
                 self.missing.remove(&(a.chain_id, a.n));
-            } else {
+            } else if complete {
                 self.watch_missing(&a, t)?;
             }
             let Some(job_runs) = runs.get(&jid) else {

@@ -119,25 +119,59 @@ pub fn output_path(
     Some(dir.join(path))
 }
 
-/// The last `lines` lines (at most `bytes` bytes) of a file; `None` when unreadable.
-/// A job controls its output paths, so the file is opened without following a final
-/// link and without blocking (a FIFO), must be a regular file, and, when `owner` is
-/// given (a root daemon reading a user's output), must belong to that user.
-pub fn tail(path: &Path, lines: usize, bytes: u64, owner: Option<u32>) -> Option<String> {
+/// Opens a file a job controls, for reading, without letting it act on the daemon.
+///
+/// The path is first opened with `O_PATH` (which opens nothing: no device is woken, no
+/// terminal taken, no FIFO waited on), without following a final link; the descriptor is
+/// checked with `fstat` (a regular file, owned by `owner` when given); only then is that
+/// same inode opened for reading through `/proc/self/fd`, with `O_NOCTTY | O_NONBLOCK`.
+/// A path swapped between the two steps changes nothing: the second open is of the
+/// descriptor, not of the name.
+pub fn open_user_file(path: &Path, owner: Option<u32>) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut f = std::fs::OpenOptions::new()
+    let refuse =
+        |why: &str| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string());
+    let handle = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || owner.is_some_and(|uid| meta.uid() != uid) {
-        return None;
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = handle.metadata()?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file"));
     }
-    let len = meta.len();
+    if owner.is_some_and(|uid| meta.uid() != uid) {
+        return Err(refuse("not the job owner's file"));
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&handle);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(format!("/proc/self/fd/{fd}"))
+        .or_else(|_| {
+            // `O_NOFOLLOW` refuses the /proc magic link on some kernels; the link points
+            // at the inode already checked, so it is followed here on purpose.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+                .open(format!("/proc/self/fd/{fd}"))
+        })?;
+    let again = f.metadata()?;
+    if again.dev() != meta.dev() || again.ino() != meta.ino() || !again.is_file() {
+        return Err(refuse("the file changed while it was opened"));
+    }
+    Ok(f)
+}
+
+/// The last `lines` lines (at most `bytes` bytes) of a file; `None` when unreadable.
+/// A job controls its output paths, so the file is opened by `open_user_file`: never a
+/// link, a device, a FIFO or a terminal, and when `owner` is given (a root daemon reading
+/// a user's output), only that user's file.
+pub fn tail(path: &Path, lines: usize, bytes: u64, owner: Option<u32>) -> Option<String> {
+    let mut f = open_user_file(path, owner).ok()?;
+    let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(bytes);
     f.seek(SeekFrom::Start(start)).ok()?;
-    let mut buf = Vec::with_capacity((len - start) as usize);
+    let mut buf = Vec::with_capacity((len - start).min(bytes) as usize);
     f.take(bytes).read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf);
     let all: Vec<&str> = text.lines().collect();
@@ -165,8 +199,12 @@ pub fn output_tails(
             owner,
         )
     };
-    let err = output_path(sub, job_id, job_row, Stream::Stderr);
-    let out = output_path(sub, job_id, job_row, Stream::Stdout).filter(|o| Some(o) != err.as_ref());
+    // The path was built from the user's (possibly non-UTF-8) options: back to raw bytes.
+    let raw = |p: PathBuf| crate::osbytes::to_path(&p.to_string_lossy());
+    let err = output_path(sub, job_id, job_row, Stream::Stderr).map(raw);
+    let out = output_path(sub, job_id, job_row, Stream::Stdout)
+        .map(raw)
+        .filter(|o| Some(o) != err.as_ref());
     (err.as_deref().and_then(read), out.as_deref().and_then(read))
 }
 
@@ -215,6 +253,17 @@ mod tests {
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert_eq!(tail(&fifo, 2, 1000, None), None);
+        // Devices are never opened for reading: not a terminal, not an endless stream.
+        for dev in [
+            "/dev/zero",
+            "/dev/urandom",
+            "/dev/null",
+            "/dev/tty",
+            "/dev/ptmx",
+        ] {
+            assert_eq!(tail(Path::new(dev), 2, 1000, None), None, "{dev}");
+        }
+        assert_eq!(tail(dir.path(), 2, 1000, None), None, "a directory");
         let me = nix::unistd::geteuid().as_raw();
         assert_eq!(tail(&p, 2, 1000, Some(me + 1)), None);
         assert!(tail(&p, 2, 1000, Some(me)).is_some());

@@ -60,31 +60,66 @@ pub fn snapshot_path(state_dir: &Path, launch_id: i64, script_name: &str) -> Pat
 }
 
 /// Writes a snapshot where sbatch (running as `owner`, when given) can read it and no one
-/// else can. The launch's folder stays root's (0711: no user can plant a link in it); the
-/// file is opened without following links and handed to the owner by descriptor (0600).
+/// else can. The launch's folder is made anew, root's (0711: no user can list it or plant
+/// anything in it), replacing whatever an earlier try left; the file is created fresh
+/// (`O_EXCL`, never an existing inode someone may hold open), without following links,
+/// and handed to the owner by descriptor (0600).
 fn write_snapshot(path: &Path, content: &[u8], owner: Option<&RunAs>) -> Result<(), PrepareError> {
     use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     let err = |source| PrepareError::Snapshot {
         path: path.to_path_buf(),
         source,
     };
     let dir = path.parent().expect("a snapshot path has a folder");
-    std::fs::create_dir_all(dir).map_err(err)?;
+    remove_snapshot(path);
+    if let Some(scripts) = dir.parent() {
+        std::fs::create_dir_all(scripts).map_err(err)?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(err)?;
     if owner.is_some() {
+        // Set explicitly: the daemon's umask (077) masks the mode given at creation.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
         .open(path)
         .map_err(err)?;
     f.write_all(content).map_err(err)?;
     if let Some(who) = owner {
         std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid)).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Removes a launch's snapshot folder. Only the daemon can create anything in
+/// `scripts/`, so what is there is its own.
+fn remove_snapshot(path: &Path) {
+    if let Some(dir) = path.parent() {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("cannot remove the script snapshot {}: {e}", dir.display()),
+        }
+    }
+}
+
+/// Removes every snapshot folder, at start: each sbatch writes its own afresh, so any
+/// folder there is left over from a daemon that stopped mid-launch.
+pub fn clear_snapshots(state_dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(state_dir.join("scripts"))? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
     }
     Ok(())
 }
@@ -296,8 +331,10 @@ pub async fn sbatch<S: Slurm>(
     };
     let snapshot = match (&sub.script_name, &sub.script) {
         (Some(name), Some(content)) => {
-            let p = snapshot_path(state_dir, l.id, name);
+            let p =
+                crate::osbytes::to_path(&snapshot_path(state_dir, l.id, name).to_string_lossy());
             if let Err(e) = write_snapshot(&p, content, owner.as_ref()) {
+                remove_snapshot(&p);
                 return LaunchOutcome::Refused {
                     code: 73,
                     stderr: e.to_string(),
@@ -316,12 +353,17 @@ pub async fn sbatch<S: Slurm>(
         run_as: owner,
     };
     let result = slurm.sbatch(&req).await;
-    if let (Ok(_), Some(p)) = (&result, &snapshot) {
-        // Slurm keeps its own copy of a submitted script; ours is no longer needed.
-        if let Some(dir) = p.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+    // sbatch has read the script and sent it to Slurm, or never will: whatever it
+    // answered, the snapshot is not needed any more (a repeat writes its own).
+    if let Some(p) = &snapshot {
+        remove_snapshot(p);
     }
+    outcome_of(result)
+}
+
+/// What an sbatch's result means for its launch. Only an sbatch that never ran (it could
+/// not be started) or that Slurm refused has certainly created nothing.
+fn outcome_of(result: Result<String, SlurmError>) -> LaunchOutcome {
     match result {
         Ok(job) => LaunchOutcome::Submitted(job),
         Err(SlurmError::Rejected { code, stderr, .. }) => LaunchOutcome::Refused { code, stderr },
@@ -390,6 +432,48 @@ mod tests {
             ..Default::default()
         };
         assert!(check(&plain, &overrides(&plain, &bad_node, None, "t", None)).is_err());
+    }
+
+    #[test]
+    fn an_error_after_sbatch_started_may_have_created_the_job() {
+        let io = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "pipe");
+        // Reading sbatch's output or waiting for it failed: the job may exist.
+        let after = SlurmError::Io {
+            command: "sbatch".into(),
+            source: io(),
+        };
+        assert!(after.may_have_reached_slurm());
+        assert!(matches!(outcome_of(Err(after)), LaunchOutcome::Unknown(_)));
+        // sbatch could not be started at all: nothing can exist.
+        let before = SlurmError::Spawn {
+            command: "sbatch".into(),
+            source: io(),
+        };
+        assert!(!before.may_have_reached_slurm());
+        assert!(matches!(
+            outcome_of(Err(before)),
+            LaunchOutcome::Refused { code: 127, .. }
+        ));
+    }
+
+    #[test]
+    fn a_snapshot_is_a_new_file_every_time() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = snapshot_path(dir.path(), 7, "job.sh");
+        std::fs::create_dir_all(dir.path().join("scripts")).unwrap();
+        write_snapshot(&p, b"first", None).unwrap();
+        // Someone holds the first file open; the next write must not reach it.
+        let held = std::fs::File::open(&p).unwrap();
+        let first_ino = held.metadata().unwrap().ino();
+        write_snapshot(&p, b"second", None).unwrap();
+        assert_ne!(std::fs::metadata(&p).unwrap().ino(), first_ino);
+        assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        let mut old = String::new();
+        std::io::Read::read_to_string(&mut &held, &mut old).unwrap();
+        assert_eq!(old, "first");
+        remove_snapshot(&p);
+        assert!(!p.parent().unwrap().exists());
     }
 
     #[test]

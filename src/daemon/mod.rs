@@ -5,12 +5,14 @@
 //! the store has one writer and no decision races another. Shutdown and reload come in
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
+pub mod access;
 pub mod adopt;
 pub mod agent;
 pub mod dependents;
 pub mod engine;
 pub mod evidence;
 pub mod launch;
+pub mod reads;
 pub mod requests;
 pub mod resolve;
 pub mod server;
@@ -43,6 +45,11 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the state directory {path} is in use by another slurm-supervisord{holder}; stop it first, or give this one its own state_dir")]
+    Locked {
+        path: std::path::PathBuf,
+        holder: String,
+    },
     #[error("cannot open the control socket {path}: {source}")]
     Socket {
         path: std::path::PathBuf,
@@ -55,8 +62,9 @@ pub enum DaemonError {
 
 /// Everything the daemon creates is private (umask 077). A per-user daemon's state
 /// directory is 0700. A system-wide (root) daemon's is 0711, and so is its `scripts/`:
-/// users may pass through to the script snapshot that belongs to them (0700 folder, 0600
-/// file, owned by them) so their own sbatch can read it, and can list or read nothing else.
+/// users may pass through to the script snapshot that belongs to them (0711 root-owned
+/// folder, 0600 file owned by them) so their own sbatch can read it, and can list or read
+/// nothing else.
 fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let err = |source| DaemonError::StateDir {
@@ -76,13 +84,82 @@ fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// The state directory belongs to one daemon at a time: an exclusive `flock` on
+/// `supervisor.lock`, held for the daemon's life (the kernel lets it go when the process
+/// ends, however it ends). The file holds the holder's pid, for the message a second
+/// daemon prints.
+fn lock_state_dir(config: &Config) -> Result<std::fs::File, DaemonError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = config.state_dir.join("supervisor.lock");
+    let err = |source| DaemonError::StateDir {
+        path: path.clone(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&path)
+        .map_err(err)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(err(e));
+        }
+        let mut pid = String::new();
+        let _ = f.read_to_string(&mut pid);
+        let holder = match pid.trim() {
+            "" => String::new(),
+            p => format!(" (pid {p})"),
+        };
+        return Err(DaemonError::Locked {
+            path: config.state_dir.clone(),
+            holder,
+        });
+    }
+    f.set_len(0).map_err(err)?;
+    f.rewind().map_err(err)?;
+    writeln!(f, "{}", std::process::id()).map_err(err)?;
+    Ok(f)
+}
+
+/// A submission's sbatch, running beside the loop.
+type InFlight = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+            Output = (
+                requests::PendingSubmit,
+                launch::LaunchOutcome,
+                tokio::sync::oneshot::Sender<crate::protocol::Response>,
+            ),
+        >,
+    >,
+>;
+
 /// Runs the daemon until a `Shutdown` event (or until `events` closes).
-pub async fn run<S: Slurm>(
+pub async fn run<S: Slurm + Clone + 'static>(
     config: Config,
     slurm: S,
     mut events: mpsc::Receiver<Event>,
 ) -> Result<(), DaemonError> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
     prepare_state_dir(&config)?;
+    let _lock = lock_state_dir(&config)?;
+    launch::clear_snapshots(&config.state_dir).map_err(|source| DaemonError::StateDir {
+        path: config.state_dir.join("scripts"),
+        source,
+    })?;
     let store = Store::open(&config.db_path())?;
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
         path: config.socket.clone(),
@@ -90,12 +167,20 @@ pub async fn run<S: Slurm>(
     })?;
     let socket_path = config.socket.clone();
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
-    let server = tokio::spawn(server::serve(listener, ctl_tx));
+    let server = tokio::spawn(server::serve(
+        listener,
+        ctl_tx,
+        config.limits.clone(),
+        config.db_path(),
+    ));
     let mut engine = Engine::new(config, store, slurm);
 
     // READY only after the store is open and the first reconciliation ran.
     if let Err(e) = engine.cycle().await {
         error!("first cycle failed: {e}");
+        if e.is_corruption() {
+            return Err(e.into());
+        }
     }
     if let Err(e) = crate::notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
@@ -104,17 +189,37 @@ pub async fn run<S: Slurm>(
 
     let mut agent = agent::Runner::default();
     agent.maybe_start(&engine);
+    let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut next = Instant::now() + engine.next_interval();
-    loop {
+    let result = loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {
                 if let Err(e) = engine.cycle().await {
                     error!("poll cycle failed: {e}; trying again next cycle");
+                    if e.is_corruption() {
+                        break Err(e.into());
+                    }
                 }
                 agent.maybe_start(&engine);
                 next = Instant::now() + engine.next_interval();
             }
             Some(ctl) = ctl_rx.recv() => {
+                if let crate::protocol::Request::Submit(r) = ctl.request {
+                    // The sbatch runs beside the loop: a slow one (a busy controller, or
+                    // a user's environment that makes it wait) holds up no one else.
+                    match requests::begin_submit(&mut engine, r, ctl.uid) {
+                        Err(response) => { let _ = ctl.reply.send(response); }
+                        Ok(p) => {
+                            engine.set_in_flight(p.launch.id, Some(p.uid));
+                            let (slurm, dir, reply) = (engine.slurm.clone(), engine.config.state_dir.clone(), ctl.reply);
+                            in_flight.push(Box::pin(async move {
+                                let outcome = launch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
+                                (p, outcome, reply)
+                            }));
+                        }
+                    }
+                    continue;
+                }
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
                 let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
@@ -126,17 +231,22 @@ pub async fn run<S: Slurm>(
                     }
                 }
             }
+            Some((p, outcome, reply)) = in_flight.next(), if !in_flight.is_empty() => {
+                engine.set_in_flight(p.launch.id, None);
+                let response = requests::finish_submit(&mut engine, &p, outcome);
+                let _ = reply.send(response);
+            }
             ev = events.recv() => match ev {
                 Some(Event::Reload) => reload(&mut engine),
-                Some(Event::Shutdown) | None => break,
+                Some(Event::Shutdown) | None => break Ok(()),
             },
         }
-    }
+    };
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
     server.abort();
     let _ = std::fs::remove_file(&socket_path);
-    Ok(())
+    result
 }
 
 fn reload<S: Slurm>(engine: &mut Engine<S>) {

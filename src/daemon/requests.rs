@@ -1,29 +1,20 @@
-//! Control requests from `supervisorctl`, handled on the daemon's loop.
+//! Control requests from `supervisorctl` that change something, handled on the daemon's
+//! loop (reads are answered by `reads`, off the loop).
 //!
-//! Callers are identified by the socket's peer uid: root and the daemon's own user see
-//! everything; anyone else only their own chains.
+//! A submit is cut in two so that its sbatch never holds up the loop: `begin_submit`
+//! checks the request and records the launch's intent, the daemon runs the sbatch beside
+//! the loop, and `finish_submit` records what came of it and builds the answer. The answer
+//! is the truth: a submission the client is told failed is never submitted later.
 
+use super::access::{actor, chains_for, internal, Handled};
 use super::engine::{now, Engine};
 use super::launch::{self, LaunchOutcome};
-use super::views;
 use crate::model::{Action, ChainState, RecoveryClass};
 use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
-use crate::store::{chain_label, ChainUpdate, NewDecision, NewSubmission, StoreError};
-use serde_json::{json, Value};
-
-pub(super) type Handled = Result<Value, Response>;
-
-pub(super) fn internal(e: impl std::fmt::Display) -> Response {
-    Response::error(ErrorKind::Internal, e.to_string())
-}
-
-impl From<StoreError> for Response {
-    fn from(e: StoreError) -> Self {
-        internal(e)
-    }
-}
+use crate::store::{chain_label, ChainUpdate, Launch, NewDecision, NewSubmission, Submission};
+use serde_json::json;
 
 /// sbatch options that do not make a supervisable submission.
 const REFUSED_OPTIONS: &[(&str, &str)] = &[
@@ -34,18 +25,23 @@ const REFUSED_OPTIONS: &[(&str, &str)] = &[
     ("version", "run sbatch --version directly"),
 ];
 
+/// Handles one request to completion (reads too), as the in-process tests drive it. The
+/// daemon's loop uses `begin_submit`/`finish_submit` for submits instead.
 pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
+    if let Some(r) = super::reads::handle(&engine.store, &request, uid) {
+        return r;
+    }
     let result = match request {
-        Request::Ping => Ok(json!({ "pong": true })),
-        Request::Submit(r) => submit(engine, r, uid).await,
-        Request::Status { id } => status(engine, id.as_deref(), uid),
-        Request::History { id } => history(engine, &id, uid),
-        Request::Pending => pending(engine, uid),
+        Request::Submit(r) => return submit(engine, r, uid).await,
         Request::Classify(r) => super::resolve::classify(engine, r, uid),
         Request::Recover(r) => super::resolve::recover(engine, r, uid),
-        Request::Stats { id } => super::stats::stats(engine, id.as_deref(), uid),
         Request::Cancel { id } => cancel(engine, &id, uid).await,
         Request::Adopt { job_ids } => super::adopt::adopt(engine, &job_ids, uid).await,
+        Request::Ping
+        | Request::Status { .. }
+        | Request::History { .. }
+        | Request::Pending
+        | Request::Stats { .. } => unreachable!("reads are answered above"),
     };
     match result {
         Ok(v) => Response::Ok(v),
@@ -53,48 +49,86 @@ pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32
     }
 }
 
-pub(super) fn sees_all(uid: u32) -> bool {
-    uid == 0 || uid == nix::unistd::getuid().as_raw()
+/// A submission whose intent is recorded and whose sbatch is to run.
+#[derive(Debug)]
+pub struct PendingSubmit {
+    pub launch: Launch,
+    pub sub: Submission,
+    pub uid: u32,
+    pub t: i64,
 }
 
-/// The chains an id names that this caller may act on.
-pub(super) fn chains_for<S: Slurm>(
-    engine: &Engine<S>,
-    id: &str,
+async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) -> Response {
+    let p = match begin_submit(engine, r, uid) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let outcome = launch::sbatch(&engine.slurm, &engine.config.state_dir, &p.launch, &p.sub).await;
+    finish_submit(engine, &p, outcome)
+}
+
+fn usage(m: impl Into<String>) -> Response {
+    Response::error(ErrorKind::Usage, m)
+}
+
+/// What sbatch would be given must be something the operating system can carry: no NUL
+/// anywhere, an absolute working directory, environment names without `=`.
+fn check_request(r: &SubmitRequest) -> Result<(), Response> {
+    let shown = |s: &str| {
+        crate::osbytes::escape(s)
+            .chars()
+            .take(80)
+            .collect::<String>()
+    };
+    if r.argv.iter().any(|a| a.contains('\0')) {
+        return Err(usage(
+            "an sbatch argument contains a NUL byte, which no command can be given",
+        ));
+    }
+    if r.cwd.contains('\0') || !r.cwd.starts_with('/') {
+        return Err(usage(format!(
+            "the working directory {:?} is not an absolute path without NUL bytes",
+            shown(&r.cwd)
+        )));
+    }
+    for (k, v) in &r.env {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(usage(format!(
+                "the environment variable {:?} cannot be passed on: names must be non-empty without '=' or NUL, values without NUL",
+                shown(k)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a submission against the caller's limits and records its intent.
+pub fn begin_submit<S: Slurm>(
+    engine: &mut Engine<S>,
+    r: SubmitRequest,
     uid: u32,
-) -> Result<Vec<crate::store::Chain>, Response> {
-    let ids = engine.store.resolve(id)?;
-    if ids.is_empty() {
+) -> Result<PendingSubmit, Response> {
+    let limits = engine.config.limits.clone();
+    check_request(&r)?;
+    if let Some(s) = &r.script {
+        let max = limits.max_script_size.0;
+        if s.len() as u64 > max {
+            return Err(usage(format!(
+                "the batch script is {} bytes, more than limits.max_script_size ({max} bytes); ask your admin to raise it",
+                s.len()
+            )));
+        }
+    }
+    let in_flight = engine.submits_in_flight(uid);
+    if in_flight >= limits.submits_in_flight_per_user {
         return Err(Response::error(
-            ErrorKind::NotFound,
+            ErrorKind::Unavailable,
             format!(
-                "no chain or job {id:?} is supervised here: see `supervisorctl status` for the ids"
+                "{in_flight} of your submissions are still waiting for sbatch (limits.submits_in_flight_per_user = {}); try again when they are done",
+                limits.submits_in_flight_per_user
             ),
         ));
     }
-    let mut out = Vec::new();
-    for i in ids {
-        if !sees_all(uid) && engine.store.owner_of(i)? != uid {
-            return Err(Response::error(
-                ErrorKind::Forbidden,
-                format!("{id} belongs to another user"),
-            ));
-        }
-        out.extend(engine.store.chain(i)?);
-    }
-    Ok(out)
-}
-
-pub(super) fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
-}
-
-async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) -> Handled {
-    let usage = |m: String| Response::error(ErrorKind::Usage, m);
     let submitted = sbatch_args::Submitted::read(&r.argv, r.script.as_deref())
         .map_err(|e| usage(format!("cannot understand the sbatch command: {e}")))?;
     let cmd = &submitted.cmd;
@@ -102,6 +136,13 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         if submitted.has(opt) {
             return Err(usage(format!("--{opt} is not supervised: {why}")));
         }
+    }
+    let env_has = |k: &str| r.env.iter().any(|(n, v)| n == k && !v.is_empty());
+    if env_has("SBATCH_WAIT") {
+        return Err(usage(format!(
+            "SBATCH_WAIT is set: {}",
+            REFUSED_OPTIONS[0].1
+        )));
     }
     let script_name = match (&cmd.script, cmd.has("wrap")) {
         (Some(s), _) => Some(
@@ -114,19 +155,18 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         (None, false) if r.script.is_some() => None,
         (None, false) => {
             return Err(usage(
-                "no batch script given: name one after the options, or use --wrap".into(),
+                "no batch script given: name one after the options, or use --wrap",
             ))
         }
     };
     if script_name.is_some() && r.script.is_none() {
         return Err(usage(
-            "the script's content was not sent; use supervisorctl to submit".into(),
+            "the script's content was not sent; use supervisorctl to submit",
         ));
     }
     // One job on one cluster is what the supervisor can watch.
-    let env_has = |k: &str| r.env.iter().any(|(n, v)| n == k && !v.is_empty());
     if submitted.has("clusters") || env_has("SLURM_CLUSTERS") || env_has("SBATCH_CLUSTERS") {
-        return Err(usage("multi-cluster submission (--clusters, -M, SLURM_CLUSTERS) is not supervised; submit on one cluster".into()));
+        return Err(usage("multi-cluster submission (--clusters, -M, SLURM_CLUSTERS) is not supervised; submit on one cluster"));
     }
     // sbatch takes --array from the command line, then SBATCH_ARRAY_INX, then the script.
     let env_array = r
@@ -142,14 +182,29 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         .or_else(|| submitted.option("array").map(str::to_string));
     let array_tasks = match array_spec.as_deref() {
         Some(spec) => Some(
-            sbatch_args::parse_array_spec(spec)
-                .map_err(|e| usage(format!("invalid --array {spec:?}: {e}")))?,
+            sbatch_args::parse_array_spec_limited(spec, limits.max_array_tasks).map_err(|e| {
+                usage(format!(
+                    "invalid --array {spec:?}: {e} (the most tasks one submission may have is limits.max_array_tasks = {})",
+                    limits.max_array_tasks
+                ))
+            })?,
         ),
         None => None,
     };
+    let new_chains = array_tasks.as_ref().map_or(1, Vec::len);
+    let open = engine.store.open_chains_of(uid)? as usize;
+    if open + new_chains > limits.max_open_chains_per_user {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "you have {open} unfinished chains and this adds {new_chains}: more than limits.max_open_chains_per_user = {}; wait for some to end",
+                limits.max_open_chains_per_user
+            ),
+        ));
+    }
     let new = NewSubmission {
         owner_uid: uid,
-        user: user_name(uid),
+        user: super::access::user_name(uid),
         argv: r.argv,
         cwd: r.cwd,
         env: r.env,
@@ -163,72 +218,76 @@ async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) ->
         .map_err(internal)?;
     crate::failpoint::hit("after-intent");
     let sub = engine.store.submission(l.submission_id)?;
-    match engine.run_launch(&l, &sub, t).await? {
+    Ok(PendingSubmit {
+        launch: l,
+        sub,
+        uid,
+        t,
+    })
+}
+
+/// Records what came of a submission's sbatch and says it to the client. Whatever the
+/// client is told is what the store will do: a submission answered with a failure is
+/// left unpromised (reconciliation adopts a job it finds, and never submits one), and
+/// only an answer that says it will be submitted later promises it.
+pub fn finish_submit<S: Slurm>(
+    engine: &mut Engine<S>,
+    p: &PendingSubmit,
+    outcome: LaunchOutcome,
+) -> Response {
+    let l = &p.launch;
+    match outcome {
         LaunchOutcome::Submitted(job) => {
-            let chains: Vec<String> = engine.store.resolve(&job)?.into_iter().map(chain_label).collect();
-            Ok(json!({ "job_id": job, "chains": chains }))
+            if let Err(e) = engine.record_launch(l, &LaunchOutcome::Submitted(job.clone()), p.t, false) {
+                // The job exists and carries its tag; the launch stays an intent, and
+                // reconciliation finds the job and adopts it once the store takes writes.
+                tracing::error!(job = %job, tag = %l.tag, "submitted, but cannot record it yet: {e}; it is adopted by its tag once the store takes writes again");
+                return Response::Ok(json!({ "job_id": job, "chains": [] }));
+            }
+            let chains: Vec<String> = engine
+                .store
+                .resolve(&job)
+                .unwrap_or_default()
+                .into_iter()
+                .map(chain_label)
+                .collect();
+            Response::Ok(json!({ "job_id": job, "chains": chains }))
         }
         LaunchOutcome::Refused { code, stderr } => {
-            engine.store.discard_submission(l.id)?;
-            Err(Response::Error(ErrorBody {
+            if let Err(e) = engine.store.discard_submission(l.id) {
+                // Left unpromised, it is discarded by reconciliation, never submitted.
+                tracing::warn!(tag = %l.tag, "cannot discard a refused submission yet: {e}");
+            }
+            Response::Error(ErrorBody {
                 kind: ErrorKind::SbatchFailed,
                 message: format!("sbatch failed with exit code {code}"),
                 exit_code: Some(code),
                 stderr: Some(stderr),
-            }))
+            })
         }
-        LaunchOutcome::Unknown(e) => Err(Response::error(
-            ErrorKind::Unavailable,
-            format!(
-                "sbatch gave no clear answer ({e}); the submission is recorded and will be looked up by its tag \
-                 and submitted once Slurm answers: watch `supervisorctl status`"
+        LaunchOutcome::Unknown(e) => match engine.record_launch(l, &LaunchOutcome::Unknown(e), p.t, true) {
+            Ok(()) => Response::error(
+                ErrorKind::Unavailable,
+                format!(
+                    "sbatch gave no clear answer ({}); the submission is recorded and will be looked up by its tag \
+                     and submitted once Slurm answers: watch `supervisorctl status`",
+                    engine.store.launch(l.id).ok().and_then(|l| l.error).unwrap_or_default()
+                ),
             ),
-        )),
+            Err(store) => Response::error(
+                ErrorKind::Internal,
+                format!(
+                    "sbatch gave no clear answer and the daemon cannot record the submission ({store}): it will not be \
+                     submitted later; if sbatch did create the job, it is found by its tag and supervised, so check \
+                     `supervisorctl status` before submitting again"
+                ),
+            ),
+        },
     }
-}
-
-fn status<S: Slurm>(engine: &Engine<S>, id: Option<&str>, uid: u32) -> Handled {
-    let chains = match id {
-        Some(id) => chains_for(engine, id, uid)?,
-        None => engine
-            .store
-            .chains(if sees_all(uid) { None } else { Some(uid) })?,
-    };
-    let rows: Result<Vec<Value>, StoreError> = chains
-        .iter()
-        .map(|c| views::chain_view(&engine.store, c))
-        .collect();
-    Ok(Value::Array(rows?))
-}
-
-fn history<S: Slurm>(engine: &Engine<S>, id: &str, uid: u32) -> Handled {
-    let chains = chains_for(engine, id, uid)?;
-    if chains.len() == 1 {
-        return Ok(views::history_view(&engine.store, &chains[0])?);
-    }
-    let all: Result<Vec<Value>, StoreError> = chains
-        .iter()
-        .map(|c| views::history_view(&engine.store, c))
-        .collect();
-    Ok(Value::Array(all?))
-}
-
-fn pending<S: Slurm>(engine: &Engine<S>, uid: u32) -> Handled {
-    let mut out = Vec::new();
-    for c in engine.store.chains_in_state(ChainState::PendingFailed)? {
-        if sees_all(uid) || engine.store.owner_of(c.id)? == uid {
-            out.push(views::pending_view(&engine.store, &c)?);
-        }
-    }
-    Ok(Value::Array(out))
-}
-
-pub(super) fn actor(uid: u32) -> String {
-    format!("user:{}", user_name(uid))
 }
 
 async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled {
-    let chains = chains_for(engine, id, uid)?;
+    let chains = chains_for(&engine.store, id, uid)?;
     let open: Vec<_> = chains.into_iter().filter(|c| c.state.is_open()).collect();
     if open.is_empty() {
         return Err(Response::error(
@@ -255,57 +314,64 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             ));
         }
     }
+    // One scancel per owner for every live job of the request (an array's tasks
+    // together), then one transaction for all the chains: either all are recorded
+    // cancelled or, if scancel fails, none changes.
     let t = now();
-    let mut done = Vec::new();
+    let mut live_by_owner: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    let mut items = Vec::with_capacity(open.len());
     for c in &open {
         let live = engine
             .store
             .attempts(c.id)?
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
-        if let Some(a) = &live {
-            let job = a.slurm_job_id.clone().unwrap_or_default();
-            let who = launch::run_as(engine.store.owner_of(c.id)?)
-                .map_err(|e| Response::error(ErrorKind::Internal, e))?;
-            engine
-                .slurm
-                .scancel(&job, who.as_ref())
-                .await
-                .map_err(|e| {
-                    Response::error(
-                        ErrorKind::Unavailable,
-                        format!("scancel {job} failed, nothing changed: {e}"),
-                    )
-                })?;
-            engine.store.end_attempt(a.chain_id, a.n, "CANCELLED", t)?;
+        let job = live.as_ref().and_then(|a| a.slurm_job_id.clone());
+        if let Some(j) = &job {
+            live_by_owner
+                .entry(engine.store.owner_of(c.id)?)
+                .or_default()
+                .push(j.clone());
         }
         let rec = NewDecision {
             classification: crate::model::Classification::Cancelled,
             class: RecoveryClass::R3,
             action: Action::Cancel,
             reason: "cancelled with supervisorctl cancel; never retried".into(),
-            inputs: json!({ "job": live.and_then(|a| a.slurm_job_id) }),
+            inputs: json!({ "job": job }),
             resolves: None,
             actor: actor(uid),
         };
-        let update = ChainUpdate {
-            state: ChainState::Cancelled,
-            last_classification: Some(crate::model::Classification::Cancelled),
-            plan: None,
-            not_before: None,
-        };
-        engine.store.decide_chain(
-            c.id,
-            &[
-                ChainState::Active,
-                ChainState::Ready,
-                ChainState::PendingFailed,
-            ],
-            &rec,
-            &update,
-            t,
-        )?;
-        done.push(chain_label(c.id));
+        items.push((c.id, live.map(|a| a.n), rec));
     }
-    Ok(json!({ "cancelled": done }))
+    for (owner, jobs) in &live_by_owner {
+        let who = launch::run_as(*owner).map_err(|e| Response::error(ErrorKind::Internal, e))?;
+        engine
+            .slurm
+            .scancel(jobs, who.as_ref())
+            .await
+            .map_err(|e| {
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
+                )
+            })?;
+    }
+    let update = ChainUpdate {
+        state: ChainState::Cancelled,
+        last_classification: Some(crate::model::Classification::Cancelled),
+        plan: None,
+        not_before: None,
+    };
+    let done = engine.store.cancel_chains(
+        &items,
+        &[
+            ChainState::Active,
+            ChainState::Ready,
+            ChainState::PendingFailed,
+        ],
+        &update,
+        t,
+    )?;
+    Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
 }

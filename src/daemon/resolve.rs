@@ -3,8 +3,8 @@
 //! record pointing at the one it resolves; the chain's state is changed only if it is
 //! still where the caller saw it, so two resolvers racing cannot both win.
 
+use super::access::{actor, chains_for, internal, Handled};
 use super::engine::{now, Engine};
-use super::requests::{actor, chains_for, internal, Handled};
 use super::{dependents, launch};
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use crate::protocol::{ErrorKind, RecoverRequest, Resolution, ResolveAction, Response};
@@ -65,7 +65,7 @@ fn preview<S: Slurm>(engine: &Engine<S>, c: &Chain, plan: &RetryPlan) -> Result<
         e => internal(e),
     })?;
     Ok(
-        json!({ "chain": chain_label(c.id), "cwd": sub.cwd, "command": std::iter::once("sbatch".to_string()).chain(argv).collect::<Vec<_>>() }),
+        json!({ "chain": chain_label(c.id), "cwd": crate::osbytes::escape(&sub.cwd), "command": std::iter::once("sbatch".to_string()).chain(argv.iter().map(|a| crate::osbytes::escape(a).into_owned())).collect::<Vec<_>>() }),
     )
 }
 
@@ -85,7 +85,7 @@ pub fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Ha
     if r.confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
         return Err(usage("--confidence is a number between 0.0 and 1.0".into()));
     }
-    let chains = chains_for(engine, &r.id, uid)?;
+    let chains = chains_for(&engine.store, &r.id, uid)?;
     let extra = plan_from(
         &engine.config,
         r.mem.as_deref(),
@@ -201,7 +201,7 @@ pub fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Ha
 }
 
 pub fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Handled {
-    let chains = chains_for(engine, &r.id, uid)?;
+    let chains = chains_for(&engine.store, &r.id, uid)?;
     let extra = plan_from(
         &engine.config,
         r.mem.as_deref(),

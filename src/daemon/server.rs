@@ -1,17 +1,24 @@
-//! The control socket: one JSON request per connection, one JSON line back. Each
-//! request is handed to the daemon's loop with the caller's uid (from the socket's peer
-//! credentials, never from the request) and answered when the loop has handled it.
+//! The control socket: one JSON request per connection, one JSON line back.
+//!
+//! Each caller is identified by the socket's peer credentials (never by the request) and
+//! gets a bounded share: at most `limits.connections_per_user` connections at once, a
+//! request line of bounded size delivered within `limits.request_timeout`. Read requests
+//! are answered here, from a read-only store connection on a blocking thread, so they never
+//! wait for the daemon's loop; requests that change something go to the loop.
 
+use super::reads;
+use crate::config::LimitsConfig;
 use crate::protocol::{ErrorKind, Request, Response};
+use crate::store::Store;
+use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
-
-/// The largest request accepted; a script snapshot travels inside a submit request.
-pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
 
 /// A request on its way to the loop.
 pub struct Control {
@@ -51,53 +58,209 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// At most this many connections are served at once; more wait in the listen queue.
-const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once, all users together (each has its own smaller share).
+const MAX_CONNECTIONS: usize = 1024;
 
-/// A client must send its request within this time.
-const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A client must take its answer within this time.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Open connections per uid.
+type Counts = Arc<Mutex<HashMap<u32, usize>>>;
+
+/// One connection's place in the counts, given back when it ends.
+struct Slot {
+    counts: Counts,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().expect("counts lock");
+        if let Some(n) = c.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Takes a slot for `uid`, or says which limit is reached.
+fn take_slot(counts: &Counts, uid: u32, per_user: usize) -> Result<Slot, String> {
+    let mut c = counts.lock().expect("counts lock");
+    let total: usize = c.values().sum();
+    if total >= MAX_CONNECTIONS {
+        return Err(format!(
+            "the daemon is serving {total} connections; try again in a moment"
+        ));
+    }
+    let mine = c.entry(uid).or_insert(0);
+    if *mine >= per_user {
+        return Err(format!(
+            "you have {mine} connections open to the daemon, the most one user may have (limits.connections_per_user = {per_user}); close some and try again"
+        ));
+    }
+    *mine += 1;
+    Ok(Slot {
+        counts: counts.clone(),
+        uid,
+    })
+}
 
 /// Accepts connections until the loop goes away.
-pub async fn serve(listener: UnixListener, to_loop: mpsc::Sender<Control>) {
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+pub async fn serve(
+    listener: UnixListener,
+    to_loop: mpsc::Sender<Control>,
+    limits: LimitsConfig,
+    db_path: PathBuf,
+) {
+    let counts: Counts = Arc::default();
+    let limits = Arc::new(limits);
+    let db_path = Arc::new(db_path);
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
             Err(e) => {
                 warn!("control socket accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let tx = to_loop.clone();
+        if to_loop.is_closed() {
+            return;
+        }
+        let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else {
+            continue;
+        };
+        let slot = take_slot(&counts, uid, limits.connections_per_user);
+        let (tx, limits, db_path) = (to_loop.clone(), limits.clone(), db_path.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            if let Err(e) = connection(stream, tx).await {
+            let result = match slot {
+                Ok(slot) => connection(stream, uid, tx, &limits, &db_path, slot).await,
+                Err(why) => {
+                    debug!(uid, "connection refused: {why}");
+                    answer(stream, &Response::error(ErrorKind::Unavailable, why)).await
+                }
+            };
+            if let Err(e) = result {
                 debug!("control connection ended with an error: {e}");
             }
         });
     }
 }
 
-async fn connection(stream: UnixStream, to_loop: mpsc::Sender<Control>) -> std::io::Result<()> {
-    let uid = stream.peer_cred()?.uid();
+async fn answer(stream: UnixStream, response: &Response) -> std::io::Result<()> {
+    let (_, mut write) = stream.into_split();
+    write_answer(&mut write, response).await
+}
+
+async fn write_answer(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    response: &Response,
+) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(response).expect("responses serialize");
+    out.push(b'\n');
+    tokio::time::timeout(WRITE_TIMEOUT, async {
+        write.write_all(&out).await?;
+        write.shutdown().await
+    })
+    .await
+    .map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its answer",
+        )
+    })?
+}
+
+/// The longest a whole request may take to arrive, however big.
+const MAX_REQUEST_TIME: Duration = Duration::from_secs(60);
+
+/// Each MiB of request that has arrived gives the rest of it this much more time: a
+/// request must flow at 1 MiB/s at least, which any local client does many times over.
+const TIME_PER_MIB: Duration = Duration::from_secs(1);
+
+/// Reads one request line. Its first byte must come within `within`; from then on the
+/// line has `within` plus `TIME_PER_MIB` for each MiB that has arrived (never more than
+/// `MAX_REQUEST_TIME`): a client that trickles or stops holds its slot only briefly, a
+/// big script that flows has the time it needs.
+async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    within: Duration,
+) -> std::io::Result<()> {
+    let mut start = tokio::time::Instant::now();
+    let mut first = true;
+    loop {
+        let allowed =
+            (within + TIME_PER_MIB * (line.len() >> 20) as u32).min(MAX_REQUEST_TIME.max(within));
+        let buf = match tokio::time::timeout_at(start + allowed, reader.fill_buf()).await {
+            Err(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no complete request in time",
+                ))
+            }
+            Ok(b) => b?,
+        };
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if first {
+            start = tokio::time::Instant::now();
+            first = false;
+        }
+        let (used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..used]);
+        reader.consume(used);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+async fn connection(
+    stream: UnixStream,
+    uid: u32,
+    to_loop: mpsc::Sender<Control>,
+    limits: &LimitsConfig,
+    db_path: &Path,
+    _slot: Slot,
+) -> std::io::Result<()> {
+    let max = limits.max_request_bytes();
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
-    let mut reader = BufReader::new(read.take(MAX_REQUEST_BYTES + 1));
-    tokio::time::timeout(READ_TIMEOUT, reader.read_until(b'\n', &mut line))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request in time"))??;
-    let response = if line.len() as u64 > MAX_REQUEST_BYTES {
-        Response::error(
+    let mut reader = BufReader::new(read.take(max + 1));
+    let got = read_request(&mut reader, &mut line, limits.request_timeout.0).await;
+    let response = match got {
+        Err(why) if why.kind() == std::io::ErrorKind::TimedOut => Response::error(
             ErrorKind::Usage,
-            format!("request larger than {MAX_REQUEST_BYTES} bytes"),
-        )
-    } else {
-        match serde_json::from_slice::<Request>(&line) {
+            format!(
+                "{why} (limits.request_timeout = {:?})",
+                limits.request_timeout.0
+            ),
+        ),
+        Err(e) => return Err(e),
+        Ok(()) if line.len() as u64 > max => Response::error(
+            ErrorKind::Usage,
+            format!("request larger than {max} bytes (limits.max_script_size sets it)"),
+        ),
+        Ok(()) => match serde_json::from_slice::<Request>(&line) {
             Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
+            Ok(request) if reads::is_read(&request) => {
+                let db = db_path.to_path_buf();
+                tokio::task::spawn_blocking(move || match Store::open_reader(&db) {
+                    Ok(store) => {
+                        reads::handle(&store, &request, uid).expect("is_read requests are reads")
+                    }
+                    Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
+                })
+                .await
+                .unwrap_or_else(|e| Response::error(ErrorKind::Internal, e.to_string()))
+            }
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
                 if to_loop
@@ -112,14 +275,15 @@ async fn connection(stream: UnixStream, to_loop: mpsc::Sender<Control>) -> std::
                     Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
                 } else {
                     answer.await.unwrap_or_else(|_| {
-                        Response::error(ErrorKind::Internal, "the daemon dropped the request")
+                        Response::error(
+                            ErrorKind::Unavailable,
+                            "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
+                             (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`",
+                        )
                     })
                 }
             }
-        }
+        },
     };
-    let mut out = serde_json::to_vec(&response).expect("responses serialize");
-    out.push(b'\n');
-    write.write_all(&out).await?;
-    write.shutdown().await
+    write_answer(&mut write, &response).await
 }

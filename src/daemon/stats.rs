@@ -1,11 +1,9 @@
 //! `supervisorctl stats`: how recovery went, per chain and in total. Measured from the
 //! decision records, so it is as honest as they are.
 
-use super::engine::Engine;
-use super::requests::{chains_for, sees_all, Handled};
+use super::access::{chains_for, sees_all, Handled};
 use crate::model::{Action, ChainState};
-use crate::slurm::Slurm;
-use crate::store::chain_label;
+use crate::store::{chain_label, Store};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 
@@ -16,16 +14,14 @@ struct Counts {
     agent_retries: u32,
 }
 
-pub fn stats<S: Slurm>(engine: &Engine<S>, id: Option<&str>, uid: u32) -> Handled {
+pub fn stats(store: &Store, id: Option<&str>, uid: u32) -> Handled {
     let chains = match id {
-        Some(id) => chains_for(engine, id, uid)?,
-        None => engine
-            .store
-            .chains(if sees_all(uid) { None } else { Some(uid) })?,
+        Some(id) => chains_for(store, id, uid)?,
+        None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,
     };
     let wanted: HashSet<i64> = chains.iter().map(|c| c.id).collect();
     let mut counts: BTreeMap<i64, Counts> = BTreeMap::new();
-    for (chain, by_supervisor, action, n) in engine.store.decision_counts()? {
+    for (chain, by_supervisor, action, n) in store.decision_counts()? {
         if !wanted.contains(&chain) {
             continue;
         }

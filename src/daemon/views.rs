@@ -117,8 +117,8 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
         "attempts": history["attempts"],
         "decisions": history["decisions"],
         "submission": {
-            "argv": sub.argv,
-            "cwd": sub.cwd,
+            "argv": sub.argv.iter().map(|a| crate::osbytes::escape(a)).collect::<Vec<_>>(),
+            "cwd": crate::osbytes::escape(&sub.cwd),
             "script_name": sub.script_name,
             "script": sub.script.as_deref().map(|s| String::from_utf8_lossy(s).into_owned()),
         },

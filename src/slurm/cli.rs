@@ -108,7 +108,7 @@ impl SlurmCli {
     async fn run(
         &self,
         name: &str,
-        args: &[String],
+        args: &[impl AsRef<std::ffi::OsStr>],
         timeout: Duration,
         setup: impl FnOnce(&mut Command),
         stdin: Option<&[u8]>,
@@ -129,7 +129,8 @@ impl SlurmCli {
         setup(&mut cmd);
         // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
         // sbatch cannot create a job after the restarted daemon looked for its tag. The
-        // daemon runs on one thread (current_thread runtime), which PDEATHSIG watches.
+        // daemon's loop, which starts them, runs on the main thread for the process's life
+        // (PDEATHSIG watches the thread that forked).
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
@@ -189,7 +190,8 @@ impl SlurmCli {
             Ok::<_, std::io::Error>((Some(status), out, err))
         };
         let (status, stdout, stderr) = match tokio::time::timeout(timeout, collect).await {
-            Ok(r) => r.map_err(|source| SlurmError::Spawn {
+            // The command was started: whatever failed now, it may have done its work.
+            Ok(r) => r.map_err(|source| SlurmError::Io {
                 command: name.into(),
                 source,
             })?,
@@ -247,7 +249,9 @@ impl SlurmCli {
 /// be for them.
 fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
     let who = who.clone();
-    let cwd = cwd.and_then(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok());
+    // A path with a NUL byte cannot be entered: the child refuses to run rather than stay
+    // in the daemon's own directory.
+    let cwd = cwd.map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()));
     // SAFETY: initgroups/setgid/setuid/chdir are fine in a forked child; nothing here
     // allocates (the strings were made before the fork).
     unsafe {
@@ -258,10 +262,12 @@ fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
             {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(dir) = &cwd {
-                if libc::chdir(dir.as_ptr()) != 0 {
+            match &cwd {
+                Some(Ok(dir)) if libc::chdir(dir.as_ptr()) != 0 => {
                     return Err(std::io::Error::last_os_error());
                 }
+                Some(Err(_)) => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+                _ => {}
             }
             Ok(())
         });
@@ -312,13 +318,16 @@ fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
 
 impl Slurm for SlurmCli {
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
-        let env = req.env.clone();
-        let cwd = req.cwd.clone();
+        // The user's bytes go back to their raw form here (see `osbytes`).
+        use crate::osbytes::to_os;
+        let env: Vec<_> = req.env.iter().map(|(k, v)| (to_os(k), to_os(v))).collect();
+        let cwd = crate::osbytes::to_path(&req.cwd.to_string_lossy());
         let run_as = req.run_as.clone();
+        let argv: Vec<std::ffi::OsString> = req.argv.iter().map(|a| to_os(a)).collect();
         let ran = self
             .run(
                 "sbatch",
-                &req.argv,
+                &argv,
                 self.sbatch_timeout,
                 move |cmd| {
                     if let Some(who) = &run_as {
@@ -408,9 +417,9 @@ impl Slurm for SlurmCli {
         check_sacct(self.query("sacct", args).await?)
     }
 
-    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+    async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         let who = run_as.cloned();
-        let args = vec![job_id.to_string()];
+        let args = job_ids.to_vec();
         let ran = self
             .run(
                 "scancel",

@@ -766,19 +766,23 @@ impl Slurm for FakeSlurm {
         })
     }
 
-    async fn scancel(&self, job_id: &str, run_as: Option<&super::RunAs>) -> Result<(), SlurmError> {
+    async fn scancel(
+        &self,
+        job_ids: &[String],
+        run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
         let ids: Vec<String> = {
             let s = self.enter(Command::Scancel)?;
             s.jobs
                 .values()
-                .filter(|j| j.id == job_id || j.base_id() == job_id)
+                .filter(|j| job_ids.iter().any(|id| j.id == *id || j.base_id() == id))
                 .map(|j| j.id.clone())
                 .collect()
         };
         if ids.is_empty() {
             return Err(rejected(
                 Command::Scancel,
-                &format!("scancel: error: Invalid job id {job_id}"),
+                &format!("scancel: error: Invalid job id {}", job_ids.join(" ")),
             ));
         }
         // Slurm records who cancelled: the user it ran as, else the caller.
@@ -794,7 +798,7 @@ impl Slurm for FakeSlurm {
         } else {
             Err(rejected(
                 Command::Scancel,
-                &format!("scancel: error: Kill job error on job id {job_id}: Job/step already completing or completed"),
+                &format!("scancel: error: Kill job error on job id {}: Job/step already completing or completed", job_ids.join(" ")),
             ))
         }
     }

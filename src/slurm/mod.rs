@@ -77,6 +77,14 @@ pub enum SlurmError {
         #[source]
         source: std::io::Error,
     },
+    /// It was started, but reading its output or waiting for it failed: it may have
+    /// done its work.
+    #[error("{command} was started but could not be followed to its end: {source}")]
+    Io {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// It printed something that is not what it should print.
     #[error("{command} printed output that could not be understood: {message}")]
     Garbage { command: String, message: String },
@@ -93,7 +101,7 @@ impl SlurmError {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
             SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
-            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } => true,
+            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } | SlurmError::Io { .. } => true,
         }
     }
 }
@@ -116,8 +124,9 @@ pub trait Slurm {
         user: &str,
         since: i64,
     ) -> Result<Parsed<SacctRow>, SlurmError>;
-    /// Cancels a job (as `run_as`, when given).
-    async fn scancel(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError>;
+    /// Cancels jobs, in one call (as `run_as`, when given). Jobs that already ended are
+    /// not an error.
+    async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;
     /// `scontrol show job -o`: one job's record as key/value pairs.
     async fn show_job(
         &self,

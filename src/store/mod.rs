@@ -20,6 +20,22 @@ pub enum StoreError {
     Corrupt(String),
     #[error("state database schema version {found} is newer than this program knows ({known}); upgrade slurm-supervisor")]
     TooNew { found: i64, known: i64 },
+    #[error("{path} is not a healthy slurm-supervisor store: {why}; it was left as it is: restore it from a backup, or move it away to start with an empty store")]
+    NotAStore { path: String, why: String },
+}
+
+impl StoreError {
+    /// True when the database file itself is damaged: carrying on would only fail again.
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => matches!(
+                e.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ),
+            StoreError::NotAStore { .. } => true,
+            _ => false,
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -129,6 +145,9 @@ pub struct Launch {
     pub job_id: Option<String>,
     pub error: Option<String>,
     pub created_at: i64,
+    /// A first submission whose client has not been told it will be submitted: if its
+    /// sbatch is interrupted, it is never submitted later (only adopted if found).
+    pub unpromised: bool,
 }
 
 /// A decision record as stored.
@@ -336,6 +355,30 @@ fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Opt
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Records `decision` on a chain still in one of the `expect`ed states (compare-and-set
+/// inside the caller's transaction); false when it has moved on.
+fn decide_in(
+    tx: &Transaction,
+    chain_id: i64,
+    expect: &[ChainState],
+    decision: &NewDecision,
+    update: &ChainUpdate,
+    now: i64,
+) -> Result<bool> {
+    let (state, n): (String, u32) = tx.query_row(
+        "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
+        [chain_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let state: ChainState = parse_name(&state)?;
+    if !expect.contains(&state) {
+        return Ok(false);
+    }
+    insert_decision(tx, chain_id, n, None, now, decision)?;
+    update_chain(tx, chain_id, update, now)?;
+    Ok(true)
+}
+
 fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
@@ -354,9 +397,74 @@ fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> R
 
 impl Store {
     /// Opens (creating if needed) the store at `path` and brings its schema up to date.
+    /// A file that is there but is not a healthy store (empty, not SQLite, someone else's
+    /// database, damaged pages) is refused and left exactly as it is.
     pub fn open(path: &Path) -> Result<Store> {
+        Self::check_existing(path)?;
         let conn = Connection::open(path)?;
         Store::init(conn)
+    }
+
+    /// Checks a store file before anything writes to it: read-only, `quick_check`.
+    fn check_existing(path: &Path) -> Result<()> {
+        let not_a_store = |why: String| StoreError::NotAStore {
+            path: path.display().to_string(),
+            why,
+        };
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(not_a_store(format!("cannot be read ({e})"))),
+        };
+        if !meta.is_file() {
+            return Err(not_a_store("it is not a regular file".into()));
+        }
+        if meta.len() == 0 {
+            return Err(not_a_store("it is empty (0 bytes)".into()));
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| not_a_store(e.to_string()))?;
+        let check = || -> rusqlite::Result<(String, i64, i64)> {
+            let ok: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            let has_meta: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok((ok, version, has_meta))
+        };
+        match check() {
+            Err(e) => Err(not_a_store(e.to_string())),
+            Ok((ok, _, _)) if ok != "ok" => {
+                Err(not_a_store(format!("integrity check failed: {ok}")))
+            }
+            Ok((_, version, has_meta)) if version == 0 || has_meta == 0 => Err(not_a_store(
+                "it is an SQLite database, but not one this program made".into(),
+            )),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// A second, read-only connection to a running daemon's store, for answering read
+    /// requests beside the writer (WAL lets readers and the writer go on together).
+    pub fn open_reader(path: &Path) -> Result<Store> {
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.pragma_update(None, "query_only", true)?;
+        let instance: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .unwrap_or_default();
+        Ok(Store { conn, instance })
     }
 
     /// An in-memory store, for tests.
@@ -369,6 +477,9 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // After a checkpoint the write-ahead log is cut back to this size, so a burst of
+        // writes does not leave the disk holding a huge log.
+        conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let known = schema::MIGRATIONS.len() as i64;
         if version > known {
@@ -453,23 +564,26 @@ impl Store {
             submission_id,
             &members,
             now,
+            true,
             argv_for_tag,
         )?;
         tx.commit()?;
         Ok(launch)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert_launch(
         tx: &Transaction,
         instance: &str,
         submission_id: i64,
         members: &[(i64, u32, RetryPlan)],
         now: i64,
+        unpromised: bool,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
         tx.execute(
-            "INSERT INTO launches (submission_id, tag, argv, state, created_at) VALUES (?1, '', '[]', 'intent', ?2)",
-            params![submission_id, now],
+            "INSERT INTO launches (submission_id, tag, argv, state, created_at, unpromised) VALUES (?1, '', '[]', 'intent', ?2, ?3)",
+            params![submission_id, now, unpromised],
         )?;
         let id = tx.last_insert_rowid();
         let first = members
@@ -497,6 +611,7 @@ impl Store {
             job_id: None,
             error: None,
             created_at: now,
+            unpromised,
         })
     }
 
@@ -526,6 +641,7 @@ impl Store {
             submission_id,
             &members,
             now,
+            false,
             argv_for_tag,
         )?;
         tx.commit()?;
@@ -537,7 +653,7 @@ impl Store {
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
-            "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3 WHERE id = ?1",
+            "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
             params![launch_id, job_id, now],
         )?;
         for (chain, n, task) in launch_members(&tx, launch_id)? {
@@ -546,8 +662,8 @@ impl Store {
                 None => job_id.to_string(),
             };
             tx.execute(
-                "UPDATE attempts SET slurm_job_id = ?3, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
-                params![chain, n, jid, now],
+                "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
+                params![chain, n, jid, now, job_id],
             )?;
             tx.execute(
                 "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
@@ -612,18 +728,21 @@ impl Store {
         Ok(())
     }
 
-    /// Notes why a launch's sbatch gave no clear answer; the launch stays an intent.
-    pub fn note_launch_error(&mut self, launch_id: i64, error: &str) -> Result<()> {
+    /// Notes why a launch's sbatch gave no clear answer; the launch stays an intent. With
+    /// `promise`, a first submission's launch becomes one reconciliation will finish (its
+    /// client is about to be told so).
+    pub fn note_launch_error(&mut self, launch_id: i64, error: &str, promise: bool) -> Result<()> {
         self.conn.execute(
-            "UPDATE launches SET error = ?2 WHERE id = ?1 AND state = 'intent'",
-            params![launch_id, error],
+            "UPDATE launches SET error = ?2, unpromised = CASE WHEN ?3 THEN 0 ELSE unpromised END
+             WHERE id = ?1 AND state = 'intent'",
+            params![launch_id, error, promise],
         )?;
         Ok(())
     }
 
     pub fn launch(&self, id: i64) -> Result<Launch> {
         let raw = self.conn.query_row(
-            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at FROM launches WHERE id = ?1",
+            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at, unpromised FROM launches WHERE id = ?1",
             [id],
             |r| {
                 Ok((
@@ -635,6 +754,7 @@ impl Store {
                     r.get::<_, Option<String>>(5)?,
                     r.get::<_, Option<String>>(6)?,
                     r.get::<_, i64>(7)?,
+                    r.get::<_, bool>(8)?,
                 ))
             },
         )?;
@@ -652,6 +772,7 @@ impl Store {
             job_id: raw.5,
             error: raw.6,
             created_at: raw.7,
+            unpromised: raw.8,
         })
     }
 
@@ -722,6 +843,17 @@ impl Store {
         rows.map(|r| finish_chain(r?)).collect()
     }
 
+    /// How many unfinished chains (active, ready, pending_failed) a user has.
+    pub fn open_chains_of(&self, owner_uid: u32) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM chains c JOIN submissions s ON s.id = c.submission_id
+             WHERE s.owner_uid = ?1 AND c.state IN ('active', 'ready', 'pending_failed')",
+            )?
+            .query_row([owner_uid], |r| r.get(0))?)
+    }
+
     pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {
         let mut q = self.conn.prepare(&format!(
             "SELECT {CHAIN_COLS} FROM chains WHERE state = ?1 ORDER BY id"
@@ -740,19 +872,28 @@ impl Store {
 
     /// The chains a user-given id names: `c17` (a chain), `123` (a job, or every task of
     /// array 123), `123_4` (one task). Empty when nothing matches.
+    /// Every lookup is an exact, indexed match; an id that is not one of those forms
+    /// names nothing.
     pub fn resolve(&self, id: &str) -> Result<Vec<i64>> {
-        let id = id.trim();
-        if let Some(n) = id.strip_prefix('c').and_then(|n| n.parse::<i64>().ok()) {
-            let found: Option<i64> = self
-                .conn
-                .query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0))
-                .optional()?;
-            return Ok(found.into_iter().collect());
-        }
-        let mut q = self.conn.prepare(
-            "SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1 OR slurm_job_id LIKE ?1 || '\\_%' ESCAPE '\\' ORDER BY chain_id",
-        )?;
-        let rows = q.query_map([id], |r| r.get(0))?;
+        let sql = match crate::model::IdRef::parse(id) {
+            Err(_) => return Ok(Vec::new()),
+            Ok(crate::model::IdRef::Chain(n)) => {
+                let found: Option<i64> = self
+                    .conn
+                    .query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0))
+                    .optional()?;
+                return Ok(found.into_iter().collect());
+            }
+            Ok(crate::model::IdRef::Task(_)) => {
+                "SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1 ORDER BY chain_id"
+            }
+            Ok(crate::model::IdRef::Job(_)) => {
+                "SELECT chain_id FROM attempts WHERE slurm_job_id = ?1
+                 UNION SELECT chain_id FROM attempts WHERE slurm_base_id = ?1 ORDER BY chain_id"
+            }
+        };
+        let mut q = self.conn.prepare_cached(sql)?;
+        let rows = q.query_map([id.trim()], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -885,19 +1026,38 @@ impl Store {
         now: i64,
     ) -> Result<bool> {
         let tx = self.conn.transaction()?;
-        let (state, n): (String, u32) = tx.query_row(
-            "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
-            [chain_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        let state: ChainState = parse_name(&state)?;
-        if !expect.contains(&state) {
-            return Ok(false);
+        let done = decide_in(&tx, chain_id, expect, decision, update, now)?;
+        if done {
+            tx.commit()?;
         }
-        insert_decision(&tx, chain_id, n, None, now, decision)?;
-        update_chain(&tx, chain_id, update, now)?;
+        Ok(done)
+    }
+
+    /// Cancels several chains in one transaction: for each, its live attempt (if any) is
+    /// ended as CANCELLED and, if the chain is still in an `expect`ed state, its decision
+    /// recorded. Either all of it is recorded or none. Returns the chains changed.
+    pub fn cancel_chains(
+        &mut self,
+        items: &[(i64, Option<u32>, NewDecision)],
+        expect: &[ChainState],
+        update: &ChainUpdate,
+        now: i64,
+    ) -> Result<Vec<i64>> {
+        let tx = self.conn.transaction()?;
+        let mut done = Vec::new();
+        for (chain, live, decision) in items {
+            if let Some(n) = live {
+                tx.execute(
+                    "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+                    params![chain, n, now],
+                )?;
+            }
+            if decide_in(&tx, *chain, expect, decision, update, now)? {
+                done.push(*chain);
+            }
+        }
         tx.commit()?;
-        Ok(true)
+        Ok(done)
     }
 
     /// How many infrastructure failures (node_fail, boot_fail, transient endings) the

@@ -112,4 +112,20 @@ BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
 CREATE TRIGGER observations_no_update BEFORE UPDATE ON observations
 BEGIN SELECT RAISE(ABORT, 'observations are kept unchanged'); END;
 "#,
+    // 2: exact lookups by job id, and first submissions whose client is still owed an answer.
+    r#"
+-- The job id an attempt's id belongs to (`123` for `123_4`), so `status 123` finds every
+-- task of array 123 by an exact, indexed match.
+ALTER TABLE attempts ADD COLUMN slurm_base_id TEXT;
+UPDATE attempts SET slurm_base_id = CASE
+    WHEN instr(slurm_job_id, '_') > 0 THEN substr(slurm_job_id, 1, instr(slurm_job_id, '_') - 1)
+    ELSE slurm_job_id END
+  WHERE slurm_job_id IS NOT NULL;
+CREATE INDEX attempts_by_base_job ON attempts(slurm_base_id);
+
+-- 1 while the launch of a first submission has not been promised to its client: such a
+-- launch is never submitted later by reconciliation (the client may have been told it
+-- failed); a job it did create is found by its tag and adopted.
+ALTER TABLE launches ADD COLUMN unpromised INTEGER NOT NULL DEFAULT 0;
+"#,
 ];

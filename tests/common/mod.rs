@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod system;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -479,7 +480,7 @@ pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
 pub fn mcp_python() -> PathBuf {
     let p = std::env::var_os("SSV_MCP_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/ssv-mcp-venv/bin/python"));
+        .unwrap_or_else(|| PathBuf::from("/opt/ssv-mcp-venv/bin/python"));
     let ok = Command::new(&p)
         .args(["-c", "import mcp"])
         .output()
@@ -487,8 +488,8 @@ pub fn mcp_python() -> PathBuf {
     assert!(
         ok,
         "this test needs a Python with the official `mcp` package at {} (or set SSV_MCP_PYTHON); \
-         scripts/test makes one, or: python3 -m venv /tmp/ssv-mcp-venv && \
-         /tmp/ssv-mcp-venv/bin/pip install 'mcp>=2.3,<3'",
+         scripts/test makes one, or: /usr/bin/python3 -m venv /opt/ssv-mcp-venv && \
+         /opt/ssv-mcp-venv/bin/pip install 'mcp>=2.3,<3'",
         p.display()
     );
     p

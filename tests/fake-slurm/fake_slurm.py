@@ -8,10 +8,21 @@ State lives in state.json beside the links, under an flock. Tests drive it with
   ctl run JOB NODE                          mark a job RUNNING on NODE
   ctl lose JOB                              slurmctld forgets a running job (sacct still RUNNING)
   ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
+                                            (CMD@USER: only when run as USER, e.g. sbatch@bob)
   ctl dump                                  print the state
-Every sbatch call is appended to sbatch.log (one JSON line), so tests can count them.
+Every sbatch call is appended to sbatch.log (one JSON line), so tests can count them: its
+argv and cwd (as text, and byte-exact as hex), who ran it (uid, gid, user), the
+environment values whose names start with SSV_ (hex), and the batch script it was given
+(every argument that names a regular file, and stdin unless it is /dev/null): size,
+sha256 and the first 64 KiB (hex). Every call of every command is appended to calls.log.
+An sbatch whose environment has SSV_FAKE_SBATCH_SLEEP=<seconds> sleeps that long after
+logging the call, outside the state lock (a slow sbatch for one user only).
 """
-import fcntl, json, os, sys, time
+import fcntl, hashlib, json, os, pwd, stat, sys, time
+
+# Tests run the fake as several users (a root daemon runs sbatch as each job's owner):
+# everything it creates is shared.
+os.umask(0)
 
 HERE = os.path.dirname(os.path.abspath(sys.argv[0]))
 STATE = os.path.join(HERE, "state.json")
@@ -46,8 +57,15 @@ class Locked:
         self.f.close()
 
 
+def user():
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def misbehave(s, cmd):
-    mode = s["modes"].get(cmd, "ok")
+    mode = s["modes"].get(f"{cmd}@{user()}", s["modes"].get(cmd, "ok"))
     if mode == "down":
         if cmd == "sacct":
             sys.stderr.write("sacct: error: Problem talking to the database: Connection refused\n")
@@ -89,10 +107,79 @@ def expand_array(spec):
     return out
 
 
-def sbatch(args):
-    with Locked() as s:
+def hexb(b):
+    return b.hex()
+
+
+def text(b):
+    return b.decode("utf-8", "replace")
+
+
+def file_record(f, where):
+    h = hashlib.sha256()
+    head = b""
+    size = 0
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            break
+        if len(head) < 65536:
+            head += chunk[: 65536 - len(head)]
+        h.update(chunk)
+        size += len(chunk)
+    return {"where": where, "size": size, "sha256": h.hexdigest(), "head_hex": hexb(head)}
+
+
+def scripts_given(args):
+    out = []
+    for i, a in enumerate(args):
+        try:
+            # Never block on, or read, anything but a regular file.
+            fd = os.open(a, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                out.append(file_record(f, f"argv[{i}]"))
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        out.append(file_record(sys.stdin.buffer, "stdin"))
+    return out
+
+
+def log_sbatch(args):
+    bargs = [os.fsencode(a) for a in args]
+    cwd = os.getcwdb()
+    env = {text(k): hexb(v) for k, v in os.environb.items() if k.startswith(b"SSV_")}
+    rec = {
+        "argv": [text(a) for a in bargs],
+        "argv_hex": [hexb(a) for a in bargs],
+        "cwd": text(cwd),
+        "cwd_hex": hexb(cwd),
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "gid": os.getgid(),
+        "user": user(),
+        "env_hex": env,
+        "scripts": scripts_given(args),
+        "pid": os.getpid(),
+        "at": time.time(),
+    }
+    with open(LOCK, "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
         with open(os.path.join(HERE, "sbatch.log"), "a") as log:
-            log.write(json.dumps({"argv": args, "cwd": os.getcwd()}) + "\n")
+            log.write(json.dumps(rec) + "\n")
+
+
+def sbatch(args):
+    log_sbatch(args)
+    wait = os.environ.get("SSV_FAKE_SBATCH_SLEEP")
+    if wait:
+        time.sleep(float(wait))
+    with Locked() as s:
         mode = misbehave(s, "sbatch")
         if mode == "reject":
             sys.stderr.write("sbatch: error: invalid partition specified: nope\n")
@@ -100,7 +187,13 @@ def sbatch(args):
         jid = s["next_id"]
         s["next_id"] += 1
         array = opt(args, "array")
+        if array and len(expand_array(array)) > 100000:
+            # As MaxArraySize would: the fake does not build a million jobs.
+            sys.stderr.write("sbatch: error: Batch job submission failed: Invalid job array specification\n")
+            sys.exit(1)
         job = {
+            "name": opt(args, "job-name") or "",
+            "user": user(),
             "comment": opt(args, "comment") or "",
             "mem": opt(args, "mem") or "100M",
             "time": opt(args, "time") or "00:10:00",
@@ -195,6 +288,8 @@ def ctl(args):
 def main():
     name = os.path.basename(sys.argv[0])
     args = sys.argv[1:]
+    with open(os.path.join(HERE, "calls.log"), "a") as log:
+        log.write(json.dumps({"cmd": name, "uid": os.getuid(), "at": time.time()}) + "\n")
     if name == "fake_slurm.py":
         return ctl(args[1:]) if args and args[0] == "ctl" else sys.exit("usage: fake_slurm.py ctl ...")
     {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "sinfo": sinfo}[name](args)

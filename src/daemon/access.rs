@@ -1,0 +1,69 @@
+//! Who may see and act on what: the caller's uid (from the socket's peer credentials)
+//! against each chain's owner. Shared by every request handler, so nothing imports the
+//! dispatcher for it.
+
+use crate::model::IdRef;
+use crate::protocol::{ErrorKind, Response};
+use crate::store::{Chain, Store, StoreError};
+
+/// A request handler's answer: the JSON value, or the error response.
+pub type Handled = Result<serde_json::Value, Response>;
+
+pub fn internal(e: impl std::fmt::Display) -> Response {
+    Response::error(ErrorKind::Internal, e.to_string())
+}
+
+impl From<StoreError> for Response {
+    fn from(e: StoreError) -> Self {
+        internal(e)
+    }
+}
+
+/// Root and the daemon's own user see every chain; anyone else only their own.
+pub fn sees_all(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::getuid().as_raw()
+}
+
+/// Checks the form of a user-given id before anything is looked up.
+pub fn parse_id(id: &str) -> Result<IdRef, Response> {
+    IdRef::parse(id).map_err(|e| Response::error(ErrorKind::Usage, e))
+}
+
+/// The chains an id names that this caller may act on.
+pub fn chains_for(store: &Store, id: &str, uid: u32) -> Result<Vec<Chain>, Response> {
+    parse_id(id)?;
+    let ids = store.resolve(id)?;
+    if ids.is_empty() {
+        return Err(Response::error(
+            ErrorKind::NotFound,
+            format!(
+                "no chain or job {:?} is supervised here: see `supervisorctl status` for the ids",
+                id.trim()
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for i in ids {
+        if !sees_all(uid) && store.owner_of(i)? != uid {
+            return Err(Response::error(
+                ErrorKind::Forbidden,
+                format!("{} belongs to another user", id.trim()),
+            ));
+        }
+        out.extend(store.chain(i)?);
+    }
+    Ok(out)
+}
+
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// The actor recorded for a person's decision.
+pub fn actor(uid: u32) -> String {
+    format!("user:{}", user_name(uid))
+}

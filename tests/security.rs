@@ -1,0 +1,1835 @@
+//! Attacks on a root daemon in system-wide mode (issue 7), by real users alice and bob,
+//! with the fake Slurm. One test per numbered item of the issue, each run as the attack
+//! and asserting the fixed behaviour, plus the variations an attacker tries next.
+//!
+//! Needs root (the daemon runs as root and acts as alice and bob; users are created with
+//! `useradd -m` if missing). Run with `cargo test --test security -- --test-threads=8`.
+
+mod common;
+
+use common::fake::wait_until;
+use common::system::*;
+use common::*;
+use serde_json::{json, Value};
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------
+// Small helpers
+
+fn err_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn out_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A helper process run as a user, driven through its stdin and reporting JSON lines.
+struct Helper {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Helper {
+    fn start(mut cmd: Command) -> Helper {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Helper {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.stdout.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn json_line(&mut self) -> Value {
+        let l = self.line();
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("helper printed {l:?}: {e}"))
+    }
+
+    /// Closes its stdin (the signal to stop) and returns its last JSON line.
+    fn finish(mut self) -> Value {
+        drop(self.stdin.take());
+        let v = self.json_line();
+        let _ = self.child.wait();
+        v
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts that `user`'s `status` answers within `within`; returns how long it took.
+fn answers_quickly(sys: &System, user: &str, args: &[&str], within: Duration, during: &str) {
+    let t = sys.as_user_within(user, args, within.max(Duration::from_secs(10)));
+    match &t.output {
+        None => panic!(
+            "{user}'s `{}` got no answer within {:?} while {during}",
+            args.join(" "),
+            t.took
+        ),
+        Some(o) => {
+            assert!(
+                o.status.success(),
+                "{user}'s `{}` failed while {during} ({:?}): {}",
+                args.join(" "),
+                o.status.code(),
+                err_text(o)
+            );
+            assert!(
+                t.took <= within,
+                "{user}'s `{}` took {:?} (more than {within:?}) while {during}",
+                args.join(" "),
+                t.took
+            );
+        }
+    }
+}
+
+/// Every string inside a JSON value.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// The pending rows of `user`, by Slurm job id.
+fn pending_by_job(sys: &System, user: &str) -> std::collections::HashMap<String, Value> {
+    sys.json_as(user, &["pending", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["slurm_job_id"].as_str().unwrap_or("").to_string(),
+                r.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Whether a piece of evidence is absent (null or empty).
+fn absent(v: &Value) -> bool {
+    v.is_null() || v.as_str().is_some_and(|s| s.is_empty())
+}
+
+/// The request `supervisorctl submit -- <args>` sends, caught on a socket of our own.
+fn capture_submit(sys: &System, user: &str, args: &[&OsStr], cwd: &Path) -> Value {
+    use std::os::unix::net::UnixListener;
+    let dir = tempfile::Builder::new()
+        .prefix("capture-")
+        .tempdir_in(sys.root())
+        .unwrap();
+    chmod(dir.path(), 0o755);
+    let sock = dir.path().join("c.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    chmod(&sock, 0o666);
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = {:?}\nsocket = {:?}\n",
+            dir.path().join("state").display().to_string(),
+            sock.display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&cfg, 0o644);
+    let mut cmd = sys.user_command(user, &sys.ctl);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["submit", "--"])
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut conn, _) = loop {
+        match listener.accept() {
+            Ok(c) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "the client never connected");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    conn.set_nonblocking(false).unwrap();
+    let mut line = Vec::new();
+    BufReader::new(&conn).read_until(b'\n', &mut line).unwrap();
+    conn.write_all(b"{\"error\":{\"kind\":\"usage\",\"message\":\"captured\"}}\n")
+        .unwrap();
+    drop(conn);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", err_text(&out));
+    serde_json::from_slice(&line)
+        .unwrap_or_else(|e| panic!("the client sent {:?}: {e}", String::from_utf8_lossy(&line)))
+}
+
+/// A text field of a request as bytes: a JSON string, or an array of byte values.
+fn field_bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Array(a) if a.iter().all(Value::is_u64) => {
+            a.iter().map(|x| x.as_u64().unwrap() as u8).collect()
+        }
+        other => panic!(
+            "a request field is neither a string nor bytes (update this test to the protocol): {other}"
+        ),
+    }
+}
+
+/// `bytes` in the form `like` has (a string stays a string).
+fn same_form(like: &Value, bytes: &[u8]) -> Value {
+    match like {
+        Value::String(_) => Value::String(String::from_utf8(bytes.to_vec()).unwrap()),
+        _ => json!(bytes),
+    }
+}
+
+fn raw_json(sys: &System, user: &str, request: &Value) -> Value {
+    let mut line = serde_json::to_vec(request).unwrap();
+    line.push(b'\n');
+    let answer = sys.raw_request_as(user, &line);
+    serde_json::from_slice(&answer).unwrap_or_else(|e| {
+        panic!(
+            "the daemon answered {:?}: {e}",
+            String::from_utf8_lossy(&answer)
+        )
+    })
+}
+
+/// Seconds since the epoch, as the fake's logs have them.
+fn wall_clock() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn script(body: &str) -> Vec<u8> {
+    format!("#!/bin/bash\n{body}\n").into_bytes()
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 1: script snapshots
+
+/// Run as bob: opens every path it can (read-write if it may), then, until its stdin
+/// closes, reads each descriptor over and over; whatever is neither bob's own script nor
+/// his payload is recorded as seen, and replaced by his payload.
+const SNAPSHOT_THIEF: &str = r##"
+import json, os, sys, threading, time
+own = bytes.fromhex(sys.argv[1])
+EVIL = b"#!/bin/bash\necho bob was here; touch /tmp/ssv-owned-by-bob\n"
+fds = {}
+for p in sys.argv[2:]:
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            fds[p] = (os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK), flags == os.O_RDWR)
+            break
+        except OSError:
+            pass
+print(json.dumps({"opened": sorted(fds)}), flush=True)
+seen, changed, stop = [], [], False
+def attack():
+    while not stop:
+        for p, (fd, rw) in fds.items():
+            try:
+                data = os.pread(fd, 1 << 20, 0)
+            except OSError:
+                continue
+            if data and data != EVIL and data != own:
+                if data.hex() not in seen:
+                    seen.append(data.hex())
+                if rw:
+                    try:
+                        os.ftruncate(fd, 0)
+                        os.pwrite(fd, EVIL, 0)
+                        changed.append(p)
+                    except OSError:
+                        pass
+        time.sleep(0.0002)
+t = threading.Thread(target=attack)
+t.start()
+sys.stdin.read()
+stop = True
+t.join()
+print(json.dumps({"seen": seen, "changed": sorted(set(changed))}), flush=True)
+"##;
+
+/// Whether `user` can open `path` for reading.
+fn can_open(sys: &System, user: &str, path: &Path) -> bool {
+    sys.python_as(
+        user,
+        "import os,sys\nos.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)",
+    )
+    .arg(path)
+    .stderr(Stdio::null())
+    .status()
+    .unwrap()
+    .success()
+}
+
+#[test]
+fn item01_a_refused_submission_leaves_no_snapshot_for_its_owner_to_hold() {
+    let sys = System::start("", "");
+    let scripts_dir = sys.state_dir().join("scripts");
+    // bob's submission is refused by sbatch.
+    sys.fake.ctl(&["mode", "sbatch@bob", "reject"]);
+    let bob_script = script("echo bob's own job");
+    sys.write_as("bob", "job.sh", &bob_script);
+    let out = sys.as_user("bob", &["submit", "--", "job.sh"]);
+    assert!(!out.status.success(), "sbatch refused bob's submission");
+    let left_after_refusal = files_under(&scripts_dir);
+
+    // bob holds whatever he can open there: what is left, and the paths he can guess.
+    let mut candidates: Vec<PathBuf> = left_after_refusal.clone();
+    for n in 1..=20 {
+        candidates.push(scripts_dir.join(format!("L{n}")).join("job.sh"));
+    }
+    let mut cmd = sys.python_as("bob", SNAPSHOT_THIEF);
+    cmd.arg(hex(&bob_script)).args(&candidates);
+    let mut thief = Helper::start(cmd);
+    let opened = thief.json_line();
+
+    // alice submits a script of the same name, twice; the second sbatch is slow, so a
+    // snapshot (if any) exists while bob looks for it.
+    let alice_script = script("echo alice secret 7f3a; ./train --data /home/alice/private");
+    sys.write_as("alice", "job.sh", &alice_script);
+    sys.submit_as("alice", &["job.sh"]);
+    let left_after_alice = files_under(&scripts_dir);
+    let mut slow = sys.ctl_command("alice", &["submit", "--", "job.sh"]);
+    slow.env("SSV_FAKE_SBATCH_SLEEP", "3")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let slow = slow.spawn().unwrap();
+    wait_until("alice's second sbatch", Duration::from_secs(30), || {
+        sys.sbatch_calls_of("alice").len() == 2
+    });
+    let during: Vec<(PathBuf, bool)> = files_under(&scripts_dir)
+        .into_iter()
+        .map(|p| {
+            let ok = can_open(&sys, "bob", &p);
+            (p, ok)
+        })
+        .collect();
+    let placement: Vec<String> = files_under(&scripts_dir)
+        .iter()
+        .filter_map(|p| {
+            let dir = p.parent()?.metadata().ok()?;
+            (dir.uid() != 0 || dir.mode() & 0o022 != 0).then(|| {
+                format!(
+                    "{} (folder uid {}, mode {:o})",
+                    p.display(),
+                    dir.uid(),
+                    dir.mode()
+                )
+            })
+        })
+        .collect();
+    let slow = slow.wait_with_output().unwrap();
+    assert!(slow.status.success(), "{}", err_text(&slow));
+    let left_at_end = files_under(&scripts_dir);
+    let stolen = thief.finish();
+
+    // alice's sbatch read alice's bytes, every time.
+    let calls = sys.sbatch_calls_of("alice");
+    assert_eq!(calls.len(), 2);
+    for c in &calls {
+        let given: Vec<&Value> = c["scripts"].as_array().unwrap().iter().collect();
+        assert!(
+            !given.is_empty(),
+            "the fake sbatch was given no script it could read: {c:#}"
+        );
+        for s in given {
+            assert_eq!(
+                s["head_hex"].as_str().unwrap(),
+                hex(&alice_script),
+                "alice's sbatch did not run alice's script (bob's thief: {stolen}): {c:#}"
+            );
+        }
+    }
+    // bob neither saw nor changed alice's script through a descriptor of his.
+    assert!(
+        stolen["seen"].as_array().unwrap().is_empty() && stolen["changed"].as_array().unwrap().is_empty(),
+        "bob read alice's script through descriptors he opened ({opened}) after his refused submission: {stolen}"
+    );
+    assert!(
+        during.iter().all(|(_, ok)| !ok),
+        "bob could open alice's snapshot during her sbatch: {during:?}"
+    );
+    assert!(
+        placement.is_empty(),
+        "snapshots in folders others can write: {placement:?}"
+    );
+    // No snapshot is left once sbatch has answered, whatever it answered.
+    assert!(
+        left_after_refusal.is_empty(),
+        "bob's refused submission left {left_after_refusal:?}"
+    );
+    assert!(left_after_alice.is_empty(), "left {left_after_alice:?}");
+    assert!(left_at_end.is_empty(), "left {left_at_end:?}");
+    // bob can plant nothing where the daemon keeps its snapshots.
+    for d in [sys.state_dir(), scripts_dir.clone()] {
+        let planted = sys
+            .python_as(
+                "bob",
+                "import os,sys\nos.mkdir(os.path.join(sys.argv[1], 'L99'))",
+            )
+            .arg(&d)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            !planted.success(),
+            "bob could create a folder in {}",
+            d.display()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 2: output paths the daemon reads as evidence
+
+/// A new pseudo-terminal whose slave belongs to `owner`: (master, slave path).
+fn open_pty(owner: &str) -> (std::fs::File, PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on a descriptor we own; the name buffer is ours.
+    unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut buf = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, buf.as_mut_ptr(), buf.len()), 0);
+        let name = std::ffi::CStr::from_ptr(buf.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_string();
+        let master = std::fs::File::from_raw_fd(fd);
+        chown(Path::new(&name), owner);
+        (master, PathBuf::from(name))
+    }
+}
+
+/// The daemon is still running, and keeps running for a moment (signals are delivered
+/// asynchronously).
+fn still_running(sys: &mut System, tty: i64, after: &str) {
+    for _ in 0..10 {
+        if let Some(st) = sys.alive() {
+            panic!(
+                "the daemon exited ({st}) after {after}; its controlling terminal was tty_nr {tty} \
+                 (0: none); log tail:\n{}",
+                tail(&sys.d.log(), 20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn item02_a_terminal_as_output_never_becomes_the_daemons() {
+    let mut sys = System::start("", "");
+    let pid = sys.pid();
+    assert_eq!(
+        tty_nr(pid),
+        0,
+        "started without a terminal, as under systemd"
+    );
+    let (mut bob_master, bob_pts) = open_pty("bob");
+    // The same through another user's terminal (bob cannot type on it, alice can).
+    let (mut alice_master, alice_pts) = open_pty("alice");
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let bob_pts_s = bob_pts.display().to_string();
+    let alice_pts_s = alice_pts.display().to_string();
+    let j1 = sys.submit_as("bob", &["-o", &bob_pts_s, "-e", &bob_pts_s, "job.sh"]);
+    let j2 = sys.submit_as(
+        "bob",
+        &[
+            &format!("--output={alice_pts_s}"),
+            &format!("--error={bob_pts_s}"),
+            "job.sh",
+        ],
+    );
+    let j3 = sys.submit_as(
+        "bob",
+        &["--error=/dev/tty", "--output=/dev/console", "job.sh"],
+    );
+    for j in [&j1, &j2, &j3] {
+        sys.fake.ctl(&["finish", j, "FAILED", "1:0"]);
+    }
+    for j in [&j1, &j2, &j3] {
+        sys.d
+            .wait_state(j, "pending_failed", Duration::from_secs(30));
+    }
+    let tty_after_evidence = tty_nr(pid);
+    // bob types ^C on his terminal, alice on hers; then both close them.
+    bob_master.write_all(b"\x03").unwrap();
+    alice_master.write_all(b"\x03").unwrap();
+    still_running(
+        &mut sys,
+        tty_after_evidence,
+        "bob typed ^C on the terminal he gave as his job's output",
+    );
+    drop(bob_master);
+    drop(alice_master);
+    still_running(
+        &mut sys,
+        tty_after_evidence,
+        "bob closed the terminal he gave as his job's output",
+    );
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob's terminals were closed",
+    );
+    assert_eq!(
+        tty_after_evidence, 0,
+        "reading bob's job output made {bob_pts_s} (or {alice_pts_s}) the daemon's controlling terminal"
+    );
+    assert_eq!(tty_nr(pid), 0);
+    for (j, row) in pending_by_job(&sys, "bob") {
+        let ev = &row["evidence"];
+        assert!(
+            absent(&ev["stderr_tail"]) && absent(&ev["stdout_tail"]),
+            "evidence of {j} read from a terminal: {ev:#}"
+        );
+    }
+}
+
+/// Run as bob: opens a FIFO read-write (so it never blocks) and puts data in it, so a
+/// reader would find something; holds it until stdin closes.
+const FIFO_FEEDER: &str = r##"
+import json, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_NONBLOCK)
+os.write(fd, b"FIFO-DATA-READ-BY-DAEMON\n")
+print(json.dumps({"ok": True}), flush=True)
+sys.stdin.read()
+print(json.dumps({"ok": True}), flush=True)
+"##;
+
+#[test]
+fn item02_device_files_fifos_and_links_as_output_are_never_read() {
+    let sys = System::start("", "");
+    let bob = sys.home("bob");
+    let alice = sys.home("alice");
+    sys.write_as("alice", "secret.txt", b"ALICE-SECRET-1\n");
+    let root_file = sys.root().join("root-secret.txt");
+    std::fs::write(&root_file, "ROOT-SECRET-2\n").unwrap();
+    chmod(&root_file, 0o600);
+    std::fs::hard_link(&root_file, bob.join("root-link")).unwrap();
+    std::os::unix::fs::symlink(alice.join("secret.txt"), bob.join("alice-link")).unwrap();
+    chown(&bob.join("alice-link"), "bob");
+    std::os::unix::fs::symlink(&alice, bob.join("via")).unwrap();
+    chown(&bob.join("via"), "bob");
+    nix::unistd::mkfifo(
+        &bob.join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    chown(&bob.join("fifo"), "bob");
+    sys.write_as("bob", "own.txt", b"BOB-OWN-OUTPUT\n");
+    let mut cmd = sys.python_as("bob", FIFO_FEEDER);
+    cmd.arg(bob.join("fifo"));
+    let mut feeder = Helper::start(cmd);
+    feeder.json_line();
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+
+    let p = |n: &str| bob.join(n).display().to_string();
+    let cases: Vec<(&str, String)> = vec![
+        ("/dev/zero", "/dev/zero".into()),
+        ("/dev/urandom", "/dev/urandom".into()),
+        ("/dev/stderr", "/dev/stderr".into()),
+        ("/proc/self/environ", "/proc/self/environ".into()),
+        ("a FIFO holding data", p("fifo")),
+        ("a symlink to alice's file", p("alice-link")),
+        ("a hard link to root's file", p("root-link")),
+        (
+            "a path through a symlink to alice's folder",
+            format!("{}/secret.txt", p("via")),
+        ),
+        ("bob's own file (control)", p("own.txt")),
+    ];
+    let mut jobs = Vec::new();
+    for (what, path) in &cases {
+        let j = sys.submit_as("bob", &["-o", path, "-e", path, "job.sh"]);
+        jobs.push((j, *what));
+    }
+    for (j, _) in &jobs {
+        sys.fake.ctl(&["finish", j, "FAILED", "1:0"]);
+    }
+    for (j, _) in &jobs {
+        sys.d
+            .wait_state(j, "pending_failed", Duration::from_secs(30));
+    }
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob's odd outputs were judged",
+    );
+    let rows = pending_by_job(&sys, "bob");
+    for (j, what) in &jobs {
+        let ev = &rows[j]["evidence"];
+        let err = ev["stderr_tail"].as_str().unwrap_or("");
+        if what.contains("control") {
+            assert!(
+                err.contains("BOB-OWN-OUTPUT"),
+                "bob's own output is evidence: {ev:#}"
+            );
+            continue;
+        }
+        assert!(
+            absent(&ev["stderr_tail"]) && absent(&ev["stdout_tail"]),
+            "{what} was read as evidence of {j}: {ev:#}"
+        );
+    }
+    assert_eq!(tty_nr(sys.pid()), 0);
+    feeder.finish();
+}
+
+/// Run as bob: swaps what his output paths are, as fast as it can, until stdin closes:
+/// `out.txt` is his own file, a symlink to alice's secret, or a FIFO; `sub` is a symlink
+/// to his own folder or to alice's.
+const SWAPPER: &str = r##"
+import json, os, sys, threading
+d, secret, alice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+own_dir = os.path.join(d, "own")
+P, D, T = os.path.join(d, "out.txt"), os.path.join(d, "sub"), os.path.join(d, ".tmp")
+stop = False
+def watch():
+    global stop
+    sys.stdin.read()
+    stop = True
+threading.Thread(target=watch, daemon=True).start()
+print(json.dumps({"ok": True}), flush=True)
+n = 0
+while not stop:
+    for make in (
+        lambda: open(T, "w").write("BOB-OK\n"),
+        lambda: os.symlink(secret, T),
+        lambda: os.mkfifo(T),
+    ):
+        try:
+            os.unlink(T)
+        except FileNotFoundError:
+            pass
+        make()
+        os.rename(T, P)
+    for target in (own_dir, alice_dir):
+        try:
+            os.unlink(T)
+        except FileNotFoundError:
+            pass
+        os.symlink(target, T)
+        os.rename(T, D)
+    n += 1
+print(json.dumps({"rounds": n}), flush=True)
+"##;
+
+#[test]
+fn item02_an_output_path_swapped_between_check_and_use_is_never_followed() {
+    let sys = System::start("", "");
+    let bob = sys.home("bob");
+    let alice = sys.home("alice");
+    sys.write_as("alice", "out.txt", b"ALICE-SECRET-3\n");
+    std::fs::create_dir(bob.join("own")).unwrap();
+    chown(&bob.join("own"), "bob");
+    let own_out = bob.join("own").join("out.txt");
+    std::fs::write(&own_out, "BOB-OK\n").unwrap();
+    chown(&own_out, "bob");
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let out = bob.join("out.txt").display().to_string();
+    let through = bob.join("sub").join("out.txt").display().to_string();
+    let mut jobs = Vec::new();
+    for i in 0..16 {
+        let path = if i % 2 == 0 { &out } else { &through };
+        jobs.push(sys.submit_as("bob", &["-o", path, "job.sh"]));
+    }
+    let mut cmd = sys.python_as("bob", SWAPPER);
+    cmd.arg(&bob).arg(alice.join("out.txt")).arg(&alice);
+    let mut swapper = Helper::start(cmd);
+    swapper.json_line();
+    for j in &jobs {
+        sys.fake.ctl(&["finish", j, "FAILED", "1:0"]);
+    }
+    for j in &jobs {
+        sys.d
+            .wait_state(j, "pending_failed", Duration::from_secs(60));
+    }
+    let rounds = swapper.finish();
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob swapped his outputs",
+    );
+    let rows = pending_by_job(&sys, "bob");
+    for j in &jobs {
+        let ev = &rows[j]["evidence"];
+        for k in ["stderr_tail", "stdout_tail"] {
+            let s = ev[k].as_str().unwrap_or("");
+            assert!(
+                s.is_empty() || s.trim() == "BOB-OK",
+                "{j}'s {k} is {s:?} (swapper: {rounds}): only bob's own file may be read"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 3: one user starving everyone
+
+/// Run as bob: keeps `want` connections open without sending anything, reopening each
+/// as the daemon closes it, until stdin closes; reports what the daemon said.
+const IDLER: &str = r##"
+import json, selectors, socket, sys, threading, time
+path, want = sys.argv[1], int(sys.argv[2])
+sel = selectors.DefaultSelector()
+n_open, closed, lines, errors, stop = 0, 0, {}, {}, False
+def watch():
+    global stop
+    sys.stdin.read()
+    stop = True
+threading.Thread(target=watch, daemon=True).start()
+def connect():
+    global n_open
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+    except OSError as e:
+        s.close()
+        errors[e.strerror] = errors.get(e.strerror, 0) + 1
+        return False
+    sel.register(s, selectors.EVENT_READ)
+    n_open += 1
+    return True
+t0, ready = time.time(), False
+while not stop:
+    while n_open < want and not stop:
+        if not connect():
+            break
+    if not ready and (n_open >= want or time.time() - t0 > 3):
+        print(json.dumps({"open": n_open}), flush=True)
+        ready = True
+    for key, _ in sel.select(timeout=0.05):
+        s = key.fileobj
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b""
+        if data:
+            l = data.decode(errors="replace").strip()[:300]
+            lines[l] = lines.get(l, 0) + 1
+        sel.unregister(s)
+        s.close()
+        n_open -= 1
+        closed += 1
+print(json.dumps({"open": n_open, "closed": closed, "lines": lines, "errors": errors}), flush=True)
+"##;
+
+#[test]
+fn item03_idle_connections_of_one_user_do_not_delay_another() {
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    let mut cmd = sys.python_as("bob", IDLER);
+    cmd.arg(&sys.socket).arg("600");
+    let mut idler = Helper::start(cmd);
+    let started = idler.json_line();
+    for _ in 0..3 {
+        answers_quickly(
+            &sys,
+            "alice",
+            &["status", "--json"],
+            Duration::from_secs(2),
+            &format!("bob held idle connections ({started})"),
+        );
+    }
+    let t = run_within(
+        sys.ctl_command("alice", &["submit", "--", "job.sh"]),
+        Duration::from_secs(30),
+    );
+    let report = idler.finish();
+    let o = t.output.unwrap_or_else(|| {
+        panic!(
+            "alice's submit got no answer within 30s while bob held 600 idle connections: {report}"
+        )
+    });
+    assert!(o.status.success(), "{}", err_text(&o));
+    assert!(
+        t.took < Duration::from_secs(5),
+        "alice's submit took {:?} while bob held 600 idle connections",
+        t.took
+    );
+    let said: Vec<&String> = report["lines"].as_object().unwrap().keys().collect();
+    assert!(
+        said.iter().any(|l| l.contains("limits.connections_per_user")),
+        "bob's connections over the limit are told so, naming limits.connections_per_user: {report}"
+    );
+}
+
+/// Run as bob: one connection that sends a byte at a time (never a newline), and one that
+/// sends 100 MB without a newline; reports how long the daemon kept each.
+const SLOW_AND_FAT: &str = r##"
+import json, socket, sys, time
+path = sys.argv[1]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(path)
+t0 = time.time()
+slow = None
+while time.time() - t0 < 30:
+    try:
+        s.send(b"{")
+    except OSError:
+        slow = time.time() - t0
+        break
+    s.settimeout(0.3)
+    try:
+        if s.recv(4096) == b"":
+            slow = time.time() - t0
+            break
+        slow = time.time() - t0
+        break
+    except socket.timeout:
+        pass
+f = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+f.connect(path)
+f.settimeout(30)
+sent, chunk = 0, b"x" * (1 << 20)
+try:
+    while sent < (100 << 20):
+        f.sendall(chunk)
+        sent += len(chunk)
+except OSError:
+    pass
+answer = b""
+try:
+    answer = f.recv(4096)
+except OSError:
+    pass
+print(json.dumps({"slow_closed_after": slow, "fat_sent": sent, "fat_answer": answer.decode(errors="replace")}), flush=True)
+"##;
+
+#[test]
+fn item03_slow_and_oversized_requests_are_cut_off() {
+    let sys = System::start("", "");
+    let mut cmd = sys.python_as("bob", SLOW_AND_FAT);
+    cmd.arg(&sys.socket);
+    let mut h = Helper::start(cmd);
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob trickled a request",
+    );
+    let r = h.json_line();
+    let slow = r["slow_closed_after"].as_f64();
+    assert!(
+        slow.is_some_and(|s| s < 8.0),
+        "a connection that never finishes its request line is closed after limits.request_timeout (5s): {r}"
+    );
+    assert!(
+        r["fat_sent"].as_u64().unwrap() < 100 << 20,
+        "a 100 MB request line is cut off before it is all read: {r}"
+    );
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob sent a huge request",
+    );
+}
+
+#[test]
+fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let slow_submit = || {
+        let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+        c.env("SSV_FAKE_SBATCH_SLEEP", "40")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    let mut slow = vec![slow_submit()];
+    wait_until("bob's sbatch to start", Duration::from_secs(20), || {
+        sys.sbatch_calls_of("bob").len() == 1
+    });
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob's sbatch hung",
+    );
+    answers_quickly(
+        &sys,
+        "alice",
+        &["submit", "--", "job.sh"],
+        Duration::from_secs(5),
+        "bob's sbatch hung",
+    );
+    // Four of bob's submissions may wait on sbatch at once; the fifth is told to come back.
+    for _ in 0..3 {
+        slow.push(slow_submit());
+    }
+    let four = || sys.sbatch_calls_of("bob").len() == 4;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !four() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        four(),
+        "four of bob's sbatch calls run at once ({} started)",
+        sys.sbatch_calls_of("bob").len()
+    );
+    let mut fifth = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+    fifth.env("SSV_FAKE_SBATCH_SLEEP", "40");
+    let t = run_within(fifth, Duration::from_secs(10));
+    let o = t.output.expect("bob's fifth submit is answered at once");
+    assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
+    assert!(
+        err_text(&o).contains("limits.submits_in_flight_per_user"),
+        "{}",
+        err_text(&o)
+    );
+    assert_eq!(
+        sys.sbatch_calls_of("bob").len(),
+        4,
+        "the fifth never reached sbatch"
+    );
+    answers_quickly(
+        &sys,
+        "alice",
+        &["status", "--json"],
+        Duration::from_secs(2),
+        "bob had four sbatch calls hanging",
+    );
+    for mut c in slow {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn item03_a_huge_array_is_refused_at_once_and_stores_nothing() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    sys.write_as(
+        "bob",
+        "arr.sh",
+        &script("#SBATCH --array=0-999999\necho hi"),
+    );
+    let before = disk_usage(&sys.state_dir());
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        (vec!["--array=0-999999", "job.sh"], vec![]),
+        (vec!["-a", "0-999999%4", "job.sh"], vec![]),
+        (vec!["--array=0-9999,10000-20000", "job.sh"], vec![]),
+        (vec!["--array=1-4000000:2", "job.sh"], vec![]),
+        (vec!["job.sh"], vec![("SBATCH_ARRAY_INX", "0-999999")]),
+        (vec!["arr.sh"], vec![]),
+    ];
+    for (i, (args, env)) in cases.iter().enumerate() {
+        let mut all = vec!["submit", "--"];
+        all.extend_from_slice(args);
+        let mut cmd = sys.ctl_command("bob", &all);
+        cmd.envs(env.iter().copied());
+        let bob = std::thread::scope(|s| {
+            let h = s.spawn(|| run_within(cmd, Duration::from_secs(60)));
+            if i == 0 {
+                answers_quickly(
+                    &sys,
+                    "alice",
+                    &["status", "--json"],
+                    Duration::from_secs(2),
+                    "bob submitted a million-task array",
+                );
+            }
+            h.join().unwrap()
+        });
+        let o = bob
+            .output
+            .unwrap_or_else(|| panic!("{args:?} {env:?}: no answer within 60s"));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?} {env:?} is refused as too large ({:?}): {}",
+            bob.took,
+            err_text(&o)
+        );
+        assert!(
+            err_text(&o).contains("limits.max_array_tasks"),
+            "{}",
+            err_text(&o)
+        );
+        assert!(
+            bob.took < Duration::from_secs(3),
+            "{args:?} took {:?}",
+            bob.took
+        );
+    }
+    assert!(sys.sbatch_calls_of("bob").is_empty(), "sbatch never ran");
+    let grown = disk_usage(&sys.state_dir()).saturating_sub(before);
+    assert!(grown < 5 << 20, "the state directory grew by {grown} bytes");
+    // A reasonable array is fine.
+    sys.submit_as("bob", &["--array=0-9%2", "job.sh"]);
+}
+
+#[test]
+fn item03_open_chains_per_user_are_capped() {
+    let sys = System::start("", "[limits]\nmax_open_chains_per_user = 3\n");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    let jobs: Vec<String> = (0..3).map(|_| sys.submit_as("bob", &["job.sh"])).collect();
+    let o = sys.as_user("bob", &["submit", "--", "job.sh"]);
+    assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
+    assert!(
+        err_text(&o).contains("limits.max_open_chains_per_user"),
+        "{}",
+        err_text(&o)
+    );
+    let o = sys.as_user("bob", &["submit", "--", "--array=0-1", "job.sh"]);
+    assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
+    assert_eq!(sys.sbatch_calls_of("bob").len(), 3);
+    // Someone else is not affected, and a finished chain frees a place.
+    sys.submit_as("alice", &["job.sh"]);
+    assert!(sys.as_user("bob", &["cancel", &jobs[0]]).status.success());
+    sys.submit_as("bob", &["job.sh"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 4: disk fill
+
+/// 15 MB: a script of NUL bytes travels as two characters a byte in today's request.
+fn big_script() -> Vec<u8> {
+    let mut s = script("echo big");
+    s.resize(15_000_000, 0);
+    s
+}
+
+#[test]
+fn item04_oversized_scripts_are_refused_without_filling_the_disk() {
+    let sys = System::start("", "");
+    sys.fake.ctl(&["mode", "sbatch@bob", "reject"]);
+    sys.write_as("bob", "big.sh", &big_script());
+    sys.write_as("bob", "small.sh", &script("echo small"));
+    let before = disk_usage(&sys.state_dir());
+    for i in 0..10 {
+        let o = sys.as_user("bob", &["submit", "--", "big.sh"]);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "submission {i} of a 15 MB script: {}",
+            err_text(&o)
+        );
+        assert!(
+            err_text(&o).contains("limits.max_script_size"),
+            "{}",
+            err_text(&o)
+        );
+    }
+    // Through the socket, without supervisorctl's help, a script over the limit that fits
+    // in a request: the daemon itself refuses it.
+    let mut req = capture_submit(&sys, "bob", &[OsStr::new("small.sh")], &sys.home("bob"));
+    let mut over = script("echo over");
+    over.resize(5_000_000, 0);
+    let bytes: Vec<Value> = over.into_iter().map(|b| json!(b)).collect();
+    // supervisorctl sends base64; the daemon reads an array of byte values too.
+    assert!(req["script"].is_string(), "{req}");
+    req["script"] = Value::Array(bytes);
+    let answer = raw_json(&sys, "bob", &req);
+    assert_eq!(answer["error"]["kind"], "usage", "{answer}");
+    assert!(
+        answer.to_string().contains("limits.max_script_size"),
+        "{answer}"
+    );
+    let grown = disk_usage(&sys.state_dir()).saturating_sub(before);
+    assert!(grown < 5 << 20, "the state directory grew by {grown} bytes");
+    assert!(files_under(&sys.state_dir().join("scripts")).is_empty());
+}
+
+#[test]
+fn item04_refused_large_scripts_leave_nothing_behind() {
+    let sys = System::start("", "[limits]\nmax_script_size = \"20M\"\n");
+    sys.fake.ctl(&["mode", "sbatch@bob", "reject"]);
+    sys.write_as("bob", "big.sh", &big_script());
+    let before = disk_usage(&sys.state_dir());
+    for i in 0..10 {
+        let o = sys.as_user("bob", &["submit", "--", "big.sh"]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "submission {i}: sbatch refused it: {}",
+            err_text(&o)
+        );
+        let left = files_under(&sys.state_dir().join("scripts"));
+        assert!(left.is_empty(), "submission {i} left {left:?}");
+    }
+    assert_eq!(sys.sbatch_calls_of("bob").len(), 10);
+    let grown = disk_usage(&sys.state_dir()).saturating_sub(before);
+    // At most what one refused submission needs while it is tried, never ten of them.
+    // (SQLite reuses the pages a discarded submission freed; WAL and free pages may hold
+    // about one or two scripts' worth.)
+    assert!(
+        grown < 64 << 20,
+        "the state directory grew by {grown} bytes for ten refused 15 MB scripts"
+    );
+    assert!(sys
+        .d
+        .json(&["status", "--json"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 5: one state directory, one daemon
+
+#[test]
+fn item05_a_second_daemon_on_the_same_state_dir_refuses_to_start() {
+    let mut sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    let first = sys.pid();
+    let text = std::fs::read_to_string(&sys.d.config).unwrap();
+    let link = sys.root().join("state-link");
+    std::os::unix::fs::symlink(sys.state_dir(), &link).unwrap();
+    for (n, state) in [(2, sys.state_dir()), (3, link.clone())] {
+        let cfg = sys.root().join(format!("second-{n}.toml"));
+        std::fs::write(
+            &cfg,
+            text.replace(
+                &sys.socket.display().to_string(),
+                &sys.root()
+                    .join("run")
+                    .join(format!("second-{n}.sock"))
+                    .display()
+                    .to_string(),
+            )
+            .replace(
+                &format!("state_dir = {:?}", sys.state_dir().display().to_string()),
+                &format!("state_dir = {:?}", state.display().to_string()),
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(DAEMON);
+        cmd.arg("--config").arg(&cfg).current_dir("/");
+        let t = run_within(cmd, Duration::from_secs(15));
+        let o = t.output.unwrap_or_else(|| {
+            panic!(
+                "a second daemon on {} (socket second-{n}.sock) was still running after 15s",
+                state.display()
+            )
+        });
+        assert!(!o.status.success(), "{}", err_text(&o));
+        assert!(
+            err_text(&o).contains(&first.to_string()),
+            "the refusal names the running daemon's pid {first}: {}",
+            err_text(&o)
+        );
+    }
+    // The first keeps working, and a retry is submitted once.
+    assert!(sys.alive().is_none());
+    sys.fake.ctl(&["finish", &job, "NODE_FAIL", "0:0"]);
+    wait_until("the retry", Duration::from_secs(30), || {
+        sys.d.status(&job)[0]["attempts"] == 2
+    });
+    // A few more cycles for a second daemon (if any) to act.
+    let cycles = sys.calls("squeue");
+    wait_until("three more cycles", Duration::from_secs(30), || {
+        sys.calls("squeue") >= cycles + 3
+    });
+    assert_eq!(sys.sbatch_calls_of("bob").len(), 2);
+    let h = sys.d.history(&job);
+    assert_eq!(h["decisions"].as_array().unwrap().len(), 1, "{h:#}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 6: what the client was told is the truth
+
+#[test]
+fn item06_a_submission_reported_failed_on_a_full_disk_is_never_submitted_later() {
+    let mut sys = System::prepare("", "");
+    let state = sys.state_dir();
+    let _m = Mount::tmpfs(&state, "8m");
+    sys.spawn();
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let mut big = script("echo big");
+    big.resize(200_000, b'#');
+    sys.write_as("bob", "big.sh", &big);
+    let kept = sys.submit_as("bob", &["--job-name=kept", "job.sh"]);
+    let filler = fill(&state);
+    let full = std::fs::metadata(&filler).unwrap().len();
+    let mut told = Vec::new();
+    let mut i = 0;
+    for free in [0u64, 4096, 16384, 65536, 262144] {
+        for s in ["job.sh", "big.sh"] {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&filler)
+                .unwrap();
+            f.set_len(full.saturating_sub(free)).unwrap();
+            drop(f);
+            let name = format!("--job-name=told-{i}");
+            let o = sys.as_user("bob", &["submit", "--", &name, s]);
+            told.push((
+                i,
+                o.status.code(),
+                out_text(&o).trim().to_string(),
+                err_text(&o),
+                wall_clock(),
+            ));
+            i += 1;
+        }
+    }
+    std::fs::remove_file(&filler).unwrap();
+    let after = sys.submit_as("bob", &["--job-name=after", "job.sh"]);
+    let cycles = sys.calls("squeue");
+    wait_until("five cycles with space", Duration::from_secs(60), || {
+        sys.calls("squeue") >= cycles + 5
+    });
+
+    let failed: Vec<_> = told
+        .iter()
+        .filter(|(_, c, ..)| !matches!(c, Some(0) | Some(75)))
+        .collect();
+    assert!(
+        told.iter().any(|(_, c, ..)| *c != Some(0)),
+        "the full disk was never felt by a submission: {told:?}"
+    );
+    let calls = sys.sbatch_calls_of("bob");
+    let jobs = sys.fake.jobs();
+    for (i, code, _, err, answered_at) in &failed {
+        let name = format!("told-{i}");
+        let later: Vec<&Value> = calls
+            .iter()
+            .filter(|c| {
+                c["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a == &json!(format!("--job-name={name}")))
+                    && c["at"].as_f64().unwrap() > *answered_at
+            })
+            .collect();
+        assert!(
+            later.is_empty(),
+            "{name} was reported failed ({code:?}: {err}) and submitted afterwards: {later:#?}"
+        );
+        for (id, j) in &jobs {
+            if j["name"] == name.as_str() {
+                assert!(
+                    j["state"].as_str().unwrap().starts_with("CANCELLED"),
+                    "{name} was reported failed ({code:?}: {err}) but Slurm has job {id}: {j}"
+                );
+            }
+        }
+    }
+    let all = sys.d.json(&["status", "--json"]);
+    let known: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["slurm_job_id"].as_str())
+        .collect();
+    for (i, code, out, ..) in &told {
+        if *code == Some(0) {
+            assert!(
+                known.contains(&out.as_str()),
+                "told-{i} was accepted as {out} and is lost: {all:#}"
+            );
+        }
+    }
+    assert!(
+        known.contains(&kept.as_str()) && known.contains(&after.as_str()),
+        "{all:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 7: garbage from squeue
+
+#[test]
+fn item07_garbage_from_squeue_is_not_a_lost_job() {
+    let sys = System::start("lost_job_after = \"3s\"", "");
+    sys.write_as("bob", "job.sh", &script("sleep 100"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    sys.fake.ctl(&["run", &job, "n1"]);
+    wait_until(
+        "the job to be seen running",
+        Duration::from_secs(20),
+        || sys.d.status(&job)[0]["slurm_state"] == "RUNNING",
+    );
+    sys.fake.ctl(&["mode", "squeue", "garbage"]);
+    let start = Instant::now();
+    let calls = sys.calls("squeue");
+    // The attack needs time: longer than lost_job_after, over several cycles.
+    wait_until(
+        "squeue garbage for 3x lost_job_after",
+        Duration::from_secs(60),
+        || start.elapsed() > Duration::from_secs(9) && sys.calls("squeue") >= calls + 3,
+    );
+    let row = &sys.d.status(&job)[0];
+    let h = sys.d.history(&job);
+    assert_eq!(
+        row["state"], "active",
+        "garbage from squeue decided something: {h:#}"
+    );
+    assert!(h["decisions"].as_array().unwrap().is_empty(), "{h:#}");
+    assert_ne!(h["attempts"][0]["slurm_state"], "LOST", "{h:#}");
+    sys.fake.ctl(&["mode", "squeue", "ok"]);
+    sys.fake.ctl(&["finish", &job, "COMPLETED", "0:0"]);
+    sys.d.wait_state(&job, "completed", Duration::from_secs(30));
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 8: bounded config values
+
+const HUGE: &str = "\"10000000000000000000s\"";
+
+fn bad_configs() -> Vec<(&'static str, String)> {
+    let mut v: Vec<(&str, String)> = vec![("poll_interval", format!("poll_interval = {HUGE}\n"))];
+    for (section, key) in [
+        ("slurm", "command_timeout"),
+        ("slurm", "sbatch_timeout"),
+        ("slurm", "lost_job_after"),
+        ("retry", "backoff_initial"),
+        ("retry", "backoff_max"),
+        ("escalation", "time_max"),
+        ("breaker", "window"),
+        ("quarantine", "window"),
+        ("quarantine", "duration"),
+        ("agent", "interval"),
+        ("agent", "timeout"),
+        ("limits", "request_timeout"),
+    ] {
+        v.push((key, format!("[{section}]\n{key} = {HUGE}\n")));
+    }
+    v.push(("mem_max", "[escalation]\nmem_max = \"16000000T\"\n".into()));
+    v.push((
+        "max_script_size",
+        "[limits]\nmax_script_size = \"16000000T\"\n".into(),
+    ));
+    v.push((
+        "stderr_tail_bytes",
+        "[slurm]\nstderr_tail_bytes = 9223372036854775807\n".into(),
+    ));
+    v.push((
+        "stderr_tail_lines",
+        "[slurm]\nstderr_tail_lines = 9223372036854775807\n".into(),
+    ));
+    v
+}
+
+#[test]
+fn item08_huge_durations_and_sizes_are_refused_by_validation() {
+    let dir = tempfile::Builder::new()
+        .prefix("ssv-cfg-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    for (n, (key, text)) in bad_configs().into_iter().enumerate() {
+        let cfg = dir.path().join(format!("bad-{n}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "state_dir = {:?}\n{text}",
+                dir.path().join("state").display().to_string()
+            ),
+        )
+        .unwrap();
+        for (what, mut cmd) in [
+            ("slurm-supervisord --validate", {
+                let mut c = Command::new(DAEMON);
+                c.arg("--config").arg(&cfg).arg("--validate");
+                c
+            }),
+            ("supervisorctl validate", {
+                let mut c = Command::new(CTL);
+                c.arg("--config").arg(&cfg).arg("validate");
+                c
+            }),
+        ] {
+            let o = cmd.output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(78),
+                "{what} with {text:?}: {}{}",
+                out_text(&o),
+                err_text(&o)
+            );
+            assert!(
+                err_text(&o).contains(key),
+                "{what} names {key}: {}",
+                err_text(&o)
+            );
+        }
+    }
+    // The daemon itself refuses to start on it, without panicking.
+    let cfg = dir.path().join("bad-0.toml");
+    let t = run_within(
+        {
+            let mut c = Command::new(DAEMON);
+            c.arg("--config").arg(&cfg);
+            c
+        },
+        Duration::from_secs(10),
+    );
+    let o = t.output.expect("the daemon stops at once on a bad config");
+    assert_eq!(o.status.code(), Some(78), "{}", err_text(&o));
+}
+
+#[test]
+fn item08_a_reload_with_an_out_of_range_value_keeps_the_daemon_running() {
+    let mut sys = System::start("", "");
+    let good = std::fs::read_to_string(&sys.d.config).unwrap();
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    for (key, replace) in [
+        (
+            "poll_interval",
+            ("poll_interval = \"1s\"", format!("poll_interval = {HUGE}")),
+        ),
+        (
+            "lost_job_after",
+            ("[slurm]\n", format!("[slurm]\nlost_job_after = {HUGE}\n")),
+        ),
+        (
+            "backoff_initial",
+            (
+                "backoff_initial = \"1s\"",
+                format!("backoff_initial = {HUGE}"),
+            ),
+        ),
+    ] {
+        let before = sys.d.log().len();
+        std::fs::write(&sys.d.config, good.replacen(replace.0, &replace.1, 1)).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sys.pid()),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+        wait_until("the reload to be handled", Duration::from_secs(20), || {
+            sys.d.log()[before..].contains(key) || sys.d.log()[before..].contains("panicked")
+        });
+        // The clients read the file too (for the socket) and refuse it as it stands; put
+        // the good one back for them. The daemon keeps what it had either way.
+        std::fs::write(&sys.d.config, &good).unwrap();
+        // Through more than one cycle with whatever config the daemon kept.
+        let job = sys.submit_as("bob", &["job.sh"]);
+        sys.fake.ctl(&["finish", &job, "FAILED", "1:0"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = sys.alive() {
+                panic!(
+                    "the daemon died ({st}) after SIGHUP with {key} out of range:\n{}",
+                    tail(&sys.d.log()[before..], 20)
+                );
+            }
+            if sys.d.status(&job)[0]["state"] == "pending_failed" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon stopped working after SIGHUP with {key} out of range"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 9: a state file that is not a healthy store
+
+/// Starts the daemon on `sys`'s config with a systemd notify socket; returns whether it
+/// exited (and how), whether it said READY, and its log.
+fn start_expecting_refusal(sys: &System) -> (Option<std::process::ExitStatus>, bool) {
+    use std::os::unix::net::UnixDatagram;
+    let notify = sys.root().join("notify.sock");
+    let _ = std::fs::remove_file(&notify);
+    let sock = UnixDatagram::bind(&notify).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let mut cmd = sys.daemon_command(&sys.d.config);
+    cmd.env("NOTIFY_SOCKET", &notify);
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ready = false;
+    let status = loop {
+        let mut buf = [0u8; 256];
+        if let Ok(n) = sock.recv(&mut buf) {
+            ready |= String::from_utf8_lossy(&buf[..n]).contains("READY=1");
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut buf = [0u8; 256];
+    while let Ok(n) = sock.recv(&mut buf) {
+        ready |= String::from_utf8_lossy(&buf[..n]).contains("READY=1");
+    }
+    (status, ready)
+}
+
+fn assert_refused(sys: &System, db: &Path, before: &[u8], what: &str) {
+    let log_before = sys.d.log().len();
+    let (status, ready) = start_expecting_refusal(sys);
+    let log = sys.d.log()[log_before..].to_string();
+    let st = status.unwrap_or_else(|| {
+        panic!(
+            "the daemon kept running on {what} (READY sent: {ready}):\n{}",
+            tail(&log, 20)
+        )
+    });
+    assert!(!st.success(), "the daemon exited {st} on {what}:\n{log}");
+    assert!(!ready, "the daemon said READY on {what}:\n{log}");
+    assert!(
+        log.contains("supervisor.db"),
+        "the daemon says which file is wrong and why:\n{log}"
+    );
+    assert_eq!(
+        std::fs::read(db).unwrap(),
+        before,
+        "{what} is left byte for byte as it was"
+    );
+}
+
+#[test]
+fn item09_an_empty_state_file_stops_the_daemon_and_is_left_as_it_was() {
+    let mut sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    sys.submit_as("bob", &["job.sh"]);
+    assert!(sys.d.stop().success());
+    let db = sys.state_dir().join("supervisor.db");
+    for f in ["supervisor.db-wal", "supervisor.db-shm"] {
+        let _ = std::fs::remove_file(sys.state_dir().join(f));
+    }
+    std::fs::write(&db, b"").unwrap();
+    assert_refused(&sys, &db, b"", "a 0-byte supervisor.db");
+}
+
+#[test]
+fn item09_corrupt_pages_stop_the_daemon_before_ready() {
+    let mut sys = System::start("", "");
+    let mut big = script("echo hi");
+    big.resize(300_000, b'#');
+    sys.write_as("bob", "job.sh", &big);
+    for _ in 0..4 {
+        sys.submit_as("bob", &["job.sh"]);
+    }
+    assert!(sys.d.stop().success());
+    let db = sys.state_dir().join("supervisor.db");
+    for f in ["supervisor.db-wal", "supervisor.db-shm"] {
+        let _ = std::fs::remove_file(sys.state_dir().join(f));
+    }
+    let clean = std::fs::read(&db).unwrap();
+    let page = match u16::from_be_bytes([clean[16], clean[17]]) {
+        1 => 65536,
+        n => n as usize,
+    };
+    let pages = clean.len() / page;
+    assert!(pages > 8, "a store of {pages} pages");
+    // Overwrite pages in the middle until SQLite's own check sees the damage.
+    let check = |bytes: &[u8]| -> String {
+        let copy = sys.root().join("check.db");
+        std::fs::write(&copy, bytes).unwrap();
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys\ntry:\n  c=sqlite3.connect('file:'+sys.argv[1]+'?immutable=1',uri=True)\n  print(c.execute('pragma quick_check').fetchone()[0])\nexcept Exception as e:\n  print('error', e)",
+            ])
+            .arg(&copy)
+            .output()
+            .unwrap();
+        out_text(&out).trim().to_string()
+    };
+    let mut corrupt = None;
+    for first in (2..pages - 2).rev() {
+        let mut b = clean.clone();
+        for x in &mut b[first * page..(first + 2) * page] {
+            *x = 0x5a;
+        }
+        if check(&b) != "ok" {
+            corrupt = Some(b);
+            break;
+        }
+    }
+    let corrupt = corrupt.expect("some damage SQLite's quick_check sees");
+    std::fs::write(&db, &corrupt).unwrap();
+    assert_refused(&sys, &db, &corrupt, "a supervisor.db with corrupt pages");
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 10: ids are exact
+
+#[test]
+fn item10_ids_are_exact_matches() {
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    let array = sys.submit_as("alice", &["--array=0-2", "job.sh"]);
+    let single = sys.submit_as("alice", &["job.sh"]);
+    let chain = sys.json_as("alice", &["status", "--json", &single])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let patterns = [
+        "1%",
+        "1_",
+        "%",
+        "_",
+        "c%",
+        "c1%",
+        &format!("{array}_%"),
+        &format!("{array}%"),
+    ];
+    for p in patterns {
+        for cmd in [
+            vec!["status", p],
+            vec!["history", p],
+            vec!["cancel", p],
+            vec!["stats", p],
+        ] {
+            let o = sys.as_user("bob", &cmd);
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "bob's {cmd:?} is not a valid id (exit 2), never a pattern: {}{}",
+                out_text(&o),
+                err_text(&o)
+            );
+        }
+    }
+    let long = "1".repeat(100_000);
+    let t = sys.as_user_within("bob", &["status", &long], Duration::from_secs(10));
+    let o = t.output.expect("a 100,000-digit id is answered");
+    assert_eq!(o.status.code(), Some(2), "{}", err_text(&o));
+    assert!(t.took < Duration::from_secs(2), "took {:?}", t.took);
+    let e = err_text(&o);
+    assert!(
+        !e.contains("LIKE") && !e.contains("SQL") && !e.contains("pattern") && e.len() < 1000,
+        "a clear message, no SQL error: {e}"
+    );
+    // An exact id of alice's: bob is told it is not his, and nothing else.
+    for id in [
+        array.clone(),
+        format!("{array}_1"),
+        single.clone(),
+        chain.clone(),
+    ] {
+        for cmd in [
+            vec!["status", "--json", &id],
+            vec!["history", "--json", &id],
+            vec!["stats", "--json", &id],
+            vec!["cancel", &id],
+        ] {
+            let o = sys.as_user("bob", &cmd);
+            assert_eq!(o.status.code(), Some(77), "bob's {cmd:?}: {}", err_text(&o));
+            assert!(
+                o.stdout.is_empty(),
+                "bob's {cmd:?} printed {}",
+                out_text(&o)
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 11: impossible cwd, environment or arguments in a raw request
+
+#[test]
+fn item11_submit_requests_with_impossible_paths_env_or_args_are_refused() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let req = capture_submit(
+        &sys,
+        "bob",
+        &[
+            OsStr::new("--job-name=raw"),
+            OsStr::new("job.sh"),
+            OsStr::new("arg"),
+        ],
+        &sys.home("bob"),
+    );
+    let cwd = field_bytes(&req["cwd"]);
+    let env0 = req["env"][0].clone();
+    assert!(
+        env0.as_array().is_some_and(|p| p.len() == 2) && req["argv"].is_array(),
+        "env is a list of [name, value] and argv a list (update this test to the protocol): {req}"
+    );
+    let with_env = |k: &[u8], v: &[u8]| {
+        let mut r = req.clone();
+        r["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!([same_form(&env0[0], k), same_form(&env0[1], v)]));
+        r
+    };
+    let with_argv = |from: &[u8], to: &[u8]| {
+        let mut r = req.clone();
+        let mut found = false;
+        for a in r["argv"].as_array_mut().unwrap() {
+            if field_bytes(a) == from {
+                *a = same_form(a, to);
+                found = true;
+            }
+        }
+        assert!(found, "{req}");
+        r
+    };
+    let with_cwd = |c: &[u8]| {
+        let mut r = req.clone();
+        r["cwd"] = same_form(&req["cwd"], c);
+        r
+    };
+    let mut nul_cwd = cwd.clone();
+    nul_cwd.extend_from_slice(b"\0/../../alice");
+    let cases: Vec<(&str, Value)> = vec![
+        ("a cwd with a NUL byte", with_cwd(&nul_cwd)),
+        ("a relative cwd", with_cwd(b"home/bob")),
+        ("an empty cwd", with_cwd(b"")),
+        ("an env name with '='", with_env(b"SSV_A=B", b"1")),
+        ("an env name with NUL", with_env(b"SSV_A\0B", b"1")),
+        ("an env value with NUL", with_env(b"SSV_V", b"a\0b")),
+        (
+            "an option with NUL",
+            with_argv(b"--job-name=raw", b"--job-name=ra\0w"),
+        ),
+        ("a script argument with NUL", with_argv(b"arg", b"a\0rg")),
+    ];
+    for (what, r) in &cases {
+        let answer = raw_json(&sys, "bob", r);
+        assert_eq!(
+            answer["error"]["kind"], "usage",
+            "{what}: refused as a usage error: {answer}"
+        );
+        assert!(
+            sys.sbatch_calls_of("bob").is_empty(),
+            "{what}: sbatch ran: {:#?}",
+            sys.sbatch_calls_of("bob")
+        );
+    }
+    // The request itself is fine.
+    let answer = raw_json(&sys, "bob", &req);
+    assert!(answer["ok"]["job_id"].is_string(), "{answer}");
+    let calls = sys.sbatch_calls_of("bob");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["cwd"], sys.home("bob").display().to_string());
+}
+
+// ---------------------------------------------------------------------------------------
+// Non-UTF-8 bytes are carried exactly
+
+#[test]
+fn non_utf8_bytes_are_carried_exactly_to_sbatch_and_shown_escaped() {
+    let sys = System::start("", "");
+    let dir = sys.home("bob").join(OsStr::from_bytes(b"d\xff\xfe-dir"));
+    std::fs::create_dir(&dir).unwrap();
+    chown(&dir, "bob");
+    let job = dir.join("job.sh");
+    std::fs::write(&job, script("exit 1")).unwrap();
+    chown(&job, "bob");
+    let name = b"--job-name=n\xfe\xff".as_slice();
+    let arg = b"arg\xff\x80".as_slice();
+    let value = b"v\xfe\xff".as_slice();
+    let mut cmd = sys.user_command("bob", &sys.ctl);
+    cmd.arg("--config")
+        .arg(&sys.d.config)
+        .args(["submit", "--"])
+        .arg(OsStr::from_bytes(name))
+        .arg("job.sh")
+        .arg(OsStr::from_bytes(arg))
+        .env("SSV_BYTES", OsStr::from_bytes(value))
+        .current_dir(&dir);
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "non-UTF-8 bytes are carried, not refused: {}",
+        err_text(&o)
+    );
+    let id = out_text(&o).trim().to_string();
+    let calls = sys.sbatch_calls_of("bob");
+    assert_eq!(calls.len(), 1);
+    let c = &calls[0];
+    let argv: Vec<&str> = c["argv_hex"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(argv.contains(&hex(name).as_str()), "{c:#}");
+    assert_eq!(argv.last().unwrap(), &hex(arg), "{c:#}");
+    assert_eq!(c["env_hex"]["SSV_BYTES"], hex(value), "{c:#}");
+    assert_eq!(c["cwd_hex"], hex(dir.as_os_str().as_bytes()), "{c:#}");
+    assert_eq!(c["uid"], User::get("bob").uid);
+    sys.fake.ctl(&["finish", &id, "FAILED", "1:0"]);
+    sys.d
+        .wait_state(&id, "pending_failed", Duration::from_secs(30));
+    let mut shown = Vec::new();
+    for args in [
+        vec!["status", "--json"],
+        vec!["history", "--json", &id],
+        vec!["pending", "--json"],
+    ] {
+        let v = sys.json_as("bob", &args);
+        strings(&v, &mut shown);
+    }
+    for args in [vec!["status"], vec!["history", &id], vec!["pending"]] {
+        let o = sys.as_user("bob", &args);
+        assert!(o.status.success(), "{args:?}: {}", err_text(&o));
+    }
+    assert!(
+        !shown.iter().any(|s| s.contains('\u{fffd}')),
+        "bytes are shown escaped, not replaced: {shown:#?}"
+    );
+    let escaped = |s: &str| {
+        let l = s.to_ascii_lowercase();
+        l.contains("\\xfe\\xff") || l.contains("%fe%ff")
+    };
+    assert!(
+        shown.iter().any(|s| escaped(s)),
+        "the job name's bytes are shown escaped (\\xfe\\xff): {shown:#?}"
+    );
+}
