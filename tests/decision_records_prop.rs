@@ -1,4 +1,4 @@
-//! Decision-record invariants (issue 4, "Must hold" 1; DESIGN.md "Decision records") as a
+//! Decision-record invariants (issue 4, "Must hold" 1; docs/guarantees.md "exactly one decision record") as a
 //! property test over random sequences of job endings.
 //!
 //! The real engine and store are driven cycle by cycle against the in-process fake Slurm

@@ -552,7 +552,7 @@ mod tests {
         );
     }
 
-    /// Every ending in slurm-notes.md, as sacct --parsable2 prints it with SACCT_FIELDS.
+    /// Every ending in docs/slurm-observed.md, as sacct --parsable2 prints it with SACCT_FIELDS.
     #[test]
     fn sacct_failure_shapes_from_the_notes() {
         let out = "\
@@ -700,7 +700,7 @@ mod tests {
     }
 
     /// Rows Slurm 24.11.5 (Debian trixie) printed on `scripts/dev-cluster up --slurm 24.11`
-    /// (docs/slurm-observed.md, "Slurm 24.11"), verbatim, and those of slurm-notes.md.
+    /// (docs/slurm-observed.md, "Slurm 24.11"), verbatim, and those of its 22.05 sections.
     #[test]
     fn sacct_rows_recorded_on_slurm_24_11() {
         let out = "\
