@@ -2,8 +2,9 @@
 //!
 //! The decision core is `decide(verdict, history, config, context)`; the context carries
 //! the partition limit, quarantined nodes, the breaker's count, the time and the jitter.
-//! It implements the "default action" column of the README's table ("What happens to an ending"), the per-class and
-//! per-chain budgets, the resource escalation, and the backoff ladder.
+//! It implements the "default action" column of the README's table ("What happens to an
+//! ending"), the per-class and per-chain budgets, the resource escalation, and the
+//! backoff ladder.
 
 use crate::classify::Verdict;
 use crate::config::Config;
