@@ -342,7 +342,8 @@ impl Default for AgentConfig {
 pub struct LimitsConfig {
     /// Control connections one user may hold open at once.
     pub connections_per_user: usize,
-    /// A connection must deliver its request line within this.
+    /// A connection must start its request within this, and finish it within this plus
+    /// one second for each MiB that has arrived (the socket caps the whole at 60 s).
     pub request_timeout: Dur,
     /// The largest batch script a submission may carry (Slurm's own default is 4 MiB).
     pub max_script_size: MemSize,

@@ -139,7 +139,8 @@ pub async fn serve(
                 Ok(slot) => connection(stream, uid, tx, &limits, &db_path, slot).await,
                 Err(why) => {
                     debug!(uid, "connection refused: {why}");
-                    answer(stream, &Response::error(ErrorKind::Unavailable, why)).await
+                    let (_, mut write) = stream.into_split();
+                    write_answer(&mut write, &Response::error(ErrorKind::Unavailable, why)).await
                 }
             };
             if let Err(e) = result {
@@ -147,11 +148,6 @@ pub async fn serve(
             }
         });
     }
-}
-
-async fn answer(stream: UnixStream, response: &Response) -> std::io::Result<()> {
-    let (_, mut write) = stream.into_split();
-    write_answer(&mut write, response).await
 }
 
 /// A response as the line that goes back.
