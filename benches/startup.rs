@@ -24,7 +24,8 @@
 
 use serde_json::json;
 use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
-use slurm_supervisor::store::{AttemptEnd, ChainUpdate, NewDecision, NewSubmission, Store};
+use slurm_supervisor::policy::{Inputs, Reason};
+use slurm_supervisor::store::{AttemptEnd, ChainUpdate, NewSubmission, Record, Store, Transition};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -274,15 +275,29 @@ fn decision(
     class: RecoveryClass,
     action: Action,
     reason: &str,
-) -> NewDecision {
-    NewDecision {
+) -> Record {
+    Record {
         classification,
         class,
         action,
-        reason: reason.into(),
-        inputs: json!({"verdict": {"classification": classification.as_str(), "evidence": "sacct rows"}, "budget_left": 2}),
-        resolves: None,
+        reason: Reason::Resolution {
+            given: reason.into(),
+        },
+        inputs: Inputs::None {},
+        resolves_latest: false,
         actor: "supervisor".into(),
+        infra_failure: false,
+        failed_nodes: None,
+    }
+}
+
+/// A transition of an active chain.
+fn tr(record: Option<Record>, update: ChainUpdate) -> Transition {
+    Transition {
+        from: ChainState::Active,
+        update,
+        record,
+        effects: Vec::new(),
     }
 }
 
@@ -335,12 +350,14 @@ fn build_store(path: &Path, chains: usize) -> String {
                     1,
                     &observation(&job, "NODE_FAIL"),
                     &end("NODE_FAIL", "0:0"),
-                    Some(&d),
                     // The backoff runs out tomorrow: the first cycle must not launch it.
-                    &update(
-                        ChainState::Ready,
-                        Classification::NodeFail,
-                        Some(now + 86_400),
+                    &tr(
+                        Some(d),
+                        update(
+                            ChainState::Ready,
+                            Classification::NodeFail,
+                            Some(now + 86_400),
+                        ),
                     ),
                     t + 600,
                 )
@@ -360,8 +377,10 @@ fn build_store(path: &Path, chains: usize) -> String {
                     1,
                     &observation(&job, "FAILED"),
                     &end("FAILED", "1:0"),
-                    Some(&d),
-                    &update(ChainState::PendingFailed, Classification::Ambiguous, None),
+                    &tr(
+                        Some(d),
+                        update(ChainState::PendingFailed, Classification::Ambiguous, None),
+                    ),
                     t + 600,
                 )
                 .unwrap();
@@ -384,14 +403,16 @@ fn build_store(path: &Path, chains: usize) -> String {
                 1,
                 &observation(&job, "OUT_OF_MEMORY"),
                 &end("OUT_OF_MEMORY", "0:125"),
-                Some(&d),
-                &ChainUpdate {
-                    plan: Some(RetryPlan {
-                        mem_mb: Some(32_768),
-                        ..RetryPlan::default()
-                    }),
-                    ..update(ChainState::Ready, Classification::Oom, Some(t + 610))
-                },
+                &tr(
+                    Some(d),
+                    ChainUpdate {
+                        plan: Some(RetryPlan {
+                            mem_mb: Some(32_768),
+                            ..RetryPlan::default()
+                        }),
+                        ..update(ChainState::Ready, Classification::Oom, Some(t + 610))
+                    },
+                ),
                 t + 600,
             )
             .unwrap();
@@ -417,8 +438,10 @@ fn build_store(path: &Path, chains: usize) -> String {
                 n,
                 &observation(&job, "FAILED"),
                 &end("FAILED", "1:0"),
-                Some(&d),
-                &update(ChainState::Failed, Classification::Permanent, None),
+                &tr(
+                    Some(d),
+                    update(ChainState::Failed, Classification::Permanent, None),
+                ),
                 t + 1200,
             )
             .unwrap();
@@ -429,8 +452,10 @@ fn build_store(path: &Path, chains: usize) -> String {
                 n,
                 &obs_ok,
                 &end("COMPLETED", "0:0"),
-                None,
-                &update(ChainState::Completed, Classification::Completed, None),
+                &tr(
+                    None,
+                    update(ChainState::Completed, Classification::Completed, None),
+                ),
                 t + 1200,
             )
             .unwrap();

@@ -147,6 +147,22 @@ impl RetryPlan {
     }
 }
 
+/// One supervised piece of work as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chain {
+    pub id: i64,
+    pub submission_id: i64,
+    pub array_task: Option<u32>,
+    pub state: ChainState,
+    pub last_classification: Option<Classification>,
+    /// The supervisor's resource overrides so far, for the next attempt.
+    pub plan: RetryPlan,
+    /// For `ready`: not before this time (unix seconds).
+    pub not_before: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ pub enum ResolveAction {
 }
 
 /// An agent's (or a person's) decision on a `pending_failed` chain.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resolution {
     pub id: String,
@@ -67,7 +67,7 @@ pub struct Resolution {
     pub dry_run: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecoverRequest {
     pub id: String,

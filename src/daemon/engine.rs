@@ -5,11 +5,11 @@
 use super::launch::{self, LaunchOutcome};
 use crate::classify::{self, Observation};
 use crate::config::Config;
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
-use crate::policy::{self, ChainHistory, Decision};
+use crate::model::{Action, ChainState};
+use crate::policy::{self, ChainHistory, Effect, Event, Transition};
 use crate::slurm::types::{JobState, SacctRow, SqueueRow};
 use crate::slurm::{Slurm, SlurmError};
-use crate::store::{Attempt, AttemptEnd, ChainUpdate, NewDecision, Store, StoreError};
+use crate::store::{Attempt, AttemptEnd, Store, StoreError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
@@ -76,23 +76,6 @@ pub fn now() -> i64 {
 /// The Slurm id of the job an attempt id belongs to: `123_4` gives `123`.
 pub fn base_job_id(id: &str) -> &str {
     id.split(['_', '.']).next().unwrap_or(id)
-}
-
-/// A new decision record from the supervisor itself.
-pub fn supervisor_decision(
-    c: Classification,
-    d: &Decision,
-    inputs: serde_json::Value,
-) -> Option<NewDecision> {
-    d.class.map(|class| NewDecision {
-        classification: c,
-        class,
-        action: d.action,
-        reason: d.reason.clone(),
-        inputs,
-        resolves: None,
-        actor: "supervisor".into(),
-    })
 }
 
 /// The runs of each job in sacct `--duplicates` output: a job row starts a run, its step
@@ -307,16 +290,12 @@ impl<S: Slurm> Engine<S> {
                 // duplicate it, so a person or agent decides.
                 let unreached = l.error.as_deref().is_some_and(|e| e.starts_with(UNREACHED));
                 if !unreached && t - l.created_at > UNCONFIRMED_AFTER_SECS {
-                    let reason = format!(
-                        "could not confirm whether sbatch created the job of launch {} (last error: {}); not resubmitting blindly",
-                        l.tag,
-                        l.error.as_deref().unwrap_or("the daemon stopped during sbatch")
-                    );
-                    warn!("{reason}");
-                    let (rec, update) =
-                        escalation(reason, serde_json::json!({ "argv": l.argv, "tag": l.tag }));
-                    self.store
-                        .relaunch_refused(l.id, "unconfirmed", t, &rec, &update)?;
+                    let event = Event::LaunchUnconfirmed {
+                        tag: &l.tag,
+                        last_error: l.error.as_deref(),
+                        argv: &l.argv,
+                    };
+                    self.escalate_launch(&l, "unconfirmed", event, t)?;
                     continue;
                 }
                 if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
@@ -508,16 +487,16 @@ impl<S: Slurm> Engine<S> {
             return Ok(());
         }
         let job = a.slurm_job_id.clone().unwrap_or_default();
-        let reason = format!(
-            "job {job} has been missing from squeue for {}s while sacct shows no ending: Slurm may have lost it; nothing is retried blindly",
-            t - since
-        );
-        warn!(chain = a.chain_id, "{reason}");
-        let (rec, update) = escalation(
-            reason,
-            serde_json::json!({ "job": job, "missing_since": since }),
-        );
-        self.store.attempt_lost(a.chain_id, a.n, &rec, &update, t)?;
+        let Some(chain) = self.store.chain(a.chain_id)? else {
+            return Ok(());
+        };
+        let event = Event::JobLost {
+            job: &job,
+            missing_since: since,
+        };
+        let tr = self.decide(&chain, event, &policy::Context::at(t));
+        log_transition(a.chain_id, &job, &tr);
+        self.store.attempt_lost(a.chain_id, a.n, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
     }
@@ -557,16 +536,21 @@ impl<S: Slurm> Engine<S> {
             let Ok(v) = classify::classify(&obs, &self.config.rules) else {
                 continue;
             };
-            let d = policy::decide_requeued(&v);
-            let rec =
-                supervisor_decision(v.classification, &d, serde_json::json!({ "verdict": v }))
-                    .expect("requeue decisions are recorded");
-            info!(chain = a.chain_id, job = %jid, "{}", d.reason);
+            let Some(chain) = self.store.chain(a.chain_id)? else {
+                continue;
+            };
+            let tr = self.decide(
+                &chain,
+                Event::Requeued { verdict: &v },
+                &policy::Context::at(t),
+            );
+            let Some(rec) = &tr.record else { continue };
+            log_transition(a.chain_id, &jid, &tr);
             self.store.record_requeue(
                 a.chain_id,
                 a.n,
                 &serde_json::to_value(&obs).unwrap_or_default(),
-                &rec,
+                rec,
                 t,
             )?;
         }
@@ -652,7 +636,14 @@ impl<S: Slurm> Engine<S> {
             now: t,
             jitter: rand::random::<f64>() * 2.0 - 1.0,
         };
-        let d = policy::decide(&v, &history, &self.config, &ctx);
+        let Some(chain) = self.store.chain(a.chain_id)? else {
+            return Ok(());
+        };
+        let event = Event::Ended {
+            verdict: &v,
+            history: &history,
+        };
+        let tr = self.decide(&chain, event, &ctx);
         let job_row = obs.rows.iter().find(|r| !r.is_step());
         let end = AttemptEnd {
             slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
@@ -661,40 +652,64 @@ impl<S: Slurm> Engine<S> {
             mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
             time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
         };
-        let mut inputs = serde_json::json!({ "verdict": v, "history": history, "context": ctx });
-        if d.next_state == ChainState::Failed {
-            // Jobs that wait on this one with --dependency will never start: say so.
-            let deps: Vec<String> = super::dependents::of(&self.store, a.chain_id)?
-                .into_iter()
-                .map(crate::store::chain_label)
-                .collect();
-            if !deps.is_empty() {
-                warn!(chain = a.chain_id, dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
-            }
-            inputs["dependents"] = serde_json::json!(deps);
-        }
-        let rec = supervisor_decision(v.classification, &d, inputs);
-        let update = ChainUpdate {
-            state: d.next_state,
-            last_classification: Some(v.classification),
-            plan: d.plan.clone(),
-            not_before: d.not_before,
-        };
-        match d.class {
-            Some(c) => {
-                info!(chain = a.chain_id, job = %jid, class = %c, action = %d.action, "{}", d.reason)
-            }
-            None => info!(chain = a.chain_id, job = %jid, "completed"),
-        }
+        let tr = self.with_dependents(a.chain_id, tr)?;
+        log_transition(a.chain_id, &jid, &tr);
         self.store.record_ending(
             a.chain_id,
             a.n,
             &serde_json::to_value(&obs).unwrap_or_default(),
             &end,
-            rec.as_ref(),
-            &update,
+            &tr,
             t,
         )
+    }
+
+    /// What `event` means for `chain`. Events the loop sees always apply; a refusal
+    /// (which only requests can meet) is a bug, and leaves the chain as it is.
+    fn decide(
+        &self,
+        chain: &crate::model::Chain,
+        event: Event,
+        ctx: &policy::Context,
+    ) -> Transition {
+        policy::transition(chain, event, &self.config, ctx).unwrap_or_else(|r| {
+            error!(
+                chain = chain.id,
+                "an event the loop saw does not apply to the chain ({r}); leaving it as it is"
+            );
+            Transition {
+                from: chain.state,
+                update: policy::ChainUpdate {
+                    state: chain.state,
+                    last_classification: None,
+                    plan: None,
+                    not_before: chain.not_before,
+                },
+                record: None,
+                effects: Vec::new(),
+            }
+        })
+    }
+
+    /// Carries out [`Effect::ListDependents`]: the supervised chains whose `--dependency`
+    /// waits on a chain that failed for good will never start; they are named in its
+    /// record and in the log.
+    pub fn with_dependents(
+        &self,
+        chain_id: i64,
+        mut tr: Transition,
+    ) -> Result<Transition, StoreError> {
+        if tr.effects.contains(&Effect::ListDependents) {
+            let deps: Vec<String> = super::dependents::of(&self.store, chain_id)?
+                .into_iter()
+                .map(crate::store::chain_label)
+                .collect();
+            if !deps.is_empty() {
+                warn!(chain = chain_id, dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
+            }
+            tr.set_dependents(deps);
+        }
+        Ok(tr)
     }
 
     /// Launches due retries outside a poll cycle (after a resolution): interrupted
@@ -747,7 +762,7 @@ impl<S: Slurm> Engine<S> {
                 Err(launch::PrepareError::Store(e)) => return Err(e),
                 Err(e) => {
                     error!(submission = sub_id, "cannot prepare the retry: {e}");
-                    self.escalate(&chains, &format!("the retry could not be prepared: {e}"), t)?;
+                    self.escalate(&chains, &e.to_string(), t)?;
                     continue;
                 }
             };
@@ -772,42 +787,65 @@ impl<S: Slurm> Engine<S> {
         stderr: &str,
         t: i64,
     ) -> Result<(), StoreError> {
-        let reason = format!("sbatch refused the retry (exit code {code}): {stderr}");
-        warn!(submission = l.submission_id, "{reason}");
-        let inputs = serde_json::json!({ "argv": l.argv, "stderr": stderr, "exit_code": code });
-        let (rec, update) = escalation(reason, inputs);
-        self.store.relaunch_refused(l.id, stderr, t, &rec, &update)
+        let event = Event::RetryRefused {
+            code,
+            stderr,
+            argv: &l.argv,
+        };
+        self.escalate_launch(l, stderr, event, t)
     }
 
-    fn escalate(&mut self, chains: &[i64], reason: &str, t: i64) -> Result<(), StoreError> {
+    /// Ends a launch that will not run (`error` is noted on it) and gives each of its
+    /// chains the transition of `event`, in one transaction.
+    fn escalate_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        error: &str,
+        event: Event,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let config = &self.config;
+        self.store.relaunch_refused(l.id, error, t, |chain| {
+            let tr = policy::transition(chain, event, config, &ctx)
+                .expect("an escalation applies to any chain");
+            log_transition(chain.id, &l.tag, &tr);
+            tr
+        })
+    }
+
+    /// Retries that could not be prepared: their chains (still `ready`) wait for an
+    /// agent, all in one transaction.
+    fn escalate(&mut self, chains: &[i64], error: &str, t: i64) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let mut items = Vec::new();
         for &c in chains {
-            let (rec, update) = escalation(reason.to_string(), serde_json::json!({}));
-            self.store
-                .decide_chain(c, &[ChainState::Ready], &rec, &update, t)?;
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            if chain.state != ChainState::Ready {
+                continue;
+            }
+            let tr = self.decide(&chain, Event::RetryUnprepared { error }, &ctx);
+            log_transition(c, "", &tr);
+            items.push((c, tr));
         }
+        self.store.decide_chains(&items, t)?;
         Ok(())
     }
 }
 
-/// An R2 escalation by the supervisor that is not about a job's ending (a retry that
-/// could not be prepared or that sbatch refused), and the move to `pending_failed`.
-fn escalation(reason: String, inputs: serde_json::Value) -> (NewDecision, ChainUpdate) {
-    let rec = NewDecision {
-        classification: Classification::Ambiguous,
-        class: RecoveryClass::R2,
-        action: Action::Escalate,
-        reason,
-        inputs,
-        resolves: None,
-        actor: "supervisor".into(),
-    };
-    let update = ChainUpdate {
-        state: ChainState::PendingFailed,
-        last_classification: None,
-        plan: None,
-        not_before: None,
-    };
-    (rec, update)
+/// One log line for a decision: what was decided about which chain, and why.
+fn log_transition(chain: i64, job: &str, tr: &Transition) {
+    match &tr.record {
+        Some(r) if r.class == crate::model::RecoveryClass::R1 => {
+            info!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+        }
+        Some(r) => {
+            warn!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+        }
+        None => info!(chain, job = %job, "completed"),
+    }
 }
 
 /// The state squeue shows for each attempt id. Rows for array tasks that have not

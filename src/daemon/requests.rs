@@ -9,11 +9,10 @@
 use super::access::{actor, chains_for, internal, Handled};
 use super::engine::{now, Engine};
 use super::launch::{self, LaunchOutcome};
-use crate::model::{Action, ChainState, RecoveryClass};
 use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
-use crate::store::{chain_label, ChainUpdate, Launch, NewDecision, NewSubmission, Submission};
+use crate::store::{chain_label, Launch, NewSubmission, Submission};
 use serde_json::json;
 
 /// sbatch options that do not make a supervisable submission.
@@ -314,17 +313,10 @@ pub fn finish_submit<S: Slurm>(
 
 async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled {
     let chains = chains_for(&engine.store, id, uid)?;
-    let open: Vec<_> = chains.into_iter().filter(|c| c.state.is_open()).collect();
-    if open.is_empty() {
-        return Err(Response::error(
-            ErrorKind::Conflict,
-            format!("{id} has already ended; nothing to cancel"),
-        ));
-    }
     // A launch whose sbatch gave no answer may have created a job that the next cycle
     // will find by its tag and adopt; cancelling the chain now would leave that job
     // running and the chain brought back to `active` by the adoption.
-    for c in &open {
+    for c in chains.iter().filter(|c| c.state.is_open()) {
         let launching = engine
             .store
             .attempts(c.id)?
@@ -340,35 +332,44 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
             ));
         }
     }
-    // One scancel per owner for every live job of the request (an array's tasks
-    // together), then one transaction for all the chains: either all are recorded
-    // cancelled or, if scancel fails, none changes.
+    // The chains that have not ended yet, each with its transition; one scancel per
+    // owner for every live job of the request (an array's tasks together), then one
+    // transaction for all the chains: either all are recorded cancelled or, if scancel
+    // fails, none changes.
     let t = now();
+    let who = actor(uid);
+    let ctx = crate::policy::Context::at(t);
     let mut live_by_owner: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
-    let mut items = Vec::with_capacity(open.len());
-    for c in &open {
+    let mut items = Vec::with_capacity(chains.len());
+    for c in &chains {
         let live = engine
             .store
             .attempts(c.id)?
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
         let job = live.as_ref().and_then(|a| a.slurm_job_id.clone());
-        if let Some(j) = &job {
-            live_by_owner
-                .entry(engine.store.owner_of(c.id)?)
-                .or_default()
-                .push(j.clone());
-        }
-        let rec = NewDecision {
-            classification: crate::model::Classification::Cancelled,
-            class: RecoveryClass::R3,
-            action: Action::Cancel,
-            reason: "cancelled with supervisorctl cancel; never retried".into(),
-            inputs: json!({ "job": job }),
-            resolves: None,
-            actor: actor(uid),
+        let event = crate::policy::Event::Cancelled {
+            job: job.as_deref(),
+            actor: &who,
         };
-        items.push((c.id, live.map(|a| a.n), rec));
+        let Ok(tr) = crate::policy::transition(c, event, &engine.config, &ctx) else {
+            continue; // already ended
+        };
+        for e in &tr.effects {
+            if let crate::policy::Effect::Scancel(j) = e {
+                live_by_owner
+                    .entry(engine.store.owner_of(c.id)?)
+                    .or_default()
+                    .push(j.clone());
+            }
+        }
+        items.push((c.id, live.map(|a| a.n), tr));
+    }
+    if items.is_empty() {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!("{id} has already ended; nothing to cancel"),
+        ));
     }
     for (owner, jobs) in &live_by_owner {
         let who = launch::run_as(*owner).map_err(|e| Response::error(ErrorKind::Internal, e))?;
@@ -383,21 +384,6 @@ async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled
                 )
             })?;
     }
-    let update = ChainUpdate {
-        state: ChainState::Cancelled,
-        last_classification: Some(crate::model::Classification::Cancelled),
-        plan: None,
-        not_before: None,
-    };
-    let done = engine.store.cancel_chains(
-        &items,
-        &[
-            ChainState::Active,
-            ChainState::Ready,
-            ChainState::PendingFailed,
-        ],
-        &update,
-        t,
-    )?;
+    let done = engine.store.cancel_chains(&items, t)?;
     Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
 }

@@ -5,11 +5,12 @@
 
 use super::access::{actor, chains_for, internal, Handled};
 use super::engine::{now, Engine};
-use super::{dependents, launch};
-use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
+use super::launch;
+use crate::model::RetryPlan;
+use crate::policy::{self, Event, Transition};
 use crate::protocol::{ErrorKind, RecoverRequest, Resolution, ResolveAction, Response};
 use crate::slurm::Slurm;
-use crate::store::{chain_label, Chain, ChainUpdate, NewDecision};
+use crate::store::{chain_label, Chain};
 use serde_json::{json, Value};
 
 fn usage(m: String) -> Response {
@@ -69,6 +70,47 @@ fn preview<S: Slurm>(engine: &Engine<S>, c: &Chain, plan: &RetryPlan) -> Result<
     )
 }
 
+/// The transitions of `event` for every chain, or the first chain's refusal as a conflict.
+fn transitions<S: Slurm>(
+    engine: &Engine<S>,
+    chains: &[Chain],
+    event: Event,
+    t: i64,
+) -> Result<Vec<(i64, Transition)>, Response> {
+    let ctx = policy::Context::at(t);
+    chains
+        .iter()
+        .map(|c| {
+            policy::transition(c, event, &engine.config, &ctx)
+                .map(|tr| (c.id, tr))
+                .map_err(|r| {
+                    Response::error(ErrorKind::Conflict, format!("{} {r}", chain_label(c.id)))
+                })
+        })
+        .collect()
+}
+
+/// Records the transitions of a request as one transaction: an array's chains change
+/// together or not at all.
+fn commit<S: Slurm>(
+    engine: &mut Engine<S>,
+    items: Vec<(i64, Transition)>,
+    t: i64,
+    moved: &str,
+) -> Result<Vec<String>, Response> {
+    let mut ready = Vec::with_capacity(items.len());
+    for (c, tr) in items {
+        ready.push((c, engine.with_dependents(c, tr)?));
+    }
+    if let Some(c) = engine.store.decide_chains(&ready, t)? {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!("{} {moved}", chain_label(c)),
+        ));
+    }
+    Ok(ready.into_iter().map(|(c, _)| chain_label(c)).collect())
+}
+
 pub fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled {
     if r.reason.trim().is_empty() {
         return Err(usage(
@@ -93,110 +135,39 @@ pub fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Ha
         r.partition.as_deref(),
         &r.exclude,
     )?;
-    for c in &chains {
-        if c.state != ChainState::PendingFailed {
-            return Err(Response::error(
-                ErrorKind::Conflict,
-                format!("{} is {}, not pending_failed: only a chain waiting for a decision can be classified", chain_label(c.id), c.state),
-            ));
-        }
-    }
-    // An unsure resolver does not get to act: a person decides.
-    let min = engine.config.agent.min_confidence;
-    let (action, reason) = match r.confidence {
-        Some(c) if c < min && r.action != ResolveAction::Hold => {
-            let asked = if r.action == ResolveAction::Retry {
-                "retry"
-            } else {
-                "fail"
-            };
-            (
-                ResolveAction::Hold,
-                format!(
-                    "{} (confidence {c} is below {min}: held for a person instead of {asked})",
-                    r.reason
-                ),
-            )
-        }
-        _ => (r.action, r.reason.clone()),
+    let t = now();
+    let who = actor(uid);
+    let event = Event::Resolved {
+        resolution: &r,
+        plan: &extra,
+        actor: &who,
     };
+    let items = transitions(engine, &chains, event, t)?;
+    // The action every chain gets (a hold when the resolver was unsure): the same for all.
+    let action = items
+        .first()
+        .map(|(_, tr)| policy::resolution_action(tr))
+        .unwrap_or(r.action);
     // A retry is previewed for every chain first, dry run or not: one that sbatch would
     // refuse is turned down here, before any of them is recorded.
-    let mut items = Vec::new();
-    for c in &chains {
+    let mut shown = Vec::new();
+    for (c, (_, tr)) in chains.iter().zip(&items) {
+        let reason = tr.record.as_ref().map(|d| d.reason.to_string());
         let mut item = json!({ "chain": chain_label(c.id), "action": action, "reason": reason });
         if action == ResolveAction::Retry {
             item["would_run"] = preview(engine, c, &c.plan.merged(&extra))?;
         }
-        items.push(item);
+        shown.push(item);
     }
     if r.dry_run {
-        return Ok(json!({ "dry_run": true, "resolutions": items }));
+        return Ok(json!({ "dry_run": true, "resolutions": shown }));
     }
-    let t = now();
-    let mut done = Vec::new();
-    for c in &chains {
-        let last = engine.store.last_decision(c.id)?;
-        let classification = c.last_classification.unwrap_or(Classification::Ambiguous);
-        let mut inputs = json!({ "resolution": r, "plan": extra });
-        let (class, act, update) = match action {
-            ResolveAction::Retry => (
-                RecoveryClass::R2,
-                Action::Resubmit,
-                ChainUpdate {
-                    state: ChainState::Ready,
-                    last_classification: None,
-                    plan: Some(c.plan.merged(&extra)),
-                    not_before: Some(t),
-                },
-            ),
-            ResolveAction::Fail => {
-                inputs["dependents"] = json!(dependents::of(&engine.store, c.id)?
-                    .into_iter()
-                    .map(chain_label)
-                    .collect::<Vec<_>>());
-                (
-                    RecoveryClass::R3,
-                    Action::Fail,
-                    ChainUpdate {
-                        state: ChainState::Failed,
-                        last_classification: None,
-                        plan: None,
-                        not_before: None,
-                    },
-                )
-            }
-            ResolveAction::Hold => (
-                RecoveryClass::R2,
-                Action::Hold,
-                ChainUpdate {
-                    state: ChainState::PendingFailed,
-                    last_classification: None,
-                    plan: None,
-                    not_before: None,
-                },
-            ),
-        };
-        let rec = NewDecision {
-            classification,
-            class,
-            action: act,
-            reason: reason.clone(),
-            inputs,
-            resolves: last.map(|d| d.id),
-            actor: actor(uid),
-        };
-        if !engine
-            .store
-            .decide_chain(c.id, &[ChainState::PendingFailed], &rec, &update, t)?
-        {
-            return Err(Response::error(
-                ErrorKind::Conflict,
-                format!("{} was resolved by someone else first", chain_label(c.id)),
-            ));
-        }
-        done.push(chain_label(c.id));
-    }
+    let done = commit(
+        engine,
+        items,
+        t,
+        "was resolved by someone else first; nothing changed",
+    )?;
     Ok(json!({ "resolved": done, "action": action }))
 }
 
@@ -209,19 +180,14 @@ pub fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) ->
         None,
         &[],
     )?;
-    let allowed = [ChainState::Failed, ChainState::PendingFailed];
-    for c in &chains {
-        if !allowed.contains(&c.state) {
-            return Err(Response::error(
-                ErrorKind::Conflict,
-                format!(
-                    "{} is {}: only a failed or pending_failed chain can be recovered",
-                    chain_label(c.id),
-                    c.state
-                ),
-            ));
-        }
-    }
+    let t = now();
+    let who = actor(uid);
+    let event = Event::Recovered {
+        request: &r,
+        plan: &extra,
+        actor: &who,
+    };
+    let items = transitions(engine, &chains, event, t)?;
     // Previewed first, dry run or not, so a retry sbatch would refuse is turned down here.
     let previews: Result<Vec<Value>, Response> = chains
         .iter()
@@ -231,39 +197,6 @@ pub fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) ->
     if r.dry_run {
         return Ok(json!({ "dry_run": true, "would_run": previews }));
     }
-    let reason = r
-        .reason
-        .clone()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "manual recover".into());
-    let t = now();
-    let mut done = Vec::new();
-    for c in &chains {
-        let rec = NewDecision {
-            classification: c.last_classification.unwrap_or(Classification::Ambiguous),
-            class: RecoveryClass::R2,
-            action: Action::Resubmit,
-            reason: reason.clone(),
-            inputs: json!({ "recover": r, "plan": extra }),
-            resolves: engine.store.last_decision(c.id)?.map(|d| d.id),
-            actor: actor(uid),
-        };
-        let update = ChainUpdate {
-            state: ChainState::Ready,
-            last_classification: None,
-            plan: Some(c.plan.merged(&extra)),
-            not_before: Some(t),
-        };
-        if !engine
-            .store
-            .decide_chain(c.id, &allowed, &rec, &update, t)?
-        {
-            return Err(Response::error(
-                ErrorKind::Conflict,
-                format!("{} changed state meanwhile; look again", chain_label(c.id)),
-            ));
-        }
-        done.push(chain_label(c.id));
-    }
+    let done = commit(engine, items, t, "changed state meanwhile; look again")?;
     Ok(json!({ "recovering": done }))
 }

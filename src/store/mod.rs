@@ -53,6 +53,17 @@ fn parse_name<T: std::str::FromStr<Err = crate::model::UnknownName>>(s: &str) ->
         .map_err(|e: crate::model::UnknownName| StoreError::Corrupt(e.to_string()))
 }
 
+/// The unfinished chain states as an SQL list (`'active', 'ready', ...`), from
+/// [`ChainState::is_open`], so the SQL never disagrees with it.
+fn open_states() -> String {
+    ChainState::ALL
+        .iter()
+        .filter(|s| s.is_open())
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The user-facing chain id: `c` and the row id.
 pub fn chain_label(id: i64) -> String {
     format!("c{id}")
@@ -73,18 +84,7 @@ pub struct Submission {
     pub created_at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Chain {
-    pub id: i64,
-    pub submission_id: i64,
-    pub array_task: Option<u32>,
-    pub state: ChainState,
-    pub last_classification: Option<Classification>,
-    pub plan: RetryPlan,
-    pub not_before: Option<i64>,
-    pub created_at: i64,
-    pub updated_at: i64,
-}
+pub use crate::model::Chain;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -162,22 +162,15 @@ pub struct DecisionRecord {
     pub class: RecoveryClass,
     pub action: Action,
     pub reason: String,
+    /// The reason's stable name ([`crate::policy::Reason::code`]); `None` for records
+    /// written before it was stored.
+    pub reason_code: Option<String>,
     pub inputs: serde_json::Value,
     pub resolves: Option<i64>,
     pub actor: String,
 }
 
-/// A decision to append.
-#[derive(Debug, Clone)]
-pub struct NewDecision {
-    pub classification: Classification,
-    pub class: RecoveryClass,
-    pub action: Action,
-    pub reason: String,
-    pub inputs: serde_json::Value,
-    pub resolves: Option<i64>,
-    pub actor: String,
-}
+pub use crate::policy::{ChainUpdate, Record, Transition};
 
 /// How an attempt ended, as shown by `history`.
 #[derive(Debug, Clone, Default)]
@@ -187,15 +180,6 @@ pub struct AttemptEnd {
     pub nodes: Option<String>,
     pub mem: Option<String>,
     pub time_limit: Option<String>,
-}
-
-/// What changes on a chain after a decision.
-#[derive(Debug, Clone)]
-pub struct ChainUpdate {
-    pub state: ChainState,
-    pub last_classification: Option<Classification>,
-    pub plan: Option<RetryPlan>,
-    pub not_before: Option<i64>,
 }
 
 /// The new submission the daemon is about to launch.
@@ -221,7 +205,7 @@ pub struct Store {
 const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
 const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag";
 const ATTEMPT_FROM: &str = "attempts a JOIN launches l ON l.id = a.launch_id";
-const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor";
+const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor, reason_code";
 
 fn chain_from(row: &Row) -> rusqlite::Result<(Chain, String, Option<String>, String)> {
     Ok((
@@ -301,6 +285,7 @@ fn decision_from(row: &Row) -> rusqlite::Result<RawDecision> {
             inputs: serde_json::Value::Null,
             resolves: row.get(10)?,
             actor: row.get(11)?,
+            reason_code: row.get(12)?,
         },
         row.get(5)?,
         row.get(6)?,
@@ -318,17 +303,23 @@ fn finish_decision(raw: RawDecision) -> Result<DecisionRecord> {
     Ok(d)
 }
 
+/// Appends a decision record. The facts later queries need (the reason's name, whether
+/// it is an infrastructure failure, the failed nodes) are columns, written here with it.
+/// A resolution points at the chain's latest decision, read in the same transaction.
 fn insert_decision(
     tx: &Transaction,
     chain_id: i64,
     n: u32,
     obs: Option<i64>,
     at: i64,
-    d: &NewDecision,
+    d: &Record,
 ) -> Result<i64> {
     tx.execute(
-        "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor,
+                                reason_code, infra_failure, failed_nodes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
+                 CASE WHEN ?10 THEN (SELECT MAX(id) FROM decisions WHERE chain_id = ?1) END,
+                 ?11, ?12, ?13, ?14)",
         params![
             chain_id,
             n,
@@ -337,10 +328,13 @@ fn insert_decision(
             d.classification.as_str(),
             d.class.as_str(),
             d.action.as_str(),
-            d.reason,
+            d.reason.to_string(),
             json(&d.inputs),
-            d.resolves,
-            d.actor
+            d.resolves_latest,
+            d.actor,
+            d.reason.code(),
+            d.infra_failure,
+            d.failed_nodes,
         ],
     )?;
     Ok(tx.last_insert_rowid())
@@ -355,27 +349,22 @@ fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Opt
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Records `decision` on a chain still in one of the `expect`ed states (compare-and-set
+/// Applies a transition to a chain still in the state it was decided from (compare-and-set
 /// inside the caller's transaction); false when it has moved on.
-fn decide_in(
-    tx: &Transaction,
-    chain_id: i64,
-    expect: &[ChainState],
-    decision: &NewDecision,
-    update: &ChainUpdate,
-    now: i64,
-) -> Result<bool> {
+fn decide_in(tx: &Transaction, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
     let (state, n): (String, u32) = tx.query_row(
         "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
         [chain_id],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     let state: ChainState = parse_name(&state)?;
-    if !expect.contains(&state) {
+    if state != t.from {
         return Ok(false);
     }
-    insert_decision(tx, chain_id, n, None, now, decision)?;
-    update_chain(tx, chain_id, update, now)?;
+    if let Some(d) = &t.record {
+        insert_decision(tx, chain_id, n, None, now, d)?;
+    }
+    update_chain(tx, chain_id, &t.update, now)?;
     Ok(true)
 }
 
@@ -701,15 +690,15 @@ impl Store {
         Ok(())
     }
 
-    /// sbatch definitively refused a retry: the attempts are marked not submitted, the
-    /// chains get `decision` and its state.
+    /// sbatch definitively refused a retry (or it could not be confirmed): the attempts
+    /// are marked not submitted and each chain gets the transition `decide` gives it, in
+    /// one transaction.
     pub fn relaunch_refused(
         &mut self,
         launch_id: i64,
         error: &str,
         now: i64,
-        decision: &NewDecision,
-        update: &ChainUpdate,
+        decide: impl Fn(&Chain) -> Transition,
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
@@ -721,8 +710,19 @@ impl Store {
                 "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
                 params![chain, n, now],
             )?;
-            insert_decision(&tx, chain, n, None, now, decision)?;
-            update_chain(&tx, chain, update, now)?;
+            let c = tx
+                .query_row(
+                    &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
+                    [chain],
+                    chain_from,
+                )
+                .map_err(StoreError::from)
+                .and_then(finish_chain)?;
+            let t = decide(&c);
+            if let Some(d) = &t.record {
+                insert_decision(&tx, chain, n, None, now, d)?;
+            }
+            update_chain(&tx, chain, &t.update, now)?;
         }
         tx.commit()?;
         Ok(())
@@ -847,10 +847,11 @@ impl Store {
     pub fn open_chains_of(&self, owner_uid: u32) -> Result<u64> {
         Ok(self
             .conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT COUNT(*) FROM chains c JOIN submissions s ON s.id = c.submission_id
-             WHERE s.owner_uid = ?1 AND c.state IN ('active', 'ready', 'pending_failed')",
-            )?
+                 WHERE s.owner_uid = ?1 AND c.state IN ({})",
+                open_states()
+            ))?
             .query_row([owner_uid], |r| r.get(0))?)
     }
 
@@ -960,7 +961,7 @@ impl Store {
         chain_id: i64,
         n: u32,
         observation: &serde_json::Value,
-        decision: &NewDecision,
+        decision: &Record,
         now: i64,
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
@@ -984,15 +985,13 @@ impl Store {
 
     /// Records the end of an attempt: the observation unchanged, how it ended, the
     /// decision (none for a success), and the chain's new state, in one transaction.
-    #[allow(clippy::too_many_arguments)]
     pub fn record_ending(
         &mut self,
         chain_id: i64,
         n: u32,
         observation: &serde_json::Value,
         end: &AttemptEnd,
-        decision: Option<&NewDecision>,
-        update: &ChainUpdate,
+        t: &Transition,
         now: i64,
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
@@ -1006,53 +1005,48 @@ impl Store {
              WHERE chain_id = ?1 AND n = ?2",
             params![chain_id, n, end.slurm_state, end.exit_code, end.nodes, end.mem, end.time_limit, now],
         )?;
-        if let Some(d) = decision {
+        if let Some(d) = &t.record {
             insert_decision(&tx, chain_id, n, Some(obs), now, d)?;
         }
-        update_chain(&tx, chain_id, update, now)?;
+        update_chain(&tx, chain_id, &t.update, now)?;
         tx.commit()?;
         Ok(())
     }
 
-    /// Appends a decision about a chain that is not tied to a new ending (an agent's
-    /// resolution, a manual recover, a cancel) and moves the chain. `expect` guards
-    /// against races: the change happens only if the chain is still in one of those states.
-    pub fn decide_chain(
-        &mut self,
-        chain_id: i64,
-        expect: &[ChainState],
-        decision: &NewDecision,
-        update: &ChainUpdate,
-        now: i64,
-    ) -> Result<bool> {
+    /// Applies transitions not tied to a new ending (resolutions, recovers, escalations)
+    /// to several chains as one transaction: each only if its chain is still in the state
+    /// it was decided from. Either all are recorded, or none is and the first chain that
+    /// moved on meanwhile is returned.
+    pub fn decide_chains(&mut self, items: &[(i64, Transition)], now: i64) -> Result<Option<i64>> {
         let tx = self.conn.transaction()?;
-        let done = decide_in(&tx, chain_id, expect, decision, update, now)?;
-        if done {
-            tx.commit()?;
+        for (chain, t) in items {
+            if !decide_in(&tx, *chain, t, now)? {
+                return Ok(Some(*chain));
+            }
         }
-        Ok(done)
+        tx.commit()?;
+        Ok(None)
     }
 
     /// Cancels several chains in one transaction: for each, its live attempt (if any) is
-    /// ended as CANCELLED and, if the chain is still in an `expect`ed state, its decision
-    /// recorded. Either all of it is recorded or none. Returns the chains changed.
+    /// ended as CANCELLED and, if the chain is still in the state its transition was
+    /// decided from, the transition recorded. Either all of it is recorded or none.
+    /// Returns the chains changed.
     pub fn cancel_chains(
         &mut self,
-        items: &[(i64, Option<u32>, NewDecision)],
-        expect: &[ChainState],
-        update: &ChainUpdate,
+        items: &[(i64, Option<u32>, Transition)],
         now: i64,
     ) -> Result<Vec<i64>> {
         let tx = self.conn.transaction()?;
         let mut done = Vec::new();
-        for (chain, live, decision) in items {
+        for (chain, live, t) in items {
             if let Some(n) = live {
                 tx.execute(
                     "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
                     params![chain, n, now],
                 )?;
             }
-            if decide_in(&tx, *chain, expect, decision, update, now)? {
+            if decide_in(&tx, *chain, t, now)? {
                 done.push(*chain);
             }
         }
@@ -1064,8 +1058,7 @@ impl Store {
     /// supervisor recorded across all chains since `since`.
     pub fn infra_failures_since(&self, since: i64) -> Result<u32> {
         Ok(self.conn.query_row(
-            "SELECT COUNT(*) FROM decisions WHERE at >= ?1 AND actor = 'supervisor'
-               AND observation_id IS NOT NULL AND classification IN ('node_fail', 'boot_fail', 'transient')",
+            "SELECT COUNT(*) FROM decisions WHERE at >= ?1 AND infra_failure = 1",
             [since],
             |r| r.get(0),
         )?)
@@ -1074,9 +1067,7 @@ impl Store {
     /// The nodes of node_fail/boot_fail endings since `since`, with when they were recorded.
     pub fn node_failures_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
         let mut q = self.conn.prepare(
-            "SELECT json_extract(inputs, '$.verdict.nodes'), at FROM decisions
-             WHERE at >= ?1 AND actor = 'supervisor' AND classification IN ('node_fail', 'boot_fail')
-               AND json_extract(inputs, '$.verdict.nodes') IS NOT NULL",
+            "SELECT failed_nodes, at FROM decisions WHERE at >= ?1 AND failed_nodes IS NOT NULL",
         )?;
         let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -1121,8 +1112,7 @@ impl Store {
         &mut self,
         chain_id: i64,
         n: u32,
-        decision: &NewDecision,
-        update: &ChainUpdate,
+        t: &Transition,
         now: i64,
     ) -> Result<bool> {
         let tx = self.conn.transaction()?;
@@ -1133,8 +1123,10 @@ impl Store {
         if changed == 0 {
             return Ok(false);
         }
-        insert_decision(&tx, chain_id, n, None, now, decision)?;
-        update_chain(&tx, chain_id, update, now)?;
+        if let Some(d) = &t.record {
+            insert_decision(&tx, chain_id, n, None, now, d)?;
+        }
+        update_chain(&tx, chain_id, &t.update, now)?;
         tx.commit()?;
         Ok(true)
     }

@@ -128,4 +128,23 @@ CREATE INDEX attempts_by_base_job ON attempts(slurm_base_id);
 -- failed); a job it did create is found by its tag and adopted.
 ALTER TABLE launches ADD COLUMN unpromised INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 3: the facts queries need from a decision record are columns, written with it.
+    r#"
+-- The reason's stable name (policy::Reason::code); NULL for records written before.
+ALTER TABLE decisions ADD COLUMN reason_code TEXT;
+-- 1 for an infrastructure failure (node_fail, boot_fail, transient) the supervisor saw end
+-- an attempt: the breaker counts these.
+ALTER TABLE decisions ADD COLUMN infra_failure INTEGER NOT NULL DEFAULT 0;
+-- The node(s) of a node_fail/boot_fail ending: quarantine counts these.
+ALTER TABLE decisions ADD COLUMN failed_nodes TEXT;
+-- Records are append-only; the new columns of the old ones are filled once, here.
+DROP TRIGGER decisions_no_update;
+UPDATE decisions SET infra_failure = 1
+  WHERE actor = 'supervisor' AND observation_id IS NOT NULL
+    AND classification IN ('node_fail', 'boot_fail', 'transient');
+UPDATE decisions SET failed_nodes = json_extract(inputs, '$.verdict.nodes')
+  WHERE actor = 'supervisor' AND classification IN ('node_fail', 'boot_fail');
+CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions
+BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
+"#,
 ];

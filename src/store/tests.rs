@@ -14,15 +14,29 @@ fn sub(tasks: Option<Vec<u32>>) -> NewSubmission {
     }
 }
 
-fn decision(c: Classification, action: Action) -> NewDecision {
-    NewDecision {
+fn decision(c: Classification, action: Action) -> Record {
+    Record {
         classification: c,
         class: RecoveryClass::R1,
         action,
-        reason: "test".into(),
-        inputs: serde_json::json!({"x": 1}),
-        resolves: None,
+        reason: crate::policy::Reason::Resolution {
+            given: "test".into(),
+        },
+        inputs: crate::policy::Inputs::None {},
+        resolves_latest: false,
         actor: "supervisor".into(),
+        infra_failure: false,
+        failed_nodes: None,
+    }
+}
+
+/// A transition from `from` with `record`.
+fn tr(from: ChainState, update: &ChainUpdate, record: Record) -> Transition {
+    Transition {
+        from,
+        update: update.clone(),
+        record: Some(record),
+        effects: Vec::new(),
     }
 }
 
@@ -95,8 +109,11 @@ fn relaunch_takes_next_attempt_number_and_plan() {
         1,
         &serde_json::json!({}),
         &AttemptEnd::default(),
-        Some(&decision(Classification::Oom, Action::Resubmit)),
-        &update,
+        &tr(
+            ChainState::Active,
+            &update,
+            decision(Classification::Oom, Action::Resubmit),
+        ),
         150,
     )
     .unwrap();
@@ -134,8 +151,11 @@ fn decisions_are_append_only() {
         1,
         &serde_json::json!({}),
         &AttemptEnd::default(),
-        Some(&decision(Classification::Ambiguous, Action::Escalate)),
-        &update,
+        &tr(
+            ChainState::Active,
+            &update,
+            decision(Classification::Ambiguous, Action::Escalate),
+        ),
         150,
     )
     .unwrap();
@@ -164,8 +184,11 @@ fn a_resolution_races_safely() {
         1,
         &serde_json::json!({}),
         &AttemptEnd::default(),
-        Some(&decision(Classification::Ambiguous, Action::Escalate)),
-        &pf,
+        &tr(
+            ChainState::Active,
+            &pf,
+            decision(Classification::Ambiguous, Action::Escalate),
+        ),
         150,
     )
     .unwrap();
@@ -175,25 +198,17 @@ fn a_resolution_races_safely() {
         plan: None,
         not_before: None,
     };
-    assert!(s
-        .decide_chain(
-            1,
-            &[ChainState::PendingFailed],
-            &decision(Classification::Ambiguous, Action::Fail),
-            &fail,
-            160
-        )
-        .unwrap());
-    assert!(!s
-        .decide_chain(
-            1,
-            &[ChainState::PendingFailed],
-            &decision(Classification::Ambiguous, Action::Fail),
-            &fail,
-            161
-        )
-        .unwrap());
-    assert_eq!(s.decisions(1).unwrap().len(), 2);
+    let resolution = Record {
+        resolves_latest: true,
+        ..decision(Classification::Ambiguous, Action::Fail)
+    };
+    let t = tr(ChainState::PendingFailed, &fail, resolution);
+    assert_eq!(s.decide_chains(&[(1, t.clone())], 160).unwrap(), None);
+    assert_eq!(s.decide_chains(&[(1, t)], 161).unwrap(), Some(1));
+    let ds = s.decisions(1).unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds[1].resolves, Some(ds[0].id), "points at what it resolves");
+    assert_eq!(ds[1].reason_code.as_deref(), Some("resolution"));
 }
 
 #[test]
@@ -219,4 +234,61 @@ fn discard_removes_a_refused_first_submission() {
     s.discard_submission(l.id).unwrap();
     assert!(s.chains(None).unwrap().is_empty());
     assert!(s.open_launches().unwrap().is_empty());
+}
+
+#[test]
+fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
+        .unwrap();
+    s.launch_submitted(l.id, "14", 101).unwrap();
+    let fail = ChainUpdate {
+        state: ChainState::Failed,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+    };
+    let d = || decision(Classification::Ambiguous, Action::Fail);
+    // Chain 2 is active, not pending_failed as the second transition expects.
+    let items = [
+        (1, tr(ChainState::Active, &fail, d())),
+        (2, tr(ChainState::PendingFailed, &fail, d())),
+    ];
+    assert_eq!(s.decide_chains(&items, 150).unwrap(), Some(2));
+    assert_eq!(s.chain(1).unwrap().unwrap().state, ChainState::Active);
+    assert!(s.decisions(1).unwrap().is_empty(), "nothing of it is kept");
+}
+
+#[test]
+fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let ready = ChainUpdate {
+        state: ChainState::Ready,
+        last_classification: Some(Classification::NodeFail),
+        plan: None,
+        not_before: Some(200),
+    };
+    let rec = Record {
+        infra_failure: true,
+        failed_nodes: Some("n1".into()),
+        ..decision(Classification::NodeFail, Action::Resubmit)
+    };
+    s.record_ending(
+        1,
+        1,
+        &serde_json::json!({}),
+        &AttemptEnd::default(),
+        &tr(ChainState::Active, &ready, rec),
+        150,
+    )
+    .unwrap();
+    assert_eq!(s.infra_failures_since(100).unwrap(), 1);
+    assert_eq!(s.infra_failures_since(151).unwrap(), 0);
+    assert_eq!(
+        s.node_failures_since(100).unwrap(),
+        vec![("n1".to_string(), 150)]
+    );
 }

@@ -1,0 +1,673 @@
+//! The decision core: pure, no I/O; time and randomness are passed in.
+//!
+//! Everything that can happen to a chain is an [`Event`]; [`transition`] is the one place
+//! that decides what it means: the chain's new state, the decision record, and what the
+//! daemon must carry out ([`Effect`]). The daemon gathers the facts, calls it, and does
+//! what it says; no other module builds a decision record.
+//!
+//! Inside: the disposition table (`table`, one row per classification, as
+//! docs/design.md's table), the guards against an automatic retry in order (`guards`),
+//! resource escalation (`escalation`), and the reasons, an enum rendered to prose in one
+//! place (`reason`).
+
+mod escalation;
+mod guards;
+mod reason;
+mod table;
+
+pub use reason::{Change, Reason};
+pub use table::{disposition, is_infrastructure, Disposition, Resources};
+
+use crate::classify::Verdict;
+use crate::config::Config;
+use crate::model::{Action, Chain, ChainState, Classification, RecoveryClass, RetryPlan};
+use crate::protocol::{RecoverRequest, Resolution, ResolveAction};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the chain did before this ending, as the store knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHistory {
+    /// Automatic and agent-ordered resubmissions so far, by the classification that caused them.
+    pub resubmits_by_class: BTreeMap<String, u32>,
+    /// All resubmissions so far.
+    pub resubmits: u32,
+    /// The chain's cap on resubmissions.
+    pub max_retries: u32,
+    /// The resources the ended attempt ran with (the supervisor's overrides so far).
+    pub plan: RetryPlan,
+    /// When the ended attempt was a retry an agent or a person asked for: the
+    /// classification of the failure they resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_retry_of: Option<Classification>,
+}
+
+impl ChainHistory {
+    /// Resubmissions so far caused by classification `c`.
+    pub fn used(&self, c: Classification) -> u32 {
+        self.resubmits_by_class
+            .get(c.as_str())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// What a decision needs to know beyond the chain itself. The daemon gathers it; the
+/// decision stays a pure function of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    /// MaxTime of the partition the attempt ran in (`None`: unlimited or unknown).
+    pub partition_max_secs: Option<u64>,
+    /// Nodes in quarantine now (see [`quarantined`]); every retry avoids them.
+    pub quarantined: Vec<String>,
+    /// Infrastructure failures (node_fail, boot_fail, transient) across all chains within
+    /// the breaker window, not counting this one.
+    pub recent_infra_failures: u32,
+    /// Unix seconds.
+    pub now: i64,
+    /// A number in [-1, 1] for the backoff jitter.
+    pub jitter: f64,
+}
+
+impl Context {
+    /// The context of a request: only the time matters.
+    pub fn at(now: i64) -> Context {
+        Context {
+            now,
+            ..Default::default()
+        }
+    }
+}
+
+/// Everything that can happen to a chain.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// An attempt ended and Slurm will not run it again by itself.
+    Ended {
+        verdict: &'a Verdict,
+        history: &'a ChainHistory,
+    },
+    /// Slurm requeued the attempt itself, under the same job id.
+    Requeued { verdict: &'a Verdict },
+    /// An agent or a person resolved a `pending_failed` chain (`classify`).
+    Resolved {
+        resolution: &'a Resolution,
+        /// The resources they asked for, already checked against the admin's caps.
+        plan: &'a RetryPlan,
+        actor: &'a str,
+    },
+    /// A person asked for a failed or `pending_failed` chain to be retried (`recover`).
+    Recovered {
+        request: &'a RecoverRequest,
+        plan: &'a RetryPlan,
+        actor: &'a str,
+    },
+    /// The user cancelled the chain; `job` is its live job, if any.
+    Cancelled {
+        job: Option<&'a str>,
+        actor: &'a str,
+    },
+    /// sbatch refused a retry for good.
+    RetryRefused {
+        code: i32,
+        stderr: &'a str,
+        argv: &'a [String],
+    },
+    /// A retry could not even be prepared.
+    RetryUnprepared { error: &'a str },
+    /// An interrupted launch that may have created a job which cannot be found any more.
+    LaunchUnconfirmed {
+        tag: &'a str,
+        last_error: Option<&'a str>,
+        argv: &'a [String],
+    },
+    /// A live job left squeue and sacct shows no ending for it, for `lost_job_after`.
+    JobLost { job: &'a str, missing_since: i64 },
+}
+
+/// Why an event cannot apply to the chain as it is (the request is answered with a
+/// conflict; nothing is recorded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("is {0}, not pending_failed: only a chain waiting for a decision can be classified")]
+    NotPendingFailed(ChainState),
+    #[error("is {0}: only a failed or pending_failed chain can be recovered")]
+    NotRecoverable(ChainState),
+    #[error("has already ended; nothing to cancel")]
+    AlreadyEnded,
+}
+
+/// What a decision was computed from, stored with the record as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Inputs {
+    Ending {
+        verdict: Verdict,
+        history: ChainHistory,
+        context: Context,
+        /// For a chain that failed for good: supervised chains whose `--dependency`
+        /// waits on it (they will never start).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dependents: Option<Vec<String>>,
+    },
+    Requeue {
+        verdict: Verdict,
+    },
+    Resolution {
+        resolution: Resolution,
+        plan: RetryPlan,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dependents: Option<Vec<String>>,
+    },
+    Recover {
+        recover: RecoverRequest,
+        plan: RetryPlan,
+    },
+    Cancel {
+        job: Option<String>,
+    },
+    Lost {
+        job: String,
+        missing_since: i64,
+    },
+    Refused {
+        argv: Vec<String>,
+        stderr: String,
+        exit_code: i32,
+    },
+    Unconfirmed {
+        argv: Vec<String>,
+        tag: String,
+    },
+    None {},
+}
+
+/// A decision record to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub classification: Classification,
+    pub class: RecoveryClass,
+    pub action: Action,
+    pub reason: Reason,
+    pub inputs: Inputs,
+    /// A resolution: it points at the chain's latest decision (the store fills the id in
+    /// the same transaction).
+    pub resolves_latest: bool,
+    /// `supervisor`, or `user:<name>` for a person or an agent acting as one.
+    pub actor: String,
+    /// An infrastructure failure the supervisor saw end an attempt (the breaker counts these).
+    pub infra_failure: bool,
+    /// The node(s) of a node or boot failure (quarantine counts these).
+    pub failed_nodes: Option<String>,
+}
+
+/// What changes on a chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainUpdate {
+    pub state: ChainState,
+    /// `None` keeps the chain's last classification.
+    pub last_classification: Option<Classification>,
+    /// `None` keeps the chain's plan.
+    pub plan: Option<RetryPlan>,
+    /// For `ready`: not before this time (unix seconds).
+    pub not_before: Option<i64>,
+}
+
+/// What the daemon must do to carry a transition out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Cancel this job in Slurm before the transition is recorded; if that fails, nothing
+    /// is recorded.
+    Scancel(String),
+    /// The chain failed for good: find the supervised chains that wait on it with
+    /// `--dependency` (they will never start), warn, and [`Transition::set_dependents`].
+    ListDependents,
+}
+
+/// The outcome of an event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The state it was decided from: the store applies it only if the chain is still there.
+    pub from: ChainState,
+    pub update: ChainUpdate,
+    /// `None` only for a success, which gets no recovery record.
+    pub record: Option<Record>,
+    pub effects: Vec<Effect>,
+}
+
+impl Transition {
+    /// Notes the dependents an [`Effect::ListDependents`] found, in the record's inputs.
+    pub fn set_dependents(&mut self, deps: Vec<String>) {
+        if let Some(Record {
+            inputs: Inputs::Ending { dependents, .. } | Inputs::Resolution { dependents, .. },
+            ..
+        }) = &mut self.record
+        {
+            *dependents = Some(deps);
+        }
+    }
+
+    /// The record's action (`None` for a success).
+    pub fn action(&self) -> Action {
+        self.record.as_ref().map_or(Action::None, |r| r.action)
+    }
+}
+
+/// The delay before resubmission number `n` (0-based): `initial * multiplier^n`, capped,
+/// then moved by `jitter` (a number in [-1, 1] from the caller) times the jitter fraction.
+pub fn backoff_secs(config: &Config, n: u32, jitter: f64) -> u64 {
+    let r = &config.retry;
+    let base = r.backoff_initial.as_secs_f64() * r.backoff_multiplier.powi(n.min(64) as i32);
+    let capped = base.min(r.backoff_max.as_secs_f64());
+    let j = jitter.clamp(-1.0, 1.0) * r.backoff_jitter;
+    (capped * (1.0 + j)).max(0.0).round() as u64
+}
+
+/// The nodes in quarantine at `now`: a node with `threshold` failures within `window` stays
+/// out of retries until `duration` after its latest failure. So a quarantine decays by
+/// itself when the node stops failing jobs.
+pub fn quarantined(failures: &[(String, i64)], config: &Config, now: i64) -> Vec<String> {
+    let q = &config.quarantine;
+    let mut by_node: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (node, at) in failures {
+        by_node.entry(node.as_str()).or_default().push(*at);
+    }
+    let window = q.window.0.as_secs() as i64;
+    let duration = q.duration.0.as_secs() as i64;
+    by_node
+        .into_iter()
+        .filter(|(_, times)| {
+            let latest = times.iter().copied().max().unwrap_or(i64::MIN);
+            let in_window = times.iter().filter(|t| **t > latest - window).count() as u32;
+            q.threshold > 0 && in_window >= q.threshold && now < latest + duration
+        })
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+const SUPERVISOR: &str = "supervisor";
+
+/// Decides what `event` means for `chain`.
+pub fn transition(
+    chain: &Chain,
+    event: Event,
+    config: &Config,
+    ctx: &Context,
+) -> Result<Transition, Refusal> {
+    let from = chain.state;
+    let t = match event {
+        Event::Ended { verdict, history } => ended(verdict, history, config, ctx),
+        Event::Requeued { verdict } => Transition {
+            from,
+            update: ChainUpdate {
+                state: from,
+                last_classification: Some(verdict.classification),
+                plan: None,
+                not_before: chain.not_before,
+            },
+            record: Some(Record {
+                reason: Reason::RequeuedBySlurm {
+                    verdict: verdict.reason.clone(),
+                },
+                ..supervisor(
+                    verdict,
+                    RecoveryClass::R1,
+                    Action::Watch,
+                    Inputs::Requeue {
+                        verdict: verdict.clone(),
+                    },
+                )
+            }),
+            effects: Vec::new(),
+        },
+        Event::Resolved {
+            resolution,
+            plan,
+            actor,
+        } => resolved(chain, resolution, plan, actor, config, ctx)?,
+        Event::Recovered {
+            request,
+            plan,
+            actor,
+        } => {
+            if !matches!(from, ChainState::Failed | ChainState::PendingFailed) {
+                return Err(Refusal::NotRecoverable(from));
+            }
+            Transition {
+                from,
+                update: retry_now(chain, plan, ctx),
+                record: Some(Record {
+                    classification: chain
+                        .last_classification
+                        .unwrap_or(Classification::Ambiguous),
+                    class: RecoveryClass::R2,
+                    action: Action::Resubmit,
+                    reason: Reason::Recover {
+                        given: request.reason.clone().filter(|s| !s.trim().is_empty()),
+                    },
+                    inputs: Inputs::Recover {
+                        recover: request.clone(),
+                        plan: plan.clone(),
+                    },
+                    resolves_latest: true,
+                    actor: actor.to_string(),
+                    infra_failure: false,
+                    failed_nodes: None,
+                }),
+                effects: Vec::new(),
+            }
+        }
+        Event::Cancelled { job, actor } => {
+            if !from.is_open() {
+                return Err(Refusal::AlreadyEnded);
+            }
+            Transition {
+                from,
+                update: ChainUpdate {
+                    state: ChainState::Cancelled,
+                    last_classification: Some(Classification::Cancelled),
+                    plan: None,
+                    not_before: None,
+                },
+                record: Some(Record {
+                    classification: Classification::Cancelled,
+                    class: RecoveryClass::R3,
+                    action: Action::Cancel,
+                    reason: Reason::CancelledByUser,
+                    inputs: Inputs::Cancel {
+                        job: job.map(str::to_string),
+                    },
+                    resolves_latest: false,
+                    actor: actor.to_string(),
+                    infra_failure: false,
+                    failed_nodes: None,
+                }),
+                effects: job
+                    .map(|j| Effect::Scancel(j.to_string()))
+                    .into_iter()
+                    .collect(),
+            }
+        }
+        Event::RetryRefused { code, stderr, argv } => escalation(
+            from,
+            Reason::RetryRefused {
+                code,
+                stderr: stderr.to_string(),
+            },
+            Inputs::Refused {
+                argv: argv.to_vec(),
+                stderr: stderr.to_string(),
+                exit_code: code,
+            },
+        ),
+        Event::RetryUnprepared { error } => escalation(
+            from,
+            Reason::RetryUnprepared {
+                error: error.to_string(),
+            },
+            Inputs::None {},
+        ),
+        Event::LaunchUnconfirmed {
+            tag,
+            last_error,
+            argv,
+        } => escalation(
+            from,
+            Reason::LaunchUnconfirmed {
+                tag: tag.to_string(),
+                last_error: last_error.map(str::to_string),
+            },
+            Inputs::Unconfirmed {
+                argv: argv.to_vec(),
+                tag: tag.to_string(),
+            },
+        ),
+        Event::JobLost { job, missing_since } => escalation(
+            from,
+            Reason::JobLost {
+                job: job.to_string(),
+                missing_secs: ctx.now - missing_since,
+            },
+            Inputs::Lost {
+                job: job.to_string(),
+                missing_since,
+            },
+        ),
+    };
+    Ok(Transition { from, ..t })
+}
+
+/// A record by the supervisor about an ending (or a requeue) of `verdict`; the reason is
+/// the caller's to set.
+fn supervisor(verdict: &Verdict, class: RecoveryClass, action: Action, inputs: Inputs) -> Record {
+    let c = verdict.classification;
+    Record {
+        classification: c,
+        class,
+        action,
+        reason: Reason::Completed,
+        inputs,
+        resolves_latest: false,
+        actor: SUPERVISOR.into(),
+        infra_failure: is_infrastructure(c),
+        failed_nodes: match disposition(c) {
+            Disposition::Retry {
+                resources: Resources::ExcludeNode,
+            } => verdict.nodes.clone(),
+            _ => None,
+        },
+    }
+}
+
+/// An R2 escalation by the supervisor that is not about a job's ending: the chain waits
+/// in `pending_failed` for an agent or a person.
+fn escalation(from: ChainState, reason: Reason, inputs: Inputs) -> Transition {
+    Transition {
+        from,
+        update: ChainUpdate {
+            state: ChainState::PendingFailed,
+            last_classification: None,
+            plan: None,
+            not_before: None,
+        },
+        record: Some(Record {
+            classification: Classification::Ambiguous,
+            class: RecoveryClass::R2,
+            action: Action::Escalate,
+            reason,
+            inputs,
+            resolves_latest: false,
+            actor: SUPERVISOR.into(),
+            infra_failure: false,
+            failed_nodes: None,
+        }),
+        effects: Vec::new(),
+    }
+}
+
+/// A retry as soon as possible with `extra` on top of the chain's plan.
+fn retry_now(chain: &Chain, extra: &RetryPlan, ctx: &Context) -> ChainUpdate {
+    ChainUpdate {
+        state: ChainState::Ready,
+        last_classification: None,
+        plan: Some(chain.plan.merged(extra)),
+        not_before: Some(ctx.now),
+    }
+}
+
+/// An ending: the table's row, then for a retry the guards, then the resources.
+fn ended(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Context) -> Transition {
+    let c = verdict.classification;
+    let inputs = Inputs::Ending {
+        verdict: verdict.clone(),
+        history: history.clone(),
+        context: ctx.clone(),
+        dependents: None,
+    };
+    let to = |state: ChainState, record: Option<Record>| {
+        let effects = if state == ChainState::Failed {
+            vec![Effect::ListDependents]
+        } else {
+            Vec::new()
+        };
+        Transition {
+            from: ChainState::Active,
+            update: ChainUpdate {
+                state,
+                last_classification: Some(c),
+                plan: None,
+                not_before: None,
+            },
+            record,
+            effects,
+        }
+    };
+    let ask_agent = |reason: Reason| {
+        let r = Record {
+            reason,
+            ..supervisor(verdict, RecoveryClass::R2, Action::Escalate, inputs.clone())
+        };
+        to(ChainState::PendingFailed, Some(r))
+    };
+    let v = verdict.reason.clone();
+    let resources = match disposition(c) {
+        Disposition::Done => return to(ChainState::Completed, None),
+        Disposition::Stop { action, state } => {
+            let reason = match c {
+                Classification::Cancelled => Reason::CancelNotRetried { verdict: v },
+                Classification::Deadline => Reason::DeadlineNotRetried { verdict: v },
+                _ => Reason::PermanentNotRetried { verdict: v },
+            };
+            let r = Record {
+                reason,
+                ..supervisor(verdict, RecoveryClass::R3, action, inputs.clone())
+            };
+            return to(state, Some(r));
+        }
+        Disposition::AskAgent => return ask_agent(Reason::NeedsAgent { verdict: v }),
+        Disposition::Retry { resources } => resources,
+    };
+    let facts = guards::Facts {
+        verdict,
+        history,
+        config,
+        ctx,
+    };
+    if let Some(reason) = guards::objection(&facts) {
+        return ask_agent(reason);
+    }
+    let (next, changes) = match escalation::next_resources(resources, verdict, history, config, ctx)
+    {
+        Ok(n) => n,
+        Err(reason) => return ask_agent(reason),
+    };
+    let delay = backoff_secs(config, history.resubmits, ctx.jitter);
+    let r = Record {
+        reason: Reason::Retry {
+            verdict: v,
+            delay_secs: delay,
+            classification: c,
+            retry: history.used(c) + 1,
+            budget: config.retry.budgets.for_class(c),
+            changes,
+        },
+        ..supervisor(verdict, RecoveryClass::R1, Action::Resubmit, inputs.clone())
+    };
+    let mut t = to(ChainState::Ready, Some(r));
+    t.update.plan = Some(history.plan.merged(&next));
+    t.update.not_before = Some(ctx.now + delay as i64);
+    t
+}
+
+/// A resolution of a `pending_failed` chain. An unsure resolver does not get to act: below
+/// `agent.min_confidence` a retry or a fail becomes a hold, for a person to decide.
+fn resolved(
+    chain: &Chain,
+    resolution: &Resolution,
+    plan: &RetryPlan,
+    actor: &str,
+    config: &Config,
+    ctx: &Context,
+) -> Result<Transition, Refusal> {
+    if chain.state != ChainState::PendingFailed {
+        return Err(Refusal::NotPendingFailed(chain.state));
+    }
+    let min = config.agent.min_confidence;
+    let (action, reason) = match resolution.confidence {
+        Some(c) if c < min && resolution.action != ResolveAction::Hold => (
+            ResolveAction::Hold,
+            Reason::HeldForPerson {
+                given: resolution.reason.clone(),
+                confidence: c,
+                min,
+                asked: resolution.action,
+            },
+        ),
+        _ => (
+            resolution.action,
+            Reason::Resolution {
+                given: resolution.reason.clone(),
+            },
+        ),
+    };
+    let keep = |state| ChainUpdate {
+        state,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+    };
+    let (class, act, update, effects) = match action {
+        ResolveAction::Retry => (
+            RecoveryClass::R2,
+            Action::Resubmit,
+            retry_now(chain, plan, ctx),
+            Vec::new(),
+        ),
+        ResolveAction::Fail => (
+            RecoveryClass::R3,
+            Action::Fail,
+            keep(ChainState::Failed),
+            vec![Effect::ListDependents],
+        ),
+        ResolveAction::Hold => (
+            RecoveryClass::R2,
+            Action::Hold,
+            keep(ChainState::PendingFailed),
+            Vec::new(),
+        ),
+    };
+    Ok(Transition {
+        from: chain.state,
+        update,
+        record: Some(Record {
+            classification: chain
+                .last_classification
+                .unwrap_or(Classification::Ambiguous),
+            class,
+            action: act,
+            reason,
+            inputs: Inputs::Resolution {
+                resolution: resolution.clone(),
+                plan: plan.clone(),
+                dependents: None,
+            },
+            resolves_latest: true,
+            actor: actor.to_string(),
+            infra_failure: false,
+            failed_nodes: None,
+        }),
+        effects,
+    })
+}
+
+/// The action a resolution ends up with (a hold when its confidence is too low).
+pub fn resolution_action(t: &Transition) -> ResolveAction {
+    match t.action() {
+        Action::Resubmit => ResolveAction::Retry,
+        Action::Fail => ResolveAction::Fail,
+        _ => ResolveAction::Hold,
+    }
+}
+
+#[cfg(test)]
+mod tests;

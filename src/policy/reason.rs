@@ -1,0 +1,283 @@
+//! Why a decision was taken: an enum, rendered to prose in one place ([`fmt::Display`]).
+//!
+//! The prose is what `history` shows and what is stored in a decision record's `reason`;
+//! the variant's name ([`Reason::code`]) is stored beside it (`reason_code`) and shown in
+//! `history --json`, so scripts, agents and tests match on a name, never on prose.
+
+use crate::model::Classification;
+use crate::protocol::ResolveAction;
+use std::fmt;
+
+/// A resource change made for a retry, as the reason tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Memory { from_mib: u64, to_mib: u64 },
+    TimeLimit { from_secs: u64, to_secs: u64 },
+    Exclude(String),
+    AvoidQuarantined(Vec<String>),
+}
+
+/// Why a chain moved. Variants about an ending carry the classifier's own sentence
+/// (`verdict`), which the prose starts with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// The attempt completed (no record is written for a success).
+    Completed,
+    /// A cancelled job is never retried.
+    CancelNotRetried { verdict: String },
+    /// A missed deadline is not retried.
+    DeadlineNotRetried { verdict: String },
+    /// A permanent error is not retried.
+    PermanentNotRetried { verdict: String },
+    /// Nothing recognises the failure: an agent decides.
+    NeedsAgent { verdict: String },
+    /// The retry an agent or person asked for failed the same way.
+    AgentRetryFailedAgain {
+        verdict: String,
+        classification: Classification,
+    },
+    /// Too many infrastructure failures across chains: automatic retries are paused.
+    BreakerOpen {
+        verdict: String,
+        failures: u32,
+        window_secs: u64,
+        threshold: u32,
+    },
+    /// The per-classification retry budget is spent.
+    ClassBudgetSpent {
+        verdict: String,
+        classification: Classification,
+        used: u32,
+        budget: u32,
+    },
+    /// The chain's retry budget is spent.
+    ChainBudgetSpent {
+        verdict: String,
+        used: u32,
+        max: u32,
+    },
+    /// An OOM without a known memory request: more memory cannot be computed.
+    MemoryUnknown { verdict: String },
+    /// Memory is already at the admin's cap.
+    MemoryAtCap { verdict: String, mib: u64 },
+    /// A timeout without a known time limit: a longer one cannot be computed.
+    TimeLimitUnknown { verdict: String },
+    /// The time limit is already at the cap (admin's or partition's).
+    TimeLimitAtCap {
+        verdict: String,
+        secs: u64,
+        partition_max_secs: Option<u64>,
+    },
+    /// An automatic retry, after a backoff, with these changes.
+    Retry {
+        verdict: String,
+        delay_secs: u64,
+        classification: Classification,
+        retry: u32,
+        budget: u32,
+        changes: Vec<Change>,
+    },
+    /// Slurm requeued the job itself: it is watched, not resubmitted.
+    RequeuedBySlurm { verdict: String },
+    /// An agent's or person's resolution, with their words.
+    Resolution { given: String },
+    /// A resolution given with too little confidence: held for a person instead.
+    HeldForPerson {
+        given: String,
+        confidence: f64,
+        min: f64,
+        asked: ResolveAction,
+    },
+    /// A manual recover, with the words given (or none).
+    Recover { given: Option<String> },
+    /// The user cancelled the chain.
+    CancelledByUser,
+    /// sbatch refused a retry.
+    RetryRefused { code: i32, stderr: String },
+    /// A retry could not be prepared (e.g. its options cannot be rebuilt).
+    RetryUnprepared { error: String },
+    /// Whether an interrupted launch created its job cannot be confirmed.
+    LaunchUnconfirmed {
+        tag: String,
+        last_error: Option<String>,
+    },
+    /// A live job vanished from squeue without an ending in sacct.
+    JobLost { job: String, missing_secs: i64 },
+}
+
+impl Reason {
+    /// The variant's stable name, stored and shown beside the prose.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reason::Completed => "completed",
+            Reason::CancelNotRetried { .. } => "cancel_not_retried",
+            Reason::DeadlineNotRetried { .. } => "deadline_not_retried",
+            Reason::PermanentNotRetried { .. } => "permanent_not_retried",
+            Reason::NeedsAgent { .. } => "needs_agent",
+            Reason::AgentRetryFailedAgain { .. } => "agent_retry_failed_again",
+            Reason::BreakerOpen { .. } => "breaker_open",
+            Reason::ClassBudgetSpent { .. } => "class_budget_spent",
+            Reason::ChainBudgetSpent { .. } => "chain_budget_spent",
+            Reason::MemoryUnknown { .. } => "memory_unknown",
+            Reason::MemoryAtCap { .. } => "memory_at_cap",
+            Reason::TimeLimitUnknown { .. } => "time_limit_unknown",
+            Reason::TimeLimitAtCap { .. } => "time_limit_at_cap",
+            Reason::Retry { .. } => "retry",
+            Reason::RequeuedBySlurm { .. } => "requeued_by_slurm",
+            Reason::Resolution { .. } => "resolution",
+            Reason::HeldForPerson { .. } => "held_for_person",
+            Reason::Recover { .. } => "recover",
+            Reason::CancelledByUser => "cancelled_by_user",
+            Reason::RetryRefused { .. } => "retry_refused",
+            Reason::RetryUnprepared { .. } => "retry_unprepared",
+            Reason::LaunchUnconfirmed { .. } => "launch_unconfirmed",
+            Reason::JobLost { .. } => "job_lost",
+        }
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Memory { from_mib, to_mib } => {
+                write!(f, "memory {from_mib} MiB -> {to_mib} MiB")
+            }
+            Change::TimeLimit { from_secs, to_secs } => {
+                write!(f, "time limit {from_secs}s -> {to_secs}s")
+            }
+            Change::Exclude(n) => write!(f, "excluding {n}"),
+            Change::AvoidQuarantined(nodes) => {
+                write!(f, "avoiding quarantined {}", nodes.join(","))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Completed => f.write_str("completed"),
+            Reason::CancelNotRetried { verdict } => {
+                write!(f, "{verdict}: a cancel is never retried")
+            }
+            Reason::DeadlineNotRetried { verdict } => {
+                write!(f, "{verdict}: a missed deadline is not retried")
+            }
+            Reason::PermanentNotRetried { verdict } => {
+                write!(f, "{verdict}: a permanent error is not retried")
+            }
+            Reason::NeedsAgent { verdict } => {
+                write!(f, "{verdict}: waiting for an agent to decide")
+            }
+            Reason::AgentRetryFailedAgain {
+                verdict,
+                classification,
+            } => write!(
+                f,
+                "{verdict}: the retry an agent or person asked for failed the same way ({classification}); back to them"
+            ),
+            Reason::BreakerOpen {
+                verdict,
+                failures,
+                window_secs,
+                threshold,
+            } => write!(
+                f,
+                "{verdict}: automatic resubmission is paused, {failures} infrastructure failures across chains in the last {window_secs}s (breaker threshold {threshold})"
+            ),
+            Reason::ClassBudgetSpent {
+                verdict,
+                classification,
+                used,
+                budget,
+            } => write!(
+                f,
+                "{verdict}: the {classification} retry budget is spent ({used} of {budget} used)"
+            ),
+            Reason::ChainBudgetSpent { verdict, used, max } => write!(
+                f,
+                "{verdict}: the chain's retry budget is spent ({used} of {max} used)"
+            ),
+            Reason::MemoryUnknown { verdict } => write!(
+                f,
+                "{verdict}: ReqMem is unknown, so more memory cannot be computed"
+            ),
+            Reason::MemoryAtCap { verdict, mib } => write!(
+                f,
+                "{verdict}: memory is already at the cap ({mib} MiB); another retry would fail the same way"
+            ),
+            Reason::TimeLimitUnknown { verdict } => write!(
+                f,
+                "{verdict}: the time limit is unknown, so a longer one cannot be computed"
+            ),
+            Reason::TimeLimitAtCap {
+                verdict,
+                secs,
+                partition_max_secs,
+            } => {
+                let partition = partition_max_secs
+                    .map(|s| format!("{s}s"))
+                    .unwrap_or_else(|| "unlimited".into());
+                write!(
+                    f,
+                    "{verdict}: the time limit is already at the cap ({secs}s, partition MaxTime {partition}); another retry would time out the same way"
+                )
+            }
+            Reason::Retry {
+                verdict,
+                delay_secs,
+                classification,
+                retry,
+                budget,
+                changes,
+            } => {
+                write!(
+                    f,
+                    "{verdict}: resubmit in {delay_secs}s ({classification} retry {retry} of {budget})"
+                )?;
+                for c in changes {
+                    write!(f, ", {c}")?;
+                }
+                Ok(())
+            }
+            Reason::RequeuedBySlurm { verdict } => {
+                write!(f, "{verdict}: not resubmitted, watching the same job")
+            }
+            Reason::Resolution { given } => f.write_str(given),
+            Reason::HeldForPerson {
+                given,
+                confidence,
+                min,
+                asked,
+            } => {
+                let asked = match asked {
+                    ResolveAction::Retry => "retry",
+                    ResolveAction::Fail | ResolveAction::Hold => "fail",
+                };
+                write!(
+                    f,
+                    "{given} (confidence {confidence} is below {min}: held for a person instead of {asked})"
+                )
+            }
+            Reason::Recover { given } => f.write_str(given.as_deref().unwrap_or("manual recover")),
+            Reason::CancelledByUser => {
+                f.write_str("cancelled with supervisorctl cancel; never retried")
+            }
+            Reason::RetryRefused { code, stderr } => {
+                write!(f, "sbatch refused the retry (exit code {code}): {stderr}")
+            }
+            Reason::RetryUnprepared { error } => {
+                write!(f, "the retry could not be prepared: {error}")
+            }
+            Reason::LaunchUnconfirmed { tag, last_error } => write!(
+                f,
+                "could not confirm whether sbatch created the job of launch {tag} (last error: {}); not resubmitting blindly",
+                last_error.as_deref().unwrap_or("the daemon stopped during sbatch")
+            ),
+            Reason::JobLost { job, missing_secs } => write!(
+                f,
+                "job {job} has been missing from squeue for {missing_secs}s while sacct shows no ending: Slurm may have lost it; nothing is retried blindly"
+            ),
+        }
+    }
+}

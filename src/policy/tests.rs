@@ -1,0 +1,609 @@
+//! The decision core's tests: the table, the guards, escalation and every event.
+
+use super::*;
+use crate::slurm::types::JobState;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The parts of a transition the ending tests look at.
+struct D {
+    class: Option<RecoveryClass>,
+    action: Action,
+    next_state: ChainState,
+    reason: Option<Reason>,
+    plan: Option<RetryPlan>,
+    not_before: Option<i64>,
+}
+
+fn chain(state: ChainState) -> Chain {
+    Chain {
+        id: 1,
+        submission_id: 1,
+        array_task: None,
+        state,
+        last_classification: Some(Classification::Ambiguous),
+        plan: RetryPlan::default(),
+        not_before: None,
+        created_at: 0,
+        updated_at: 0,
+    }
+}
+
+fn decide(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Context) -> D {
+    let t = transition(
+        &chain(ChainState::Active),
+        Event::Ended { verdict, history },
+        config,
+        ctx,
+    )
+    .expect("an ending always applies");
+    D {
+        class: t.record.as_ref().map(|r| r.class),
+        action: t.action(),
+        next_state: t.update.state,
+        reason: t.record.map(|r| r.reason),
+        plan: t.update.plan,
+        not_before: t.update.not_before,
+    }
+}
+
+fn verdict(c: Classification) -> Verdict {
+    Verdict {
+        classification: c,
+        reason: c.to_string(),
+        rule: None,
+        state: JobState::Failed,
+        exit_code: "0:0".into(),
+        nodes: Some("n1".into()),
+        req_mem_bytes: Some(100 * MIB),
+        max_rss_bytes: Some(263 * MIB),
+        timelimit_secs: Some(60),
+        elapsed_secs: Some(87),
+        partition: "debug".into(),
+    }
+}
+
+fn history() -> ChainHistory {
+    ChainHistory {
+        max_retries: 5,
+        ..Default::default()
+    }
+}
+
+fn cfg() -> Config {
+    Config::defaults()
+}
+
+fn ctx(partition_max_secs: Option<u64>, now: i64) -> Context {
+    Context {
+        partition_max_secs,
+        now,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn default_actions() {
+    use Classification as C;
+    let cases = [
+        (C::Completed, None, Action::None, ChainState::Completed),
+        (
+            C::Cancelled,
+            Some(RecoveryClass::R3),
+            Action::Cancel,
+            ChainState::Cancelled,
+        ),
+        (
+            C::Deadline,
+            Some(RecoveryClass::R3),
+            Action::Fail,
+            ChainState::Failed,
+        ),
+        (
+            C::Permanent,
+            Some(RecoveryClass::R3),
+            Action::Fail,
+            ChainState::Failed,
+        ),
+        (
+            C::Ambiguous,
+            Some(RecoveryClass::R2),
+            Action::Escalate,
+            ChainState::PendingFailed,
+        ),
+        (
+            C::Preempted,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+        (
+            C::NodeFail,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+        (
+            C::BootFail,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+        (
+            C::Oom,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+        (
+            C::Timeout,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+        (
+            C::Transient,
+            Some(RecoveryClass::R1),
+            Action::Resubmit,
+            ChainState::Ready,
+        ),
+    ];
+    for (c, class, action, state) in cases {
+        let d = decide(&verdict(c), &history(), &cfg(), &ctx(None, 1000));
+        assert_eq!(
+            (d.class, d.action, d.next_state),
+            (class, action, state),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn oom_takes_the_larger_of_factor_and_rss() {
+    let d = decide(
+        &verdict(Classification::Oom),
+        &history(),
+        &cfg(),
+        &ctx(None, 0),
+    );
+    // 100 MiB * 2.0 = 200; 263 MiB * 1.25 = 328.75 -> 329.
+    assert_eq!(d.plan.unwrap().mem_mb, Some(329));
+    let mut v = verdict(Classification::Oom);
+    v.max_rss_bytes = None;
+    assert_eq!(
+        decide(&v, &history(), &cfg(), &ctx(None, 0))
+            .plan
+            .unwrap()
+            .mem_mb,
+        Some(200)
+    );
+}
+
+#[test]
+fn oom_at_the_cap_escalates() {
+    let mut c = cfg();
+    c.escalation.mem_max_bytes = 100 * MIB;
+    let d = decide(&verdict(Classification::Oom), &history(), &c, &ctx(None, 0));
+    assert_eq!(d.action, Action::Escalate);
+    assert!(
+        matches!(d.reason, Some(Reason::MemoryAtCap { mib: 100, .. })),
+        "{:?}",
+        d.reason
+    );
+}
+
+#[test]
+fn timeout_is_capped_by_the_partition() {
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &history(),
+        &cfg(),
+        &ctx(Some(30 * 60), 0),
+    );
+    assert_eq!(d.plan.unwrap().time_secs, Some(120));
+    let mut v = verdict(Classification::Timeout);
+    v.timelimit_secs = Some(25 * 60);
+    assert_eq!(
+        decide(&v, &history(), &cfg(), &ctx(Some(30 * 60), 0))
+            .plan
+            .unwrap()
+            .time_secs,
+        Some(30 * 60)
+    );
+    v.timelimit_secs = Some(30 * 60);
+    assert_eq!(
+        decide(&v, &history(), &cfg(), &ctx(Some(30 * 60), 0)).action,
+        Action::Escalate
+    );
+}
+
+#[test]
+fn node_fail_excludes_and_accumulates() {
+    let mut h = history();
+    h.plan.exclude = vec!["n2".into()];
+    let d = decide(
+        &verdict(Classification::NodeFail),
+        &h,
+        &cfg(),
+        &ctx(None, 0),
+    );
+    assert_eq!(d.plan.unwrap().exclude, vec!["n2", "n1"]);
+}
+
+#[test]
+fn budgets_escalate() {
+    let mut h = history();
+    h.resubmits_by_class.insert("oom".into(), 3);
+    h.resubmits = 3;
+    let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 0));
+    assert_eq!(
+        (d.class, d.next_state),
+        (Some(RecoveryClass::R2), ChainState::PendingFailed)
+    );
+    assert!(
+        matches!(
+            d.reason,
+            Some(Reason::ClassBudgetSpent {
+                classification: Classification::Oom,
+                used: 3,
+                budget: 3,
+                ..
+            })
+        ),
+        "{:?}",
+        d.reason
+    );
+
+    let mut h = history();
+    h.max_retries = 1;
+    h.resubmits = 1;
+    let d = decide(
+        &verdict(Classification::Preempted),
+        &h,
+        &cfg(),
+        &ctx(None, 0),
+    );
+    assert!(
+        matches!(
+            d.reason,
+            Some(Reason::ChainBudgetSpent {
+                used: 1,
+                max: 1,
+                ..
+            })
+        ),
+        "{:?}",
+        d.reason
+    );
+}
+
+#[test]
+fn the_breaker_escalates_infrastructure_failures_only() {
+    let c = cfg();
+    let busy = Context {
+        recent_infra_failures: c.breaker.threshold,
+        ..Default::default()
+    };
+    let d = decide(&verdict(Classification::NodeFail), &history(), &c, &busy);
+    assert_eq!(
+        (d.class, d.action),
+        (Some(RecoveryClass::R2), Action::Escalate)
+    );
+    assert!(
+        matches!(d.reason, Some(Reason::BreakerOpen { .. })),
+        "{:?}",
+        d.reason
+    );
+    // An OOM is about the job, not the cluster: it is still retried.
+    assert_eq!(
+        decide(&verdict(Classification::Oom), &history(), &c, &busy).action,
+        Action::Resubmit
+    );
+    let calm = Context {
+        recent_infra_failures: c.breaker.threshold - 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        decide(&verdict(Classification::NodeFail), &history(), &c, &calm).action,
+        Action::Resubmit
+    );
+}
+
+#[test]
+fn an_agents_retry_that_fails_the_same_way_goes_back_to_the_agent() {
+    let h = ChainHistory {
+        agent_retry_of: Some(Classification::Oom),
+        ..history()
+    };
+    let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 0));
+    assert_eq!(
+        (d.class, d.action),
+        (Some(RecoveryClass::R2), Action::Escalate)
+    );
+    assert!(
+        matches!(
+            d.reason,
+            Some(Reason::AgentRetryFailedAgain {
+                classification: Classification::Oom,
+                ..
+            })
+        ),
+        "{:?}",
+        d.reason
+    );
+    // Failing another way is judged on its own.
+    let d = decide(
+        &verdict(Classification::Preempted),
+        &h,
+        &cfg(),
+        &ctx(None, 0),
+    );
+    assert_eq!(d.action, Action::Resubmit);
+}
+
+#[test]
+fn quarantine_needs_repeats_and_decays() {
+    let c = cfg(); // threshold 2 within 1h, kept 2h after the latest failure
+    let f = |v: &[(&str, i64)]| {
+        v.iter()
+            .map(|(n, t)| (n.to_string(), *t))
+            .collect::<Vec<_>>()
+    };
+    assert!(quarantined(&f(&[("n1", 100)]), &c, 200).is_empty());
+    assert_eq!(
+        quarantined(&f(&[("n1", 100), ("n1", 200), ("n2", 150)]), &c, 300),
+        vec!["n1"]
+    );
+    assert!(
+        quarantined(&f(&[("n1", 100), ("n1", 200)]), &c, 200 + 7200).is_empty(),
+        "decays"
+    );
+    assert!(
+        quarantined(&f(&[("n1", 0), ("n1", 4000)]), &c, 4100).is_empty(),
+        "too far apart"
+    );
+    let ctx = Context {
+        quarantined: vec!["n2".into()],
+        ..Default::default()
+    };
+    let d = decide(&verdict(Classification::Preempted), &history(), &c, &ctx);
+    assert_eq!(d.plan.unwrap().exclude, vec!["n2"]);
+    let Some(Reason::Retry { changes, .. }) = &d.reason else {
+        panic!("{:?}", d.reason)
+    };
+    assert_eq!(changes, &[Change::AvoidQuarantined(vec!["n2".into()])]);
+}
+
+#[test]
+fn backoff_grows_is_capped_and_jittered() {
+    let c = cfg(); // 10s, x2, max 600s, jitter 0.2
+    assert_eq!(backoff_secs(&c, 0, 0.0), 10);
+    assert_eq!(backoff_secs(&c, 3, 0.0), 80);
+    assert_eq!(backoff_secs(&c, 30, 0.0), 600);
+    assert_eq!(backoff_secs(&c, 0, 1.0), 12);
+    assert_eq!(backoff_secs(&c, 0, -1.0), 8);
+    let d = decide(
+        &verdict(Classification::Preempted),
+        &history(),
+        &c,
+        &ctx(None, 1000),
+    );
+    assert_eq!(d.not_before, Some(1010));
+}
+
+#[test]
+fn reasons_read_as_before() {
+    // The prose is what `history` shows; it must not change with the enum behind it.
+    let d = decide(
+        &verdict(Classification::Oom),
+        &history(),
+        &cfg(),
+        &ctx(None, 0),
+    );
+    assert_eq!(
+        d.reason.unwrap().to_string(),
+        "oom: resubmit in 10s (oom retry 1 of 3), memory 100 MiB -> 329 MiB"
+    );
+    let mut c = cfg();
+    c.escalation.time_max = std::time::Duration::from_secs(60);
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &history(),
+        &c,
+        &ctx(None, 0),
+    );
+    assert_eq!(
+        d.reason.unwrap().to_string(),
+        "timeout: the time limit is already at the cap (60s, partition MaxTime unlimited); another retry would time out the same way"
+    );
+    let d = decide(
+        &verdict(Classification::Permanent),
+        &history(),
+        &cfg(),
+        &ctx(None, 0),
+    );
+    assert_eq!(
+        d.reason.unwrap().to_string(),
+        "permanent: a permanent error is not retried"
+    );
+}
+
+#[test]
+fn every_classification_has_a_row_and_a_class() {
+    for c in Classification::ALL {
+        let d = decide(&verdict(*c), &history(), &cfg(), &ctx(None, 0));
+        let expected = match disposition(*c) {
+            Disposition::Done => None,
+            Disposition::Stop { .. } => Some(RecoveryClass::R3),
+            Disposition::AskAgent => Some(RecoveryClass::R2),
+            Disposition::Retry { .. } => Some(RecoveryClass::R1),
+        };
+        assert_eq!(d.class, expected, "{c}");
+        assert_eq!(d.class.is_none(), *c == Classification::Completed, "{c}");
+    }
+}
+
+#[test]
+fn a_requeue_is_watched_and_counts_for_the_breaker() {
+    let v = verdict(Classification::NodeFail);
+    let t = transition(
+        &chain(ChainState::Active),
+        Event::Requeued { verdict: &v },
+        &cfg(),
+        &ctx(None, 0),
+    )
+    .unwrap();
+    let r = t.record.unwrap();
+    assert_eq!((r.class, r.action), (RecoveryClass::R1, Action::Watch));
+    assert_eq!(t.update.state, ChainState::Active);
+    assert!(r.infra_failure);
+    assert_eq!(r.failed_nodes.as_deref(), Some("n1"));
+    assert!(matches!(r.reason, Reason::RequeuedBySlurm { .. }));
+}
+
+fn resolution(action: ResolveAction, confidence: Option<f64>) -> Resolution {
+    Resolution {
+        id: "c1".into(),
+        action,
+        mem: None,
+        time: None,
+        partition: None,
+        exclude: Vec::new(),
+        reason: "looks transient".into(),
+        confidence,
+        dry_run: false,
+    }
+}
+
+#[test]
+fn an_unsure_resolution_is_held_for_a_person() {
+    let extra = RetryPlan {
+        mem_mb: Some(500),
+        ..Default::default()
+    };
+    let resolve = |action, confidence| {
+        transition(
+            &chain(ChainState::PendingFailed),
+            Event::Resolved {
+                resolution: &resolution(action, confidence),
+                plan: &extra,
+                actor: "user:alice",
+            },
+            &cfg(),
+            &ctx(None, 50),
+        )
+        .unwrap()
+    };
+    let sure = resolve(ResolveAction::Retry, Some(0.9));
+    assert_eq!(resolution_action(&sure), ResolveAction::Retry);
+    assert_eq!(sure.update.state, ChainState::Ready);
+    assert_eq!(sure.update.plan.as_ref().unwrap().mem_mb, Some(500));
+    assert_eq!(sure.update.not_before, Some(50));
+    let r = sure.record.unwrap();
+    assert_eq!(
+        (r.class, r.actor.as_str()),
+        (RecoveryClass::R2, "user:alice")
+    );
+    assert!(r.resolves_latest);
+
+    let unsure = resolve(ResolveAction::Retry, Some(0.5));
+    assert_eq!(resolution_action(&unsure), ResolveAction::Hold);
+    assert_eq!(unsure.update.state, ChainState::PendingFailed);
+    let reason = unsure.record.unwrap().reason;
+    assert!(
+        matches!(
+            reason,
+            Reason::HeldForPerson {
+                asked: ResolveAction::Retry,
+                ..
+            }
+        ),
+        "{reason:?}"
+    );
+    assert_eq!(
+        reason.to_string(),
+        "looks transient (confidence 0.5 is below 0.7: held for a person instead of retry)"
+    );
+
+    let fail = resolve(ResolveAction::Fail, None);
+    assert_eq!(fail.update.state, ChainState::Failed);
+    assert_eq!(fail.effects, vec![Effect::ListDependents]);
+}
+
+#[test]
+fn requests_on_a_chain_in_the_wrong_state_are_refused() {
+    let r = resolution(ResolveAction::Retry, None);
+    let none = RetryPlan::default();
+    let ev = Event::Resolved {
+        resolution: &r,
+        plan: &none,
+        actor: "user:a",
+    };
+    assert_eq!(
+        transition(&chain(ChainState::Active), ev, &cfg(), &ctx(None, 0)),
+        Err(Refusal::NotPendingFailed(ChainState::Active))
+    );
+    let rec = RecoverRequest {
+        id: "c1".into(),
+        mem: None,
+        time: None,
+        reason: None,
+        dry_run: false,
+    };
+    let ev = Event::Recovered {
+        request: &rec,
+        plan: &none,
+        actor: "user:a",
+    };
+    assert_eq!(
+        transition(&chain(ChainState::Ready), ev, &cfg(), &ctx(None, 0)),
+        Err(Refusal::NotRecoverable(ChainState::Ready))
+    );
+    let t = transition(&chain(ChainState::Failed), ev, &cfg(), &ctx(None, 0)).unwrap();
+    assert_eq!(t.record.unwrap().reason.to_string(), "manual recover");
+    let cancel = Event::Cancelled {
+        job: Some("12"),
+        actor: "user:a",
+    };
+    assert_eq!(
+        transition(&chain(ChainState::Completed), cancel, &cfg(), &ctx(None, 0)),
+        Err(Refusal::AlreadyEnded)
+    );
+    let t = transition(&chain(ChainState::Active), cancel, &cfg(), &ctx(None, 0)).unwrap();
+    assert_eq!(t.effects, vec![Effect::Scancel("12".into())]);
+    assert_eq!(t.update.state, ChainState::Cancelled);
+}
+
+#[test]
+fn escalations_wait_for_an_agent() {
+    let argv = vec!["job.sh".to_string()];
+    for ev in [
+        Event::RetryRefused {
+            code: 1,
+            stderr: "bad",
+            argv: &argv,
+        },
+        Event::RetryUnprepared { error: "bad" },
+        Event::LaunchUnconfirmed {
+            tag: "ssv-x-L1-c1.2",
+            last_error: None,
+            argv: &argv,
+        },
+        Event::JobLost {
+            job: "12",
+            missing_since: 10,
+        },
+    ] {
+        let t = transition(&chain(ChainState::Ready), ev, &cfg(), &ctx(None, 100)).unwrap();
+        let r = t.record.unwrap();
+        assert_eq!(
+            (r.class, r.action, t.update.state, r.actor.as_str()),
+            (
+                RecoveryClass::R2,
+                Action::Escalate,
+                ChainState::PendingFailed,
+                "supervisor"
+            )
+        );
+    }
+}
