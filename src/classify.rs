@@ -2,8 +2,9 @@
 //!
 //! Input is what Slurm said (the sacct rows of one run of one job, job row and step rows,
 //! plus the tail of its stderr); output is a [`Classification`] with the facts that led
-//! there. The table it implements is the README's ("What happens to an ending"); the
-//! order of the checks matters and is explained beside each.
+//! there. The table it implements is docs/design.md's ("What happens to an ending"); the
+//! order of the checks matters and is explained beside each. What real Slurm prints for
+//! each case is in docs/slurm-observed.md.
 
 use crate::config::Rule;
 use crate::model::Classification;

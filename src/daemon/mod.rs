@@ -6,7 +6,6 @@
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
 pub mod access;
-pub mod adopt;
 pub mod agent;
 pub mod dependents;
 pub mod engine;
@@ -14,7 +13,6 @@ pub mod evidence;
 pub mod launch;
 pub mod reads;
 pub mod requests;
-pub mod resolve;
 pub mod server;
 pub mod stats;
 pub mod views;

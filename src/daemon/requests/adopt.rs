@@ -1,9 +1,9 @@
 //! Adopting a job that was submitted with plain sbatch: its submission is rebuilt from
 //! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`).
 
-use super::access::{internal, parse_id, sees_all, Handled};
-use super::engine::{now, Engine};
-use super::launch;
+use crate::daemon::access::{internal, parse_id, sees_all, Handled};
+use crate::daemon::engine::{now, Engine};
+use crate::daemon::launch;
 use crate::protocol::{ErrorKind, Response};
 use crate::sbatch_args;
 use crate::slurm::Slurm;

@@ -1,15 +1,10 @@
-//! Control requests from `supervisorctl` that change something, handled on the daemon's
-//! loop (reads are answered by `reads`, off the loop).
-//!
-//! A submit is cut in two so that its sbatch never holds up the loop: `begin_submit`
-//! checks the request and records the launch's intent, the daemon runs the sbatch beside
-//! the loop, and `finish_submit` records what came of it and builds the answer. The answer
-//! is the truth: a submission the client is told failed is never submitted later.
+//! `submit`: checks a submission, records its intent, and after its sbatch (run beside
+//! the loop) records what came of it and answers.
 
-use super::access::{actor, chains_for, internal, Handled};
-use super::engine::{now, Engine};
-use super::launch::{self, LaunchOutcome};
-use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
+use crate::daemon::access::internal;
+use crate::daemon::engine::{now, Engine};
+use crate::daemon::launch::{self, LaunchOutcome};
+use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, Launch, NewSubmission, Submission};
@@ -24,30 +19,6 @@ const REFUSED_OPTIONS: &[(&str, &str)] = &[
     ("version", "run sbatch --version directly"),
 ];
 
-/// Handles one request to completion (reads too), as the in-process tests drive it. The
-/// daemon's loop uses `begin_submit`/`finish_submit` for submits instead.
-pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
-    if let Some(r) = super::reads::handle(&engine.store, &request, uid) {
-        return r;
-    }
-    let result = match request {
-        Request::Submit(r) => return submit(engine, r, uid).await,
-        Request::Classify(r) => super::resolve::classify(engine, r, uid),
-        Request::Recover(r) => super::resolve::recover(engine, r, uid),
-        Request::Cancel { id } => cancel(engine, &id, uid).await,
-        Request::Adopt { job_ids } => super::adopt::adopt(engine, &job_ids, uid).await,
-        Request::Ping
-        | Request::Status { .. }
-        | Request::History { .. }
-        | Request::Pending
-        | Request::Stats { .. } => unreachable!("reads are answered above"),
-    };
-    match result {
-        Ok(v) => Response::Ok(v),
-        Err(r) => r,
-    }
-}
-
 /// A submission whose intent is recorded and whose sbatch is to run.
 #[derive(Debug)]
 pub struct PendingSubmit {
@@ -57,7 +28,11 @@ pub struct PendingSubmit {
     pub t: i64,
 }
 
-async fn submit<S: Slurm>(engine: &mut Engine<S>, r: SubmitRequest, uid: u32) -> Response {
+pub(super) async fn submit<S: Slurm>(
+    engine: &mut Engine<S>,
+    r: SubmitRequest,
+    uid: u32,
+) -> Response {
     let p = match begin_submit(engine, r, uid) {
         Ok(p) => p,
         Err(e) => return e,
@@ -229,7 +204,7 @@ pub fn begin_submit<S: Slurm>(
     }
     let new = NewSubmission {
         owner_uid: uid,
-        user: super::access::user_name(uid),
+        user: crate::daemon::access::user_name(uid),
         argv: r.argv,
         cwd: r.cwd,
         env: r.env,
@@ -309,81 +284,4 @@ pub fn finish_submit<S: Slurm>(
             ),
         },
     }
-}
-
-async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled {
-    let chains = chains_for(&engine.store, id, uid)?;
-    // A launch whose sbatch gave no answer may have created a job that the next cycle
-    // will find by its tag and adopt; cancelling the chain now would leave that job
-    // running and the chain brought back to `active` by the adoption.
-    for c in chains.iter().filter(|c| c.state.is_open()) {
-        let launching = engine
-            .store
-            .attempts(c.id)?
-            .iter()
-            .any(|a| a.state == crate::store::AttemptState::Launching);
-        if launching {
-            return Err(Response::error(
-                ErrorKind::Unavailable,
-                format!(
-                    "{} is being submitted and Slurm has not confirmed its job yet; nothing changed, try again after the next poll",
-                    chain_label(c.id)
-                ),
-            ));
-        }
-    }
-    // The chains that have not ended yet, each with its transition; one scancel per
-    // owner for every live job of the request (an array's tasks together), then one
-    // transaction for all the chains: either all are recorded cancelled or, if scancel
-    // fails, none changes.
-    let t = now();
-    let who = actor(uid);
-    let ctx = crate::policy::Context::at(t);
-    let mut live_by_owner: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
-    let mut items = Vec::with_capacity(chains.len());
-    for c in &chains {
-        let live = engine
-            .store
-            .attempts(c.id)?
-            .into_iter()
-            .find(|a| a.state == crate::store::AttemptState::Live);
-        let job = live.as_ref().and_then(|a| a.slurm_job_id.clone());
-        let event = crate::policy::Event::Cancelled {
-            job: job.as_deref(),
-            actor: &who,
-        };
-        let Ok(tr) = crate::policy::transition(c, event, &engine.config, &ctx) else {
-            continue; // already ended
-        };
-        for e in &tr.effects {
-            if let crate::policy::Effect::Scancel(j) = e {
-                live_by_owner
-                    .entry(engine.store.owner_of(c.id)?)
-                    .or_default()
-                    .push(j.clone());
-            }
-        }
-        items.push((c.id, live.map(|a| a.n), tr));
-    }
-    if items.is_empty() {
-        return Err(Response::error(
-            ErrorKind::Conflict,
-            format!("{id} has already ended; nothing to cancel"),
-        ));
-    }
-    for (owner, jobs) in &live_by_owner {
-        let who = launch::run_as(*owner).map_err(|e| Response::error(ErrorKind::Internal, e))?;
-        engine
-            .slurm
-            .scancel(jobs, who.as_ref())
-            .await
-            .map_err(|e| {
-                Response::error(
-                    ErrorKind::Unavailable,
-                    format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
-                )
-            })?;
-    }
-    let done = engine.store.cancel_chains(&items, t)?;
-    Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
 }

@@ -1,0 +1,71 @@
+//! `classify`: an agent's or a person's resolution of a `pending_failed` chain: retry
+//! (with resources of their choice), fail, or hold for a person.
+
+use super::resolution::{commit, plan_from, preview, transitions, usage};
+use crate::daemon::access::{actor, chains_for, Handled};
+use crate::daemon::engine::{now, Engine};
+use crate::policy::{self, Event};
+use crate::protocol::{Resolution, ResolveAction};
+use crate::slurm::Slurm;
+use crate::store::chain_label;
+use serde_json::json;
+
+pub(super) fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled {
+    if r.reason.trim().is_empty() {
+        return Err(usage(
+            "a resolution needs a --reason, which is recorded".into(),
+        ));
+    }
+    if r.action != ResolveAction::Retry
+        && (r.mem.is_some() || r.time.is_some() || r.partition.is_some() || !r.exclude.is_empty())
+    {
+        return Err(usage(
+            "--mem, --time, --partition and --exclude go with --action retry only".into(),
+        ));
+    }
+    if r.confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
+        return Err(usage("--confidence is a number between 0.0 and 1.0".into()));
+    }
+    let chains = chains_for(&engine.store, &r.id, uid)?;
+    let extra = plan_from(
+        &engine.config,
+        r.mem.as_deref(),
+        r.time.as_deref(),
+        r.partition.as_deref(),
+        &r.exclude,
+    )?;
+    let t = now();
+    let who = actor(uid);
+    let event = Event::Resolved {
+        resolution: &r,
+        plan: &extra,
+        actor: &who,
+    };
+    let items = transitions(engine, &chains, event, t)?;
+    // The action every chain gets (a hold when the resolver was unsure): the same for all.
+    let action = items
+        .first()
+        .map(|(_, tr)| policy::resolution_action(tr))
+        .unwrap_or(r.action);
+    // A retry is previewed for every chain first, dry run or not: one that sbatch would
+    // refuse is turned down here, before any of them is recorded.
+    let mut shown = Vec::new();
+    for (c, (_, tr)) in chains.iter().zip(&items) {
+        let reason = tr.record.as_ref().map(|d| d.reason.to_string());
+        let mut item = json!({ "chain": chain_label(c.id), "action": action, "reason": reason });
+        if action == ResolveAction::Retry {
+            item["would_run"] = preview(engine, c, &c.plan.merged(&extra))?;
+        }
+        shown.push(item);
+    }
+    if r.dry_run {
+        return Ok(json!({ "dry_run": true, "resolutions": shown }));
+    }
+    let done = commit(
+        engine,
+        items,
+        t,
+        "was resolved by someone else first; nothing changed",
+    )?;
+    Ok(json!({ "resolved": done, "action": action }))
+}

@@ -1,0 +1,117 @@
+//! What `classify` and `recover` share: the resources a resolver asks for, the preview of
+//! the retry, and the transitions of every chain a request names, committed as one
+//! transaction. Each resolution is a new decision record pointing at the one it
+//! resolves; a chain changes only if it is still where the caller saw it, so two
+//! resolvers racing cannot both win.
+
+use crate::daemon::access::internal;
+use crate::daemon::engine::Engine;
+use crate::daemon::launch;
+use crate::model::RetryPlan;
+use crate::policy::{self, Event, Transition};
+use crate::protocol::{ErrorKind, Response};
+use crate::slurm::Slurm;
+use crate::store::{chain_label, Chain};
+use serde_json::{json, Value};
+
+pub(super) fn usage(m: String) -> Response {
+    Response::error(ErrorKind::Usage, m)
+}
+
+/// The resources a resolver asked for, checked against the admin's caps.
+pub(super) fn plan_from(
+    config: &crate::config::Config,
+    mem: Option<&str>,
+    time: Option<&str>,
+    partition: Option<&str>,
+    exclude: &[String],
+) -> Result<RetryPlan, Response> {
+    let mut plan = RetryPlan {
+        partition: partition.map(str::to_string),
+        exclude: exclude.to_vec(),
+        ..Default::default()
+    };
+    if let Some(m) = mem {
+        let bytes = crate::config::parse_mem_size(m).map_err(usage)?;
+        if bytes > config.escalation.mem_max_bytes {
+            return Err(usage(format!(
+                "--mem {m} is above the admin cap escalation.mem_max ({} MiB)",
+                config.escalation.mem_max_bytes >> 20
+            )));
+        }
+        plan.mem_mb = Some(bytes.div_ceil(1 << 20));
+    }
+    if let Some(t) = time {
+        let secs = crate::slurm::parse::parse_duration_secs(t).ok_or_else(|| {
+            usage(format!(
+                "invalid time limit {t:?}: use Slurm's form, e.g. 30, 2:00:00 or 1-00:00:00"
+            ))
+        })?;
+        if secs > config.escalation.time_max.as_secs() {
+            return Err(usage(format!(
+                "--time {t} is above the admin cap escalation.time_max ({}s)",
+                config.escalation.time_max.as_secs()
+            )));
+        }
+        plan.time_secs = Some(secs);
+    }
+    Ok(plan)
+}
+
+/// What a retry of `chain` with `plan` would run; a retry sbatch would refuse is a usage
+/// error, before anything is recorded.
+pub(super) fn preview<S: Slurm>(
+    engine: &Engine<S>,
+    c: &Chain,
+    plan: &RetryPlan,
+) -> Result<Value, Response> {
+    let sub = engine.store.submission(c.submission_id)?;
+    let argv = launch::preview_argv(&engine.config, &sub, c, plan).map_err(|e| match e {
+        launch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
+        e => internal(e),
+    })?;
+    Ok(
+        json!({ "chain": chain_label(c.id), "cwd": crate::osbytes::escape(&sub.cwd), "command": std::iter::once("sbatch".to_string()).chain(argv.iter().map(|a| crate::osbytes::escape(a).into_owned())).collect::<Vec<_>>() }),
+    )
+}
+
+/// The transitions of `event` for every chain, or the first chain's refusal as a conflict.
+pub(super) fn transitions<S: Slurm>(
+    engine: &Engine<S>,
+    chains: &[Chain],
+    event: Event,
+    t: i64,
+) -> Result<Vec<(i64, Transition)>, Response> {
+    let ctx = policy::Context::at(t);
+    chains
+        .iter()
+        .map(|c| {
+            policy::transition(c, event, &engine.config, &ctx)
+                .map(|tr| (c.id, tr))
+                .map_err(|r| {
+                    Response::error(ErrorKind::Conflict, format!("{} {r}", chain_label(c.id)))
+                })
+        })
+        .collect()
+}
+
+/// Records the transitions of a request as one transaction: an array's chains change
+/// together or not at all.
+pub(super) fn commit<S: Slurm>(
+    engine: &mut Engine<S>,
+    items: Vec<(i64, Transition)>,
+    t: i64,
+    moved: &str,
+) -> Result<Vec<String>, Response> {
+    let mut ready = Vec::with_capacity(items.len());
+    for (c, tr) in items {
+        ready.push((c, engine.with_dependents(c, tr)?));
+    }
+    if let Some(c) = engine.store.decide_chains(&ready, t)? {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!("{} {moved}", chain_label(c)),
+        ));
+    }
+    Ok(ready.into_iter().map(|(c, _)| chain_label(c)).collect())
+}
