@@ -305,11 +305,11 @@ impl Harness {
     }
 
     fn fake(&self) -> &FakeSlurm {
-        &self.engine.slurm
+        self.engine.slurm()
     }
 
     fn store(&self) -> &Store {
-        &self.engine.store
+        self.engine.store()
     }
 
     async fn submit(&mut self, sub: Sub) -> Checked {

@@ -80,7 +80,7 @@ impl Runner {
     /// Starts the agent if one is configured, something waits for it, none is running,
     /// and the interval has passed.
     pub fn maybe_start<S: Slurm>(&mut self, engine: &Engine<S>) {
-        let cfg = &engine.config.agent;
+        let cfg = &engine.config().agent;
         let Some(argv) = cfg.command.clone() else {
             return;
         };
@@ -93,7 +93,7 @@ impl Runner {
         {
             return;
         }
-        let pending = match waiting(&engine.store) {
+        let pending = match waiting(engine.store()) {
             Ok(p) if p.is_empty() => return,
             Ok(p) => p,
             Err(e) => {
@@ -103,7 +103,7 @@ impl Runner {
         };
         let text = prompt(&pending, cfg.min_confidence);
         let timeout = cfg.timeout.0;
-        let config_path = engine.config.path.clone();
+        let config_path = engine.config().path.clone();
         self.last_start = Some(Instant::now());
         info!(chains = pending.len(), command = ?argv, "starting the agent");
         self.running = Some(tokio::spawn(async move {

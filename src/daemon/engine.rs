@@ -32,9 +32,9 @@ const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
 const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(120);
 
 pub struct Engine<S: Slurm> {
-    pub config: Config,
-    pub store: Store,
-    pub slurm: S,
+    config: Config,
+    store: Store,
+    slurm: S,
     partitions: HashMap<String, Option<u64>>,
     partitions_read: Option<Instant>,
     /// Live attempts missing from squeue without an ending in sacct, and since when.
@@ -51,6 +51,16 @@ pub struct Engine<S: Slurm> {
     defer: bool,
     /// Retries ready to take off beside the loop, for the daemon to pick up.
     takeoff: Vec<Flight>,
+}
+
+/// Why a scancel on a user's behalf did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ScancelError {
+    /// The owner has no account here: nothing is run as root for them.
+    #[error("{0}")]
+    NoAccount(String),
+    #[error(transparent)]
+    Slurm(SlurmError),
 }
 
 /// A retry whose sbatch runs beside the loop: its intent is recorded; what sbatch
@@ -140,6 +150,70 @@ impl<S: Slurm> Engine<S> {
             defer: false,
             takeoff: Vec::new(),
         }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A new config (a reload); what must stay until a restart is the caller's to keep.
+    pub fn set_config(&mut self, config: Config) {
+        self.config = config;
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// The Slurm the engine drives, for running a recorded launch's sbatch beside the
+    /// loop (and for tests to look at a fake).
+    pub fn slurm(&self) -> &S {
+        &self.slurm
+    }
+
+    /// Runs the sbatch of a recorded launch in place (a submit handled to completion).
+    pub async fn sbatch(
+        &self,
+        l: &crate::store::Launch,
+        sub: &crate::store::Submission,
+    ) -> LaunchOutcome {
+        launch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await
+    }
+
+    /// Records a new submission and the intent of its first launch.
+    pub fn begin_submission(
+        &mut self,
+        new: &crate::store::NewSubmission,
+        submitted: &crate::sbatch_args::Submitted,
+        t: i64,
+    ) -> Result<crate::store::Launch, launch::PrepareError> {
+        launch::begin_submission(&mut self.store, &self.config, new, submitted, t)
+    }
+
+    /// Cancels `owner`'s `jobs` in Slurm, as the owner.
+    pub async fn scancel(&self, owner: u32, jobs: &[String]) -> Result<(), ScancelError> {
+        let who = launch::run_as(owner).map_err(ScancelError::NoAccount)?;
+        self.slurm
+            .scancel(jobs, who.as_ref())
+            .await
+            .map_err(ScancelError::Slurm)
+    }
+
+    /// What `scontrol show job` says of a job (for `adopt`).
+    pub async fn show_job(
+        &self,
+        id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
+        self.slurm.show_job(id).await
+    }
+
+    /// A job's batch script (for `adopt`).
+    pub async fn batch_script(&self, id: &str) -> Result<Vec<u8>, SlurmError> {
+        self.slurm.batch_script(id).await
     }
 
     /// Retries' sbatch runs beside the loop from now on: `run_launch` records the intent

@@ -152,7 +152,7 @@ fn dispatch<S: Slurm + Clone + 'static>(
     in_flight: &mut futures_util::stream::FuturesUnordered<InFlight>,
 ) {
     for f in engine.take_flights() {
-        let (slurm, dir) = (engine.slurm.clone(), engine.config.state_dir.clone());
+        let (slurm, dir) = (engine.slurm().clone(), engine.config().state_dir.clone());
         in_flight.push(Box::pin(async move {
             let outcome = launch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
             Landing::Retry(f, outcome)
@@ -198,7 +198,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     if let Err(e) = crate::notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
     }
-    info!(socket = %socket_path.display(), poll_interval = ?engine.config.poll_interval, "slurm-supervisord ready");
+    info!(socket = %socket_path.display(), poll_interval = ?engine.config().poll_interval, "slurm-supervisord ready");
 
     let mut agent = agent::Runner::default();
     agent.maybe_start(&engine);
@@ -228,7 +228,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         Err(response) => { let _ = ctl.reply.send(response); }
                         Ok(p) => {
                             engine.start_flight(p.launch.id, p.uid);
-                            let (slurm, dir, reply) = (engine.slurm.clone(), engine.config.state_dir.clone(), ctl.reply);
+                            let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
                             in_flight.push(Box::pin(async move {
                                 let outcome = launch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
                                 Landing::Submit(p, outcome, reply)
@@ -279,29 +279,29 @@ pub async fn run<S: Slurm + Clone + 'static>(
 }
 
 fn reload<S: Slurm>(engine: &mut Engine<S>) {
-    let Some(path) = engine.config.path.clone() else {
+    let Some(path) = engine.config().path.clone() else {
         warn!("reload asked but the daemon runs without a config file; nothing to reload");
         return;
     };
     match Config::load(&path) {
         Err(e) => error!("new config refused, keeping the old one: {e}"),
         Ok(new) => {
-            if new.state_dir != engine.config.state_dir || new.socket != engine.config.socket {
+            if new.state_dir != engine.config().state_dir || new.socket != engine.config().socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
             // The control socket holds the limits it started with; the loop keeps the same
             // ones, so one set is in force until a restart.
             let keep = (
-                engine.config.state_dir.clone(),
-                engine.config.socket.clone(),
-                engine.config.limits.clone(),
+                engine.config().state_dir.clone(),
+                engine.config().socket.clone(),
+                engine.config().limits.clone(),
             );
-            engine.config = Config {
+            engine.set_config(Config {
                 state_dir: keep.0,
                 socket: keep.1,
                 limits: keep.2,
                 ..new
-            };
+            });
             info!(path = %path.display(), "config reloaded");
         }
     }

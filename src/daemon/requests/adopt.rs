@@ -3,7 +3,7 @@
 
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
 use crate::daemon::engine::{now, Engine};
-use crate::daemon::launch;
+
 use crate::protocol::{ErrorKind, Response};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
@@ -84,13 +84,13 @@ pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u3
         let id = &id.trim().to_string();
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
-        if !engine.store.resolve(id)?.is_empty() {
+        if !engine.store().resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
                 format!("{id} is already supervised"),
             ));
         }
-        let job = engine.slurm.show_job(id).await.map_err(|e| match e {
+        let job = engine.show_job(id).await.map_err(|e| match e {
             crate::slurm::SlurmError::Rejected { .. } => Response::error(
                 ErrorKind::NotFound,
                 format!("Slurm does not know a live job {id}: {e}"),
@@ -124,13 +124,13 @@ pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u3
             )));
         }
         let argv = argv_from_scontrol(&job).map_err(usage)?;
-        let script = engine.slurm.batch_script(id).await.map_err(|e| {
+        let script = engine.batch_script(id).await.map_err(|e| {
             Response::error(
                 ErrorKind::Unavailable,
                 format!("cannot read the batch script of {id}: {e}"),
             )
         })?;
-        let max = engine.config.limits.max_script_size.0;
+        let max = engine.config().limits.max_script_size.0;
         if script.len() as u64 > max {
             return Err(usage(format!(
                 "its batch script is {} bytes, more than limits.max_script_size ({max} bytes)",
@@ -155,15 +155,16 @@ pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u3
                 .and_then(|p| std::path::Path::new(p).file_name())
                 .map(|n| n.to_string_lossy().into_owned()),
             script: Some(script),
-            max_retries: engine.config.retry.max_retries,
+            max_retries: engine.config().retry.max_retries,
             array_tasks: None,
             argv,
         };
         let t = now();
-        let l = launch::begin_submission(&mut engine.store, &engine.config, &new, &submitted, t)
+        let l = engine
+            .begin_submission(&new, &submitted, t)
             .map_err(internal)?;
-        engine.store.launch_submitted(l.id, id, t)?;
-        adopted.extend(engine.store.resolve(id)?.into_iter().map(chain_label));
+        engine.store_mut().launch_submitted(l.id, id, t)?;
+        adopted.extend(engine.store().resolve(id)?.into_iter().map(chain_label));
     }
     Ok(json!({ "adopted": adopted }))
 }

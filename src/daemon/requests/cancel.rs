@@ -2,21 +2,21 @@
 //! transaction; if scancel fails, nothing changes.
 
 use crate::daemon::access::{actor, chains_for, Handled};
+use crate::daemon::engine::ScancelError;
 use crate::daemon::engine::{now, Engine};
-use crate::daemon::launch;
 use crate::protocol::{ErrorKind, Response};
 use crate::slurm::Slurm;
 use crate::store::chain_label;
 use serde_json::json;
 
 pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled {
-    let chains = chains_for(&engine.store, id, uid)?;
+    let chains = chains_for(engine.store(), id, uid)?;
     // A launch whose sbatch gave no answer may have created a job that the next cycle
     // will find by its tag and adopt; cancelling the chain now would leave that job
     // running and the chain brought back to `active` by the adoption.
     for c in chains.iter().filter(|c| c.state.is_open()) {
         let launching = engine
-            .store
+            .store()
             .attempts(c.id)?
             .iter()
             .any(|a| a.state == crate::store::AttemptState::Launching);
@@ -41,7 +41,7 @@ pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32)
     let mut items = Vec::with_capacity(chains.len());
     for c in &chains {
         let live = engine
-            .store
+            .store()
             .attempts(c.id)?
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
@@ -50,13 +50,13 @@ pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32)
             job: job.as_deref(),
             actor: &who,
         };
-        let Ok(tr) = crate::policy::transition(c, event, &engine.config, &ctx) else {
+        let Ok(tr) = crate::policy::transition(c, event, engine.config(), &ctx) else {
             continue; // already ended
         };
         for e in &tr.effects {
             if let crate::policy::Effect::Scancel(j) = e {
                 live_by_owner
-                    .entry(engine.store.owner_of(c.id)?)
+                    .entry(engine.store().owner_of(c.id)?)
                     .or_default()
                     .push(j.clone());
             }
@@ -70,18 +70,14 @@ pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32)
         ));
     }
     for (owner, jobs) in &live_by_owner {
-        let who = launch::run_as(*owner).map_err(|e| Response::error(ErrorKind::Internal, e))?;
-        engine
-            .slurm
-            .scancel(jobs, who.as_ref())
-            .await
-            .map_err(|e| {
-                Response::error(
-                    ErrorKind::Unavailable,
-                    format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
-                )
-            })?;
+        engine.scancel(*owner, jobs).await.map_err(|e| match e {
+            ScancelError::NoAccount(e) => Response::error(ErrorKind::Internal, e),
+            ScancelError::Slurm(e) => Response::error(
+                ErrorKind::Unavailable,
+                format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
+            ),
+        })?;
     }
-    let done = engine.store.cancel_chains(&items, t)?;
+    let done = engine.store_mut().cancel_chains(&items, t)?;
     Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
 }

@@ -26,9 +26,9 @@ pub(super) fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32
     if r.confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
         return Err(usage("--confidence is a number between 0.0 and 1.0".into()));
     }
-    let chains = chains_for(&engine.store, &r.id, uid)?;
+    let chains = chains_for(engine.store(), &r.id, uid)?;
     let extra = plan_from(
-        &engine.config,
+        engine.config(),
         r.mem.as_deref(),
         r.time.as_deref(),
         r.partition.as_deref(),

@@ -22,7 +22,7 @@ pub use submit::{begin_submit, finish_submit, PendingSubmit};
 /// Handles one request to completion (reads too), as the in-process tests drive it. The
 /// daemon's loop uses `begin_submit`/`finish_submit` for submits instead.
 pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
-    if let Some(r) = super::reads::handle(&engine.store, &request, uid) {
+    if let Some(r) = super::reads::handle(engine.store(), &request, uid) {
         return r;
     }
     let result = match request {

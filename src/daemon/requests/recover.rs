@@ -9,9 +9,9 @@ use crate::slurm::Slurm;
 use serde_json::{json, Value};
 
 pub(super) fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Handled {
-    let chains = chains_for(&engine.store, &r.id, uid)?;
+    let chains = chains_for(engine.store(), &r.id, uid)?;
     let extra = plan_from(
-        &engine.config,
+        engine.config(),
         r.mem.as_deref(),
         r.time.as_deref(),
         None,

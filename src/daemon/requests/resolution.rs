@@ -65,8 +65,8 @@ pub(super) fn preview<S: Slurm>(
     c: &Chain,
     plan: &RetryPlan,
 ) -> Result<Value, Response> {
-    let sub = engine.store.submission(c.submission_id)?;
-    let argv = launch::preview_argv(&engine.config, &sub, c, plan).map_err(|e| match e {
+    let sub = engine.store().submission(c.submission_id)?;
+    let argv = launch::preview_argv(engine.config(), &sub, c, plan).map_err(|e| match e {
         launch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
         e => internal(e),
     })?;
@@ -86,7 +86,7 @@ pub(super) fn transitions<S: Slurm>(
     chains
         .iter()
         .map(|c| {
-            policy::transition(c, event, &engine.config, &ctx)
+            policy::transition(c, event, engine.config(), &ctx)
                 .map(|tr| (c.id, tr))
                 .map_err(|r| {
                     Response::error(ErrorKind::Conflict, format!("{} {r}", chain_label(c.id)))
@@ -107,7 +107,7 @@ pub(super) fn commit<S: Slurm>(
     for (c, tr) in items {
         ready.push((c, engine.with_dependents(c, tr)?));
     }
-    if let Some(c) = engine.store.decide_chains(&ready, t)? {
+    if let Some(c) = engine.store_mut().decide_chains(&ready, t)? {
         return Err(Response::error(
             ErrorKind::Conflict,
             format!("{} {moved}", chain_label(c)),

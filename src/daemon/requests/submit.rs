@@ -3,7 +3,7 @@
 
 use crate::daemon::access::internal;
 use crate::daemon::engine::{now, Engine};
-use crate::daemon::launch::{self, LaunchOutcome};
+use crate::daemon::launch::LaunchOutcome;
 use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
@@ -37,7 +37,7 @@ pub(super) async fn submit<S: Slurm>(
         Ok(p) => p,
         Err(e) => return e,
     };
-    let outcome = launch::sbatch(&engine.slurm, &engine.config.state_dir, &p.launch, &p.sub).await;
+    let outcome = engine.sbatch(&p.launch, &p.sub).await;
     finish_submit(engine, &p, outcome)
 }
 
@@ -107,7 +107,7 @@ pub fn begin_submit<S: Slurm>(
     r: SubmitRequest,
     uid: u32,
 ) -> Result<PendingSubmit, Response> {
-    let limits = engine.config.limits.clone();
+    let limits = engine.config().limits.clone();
     check_request(&r)?;
     if let Some(s) = &r.script {
         let max = limits.max_script_size.0;
@@ -192,7 +192,7 @@ pub fn begin_submit<S: Slurm>(
         None => None,
     };
     let new_chains = array_tasks.as_ref().map_or(1, Vec::len);
-    let open = engine.store.open_chains_of(uid)? as usize;
+    let open = engine.store().open_chains_of(uid)? as usize;
     if open + new_chains > limits.max_open_chains_per_user {
         return Err(Response::error(
             ErrorKind::Unavailable,
@@ -210,14 +210,15 @@ pub fn begin_submit<S: Slurm>(
         env: r.env,
         script_name,
         script: r.script,
-        max_retries: r.max_retries.unwrap_or(engine.config.retry.max_retries),
+        max_retries: r.max_retries.unwrap_or(engine.config().retry.max_retries),
         array_tasks,
     };
     let t = now();
-    let l = launch::begin_submission(&mut engine.store, &engine.config, &new, &submitted, t)
+    let l = engine
+        .begin_submission(&new, &submitted, t)
         .map_err(internal)?;
     crate::failpoint::hit("after-intent");
-    let sub = engine.store.submission(l.submission_id)?;
+    let sub = engine.store().submission(l.submission_id)?;
     Ok(PendingSubmit {
         launch: l,
         sub,
@@ -245,7 +246,7 @@ pub fn finish_submit<S: Slurm>(
                 return Response::Ok(json!({ "job_id": job, "chains": [] }));
             }
             let chains: Vec<String> = engine
-                .store
+                .store()
                 .resolve(&job)
                 .unwrap_or_default()
                 .into_iter()
@@ -254,7 +255,7 @@ pub fn finish_submit<S: Slurm>(
             Response::Ok(json!({ "job_id": job, "chains": chains }))
         }
         LaunchOutcome::Refused { code, stderr } => {
-            if let Err(e) = engine.store.discard_submission(l.id) {
+            if let Err(e) = engine.store_mut().discard_submission(l.id) {
                 // Left unpromised, it is discarded by reconciliation, never submitted.
                 tracing::warn!(tag = %l.tag, "cannot discard a refused submission yet: {e}");
             }
@@ -271,7 +272,7 @@ pub fn finish_submit<S: Slurm>(
                 format!(
                     "sbatch gave no clear answer ({}); the submission is recorded and will be looked up by its tag \
                      and submitted once Slurm answers: watch `supervisorctl status`",
-                    engine.store.launch(l.id).ok().and_then(|l| l.error).unwrap_or_default()
+                    engine.store().launch(l.id).ok().and_then(|l| l.error).unwrap_or_default()
                 ),
             ),
             Err(store) => Response::error(
