@@ -1,15 +1,18 @@
 //! `supervisorctl mcp`: a Model Context Protocol server over stdio, for AI agents.
 //!
 //! It is a client of the running daemon like the rest of `supervisorctl`: every tool call
-//! sends `protocol::Request`s over the control socket and returns the daemon's JSON. It
-//! keeps no state and decides nothing; the daemon checks every request (state, owner,
+//! sends `protocol::Request`s over the control socket, reads the daemon's answer as its
+//! `protocol::views` type and returns that to the agent as JSON. It keeps no state and decides nothing; the daemon checks every request (state, owner,
 //! reason) as it does for the command line. Tool descriptions live in `text.rs`.
 
 mod params;
 mod text;
 
 use crate::ctl::client;
-use crate::protocol::views::{ChainRow, HistoryAnswer, PendingChain};
+use crate::protocol::views::{
+    ChainRow, ClassifyAnswer, ClassifyDryRun, HistoryAnswer, PendingChain, RecoverAnswer,
+    RecoverDryRun,
+};
 use crate::protocol::{decode, RecoverRequest, Request, Resolution, Response};
 use params::{IdParam, RecoverParams, ResolutionItem, ResolveParams, StatusParams};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -133,7 +136,22 @@ impl Supervisor {
             confidence: item.confidence,
             dry_run,
         };
-        self.ask(Request::Classify(resolution)).await
+        let request = Request::Classify(resolution);
+        if dry_run {
+            to_json(&self.ask_typed::<ClassifyDryRun>(request).await?)
+        } else {
+            to_json(&self.ask_typed::<ClassifyAnswer>(request).await?)
+        }
+    }
+
+    /// `recover`'s answer: what would run, or the chains being recovered.
+    async fn recover_request(&self, r: RecoverRequest) -> Result<Value, Failure> {
+        let request = Request::Recover(r.clone());
+        if r.dry_run {
+            to_json(&self.ask_typed::<RecoverDryRun>(request).await?)
+        } else {
+            to_json(&self.ask_typed::<RecoverAnswer>(request).await?)
+        }
     }
 }
 
@@ -206,13 +224,13 @@ impl Supervisor {
     )]
     async fn recover(&self, Parameters(p): Parameters<RecoverParams>) -> CallToolResult {
         reply(
-            self.ask(Request::Recover(RecoverRequest {
+            self.recover_request(RecoverRequest {
                 id: p.id,
                 mem: p.mem,
                 time: p.time,
                 reason: p.reason,
                 dry_run: p.dry_run,
-            }))
+            })
             .await,
         )
     }

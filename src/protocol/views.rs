@@ -292,3 +292,44 @@ pub struct ClassifyAnswer {
     pub resolved: Vec<String>,
     pub action: ResolveAction,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn history(id: &str) -> serde_json::Value {
+        json!({
+            "id": id, "state": "failed", "slurm_job_id": "7", "last_classification": "oom",
+            "array_task": null, "submission": 1, "slurm_state": "FAILED",
+            "next_retry_at": null, "dependency_failed": [], "created_at": 1, "updated_at": 2,
+            "attempts_count": 0, "attempts": [], "decisions": [],
+        })
+    }
+
+    #[test]
+    fn a_history_answer_is_one_chain_or_a_list_and_prints_back_the_same() {
+        let one = history("c1");
+        let many = json!([history("c1"), history("c2")]);
+        let a: HistoryAnswer = serde_json::from_value(one.clone()).unwrap();
+        assert!(matches!(&a, HistoryAnswer::One(h) if h.chain.id == "c1"));
+        assert_eq!(serde_json::to_value(&a).unwrap(), one);
+        let b: HistoryAnswer = serde_json::from_value(many.clone()).unwrap();
+        assert_eq!(b.chains().len(), 2);
+        assert_eq!(serde_json::to_value(&b).unwrap(), many);
+    }
+
+    #[test]
+    fn a_planned_resolution_without_a_retry_has_no_would_run_key() {
+        let p = PlannedResolution {
+            chain: "c1".into(),
+            action: ResolveAction::Fail,
+            reason: "bug".into(),
+            would_run: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({ "chain": "c1", "action": "fail", "reason": "bug" })
+        );
+    }
+}
