@@ -1,7 +1,12 @@
 //! The control protocol between `supervisorctl` and the daemon: one JSON request per
-//! connection, one JSON line back. The views here are also what `--json` prints, so
-//! their field names are a stable contract (docs/json-schemas.md).
+//! connection, one JSON line back. The answers' types are in [`views`]; they are also
+//! what `--json` prints, so their field names are a stable contract
+//! (docs/json-schemas.md).
 
+pub mod views;
+
+use rmcp::schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,13 +39,38 @@ pub struct SubmitRequest {
     pub max_retries: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+// What to do with a `pending_failed` chain: the one type behind the control request,
+// `supervisorctl classify --action` and the MCP tool's parameter. The variants' doc comments
+// are the JSON Schema descriptions an agent reads through MCP, so they are written for it;
+// the type itself has none (and keeps the schema name `Action`) so that the schema the
+// MCP tools publish is what it was before the three action types became one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars", rename = "Action")]
 #[serde(rename_all = "snake_case")]
 pub enum ResolveAction {
+    /// Resubmit the work (transient failure), optionally with new `mem` / `time`.
     Retry,
+    /// End the chain for good (permanent failure); it is never retried.
     Fail,
-    /// Leave the chain in `pending_failed` for a person.
+    /// Leave it for a person: you are not sure, or it needs a fix outside the job.
     Hold,
+}
+
+impl ResolveAction {
+    pub const ALL: [ResolveAction; 3] = [
+        ResolveAction::Retry,
+        ResolveAction::Fail,
+        ResolveAction::Hold,
+    ];
+
+    /// The name on the wire and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveAction::Retry => "retry",
+            ResolveAction::Fail => "fail",
+            ResolveAction::Hold => "hold",
+        }
+    }
 }
 
 /// An agent's (or a person's) decision on a `pending_failed` chain.
@@ -137,6 +167,18 @@ impl ErrorKind {
 }
 
 impl Response {
+    /// A typed answer put on the wire. Serializing the answer types cannot fail (their
+    /// maps have string keys); if one ever did, the client is told so, not left waiting.
+    pub fn answer<T: Serialize>(answer: &T) -> Response {
+        match serde_json::to_value(answer) {
+            Ok(v) => Response::Ok(v),
+            Err(e) => Response::error(
+                ErrorKind::Internal,
+                format!("cannot encode the answer: {e}; please report this"),
+            ),
+        }
+    }
+
     pub fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
         Response::Error(ErrorBody {
             kind,
@@ -145,6 +187,16 @@ impl Response {
             stderr: None,
         })
     }
+}
+
+/// The daemon's answer did not have the shape this client expects.
+#[derive(Debug, thiserror::Error)]
+#[error("the daemon's answer is not what this supervisorctl understands ({0}); are the daemon and supervisorctl the same version?")]
+pub struct UnexpectedAnswer(#[from] serde_json::Error);
+
+/// Reads an `Ok` answer's value as the type the request promises.
+pub fn decode<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, UnexpectedAnswer> {
+    Ok(serde_json::from_value(value)?)
 }
 
 /// A script's bytes on the wire: base64 text, four characters for three bytes, quick to

@@ -9,9 +9,15 @@ pub mod client;
 pub mod render;
 
 use crate::config::Config;
-use crate::protocol::{
-    ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest,
+use crate::model::ChainState;
+use crate::protocol::views::{
+    ChainRow, HistoryAnswer, PendingChain, RecoverDryRun, StatsAnswer, SubmitAnswer,
 };
+use crate::protocol::{
+    decode, ErrorKind, RecoverRequest, Request, Resolution, ResolveAction, Response, SubmitRequest,
+    UnexpectedAnswer,
+};
+use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::Read;
@@ -33,11 +39,17 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum CliAction {
-    Retry,
-    Fail,
-    Hold,
+/// `--action` takes the protocol's own action names. Written out rather than derived so
+/// that the variants' doc comments, which are written for agents (they are the MCP
+/// schema's descriptions), stay out of `--help`.
+impl ValueEnum for ResolveAction {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ResolveAction::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,7 +91,7 @@ pub enum Command {
     Classify {
         id: String,
         #[arg(long, value_enum)]
-        action: CliAction,
+        action: ResolveAction,
         /// New memory for the retry, e.g. 4G.
         #[arg(long)]
         mem: Option<String>,
@@ -243,11 +255,7 @@ pub fn main_with(cli: Cli) -> i32 {
             dry_run,
         } => Request::Classify(Resolution {
             id: id.clone(),
-            action: match action {
-                CliAction::Retry => ResolveAction::Retry,
-                CliAction::Fail => ResolveAction::Fail,
-                CliAction::Hold => ResolveAction::Hold,
-            },
+            action,
             mem: mem.clone(),
             time: time.clone(),
             partition: partition.clone(),
@@ -307,63 +315,59 @@ pub fn main_with(cli: Cli) -> i32 {
             return e.kind.exit_code();
         }
     };
-    render(&cli.command, &value)
+    render(&cli.command, value)
 }
 
-fn render(command: &Command, v: &Value) -> i32 {
+/// Prints the daemon's answer to `command`; returns the exit code. The `--json` forms
+/// print the answer as the daemon sent it; everything else reads it as its type first.
+fn render(command: &Command, v: Value) -> i32 {
+    match render_typed(command, v) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("supervisorctl: {e}");
+            ErrorKind::Internal.exit_code()
+        }
+    }
+}
+
+fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
     match command {
-        Command::Submit { .. } => println!("{}", v["job_id"].as_str().unwrap_or_default()),
-        Command::Stats { json: false, .. } => print!("{}", render::stats_text(v)),
+        Command::Submit { .. } => println!("{}", decode::<SubmitAnswer>(v)?.job_id),
+        Command::Stats { json: false, .. } => {
+            print!("{}", render::stats_text(&decode::<StatsAnswer>(v)?))
+        }
         Command::Status { json, id } => {
-            let rows = v.as_array().cloned().unwrap_or_default();
             if *json {
-                print_json(v);
-            } else {
+                print_json(&v);
+            }
+            let rows: Vec<ChainRow> = decode(v)?;
+            if !*json {
                 print!("{}", render::status_table(&rows));
             }
             // Asked about one piece of work: say whether it failed.
-            if id.is_some() && rows.iter().any(|r| r["state"] == "failed") {
-                return 1;
+            if id.is_some() && rows.iter().any(|r| r.chain.state == ChainState::Failed) {
+                return Ok(1);
             }
         }
-        Command::History { json, .. } => {
-            if *json {
-                print_json(v);
-            } else if let Some(all) = v.as_array() {
-                all.iter()
-                    .for_each(|h| println!("{}", render::history_text(h)));
-            } else {
-                print!("{}", render::history_text(v));
-            }
-        }
-        Command::Pending { json } => {
-            if *json {
-                print_json(v);
-            } else {
-                print!(
-                    "{}",
-                    render::pending_text(v.as_array().map(Vec::as_slice).unwrap_or_default())
-                );
-            }
+        Command::History { json: true, .. } | Command::Pending { json: true } => print_json(&v),
+        Command::History { json: false, .. } => match decode::<HistoryAnswer>(v)? {
+            HistoryAnswer::One(h) => print!("{}", render::history_text(&h)),
+            HistoryAnswer::Many(all) => all
+                .iter()
+                .for_each(|h| println!("{}", render::history_text(h))),
+        },
+        Command::Pending { json: false } => {
+            print!("{}", render::pending_text(&decode::<Vec<PendingChain>>(v)?))
         }
         Command::Recover { dry_run: true, .. } => {
-            for p in v["would_run"].as_array().into_iter().flatten() {
-                let argv: Vec<String> = p["command"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|a| shell_quote(a.as_str().unwrap_or_default()))
-                    .collect();
-                println!(
-                    "(cd {} && {})",
-                    shell_quote(p["cwd"].as_str().unwrap_or_default()),
-                    argv.join(" ")
-                );
+            for p in decode::<RecoverDryRun>(v)?.would_run {
+                let argv: Vec<String> = p.command.iter().map(|a| shell_quote(a)).collect();
+                println!("(cd {} && {})", shell_quote(&p.cwd), argv.join(" "));
             }
         }
-        _ => print_json(v),
+        _ => print_json(&v),
     }
-    0
+    Ok(0)
 }
 
 /// Quotes a word for display as a shell command (the daemon never runs a shell).

@@ -1,19 +1,16 @@
-//! Human-readable output of the read commands (the `--json` forms print the daemon's
-//! views unchanged).
+//! Human-readable output of the read commands, from the daemon's typed answers (the
+//! `--json` forms print the daemon's answer unchanged).
 
-use serde_json::Value;
-use std::fmt::Write;
+use crate::protocol::views::{ChainHistory, ChainRow, PendingChain, StatsAnswer};
+use std::fmt::{Display, Write};
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// An optional value, `-` when there is none.
+fn s<T: Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
-fn time(v: &Value) -> String {
-    v.as_i64().map(format_unix).unwrap_or_else(|| "-".into())
+fn time(v: Option<i64>) -> String {
+    v.map(format_unix).unwrap_or_else(|| "-".into())
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC, without a date crate.
@@ -39,18 +36,19 @@ pub fn format_unix(t: i64) -> String {
     )
 }
 
-pub fn status_table(rows: &[Value]) -> String {
+pub fn status_table(rows: &[ChainRow]) -> String {
     let mut out = String::new();
     let header = ["CHAIN", "STATE", "JOB", "SLURM", "ATTEMPTS", "LAST"];
     let mut table: Vec<[String; 6]> = vec![header.map(String::from)];
     for r in rows {
+        let c = &r.chain;
         table.push([
-            s(&r["id"]),
-            s(&r["state"]),
-            s(&r["slurm_job_id"]),
-            s(&r["slurm_state"]),
-            s(&r["attempts"]),
-            s(&r["last_classification"]),
+            c.id.clone(),
+            c.state.to_string(),
+            s(c.slurm_job_id.as_ref()),
+            s(c.slurm_state.as_ref()),
+            r.attempts.to_string(),
+            s(c.last_classification),
         ]);
     }
     let widths: Vec<usize> = (0..6)
@@ -67,65 +65,66 @@ pub fn status_table(rows: &[Value]) -> String {
     out
 }
 
-pub fn history_text(h: &Value) -> String {
+pub fn history_text(h: &ChainHistory) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "chain {}  state {}  last {}",
-        s(&h["id"]),
-        s(&h["state"]),
-        s(&h["last_classification"])
+        h.chain.id,
+        h.chain.state,
+        s(h.chain.last_classification)
     );
     let _ = writeln!(out, "attempts:");
-    for a in h["attempts"].as_array().into_iter().flatten() {
+    for a in &h.attempts {
         let _ = writeln!(
             out,
             "  #{} job {}  {} exit {}  nodes {}  mem {}  time {}  submitted {}",
-            s(&a["n"]),
-            s(&a["slurm_job_id"]),
-            s(&a["slurm_state"]),
-            s(&a["exit_code"]),
-            s(&a["nodes"]),
-            s(&a["mem"]),
-            s(&a["time_limit"]),
-            time(&a["submitted_at"]),
+            a.n,
+            s(a.slurm_job_id.as_ref()),
+            s(a.slurm_state.as_ref()),
+            s(a.exit_code.as_ref()),
+            s(a.nodes.as_ref()),
+            s(a.mem.as_ref()),
+            s(a.time_limit.as_ref()),
+            time(a.submitted_at),
         );
     }
     let _ = writeln!(out, "decisions:");
-    for d in h["decisions"].as_array().into_iter().flatten() {
+    for d in &h.decisions {
         let _ = writeln!(
             out,
             "  {}  attempt {}  {} {} -> {}  by {}: {}",
-            time(&d["at"]),
-            s(&d["attempt"]),
-            s(&d["class"]),
-            s(&d["classification"]),
-            s(&d["action"]),
-            s(&d["actor"]),
-            s(&d["reason"]),
+            format_unix(d.at),
+            d.attempt,
+            d.class,
+            d.classification,
+            d.action,
+            d.actor,
+            d.reason,
         );
     }
     out
 }
 
-pub fn pending_text(rows: &[Value]) -> String {
+pub fn pending_text(rows: &[PendingChain]) -> String {
     let mut out = String::new();
     if rows.is_empty() {
         out.push_str("nothing is waiting for a decision\n");
     }
     for r in rows {
+        let c = &r.row.chain;
         let _ = writeln!(
             out,
             "{}  job {}  {}",
-            s(&r["id"]),
-            s(&r["slurm_job_id"]),
-            s(&r["last_classification"])
+            c.id,
+            s(c.slurm_job_id.as_ref()),
+            s(c.last_classification)
         );
-        let ev = &r["evidence"];
-        if let Some(d) = ev["decisions"].as_array().and_then(|d| d.last()) {
-            let _ = writeln!(out, "  why: {}", s(&d["reason"]));
+        let ev = &r.evidence;
+        if let Some(d) = ev.decisions.last() {
+            let _ = writeln!(out, "  why: {}", d.reason);
         }
-        if let Some(tail) = ev["stderr_tail"].as_str() {
+        if let Some(tail) = &ev.stderr_tail {
             let _ = writeln!(out, "  stderr (last lines):");
             for l in tail
                 .lines()
@@ -141,41 +140,35 @@ pub fn pending_text(rows: &[Value]) -> String {
         let _ = writeln!(
             out,
             "  resolve: supervisorctl classify {} --action retry|fail --reason TEXT",
-            s(&r["id"])
+            c.id
         );
     }
     out
 }
 
-pub fn stats_text(v: &Value) -> String {
-    let t = &v["total"];
+pub fn stats_text(v: &StatsAnswer) -> String {
+    let t = &v.total;
     let mut out = String::new();
     let _ = writeln!(
         out,
         "chains: {}  ({})",
-        s(&t["chains"]),
-        t["by_state"]
-            .as_object()
-            .map(|m| m
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
+        t.chains,
+        t.by_state
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    let _ = writeln!(out, "automatic retries: {}", s(&t["automatic_retries"]));
+    let _ = writeln!(out, "automatic retries: {}", t.automatic_retries);
     let _ = writeln!(
         out,
         "agent resolutions: {} ({} retries)",
-        s(&t["agent_resolutions"]),
-        s(&t["agent_retries"])
+        t.agent_resolutions, t.agent_retries
     );
     let _ = writeln!(
         out,
         "agent retries that then succeeded: {} chains; did not: {}; still running: {}",
-        s(&t["recovered_successfully"]),
-        s(&t["not_recovered"]),
-        s(&t["recovery_in_progress"])
+        t.recovered_successfully, t.not_recovered, t.recovery_in_progress
     );
     out
 }

@@ -8,9 +8,10 @@
 use super::engine::Engine;
 use super::views;
 use crate::model::{Action, ChainState};
+use crate::protocol::views::PendingChain;
 use crate::slurm::Slurm;
 use crate::store::{Store, StoreError};
-use serde_json::Value;
+use serde::Serialize;
 use std::process::Stdio;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
@@ -29,7 +30,7 @@ pub struct Runner {
 
 /// Chains waiting for an agent that no one asked to hold for a person (for a root
 /// daemon: only root's own).
-pub fn waiting(store: &Store) -> Result<Vec<Value>, StoreError> {
+pub fn waiting(store: &Store) -> Result<Vec<PendingChain>, StoreError> {
     let mut out = Vec::new();
     // A root daemon gives its agent only root's own chains: another user's stderr could
     // carry instructions, and the agent acts as root. Users run their own agents (MCP).
@@ -48,9 +49,12 @@ pub fn waiting(store: &Store) -> Result<Vec<Value>, StoreError> {
     Ok(out)
 }
 
-/// The text given to the agent.
-pub fn prompt(pending: &[Value], min_confidence: f64) -> String {
-    let mut evidence = serde_json::to_string_pretty(pending).unwrap_or_default();
+/// The text given to the agent. The evidence is printed as `pending --json` prints it
+/// (through a JSON value, whose keys are in order), so the agent reads what a person would.
+pub fn prompt<T: Serialize>(pending: &[T], min_confidence: f64) -> String {
+    let mut evidence = serde_json::to_value(pending)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default();
     if evidence.len() > MAX_PROMPT_BYTES {
         let mut cut = MAX_PROMPT_BYTES;
         while !evidence.is_char_boundary(cut) {

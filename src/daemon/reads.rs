@@ -2,27 +2,32 @@
 //! control socket answers them itself from a read-only store connection, off the daemon's
 //! loop: no poll cycle, sbatch or other user's request can hold them up.
 
-use super::access::{chains_for, sees_all, Handled};
+use super::access::{chains_for, sees_all};
 use super::views;
 use crate::model::ChainState;
+use crate::protocol::views::{ChainRow, HistoryAnswer, PendingChain, Pong};
 use crate::protocol::{Request, Response};
 use crate::store::{Store, StoreError};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 /// Answers `request` if it is a read; `None` for requests that must go to the loop.
+/// The answer is typed until here, where it becomes the wire's JSON.
 pub fn handle(store: &Store, request: &Request, uid: u32) -> Option<Response> {
-    let result = match request {
-        Request::Ping => Ok(json!({ "pong": true })),
-        Request::Status { id } => status(store, id.as_deref(), uid),
-        Request::History { id } => history(store, id, uid),
-        Request::Pending => pending(store, uid),
-        Request::Stats { id } => super::stats::stats(store, id.as_deref(), uid),
+    Some(match request {
+        Request::Ping => Response::answer(&Pong { pong: true }),
+        Request::Status { id } => answer(status(store, id.as_deref(), uid)),
+        Request::History { id } => answer(history(store, id, uid)),
+        Request::Pending => answer(pending(store, uid)),
+        Request::Stats { id } => answer(super::stats::stats(store, id.as_deref(), uid)),
         _ => return None,
-    };
-    Some(match result {
-        Ok(v) => Response::Ok(v),
-        Err(r) => r,
     })
+}
+
+fn answer<T: Serialize>(result: Result<T, Response>) -> Response {
+    match result {
+        Ok(v) => Response::answer(&v),
+        Err(r) => r,
+    }
 }
 
 /// True for the requests `handle` answers.
@@ -37,34 +42,34 @@ pub fn is_read(request: &Request) -> bool {
     )
 }
 
-fn status(store: &Store, id: Option<&str>, uid: u32) -> Handled {
+fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Response> {
     let chains = match id {
         Some(id) => chains_for(store, id, uid)?,
         None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,
     };
-    let rows: Result<Vec<Value>, StoreError> =
+    let rows: Result<Vec<ChainRow>, StoreError> =
         chains.iter().map(|c| views::chain_view(store, c)).collect();
-    Ok(Value::Array(rows?))
+    Ok(rows?)
 }
 
-fn history(store: &Store, id: &str, uid: u32) -> Handled {
+fn history(store: &Store, id: &str, uid: u32) -> Result<HistoryAnswer, Response> {
     let chains = chains_for(store, id, uid)?;
-    if chains.len() == 1 {
-        return Ok(views::history_view(store, &chains[0])?);
+    if let [one] = chains.as_slice() {
+        return Ok(HistoryAnswer::One(views::history_view(store, one)?));
     }
-    let all: Result<Vec<Value>, StoreError> = chains
+    let all: Result<Vec<_>, StoreError> = chains
         .iter()
         .map(|c| views::history_view(store, c))
         .collect();
-    Ok(Value::Array(all?))
+    Ok(HistoryAnswer::Many(all?))
 }
 
-fn pending(store: &Store, uid: u32) -> Handled {
+fn pending(store: &Store, uid: u32) -> Result<Vec<PendingChain>, Response> {
     let mut out = Vec::new();
     for c in store.chains_in_state(ChainState::PendingFailed)? {
         if sees_all(uid) || store.owner_of(c.id)? == uid {
             out.push(views::pending_view(store, &c)?);
         }
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }

@@ -1,10 +1,11 @@
 //! `supervisorctl stats`: how recovery went, per chain and in total. Measured from the
 //! decision records, so it is as honest as they are.
 
-use super::access::{chains_for, sees_all, Handled};
+use super::access::{chains_for, sees_all};
 use crate::model::{Action, ChainState};
-use crate::store::{chain_label, Store};
-use serde_json::{json, Value};
+use crate::protocol::views::{ChainStats, StatsAnswer, StatsTotal};
+use crate::protocol::Response;
+use crate::store::{chain_label, Chain, Store};
 use std::collections::{BTreeMap, HashSet};
 
 #[derive(Default)]
@@ -14,7 +15,7 @@ struct Counts {
     agent_retries: u32,
 }
 
-pub fn stats(store: &Store, id: Option<&str>, uid: u32) -> Handled {
+pub fn stats(store: &Store, id: Option<&str>, uid: u32) -> Result<StatsAnswer, Response> {
     let chains = match id {
         Some(id) => chains_for(store, id, uid)?,
         None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,
@@ -38,50 +39,56 @@ pub fn stats(store: &Store, id: Option<&str>, uid: u32) -> Handled {
             }
         }
     }
-    let mut per_chain = Vec::new();
-    let mut total = json!({
-        "chains": chains.len(), "automatic_retries": 0, "agent_resolutions": 0, "agent_retries": 0,
-        "recovered_successfully": 0, "not_recovered": 0, "recovery_in_progress": 0,
-    });
-    let mut by_state: BTreeMap<&str, u32> = BTreeMap::new();
-    for ch in &chains {
-        *by_state.entry(ch.state.as_str()).or_default() += 1;
-        let c = counts.remove(&ch.id).unwrap_or_default();
-        // Whether the retries an agent (or person) asked for then succeeded.
-        let recovered = if c.agent_retries == 0 {
-            Value::Null
-        } else if ch.state == ChainState::Completed {
-            Value::Bool(true)
-        } else if matches!(ch.state, ChainState::Active | ChainState::Ready) {
-            Value::Null
-        } else {
-            Value::Bool(false)
-        };
-        let bucket = match (&recovered, c.agent_retries) {
-            (_, 0) => None,
-            (Value::Bool(true), _) => Some("recovered_successfully"),
-            (Value::Bool(false), _) => Some("not_recovered"),
-            _ => Some("recovery_in_progress"),
-        };
-        if let Some(b) = bucket {
-            total[b] = json!(total[b].as_u64().unwrap_or(0) + 1);
-        }
-        for (k, v) in [
-            ("automatic_retries", c.automatic_retries),
-            ("agent_resolutions", c.agent_resolutions),
-            ("agent_retries", c.agent_retries),
-        ] {
-            total[k] = json!(total[k].as_u64().unwrap_or(0) + u64::from(v));
-        }
-        per_chain.push(json!({
-            "id": chain_label(ch.id),
-            "state": ch.state,
-            "automatic_retries": c.automatic_retries,
-            "agent_resolutions": c.agent_resolutions,
-            "agent_retries": c.agent_retries,
-            "recovered_successfully": recovered,
-        }));
+    let per_chain: Vec<ChainStats> = chains
+        .iter()
+        .map(|ch| chain_stats(ch, counts.remove(&ch.id).unwrap_or_default()))
+        .collect();
+    Ok(StatsAnswer {
+        total: total(&per_chain),
+        chains: per_chain,
+    })
+}
+
+/// One chain's counts, and whether the retries an agent (or person) asked for then
+/// succeeded.
+fn chain_stats(ch: &Chain, c: Counts) -> ChainStats {
+    let recovered_successfully = if c.agent_retries == 0 {
+        None
+    } else if ch.state == ChainState::Completed {
+        Some(true)
+    } else if matches!(ch.state, ChainState::Active | ChainState::Ready) {
+        None
+    } else {
+        Some(false)
+    };
+    ChainStats {
+        id: chain_label(ch.id),
+        state: ch.state,
+        automatic_retries: c.automatic_retries,
+        agent_resolutions: c.agent_resolutions,
+        agent_retries: c.agent_retries,
+        recovered_successfully,
     }
-    total["by_state"] = json!(by_state);
-    Ok(json!({ "total": total, "chains": per_chain }))
+}
+
+/// The sums over the chains; chains with agent retries are counted by how those went.
+fn total(chains: &[ChainStats]) -> StatsTotal {
+    let mut t = StatsTotal {
+        chains: chains.len() as u64,
+        ..StatsTotal::default()
+    };
+    for c in chains {
+        *t.by_state.entry(c.state.as_str().to_string()).or_default() += 1;
+        t.automatic_retries += u64::from(c.automatic_retries);
+        t.agent_resolutions += u64::from(c.agent_resolutions);
+        t.agent_retries += u64::from(c.agent_retries);
+        if c.agent_retries > 0 {
+            match c.recovered_successfully {
+                Some(true) => t.recovered_successfully += 1,
+                Some(false) => t.not_recovered += 1,
+                None => t.recovery_in_progress += 1,
+            }
+        }
+    }
+    t
 }

@@ -1,127 +1,195 @@
-//! The JSON shapes of the read commands. Field names here are a contract
-//! (docs/json-schemas.md): add fields freely, never rename or remove one.
+//! The read commands' answers, built from the store. Their types live in
+//! `protocol::views`, shared with `supervisorctl` and the MCP server; this module only
+//! fills them in.
 
-use crate::store::{chain_label, Attempt, Chain, DecisionRecord, Store, StoreError};
-use serde_json::{json, Value};
+use crate::model::{Action, ChainState};
+use crate::protocol::views::{
+    AttemptState, AttemptView, ChainFields, ChainHistory, ChainRow, DecisionView, Evidence,
+    PendingChain, SubmissionView, Usage,
+};
+use crate::slurm::types::SacctRow;
+use crate::store::{self, chain_label, Attempt, Chain, DecisionRecord, Store, StoreError};
+use serde_json::Value;
 
 /// The current attempt: the newest one that reached Slurm.
 fn current(attempts: &[Attempt]) -> Option<&Attempt> {
     attempts.iter().rev().find(|a| a.slurm_job_id.is_some())
 }
 
-/// One row of `status --json`.
-pub fn chain_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
-    let attempts = store.attempts(c.id)?;
-    let cur = current(&attempts);
-    Ok(json!({
-        "id": chain_label(c.id),
-        "state": c.state,
-        "slurm_job_id": cur.and_then(|a| a.slurm_job_id.clone()),
-        "attempts": attempts.iter().filter(|a| a.slurm_job_id.is_some()).count(),
-        "last_classification": c.last_classification,
-        "array_task": c.array_task,
-        "submission": c.submission_id,
-        "slurm_state": cur.and_then(|a| a.slurm_state.clone().or_else(|| a.last_seen.clone())),
-        "next_retry_at": if c.state == crate::model::ChainState::Ready { c.not_before } else { None },
-        "dependency_failed": if c.state.is_open() {
-            super::dependents::failed_dependencies(store, c.submission_id)?.into_iter().map(chain_label).collect::<Vec<_>>()
+/// The fields every view of a chain shares, given its attempts.
+fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainFields, StoreError> {
+    let cur = current(attempts);
+    let dependency_failed = if c.state.is_open() {
+        super::dependents::failed_dependencies(store, c.submission_id)?
+            .into_iter()
+            .map(chain_label)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(ChainFields {
+        id: chain_label(c.id),
+        state: c.state,
+        slurm_job_id: cur.and_then(|a| a.slurm_job_id.clone()),
+        last_classification: c.last_classification,
+        array_task: c.array_task,
+        submission: c.submission_id,
+        slurm_state: cur.and_then(slurm_state),
+        next_retry_at: if c.state == ChainState::Ready {
+            c.not_before
         } else {
-            Vec::new()
+            None
         },
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-    }))
-}
-
-fn attempt_view(a: &Attempt) -> Value {
-    json!({
-        "n": a.n,
-        "slurm_job_id": a.slurm_job_id,
-        "state": a.state,
-        "slurm_state": a.slurm_state.clone().or_else(|| a.last_seen.clone()),
-        "exit_code": a.exit_code,
-        "nodes": a.nodes,
-        "mem": a.mem.clone().or_else(|| a.plan.mem_mb.map(|m| format!("{m}M"))),
-        "time_limit": a.time_limit.clone().or_else(|| a.plan.time_secs.map(crate::slurm::parse::format_time_limit)),
-        "excluded_nodes": a.plan.exclude,
-        "requeues": a.restarts,
-        "tag": a.tag,
-        "submitted_at": a.submitted_at,
-        "ended_at": a.ended_at,
+        dependency_failed,
+        created_at: c.created_at,
+        updated_at: c.updated_at,
     })
 }
 
-fn decision_view(d: &DecisionRecord) -> Value {
-    json!({
-        "id": d.id,
-        "at": d.at,
-        "attempt": d.attempt_n,
-        "class": d.class,
-        "classification": d.classification,
-        "action": d.action,
-        "reason": d.reason,
-        "actor": d.actor,
-        "resolves": d.resolves,
-        "inputs": d.inputs,
+/// How many attempts reached Slurm (what `status` calls `attempts`).
+fn submitted_count(attempts: &[Attempt]) -> u32 {
+    let n = attempts.iter().filter(|a| a.slurm_job_id.is_some()).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// An attempt's Slurm state: the last one sacct reported, else the last squeue saw.
+fn slurm_state(a: &Attempt) -> Option<String> {
+    a.slurm_state.clone().or_else(|| a.last_seen.clone())
+}
+
+/// One row of `status --json`.
+pub fn chain_view(store: &Store, c: &Chain) -> Result<ChainRow, StoreError> {
+    let attempts = store.attempts(c.id)?;
+    Ok(ChainRow {
+        chain: chain_fields(store, c, &attempts)?,
+        attempts: submitted_count(&attempts),
     })
+}
+
+fn attempt_state(s: store::AttemptState) -> AttemptState {
+    match s {
+        store::AttemptState::Launching => AttemptState::Launching,
+        store::AttemptState::Live => AttemptState::Live,
+        store::AttemptState::Ended => AttemptState::Ended,
+        store::AttemptState::NotSubmitted => AttemptState::NotSubmitted,
+    }
+}
+
+fn attempt_view(a: &Attempt) -> AttemptView {
+    AttemptView {
+        n: a.n,
+        slurm_job_id: a.slurm_job_id.clone(),
+        state: attempt_state(a.state),
+        slurm_state: slurm_state(a),
+        exit_code: a.exit_code.clone(),
+        nodes: a.nodes.clone(),
+        // What sacct reported, else what was asked.
+        mem: a
+            .mem
+            .clone()
+            .or_else(|| a.plan.mem_mb.map(|m| format!("{m}M"))),
+        time_limit: a
+            .time_limit
+            .clone()
+            .or_else(|| a.plan.time_secs.map(crate::slurm::parse::format_time_limit)),
+        excluded_nodes: a.plan.exclude.clone(),
+        requeues: a.restarts,
+        tag: a.tag.clone(),
+        submitted_at: a.submitted_at,
+        ended_at: a.ended_at,
+    }
+}
+
+fn decision_view(d: &DecisionRecord) -> DecisionView {
+    DecisionView {
+        id: d.id,
+        at: d.at,
+        attempt: d.attempt_n,
+        class: d.class,
+        classification: d.classification,
+        action: d.action,
+        reason: d.reason.clone(),
+        actor: d.actor.clone(),
+        resolves: d.resolves,
+        inputs: d.inputs.clone(),
+    }
 }
 
 /// `history --json`: the chain's fields, every attempt and every decision, in order.
-pub fn history_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
-    let mut v = chain_view(store, c)?;
-    let attempts: Vec<Value> = store.attempts(c.id)?.iter().map(attempt_view).collect();
-    let decisions: Vec<Value> = store.decisions(c.id)?.iter().map(decision_view).collect();
-    v["attempts_count"] = v["attempts"].clone();
-    v["attempts"] = Value::Array(attempts);
-    v["decisions"] = Value::Array(decisions);
-    Ok(v)
-}
-
-/// What the last attempt used against what it asked for, from its sacct rows.
-fn usage(observation: &Value) -> Value {
-    let rows: Vec<crate::slurm::types::SacctRow> =
-        serde_json::from_value(observation.get("rows").cloned().unwrap_or(Value::Null))
-            .unwrap_or_default();
-    let Some(job) = rows.iter().find(|r| !r.is_step()) else {
-        return Value::Null;
-    };
-    json!({
-        "mem_requested_bytes": job.req_mem_bytes,
-        "max_rss_bytes": rows.iter().filter_map(|r| r.max_rss_bytes).max(),
-        "time_limit_secs": job.timelimit_secs,
-        "elapsed_secs": job.elapsed_secs,
-        "partition": job.partition,
-        "nodes": job.node_list,
+pub fn history_view(store: &Store, c: &Chain) -> Result<ChainHistory, StoreError> {
+    let attempts = store.attempts(c.id)?;
+    Ok(ChainHistory {
+        chain: chain_fields(store, c, &attempts)?,
+        attempts_count: submitted_count(&attempts),
+        attempts: attempts.iter().map(attempt_view).collect(),
+        decisions: store.decisions(c.id)?.iter().map(decision_view).collect(),
     })
 }
 
+/// What the last attempt used against what it asked for, from its sacct rows; `None`
+/// when the observation has no job row (or rows this daemon cannot read).
+fn usage(observation: &Value) -> Option<Usage> {
+    let rows: Vec<SacctRow> = observation
+        .get("rows")
+        .and_then(|r| serde_json::from_value(r.clone()).ok())
+        .unwrap_or_default();
+    let job = rows.iter().find(|r| !r.is_step())?;
+    Some(Usage {
+        mem_requested_bytes: job.req_mem_bytes,
+        max_rss_bytes: rows.iter().filter_map(|r| r.max_rss_bytes).max(),
+        time_limit_secs: job.timelimit_secs,
+        elapsed_secs: job.elapsed_secs,
+        partition: job.partition.clone(),
+        nodes: job.node_list.clone(),
+    })
+}
+
+/// A text field of an observation, `None` when it is missing or not text.
+fn text(observation: &Value, key: &str) -> Option<String> {
+    observation
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 /// One element of `pending --json`: the status row plus the evidence an agent needs.
-pub fn pending_view(store: &Store, c: &Chain) -> Result<Value, StoreError> {
-    let mut v = chain_view(store, c)?;
+pub fn pending_view(store: &Store, c: &Chain) -> Result<PendingChain, StoreError> {
+    let row = chain_view(store, c)?;
     let sub = store.submission(c.submission_id)?;
-    let observations = store.observations(c.id)?;
-    let last = observations
-        .last()
-        .map(|(_, _, _, body)| body.clone())
+    let last = store
+        .observations(c.id)?
+        .pop()
+        .map(|(_, _, _, body)| body)
         .unwrap_or(Value::Null);
     let history = history_view(store, c)?;
-    v["held"] = json!(store
+    let held = store
         .last_decision(c.id)?
-        .is_some_and(|d| d.action == crate::model::Action::Hold));
-    v["evidence"] = json!({
-        "sacct_rows": last.get("rows").cloned().unwrap_or(Value::Null),
-        "stderr_tail": last.get("stderr_tail").cloned().unwrap_or(Value::Null),
-        "stdout_tail": last.get("stdout_tail").cloned().unwrap_or(Value::Null),
-        "usage": usage(&last),
-        "nodes": history["attempts"].as_array().and_then(|a| a.last()).and_then(|a| a.get("nodes")).cloned().unwrap_or(Value::Null),
-        "attempts": history["attempts"],
-        "decisions": history["decisions"],
-        "submission": {
-            "argv": sub.argv.iter().map(|a| crate::osbytes::escape(a)).collect::<Vec<_>>(),
-            "cwd": crate::osbytes::escape(&sub.cwd),
-            "script_name": sub.script_name,
-            "script": sub.script.as_deref().map(|s| String::from_utf8_lossy(s).into_owned()),
+        .is_some_and(|d| d.action == Action::Hold);
+    let evidence = Evidence {
+        sacct_rows: last.get("rows").cloned().unwrap_or(Value::Null),
+        stderr_tail: text(&last, "stderr_tail"),
+        stdout_tail: text(&last, "stdout_tail"),
+        usage: usage(&last),
+        nodes: history.attempts.last().and_then(|a| a.nodes.clone()),
+        attempts: history.attempts,
+        decisions: history.decisions,
+        submission: SubmissionView {
+            argv: sub
+                .argv
+                .iter()
+                .map(|a| crate::osbytes::escape(a).into_owned())
+                .collect(),
+            cwd: crate::osbytes::escape(&sub.cwd).into_owned(),
+            script_name: sub.script_name,
+            script: sub
+                .script
+                .as_deref()
+                .map(|s| String::from_utf8_lossy(s).into_owned()),
         },
-    });
-    Ok(v)
+    };
+    Ok(PendingChain {
+        row,
+        held,
+        evidence,
+    })
 }

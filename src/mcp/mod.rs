@@ -1,19 +1,25 @@
 //! `supervisorctl mcp`: a Model Context Protocol server over stdio, for AI agents.
 //!
 //! It is a client of the running daemon like the rest of `supervisorctl`: every tool call
-//! sends `protocol::Request`s over the control socket and returns the daemon's JSON. It
-//! keeps no state and decides nothing; the daemon checks every request (state, owner,
+//! sends `protocol::Request`s over the control socket, reads the daemon's answer as its
+//! `protocol::views` type and returns that to the agent as JSON. It keeps no state and decides nothing; the daemon checks every request (state, owner,
 //! reason) as it does for the command line. Tool descriptions live in `text.rs`.
 
 mod params;
 mod text;
 
 use crate::ctl::client;
-use crate::protocol::{RecoverRequest, Request, Resolution, ResolveAction, Response};
-use params::{Action, IdParam, RecoverParams, ResolutionItem, ResolveParams, StatusParams};
+use crate::protocol::views::{
+    ChainRow, ClassifyAnswer, ClassifyDryRun, HistoryAnswer, PendingChain, RecoverAnswer,
+    RecoverDryRun,
+};
+use crate::protocol::{decode, RecoverRequest, Request, Resolution, Response};
+use params::{IdParam, RecoverParams, ResolutionItem, ResolveParams, StatusParams};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,11 +49,33 @@ fn reply(answer: Result<Value, Failure>) -> CallToolResult {
     }
 }
 
-/// Structured content must be an object for older protocol versions: lists are wrapped.
-fn listed(v: Value) -> Value {
-    match v {
-        Value::Array(chains) => json!({ "count": chains.len(), "chains": chains }),
-        other => other,
+/// A list of chains as a tool returns it: structured content must be an object for older
+/// protocol versions, so lists are wrapped.
+#[derive(Debug, Serialize)]
+struct Listed<T> {
+    count: usize,
+    chains: Vec<T>,
+}
+
+impl<T> Listed<T> {
+    fn new(chains: Vec<T>) -> Self {
+        Listed {
+            count: chains.len(),
+            chains,
+        }
+    }
+}
+
+/// A typed answer as the agent gets it: a JSON value (whose keys print in order).
+fn to_json<T: Serialize>(answer: &T) -> Result<Value, Failure> {
+    serde_json::to_value(answer).map_err(|e| failure("internal", e))
+}
+
+/// `get_chain`'s answer: one chain's history as it is, an array's tasks as a list.
+fn history_json(answer: HistoryAnswer) -> Result<Value, Failure> {
+    match answer {
+        HistoryAnswer::One(h) => to_json(&h),
+        HistoryAnswer::Many(all) => to_json(&Listed::new(all)),
     }
 }
 
@@ -79,6 +107,12 @@ impl Supervisor {
         }
     }
 
+    /// A read request whose answer is read as `T`: checked here, where the daemon's
+    /// JSON enters, not by whoever uses it.
+    async fn ask_typed<T: DeserializeOwned>(&self, request: Request) -> Result<T, Failure> {
+        decode(self.ask(request).await?).map_err(|e| failure("internal", e))
+    }
+
     /// One item of `classify_and_resolve`: `{"id", "ok": true, "result"}` or
     /// `{"id", "ok": false, "error"}`.
     async fn resolve_one(&self, item: ResolutionItem, dry_run: bool) -> Value {
@@ -93,11 +127,7 @@ impl Supervisor {
     async fn resolve_item(&self, item: ResolutionItem, dry_run: bool) -> Result<Value, Failure> {
         let resolution = Resolution {
             id: item.id,
-            action: match item.action {
-                Action::Retry => ResolveAction::Retry,
-                Action::Fail => ResolveAction::Fail,
-                Action::Hold => ResolveAction::Hold,
-            },
+            action: item.action,
             mem: item.mem,
             time: item.time,
             partition: item.partition,
@@ -106,7 +136,22 @@ impl Supervisor {
             confidence: item.confidence,
             dry_run,
         };
-        self.ask(Request::Classify(resolution)).await
+        let request = Request::Classify(resolution);
+        if dry_run {
+            to_json(&self.ask_typed::<ClassifyDryRun>(request).await?)
+        } else {
+            to_json(&self.ask_typed::<ClassifyAnswer>(request).await?)
+        }
+    }
+
+    /// `recover`'s answer: what would run, or the chains being recovered.
+    async fn recover_request(&self, r: RecoverRequest) -> Result<Value, Failure> {
+        let request = Request::Recover(r.clone());
+        if r.dry_run {
+            to_json(&self.ask_typed::<RecoverDryRun>(request).await?)
+        } else {
+            to_json(&self.ask_typed::<RecoverAnswer>(request).await?)
+        }
     }
 }
 
@@ -117,7 +162,8 @@ impl Supervisor {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn list_pending_failed(&self) -> CallToolResult {
-        reply(self.ask(Request::Pending).await.map(listed))
+        let pending = self.ask_typed::<Vec<PendingChain>>(Request::Pending).await;
+        reply(pending.and_then(|p| to_json(&Listed::new(p))))
     }
 
     #[tool(
@@ -125,7 +171,10 @@ impl Supervisor {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn get_chain(&self, Parameters(p): Parameters<IdParam>) -> CallToolResult {
-        reply(self.ask(Request::History { id: p.id }).await.map(listed))
+        let history = self
+            .ask_typed::<HistoryAnswer>(Request::History { id: p.id })
+            .await;
+        reply(history.and_then(history_json))
     }
 
     #[tool(
@@ -133,7 +182,10 @@ impl Supervisor {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn status(&self, Parameters(p): Parameters<StatusParams>) -> CallToolResult {
-        reply(self.ask(Request::Status { id: p.id }).await.map(listed))
+        let rows = self
+            .ask_typed::<Vec<ChainRow>>(Request::Status { id: p.id })
+            .await;
+        reply(rows.and_then(|r| to_json(&Listed::new(r))))
     }
 
     #[tool(
@@ -172,13 +224,13 @@ impl Supervisor {
     )]
     async fn recover(&self, Parameters(p): Parameters<RecoverParams>) -> CallToolResult {
         reply(
-            self.ask(Request::Recover(RecoverRequest {
+            self.recover_request(RecoverRequest {
                 id: p.id,
                 mem: p.mem,
                 time: p.time,
                 reason: p.reason,
                 dry_run: p.dry_run,
-            }))
+            })
             .await,
         )
     }
@@ -233,12 +285,13 @@ pub fn serve(socket: PathBuf) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ResolveAction;
 
     fn no_daemon() -> Supervisor {
         Supervisor::new(PathBuf::from("/nonexistent/slurm-supervisor.sock"))
     }
 
-    fn item(id: &str, action: Action, mem: Option<&str>) -> ResolutionItem {
+    fn item(id: &str, action: ResolveAction, mem: Option<&str>) -> ResolutionItem {
         ResolutionItem {
             id: id.into(),
             action,
@@ -277,10 +330,10 @@ mod tests {
             .unwrap();
         let s = no_daemon();
         // The daemon checks the resolutions; without one, each item still gets its answer.
-        let bad = rt.block_on(s.resolve_one(item("c1", Action::Fail, Some("2G")), true));
+        let bad = rt.block_on(s.resolve_one(item("c1", ResolveAction::Fail, Some("2G")), true));
         assert_eq!(bad["ok"], false);
         assert_eq!(bad["id"], "c1");
-        let down = rt.block_on(s.resolve_one(item("c2", Action::Retry, Some("2G")), true));
+        let down = rt.block_on(s.resolve_one(item("c2", ResolveAction::Retry, Some("2G")), true));
         assert_eq!(down["id"], "c2");
         assert_eq!(down["error"]["kind"], "unavailable");
         assert!(
@@ -295,9 +348,8 @@ mod tests {
     #[test]
     fn lists_are_wrapped_in_an_object() {
         assert_eq!(
-            listed(json!([1, 2])),
+            to_json(&Listed::new(vec![1, 2])).unwrap(),
             json!({ "count": 2, "chains": [1, 2] })
         );
-        assert_eq!(listed(json!({ "id": "c1" })), json!({ "id": "c1" }));
     }
 }

@@ -1,6 +1,7 @@
 //! The tools' inputs. Their doc comments become the JSON Schema descriptions an agent
 //! reads, so they are written for the agent.
 
+use crate::protocol::ResolveAction;
 use rmcp::schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -22,18 +23,6 @@ pub struct StatusParams {
     pub id: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Resubmit the work (transient failure), optionally with new `mem` / `time`.
-    Retry,
-    /// End the chain for good (permanent failure); it is never retried.
-    Fail,
-    /// Leave it for a person: you are not sure, or it needs a fix outside the job.
-    Hold,
-}
-
 /// One decision on one `pending_failed` chain.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -42,7 +31,7 @@ pub struct ResolutionItem {
     /// The chain id (`c17`) or a Slurm job id of one of its attempts.
     pub id: String,
     /// `retry` for a transient failure, `fail` for a permanent one.
-    pub action: Action,
+    pub action: ResolveAction,
     /// Only with `retry`: memory for the new attempt, in sbatch's form (`8G`, `4000M`).
     /// Omit to keep what the last attempt asked for.
     #[serde(default)]
