@@ -344,6 +344,7 @@ fn the_read_commands_print_what_the_document_says() {
         ("pending", "held", "Boolean"),
         ("evidence", "usage", "Named(\"usage\")"),
         ("decision", "resolves", "Integer"),
+        ("decision", "reason_code", "String"),
         ("attempt", "exit_code", "String"),
     ] {
         assert!(

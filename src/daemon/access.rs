@@ -7,7 +7,7 @@ use crate::protocol::{ErrorKind, Response};
 use crate::store::{Chain, Store, StoreError};
 
 /// A request handler's answer: the JSON value, or the error response.
-pub type Handled = Result<serde_json::Value, Response>;
+pub type Handled<T> = Result<T, Response>;
 
 pub fn internal(e: impl std::fmt::Display) -> Response {
     Response::error(ErrorKind::Internal, e.to_string())

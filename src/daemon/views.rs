@@ -109,6 +109,7 @@ fn decision_view(d: &DecisionRecord) -> DecisionView {
         classification: d.classification,
         action: d.action,
         reason: d.reason.clone(),
+        reason_code: d.reason_code.clone(),
         actor: d.actor.clone(),
         resolves: d.resolves,
         inputs: d.inputs.clone(),

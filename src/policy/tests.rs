@@ -607,3 +607,139 @@ fn escalations_wait_for_an_agent() {
         );
     }
 }
+
+#[test]
+fn every_reason_name_is_documented() {
+    let doc = include_str!("../../docs/json-schemas.md");
+    let argv: Vec<String> = Vec::new();
+    let v = verdict(Classification::Oom);
+    let h = history();
+    let mut reasons = vec![
+        Reason::Completed,
+        Reason::Recover { given: None },
+        Reason::CancelledByUser,
+    ];
+    // Every other name comes out of a transition somewhere in these tests; listing them
+    // through the enum keeps the list honest when a variant is added.
+    reasons.extend([
+        Reason::CancelNotRetried {
+            verdict: v.reason.clone(),
+        },
+        Reason::DeadlineNotRetried {
+            verdict: v.reason.clone(),
+        },
+        Reason::PermanentNotRetried {
+            verdict: v.reason.clone(),
+        },
+        Reason::NeedsAgent {
+            verdict: v.reason.clone(),
+        },
+        Reason::AgentRetryFailedAgain {
+            verdict: v.reason.clone(),
+            classification: Classification::Oom,
+        },
+        Reason::BreakerOpen {
+            verdict: v.reason.clone(),
+            failures: 1,
+            window_secs: 1,
+            threshold: 1,
+        },
+        Reason::ClassBudgetSpent {
+            verdict: v.reason.clone(),
+            classification: Classification::Oom,
+            used: 1,
+            budget: 1,
+        },
+        Reason::ChainBudgetSpent {
+            verdict: v.reason.clone(),
+            used: h.resubmits,
+            max: h.max_retries,
+        },
+        Reason::MemoryUnknown {
+            verdict: v.reason.clone(),
+        },
+        Reason::MemoryAtCap {
+            verdict: v.reason.clone(),
+            mib: 1,
+        },
+        Reason::TimeLimitUnknown {
+            verdict: v.reason.clone(),
+        },
+        Reason::TimeLimitAtCap {
+            verdict: v.reason.clone(),
+            secs: 1,
+            partition_max_secs: None,
+        },
+        Reason::Retry {
+            verdict: v.reason.clone(),
+            delay_secs: 1,
+            classification: Classification::Oom,
+            retry: 1,
+            budget: 1,
+            changes: Vec::new(),
+        },
+        Reason::RequeuedBySlurm {
+            verdict: v.reason.clone(),
+        },
+        Reason::Resolution {
+            given: String::new(),
+        },
+        Reason::HeldForPerson {
+            given: String::new(),
+            confidence: 0.1,
+            min: 0.7,
+            asked: ResolveAction::Retry,
+        },
+        Reason::RetryRefused {
+            code: 1,
+            stderr: argv.join(" "),
+        },
+        Reason::RetryUnprepared {
+            error: String::new(),
+        },
+        Reason::LaunchUnconfirmed {
+            tag: String::new(),
+            last_error: None,
+        },
+        Reason::JobLost {
+            job: String::new(),
+            missing_secs: 0,
+        },
+    ]);
+    for r in &reasons {
+        // A new variant must be added above: this match has no fallback.
+        match r {
+            Reason::Completed
+            | Reason::CancelNotRetried { .. }
+            | Reason::DeadlineNotRetried { .. }
+            | Reason::PermanentNotRetried { .. }
+            | Reason::NeedsAgent { .. }
+            | Reason::AgentRetryFailedAgain { .. }
+            | Reason::BreakerOpen { .. }
+            | Reason::ClassBudgetSpent { .. }
+            | Reason::ChainBudgetSpent { .. }
+            | Reason::MemoryUnknown { .. }
+            | Reason::MemoryAtCap { .. }
+            | Reason::TimeLimitUnknown { .. }
+            | Reason::TimeLimitAtCap { .. }
+            | Reason::Retry { .. }
+            | Reason::RequeuedBySlurm { .. }
+            | Reason::Resolution { .. }
+            | Reason::HeldForPerson { .. }
+            | Reason::Recover { .. }
+            | Reason::CancelledByUser
+            | Reason::RetryRefused { .. }
+            | Reason::RetryUnprepared { .. }
+            | Reason::LaunchUnconfirmed { .. }
+            | Reason::JobLost { .. } => {}
+        }
+        if *r != Reason::Completed {
+            assert!(
+                doc.contains(&format!("`{}`", r.code())),
+                "{} is not in docs/json-schemas.md",
+                r.code()
+            );
+        }
+    }
+    assert_eq!(reasons.len(), 23, "one of each variant");
+}

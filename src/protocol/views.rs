@@ -95,6 +95,9 @@ pub struct DecisionView {
     pub classification: Classification,
     pub action: Action,
     pub reason: String,
+    /// The reason's stable name (e.g. `breaker_open`), for scripts and agents to match
+    /// on; `null` for records written before it was stored.
+    pub reason_code: Option<String>,
     /// `supervisor` or `user:<name>`.
     pub actor: String,
     /// The decision it resolves.
@@ -291,6 +294,22 @@ pub struct ClassifyDryRun {
 pub struct ClassifyAnswer {
     pub resolved: Vec<String>,
     pub action: ResolveAction,
+}
+
+/// What the daemon answers a `classify`: what would happen, or what did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ClassifyReply {
+    DryRun(ClassifyDryRun),
+    Done(ClassifyAnswer),
+}
+
+/// What the daemon answers a `recover`: what would run, or what is recovering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RecoverReply {
+    DryRun(RecoverDryRun),
+    Done(RecoverAnswer),
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
 use crate::daemon::engine::{now, Engine};
 
+use crate::protocol::views::AdoptAnswer;
 use crate::protocol::{ErrorKind, Response};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, NewSubmission};
-use serde_json::json;
 
 /// Rebuilds an sbatch command line from what `scontrol show job` says about a job that
 /// was submitted without the supervisor. Script arguments are split on blanks (scontrol
@@ -61,7 +61,11 @@ pub fn argv_from_scontrol(
 /// Job ids one `adopt` request may name: each costs two Slurm calls on the daemon's loop.
 pub const MAX_ADOPT_IDS: usize = 100;
 
-pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u32) -> Handled {
+pub async fn adopt<S: Slurm>(
+    engine: &mut Engine<S>,
+    job_ids: &[String],
+    uid: u32,
+) -> Handled<AdoptAnswer> {
     if job_ids.len() > MAX_ADOPT_IDS {
         return Err(Response::error(
             ErrorKind::Usage,
@@ -166,5 +170,5 @@ pub async fn adopt<S: Slurm>(engine: &mut Engine<S>, job_ids: &[String], uid: u3
         engine.store_mut().launch_submitted(l.id, id, t)?;
         adopted.extend(engine.store().resolve(id)?.into_iter().map(chain_label));
     }
-    Ok(json!({ "adopted": adopted }))
+    Ok(AdoptAnswer { adopted })
 }

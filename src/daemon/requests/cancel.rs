@@ -4,12 +4,16 @@
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::ScancelError;
 use crate::daemon::engine::{now, Engine};
+use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Response};
 use crate::slurm::Slurm;
 use crate::store::chain_label;
-use serde_json::json;
 
-pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Handled {
+pub(super) async fn cancel<S: Slurm>(
+    engine: &mut Engine<S>,
+    id: &str,
+    uid: u32,
+) -> Handled<CancelAnswer> {
     let chains = chains_for(engine.store(), id, uid)?;
     // A launch whose sbatch gave no answer may have created a job that the next cycle
     // will find by its tag and adopt; cancelling the chain now would leave that job
@@ -79,5 +83,7 @@ pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32)
         })?;
     }
     let done = engine.store_mut().cancel_chains(&items, t)?;
-    Ok(json!({ "cancelled": done.into_iter().map(chain_label).collect::<Vec<_>>() }))
+    Ok(CancelAnswer {
+        cancelled: done.into_iter().map(chain_label).collect(),
+    })
 }

@@ -5,12 +5,16 @@ use super::resolution::{commit, plan_from, preview, transitions, usage};
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::{now, Engine};
 use crate::policy::{self, Event};
+use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
 use crate::protocol::{Resolution, ResolveAction};
 use crate::slurm::Slurm;
 use crate::store::chain_label;
-use serde_json::json;
 
-pub(super) fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled {
+pub(super) fn classify<S: Slurm>(
+    engine: &mut Engine<S>,
+    r: Resolution,
+    uid: u32,
+) -> Handled<ClassifyReply> {
     if r.reason.trim().is_empty() {
         return Err(usage(
             "a resolution needs a --reason, which is recorded".into(),
@@ -49,17 +53,28 @@ pub(super) fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32
         .unwrap_or(r.action);
     // A retry is previewed for every chain first, dry run or not: one that sbatch would
     // refuse is turned down here, before any of them is recorded.
-    let mut shown = Vec::new();
+    let mut resolutions = Vec::new();
     for (c, (_, tr)) in chains.iter().zip(&items) {
-        let reason = tr.record.as_ref().map(|d| d.reason.to_string());
-        let mut item = json!({ "chain": chain_label(c.id), "action": action, "reason": reason });
-        if action == ResolveAction::Retry {
-            item["would_run"] = preview(engine, c, &c.plan.merged(&extra))?;
-        }
-        shown.push(item);
+        let would_run = match action {
+            ResolveAction::Retry => Some(preview(engine, c, &c.plan.merged(&extra))?),
+            ResolveAction::Fail | ResolveAction::Hold => None,
+        };
+        resolutions.push(PlannedResolution {
+            chain: chain_label(c.id),
+            action,
+            reason: tr
+                .record
+                .as_ref()
+                .map(|d| d.reason.to_string())
+                .unwrap_or_default(),
+            would_run,
+        });
     }
     if r.dry_run {
-        return Ok(json!({ "dry_run": true, "resolutions": shown }));
+        return Ok(ClassifyReply::DryRun(ClassifyDryRun {
+            dry_run: true,
+            resolutions,
+        }));
     }
     let done = commit(
         engine,
@@ -67,5 +82,8 @@ pub(super) fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32
         t,
         "was resolved by someone else first; nothing changed",
     )?;
-    Ok(json!({ "resolved": done, "action": action }))
+    Ok(ClassifyReply::Done(ClassifyAnswer {
+        resolved: done,
+        action,
+    }))
 }

@@ -27,18 +27,19 @@ pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32
     }
     let result = match request {
         Request::Submit(r) => return submit::submit(engine, r, uid).await,
-        Request::Classify(r) => classify::classify(engine, r, uid),
-        Request::Recover(r) => recover::recover(engine, r, uid),
-        Request::Cancel { id } => cancel::cancel(engine, &id, uid).await,
-        Request::Adopt { job_ids } => adopt::adopt(engine, &job_ids, uid).await,
+        Request::Classify(r) => classify::classify(engine, r, uid).map(|a| Response::answer(&a)),
+        Request::Recover(r) => recover::recover(engine, r, uid).map(|a| Response::answer(&a)),
+        Request::Cancel { id } => cancel::cancel(engine, &id, uid)
+            .await
+            .map(|a| Response::answer(&a)),
+        Request::Adopt { job_ids } => adopt::adopt(engine, &job_ids, uid)
+            .await
+            .map(|a| Response::answer(&a)),
         Request::Ping
         | Request::Status { .. }
         | Request::History { .. }
         | Request::Pending
         | Request::Stats { .. } => unreachable!("reads are answered above"),
     };
-    match result {
-        Ok(v) => Response::Ok(v),
-        Err(r) => r,
-    }
+    result.unwrap_or_else(|e| e)
 }

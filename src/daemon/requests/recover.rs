@@ -4,11 +4,15 @@ use super::resolution::{commit, plan_from, preview, transitions};
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::{now, Engine};
 use crate::policy::Event;
+use crate::protocol::views::{RecoverAnswer, RecoverDryRun, RecoverReply, SbatchPreview};
 use crate::protocol::{RecoverRequest, Response};
 use crate::slurm::Slurm;
-use serde_json::{json, Value};
 
-pub(super) fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Handled {
+pub(super) fn recover<S: Slurm>(
+    engine: &mut Engine<S>,
+    r: RecoverRequest,
+    uid: u32,
+) -> Handled<RecoverReply> {
     let chains = chains_for(engine.store(), &r.id, uid)?;
     let extra = plan_from(
         engine.config(),
@@ -26,14 +30,17 @@ pub(super) fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: 
     };
     let items = transitions(engine, &chains, event, t)?;
     // Previewed first, dry run or not, so a retry sbatch would refuse is turned down here.
-    let previews: Result<Vec<Value>, Response> = chains
+    let previews: Result<Vec<SbatchPreview>, Response> = chains
         .iter()
         .map(|c| preview(engine, c, &c.plan.merged(&extra)))
         .collect();
     let previews = previews?;
     if r.dry_run {
-        return Ok(json!({ "dry_run": true, "would_run": previews }));
+        return Ok(RecoverReply::DryRun(RecoverDryRun {
+            dry_run: true,
+            would_run: previews,
+        }));
     }
     let done = commit(engine, items, t, "changed state meanwhile; look again")?;
-    Ok(json!({ "recovering": done }))
+    Ok(RecoverReply::Done(RecoverAnswer { recovering: done }))
 }

@@ -9,10 +9,10 @@ use crate::daemon::engine::Engine;
 use crate::daemon::launch;
 use crate::model::RetryPlan;
 use crate::policy::{self, Event, Transition};
+use crate::protocol::views::SbatchPreview;
 use crate::protocol::{ErrorKind, Response};
 use crate::slurm::Slurm;
 use crate::store::{chain_label, Chain};
-use serde_json::{json, Value};
 
 pub(super) fn usage(m: String) -> Response {
     Response::error(ErrorKind::Usage, m)
@@ -64,15 +64,19 @@ pub(super) fn preview<S: Slurm>(
     engine: &Engine<S>,
     c: &Chain,
     plan: &RetryPlan,
-) -> Result<Value, Response> {
+) -> Result<SbatchPreview, Response> {
     let sub = engine.store().submission(c.submission_id)?;
     let argv = launch::preview_argv(engine.config(), &sub, c, plan).map_err(|e| match e {
         launch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
         e => internal(e),
     })?;
-    Ok(
-        json!({ "chain": chain_label(c.id), "cwd": crate::osbytes::escape(&sub.cwd), "command": std::iter::once("sbatch".to_string()).chain(argv.iter().map(|a| crate::osbytes::escape(a).into_owned())).collect::<Vec<_>>() }),
-    )
+    Ok(SbatchPreview {
+        chain: chain_label(c.id),
+        cwd: crate::osbytes::escape(&sub.cwd).into_owned(),
+        command: std::iter::once("sbatch".to_string())
+            .chain(argv.iter().map(|a| crate::osbytes::escape(a).into_owned()))
+            .collect(),
+    })
 }
 
 /// The transitions of `event` for every chain, or the first chain's refusal as a conflict.

@@ -4,11 +4,11 @@
 use crate::daemon::access::internal;
 use crate::daemon::engine::{now, Engine};
 use crate::daemon::launch::LaunchOutcome;
+use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, Launch, NewSubmission, Submission};
-use serde_json::json;
 
 /// sbatch options that do not make a supervisable submission.
 const REFUSED_OPTIONS: &[(&str, &str)] = &[
@@ -243,7 +243,10 @@ pub fn finish_submit<S: Slurm>(
                 // The job exists and carries its tag; the launch stays an intent, and
                 // reconciliation finds the job and adopts it once the store takes writes.
                 tracing::error!(job = %job, tag = %l.tag, "submitted, but cannot record it yet: {e}; it is adopted by its tag once the store takes writes again");
-                return Response::Ok(json!({ "job_id": job, "chains": [] }));
+                return Response::answer(&SubmitAnswer {
+                    job_id: job,
+                    chains: Vec::new(),
+                });
             }
             let chains: Vec<String> = engine
                 .store()
@@ -252,7 +255,10 @@ pub fn finish_submit<S: Slurm>(
                 .into_iter()
                 .map(chain_label)
                 .collect();
-            Response::Ok(json!({ "job_id": job, "chains": chains }))
+            Response::answer(&SubmitAnswer {
+                job_id: job,
+                chains,
+            })
         }
         LaunchOutcome::Refused { code, stderr } => {
             if let Err(e) = engine.store_mut().discard_submission(l.id) {
