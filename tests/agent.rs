@@ -66,11 +66,13 @@ fn an_unsure_agent_holds_the_chain_for_a_person() {
     let pending = d.json(&["pending", "--json"]);
     assert_eq!(pending[0]["held"], true, "{pending:#}");
     assert_eq!(pending[0]["state"], "pending_failed");
-    let reason = d.history(&job)["decisions"][1]["reason"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(reason.contains("below 0.7"), "{reason}");
+    let held = &d.history(&job)["decisions"][1];
+    assert_eq!(held["reason_code"], "held_for_person", "{held:#}");
+    // What a person reads says why, with the threshold.
+    assert!(
+        held["reason"].as_str().unwrap().contains("below 0.7"),
+        "{held:#}"
+    );
     // A held chain is not handed to the agent again.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(

@@ -259,9 +259,15 @@ fn recover_dry_run_shows_the_exact_sbatch_then_recover_runs_it() {
         (
             last["class"].as_str(),
             last["action"].as_str(),
+            last["reason_code"].as_str(),
             last["reason"].as_str()
         ),
-        (Some("R2"), Some("resubmit"), Some("manual recover"))
+        (
+            Some("R2"),
+            Some("resubmit"),
+            Some("recover"),
+            Some("manual recover")
+        )
     );
     // Only failed or pending_failed chains can be recovered.
     assert_eq!(d.ctl(&["recover", &job]).status.code(), Some(4));
@@ -339,12 +345,6 @@ fn a_job_slurm_lost_is_escalated_not_guessed() {
         (dec["class"].as_str(), dec["action"].as_str()),
         (Some("R2"), Some("escalate"))
     );
-    assert!(
-        dec["reason"]
-            .as_str()
-            .unwrap()
-            .contains("missing from squeue"),
-        "{h:#}"
-    );
+    assert_eq!(dec["reason_code"], "job_lost", "{h:#}");
     assert_eq!(fake.sbatch_calls().len(), 1, "nothing resubmitted");
 }

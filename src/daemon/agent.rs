@@ -6,7 +6,7 @@
 //! timeout: a slow, failing or hanging agent never holds up supervision.
 
 use super::engine::Engine;
-use super::views;
+use super::reads::views;
 use crate::model::{Action, ChainState};
 use crate::protocol::views::PendingChain;
 use crate::slurm::Slurm;

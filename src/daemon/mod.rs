@@ -14,8 +14,6 @@ pub mod launch;
 pub mod reads;
 pub mod requests;
 pub mod server;
-pub mod stats;
-pub mod views;
 
 use crate::config::Config;
 use crate::slurm::Slurm;

@@ -1,0 +1,19 @@
+//! `history`: a chain's attempts and decisions, in order (every task's, for an array).
+
+use super::views;
+use crate::daemon::access::chains_for;
+use crate::protocol::views::HistoryAnswer;
+use crate::protocol::Response;
+use crate::store::{Store, StoreError};
+
+pub(super) fn history(store: &Store, id: &str, uid: u32) -> Result<HistoryAnswer, Response> {
+    let chains = chains_for(store, id, uid)?;
+    if let [one] = chains.as_slice() {
+        return Ok(HistoryAnswer::One(views::history_view(store, one)?));
+    }
+    let all: Result<Vec<_>, StoreError> = chains
+        .iter()
+        .map(|c| views::history_view(store, c))
+        .collect();
+    Ok(HistoryAnswer::Many(all?))
+}
