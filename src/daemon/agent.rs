@@ -52,10 +52,7 @@ pub fn waiting(store: &Store) -> Result<Vec<Value>, StoreError> {
 pub fn prompt(pending: &[Value], min_confidence: f64) -> String {
     let mut evidence = serde_json::to_string_pretty(pending).unwrap_or_default();
     if evidence.len() > MAX_PROMPT_BYTES {
-        let mut cut = MAX_PROMPT_BYTES;
-        while !evidence.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let cut = crate::osbytes::truncate(&evidence, MAX_PROMPT_BYTES).len();
         evidence.truncate(cut);
         evidence.push_str("\n... (cut; use `supervisorctl pending --json` or the MCP tool list_pending_failed for all of it)");
     }
