@@ -21,6 +21,11 @@
 //! ids keep travelling as strings where they are stored or sent (the store, JSON); a
 //! [`JobId`] is made where one must be taken apart, and prints back exactly as parsed.
 //!
+//! The row parsers ([`super::parse`]) accept any id made of the right characters, so a
+//! shape not foreseen here does not leave a job unjudged; [`job_part`], [`is_step`] and
+//! [`base_job_id`] take such rows' ids apart as well as can be told (at the first `.`),
+//! and never guess a task or a component.
+//!
 //! The module also holds the two groupings of query output by id that the engine uses:
 //! [`queued_states`] (squeue) and [`runs_by_job`] (sacct `--duplicates`).
 
@@ -295,6 +300,15 @@ pub fn job_part(id: &str) -> String {
     }
 }
 
+/// True for a step's id (`123.batch`, `123_4.0`). Text that is not a job id is a step's
+/// when it holds a `.`, as [`job_part`] reads it.
+pub fn is_step(id: &str) -> bool {
+    match JobId::parse(id) {
+        Ok(j) => j.is_step(),
+        Err(_) => id.contains('.'),
+    }
+}
+
 /// The state squeue shows for each attempt id. Rows for array tasks that have not
 /// started yet may come as a range (`14_[3-10%2]`); they are expanded.
 pub fn queued_states(rows: &[SqueueRow]) -> HashMap<String, JobState> {
@@ -490,6 +504,15 @@ mod tests {
         assert_eq!(job_part("14_[1,3,...]"), "14_[1,3,...]");
         assert_eq!(job_part("123.weird"), "123");
         assert_eq!(job_part("abc"), "abc");
+        for (id, step) in [
+            ("123", false),
+            ("123_4.batch", true),
+            ("14_[1,3,...]", false),
+            ("9999999999.batch", true),
+            ("abc", false),
+        ] {
+            assert_eq!(is_step(id), step, "{id}");
+        }
     }
 
     #[test]

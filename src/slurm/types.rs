@@ -4,7 +4,6 @@
 //! heterogeneous component, `123.batch` for a step) because that string is what a user
 //! sees in `squeue` and `sacct` and what they pass back to the supervisor.
 
-use super::jobid::JobId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -155,12 +154,6 @@ pub struct SacctRow {
 }
 
 impl SacctRow {
-    /// `job_id` parsed; `None` only for a row made by hand with a malformed id (the
-    /// parser turns such rows into errors).
-    pub fn id(&self) -> Option<JobId> {
-        JobId::parse(&self.job_id).ok()
-    }
-
     /// `job_id` without any step suffix: `123_4.batch` gives `123_4`.
     pub fn job_part(&self) -> String {
         super::jobid::job_part(&self.job_id)
@@ -168,7 +161,7 @@ impl SacctRow {
 
     /// True for a step row (`123.batch`, `123.0`, `123.extern`).
     pub fn is_step(&self) -> bool {
-        self.id().is_some_and(|j| j.is_step())
+        super::jobid::is_step(&self.job_id)
     }
 }
 
