@@ -226,10 +226,15 @@ impl IdRef {
                 _ => Err(bad()),
             };
         }
-        match id.split_once('_') {
-            None if digits(id) => Ok(IdRef::Job(id.to_string())),
-            Some((b, t)) if digits(b) && digits(t) => Ok(IdRef::Task(id.to_string())),
-            _ => Err(bad()),
+        use crate::slurm::jobid::{JobId, Names};
+        match JobId::parse(id) {
+            Ok(j) if j.is_step() => Err(bad()),
+            Ok(j) => match j.names() {
+                Names::Job => Ok(IdRef::Job(id.to_string())),
+                Names::Task(_) => Ok(IdRef::Task(id.to_string())),
+                Names::PendingTasks(_) | Names::HetComponent(_) => Err(bad()),
+            },
+            Err(_) => Err(bad()),
         }
     }
 }

@@ -89,6 +89,20 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The longest start of `s` that is at most `max` bytes and ends at a character boundary
+/// (so a stand-in or any other character is never split). The one place that cuts text to
+/// a byte budget: error lines, evidence, prompts.
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +144,17 @@ mod tests {
                 .collect();
             assert_eq!(decode(&encode(&bytes)), bytes);
         }
+    }
+
+    #[test]
+    fn truncate_cuts_at_a_character_boundary() {
+        assert_eq!(truncate("abc", 3), "abc");
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("abc", 2), "ab");
+        assert_eq!(truncate("aé", 2), "a");
+        assert_eq!(truncate("é", 0), "");
+        let stand_in = encode(b"a\xff");
+        assert_eq!(truncate(&stand_in, 4), "a");
+        assert_eq!(truncate(&stand_in, 5), stand_in);
     }
 }

@@ -56,10 +56,7 @@ pub fn prompt<T: Serialize>(pending: &[T], min_confidence: f64) -> String {
         .and_then(|v| serde_json::to_string_pretty(&v))
         .unwrap_or_default();
     if evidence.len() > MAX_PROMPT_BYTES {
-        let mut cut = MAX_PROMPT_BYTES;
-        while !evidence.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let cut = crate::osbytes::truncate(&evidence, MAX_PROMPT_BYTES).len();
         evidence.truncate(cut);
         evidence.push_str("\n... (cut; use `supervisorctl pending --json` or the MCP tool list_pending_failed for all of it)");
     }

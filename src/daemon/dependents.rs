@@ -2,17 +2,16 @@
 //! for good, they will never start, and whoever looks should be told.
 
 use crate::sbatch_args::Submitted;
+use crate::slurm::jobid::{base_job_id, JobId};
 use crate::store::{Store, StoreError};
 
 /// The job ids a `--dependency` value names (`afterok:12:13,afterany:14_2?singleton`).
 pub fn job_ids_in(dependency: &str) -> Vec<String> {
     dependency
         .split([',', '?', ':'])
+        // `+` here starts a time (`after:12+30`), not a heterogeneous component.
         .map(|t| t.split('+').next().unwrap_or(t))
-        .filter(|t| {
-            t.starts_with(|c: char| c.is_ascii_digit())
-                && t.chars().all(|c| c.is_ascii_digit() || c == '_')
-        })
+        .filter(|t| JobId::parse(t).is_ok_and(|j| j.attempt_key().is_some() && !j.is_step()))
         .map(str::to_string)
         .collect()
 }
@@ -74,7 +73,7 @@ fn depends_on_any(store: &Store, submission_id: i64, jobs: &[String]) -> Result<
     };
     Ok(job_ids_in(&dep)
         .iter()
-        .any(|j| jobs.contains(j) || jobs.iter().any(|o| o.split('_').next() == Some(j.as_str()))))
+        .any(|j| jobs.contains(j) || jobs.iter().any(|o| base_job_id(o) == *j)))
 }
 
 #[cfg(test)]

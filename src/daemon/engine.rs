@@ -7,7 +7,8 @@ use crate::classify::{self, Observation};
 use crate::config::Config;
 use crate::model::{Action, ChainState};
 use crate::policy::{self, ChainHistory, Effect, Event, Transition};
-use crate::slurm::types::{JobState, SacctRow, SqueueRow};
+use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
+use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::{Attempt, AttemptEnd, Store, StoreError};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -83,44 +84,6 @@ pub fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The Slurm id of the job an attempt id belongs to: `123_4` gives `123`.
-pub fn base_job_id(id: &str) -> &str {
-    id.split(['_', '.']).next().unwrap_or(id)
-}
-
-/// The runs of each job in sacct `--duplicates` output: a job row starts a run, its step
-/// rows follow it. Earlier runs of a job are ones Slurm requeued.
-pub fn runs_by_job(rows: &[SacctRow]) -> HashMap<String, Vec<Vec<SacctRow>>> {
-    let mut out: HashMap<String, Vec<Vec<SacctRow>>> = HashMap::new();
-    for r in rows {
-        let key = r.job_part().to_string();
-        let runs = out.entry(key).or_default();
-        if !r.is_step() || runs.is_empty() {
-            runs.push(Vec::new());
-        }
-        runs.last_mut().expect("just pushed").push(r.clone());
-    }
-    // Array tasks that never started have no rows of their own, only a range row
-    // (`14_[3-10%2]`); if the array ended (cancelled, deadline) that row is their ending.
-    let ranges: Vec<(String, Vec<Vec<SacctRow>>)> = out
-        .iter()
-        .filter(|(k, _)| k.contains("_["))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for (key, runs) in ranges {
-        let Some((base, spec)) = key.split_once("_[") else {
-            continue;
-        };
-        let Ok(tasks) = crate::sbatch_args::parse_array_spec(spec.trim_end_matches(']')) else {
-            continue;
-        };
-        for t in tasks {
-            out.entry(format!("{base}_{t}"))
-                .or_insert_with(|| runs.clone());
-        }
-    }
-    out
-}
 
 fn is_running_like(s: &str) -> bool {
     matches!(
@@ -450,7 +413,7 @@ impl<S: Slurm> Engine<S> {
         let mut bases: Vec<String> = live
             .iter()
             .filter_map(|a| a.slurm_job_id.as_deref())
-            .map(|j| base_job_id(j).to_string())
+            .map(base_job_id)
             .collect();
         bases.sort();
         bases.dedup();
@@ -515,7 +478,7 @@ impl<S: Slurm> Engine<S> {
             .errors
             .iter()
             .filter_map(|e| e.job_id.as_deref())
-            .map(|j| j.split('.').next().unwrap_or(j).to_string())
+            .map(job_part)
             .collect();
         for e in &sa.errors {
             error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
@@ -919,46 +882,5 @@ fn log_transition(chain: i64, job: &str, tr: &Transition) {
             warn!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
         }
         None => info!(chain, job = %job, "completed"),
-    }
-}
-
-/// The state squeue shows for each attempt id. Rows for array tasks that have not
-/// started yet may come as a range (`14_[3-10%2]`); they are expanded.
-pub fn queued_states(rows: &[SqueueRow]) -> HashMap<String, JobState> {
-    let mut out = HashMap::new();
-    for r in rows {
-        if let Some((base, rest)) = r.job_id.split_once("_[") {
-            let spec = rest.trim_end_matches(']');
-            if let Ok(tasks) = crate::sbatch_args::parse_array_spec(spec) {
-                for t in tasks {
-                    out.insert(format!("{base}_{t}"), r.state);
-                }
-            }
-        } else {
-            out.insert(r.job_id.clone(), r.state);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::slurm::parse::parse_sacct;
-
-    #[test]
-    fn runs_split_requeues_and_expand_unstarted_array_tasks() {
-        let rows = parse_sacct(
-            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n4.batch|4.batch|CANCELLED|0:15|n1|1024K|||||\n4|4|PENDING|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n\
-             14_1|15|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n14_[3-4%1]|14|CANCELLED by 0|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n",
-        )
-        .rows;
-        let runs = runs_by_job(&rows);
-        assert_eq!(runs["4"].len(), 2);
-        assert_eq!(runs["4"][0].len(), 2, "the step belongs to the first run");
-        assert_eq!(runs["14_1"].len(), 1);
-        assert_eq!(runs["14_3"][0][0].state, JobState::Cancelled);
-        assert!(runs.contains_key("14_4"));
-        assert!(!runs.contains_key("14_2"));
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::sbatch_args::Submitted;
+use crate::slurm::jobid::JobId;
 use crate::slurm::types::SacctRow;
 use crate::store::Submission;
 use std::io::{Read, Seek, SeekFrom};
@@ -85,9 +86,9 @@ pub fn output_path(
     stream: Stream,
 ) -> Option<PathBuf> {
     let s = Submitted::read(&sub.argv, sub.script.as_deref()).ok()?;
-    let (base, task) = match job_id.split_once('_') {
-        Some((b, t)) => (b, Some(t)),
-        None => (job_id, None),
+    let (base, task) = match JobId::parse(job_id) {
+        Ok(j) => (j.base().to_string(), j.task().map(|t| t.to_string())),
+        Err(_) => (job_id.to_string(), None),
     };
     let default = if task.is_some() {
         "slurm-%A_%a.out"
@@ -107,8 +108,8 @@ pub fn output_path(
     let first_node = job_row.node_list.split([',', '[']).next().unwrap_or("");
     let values = PatternValues {
         job_id_raw: &job_row.job_id_raw,
-        array_job_id: base,
-        array_task: task,
+        array_job_id: &base,
+        array_task: task.as_deref(),
         user: &sub.user,
         job_name,
         first_node,

@@ -5,6 +5,7 @@
 use crate::config::Config;
 use crate::model::RetryPlan;
 use crate::sbatch_args::{self, Overrides, Submitted};
+use crate::slurm::jobid::base_job_id;
 use crate::slurm::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::{Launch, NewSubmission, Store, StoreError, Submission};
 use regex::Regex;
@@ -371,7 +372,7 @@ pub async fn sbatch<S: Slurm>(
 
 /// `Submitted(job)` if squeue shows `job` with `tag` in its comment, else `Unknown`.
 async fn confirm_job<S: Slurm>(slurm: &S, job: String, tag: &str) -> LaunchOutcome {
-    let base = crate::daemon::engine::base_job_id(&job).to_string();
+    let base = base_job_id(&job);
     match slurm.squeue(std::slice::from_ref(&base)).await {
         Ok(p) if p.rows.iter().any(|r| tags_in(&r.comment).any(|t| t == tag)) => {
             LaunchOutcome::Submitted(job)
@@ -428,7 +429,7 @@ pub async fn find_tags<S: Slurm>(
         for t in tags_in(&r.comment) {
             found
                 .entry(t.to_string())
-                .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+                .or_insert_with(|| base_job_id(&r.job_id));
         }
     }
     let sa = slurm.sacct_user_since(user, since).await?;
@@ -436,7 +437,7 @@ pub async fn find_tags<S: Slurm>(
         for t in tags_in(&r.comment) {
             found
                 .entry(t.to_string())
-                .or_insert_with(|| super::engine::base_job_id(&r.job_id).to_string());
+                .or_insert_with(|| base_job_id(&r.job_id));
         }
     }
     Ok(found)

@@ -42,8 +42,9 @@ const UNAVAILABLE_MARKERS: &[&str] = &[
     "try again later",
 ];
 
-/// squeue's answer for an id it does not (or no longer) know, when only one id is asked.
-const INVALID_JOB_ID: &str = "Invalid job id specified";
+/// What Slurm says of an id it does not (or no longer) know: squeue when only one id is
+/// asked, scontrol, scancel.
+pub(crate) const INVALID_JOB_ID: &str = "Invalid job id specified";
 
 /// The most a Slurm command may print on stdout or stderr before it is stopped.
 const MAX_OUTPUT: u64 = 64 << 20;
@@ -81,11 +82,11 @@ fn trim_evidence(s: &str) -> String {
     if t.len() <= MAX {
         return t.to_string();
     }
-    let mut cut = MAX;
-    while !t.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}... ({} bytes in all)", &t[..cut], t.len())
+    format!(
+        "{}... ({} bytes in all)",
+        crate::osbytes::truncate(t, MAX),
+        t.len()
+    )
 }
 
 impl SlurmCli {
@@ -434,7 +435,7 @@ impl Slurm for SlurmCli {
             )
             .await?;
         // A job that already ended (or that Slurm forgot) needs no cancelling.
-        let gone = ran.stderr.contains("Invalid job id specified")
+        let gone = ran.stderr.contains(INVALID_JOB_ID)
             || ran.stderr.contains("already completing or completed");
         if ran.code == Some(0) || gone {
             Ok(())

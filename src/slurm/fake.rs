@@ -15,6 +15,7 @@
 //! Presets: nodes `n1`..`n4`; partitions `debug` (default, MaxTime 30 minutes) and
 //! `long` (unlimited); memory 1000M when no `--mem` is given (DefMemPerCPU=1000).
 
+use super::jobid::JobId;
 use super::parse::{self, Parsed};
 use super::types::{ExitCode, JobState, SacctRow, SqueueRow};
 use super::{SbatchRequest, Slurm, SlurmError};
@@ -146,8 +147,8 @@ pub struct FakeJob {
 
 impl FakeJob {
     /// The base job id (`123` for `123_4`).
-    pub fn base_id(&self) -> &str {
-        self.id.split('_').next().unwrap_or(&self.id)
+    pub fn base_id(&self) -> String {
+        JobId::parse(&self.id).map_or_else(|_| self.id.clone(), |j| j.base().to_string())
     }
 
     pub fn is_live(&self) -> bool {
@@ -710,7 +711,7 @@ impl Slurm for FakeSlurm {
             .jobs
             .values()
             .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .filter(|j| job_ids.iter().any(|id| id == &j.id || id == j.base_id()))
+            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
             .map(Self::squeue_row)
             .collect();
         Ok(Parsed {
@@ -738,7 +739,7 @@ impl Slurm for FakeSlurm {
         let rows = s
             .jobs
             .values()
-            .filter(|j| job_ids.iter().any(|id| id == &j.id || id == j.base_id()))
+            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
             .flat_map(FakeJob::sacct_rows)
             .collect();
         Ok(Parsed {
@@ -775,7 +776,7 @@ impl Slurm for FakeSlurm {
             let s = self.enter(Command::Scancel)?;
             s.jobs
                 .values()
-                .filter(|j| job_ids.iter().any(|id| j.id == *id || j.base_id() == id))
+                .filter(|j| job_ids.iter().any(|id| j.id == *id || j.base_id() == *id))
                 .map(|j| j.id.clone())
                 .collect()
         };
@@ -808,7 +809,7 @@ impl Slurm for FakeSlurm {
         let j = s.jobs.get(job_id).ok_or_else(|| {
             rejected(
                 Command::ShowJob,
-                "slurm_load_jobs error: Invalid job id specified",
+                &format!("slurm_load_jobs error: {}", super::cli::INVALID_JOB_ID),
             )
         })?;
         let uid = nix::unistd::getuid().as_raw();
@@ -828,7 +829,7 @@ impl Slurm for FakeSlurm {
             m.insert("TimeLimit".into(), parse::format_time_limit(t));
         }
         if let Some(t) = j.array_task {
-            m.insert("ArrayJobId".into(), j.base_id().to_string());
+            m.insert("ArrayJobId".into(), j.base_id());
             m.insert("ArrayTaskId".into(), t.to_string());
         }
         Ok(m)

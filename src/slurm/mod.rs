@@ -5,7 +5,12 @@
 //! squeue for every live job per cycle, sacct in chunks of job ids, never one per job.
 
 pub mod cli;
+/// The in-process fake is for tests only: the lib's own unit tests, and the tests in
+/// `tests/` through the `fake-slurm` feature that the crate's dev-dependency on itself
+/// turns on. A release build does not contain it.
+#[cfg(any(test, feature = "fake-slurm"))]
 pub mod fake;
+pub mod jobid;
 pub mod parse;
 pub mod types;
 

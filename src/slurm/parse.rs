@@ -21,6 +21,7 @@
 //! - sbatch's `--time` and every limit Slurm keeps are whole minutes; sbatch rounds seconds
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
+use super::jobid;
 use super::types::{ExitCode, JobState, SacctRow, SqueueRow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -400,7 +401,7 @@ fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
         // step never returned. Only there is blank read as 0:0 (the step's state says what
         // happened); a job row without one is still an error.
         exit_code: match *exit {
-            "" if job_id.contains('.') => ExitCode::default(),
+            "" if jobid::is_step(job_id) => ExitCode::default(),
             _ => parse_exit_code(exit)?,
         },
         node_list: nodes.to_string(),
@@ -484,6 +485,9 @@ fn parse_digits_u64(s: &str) -> Option<u64> {
 
 /// True for the shapes Slurm prints as a job id: it starts with a digit and holds only
 /// digits, letters (step names), and `_ . + [ ] - % ,` (arrays, steps, het components).
+/// Rows are accepted on this loose check, not on [`jobid::JobId::parse`]: a row whose id
+/// Slurm prints in a shape not foreseen there is still read (and taken apart by the
+/// lenient [`jobid::job_part`] and [`jobid::is_step`]), not left unjudged.
 fn looks_like_job_id(s: &str) -> bool {
     s.len() <= 256
         && s.starts_with(|c: char| c.is_ascii_digit())
@@ -493,14 +497,12 @@ fn looks_like_job_id(s: &str) -> bool {
 
 /// The first `max` bytes of `s`, cut at a character boundary, with `...` when cut.
 fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+    let cut = crate::osbytes::truncate(s, max);
+    if cut.len() == s.len() {
+        s.to_string()
+    } else {
+        format!("{cut}...")
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 #[cfg(test)]

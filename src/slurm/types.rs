@@ -154,14 +154,14 @@ pub struct SacctRow {
 }
 
 impl SacctRow {
-    /// The part of `job_id` before any step suffix: `123_4.batch` gives `123_4`.
-    pub fn job_part(&self) -> &str {
-        self.job_id.split('.').next().unwrap_or(&self.job_id)
+    /// `job_id` without any step suffix: `123_4.batch` gives `123_4`.
+    pub fn job_part(&self) -> String {
+        super::jobid::job_part(&self.job_id)
     }
 
     /// True for a step row (`123.batch`, `123.0`, `123.extern`).
     pub fn is_step(&self) -> bool {
-        self.job_id.contains('.')
+        super::jobid::is_step(&self.job_id)
     }
 }
 
