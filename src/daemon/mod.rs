@@ -10,9 +10,9 @@ pub mod agent;
 pub mod dependents;
 pub mod engine;
 pub mod evidence;
-pub mod launch;
 pub mod reads;
 pub mod requests;
+pub mod sbatch;
 pub mod server;
 
 use crate::config::Config;
@@ -135,11 +135,11 @@ enum Landing {
     /// A user's submit, whose client waits for the answer.
     Submit(
         requests::PendingSubmit,
-        launch::LaunchOutcome,
+        sbatch::LaunchOutcome,
         tokio::sync::oneshot::Sender<crate::protocol::Response>,
     ),
     /// A retry (or a launch repeated after a crash).
-    Retry(engine::Flight, launch::LaunchOutcome),
+    Retry(engine::Flight, sbatch::LaunchOutcome),
 }
 
 type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Landing>>>;
@@ -152,7 +152,7 @@ fn dispatch<S: Slurm + Clone + 'static>(
     for f in engine.take_flights() {
         let (slurm, dir) = (engine.slurm().clone(), engine.config().state_dir.clone());
         in_flight.push(Box::pin(async move {
-            let outcome = launch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
+            let outcome = sbatch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
             Landing::Retry(f, outcome)
         }));
     }
@@ -167,7 +167,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     use futures_util::stream::{FuturesUnordered, StreamExt};
     prepare_state_dir(&config)?;
     let _lock = lock_state_dir(&config)?;
-    launch::clear_snapshots(&config.state_dir).map_err(|source| DaemonError::StateDir {
+    sbatch::clear_snapshots(&config.state_dir).map_err(|source| DaemonError::StateDir {
         path: config.state_dir.join("scripts"),
         source,
     })?;
@@ -228,7 +228,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                             engine.start_flight(p.launch.id, p.uid);
                             let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
                             in_flight.push(Box::pin(async move {
-                                let outcome = launch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
+                                let outcome = sbatch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
                                 Landing::Submit(p, outcome, reply)
                             }));
                         }

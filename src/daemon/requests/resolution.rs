@@ -6,7 +6,7 @@
 
 use crate::daemon::access::internal;
 use crate::daemon::engine::Engine;
-use crate::daemon::launch;
+use crate::daemon::sbatch;
 use crate::model::RetryPlan;
 use crate::policy::{self, Event, Transition};
 use crate::protocol::views::SbatchPreview;
@@ -66,8 +66,8 @@ pub(super) fn preview<S: Slurm>(
     plan: &RetryPlan,
 ) -> Result<SbatchPreview, Response> {
     let sub = engine.store().submission(c.submission_id)?;
-    let argv = launch::preview_argv(engine.config(), &sub, c, plan).map_err(|e| match e {
-        launch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
+    let argv = sbatch::preview_argv(engine.config(), &sub, c, plan).map_err(|e| match e {
+        sbatch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
         e => internal(e),
     })?;
     Ok(SbatchPreview {

@@ -3,7 +3,7 @@
 
 use crate::daemon::access::internal;
 use crate::daemon::engine::{now, Engine};
-use crate::daemon::launch::LaunchOutcome;
+use crate::daemon::sbatch::LaunchOutcome;
 use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
 use crate::sbatch_args;

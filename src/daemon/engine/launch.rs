@@ -1,0 +1,198 @@
+//! Phase 3: retries whose backoff has passed are launched (an array's ready tasks in one
+//! sbatch); what sbatch answers is recorded, and a refusal escalated.
+
+use super::{log_transition, now, Engine, Flight, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED};
+use crate::daemon::sbatch::{self, LaunchOutcome};
+use crate::model::ChainState;
+use crate::policy::{self, Event};
+use crate::slurm::Slurm;
+use crate::store::StoreError;
+use std::collections::{BTreeMap, HashSet};
+use tracing::{error, info};
+
+impl<S: Slurm> Engine<S> {
+    /// Launches due retries outside a poll cycle (after a resolution): interrupted
+    /// launches are settled first, so a chain never gets a second launch beside one whose
+    /// fate is still unknown.
+    pub async fn launch_ready(&mut self, t: i64) -> Result<(), StoreError> {
+        if self.reconcile_launches(t).await? {
+            self.launch_due(t).await?;
+        }
+        Ok(())
+    }
+
+    /// Launches the retries whose backoff has passed. Ready siblings of one array
+    /// submission with the same resources go together in one sbatch (`--array=<list>`).
+    pub(super) async fn launch_due(&mut self, t: i64) -> Result<(), StoreError> {
+        // A submission with a launch still unsettled gets no second one beside it.
+        let unsettled: HashSet<i64> = self
+            .store
+            .open_launches()?
+            .iter()
+            .map(|l| l.submission_id)
+            .collect();
+        let ready: Vec<_> = self
+            .store
+            .chains_in_state(ChainState::Ready)?
+            .into_iter()
+            .filter(|c| !unsettled.contains(&c.submission_id))
+            .collect();
+        let due_subs: HashSet<i64> = ready
+            .iter()
+            .filter(|c| c.not_before.unwrap_or(0) <= t)
+            .map(|c| c.submission_id)
+            .collect();
+        let mut groups: BTreeMap<(i64, String), Vec<i64>> = BTreeMap::new();
+        for c in ready.iter().filter(|c| due_subs.contains(&c.submission_id)) {
+            let key = (
+                c.submission_id,
+                serde_json::to_string(&c.plan).unwrap_or_default(),
+            );
+            groups.entry(key).or_default().push(c.id);
+        }
+        for ((sub_id, _), chains) in groups {
+            if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+                // The rest stay ready for the next cycle.
+                break;
+            }
+            let sub = self.store.submission(sub_id)?;
+            let l = match sbatch::begin_relaunch(&mut self.store, &self.config, &sub, &chains, t) {
+                Ok(l) => l,
+                Err(sbatch::PrepareError::Store(e)) => return Err(e),
+                Err(e) => {
+                    error!(submission = sub_id, "cannot prepare the retry: {e}");
+                    self.escalate(&chains, &e.to_string(), t)?;
+                    continue;
+                }
+            };
+            crate::failpoint::hit("after-intent");
+            match self.run_launch(&l, &sub, t).await? {
+                None | Some(LaunchOutcome::Submitted(_)) => {}
+                Some(LaunchOutcome::Unknown(_)) => return Ok(()),
+                Some(LaunchOutcome::Refused { code, stderr }) => {
+                    self.launch_refused(&l, code, &stderr, t)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the sbatch of a recorded launch and records what happened; or, when launches
+    /// are deferred, leaves it to take off beside the loop (`None`).
+    pub async fn run_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        sub: &crate::store::Submission,
+        t: i64,
+    ) -> Result<Option<LaunchOutcome>, StoreError> {
+        if self.defer {
+            self.in_flight.insert(l.id, None);
+            self.takeoff.push(Flight {
+                launch: l.clone(),
+                sub: sub.clone(),
+            });
+            return Ok(None);
+        }
+        let outcome = sbatch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
+        self.record_launch(l, &outcome, t, false)?;
+        Ok(Some(outcome))
+    }
+
+    /// Records what an sbatch answered: a job, or no clear answer (the launch stays an
+    /// intent; `promise` makes an unpromised first submission one to finish later). A
+    /// refusal is for the caller to record.
+    pub fn record_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        outcome: &LaunchOutcome,
+        t: i64,
+        promise: bool,
+    ) -> Result<(), StoreError> {
+        match outcome {
+            LaunchOutcome::Submitted(job) => {
+                crate::failpoint::hit("after-sbatch");
+                self.store.launch_submitted(l.id, job, t)?;
+                info!(job = %job, tag = %l.tag, "submitted");
+            }
+            LaunchOutcome::Unknown(e) => {
+                self.slurm_down("sbatch", e);
+                let kind = if e.may_have_reached_slurm() {
+                    UNCONFIRMED
+                } else {
+                    UNREACHED
+                };
+                self.store
+                    .note_launch_error(l.id, &format!("{kind}: {e}"), promise)?;
+            }
+            LaunchOutcome::Refused { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Records what a retry's sbatch beside the loop answered, as `run_launch` would have.
+    pub fn land(&mut self, f: &Flight, outcome: LaunchOutcome) -> Result<(), StoreError> {
+        self.end_flight(f.launch.id);
+        let t = now();
+        self.record_launch(&f.launch, &outcome, t, false)?;
+        if let LaunchOutcome::Refused { code, stderr } = outcome {
+            self.launch_refused(&f.launch, code, &stderr, t)?;
+        }
+        Ok(())
+    }
+
+    /// sbatch refused a launch for good: its attempts are marked not submitted and their
+    /// chains wait in `pending_failed`, with sbatch's answer as the evidence.
+    pub(super) fn launch_refused(
+        &mut self,
+        l: &crate::store::Launch,
+        code: i32,
+        stderr: &str,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let event = Event::RetryRefused {
+            code,
+            stderr,
+            argv: &l.argv,
+        };
+        self.escalate_launch(l, stderr, event, t)
+    }
+
+    /// Ends a launch that will not run (`error` is noted on it) and gives each of its
+    /// chains the transition of `event`, in one transaction.
+    pub(super) fn escalate_launch(
+        &mut self,
+        l: &crate::store::Launch,
+        error: &str,
+        event: Event,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let config = &self.config;
+        self.store.relaunch_refused(l.id, error, t, |chain| {
+            let tr = policy::transition(chain, event, config, &ctx)
+                .expect("an escalation applies to any chain");
+            log_transition(chain.id, &l.tag, &tr);
+            tr
+        })
+    }
+
+    /// Retries that could not be prepared: their chains (still `ready`) wait for an
+    /// agent, all in one transaction.
+    fn escalate(&mut self, chains: &[i64], error: &str, t: i64) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let mut items = Vec::new();
+        for &c in chains {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            if chain.state != ChainState::Ready {
+                continue;
+            }
+            let tr = self.decide(&chain, Event::RetryUnprepared { error }, &ctx);
+            log_transition(c, "", &tr);
+            items.push((c, tr));
+        }
+        self.store.decide_chains(&items, t)?;
+        Ok(())
+    }
+}

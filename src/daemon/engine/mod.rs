@@ -1,0 +1,297 @@
+//! The supervisor's working part: it gathers facts from Slurm and the store, asks
+//! `classify` and `policy::transition` what they mean, and carries the transitions out.
+//! Everything here runs on the daemon's one loop, so no two steps ever race on the store.
+//!
+//! A cycle has three phases, one file each, in this order: `reconcile` settles launches
+//! whose sbatch answer was lost (by their tags), `poll` watches live jobs (one squeue,
+//! sacct for the ones that left the queue) and hands endings to `judge`, which classifies
+//! and records them; `launch` starts the retries that are due (beside the loop in the
+//! daemon) and records what sbatch answered.
+
+mod judge;
+mod launch;
+mod poll;
+mod reconcile;
+
+use super::sbatch::{self, LaunchOutcome};
+use crate::config::Config;
+use crate::policy::{self, Effect, Event, Transition};
+use crate::slurm::{Slurm, SlurmError};
+use crate::store::{Store, StoreError};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
+
+/// Prefixes of a launch's noted error: sbatch certainly did not reach Slurm, or may have.
+const UNREACHED: &str = "unreached";
+const UNCONFIRMED: &str = "unconfirmed";
+
+/// The longest the poll interval stretches while Slurm is not answering: backing off
+/// spares a struggling controller, the cap bounds how late recovery is noticed.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(120);
+
+pub struct Engine<S: Slurm> {
+    config: Config,
+    store: Store,
+    slurm: S,
+    partitions: HashMap<String, Option<u64>>,
+    partitions_read: Option<Instant>,
+    /// Live attempts missing from squeue without an ending in sacct, and since when.
+    missing: HashMap<(i64, u32), i64>,
+    /// The Slurm command that is currently failing, so an outage is logged once.
+    outage: Option<String>,
+    consecutive_failures: u32,
+    /// Launches whose sbatch runs beside the loop right now, and for whom (a user's
+    /// submit) or not (a retry). Reconciliation leaves them alone: their fate is about to
+    /// be known.
+    in_flight: HashMap<i64, Option<u32>>,
+    /// Whether retries' sbatch runs beside the loop (the daemon) or is awaited in place
+    /// (the in-process tests, which drive cycles one by one).
+    defer: bool,
+    /// Retries ready to take off beside the loop, for the daemon to pick up.
+    takeoff: Vec<Flight>,
+}
+
+/// Why a scancel on a user's behalf did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ScancelError {
+    /// The owner has no account here: nothing is run as root for them.
+    #[error("{0}")]
+    NoAccount(String),
+    #[error(transparent)]
+    Slurm(SlurmError),
+}
+
+/// A retry whose sbatch runs beside the loop: its intent is recorded; what sbatch
+/// answers comes back to `Engine::land`.
+#[derive(Debug)]
+pub struct Flight {
+    pub launch: crate::store::Launch,
+    pub sub: crate::store::Submission,
+}
+
+/// Retries whose sbatch may run beside the loop at once: enough for a burst, few enough
+/// that an outage does not turn into a storm of sbatch calls.
+const MAX_RETRY_FLIGHTS: usize = 16;
+
+/// Unix time in seconds.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl<S: Slurm> Engine<S> {
+    pub fn new(config: Config, store: Store, slurm: S) -> Self {
+        Engine {
+            config,
+            store,
+            slurm,
+            partitions: HashMap::new(),
+            partitions_read: None,
+            missing: HashMap::new(),
+            outage: None,
+            consecutive_failures: 0,
+            in_flight: HashMap::new(),
+            defer: false,
+            takeoff: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A new config (a reload); what must stay until a restart is the caller's to keep.
+    pub fn set_config(&mut self, config: Config) {
+        self.config = config;
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// The Slurm the engine drives, for running a recorded launch's sbatch beside the
+    /// loop (and for tests to look at a fake).
+    pub fn slurm(&self) -> &S {
+        &self.slurm
+    }
+
+    /// Runs the sbatch of a recorded launch in place (a submit handled to completion).
+    pub async fn sbatch(
+        &self,
+        l: &crate::store::Launch,
+        sub: &crate::store::Submission,
+    ) -> LaunchOutcome {
+        sbatch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await
+    }
+
+    /// Records a new submission and the intent of its first launch.
+    pub fn begin_submission(
+        &mut self,
+        new: &crate::store::NewSubmission,
+        submitted: &crate::sbatch_args::Submitted,
+        t: i64,
+    ) -> Result<crate::store::Launch, sbatch::PrepareError> {
+        sbatch::begin_submission(&mut self.store, &self.config, new, submitted, t)
+    }
+
+    /// Cancels `owner`'s `jobs` in Slurm, as the owner.
+    pub async fn scancel(&self, owner: u32, jobs: &[String]) -> Result<(), ScancelError> {
+        let who = sbatch::run_as(owner).map_err(ScancelError::NoAccount)?;
+        self.slurm
+            .scancel(jobs, who.as_ref())
+            .await
+            .map_err(ScancelError::Slurm)
+    }
+
+    /// What `scontrol show job` says of a job (for `adopt`).
+    pub async fn show_job(
+        &self,
+        id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
+        self.slurm.show_job(id).await
+    }
+
+    /// A job's batch script (for `adopt`).
+    pub async fn batch_script(&self, id: &str) -> Result<Vec<u8>, SlurmError> {
+        self.slurm.batch_script(id).await
+    }
+
+    /// Retries' sbatch runs beside the loop from now on: `run_launch` records the intent
+    /// and leaves the launch in `take_flights` for the caller to run and `land`.
+    pub fn defer_launches(&mut self) {
+        self.defer = true;
+    }
+
+    /// The retries waiting to take off.
+    pub fn take_flights(&mut self) -> Vec<Flight> {
+        std::mem::take(&mut self.takeoff)
+    }
+
+    /// How many of `uid`'s submits are waiting for their sbatch.
+    pub fn submits_in_flight(&self, uid: u32) -> usize {
+        self.in_flight.values().filter(|&&u| u == Some(uid)).count()
+    }
+
+    /// Marks a user's submit as running beside the loop.
+    pub fn start_flight(&mut self, launch_id: i64, uid: u32) {
+        self.in_flight.insert(launch_id, Some(uid));
+    }
+
+    /// A launch's sbatch beside the loop has answered.
+    pub fn end_flight(&mut self, launch_id: i64) {
+        self.in_flight.remove(&launch_id);
+    }
+
+    fn retry_flights(&self) -> usize {
+        self.in_flight.values().filter(|u| u.is_none()).count()
+    }
+
+    /// The poll interval to wait now: longer while Slurm is not answering.
+    pub fn next_interval(&self) -> Duration {
+        let base = self.config.poll_interval;
+        if self.consecutive_failures == 0 {
+            return base;
+        }
+        let factor = 1u32 << self.consecutive_failures.min(2);
+        (base * factor).min(MAX_OUTAGE_BACKOFF.max(base))
+    }
+
+    /// Notes that a Slurm command failed; logs once per outage.
+    pub fn slurm_down(&mut self, what: &str, e: &SlurmError) {
+        self.consecutive_failures += 1;
+        if self.outage.is_none() {
+            warn!("slurm is not answering ({what}): {e}; nothing is decided until it does, polling backs off");
+            self.outage = Some(what.to_string());
+        } else {
+            debug!("still no answer from slurm ({what}): {e}");
+        }
+    }
+
+    fn slurm_up(&mut self) {
+        if let Some(what) = self.outage.take() {
+            info!("slurm answers again ({what} works); resuming");
+        }
+        self.consecutive_failures = 0;
+    }
+
+    /// One full cycle: finish interrupted launches, watch live jobs, launch due retries.
+    pub async fn cycle(&mut self) -> Result<(), StoreError> {
+        let t = now();
+        if !self.reconcile_launches(t).await? {
+            return Ok(());
+        }
+        if !self.poll(t).await? {
+            return Ok(());
+        }
+        self.launch_due(t).await?;
+        Ok(())
+    }
+
+    /// What `event` means for `chain`. Events the loop sees always apply; a refusal
+    /// (which only requests can meet) is a bug, and leaves the chain as it is.
+    fn decide(
+        &self,
+        chain: &crate::model::Chain,
+        event: Event,
+        ctx: &policy::Context,
+    ) -> Transition {
+        policy::transition(chain, event, &self.config, ctx).unwrap_or_else(|r| {
+            error!(
+                chain = chain.id,
+                "an event the loop saw does not apply to the chain ({r}); leaving it as it is"
+            );
+            Transition {
+                from: chain.state,
+                update: policy::ChainUpdate {
+                    state: chain.state,
+                    last_classification: None,
+                    plan: None,
+                    not_before: chain.not_before,
+                },
+                record: None,
+                effects: Vec::new(),
+            }
+        })
+    }
+
+    /// Carries out [`Effect::ListDependents`]: the supervised chains whose `--dependency`
+    /// waits on a chain that failed for good will never start; they are named in its
+    /// record and in the log.
+    pub fn with_dependents(
+        &self,
+        chain_id: i64,
+        mut tr: Transition,
+    ) -> Result<Transition, StoreError> {
+        if tr.effects.contains(&Effect::ListDependents) {
+            let deps: Vec<String> = super::dependents::of(&self.store, chain_id)?
+                .into_iter()
+                .map(crate::store::chain_label)
+                .collect();
+            if !deps.is_empty() {
+                warn!(chain = chain_id, dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
+            }
+            tr.set_dependents(deps);
+        }
+        Ok(tr)
+    }
+}
+
+/// One log line for a decision: what was decided about which chain, and why.
+fn log_transition(chain: i64, job: &str, tr: &Transition) {
+    match &tr.record {
+        Some(r) if r.class == crate::model::RecoveryClass::R1 => {
+            info!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+        }
+        Some(r) => {
+            warn!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+        }
+        None => info!(chain, job = %job, "completed"),
+    }
+}

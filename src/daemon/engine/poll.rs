@@ -1,0 +1,161 @@
+//! Phase 2: one squeue for every live job; sacct for those that left the queue or were
+//! seen requeued; a job missing from both for `lost_job_after` is escalated.
+
+use super::{log_transition, Engine};
+use crate::policy::{self, Event};
+use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
+use crate::slurm::types::JobState;
+use crate::slurm::Slurm;
+use crate::store::{Attempt, StoreError};
+use std::collections::HashSet;
+use tracing::{debug, error};
+
+impl<S: Slurm> Engine<S> {
+    /// Watches every live attempt: one squeue for all, sacct for those that left the
+    /// queue or were requeued. Returns false when Slurm did not answer.
+    pub async fn poll(&mut self, t: i64) -> Result<bool, StoreError> {
+        let live = self.store.live_attempts()?;
+        if live.is_empty() {
+            return Ok(true);
+        }
+        let mut bases: Vec<String> = live
+            .iter()
+            .filter_map(|a| a.slurm_job_id.as_deref())
+            .map(base_job_id)
+            .collect();
+        bases.sort();
+        bases.dedup();
+        let sq = match self.slurm.squeue(&bases).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.slurm_down("squeue", &e);
+                return Ok(false);
+            }
+        };
+        for e in &sq.errors {
+            error!(line = e.line_no, job = ?e.job_id, "squeue printed a row that cannot be read, ignoring it: {} ({:?})", e.message, e.line);
+        }
+        // A job's absence from squeue means something only when squeue's whole answer
+        // could be read (see `watch_missing`).
+        let mut complete = sq.errors.is_empty();
+        let queued = queued_states(&sq.rows);
+
+        let mut ask: Vec<(Attempt, bool)> = Vec::new();
+        for a in live {
+            let Some(jid) = a.slurm_job_id.clone() else {
+                continue;
+            };
+            match queued.get(jid.as_str()) {
+                Some(state) if !state.is_terminal() => {
+                    let prev = a.last_seen.clone().unwrap_or_default();
+                    let requeued = is_running_like(&prev)
+                        && matches!(
+                            state,
+                            JobState::Pending
+                                | JobState::Requeued
+                                | JobState::RequeueHold
+                                | JobState::RequeueFed
+                        );
+                    if prev != state.as_str() {
+                        self.store.set_last_seen(a.chain_id, a.n, state.as_str())?;
+                    }
+                    if requeued {
+                        ask.push((a, true));
+                    }
+                }
+                _ => ask.push((a, false)),
+            }
+        }
+        if ask.is_empty() {
+            self.slurm_up();
+            return Ok(true);
+        }
+        let ids: Vec<String> = ask
+            .iter()
+            .filter_map(|(a, _)| a.slurm_job_id.clone())
+            .collect();
+        let sa = match self.slurm.sacct(&ids).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.slurm_down("sacct", &e);
+                return Ok(false);
+            }
+        };
+        self.slurm_up();
+        let bad_jobs: HashSet<String> = sa
+            .errors
+            .iter()
+            .filter_map(|e| e.job_id.as_deref())
+            .map(job_part)
+            .collect();
+        for e in &sa.errors {
+            error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
+        }
+        complete &= sa.errors.is_empty();
+        if !complete {
+            // An unreadable answer says nothing about which jobs are gone: the lost-job
+            // clocks start again from the next complete answer.
+            self.missing.clear();
+        }
+        let runs = runs_by_job(&sa.rows);
+        for (a, _requeue_suspected) in ask {
+            let jid = a.slurm_job_id.clone().unwrap_or_default();
+            if bad_jobs.contains(&jid) {
+                continue;
+            }
+            let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());
+            let ended = runs
+                .get(&jid)
+                .and_then(|r| r.last())
+                .and_then(|run| run.iter().find(|r| !r.is_step()))
+                .is_some_and(|r| r.state.is_terminal());
+            if still_queued || ended {
+                self.missing.remove(&(a.chain_id, a.n));
+            } else if complete {
+                self.watch_missing(&a, t)?;
+            }
+            let Some(job_runs) = runs.get(&jid) else {
+                debug!(job = %jid, "sacct has no record of the job yet; asking again next cycle");
+                continue;
+            };
+            self.judge(&a, job_runs, still_queued, t).await?;
+        }
+        Ok(true)
+    }
+
+    /// A live attempt that squeue no longer shows and sacct shows no ending for: after
+    /// `lost_job_after` Slurm has lost it (or its accounting), and a person or agent must
+    /// look. Nothing is guessed about how it ended.
+    fn watch_missing(&mut self, a: &Attempt, t: i64) -> Result<(), StoreError> {
+        let since = *self.missing.entry((a.chain_id, a.n)).or_insert(t);
+        if t - since < self.config.slurm.lost_job_after.as_secs() as i64 {
+            return Ok(());
+        }
+        let job = a.slurm_job_id.clone().unwrap_or_default();
+        let Some(chain) = self.store.chain(a.chain_id)? else {
+            return Ok(());
+        };
+        let event = Event::JobLost {
+            job: &job,
+            missing_since: since,
+        };
+        let tr = self.decide(&chain, event, &policy::Context::at(t));
+        log_transition(a.chain_id, &job, &tr);
+        self.store.attempt_lost(a.chain_id, a.n, &tr, t)?;
+        self.missing.remove(&(a.chain_id, a.n));
+        Ok(())
+    }
+}
+
+fn is_running_like(s: &str) -> bool {
+    matches!(
+        s,
+        "RUNNING"
+            | "COMPLETING"
+            | "SUSPENDED"
+            | "CONFIGURING"
+            | "STOPPED"
+            | "SIGNALING"
+            | "STAGE_OUT"
+    )
+}

@@ -1,0 +1,89 @@
+//! Phase 1: launches left as an intent (the daemon died around sbatch, or its answer was
+//! lost) are looked up by their tags before anything is submitted again.
+
+/// An interrupted launch older than this that cannot be found is escalated, not repeated:
+/// a job it created could have ended and left squeue (Slurm's default MinJobAge is 300 s).
+const UNCONFIRMED_AFTER_SECS: i64 = 300;
+use super::{Engine, MAX_RETRY_FLIGHTS, UNREACHED};
+use crate::daemon::sbatch::{self, LaunchOutcome};
+use crate::policy::Event;
+use crate::slurm::Slurm;
+use crate::store::StoreError;
+use std::collections::BTreeMap;
+use tracing::info;
+
+impl<S: Slurm> Engine<S> {
+    /// Resolves launches left in `intent` (the daemon died around sbatch, or sbatch's
+    /// answer was lost) by looking their tags up in Slurm. Found: adopted. Not found in
+    /// a successful lookup: submitted again, with the same tag. Returns false when Slurm
+    /// did not answer.
+    pub async fn reconcile_launches(&mut self, t: i64) -> Result<bool, StoreError> {
+        let mut open = self.store.open_launches()?;
+        open.retain(|l| !self.in_flight.contains_key(&l.id));
+        if open.is_empty() {
+            return Ok(true);
+        }
+        let mut by_user: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        for l in open {
+            let sub = self.store.submission(l.submission_id)?;
+            by_user.entry(sub.user.clone()).or_default().push((l, sub));
+        }
+        for (user, launches) in by_user {
+            let since = launches
+                .iter()
+                .map(|(l, _)| l.created_at)
+                .min()
+                .unwrap_or(t)
+                - 600;
+            // One user's lookup failing holds up only that user's launches: their chains
+            // keep their open launch, which `launch_due` respects.
+            let found = match sbatch::find_tags(&self.slurm, &user, since).await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.slurm_down("tag lookup", &e);
+                    continue;
+                }
+            };
+            for (l, sub) in launches {
+                if let Some(job) = found.get(&l.tag) {
+                    info!(tag = %l.tag, job = %job, "found the job of an interrupted launch in slurm; adopting it, not submitting again");
+                    self.store.launch_submitted(l.id, job, t)?;
+                    continue;
+                }
+                // A first submission whose client was never told it would be submitted
+                // (the daemon stopped, or the answer was a failure) is not submitted now:
+                // the user may already have submitted it again.
+                if l.unpromised {
+                    info!(tag = %l.tag, "an interrupted first submission is not in slurm; its client was not told it would be submitted, so it is dropped");
+                    self.store.discard_submission(l.id)?;
+                    continue;
+                }
+                // A job that may exist but is not found any more could have finished and
+                // left squeue (and sacct may not keep comments): submitting again could
+                // duplicate it, so a person or agent decides.
+                let unreached = l.error.as_deref().is_some_and(|e| e.starts_with(UNREACHED));
+                if !unreached && t - l.created_at > UNCONFIRMED_AFTER_SECS {
+                    let event = Event::LaunchUnconfirmed {
+                        tag: &l.tag,
+                        last_error: l.error.as_deref(),
+                        argv: &l.argv,
+                    };
+                    self.escalate_launch(&l, "unconfirmed", event, t)?;
+                    continue;
+                }
+                if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+                    continue;
+                }
+                info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
+                match self.run_launch(&l, &sub, t).await? {
+                    None | Some(LaunchOutcome::Submitted(_) | LaunchOutcome::Unknown(_)) => {}
+                    // Left as an intent, it would be tried again every cycle.
+                    Some(LaunchOutcome::Refused { code, stderr }) => {
+                        self.launch_refused(&l, code, &stderr, t)?
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+}
