@@ -263,7 +263,7 @@ impl Default for RawSlurm {
             bin_dir: None,
             command_timeout: Dur(Duration::from_secs(30)),
             sbatch_timeout: Dur(Duration::from_secs(60)),
-            sacct_chunk: 200,
+            sacct_chunk: 5000,
             stderr_tail_lines: 50,
             stderr_tail_bytes: 64 * 1024,
             lost_job_after: Dur(Duration::from_secs(1800)),

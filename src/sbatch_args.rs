@@ -918,9 +918,74 @@ fn digits(s: &str) -> Option<u32> {
     s.parse().ok()
 }
 
+/// One edge of a `--dependency` value: the kind (`afterok`, `afterany`, `aftercorr`, ...)
+/// and the job it names (`12`, or `12_3` for one array task).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyEdge {
+    pub kind: String,
+    pub job: String,
+}
+
+/// The jobs a `--dependency` value names, with their kinds
+/// (`afterok:12:13,afterany:14_2?singleton`, `after:12+30`). `singleton` names no job;
+/// tokens that are not job ids (steps, ranges, garbage) are left out.
+pub fn dependency_edges(dependency: &str) -> Vec<DependencyEdge> {
+    let mut out = Vec::new();
+    for group in dependency.split([',', '?']) {
+        let mut tokens = group.split(':');
+        let kind = tokens.next().unwrap_or_default().trim();
+        for t in tokens {
+            // `+` here starts a time (`after:12+30`), not a heterogeneous component.
+            let t = t.split('+').next().unwrap_or(t).trim();
+            let ok = crate::slurm::jobid::JobId::parse(t)
+                .is_ok_and(|j| j.attempt_key().is_some() && !j.is_step());
+            if ok {
+                out.push(DependencyEdge {
+                    kind: kind.to_string(),
+                    job: t.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The dependency edges of a submission: its `--dependency` (command line first, else
+/// its script's `#SBATCH` line). Nothing when it cannot be read.
+pub fn submission_dependencies(argv: &[String], script: Option<&[u8]>) -> Vec<DependencyEdge> {
+    Submitted::read(argv, script)
+        .ok()
+        .and_then(|s| s.option("dependency").map(dependency_edges))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependency_values_name_their_jobs() {
+        let jobs = |d: &str| {
+            dependency_edges(d)
+                .into_iter()
+                .map(|e| e.job)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            jobs("afterok:12:13,afterany:14_2"),
+            vec!["12", "13", "14_2"]
+        );
+        assert_eq!(jobs("afterok:12?afternotok:15"), vec!["12", "15"]);
+        assert!(jobs("singleton").is_empty());
+        assert_eq!(jobs("after:12+5"), vec!["12"]);
+        assert_eq!(
+            dependency_edges("afterok:12,afternotok:13")
+                .into_iter()
+                .map(|e| e.kind)
+                .collect::<Vec<_>>(),
+            vec!["afterok", "afternotok"]
+        );
+    }
 
     fn argv(s: &[&str]) -> Vec<String> {
         s.iter().map(|t| t.to_string()).collect()

@@ -7,7 +7,6 @@
 
 pub mod access;
 pub mod agent;
-pub mod dependents;
 pub mod engine;
 pub mod evidence;
 pub mod reads;

@@ -50,7 +50,30 @@ pub(crate) const INVALID_JOB_ID: &str = "Invalid job id specified";
 const MAX_OUTPUT: u64 = 64 << 20;
 
 /// Job ids per squeue call; squeue filters client-side, so this only bounds argv length.
-const SQUEUE_CHUNK: usize = 2000;
+const SQUEUE_CHUNK: usize = 5000;
+
+/// The longest `--jobs=` list one query is given, in bytes: far below what a command line
+/// may hold, so a chunk is a few thousand ids whatever their length.
+const MAX_JOBS_ARG: usize = 64 << 10;
+
+/// `ids` cut into lists of at most `max_ids` ids and `MAX_JOBS_ARG` bytes each (joined by
+/// commas), in order.
+fn id_chunks(ids: &[String], max_ids: usize) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, id) in ids.iter().enumerate() {
+        let add = id.len() + 1;
+        if i > start && (i - start >= max_ids.max(1) || bytes + add > MAX_JOBS_ARG) {
+            out.push(&ids[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += add;
+    }
+    if start < ids.len() {
+        out.push(&ids[start..]);
+    }
+    out
+}
 
 /// Runs Slurm's own commands.
 #[derive(Debug, Clone)]
@@ -355,7 +378,7 @@ impl Slurm for SlurmCli {
             rows: Vec::new(),
             errors: Vec::new(),
         };
-        for chunk in job_ids.chunks(SQUEUE_CHUNK) {
+        for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
             let args = vec![
                 "--noheader".into(),
                 "--states=all".into(),
@@ -386,7 +409,7 @@ impl Slurm for SlurmCli {
             rows: Vec::new(),
             errors: Vec::new(),
         };
-        for chunk in job_ids.chunks(self.sacct_chunk.max(1)) {
+        for chunk in id_chunks(job_ids, self.sacct_chunk) {
             let args = vec![
                 "--parsable2".into(),
                 "--noheader".into(),
@@ -521,6 +544,24 @@ fn format_sacct_time(since: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_id_lists_are_cut_by_count_and_by_length() {
+        let ids: Vec<String> = (0..12_000).map(|i| (1_000_000 + i).to_string()).collect();
+        let chunks = id_chunks(&ids, 5000);
+        assert_eq!(
+            chunks.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            vec![5000, 5000, 2000]
+        );
+        assert_eq!(chunks.concat(), ids, "every id once, in order");
+        let long: Vec<String> = (0..100)
+            .map(|i| format!("{i}_{}", "9".repeat(2000)))
+            .collect();
+        for c in id_chunks(&long, 5000) {
+            assert!(c.iter().map(|i| i.len() + 1).sum::<usize>() <= MAX_JOBS_ARG);
+        }
+        assert!(id_chunks(&[], 10).is_empty());
+    }
 
     fn failed(stderr: &str) -> SlurmError {
         let ran = Ran {

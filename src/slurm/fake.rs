@@ -226,6 +226,8 @@ struct State {
     refuse_next: Option<String>,
     show_ended_in_squeue: bool,
     partitions: HashMap<String, Option<u64>>,
+    /// Partitions sinfo does not show.
+    unlisted: std::collections::HashSet<String>,
 }
 
 /// The fake batch system. It is `Sync` (a `Mutex` inside) but meant to be driven from one
@@ -327,6 +329,13 @@ impl FakeSlurm {
     /// MinJobAge (`--states=all`). Off by default: ended jobs are simply absent.
     pub fn show_ended_in_squeue(&self, on: bool) {
         self.lock().show_ended_in_squeue = on;
+    }
+
+    /// A partition jobs may run in but that sinfo does not list (hidden from the user).
+    pub fn set_unlisted_partition(&self, name: &str) {
+        let mut s = self.lock();
+        s.partitions.insert(name.to_string(), None);
+        s.unlisted.insert(name.to_string());
     }
 
     /// Sets a partition's MaxTime (`None`: unlimited).
@@ -850,6 +859,10 @@ impl Slurm for FakeSlurm {
 
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
         let s = self.enter(Command::PartitionLimits)?;
-        Ok(s.partitions.clone())
+        Ok(s.partitions
+            .iter()
+            .filter(|(p, _)| !s.unlisted.contains(*p))
+            .map(|(p, m)| (p.clone(), *m))
+            .collect())
     }
 }

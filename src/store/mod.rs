@@ -6,7 +6,7 @@
 mod schema;
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 use std::path::Path;
 
@@ -307,7 +307,7 @@ fn finish_decision(raw: RawDecision) -> Result<DecisionRecord> {
 /// it is an infrastructure failure, the failed nodes) are columns, written here with it.
 /// A resolution points at the chain's latest decision, read in the same transaction.
 fn insert_decision(
-    tx: &Transaction,
+    tx: &Connection,
     chain_id: i64,
     n: u32,
     obs: Option<i64>,
@@ -341,7 +341,7 @@ fn insert_decision(
 }
 
 /// The attempts a launch covers: chain, attempt number, array task.
-fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
+fn launch_members(tx: &Connection, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
     let mut q = tx.prepare(
         "SELECT a.chain_id, a.n, c.array_task FROM attempts a JOIN chains c ON c.id = a.chain_id WHERE a.launch_id = ?1",
     )?;
@@ -349,9 +349,61 @@ fn launch_members(tx: &Transaction, launch_id: i64) -> Result<Vec<(i64, u32, Opt
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Records the jobs a submission waits on (its `--dependency`).
+fn insert_dependencies(
+    tx: &Connection,
+    submission_id: i64,
+    argv: &[String],
+    script: Option<&[u8]>,
+) -> Result<()> {
+    let edges = crate::sbatch_args::submission_dependencies(argv, script);
+    if edges.is_empty() {
+        return Ok(());
+    }
+    let mut ins = tx.prepare_cached(
+        "INSERT INTO dependencies (submission_id, kind, job_id) VALUES (?1, ?2, ?3)",
+    )?;
+    for e in edges {
+        ins.execute(params![submission_id, e.kind, e.job])?;
+    }
+    Ok(())
+}
+
+/// Fills in the dependency rows of submissions made before they were kept (migration 4),
+/// once. Only submissions with an unfinished chain can still matter to anyone.
+fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
+    let pending: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'dependencies_backfill'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if pending.is_none() {
+        return Ok(());
+    }
+    let tx = conn.savepoint()?;
+    let subs: Vec<(i64, String, Option<Vec<u8>>)> = {
+        let mut q = tx.prepare(&format!(
+            "SELECT id, argv, script FROM submissions WHERE id IN
+               (SELECT submission_id FROM chains WHERE state IN ({}))",
+            open_states()
+        ))?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (id, argv, script) in subs {
+        let argv: Vec<String> = from_json(&argv)?;
+        insert_dependencies(&tx, id, &argv, script.as_deref())?;
+    }
+    tx.execute("DELETE FROM meta WHERE key = 'dependencies_backfill'", [])?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// Applies a transition to a chain still in the state it was decided from (compare-and-set
 /// inside the caller's transaction); false when it has moved on.
-fn decide_in(tx: &Transaction, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
+fn decide_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
     let (state, n): (String, u32) = tx.query_row(
         "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
         [chain_id],
@@ -368,7 +420,7 @@ fn decide_in(tx: &Transaction, chain_id: i64, t: &Transition, now: i64) -> Resul
     Ok(true)
 }
 
-fn update_chain(tx: &Transaction, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
+fn update_chain(tx: &Connection, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
              plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6 WHERE id = ?1",
@@ -478,11 +530,12 @@ impl Store {
             });
         }
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = conn.transaction()?;
+            let tx = conn.savepoint()?;
             tx.execute_batch(sql)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
             tx.commit()?;
         }
+        backfill_dependencies(&mut conn)?;
         let instance: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
                 r.get(0)
@@ -516,7 +569,7 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.execute(
             "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -533,6 +586,7 @@ impl Store {
             ],
         )?;
         let submission_id = tx.last_insert_rowid();
+        insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
         let tasks: Vec<Option<u32>> = match &new.array_tasks {
             Some(t) => t.iter().copied().map(Some).collect(),
             None => vec![None],
@@ -562,7 +616,7 @@ impl Store {
 
     #[allow(clippy::too_many_arguments)]
     fn insert_launch(
-        tx: &Transaction,
+        tx: &Connection,
         instance: &str,
         submission_id: i64,
         members: &[(i64, u32, RetryPlan)],
@@ -614,7 +668,7 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let mut members = Vec::with_capacity(chain_ids.len());
         for &c in chain_ids {
             let (n, plan): (u32, String) = tx.query_row(
@@ -640,7 +694,7 @@ impl Store {
     /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
     /// under `job_id_task`) and their chains active.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.execute(
             "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
             params![launch_id, job_id, now],
@@ -666,7 +720,7 @@ impl Store {
     /// sbatch definitively refused a first submission: nothing was created in Slurm, so
     /// nothing is kept (the user sees sbatch's error instead).
     pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let sub: i64 = tx.query_row(
             "SELECT submission_id FROM launches WHERE id = ?1",
             [launch_id],
@@ -700,7 +754,7 @@ impl Store {
         now: i64,
         decide: impl Fn(&Chain) -> Transition,
     ) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.execute(
             "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
             params![launch_id, error, now],
@@ -945,12 +999,40 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The last squeue state seen for a live attempt.
-    pub fn set_last_seen(&mut self, chain_id: i64, n: u32, state: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE attempts SET last_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
-            params![chain_id, n, state],
-        )?;
+    /// The last squeue states seen for live attempts (chain, attempt, state), in one
+    /// transaction.
+    pub fn set_last_seen(&mut self, seen: &[(i64, u32, &str)]) -> Result<()> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.savepoint()?;
+        {
+            let mut q = tx.prepare_cached(
+                "UPDATE attempts SET last_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
+            )?;
+            for (chain_id, n, state) in seen {
+                q.execute(params![chain_id, n, state])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Starts a batch: everything recorded until [`Store::end_batch`] is one transaction
+    /// (one sync to disk for a whole burst of endings). Each operation inside still
+    /// applies all or nothing (a savepoint); a crash before the end keeps none of the batch.
+    pub fn begin_batch(&mut self) -> Result<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(())
+    }
+
+    /// Ends a batch: commits it, or (`commit` false, after an error) rolls it back.
+    pub fn end_batch(&mut self, commit: bool) -> Result<()> {
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.conn
+            .execute_batch(if commit { "COMMIT" } else { "ROLLBACK" })?;
         Ok(())
     }
 
@@ -964,7 +1046,7 @@ impl Store {
         decision: &Record,
         now: i64,
     ) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.execute(
             "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
             params![chain_id, n, now, json(observation)],
@@ -994,7 +1076,7 @@ impl Store {
         t: &Transition,
         now: i64,
     ) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         tx.execute(
             "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
             params![chain_id, n, now, json(observation)],
@@ -1018,7 +1100,7 @@ impl Store {
     /// it was decided from. Either all are recorded, or none is and the first chain that
     /// moved on meanwhile is returned.
     pub fn decide_chains(&mut self, items: &[(i64, Transition)], now: i64) -> Result<Option<i64>> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         for (chain, t) in items {
             if !decide_in(&tx, *chain, t, now)? {
                 return Ok(Some(*chain));
@@ -1037,7 +1119,7 @@ impl Store {
         items: &[(i64, Option<u32>, Transition)],
         now: i64,
     ) -> Result<Vec<i64>> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let mut done = Vec::new();
         for (chain, live, t) in items {
             if let Some(n) = live {
@@ -1052,6 +1134,39 @@ impl Store {
         }
         tx.commit()?;
         Ok(done)
+    }
+
+    /// The unfinished chains (other than `chain_id`) whose submission waits, with
+    /// `--dependency`, on one of `chain_id`'s jobs or on the whole array one belongs to.
+    pub fn dependents_of(&self, chain_id: i64) -> Result<Vec<i64>> {
+        let mut q = self.conn.prepare_cached(&format!(
+            "SELECT DISTINCT c.id FROM dependencies d JOIN chains c ON c.submission_id = d.submission_id
+             WHERE d.job_id IN (SELECT slurm_job_id FROM attempts WHERE chain_id = ?1 AND slurm_job_id IS NOT NULL
+                                UNION SELECT slurm_base_id FROM attempts WHERE chain_id = ?1 AND slurm_base_id IS NOT NULL)
+               AND c.state IN ({}) AND c.id != ?1
+             ORDER BY c.id",
+            open_states()
+        ))?;
+        let rows = q.query_map([chain_id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The failed chains a submission waits on with `--dependency` (it will never start).
+    pub fn failed_dependencies(&self, submission_id: i64) -> Result<Vec<i64>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT DISTINCT c.id FROM dependencies d
+               JOIN attempts a ON a.slurm_job_id = d.job_id
+               JOIN chains c ON c.id = a.chain_id
+             WHERE d.submission_id = ?1 AND c.state = 'failed'
+             UNION
+             SELECT DISTINCT c.id FROM dependencies d
+               JOIN attempts a ON a.slurm_base_id = d.job_id
+               JOIN chains c ON c.id = a.chain_id
+             WHERE d.submission_id = ?1 AND c.state = 'failed'
+             ORDER BY 1",
+        )?;
+        let rows = q.query_map([submission_id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// How many infrastructure failures (node_fail, boot_fail, transient endings) the
@@ -1115,7 +1230,7 @@ impl Store {
         t: &Transition,
         now: i64,
     ) -> Result<bool> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.savepoint()?;
         let changed = tx.execute(
             "UPDATE attempts SET state = 'ended', slurm_state = 'LOST', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
             params![chain_id, n, now],

@@ -146,5 +146,21 @@ UPDATE decisions SET failed_nodes = json_extract(inputs, '$.verdict.nodes')
   WHERE actor = 'supervisor' AND classification IN ('node_fail', 'boot_fail');
 CREATE TRIGGER decisions_no_update BEFORE UPDATE ON decisions
 BEGIN SELECT RAISE(ABORT, 'decision records are append-only'); END;
+-- The breaker and quarantine read only the rows they count.
+CREATE INDEX decisions_infra ON decisions(at) WHERE infra_failure = 1;
+CREATE INDEX decisions_failed_nodes ON decisions(at) WHERE failed_nodes IS NOT NULL;
+"#,
+    // 4: the jobs a submission waits on (`--dependency`), as rows, so "who waits on this
+    // chain" is an indexed lookup, not a parse of every submission. Rows for submissions
+    // made before are filled in by `Store::open` (see `backfill_dependencies`).
+    r#"
+CREATE TABLE dependencies (
+    submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    kind          TEXT NOT NULL,   -- afterok, afterany, afternotok, aftercorr, after, ...
+    job_id        TEXT NOT NULL    -- the job it names: 12, or 12_3 for one array task
+);
+CREATE INDEX dependencies_by_job ON dependencies(job_id);
+CREATE INDEX dependencies_by_submission ON dependencies(submission_id);
+INSERT INTO meta (key, value) VALUES ('dependencies_backfill', 'pending');
 "#,
 ];

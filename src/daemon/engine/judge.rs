@@ -1,47 +1,169 @@
 //! The endings `poll` found: classified (with the job's output tails, read off the loop),
 //! decided by `policy::transition`, and recorded with their observation.
+//!
+//! A burst is judged in batches of `JUDGE_BATCH`: the output tails of a batch are read
+//! side by side (each with a deadline), then the whole batch is decided and recorded in
+//! one transaction. Between batches the loop answers control requests.
 
-/// How long reading a job's stdout/stderr tail may take.
-const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a partition limit read from sinfo is trusted.
-const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
-use super::{log_transition, Engine};
+use super::{log_transition, Engine, Found};
 use crate::classify::{self, Observation};
 use crate::model::Action;
 use crate::policy::{self, ChainHistory, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
-use crate::store::{Attempt, AttemptEnd, StoreError};
+use crate::store::{AttemptEnd, StoreError, Submission};
+use futures_util::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tracing::warn;
 
+/// How long reading a job's stdout/stderr tail may take.
+const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a partition limit read from sinfo is trusted (a partition sinfo does not list
+/// is remembered as unknown for as long).
+const PARTITION_REFRESH: Duration = Duration::from_secs(3600);
+
+/// Endings judged in one transaction before the loop looks at its requests again.
+const JUDGE_BATCH: usize = 500;
+
+/// Output files read at once (each on a blocking thread).
+const TAIL_READS_AT_ONCE: usize = 16;
+
+/// An ending ready to be decided: its attempt, the run that ended, and the submission.
+struct Ending {
+    found: Found,
+    run: Vec<SacctRow>,
+    sub: Submission,
+}
+
 impl<S: Slurm> Engine<S> {
-    async fn partition_max(&mut self, partition: &str) -> Option<u64> {
+    /// Makes sure the MaxTime of `partitions` is known: one sinfo per refresh at most. A
+    /// partition sinfo does not list is remembered as unlimited-or-unknown until the next
+    /// refresh, not asked about again for every ending.
+    async fn learn_partitions(&mut self, partitions: &[String]) {
         let stale = self
             .partitions_read
             .is_none_or(|t| t.elapsed() > PARTITION_REFRESH);
-        if stale || !self.partitions.contains_key(partition) {
-            match self.slurm.partition_limits().await {
-                Ok(p) => {
-                    self.partitions = p;
-                    self.partitions_read = Some(Instant::now());
-                }
-                Err(e) => warn!("cannot read partition limits (sinfo): {e}; time escalation uses the config cap only"),
+        let unknown = partitions.iter().any(|p| !self.partitions.contains_key(p));
+        if !stale && !unknown {
+            return;
+        }
+        if !stale && self.partitions_read.is_some() {
+            // Read within the refresh interval and still not listed: unknown.
+            for p in partitions {
+                self.partitions.entry(p.clone()).or_insert(None);
+            }
+            return;
+        }
+        match self.slurm.partition_limits().await {
+            Ok(p) => self.partitions = p,
+            Err(e) => {
+                warn!("cannot read partition limits (sinfo): {e}; time escalation uses the config cap only");
+                self.partitions.clear();
             }
         }
-        self.partitions.get(partition).copied().flatten()
+        self.partitions_read = Some(Instant::now());
+        for p in partitions {
+            self.partitions.entry(p.clone()).or_insert(None);
+        }
     }
 
-    /// Records the requeues and the ending (if any) that the runs of one attempt show.
-    pub(super) async fn judge(
-        &mut self,
-        a: &Attempt,
-        runs: &[Vec<SacctRow>],
-        still_queued: bool,
-        t: i64,
-    ) -> Result<(), StoreError> {
+    /// True while endings found by the last poll wait to be judged.
+    pub fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    /// Judges the next batch of endings `poll` found: requeues and endings recorded in one
+    /// transaction.
+    pub(super) async fn judge_backlog(&mut self, t: i64) -> Result<(), StoreError> {
+        let n = self.backlog.len().min(JUDGE_BATCH);
+        if n == 0 {
+            return Ok(());
+        }
+        let batch: Vec<Found> = self.backlog.drain(..n).collect();
+        let mut endings = Vec::new();
+        let mut partitions = Vec::new();
+        self.store.begin_batch()?;
+        for f in batch {
+            match self.requeues_then_ending(f, t) {
+                Ok(None) => {}
+                Ok(Some(e)) => {
+                    let job_row = e.run.iter().find(|r| !r.is_step());
+                    if let Some(p) = job_row.map(|r| &r.partition) {
+                        if !partitions.contains(p) {
+                            partitions.push(p.clone());
+                        }
+                    }
+                    endings.push(e);
+                }
+                Err(e) => {
+                    let _ = self.store.end_batch(false);
+                    return Err(e);
+                }
+            }
+        }
+        self.store.end_batch(true)?;
+        if endings.is_empty() {
+            return Ok(());
+        }
+        // Slurm and the filesystem are asked before the transaction opens, not inside it.
+        self.learn_partitions(&partitions).await;
+        let tails = self.read_tails(&endings).await;
+        self.store.begin_batch()?;
+        let mut result = Ok(());
+        for (e, (stderr_tail, stdout_tail)) in endings.into_iter().zip(tails) {
+            let obs = Observation {
+                job_id: e.found.attempt.slurm_job_id.clone().unwrap_or_default(),
+                rows: e.run,
+                stderr_tail,
+                stdout_tail,
+                requeued_by_slurm: false,
+            };
+            result = self.record_ending(&e.found, obs, e.sub.max_retries, t);
+            if result.is_err() {
+                break;
+            }
+        }
+        match result {
+            Ok(()) => self.store.end_batch(true),
+            Err(e) => {
+                let _ = self.store.end_batch(false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The stdout/stderr tails of a batch of endings, read side by side off the loop, each
+    /// with a deadline (a hung network filesystem): past it, that ending is judged without.
+    async fn read_tails(&self, endings: &[Ending]) -> Vec<(Option<String>, Option<String>)> {
+        let reads = endings.iter().map(|e| {
+            let (config, sub, run) = (self.config.clone(), e.sub.clone(), e.run.clone());
+            let job = e.found.attempt.slurm_job_id.clone().unwrap_or_default();
+            async move {
+                let j = job.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    crate::daemon::evidence::output_tails(&config, &sub, &j, &run)
+                });
+                match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await {
+                    Ok(Ok(tails)) => tails,
+                    _ => {
+                        warn!(job = %job, "the job's output files could not be read in time; judging without them");
+                        (None, None)
+                    }
+                }
+            }
+        });
+        stream::iter(reads)
+            .buffered(TAIL_READS_AT_ONCE)
+            .collect()
+            .await
+    }
+
+    /// Records the requeues that the runs of one attempt show, and returns its ending if
+    /// it has one (to be judged with its output tails).
+    fn requeues_then_ending(&mut self, f: Found, t: i64) -> Result<Option<Ending>, StoreError> {
+        let a = &f.attempt;
         let jid = a.slurm_job_id.clone().unwrap_or_default();
         // After Slurm's job ids wrap around (or its state is reset), an old job with the
         // same id is in sacct too: when some runs carry this attempt's tag, only those are
@@ -50,15 +172,14 @@ impl<S: Slurm> Engine<S> {
             run.iter()
                 .any(|r| !r.is_step() && r.comment.contains(&a.tag))
         };
-        let ours: Vec<Vec<SacctRow>> = if runs.iter().any(|r| tagged(&r)) {
-            runs.iter().filter(tagged).cloned().collect()
+        let ours: Vec<Vec<SacctRow>> = if f.runs.iter().any(|r| tagged(&r)) {
+            f.runs.iter().filter(tagged).cloned().collect()
         } else {
-            runs.to_vec()
+            f.runs.clone()
         };
-        let runs = ours.as_slice();
         // Every run before the last one ended and was requeued by Slurm itself.
-        let requeued_runs = runs.len().saturating_sub(1);
-        for run in runs.iter().take(requeued_runs).skip(a.restarts as usize) {
+        let requeued_runs = ours.len().saturating_sub(1);
+        for run in ours.iter().take(requeued_runs).skip(a.restarts as usize) {
             let obs = Observation {
                 job_id: jid.clone(),
                 rows: run.clone(),
@@ -87,48 +208,30 @@ impl<S: Slurm> Engine<S> {
                 t,
             )?;
         }
-        let last = runs.last().expect("runs are never empty");
+        let Some(last) = ours.last() else {
+            return Ok(None);
+        };
         let job_row_state = last.iter().find(|r| !r.is_step()).map(|r| r.state);
-        if still_queued || !job_row_state.is_some_and(JobState::is_terminal) {
-            return Ok(());
+        if f.still_queued || !job_row_state.is_some_and(JobState::is_terminal) {
+            return Ok(None);
         }
-        let chain = self
-            .store
-            .chain(a.chain_id)?
-            .expect("an attempt's chain exists");
+        let Some(chain) = self.store.chain(a.chain_id)? else {
+            return Ok(None);
+        };
         let sub = self.store.submission(chain.submission_id)?;
-        // Reading the job's files can block (a hung network filesystem): off the loop,
-        // with a deadline; past it the ending is judged without them.
-        let max_retries = sub.max_retries;
-        let (config, run, job) = (self.config.clone(), last.clone(), jid.clone());
-        let read = tokio::task::spawn_blocking(move || {
-            crate::daemon::evidence::output_tails(&config, &sub, &job, &run)
-        });
-        let (stderr_tail, stdout_tail) = match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await
-        {
-            Ok(Ok(tails)) => tails,
-            _ => {
-                warn!(job = %jid, "the job's output files could not be read in time; judging without them");
-                (None, None)
-            }
-        };
-        let obs = Observation {
-            job_id: jid.clone(),
-            rows: last.clone(),
-            stderr_tail,
-            stdout_tail,
-            requeued_by_slurm: false,
-        };
-        self.record_ending(a, obs, max_retries, t).await
+        let run = last.clone();
+        Ok(Some(Ending { found: f, run, sub }))
     }
 
-    async fn record_ending(
+    /// Classifies an ending, decides it, and records it (inside the caller's batch).
+    fn record_ending(
         &mut self,
-        a: &Attempt,
+        f: &Found,
         obs: Observation,
         max_retries: u32,
         t: i64,
     ) -> Result<(), StoreError> {
+        let a = &f.attempt;
         let jid = obs.job_id.clone();
         let v = match classify::classify(&obs, &self.config.rules) {
             Ok(v) => v,
@@ -154,7 +257,7 @@ impl<S: Slurm> Engine<S> {
                 .map(|d| d.classification),
         };
         let ctx = policy::Context {
-            partition_max_secs: self.partition_max(&v.partition).await,
+            partition_max_secs: self.partitions.get(&v.partition).copied().flatten(),
             quarantined: policy::quarantined(
                 &self.store.node_failures_since(
                     t - self.config.quarantine.window.0.as_secs() as i64

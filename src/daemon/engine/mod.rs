@@ -50,6 +50,18 @@ pub struct Engine<S: Slurm> {
     defer: bool,
     /// Retries ready to take off beside the loop, for the daemon to pick up.
     takeoff: Vec<Flight>,
+    /// Endings the last poll found and that are not judged yet (a burst is judged in
+    /// batches, the loop answering requests in between). Lost with the process, found
+    /// again by the next poll.
+    backlog: std::collections::VecDeque<Found>,
+}
+
+/// A live attempt sacct has runs for: maybe requeued, maybe ended.
+#[derive(Debug)]
+struct Found {
+    attempt: crate::store::Attempt,
+    runs: Vec<Vec<crate::slurm::types::SacctRow>>,
+    still_queued: bool,
 }
 
 /// Why a scancel on a user's behalf did not happen.
@@ -96,6 +108,7 @@ impl<S: Slurm> Engine<S> {
             in_flight: HashMap::new(),
             defer: false,
             takeoff: Vec::new(),
+            backlog: Default::default(),
         }
     }
 
@@ -195,6 +208,9 @@ impl<S: Slurm> Engine<S> {
 
     /// The poll interval to wait now: longer while Slurm is not answering.
     pub fn next_interval(&self) -> Duration {
+        if self.has_backlog() {
+            return Duration::ZERO;
+        }
         let base = self.config.poll_interval;
         if self.consecutive_failures == 0 {
             return base;
@@ -222,12 +238,22 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// One full cycle: finish interrupted launches, watch live jobs, launch due retries.
+    /// A burst of endings bigger than one batch is judged over several turns: while a
+    /// backlog remains, a turn only judges the next batch (no Slurm command), and the
+    /// loop comes back at once after answering what waits for it.
     pub async fn cycle(&mut self) -> Result<(), StoreError> {
         let t = now();
+        if self.has_backlog() {
+            return self.judge_backlog(t).await;
+        }
         if !self.reconcile_launches(t).await? {
             return Ok(());
         }
         if !self.poll(t).await? {
+            return Ok(());
+        }
+        self.judge_backlog(t).await?;
+        if self.has_backlog() {
             return Ok(());
         }
         self.launch_due(t).await?;
@@ -270,7 +296,9 @@ impl<S: Slurm> Engine<S> {
         mut tr: Transition,
     ) -> Result<Transition, StoreError> {
         if tr.effects.contains(&Effect::ListDependents) {
-            let deps: Vec<String> = super::dependents::of(&self.store, chain_id)?
+            let deps: Vec<String> = self
+                .store
+                .dependents_of(chain_id)?
                 .into_iter()
                 .map(crate::store::chain_label)
                 .collect();

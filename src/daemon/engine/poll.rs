@@ -1,7 +1,7 @@
 //! Phase 2: one squeue for every live job; sacct for those that left the queue or were
 //! seen requeued; a job missing from both for `lost_job_after` is escalated.
 
-use super::{log_transition, Engine};
+use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
 use crate::slurm::types::JobState;
@@ -41,6 +41,7 @@ impl<S: Slurm> Engine<S> {
         let queued = queued_states(&sq.rows);
 
         let mut ask: Vec<(Attempt, bool)> = Vec::new();
+        let mut seen: Vec<(i64, u32, &'static str)> = Vec::new();
         for a in live {
             let Some(jid) = a.slurm_job_id.clone() else {
                 continue;
@@ -57,7 +58,7 @@ impl<S: Slurm> Engine<S> {
                                 | JobState::RequeueFed
                         );
                     if prev != state.as_str() {
-                        self.store.set_last_seen(a.chain_id, a.n, state.as_str())?;
+                        seen.push((a.chain_id, a.n, state.as_str()));
                     }
                     if requeued {
                         ask.push((a, true));
@@ -66,6 +67,8 @@ impl<S: Slurm> Engine<S> {
                 _ => ask.push((a, false)),
             }
         }
+        // Every state change of the cycle in one transaction.
+        self.store.set_last_seen(&seen)?;
         if ask.is_empty() {
             self.slurm_up();
             return Ok(true);
@@ -118,7 +121,11 @@ impl<S: Slurm> Engine<S> {
                 debug!(job = %jid, "sacct has no record of the job yet; asking again next cycle");
                 continue;
             };
-            self.judge(&a, job_runs, still_queued, t).await?;
+            self.backlog.push_back(Found {
+                attempt: a,
+                runs: job_runs.clone(),
+                still_queued,
+            });
         }
         Ok(true)
     }

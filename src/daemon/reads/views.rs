@@ -20,7 +20,8 @@ fn current(attempts: &[Attempt]) -> Option<&Attempt> {
 fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainFields, StoreError> {
     let cur = current(attempts);
     let dependency_failed = if c.state.is_open() {
-        crate::daemon::dependents::failed_dependencies(store, c.submission_id)?
+        store
+            .failed_dependencies(c.submission_id)?
             .into_iter()
             .map(chain_label)
             .collect()

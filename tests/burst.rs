@@ -1,0 +1,141 @@
+//! A bad day costs what changed, not what the store holds: the Slurm commands a burst of
+//! endings costs are counted (the contract), and every ending still gets its one record.
+//! Timings are benchmarks (`benches/burst.rs`, docs/benchmarks.md), not asserted here.
+
+use slurm_supervisor::config::Config;
+use slurm_supervisor::daemon::engine::Engine;
+use slurm_supervisor::daemon::requests;
+use slurm_supervisor::model::ChainState;
+use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
+use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
+use slurm_supervisor::store::Store;
+
+const CONFIG: &str = r#"
+poll_interval = "1s"
+
+[retry]
+backoff_initial = "1h"
+backoff_max = "1h"
+
+[breaker]
+threshold = 0
+
+[[rules]]
+name = "config"
+kind = "permanent"
+exit_codes = [78]
+"#;
+
+struct Burst {
+    engine: Engine<FakeSlurm>,
+    jobs: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Burst {
+    /// `n` supervised jobs, all running, in `partition`.
+    async fn new(n: usize, partition: &str) -> Burst {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("state_dir = {:?}\n{CONFIG}", dir.path().join("state"));
+        let config = Config::parse(&text, None).unwrap();
+        let fake = FakeSlurm::new();
+        if partition != "debug" {
+            fake.set_unlisted_partition(partition);
+        }
+        let mut engine = Engine::new(config, Store::in_memory().unwrap(), fake);
+        let uid = nix::unistd::getuid().as_raw();
+        let mut jobs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let req = SubmitRequest {
+                argv: vec![
+                    format!("--partition={partition}"),
+                    "--mem=100M".into(),
+                    "--time=10".into(),
+                    "--wrap=true".into(),
+                ],
+                cwd: dir.path().display().to_string(),
+                env: Vec::new(),
+                script: None,
+                max_retries: None,
+            };
+            match requests::handle(&mut engine, Request::Submit(req), uid).await {
+                Response::Ok(v) => jobs.push(v["job_id"].as_str().unwrap().to_string()),
+                Response::Error(e) => panic!("submit: {e:?}"),
+            }
+        }
+        for j in &jobs {
+            assert!(engine.slurm().start(j));
+        }
+        engine.cycle().await.unwrap();
+        Burst {
+            engine,
+            jobs,
+            _dir: dir,
+        }
+    }
+
+    fn calls(&self, c: Command) -> u32 {
+        self.engine.slurm().calls(c)
+    }
+
+    /// Turns of the loop until the burst is judged; how many it took.
+    async fn settle(&mut self) -> usize {
+        let mut turns = 0;
+        loop {
+            self.engine.cycle().await.unwrap();
+            turns += 1;
+            if !self.engine.has_backlog() {
+                return turns;
+            }
+            assert!(turns < 100, "the backlog never drains");
+        }
+    }
+
+    fn in_state(&self, s: ChainState) -> usize {
+        self.engine.store().chains_in_state(s).unwrap().len()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_of_endings_costs_one_squeue_and_one_sacct() {
+    let mut b = Burst::new(1_200, "debug").await;
+    let (squeue, sacct, sinfo) = (
+        b.calls(Command::Squeue),
+        b.calls(Command::Sacct),
+        b.calls(Command::PartitionLimits),
+    );
+    for j in &b.jobs[..1_000] {
+        assert!(b.engine.slurm().end(j, Ending::Failed(78)));
+    }
+    let turns = b.settle().await;
+    // One poll found them all; the rest of the burst was judged without asking Slurm.
+    assert_eq!(b.calls(Command::Squeue) - squeue, 1);
+    assert_eq!(b.calls(Command::Sacct) - sacct, 1);
+    assert!(b.calls(Command::PartitionLimits) - sinfo <= 1);
+    assert!(turns >= 2, "judged in batches, the loop free in between");
+    assert_eq!(b.in_state(ChainState::Failed), 1_000);
+    assert_eq!(b.in_state(ChainState::Active), 200);
+    // Still exactly one record per ending.
+    for c in b
+        .engine
+        .store()
+        .chains_in_state(ChainState::Failed)
+        .unwrap()
+    {
+        let ds = b.engine.store().decisions(c.id).unwrap();
+        assert_eq!(ds.len(), 1, "c{}", c.id);
+        assert_eq!(ds[0].reason_code.as_deref(), Some("permanent_not_retried"));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_partition_sinfo_does_not_list_is_asked_about_once() {
+    let mut b = Burst::new(100, "hidden").await;
+    let sinfo = b.calls(Command::PartitionLimits);
+    for j in &b.jobs {
+        assert!(b.engine.slurm().end(j, Ending::Timeout));
+    }
+    b.settle().await;
+    assert_eq!(b.in_state(ChainState::Ready), 100, "every timeout retried");
+    assert_eq!(b.calls(Command::PartitionLimits) - sinfo, 1);
+}
