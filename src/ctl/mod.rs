@@ -280,6 +280,40 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Stats { ref id, .. } => Request::Stats { id: id.clone() },
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
     };
+    // The list of every chain can be long: it goes to stdout as it arrives.
+    if let Command::Status {
+        json: true,
+        id: None,
+    } = &cli.command
+    {
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        let streamed = client::call_streamed(&config.socket, &request, &mut out);
+        let written = match streamed {
+            Ok(client::Streamed::Written) => {
+                use std::io::Write;
+                writeln!(out).and_then(|()| out.flush())
+            }
+            Ok(client::Streamed::Other(Response::Error(e))) => return error_exit(e),
+            Ok(client::Streamed::Other(Response::Ok(v))) => {
+                drop(out);
+                return render(&cli.command, v);
+            }
+            Err(e) => {
+                use std::io::Write;
+                let _ = out.flush();
+                eprintln!("supervisorctl: {e}");
+                return ErrorKind::Unavailable.exit_code();
+            }
+        };
+        return match written {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("supervisorctl: cannot write the answer: {e}");
+                1
+            }
+        };
+    }
     let response = match client::call(&config.socket, &request) {
         Ok(r) => r,
         Err(e) => {
@@ -300,22 +334,24 @@ pub fn main_with(cli: Cli) -> i32 {
             return ErrorKind::Unavailable.exit_code();
         }
     };
-    let value = match response {
-        Response::Ok(v) => v,
-        Response::Error(e) => {
-            if let Some(stderr) = &e.stderr {
-                // sbatch's own words, as sbatch would have printed them.
-                eprint!("{stderr}");
-                if !stderr.ends_with('\n') {
-                    eprintln!();
-                }
-                return e.exit_code.unwrap_or(1);
-            }
-            eprintln!("supervisorctl: {}", e.message);
-            return e.kind.exit_code();
+    match response {
+        Response::Ok(v) => render(&cli.command, v),
+        Response::Error(e) => error_exit(e),
+    }
+}
+
+/// Says what went wrong; returns the exit code for it.
+fn error_exit(e: crate::protocol::ErrorBody) -> i32 {
+    if let Some(stderr) = &e.stderr {
+        // sbatch's own words, as sbatch would have printed them.
+        eprint!("{stderr}");
+        if !stderr.ends_with('\n') {
+            eprintln!();
         }
-    };
-    render(&cli.command, value)
+        return e.exit_code.unwrap_or(1);
+    }
+    eprintln!("supervisorctl: {}", e.message);
+    e.kind.exit_code()
 }
 
 /// Prints the daemon's answer to `command`; returns the exit code. The `--json` forms

@@ -182,6 +182,106 @@ async fn write_line(
     })?
 }
 
+/// Bytes of a streamed answer handed from the blocking thread to the socket at a time.
+const STREAM_CHUNK: usize = 64 << 10;
+
+/// A `std::io::Write` on a blocking thread whose bytes go, in chunks, to an async task
+/// that writes them to the socket; a few chunks in flight at most, so a slow client holds
+/// back the producer instead of filling the daemon's memory.
+struct ChunkWriter {
+    to_socket: mpsc::Sender<Vec<u8>>,
+    buf: Vec<u8>,
+    /// Whether a chunk has gone to the client (after which the answer cannot turn into
+    /// an error any more).
+    sent: bool,
+}
+
+impl ChunkWriter {
+    fn sent_any(&self) -> bool {
+        self.sent
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= STREAM_CHUNK {
+            self.flush()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(STREAM_CHUNK));
+        self.sent = true;
+        self.to_socket.blocking_send(chunk).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+}
+
+/// `status` of every chain, written to the client as it is read from the store: however
+/// many chains, the daemon holds a few chunks of the answer at a time, and nothing after.
+async fn stream_status(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    db_path: &Path,
+    uid: u32,
+) -> std::io::Result<()> {
+    let (to_socket, mut chunks) = mpsc::channel::<Vec<u8>>(4);
+    let db = db_path.to_path_buf();
+    let producer = tokio::task::spawn_blocking(move || {
+        let mut out = ChunkWriter {
+            to_socket,
+            buf: Vec::with_capacity(STREAM_CHUNK),
+            sent: false,
+        };
+        let store = match Store::open_reader(&db) {
+            Ok(s) => s,
+            Err(e) => {
+                let line = line_of(&Response::error(ErrorKind::Internal, e.to_string()));
+                return std::io::Write::write_all(&mut out, &line)
+                    .and_then(|()| std::io::Write::flush(&mut out));
+            }
+        };
+        match reads::status::write_all(&store, uid, &mut out) {
+            Ok(()) => Ok(()),
+            // Nothing reached the client yet: the answer is still an error.
+            Err(reads::status::StreamError::Store(e)) if !out.sent_any() => {
+                out.buf.clear();
+                let line = line_of(&Response::error(ErrorKind::Internal, e.to_string()));
+                std::io::Write::write_all(&mut out, &line)
+                    .and_then(|()| std::io::Write::flush(&mut out))
+            }
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        }
+    });
+    while let Some(chunk) = chunks.recv().await {
+        tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&chunk))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client did not read its answer",
+                )
+            })??;
+    }
+    let produced = producer
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    match produced {
+        Ok(()) => write.shutdown().await,
+        // Cut short: the client sees an answer it cannot read, never a partial list
+        // taken for the whole.
+        Err(e) => {
+            warn!("the status answer was cut short: {e}");
+            Err(e)
+        }
+    }
+}
+
 /// The longest a whole request may take to arrive, however big.
 const MAX_REQUEST_TIME: Duration = Duration::from_secs(60);
 
@@ -265,6 +365,9 @@ async fn connection(
                 .map_err(|e| std::io::Error::other(e.to_string()))?
             {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
+                Ok(Request::Status { id: None }) => {
+                    return stream_status(&mut write, db_path, uid).await;
+                }
                 Ok(request) if reads::is_read(&request) => {
                     // The query and the JSON of a big answer are work for a blocking thread,
                     // not for the threads that accept and read everyone's requests.

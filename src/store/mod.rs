@@ -69,6 +69,18 @@ pub fn chain_label(id: i64) -> String {
     format!("c{id}")
 }
 
+/// A chain with what `status` shows of its current attempt, read in one query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainSummary {
+    pub chain: Chain,
+    /// The newest attempt that reached Slurm: its job id, and its last known Slurm state
+    /// (what sacct said it ended as, else what squeue last showed).
+    pub slurm_job_id: Option<String>,
+    pub slurm_state: Option<String>,
+    /// Attempts that reached Slurm.
+    pub submitted: u32,
+}
+
 /// What a user submitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submission {
@@ -895,6 +907,52 @@ impl Store {
         ))?;
         let rows = q.query_map([owner], chain_from)?;
         rows.map(|r| finish_chain(r?)).collect()
+    }
+
+    /// Every chain (of `owner`, or all) with its current attempt, oldest first, handed to
+    /// `each` one at a time: one query, whatever the store holds, and nothing kept.
+    pub fn each_chain_summary<E: From<StoreError>>(
+        &self,
+        owner: Option<u32>,
+        mut each: impl FnMut(ChainSummary) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut q = self.conn.prepare(&format!(
+            "SELECT {}, a.slurm_job_id, COALESCE(a.slurm_state, a.last_seen),
+                    (SELECT COUNT(*) FROM attempts x WHERE x.chain_id = c.id AND x.slurm_job_id IS NOT NULL)
+             FROM chains c
+             LEFT JOIN attempts a ON a.chain_id = c.id AND a.n =
+                 (SELECT MAX(y.n) FROM attempts y WHERE y.chain_id = c.id AND y.slurm_job_id IS NOT NULL)
+             WHERE ?1 IS NULL OR c.submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1)
+             ORDER BY c.id",
+            CHAIN_COLS
+                .split(", ")
+                .map(|col| format!("c.{col}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .map_err(StoreError::from)?;
+        let mut rows = q.query([owner]).map_err(StoreError::from)?;
+        while let Some(row) = rows.next().map_err(StoreError::from)? {
+            let read = || -> Result<ChainSummary> {
+                Ok(ChainSummary {
+                    chain: finish_chain(chain_from(row)?)?,
+                    slurm_job_id: row.get(9)?,
+                    slurm_state: row.get(10)?,
+                    submitted: row.get(11)?,
+                })
+            };
+            each(read()?)?;
+        }
+        Ok(())
+    }
+
+    /// The submissions that wait on some job with `--dependency`.
+    pub fn submissions_with_dependencies(&self) -> Result<std::collections::HashSet<i64>> {
+        let mut q = self
+            .conn
+            .prepare("SELECT DISTINCT submission_id FROM dependencies")?;
+        let rows = q.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// How many unfinished chains (active, ready, pending_failed) a user has.

@@ -5,7 +5,7 @@
 mod history;
 mod pending;
 mod stats;
-mod status;
+pub mod status;
 pub mod views;
 
 use crate::protocol::views::Pong;

@@ -1,10 +1,13 @@
-//! `status`: one row per chain, the caller's own (all of them for root).
+//! `status`: one row per chain, the caller's own (all of them for root). The whole list
+//! is written out row by row as it is read (`write_all`): one query, and nothing of it
+//! kept, however many chains the store holds.
 
 use super::views;
 use crate::daemon::access::{chains_for, sees_all};
 use crate::protocol::views::ChainRow;
 use crate::protocol::Response;
 use crate::store::{Store, StoreError};
+use std::io::Write;
 
 pub(super) fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Response> {
     let chains = match id {
@@ -14,4 +17,97 @@ pub(super) fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<Ch
     let rows: Result<Vec<ChainRow>, StoreError> =
         chains.iter().map(|c| views::chain_view(store, c)).collect();
     Ok(rows?)
+}
+
+/// Why a streamed answer stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// Before anything was written: the answer can still be an error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The client went away, or a write failed: the answer is cut short.
+    #[error("writing the answer: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Writes the answer line of `status` for all of the caller's chains to `out`, a row at
+/// a time: `{"ok":[row,row,...]}` and a newline, the same bytes as the answer built whole
+/// (each row's keys in the same order). A store error after the first row cuts the answer
+/// short, which the client reports as an unreadable answer.
+pub fn write_all(store: &Store, uid: u32, out: &mut dyn Write) -> Result<(), StreamError> {
+    let waits = store.submissions_with_dependencies()?;
+    let owner = if sees_all(uid) { None } else { Some(uid) };
+    out.write_all(b"{\"ok\":[")?;
+    let mut first = true;
+    store.each_chain_summary(owner, |s| -> Result<(), StreamError> {
+        let row = views::summary_view(store, s, &waits)?;
+        // Through a JSON value, so keys come in the order the whole answer has them.
+        let value = serde_json::to_value(&row).expect("rows serialize");
+        if !first {
+            out.write_all(b",")?;
+        }
+        first = false;
+        serde_json::to_writer(&mut *out, &value).map_err(std::io::Error::from)?;
+        Ok(())
+    })?;
+    out.write_all(b"]}\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NewSubmission;
+
+    fn submission(argv: &[&str], tasks: Option<Vec<u32>>) -> NewSubmission {
+        NewSubmission {
+            owner_uid: 1000,
+            user: "alice".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            script_name: None,
+            script: None,
+            max_retries: 5,
+            array_tasks: tasks,
+        }
+    }
+
+    #[test]
+    fn the_streamed_list_is_the_same_bytes_as_the_whole_answer() {
+        let mut s = Store::in_memory().unwrap();
+        let a = s
+            .create_submission(&submission(&["--wrap=true"], None), 10, |_| vec![])
+            .unwrap();
+        s.launch_submitted(a.id, "41", 11).unwrap();
+        let arr = s
+            .create_submission(
+                &submission(&["--wrap=true"], Some(vec![1, 2])),
+                12,
+                |_| vec![],
+            )
+            .unwrap();
+        s.launch_submitted(arr.id, "42", 13).unwrap();
+        // One waiting on the first with --dependency, and one never submitted.
+        s.create_submission(
+            &submission(&["--dependency=afterok:41", "--wrap=true"], None),
+            14,
+            |_| vec![],
+        )
+        .unwrap();
+        s.set_last_seen(&[(1, 1, "RUNNING")]).unwrap();
+        for uid in [0, 1000, 1001] {
+            let whole = crate::protocol::Response::answer(&status(&s, None, uid).unwrap());
+            let mut expected = serde_json::to_vec(&whole).unwrap();
+            expected.push(b'\n');
+            let mut streamed = Vec::new();
+            write_all(&s, uid, &mut streamed).unwrap();
+            assert_eq!(
+                String::from_utf8(streamed).unwrap(),
+                String::from_utf8(expected).unwrap(),
+                "uid {uid}"
+            );
+        }
+    }
 }

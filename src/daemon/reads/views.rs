@@ -47,6 +47,46 @@ fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainF
     })
 }
 
+/// A `status` row from a chain summary (the streaming form of [`chain_view`]).
+/// `waits` holds the submissions that have a `--dependency` at all, so the others need no
+/// query.
+pub fn summary_view(
+    store: &Store,
+    s: store::ChainSummary,
+    waits: &std::collections::HashSet<i64>,
+) -> Result<ChainRow, StoreError> {
+    let c = s.chain;
+    let dependency_failed = if c.state.is_open() && waits.contains(&c.submission_id) {
+        store
+            .failed_dependencies(c.submission_id)?
+            .into_iter()
+            .map(chain_label)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(ChainRow {
+        chain: ChainFields {
+            id: chain_label(c.id),
+            state: c.state,
+            slurm_job_id: s.slurm_job_id,
+            last_classification: c.last_classification,
+            array_task: c.array_task,
+            submission: c.submission_id,
+            slurm_state: s.slurm_state,
+            next_retry_at: if c.state == ChainState::Ready {
+                c.not_before
+            } else {
+                None
+            },
+            dependency_failed,
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        },
+        attempts: s.submitted,
+    })
+}
+
 /// How many attempts reached Slurm (what `status` calls `attempts`).
 fn submitted_count(attempts: &[Attempt]) -> u32 {
     let n = attempts.iter().filter(|a| a.slurm_job_id.is_some()).count();
