@@ -20,6 +20,40 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+/// Read-only store connections for answering reads, kept open between requests (opening
+/// one and reading the schema costs more than a small read itself).
+pub struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Store>>,
+}
+
+/// Idle read connections kept; more are opened when many reads come at once.
+const IDLE_READERS: usize = 4;
+
+impl Readers {
+    pub fn new(path: PathBuf) -> Readers {
+        Readers {
+            path,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` with a read connection (on the calling, blocking thread).
+    fn with<T>(&self, f: impl FnOnce(&Store) -> T) -> Result<T, crate::store::StoreError> {
+        let taken = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let store = match taken {
+            Some(s) => s,
+            None => Store::open_reader(&self.path)?,
+        };
+        let out = f(&store);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE_READERS {
+            idle.push(store);
+        }
+        Ok(out)
+    }
+}
+
 /// A request on its way to the loop.
 pub struct Control {
     pub request: Request,
@@ -116,7 +150,7 @@ pub async fn serve(
 ) {
     let counts: Counts = Arc::default();
     let limits = Arc::new(limits);
-    let db_path = Arc::new(db_path);
+    let readers = Arc::new(Readers::new(db_path));
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -133,10 +167,10 @@ pub async fn serve(
             continue;
         };
         let slot = take_slot(&counts, uid, limits.connections_per_user);
-        let (tx, limits, db_path) = (to_loop.clone(), limits.clone(), db_path.clone());
+        let (tx, limits, readers) = (to_loop.clone(), limits.clone(), readers.clone());
         tokio::spawn(async move {
             let result = match slot {
-                Ok(slot) => connection(stream, uid, tx, &limits, &db_path, slot).await,
+                Ok(slot) => connection(stream, uid, tx, &limits, readers, slot).await,
                 Err(why) => {
                     debug!(uid, "connection refused: {why}");
                     let (_, mut write) = stream.into_split();
@@ -227,26 +261,22 @@ impl std::io::Write for ChunkWriter {
 /// many chains, the daemon holds a few chunks of the answer at a time, and nothing after.
 async fn stream_status(
     write: &mut tokio::net::unix::OwnedWriteHalf,
-    db_path: &Path,
+    readers: Arc<Readers>,
     uid: u32,
 ) -> std::io::Result<()> {
     let (to_socket, mut chunks) = mpsc::channel::<Vec<u8>>(4);
-    let db = db_path.to_path_buf();
     let producer = tokio::task::spawn_blocking(move || {
         let mut out = ChunkWriter {
             to_socket,
             buf: Vec::with_capacity(STREAM_CHUNK),
             sent: false,
         };
-        let store = match Store::open_reader(&db) {
-            Ok(s) => s,
-            Err(e) => {
-                let line = line_of(&Response::error(ErrorKind::Internal, e.to_string()));
-                return std::io::Write::write_all(&mut out, &line)
-                    .and_then(|()| std::io::Write::flush(&mut out));
-            }
+        let written = readers.with(|store| reads::status::write_all(store, uid, &mut out));
+        let written = match written {
+            Ok(w) => w,
+            Err(e) => Err(reads::status::StreamError::Store(e)),
         };
-        match reads::status::write_all(&store, uid, &mut out) {
+        match written {
             Ok(()) => Ok(()),
             // Nothing reached the client yet: the answer is still an error.
             Err(reads::status::StreamError::Store(e)) if !out.sent_any() => {
@@ -336,7 +366,7 @@ async fn connection(
     uid: u32,
     to_loop: mpsc::Sender<Control>,
     limits: &LimitsConfig,
-    db_path: &Path,
+    readers: Arc<Readers>,
     _slot: Slot,
 ) -> std::io::Result<()> {
     let max = limits.max_request_bytes();
@@ -366,18 +396,22 @@ async fn connection(
             {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
                 Ok(Request::Status { id: None }) => {
-                    return stream_status(&mut write, db_path, uid).await;
+                    return stream_status(&mut write, readers, uid).await;
                 }
                 Ok(request) if reads::is_read(&request) => {
                     // The query and the JSON of a big answer are work for a blocking thread,
                     // not for the threads that accept and read everyone's requests.
-                    let db = db_path.to_path_buf();
                     let out = tokio::task::spawn_blocking(move || {
-                        line_of(&match Store::open_reader(&db) {
-                            Ok(store) => reads::handle(&store, &request, uid)
-                                .expect("is_read requests are reads"),
-                            Err(e) => Response::error(ErrorKind::Internal, e.to_string()),
-                        })
+                        line_of(
+                            &readers
+                                .with(|store| {
+                                    reads::handle(store, &request, uid)
+                                        .expect("is_read requests are reads")
+                                })
+                                .unwrap_or_else(|e| {
+                                    Response::error(ErrorKind::Internal, e.to_string())
+                                }),
+                        )
                     })
                     .await
                     .unwrap_or_else(|e| {

@@ -902,7 +902,7 @@ impl Store {
 
     /// Chains, newest first; `owner` limits them to one uid.
     pub fn chains(&self, owner: Option<u32>) -> Result<Vec<Chain>> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {CHAIN_COLS} FROM chains WHERE ?1 IS NULL OR submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1) ORDER BY id"
         ))?;
         let rows = q.query_map([owner], chain_from)?;
@@ -916,7 +916,7 @@ impl Store {
         owner: Option<u32>,
         mut each: impl FnMut(ChainSummary) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {}, a.slurm_job_id, COALESCE(a.slurm_state, a.last_seen),
                     (SELECT COUNT(*) FROM attempts x WHERE x.chain_id = c.id AND x.slurm_job_id IS NOT NULL)
              FROM chains c
@@ -968,7 +968,7 @@ impl Store {
     }
 
     pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {CHAIN_COLS} FROM chains WHERE state = ?1 ORDER BY id"
         ))?;
         let rows = q.query_map([state.as_str()], chain_from)?;
@@ -1011,7 +1011,7 @@ impl Store {
     }
 
     pub fn attempts(&self, chain_id: i64) -> Result<Vec<Attempt>> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.chain_id = ?1 ORDER BY a.n"
         ))?;
         let rows = q.query_map([chain_id], attempt_from)?;
@@ -1020,7 +1020,7 @@ impl Store {
 
     /// Every attempt Slurm is running or holding for us.
     pub fn live_attempts(&self) -> Result<Vec<Attempt>> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
         ))?;
         let rows = q.query_map([], attempt_from)?;
@@ -1028,7 +1028,7 @@ impl Store {
     }
 
     pub fn decisions(&self, chain_id: i64) -> Result<Vec<DecisionRecord>> {
-        let mut q = self.conn.prepare(&format!(
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id"
         ))?;
         let rows = q.query_map([chain_id], decision_from)?;
@@ -1037,7 +1037,7 @@ impl Store {
 
     /// The observations of a chain as stored (JSON), oldest first.
     pub fn observations(&self, chain_id: i64) -> Result<Vec<(i64, u32, i64, serde_json::Value)>> {
-        let mut q = self.conn.prepare("SELECT id, attempt_n, observed_at, body FROM observations WHERE chain_id = ?1 ORDER BY id")?;
+        let mut q = self.conn.prepare_cached("SELECT id, attempt_n, observed_at, body FROM observations WHERE chain_id = ?1 ORDER BY id")?;
         let rows = q.query_map([chain_id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
         })?;
@@ -1050,7 +1050,7 @@ impl Store {
 
     /// Counts of resubmissions (automatic or agent-ordered) by the classification that caused them.
     pub fn resubmits_by_class(&self, chain_id: i64) -> Result<Vec<(String, u32)>> {
-        let mut q = self.conn.prepare(
+        let mut q = self.conn.prepare_cached(
             "SELECT classification, COUNT(*) FROM decisions WHERE chain_id = ?1 AND action = 'resubmit' GROUP BY classification",
         )?;
         let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -1239,7 +1239,7 @@ impl Store {
 
     /// The nodes of node_fail/boot_fail endings since `since`, with when they were recorded.
     pub fn node_failures_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
-        let mut q = self.conn.prepare(
+        let mut q = self.conn.prepare_cached(
             "SELECT failed_nodes, at FROM decisions WHERE at >= ?1 AND failed_nodes IS NOT NULL",
         )?;
         let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -1248,7 +1248,7 @@ impl Store {
 
     /// Decision counts by chain, actor kind (`supervisor` or not) and action.
     pub fn decision_counts(&self) -> Result<Vec<(i64, bool, Action, u32)>> {
-        let mut q = self.conn.prepare(
+        let mut q = self.conn.prepare_cached(
             "SELECT chain_id, actor = 'supervisor', action, COUNT(*) FROM decisions GROUP BY chain_id, actor = 'supervisor', action ORDER BY chain_id",
         )?;
         let rows = q.query_map([], |r| {
