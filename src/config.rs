@@ -193,7 +193,12 @@ impl Budgets {
             Classification::Oom => self.oom,
             Classification::Timeout => self.timeout,
             Classification::Transient => self.transient,
-            _ => 0,
+            // Never retried automatically, so no budget.
+            Classification::Completed
+            | Classification::Cancelled
+            | Classification::Deadline
+            | Classification::Permanent
+            | Classification::Ambiguous => 0,
         }
     }
 }

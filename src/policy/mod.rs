@@ -16,7 +16,7 @@ mod reason;
 mod table;
 
 pub use reason::{Change, Reason};
-pub use table::{disposition, is_infrastructure, Disposition, Resources};
+pub use table::{disposition, is_infrastructure, Disposition, Never, Resources};
 
 use crate::classify::Verdict;
 use crate::config::Config;
@@ -532,11 +532,11 @@ fn ended(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Conte
     let v = verdict.reason.clone();
     let resources = match disposition(c) {
         Disposition::Done => return to(ChainState::Completed, None),
-        Disposition::Stop { action, state } => {
-            let reason = match c {
-                Classification::Cancelled => Reason::CancelNotRetried { verdict: v },
-                Classification::Deadline => Reason::DeadlineNotRetried { verdict: v },
-                _ => Reason::PermanentNotRetried { verdict: v },
+        Disposition::Stop { action, state, why } => {
+            let reason = match why {
+                Never::Cancelled => Reason::CancelNotRetried { verdict: v },
+                Never::Deadline => Reason::DeadlineNotRetried { verdict: v },
+                Never::Permanent => Reason::PermanentNotRetried { verdict: v },
             };
             let r = Record {
                 reason,

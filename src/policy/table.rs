@@ -8,12 +8,27 @@ use crate::model::{Action, ChainState, Classification};
 pub enum Disposition {
     /// The work is done: no record, the chain completes.
     Done,
-    /// Never retried (R3): the chain ends in `state` with `action`.
-    Stop { action: Action, state: ChainState },
+    /// Never retried (R3): the chain ends in `state` with `action`, for `why`.
+    Stop {
+        action: Action,
+        state: ChainState,
+        why: Never,
+    },
     /// An agent decides (R2, `pending_failed`).
     AskAgent,
     /// Resubmitted automatically (R1), after the guards, with `resources` changed.
     Retry { resources: Resources },
+}
+
+/// Why an ending is never retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Never {
+    /// Someone cancelled it.
+    Cancelled,
+    /// Its deadline passed.
+    Deadline,
+    /// A rule says the error is permanent.
+    Permanent,
 }
 
 /// Which resources a retry of a classification changes.
@@ -51,10 +66,17 @@ pub fn disposition(c: Classification) -> Disposition {
         C::Cancelled => Stop {
             action: Action::Cancel,
             state: ChainState::Cancelled,
+            why: Never::Cancelled,
         },
-        C::Deadline | C::Permanent => Stop {
+        C::Deadline => Stop {
             action: Action::Fail,
             state: ChainState::Failed,
+            why: Never::Deadline,
+        },
+        C::Permanent => Stop {
+            action: Action::Fail,
+            state: ChainState::Failed,
+            why: Never::Permanent,
         },
         C::Transient => Retry {
             resources: Resources::Unchanged,
