@@ -1,0 +1,85 @@
+//! How fast sacct and squeue output is read (issue 10: the sacct parser keeps at least
+//! 1M rows/s). Run with `cargo bench --bench parse`; `cargo test --benches` runs a small
+//! smoke version. The rows are the shapes real Slurm prints (docs/slurm-observed.md): a job
+//! row with the supervisor's tag in its comment, then its `.batch` and `.extern` steps.
+
+use slurm_supervisor::slurm::parse::{parse_sacct, parse_squeue};
+use std::time::Instant;
+
+fn sacct_output(jobs: usize) -> String {
+    let mut out = String::with_capacity(jobs * 3 * 110);
+    for i in 0..jobs {
+        let id = 1_000_000 + i;
+        out.push_str(&format!(
+            "{id}|{id}|OUT_OF_MEMORY|0:125|n{}||4000M|01:00:00|00:12:31|debug|run {i} ssv-0badcafe-L{i}-c{i}.1\n",
+            i % 64
+        ));
+        out.push_str(&format!(
+            "{id}.batch|{id}.batch|OUT_OF_MEMORY|0:125|n{}|4100M||||| \n",
+            i % 64
+        ));
+        out.push_str(&format!(
+            "{id}.extern|{id}.extern|COMPLETED|0:0|n{}|0|||||\n",
+            i % 64
+        ));
+    }
+    out
+}
+
+fn squeue_output(jobs: usize) -> String {
+    let mut out = String::with_capacity(jobs * 60);
+    for i in 0..jobs {
+        let id = 1_000_000 + i;
+        out.push_str(&format!(
+            "{id}|{id}|RUNNING|None|n{}|ssv-0badcafe-L{i}-c{i}.1\n",
+            i % 64
+        ));
+    }
+    out
+}
+
+/// Best of `repeats` runs of `f`, in seconds.
+fn best(repeats: usize, mut f: impl FnMut() -> usize) -> (f64, usize) {
+    let mut best = f64::MAX;
+    let mut n = 0;
+    for _ in 0..repeats {
+        let start = Instant::now();
+        n = f();
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    (best, n)
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let jobs = if bench { 200_000 } else { 2_000 };
+    let repeats = if bench { 5 } else { 1 };
+
+    let sacct = sacct_output(jobs);
+    let (secs, rows) = best(repeats, || {
+        let p = parse_sacct(&sacct);
+        assert!(p.errors.is_empty(), "{:?}", p.errors.first());
+        p.rows.len()
+    });
+    assert_eq!(rows, jobs * 3);
+    println!(
+        "sacct:  {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
+        sacct.len() as f64 / (1 << 20) as f64,
+        secs * 1e3,
+        rows as f64 / secs / 1e6
+    );
+
+    let squeue = squeue_output(jobs);
+    let (secs, rows) = best(repeats, || {
+        let p = parse_squeue(&squeue);
+        assert!(p.errors.is_empty(), "{:?}", p.errors.first());
+        p.rows.len()
+    });
+    assert_eq!(rows, jobs);
+    println!(
+        "squeue: {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
+        squeue.len() as f64 / (1 << 20) as f64,
+        secs * 1e3,
+        rows as f64 / secs / 1e6
+    );
+}
