@@ -1,0 +1,960 @@
+//! Bad days (issue 10, "A bad day costs O(what changed)"): many jobs ending in one poll
+//! cycle, and the big reads, measured on the real daemon.
+//!
+//! Run with `cargo bench --bench burst`. What it does:
+//! 1. builds a store of `BURST_CHAINS` chains (default 100,000) through the store's public
+//!    API, `BURST_LIVE` of them (default 10,000) active with a live attempt in Slurm and the
+//!    rest completed, on `/dev/shm` when it can (the store syncs every commit); each
+//!    session of the daemon below gets its own copy in the measuring directory
+//!    (`BURST_BENCH_DIR`, default the system temp dir, on disk);
+//! 2. starts the real `slurm-supervisord` (poll interval 1 s, backoff one day, a rule that
+//!    makes exit code 1 permanent) against fake Slurm commands (`burst/fake_slurm.rs`: this
+//!    very executable, called through symlinks), which answer from a job list the bench
+//!    rewrites and log every call with the number of job ids it was asked about;
+//! 3. session A, nothing ending: the daemon's RSS after a few cycles; `status --json` of
+//!    every chain (time, the client's peak RSS from `wait4`, the daemon's RSS before and
+//!    after); `status JOBID`; `submit` beside a direct call of the fake sbatch;
+//! 4. session B: `BURST_FAILURES` (default a tenth of the live jobs) end FAILED 1:0 in one
+//!    cycle while the rest keep running; then `BURST_NOPART` (default 100) end TIMEOUT in a
+//!    partition sinfo does not list;
+//! 5. session C: every live job ends OUT_OF_MEMORY in one cycle.
+//!
+//! For each burst the job list is swapped right after a cycle has ended, so one cycle sees
+//! all of it. The bench then polls the store (read-only) until every chain is decided and
+//! reports the time from the swap and from the first Slurm command of the cycle that saw it,
+//! the daemon's CPU time over that span, the Slurm commands in it by kind, and the latency
+//! of `supervisorctl status c1` and of a bare `ping` on the socket, asked in a loop
+//! throughout. A table of the figures beside the issue's targets ends the output.
+//!
+//! The binaries are the ones cargo builds next to this bench; `SLURM_SUPERVISORD` and
+//! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
+//! does the same with 2,000 chains, 200 live, in a few seconds.
+
+#[path = "burst/fake_slurm.rs"]
+mod fake_slurm;
+
+use fake_slurm::Call;
+use slurm_supervisor::model::{ChainState, Classification};
+use slurm_supervisor::store::{AttemptEnd, ChainUpdate, NewSubmission, Store, Transition};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The sizes of one run; each can be set from the environment.
+struct Sizes {
+    chains: usize,
+    live: usize,
+    failures: usize,
+    nopart: usize,
+    status_all: usize,
+    status_id: usize,
+    submits: usize,
+    /// How long a burst may take before the bench gives up.
+    limit: Duration,
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One row of the final table.
+struct Row {
+    what: String,
+    measured: String,
+    target: String,
+}
+
+fn main() {
+    if let Some(code) = fake_slurm::dispatch() {
+        std::process::exit(code);
+    }
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and a small smoke
+    // run is enough there.
+    let bench = std::env::args().any(|a| a == "--bench");
+    let chains = env_or("BURST_CHAINS", if bench { 100_000 } else { 2_000 });
+    let live = env_or("BURST_LIVE", if bench { 10_000 } else { 200 }).min(chains);
+    let sizes = Sizes {
+        chains,
+        live,
+        failures: env_or("BURST_FAILURES", live / 10).min(live / 2),
+        nopart: env_or("BURST_NOPART", if bench { 100 } else { 10 }).min(live / 4),
+        status_all: if bench { 3 } else { 1 },
+        status_id: if bench { 50 } else { 5 },
+        submits: if bench { 20 } else { 3 },
+        limit: Duration::from_secs(if bench { 1800 } else { 120 }),
+    };
+    assert!(sizes.live >= 8, "BURST_LIVE must be at least 8");
+
+    println!(
+        "burst benchmark: {} chains, {} live",
+        sizes.chains, sizes.live
+    );
+    let build_root = build_dir();
+    let build = tempfile::Builder::new()
+        .prefix("ssv-burst-build")
+        .tempdir_in(&build_root)
+        .expect("temp dir for the build");
+    let built = build.path().join("supervisor.db");
+    let t = Instant::now();
+    let live_jobs = build_store(&built, sizes.chains, sizes.live);
+    println!(
+        "  store built in {} under {} ({:.1} MiB)",
+        secs(t.elapsed()),
+        build_root.display(),
+        std::fs::metadata(&built).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64
+    );
+
+    let Some((daemon, ctl)) = binaries() else {
+        println!(
+            "  skipped: slurm-supervisord / supervisorctl not found next to the bench; \
+             run `cargo build --release --bins` or set SLURM_SUPERVISORD and SUPERVISORCTL"
+        );
+        return;
+    };
+    println!(
+        "  daemon: {}\n  client: {}",
+        daemon.display(),
+        ctl.display()
+    );
+    let measure_root = std::env::var_os("BURST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let measure = tempfile::Builder::new()
+        .prefix("ssv-burst")
+        .tempdir_in(&measure_root)
+        .expect("temp dir for the measurements");
+    let bins = Bins { daemon, ctl };
+    let mut rows = Vec::new();
+
+    steady(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    failures(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    drop(build);
+
+    println!(
+        "\n| measurement ({} chains, {} live) | measured | target (issue 10) |\n| --- | --- | --- |",
+        sizes.chains, sizes.live
+    );
+    for r in &rows {
+        println!("| {} | {} | {} |", r.what, r.measured, r.target);
+    }
+}
+
+struct Bins {
+    daemon: PathBuf,
+    ctl: PathBuf,
+}
+
+/// A live job of the built store: its Slurm job id and its launch's tag.
+struct LiveJob {
+    job: String,
+    tag: String,
+}
+
+/// The fake's job list: every live job in `state` except those `ended` says otherwise.
+fn job_list(
+    live: &[LiveJob],
+    ended: impl Fn(usize) -> Option<(&'static str, &'static str, &'static str)>,
+) -> String {
+    let mut s = String::new();
+    for (k, j) in live.iter().enumerate() {
+        let (state, exit, partition) = ended(k).unwrap_or(("RUNNING", "0:0", "gpu"));
+        s.push_str(&format!("{}|{state}|{exit}|{partition}|{}\n", j.job, j.tag));
+    }
+    s
+}
+
+/// Session A: nothing ends; the big reads and a submission.
+fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &mut Vec<Row>) {
+    println!("\nsession A: {} live jobs keep running", s.live);
+    let d = Daemon::start(b, &root.join("a"), built, &job_list(live, |_| None));
+    for _ in 0..3 {
+        d.after_cycle(s.limit);
+    }
+    let (rss, hwm) = d.memory();
+    println!(
+        "  (7) daemon after 3 cycles: VmRSS {}, VmHWM {}",
+        mib(rss),
+        mib(hwm)
+    );
+    rows.push(Row {
+        what: format!(
+            "(7) daemon RSS, {} chains / {} live, after 3 cycles",
+            s.chains, s.live
+        ),
+        measured: format!("{} (peak {})", mib(rss), mib(hwm)),
+        target: "<= 64 MiB".into(),
+    });
+
+    // (4) status --json of every chain.
+    let mut times = Vec::new();
+    let (mut client_rss, mut bytes) = (0, 0);
+    let before = d.memory().0;
+    for _ in 0..s.status_all {
+        let mut cmd = d.ctl_cmd(&["status", "--json"]);
+        let (t, n, maxrss, ok) = run_measured(&mut cmd);
+        assert!(ok, "status --json failed");
+        times.push(t);
+        client_rss = client_rss.max(maxrss);
+        bytes = n;
+    }
+    let after = d.memory();
+    println!(
+        "  (4) status --json ({:.1} MiB of JSON): {}; client peak RSS {}; daemon VmRSS {} before, {} after (peak {})",
+        bytes as f64 / (1 << 20) as f64,
+        spread(&times),
+        mib(client_rss),
+        mib(before),
+        mib(after.0),
+        mib(after.1)
+    );
+    rows.push(Row {
+        what: format!("(4) `status --json` of {} chains", s.chains),
+        measured: format!("{} (median of {})", secs(median(&times)), times.len()),
+        target: "<= 0.5 s".into(),
+    });
+    rows.push(Row {
+        what: "(4) ... its client's peak RSS".into(),
+        measured: mib(client_rss),
+        target: "< 64 MiB".into(),
+    });
+    rows.push(Row {
+        what: "(4) ... daemon VmRSS before / after (VmHWM)".into(),
+        measured: format!("{} / {} ({})", mib(before), mib(after.0), mib(after.1)),
+        target: "no memory kept".into(),
+    });
+
+    // (5) status by Slurm job id, of a live chain and of a completed one.
+    let live_id = &live[live.len() / 2].job;
+    let mut by_process = Vec::new();
+    let mut by_socket = Vec::new();
+    for _ in 0..s.status_id {
+        let t = Instant::now();
+        let out = d.ctl_cmd(&["status", live_id]).output().unwrap();
+        by_process.push(t.elapsed());
+        assert!(out.status.success(), "status {live_id}: {out:?}");
+        let (t, answer) = d
+            .request(&format!("{{\"cmd\":\"status\",\"id\":\"{live_id}\"}}"))
+            .expect("status over the socket");
+        assert!(answer.contains(live_id.as_str()), "{answer}");
+        by_socket.push(t);
+    }
+    println!(
+        "  (5) status {live_id}: supervisorctl {}; the request alone on the socket {}",
+        spread(&by_process),
+        spread(&by_socket)
+    );
+    rows.push(Row {
+        what: format!(
+            "(5) `status JOBID` in {} chains: the socket request",
+            s.chains
+        ),
+        measured: secs(median(&by_socket)),
+        target: "<= 2 ms".into(),
+    });
+    rows.push(Row {
+        what: "(5) ... the whole `supervisorctl status JOBID`".into(),
+        measured: secs(median(&by_process)),
+        target: "".into(),
+    });
+
+    // (6) submit, beside the fake sbatch called directly.
+    let delay: u64 = env_or("BURST_SBATCH_DELAY_MS", 0) as u64;
+    std::fs::write(d.bin.join("sbatch_delay_ms"), delay.to_string()).unwrap();
+    let (mut submit, mut direct) = (Vec::new(), Vec::new());
+    for _ in 0..s.submits {
+        let t = Instant::now();
+        let out = Command::new(d.bin.join("sbatch"))
+            .args(["--parsable", "--comment=ssv-bench-direct", "--wrap", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        direct.push(t.elapsed());
+        assert!(out.status.success());
+        let t = Instant::now();
+        let out = d
+            .ctl_cmd(&["submit", "--", "--wrap", "true"])
+            .output()
+            .unwrap();
+        submit.push(t.elapsed());
+        assert!(
+            out.status.success(),
+            "submit failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ratio = median(&submit).as_secs_f64() / median(&direct).as_secs_f64();
+    println!(
+        "  (6) submit: {}; direct fake sbatch (sleeping {delay} ms): {}; ratio {ratio:.1}",
+        spread(&submit),
+        spread(&direct)
+    );
+    rows.push(Row {
+        what: format!(
+            "(6) `submit` in {} chains / direct sbatch (fake sbatch {delay} ms)",
+            s.chains
+        ),
+        measured: format!(
+            "{} / {} = {ratio:.1}x",
+            secs(median(&submit)),
+            secs(median(&direct))
+        ),
+        target: "<= 3x".into(),
+    });
+    d.stop();
+}
+
+/// Session B: permanent failures among running jobs, then endings in an unknown partition.
+fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &mut Vec<Row>) {
+    println!(
+        "\nsession B: {} of {} live jobs end FAILED 1:0 (a permanent rule), then {} TIMEOUT in an unlisted partition",
+        s.failures, s.live, s.nopart
+    );
+    let d = Daemon::start(b, &root.join("b"), built, &job_list(live, |_| None));
+    d.after_cycle(s.limit);
+    // Every tenth job fails, spread over the squeue and sacct chunks as a real bad day is.
+    let step = (s.live / s.failures).max(1);
+    let failed = |k: usize| k.is_multiple_of(step) && k / step < s.failures;
+    let list = job_list(live, |k| failed(k).then_some(("FAILED", "1:0", "gpu")));
+    let r = d.burst(&list, "failed", s.failures, s.limit);
+    r.print("(1)");
+    rows.push(Row {
+        what: format!(
+            "(1) {} permanent failures among {} live: decided",
+            s.failures, s.live
+        ),
+        measured: format!(
+            "{} ({} from the cycle's first command)",
+            secs(r.from_swap),
+            secs(r.from_cycle)
+        ),
+        target: "<= 2 s".into(),
+    });
+    rows.push(Row {
+        what: "(1) ... daemon CPU time (children: the Slurm commands)".into(),
+        measured: format!("{} ({})", secs(r.cpu), secs(r.child_cpu)),
+        target: "".into(),
+    });
+    rows.push(Row {
+        what: "(1) ... Slurm commands in the cycle".into(),
+        measured: r.commands(),
+        target: format!("<= {}", 2 + s.live.div_ceil(1000)),
+    });
+    rows.push(Row {
+        what: "(1) ... `supervisorctl status c1` during it: median / max".into(),
+        measured: r.latency(&r.status),
+        target: "< 100 ms".into(),
+    });
+    rows.push(Row {
+        what: "(1) ... `ping` on the socket during it: median / max".into(),
+        measured: r.latency(&r.ping),
+        target: "< 100 ms".into(),
+    });
+
+    // (3) TIMEOUT endings in a partition sinfo does not list, among the jobs still running.
+    let ended = |k: usize| !failed(k) && k % step == 1 && k / step < s.nopart;
+    let list = job_list(live, |k| {
+        if failed(k) {
+            Some(("FAILED", "1:0", "gpu"))
+        } else if ended(k) {
+            Some(("TIMEOUT", "0:0", "scratch"))
+        } else {
+            None
+        }
+    });
+    let r = d.burst(&list, "ready", s.nopart, s.limit);
+    r.print("(3)");
+    rows.push(Row {
+        what: format!(
+            "(3) {} endings in a partition sinfo does not list: sinfo calls",
+            s.nopart
+        ),
+        measured: format!(
+            "{} (in {}; {})",
+            r.count("sinfo"),
+            secs(r.from_cycle),
+            r.commands()
+        ),
+        target: "<= 1".into(),
+    });
+    d.stop();
+}
+
+/// Session C: every live job runs out of memory in the same cycle.
+fn oom(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &mut Vec<Row>) {
+    println!("\nsession C: all {} live jobs end OUT_OF_MEMORY", s.live);
+    let d = Daemon::start(b, &root.join("c"), built, &job_list(live, |_| None));
+    d.after_cycle(s.limit);
+    let list = job_list(live, |_| Some(("OUT_OF_MEMORY", "0:125", "gpu")));
+    let r = d.burst(&list, "ready", s.live, s.limit);
+    r.print("(2)");
+    rows.push(Row {
+        what: format!("(2) {} OOM endings: all decided (ready, resubmit)", s.live),
+        measured: format!(
+            "{} ({} from the cycle's first command)",
+            secs(r.from_swap),
+            secs(r.from_cycle)
+        ),
+        target: "<= 10 s".into(),
+    });
+    rows.push(Row {
+        what: "(2) ... sacct calls / all Slurm commands".into(),
+        measured: format!(
+            "{} / {} ({})",
+            r.count("sacct"),
+            r.calls.len(),
+            r.commands()
+        ),
+        target: format!("<= 12 sacct; <= {} in all", 2 + s.live.div_ceil(1000)),
+    });
+    rows.push(Row {
+        what: "(2) ... daemon CPU time (children)".into(),
+        measured: format!("{} ({})", secs(r.cpu), secs(r.child_cpu)),
+        target: "".into(),
+    });
+    rows.push(Row {
+        what: "(2) ... `supervisorctl status c1` / `ping` during it: max".into(),
+        measured: format!("{} / {}", secs(max(&r.status)), secs(max(&r.ping))),
+        target: "< 100 ms".into(),
+    });
+    d.stop();
+}
+
+/// What one burst cost.
+struct Burst {
+    from_swap: Duration,
+    from_cycle: Duration,
+    cpu: Duration,
+    child_cpu: Duration,
+    calls: Vec<Call>,
+    status: Vec<Duration>,
+    ping: Vec<Duration>,
+}
+
+impl Burst {
+    fn count(&self, name: &str) -> usize {
+        self.calls.iter().filter(|c| c.name == name).count()
+    }
+
+    /// The commands by kind, e.g. `5 squeue, 5 sacct, 1 sinfo`.
+    fn commands(&self) -> String {
+        let mut by: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for c in &self.calls {
+            let e = by.entry(c.name.as_str()).or_default();
+            e.0 += 1;
+            e.1 += c.ids;
+        }
+        let parts: Vec<String> = by
+            .iter()
+            .map(|(n, (k, ids))| format!("{k} {n} ({ids} ids)"))
+            .collect();
+        format!("{}: {}", self.calls.len(), parts.join(", "))
+    }
+
+    fn latency(&self, t: &[Duration]) -> String {
+        if t.is_empty() {
+            return "none asked".into();
+        }
+        format!("{} / {} ({} asked)", secs(median(t)), secs(max(t)), t.len())
+    }
+
+    fn print(&self, label: &str) {
+        let wall: u64 = self.calls.iter().map(|c| c.wall_us).sum();
+        println!(
+            "  {label} decided {} after the swap, {} after the cycle's first command; daemon CPU {} (children {})",
+            secs(self.from_swap),
+            secs(self.from_cycle),
+            secs(self.cpu),
+            secs(self.child_cpu)
+        );
+        println!(
+            "  {label} Slurm commands: {} (their own wall time {})",
+            self.commands(),
+            secs(Duration::from_micros(wall))
+        );
+        println!(
+            "  {label} status c1: {}; ping: {}",
+            self.latency(&self.status),
+            self.latency(&self.ping)
+        );
+    }
+}
+
+/// A running daemon with its fake Slurm.
+struct Daemon {
+    child: Child,
+    ctl: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+    bin: PathBuf,
+    db: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(b: &Bins, root: &Path, built: &Path, jobs: &str) -> Daemon {
+        let state_dir = root.join("state");
+        std::fs::create_dir_all(&state_dir).unwrap();
+        std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let db = state_dir.join("supervisor.db");
+        std::fs::copy(built, &db).expect("copy the store");
+        let bin = root.join("fake-bin");
+        fake_slurm::install(&bin);
+        fake_slurm::write_jobs(&bin, jobs);
+        let config = root.join("supervisor.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = {:?}\npoll_interval = \"1s\"\n\n[slurm]\nbin_dir = {:?}\n\n\
+                 [retry]\nbackoff_initial = \"1d\"\nbackoff_max = \"1d\"\nbackoff_jitter = 0.0\n\n\
+                 [[rules]]\nname = \"bench permanent\"\nkind = \"permanent\"\nexit_codes = [1]\n",
+                state_dir.display().to_string(),
+                bin.display().to_string()
+            ),
+        )
+        .unwrap();
+        let log = root.join("daemon.log");
+        let child = Command::new(&b.daemon)
+            .arg("--config")
+            .arg(&config)
+            .env("SLURM_SUPERVISOR_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("SLURM_SUPERVISOR_FAILPOINT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start slurm-supervisord");
+        let mut d = Daemon {
+            child,
+            ctl: b.ctl.clone(),
+            config,
+            socket: state_dir.join("supervisor.sock"),
+            bin,
+            db,
+            log,
+        };
+        let t = Instant::now();
+        while d.request("{\"cmd\":\"ping\"}").is_none() {
+            if t.elapsed() > Duration::from_secs(120) || d.child.try_wait().unwrap().is_some() {
+                d.fail("the daemon did not answer a ping within 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!("  daemon answers {} after its start", secs(t.elapsed()));
+        d
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!("{what}; the end of its log:\n{}", tail.join("\n"));
+    }
+
+    fn ctl_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.ctl);
+        c.arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// One request on the control socket, as `supervisorctl` sends it; its time and answer.
+    fn request(&self, json: &str) -> Option<(Duration, String)> {
+        request(&self.socket, json)
+    }
+
+    /// Waits until a poll cycle has run and the fake has been quiet for a while after it,
+    /// so that a job list swapped now is seen whole by the next cycle.
+    fn after_cycle(&self, limit: Duration) {
+        let t = Instant::now();
+        let n0 = fake_slurm::calls(&self.bin).len();
+        while !fake_slurm::calls(&self.bin)[n0..]
+            .iter()
+            .any(|c| c.name == "squeue")
+        {
+            assert!(t.elapsed() < limit, "no poll cycle within {limit:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (mut n, mut quiet) = (fake_slurm::calls(&self.bin).len(), Instant::now());
+        while quiet.elapsed() < Duration::from_millis(150) {
+            std::thread::sleep(Duration::from_millis(10));
+            let m = fake_slurm::calls(&self.bin).len();
+            if m != n {
+                (n, quiet) = (m, Instant::now());
+            }
+        }
+    }
+
+    /// (VmRSS, VmHWM) in bytes.
+    fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// (own, reaped children's) CPU time, user plus system.
+    fn cpu(&self) -> (Duration, Duration) {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<u64> = after
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let ticks = |a: usize, b: usize| {
+            Duration::from_secs_f64((f.get(a).unwrap_or(&0) + f.get(b).unwrap_or(&0)) as f64 / hz)
+        };
+        // Fields 14-17 of stat(5), counted from the state (field 3) at index 0.
+        (ticks(11, 12), ticks(13, 14))
+    }
+
+    /// Swaps the fake's job list, and measures until `expect` more chains are in `state`.
+    fn burst(&self, jobs: &str, state: &str, expect: usize, limit: Duration) -> Burst {
+        let reader = rusqlite::Connection::open_with_flags(
+            &self.db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .expect("read the store");
+        reader.busy_timeout(Duration::from_secs(5)).unwrap();
+        let count = || -> usize {
+            reader
+                .query_row(
+                    "SELECT count(*) FROM chains WHERE state = ?1",
+                    [state],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap_or(0) as usize
+        };
+        let base = count();
+        self.after_cycle(limit);
+        let calls_before = fake_slurm::calls(&self.bin).len();
+        let cpu0 = self.cpu();
+        let swap = unix_now();
+        let t0 = Instant::now();
+        fake_slurm::write_jobs(&self.bin, jobs);
+
+        // Users asking while the daemon works.
+        let stop = Arc::new(AtomicBool::new(false));
+        let prober = {
+            let stop = stop.clone();
+            let socket = self.socket.clone();
+            let mut status = self.ctl_cmd(&["status", "c1"]);
+            status.stdout(Stdio::null()).stderr(Stdio::null());
+            std::thread::spawn(move || {
+                let (mut st, mut ping) = (Vec::new(), Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    // Exit 1 is an answer too: the chain asked about has failed.
+                    if status
+                        .status()
+                        .is_ok_and(|s| matches!(s.code(), Some(0 | 1)))
+                    {
+                        st.push(t.elapsed());
+                    }
+                    if let Some((t, _)) = request(&socket, "{\"cmd\":\"ping\"}") {
+                        ping.push(t);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                (st, ping)
+            })
+        };
+        while count() < base + expect {
+            if t0.elapsed() > limit {
+                stop.store(true, Ordering::Relaxed);
+                let _ = prober.join();
+                let n = count() - base;
+                // SAFETY: the daemon's own pid; Drop-free kill of a child we started.
+                unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL) };
+                panic!(
+                    "only {n} of {expect} chains reached {state} within {limit:?}; log: {}",
+                    self.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let from_swap = t0.elapsed();
+        let done = unix_now();
+        let cpu1 = self.cpu();
+        stop.store(true, Ordering::Relaxed);
+        let (status, ping) = prober.join().unwrap();
+        let calls: Vec<Call> = fake_slurm::calls(&self.bin)
+            .into_iter()
+            .skip(calls_before)
+            .filter(|c| c.start >= swap && c.start <= done)
+            .collect();
+        let first = calls.iter().map(|c| c.start).fold(done, f64::min);
+        Burst {
+            from_swap,
+            from_cycle: Duration::from_secs_f64((done - first).max(0.0)),
+            cpu: cpu1.0.saturating_sub(cpu0.0),
+            child_cpu: cpu1.1.saturating_sub(cpu0.1),
+            calls,
+            status,
+            ping,
+        }
+    }
+
+    /// SIGTERM, as systemd stops it.
+    fn stop(mut self) {
+        // SAFETY: kill(2) with a pid we started and have not reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+fn request(socket: &Path, json: &str) -> Option<(Duration, String)> {
+    let t = Instant::now();
+    let mut s = UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    s.write_all(format!("{json}\n").as_bytes()).ok()?;
+    s.shutdown(std::net::Shutdown::Write).ok()?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).ok()?;
+    let took = t.elapsed();
+    answer.contains("\"ok\"").then_some(())?;
+    Some((took, answer))
+}
+
+/// Runs a command to its end; (wall time, bytes on stdout, its peak RSS, success).
+// The child is reaped by `wait4` below, which also gives its rusage; std's `wait` cannot.
+#[allow(clippy::zombie_processes)]
+fn run_measured(cmd: &mut Command) -> (Duration, usize, u64, bool) {
+    let t = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 1 << 16];
+        let mut n = 0;
+        while let Ok(k) = out.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        n
+    });
+    let mut status = 0;
+    // SAFETY: wait4 on the pid of a child we started and that std has not reaped; the
+    // rusage is plain data.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let took = t.elapsed();
+    let bytes = reader.join().unwrap_or(0);
+    let ok = rc > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    // ru_maxrss is in KiB on Linux.
+    (took, bytes, usage.ru_maxrss as u64 * 1024, ok)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// Where the store is built: tmpfs when there is one (see the module docs).
+fn build_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("BURST_BUILD_DIR") {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    let writable = shm.is_dir()
+        && tempfile::Builder::new()
+            .prefix("ssv-probe")
+            .tempfile_in(shm)
+            .is_ok();
+    if writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// The daemon and client binaries (see the module docs).
+fn binaries() -> Option<(PathBuf, PathBuf)> {
+    let dir = std::env::current_exe()
+        .ok()?
+        .parent()? // deps
+        .parent()? // release or debug
+        .to_path_buf();
+    let find = |var: &str, name: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| Some(dir.join(name)))
+            .filter(|p| p.is_file())
+    };
+    Some((
+        find("SLURM_SUPERVISORD", "slurm-supervisord")?,
+        find("SUPERVISORCTL", "supervisorctl")?,
+    ))
+}
+
+/// A submission as `supervisorctl submit` records it (as in benches/startup.rs).
+fn submission(i: usize) -> NewSubmission {
+    let env: Vec<(String, String)> = [
+        ("HOME", "/home/alice"),
+        ("USER", "alice"),
+        ("LOGNAME", "alice"),
+        ("SHELL", "/bin/bash"),
+        ("LANG", "en_US.UTF-8"),
+        ("PWD", "/home/alice/project"),
+        (
+            "PATH",
+            "/home/alice/miniconda3/envs/train/bin:/usr/local/bin:/usr/bin:/bin",
+        ),
+        ("OMP_NUM_THREADS", "8"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    NewSubmission {
+        owner_uid: 1000,
+        user: "alice".into(),
+        argv: vec![
+            "--job-name".into(),
+            format!("train-{i}"),
+            "--mem=16G".into(),
+            "--time=04:00:00".into(),
+            "-p".into(),
+            "gpu".into(),
+            "train.sh".into(),
+            format!("--seed={i}"),
+        ],
+        cwd: "/home/alice/project".into(),
+        env,
+        script_name: Some("train.sh".into()),
+        script: Some(
+            b"#!/bin/bash\n#SBATCH --output=logs/%x-%j.out\n#SBATCH --cpus-per-task=8\n\
+              srun python train.py --config configs/base.yaml \"$@\"\n"
+                .to_vec(),
+        ),
+        max_retries: 5,
+        array_tasks: None,
+    }
+}
+
+/// Builds the store: `live` chains active (spread evenly), the rest completed. Returns the
+/// live jobs, in chain order.
+fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
+    let mut s = Store::open(path).expect("create the store");
+    let now = slurm_supervisor::daemon::engine::now();
+    let start = now - chains as i64 * 30;
+    let step = (chains / live.max(1)).max(1);
+    let mut out = Vec::new();
+    for i in 0..chains {
+        let t = start + i as i64 * 30;
+        let l = s
+            .create_submission(&submission(i), t, |tag| {
+                vec![format!("--comment={tag}"), "train.sh".into()]
+            })
+            .unwrap();
+        let job = (1_000_000 + i).to_string();
+        s.launch_submitted(l.id, &job, t + 1).unwrap();
+        if i % step == 0 && out.len() < live {
+            out.push(LiveJob { job, tag: l.tag });
+            continue;
+        }
+        // One chain per submission, so the chain id is the submission id.
+        let obs = serde_json::json!({
+            "job_id": job,
+            "rows": [{"job_id": job, "job_id_raw": job, "state": "COMPLETED", "cancelled_by": null,
+                      "exit_code": {"code": 0, "signal": 0}, "node_list": "gpu017",
+                      "max_rss_bytes": null, "req_mem_bytes": 17179869184u64,
+                      "timelimit_secs": 14400, "elapsed_secs": 9876, "partition": "gpu",
+                      "restarts": null, "comment": l.tag}],
+            "stderr_tail": null,
+            "requeued_by_slurm": false,
+        });
+        s.record_ending(
+            l.submission_id,
+            1,
+            &obs,
+            &AttemptEnd {
+                slurm_state: "COMPLETED".into(),
+                exit_code: "0:0".into(),
+                nodes: Some("gpu017".into()),
+                mem: Some("16G".into()),
+                time_limit: Some("04:00:00".into()),
+            },
+            &Transition {
+                from: ChainState::Active,
+                update: ChainUpdate {
+                    state: ChainState::Completed,
+                    last_classification: Some(Classification::Completed),
+                    plan: None,
+                    not_before: None,
+                },
+                record: None,
+                effects: Vec::new(),
+            },
+            t + 1200,
+        )
+        .unwrap();
+    }
+    out
+}
+
+fn secs(d: Duration) -> String {
+    if d < Duration::from_millis(10) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else if d < Duration::from_secs(10) {
+        format!("{:.0} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+fn median(t: &[Duration]) -> Duration {
+    let mut t = t.to_vec();
+    t.sort();
+    t.get(t.len() / 2).copied().unwrap_or_default()
+}
+
+fn max(t: &[Duration]) -> Duration {
+    t.iter().max().copied().unwrap_or_default()
+}
+
+fn spread(t: &[Duration]) -> String {
+    let mut t = t.to_vec();
+    t.sort();
+    format!(
+        "median {}, min {}, max {} ({} runs)",
+        secs(t[t.len() / 2]),
+        secs(t[0]),
+        secs(t[t.len() - 1]),
+        t.len()
+    )
+}
