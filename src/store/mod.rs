@@ -705,7 +705,24 @@ impl Store {
 
     /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
     /// under `job_id_task`) and their chains active.
+    ///
+    /// This commit is not synced to disk on its own (the next synced one carries it): what
+    /// it records can be found again in Slurm by the launch's tag, which is how a launch
+    /// left as an intent is settled after a crash. The intent itself was synced before
+    /// sbatch ran.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
+        let lazy = self.conn.is_autocommit();
+        if lazy {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        let done = self.launch_submitted_now(launch_id, job_id, now);
+        if lazy {
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        done
+    }
+
+    fn launch_submitted_now(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
         let tx = self.conn.savepoint()?;
         tx.execute(
             "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
@@ -1197,8 +1214,10 @@ impl Store {
     /// The unfinished chains (other than `chain_id`) whose submission waits, with
     /// `--dependency`, on one of `chain_id`'s jobs or on the whole array one belongs to.
     pub fn dependents_of(&self, chain_id: i64) -> Result<Vec<i64>> {
+        // CROSS JOIN keeps the dependency rows (usually none) as the outer loop: the other
+        // order walks every unfinished chain.
         let mut q = self.conn.prepare_cached(&format!(
-            "SELECT DISTINCT c.id FROM dependencies d JOIN chains c ON c.submission_id = d.submission_id
+            "SELECT DISTINCT c.id FROM dependencies d CROSS JOIN chains c ON c.submission_id = d.submission_id
              WHERE d.job_id IN (SELECT slurm_job_id FROM attempts WHERE chain_id = ?1 AND slurm_job_id IS NOT NULL
                                 UNION SELECT slurm_base_id FROM attempts WHERE chain_id = ?1 AND slurm_base_id IS NOT NULL)
                AND c.state IN ({}) AND c.id != ?1
