@@ -372,4 +372,8 @@ fn an_address_in_use_stops_the_daemon_naming_the_key() {
         )),
         "{stderr}"
     );
+    assert!(
+        !dir.path().join("state/supervisor.sock").exists(),
+        "the control socket was left behind"
+    );
 }

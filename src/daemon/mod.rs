@@ -177,6 +177,18 @@ pub async fn run<S: Slurm + Clone + 'static>(
         source,
     })?;
     let store = Store::open(&config.db_path())?;
+    // The metrics endpoint, if asked for, beside the control socket: scrapes read the
+    // store over their own read-only connection and never wait for this loop. Bound
+    // before the socket, so an address that cannot be had leaves nothing behind.
+    let metrics_listener = match config.metrics.listen {
+        None => None,
+        Some(addr) => Some((
+            addr,
+            crate::metrics::http::bind(addr)
+                .await
+                .map_err(|source| DaemonError::Metrics { addr, source })?,
+        )),
+    };
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
         path: config.socket.clone(),
         source,
@@ -189,14 +201,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
         config.limits.clone(),
         config.db_path(),
     ));
-    // The metrics endpoint, if asked for, beside the control socket: scrapes read the
-    // store over their own read-only connection and never wait for this loop.
-    let (metrics_server, scraper) = match config.metrics.listen {
+    let (metrics_server, scraper) = match metrics_listener {
         None => (None, None),
-        Some(addr) => {
-            let listener = crate::metrics::http::bind(addr)
-                .await
-                .map_err(|source| DaemonError::Metrics { addr, source })?;
+        Some((addr, listener)) => {
             let scraper = std::sync::Arc::new(crate::metrics::Scraper::new(&config));
             info!(%addr, "serving metrics at /metrics");
             (
