@@ -112,6 +112,28 @@ fn main() {
         &cycle,
     );
 
+    // (f) A metrics scrape (`[metrics] listen`): the first reads every decision record
+    // once, later ones only the records written since.
+    let config = slurm_supervisor::config::Config::parse(
+        &format!("state_dir = {:?}\n", state_dir.display().to_string()),
+        None,
+    )
+    .unwrap();
+    let scraper = slurm_supervisor::metrics::Scraper::new(&config);
+    let t = Instant::now();
+    let text = scraper.scrape().expect("scrape");
+    report("(f) first metrics scrape", &[t.elapsed()]);
+    let mut later = Vec::new();
+    for _ in 0..REPEATS {
+        let t = Instant::now();
+        scraper.scrape().expect("scrape");
+        later.push(t.elapsed());
+    }
+    report(
+        &format!("(f) later metrics scrapes ({} bytes)", text.len()),
+        &later,
+    );
+
     // (c) and (d): the real daemon.
     match binaries() {
         Some((daemon, ctl)) => end_to_end(measure.path(), &state_dir, &daemon, &ctl),

@@ -382,6 +382,21 @@ impl LimitsConfig {
     }
 }
 
+/// The Prometheus endpoint (off unless `listen` is set).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetrics {
+    listen: Option<toml::Spanned<String>>,
+}
+
+/// Where `GET /metrics` is served; `None` (the default) serves nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// An IP address and a port, e.g. `127.0.0.1:9464`. The endpoint has no
+    /// authentication: anyone who can reach the address can read the counts.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -402,6 +417,8 @@ struct RawConfig {
     agent: AgentConfig,
     #[serde(default)]
     limits: LimitsConfig,
+    #[serde(default)]
+    metrics: RawMetrics,
     #[serde(default)]
     rules: Vec<RawRule>,
 }
@@ -458,6 +475,7 @@ pub struct Config {
     pub quarantine: QuarantineConfig,
     pub agent: AgentConfig,
     pub limits: LimitsConfig,
+    pub metrics: MetricsConfig,
     pub rules: Vec<Rule>,
 }
 
@@ -685,6 +703,30 @@ impl Config {
             }
         }
 
+        // A socket address, and one a scraper can find again: port 0 would pick a
+        // different port at every start.
+        let metrics_listen = match &raw.metrics.listen {
+            None => None,
+            Some(s) => {
+                let addr: std::net::SocketAddr = s.get_ref().trim().parse().map_err(|_| {
+                    invalid(
+                        Some(s.span()),
+                        format!(
+                            "metrics.listen = {:?} is not a socket address: write an IP address and a port, e.g. \"127.0.0.1:9464\"",
+                            s.get_ref()
+                        ),
+                    )
+                })?;
+                if addr.port() == 0 {
+                    return Err(invalid(
+                        Some(s.span()),
+                        "metrics.listen must name a port between 1 and 65535, e.g. \"127.0.0.1:9464\"".into(),
+                    ));
+                }
+                Some(addr)
+            }
+        };
+
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
         let socket = raw
             .socket
@@ -722,6 +764,9 @@ impl Config {
             quarantine: raw.quarantine,
             agent: raw.agent,
             limits: raw.limits,
+            metrics: MetricsConfig {
+                listen: metrics_listen,
+            },
             rules,
         })
     }
@@ -805,10 +850,28 @@ mod tests {
                 "limits.request_timeout",
             ),
             ("[escalation]\nmem_max = \"99999T\"", "escalation.mem_max"),
+            ("[metrics]\nlisten = \"localhost\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"127.0.0.1:0\"", "metrics.listen"),
+            ("[metrics]\nlisten = 9464", "invalid type"),
+            ("[metrics]\nlistn = \"127.0.0.1:9464\"", "unknown field"),
         ] {
             let err = Config::parse(text, None).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn metrics_are_off_unless_an_address_is_given() {
+        assert_eq!(Config::defaults().metrics.listen, None);
+        let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n", None).unwrap();
+        assert_eq!(c.metrics.listen, Some("[::1]:9464".parse().unwrap()));
+        let err = Config::parse(
+            "poll_interval = \"2s\"\n[metrics]\nlisten = \"localhost:9464\"\n",
+            Some(Path::new("c.toml")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("c.toml:3:10: metrics.listen"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod daemon_main;
 pub mod failpoint;
 pub mod mcp;
+pub mod metrics;
 pub mod model;
 pub mod notify;
 pub mod osbytes;

@@ -51,6 +51,12 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot serve metrics on {addr} (metrics.listen): {source}; choose a free address or remove [metrics] listen")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -171,6 +177,18 @@ pub async fn run<S: Slurm + Clone + 'static>(
         source,
     })?;
     let store = Store::open(&config.db_path())?;
+    // The metrics endpoint, if asked for, beside the control socket: scrapes read the
+    // store over their own read-only connection and never wait for this loop. Bound
+    // before the socket, so an address that cannot be had leaves nothing behind.
+    let metrics_listener = match config.metrics.listen {
+        None => None,
+        Some(addr) => Some((
+            addr,
+            crate::metrics::http::bind(addr)
+                .await
+                .map_err(|source| DaemonError::Metrics { addr, source })?,
+        )),
+    };
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
         path: config.socket.clone(),
         source,
@@ -183,10 +201,24 @@ pub async fn run<S: Slurm + Clone + 'static>(
         config.limits.clone(),
         config.db_path(),
     ));
+    let (metrics_server, scraper) = match metrics_listener {
+        None => (None, None),
+        Some((addr, listener)) => {
+            let scraper = std::sync::Arc::new(crate::metrics::Scraper::new(&config));
+            info!(%addr, "serving metrics at /metrics");
+            (
+                Some(tokio::spawn(crate::metrics::http::serve(
+                    listener,
+                    scraper.clone(),
+                ))),
+                Some(scraper),
+            )
+        }
+    };
     let mut engine = Engine::new(config, store, slurm);
 
     // READY only after the store is open and the first reconciliation ran.
-    if let Err(e) = engine.cycle().await {
+    if let Err(e) = timed_cycle(&mut engine).await {
         error!("first cycle failed: {e}");
         if e.is_corruption() {
             return Err(e.into());
@@ -207,7 +239,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let result = loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {
-                if let Err(e) = engine.cycle().await {
+                if let Err(e) = timed_cycle(&mut engine).await {
                     error!("poll cycle failed: {e}; trying again next cycle");
                     if e.is_corruption() {
                         break Err(e.into());
@@ -263,7 +295,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             },
             ev = events.recv() => match ev {
-                Some(Event::Reload) => reload(&mut engine),
+                Some(Event::Reload) => {
+                    reload(&mut engine);
+                    if let Some(s) = &scraper {
+                        s.set_config(engine.config());
+                    }
+                }
                 Some(Event::Shutdown) | None => break Ok(()),
             },
         }
@@ -271,7 +308,18 @@ pub async fn run<S: Slurm + Clone + 'static>(
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
     server.abort();
+    if let Some(m) = metrics_server {
+        m.abort();
+    }
     let _ = std::fs::remove_file(&socket_path);
+    result
+}
+
+/// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news).
+async fn timed_cycle<S: Slurm>(engine: &mut Engine<S>) -> Result<(), StoreError> {
+    let start = std::time::Instant::now();
+    let result = engine.cycle().await;
+    crate::metrics::observe_cycle(start.elapsed());
     result
 }
 
@@ -286,17 +334,24 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
             if new.state_dir != engine.config().state_dir || new.socket != engine.config().socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
+            if new.metrics != engine.config().metrics {
+                warn!(
+                    "metrics.listen changes take effect only after a restart; keeping the old one"
+                );
+            }
             // The control socket holds the limits it started with; the loop keeps the same
             // ones, so one set is in force until a restart.
             let keep = (
                 engine.config().state_dir.clone(),
                 engine.config().socket.clone(),
                 engine.config().limits.clone(),
+                engine.config().metrics.clone(),
             );
             engine.set_config(Config {
                 state_dir: keep.0,
                 socket: keep.1,
                 limits: keep.2,
+                metrics: keep.3,
                 ..new
             });
             info!(path = %path.display(), "config reloaded");

@@ -129,7 +129,24 @@ impl SlurmCli {
         }
     }
 
+    /// Runs one Slurm command, and counts it for the metrics (`crate::metrics`): every
+    /// command goes through here.
     async fn run(
+        &self,
+        name: &str,
+        args: &[impl AsRef<std::ffi::OsStr>],
+        timeout: Duration,
+        setup: impl FnOnce(&mut Command),
+        stdin: Option<&[u8]>,
+    ) -> Result<Ran, SlurmError> {
+        let start = std::time::Instant::now();
+        let ran = self.run_unmetered(name, args, timeout, setup, stdin).await;
+        let ok = matches!(&ran, Ok(r) if r.code == Some(0));
+        crate::metrics::slurm_command(name, ok, start.elapsed());
+        ran
+    }
+
+    async fn run_unmetered(
         &self,
         name: &str,
         args: &[impl AsRef<std::ffi::OsStr>],

@@ -3,12 +3,15 @@
 //! Every state change that must survive a crash is one transaction. The write-ahead
 //! intent of a launch (see `schema.rs`) is committed before sbatch runs.
 
+mod metrics;
 mod schema;
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 use std::path::Path;
+
+pub use metrics::DecisionTally;
 
 /// A store failure. The daemon treats these as fatal for the operation at hand and never
 /// as a fact about a job.

@@ -1,0 +1,448 @@
+//! Metrics for Prometheus: `GET /metrics` on `[metrics] listen` (off by default).
+//!
+//! Two kinds of values are served:
+//! - counted in this process as things happen: every Slurm command run (`slurm::cli`
+//!   calls [`slurm_command`]) and every poll cycle's duration (the daemon's loop calls
+//!   [`observe_cycle`]). They live in process-wide statics because the code that runs
+//!   Slurm commands is built far from the daemon and called from the engine; a
+//!   histogram's update is a few atomic additions, never a lock held across I/O;
+//! - read from the store when a scrape comes, on a blocking thread, over the scraper's
+//!   own read-only connection (never the loop's writer): chains by state, the breaker's
+//!   count, quarantined nodes, and the totals of decision records. Decisions are
+//!   append-only, so those totals are kept here and each scrape reads only the records
+//!   written since the one before (the first scrape reads them all, once).
+//!
+//! The exposition is the OpenMetrics text format, which Prometheus scrapes natively.
+
+pub mod http;
+
+use crate::config::Config;
+use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::store::{Store, StoreError};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+/// Every metric's name starts with this.
+pub const PREFIX: &str = "slurm_supervisor";
+
+/// The Slurm commands the daemon runs; their series exist (at 0) before the first call,
+/// so `rate()` sees the first one.
+const SLURM_COMMANDS: &[&str] = &["sbatch", "squeue", "sacct", "scancel", "sinfo", "scontrol"];
+
+/// Upper bounds (seconds) of the Slurm command latency buckets: a healthy controller
+/// answers in tens of milliseconds, a sick one runs into `slurm.command_timeout` (30 s
+/// by default, at most a day).
+const COMMAND_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// Upper bounds (seconds) of the poll cycle buckets: a cycle is one squeue, some sacct
+/// and the store's writes, so mostly the commands' time.
+const CYCLE_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommandLabel {
+    command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassificationLabel {
+    classification: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    class: &'static str,
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabel {
+    node: String,
+}
+
+fn command_histogram() -> Histogram {
+    Histogram::new(COMMAND_BUCKETS.iter().copied())
+}
+
+/// What this process counted itself. The families are handles on shared counts: a
+/// clone registered in a scrape's registry shows the same values.
+struct Live {
+    slurm_calls: Family<CommandLabel, Counter>,
+    slurm_failures: Family<CommandLabel, Counter>,
+    slurm_seconds: Family<CommandLabel, Histogram, fn() -> Histogram>,
+    cycle_seconds: Histogram,
+}
+
+static LIVE: LazyLock<Live> = LazyLock::new(|| {
+    let live = Live {
+        slurm_calls: Family::default(),
+        slurm_failures: Family::default(),
+        slurm_seconds: Family::new_with_constructor(command_histogram),
+        cycle_seconds: Histogram::new(CYCLE_BUCKETS.iter().copied()),
+    };
+    for c in SLURM_COMMANDS {
+        let label = CommandLabel {
+            command: (*c).to_string(),
+        };
+        drop(live.slurm_calls.get_or_create(&label));
+        drop(live.slurm_failures.get_or_create(&label));
+        drop(live.slurm_seconds.get_or_create(&label));
+    }
+    live
+});
+
+/// Counts one run of a Slurm command: `ok` is false when it did not exit 0 (a non-zero
+/// exit, a signal, a timeout, or a failure to start it).
+pub fn slurm_command(command: &str, ok: bool, elapsed: Duration) {
+    let label = CommandLabel {
+        command: command.to_string(),
+    };
+    LIVE.slurm_calls.get_or_create(&label).inc();
+    if !ok {
+        LIVE.slurm_failures.get_or_create(&label).inc();
+    }
+    LIVE.slurm_seconds
+        .get_or_create(&label)
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Records how long one poll cycle took.
+pub fn observe_cycle(elapsed: Duration) {
+    LIVE.cycle_seconds.observe(elapsed.as_secs_f64());
+}
+
+/// The totals of decision records read so far, and how far they go.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    /// The newest decision record counted.
+    pub seen: i64,
+    /// Endings the supervisor judged (its own records about an observation).
+    pub endings: HashMap<Classification, u64>,
+    /// Every record, by recovery class and action.
+    pub decisions: HashMap<(RecoveryClass, Action), u64>,
+    /// Resolutions by an agent or a person (resubmit, fail, hold).
+    pub resolutions: HashMap<Action, u64>,
+    /// The chains an agent or a person resubmitted.
+    pub resubmitted: BTreeSet<i64>,
+}
+
+impl Totals {
+    /// Adds the decision records written since the last call.
+    pub fn catch_up(&mut self, store: &Store) -> Result<(), StoreError> {
+        let upto = store.last_decision_id()?;
+        if upto <= self.seen {
+            return Ok(());
+        }
+        // Both read before anything is added, so a failed read counts nothing twice.
+        let tallies = store.decision_tallies(self.seen, upto)?;
+        let resubmitted = store.chains_resubmitted_by_resolution(self.seen, upto)?;
+        for t in tallies {
+            if t.by_supervisor && t.observed {
+                *self.endings.entry(t.classification).or_default() += t.count;
+            }
+            *self.decisions.entry((t.class, t.action)).or_default() += t.count;
+            if !t.by_supervisor && is_resolution(t.action) {
+                *self.resolutions.entry(t.action).or_default() += t.count;
+            }
+        }
+        self.resubmitted.extend(resubmitted);
+        self.seen = upto;
+        Ok(())
+    }
+}
+
+/// The actions that resolve a chain waiting in `pending_failed` (a cancel is the user's
+/// own, not a resolution).
+fn is_resolution(a: Action) -> bool {
+    matches!(a, Action::Resubmit | Action::Fail | Action::Hold)
+}
+
+/// Everything a scrape reads from the store and the disk, at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub chains: HashMap<ChainState, u64>,
+    pub totals: Totals,
+    /// The chains an agent or a person resubmitted, by the state they are in now.
+    pub resubmitted_by_state: HashMap<ChainState, u64>,
+    /// Infrastructure failures within `breaker.window`.
+    pub infra_failures: u32,
+    pub quarantined: Vec<String>,
+    /// The database file and its write-ahead log.
+    pub store_bytes: u64,
+}
+
+impl Snapshot {
+    /// Reads the store (in one read transaction) as of `now`, bringing `totals` up to date.
+    pub fn read(
+        store: &Store,
+        totals: &mut Totals,
+        config: &Config,
+        db_path: &Path,
+        now: i64,
+    ) -> Result<Snapshot, StoreError> {
+        store.read_snapshot(|store| {
+            totals.catch_up(store)?;
+            let resubmitted: Vec<i64> = totals.resubmitted.iter().copied().collect();
+            let q = &config.quarantine;
+            let failures = store.node_failures_since(
+                now - q.window.0.as_secs() as i64 - q.duration.0.as_secs() as i64,
+            )?;
+            Ok(Snapshot {
+                chains: store.chain_counts_by_state()?.into_iter().collect(),
+                totals: totals.clone(),
+                resubmitted_by_state: store
+                    .chain_counts_by_state_of(&resubmitted)?
+                    .into_iter()
+                    .collect(),
+                infra_failures: store
+                    .infra_failures_since(now - config.breaker.window.0.as_secs() as i64)?,
+                quarantined: crate::policy::quarantined(&failures, config, now),
+                store_bytes: store_bytes(db_path),
+            })
+        })
+    }
+}
+
+/// The size of the store on disk: the database file and its write-ahead log (a file
+/// that is not there counts 0).
+fn store_bytes(db: &Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    [db.to_path_buf(), PathBuf::from(wal)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn gauge(v: u64) -> Gauge {
+    let g = Gauge::default();
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    g
+}
+
+/// The exposition of `snap` and of this process's own counts, with `config`'s breaker.
+pub fn encode(snap: &Snapshot, config: &Config) -> String {
+    let mut r = Registry::with_prefix(PREFIX);
+
+    let chains = Family::<StateLabel, Gauge>::default();
+    for s in ChainState::ALL {
+        let n = snap.chains.get(s).copied().unwrap_or(0);
+        chains
+            .get_or_create(&StateLabel { state: s.as_str() })
+            .set(n as i64);
+    }
+    r.register("chains", "Chains in each state, now", chains);
+
+    let endings = Family::<ClassificationLabel, Counter>::default();
+    for c in Classification::ALL {
+        let n = snap.totals.endings.get(c).copied().unwrap_or(0);
+        endings
+            .get_or_create(&ClassificationLabel {
+                classification: c.as_str(),
+            })
+            .inc_by(n);
+    }
+    r.register(
+        "endings",
+        "Attempt endings the supervisor judged, by classification (its decision records about an observation, Slurm's requeues included); a success leaves no decision record, so completed chains are in chains{state=\"completed\"}",
+        endings,
+    );
+
+    let decisions = Family::<DecisionLabel, Counter>::default();
+    for class in RecoveryClass::ALL {
+        for action in Action::ALL {
+            let n = snap
+                .totals
+                .decisions
+                .get(&(*class, *action))
+                .copied()
+                .unwrap_or(0);
+            decisions
+                .get_or_create(&DecisionLabel {
+                    class: class.as_str(),
+                    action: action.as_str(),
+                })
+                .inc_by(n);
+        }
+    }
+    r.register(
+        "decisions",
+        "Decision records, by anyone, by recovery class (R1 automatic, R2 escalated, R3 forbidden) and action",
+        decisions,
+    );
+
+    let resolutions = Family::<ActionLabel, Counter>::default();
+    for a in [Action::Resubmit, Action::Fail, Action::Hold] {
+        let n = snap.totals.resolutions.get(&a).copied().unwrap_or(0);
+        resolutions
+            .get_or_create(&ActionLabel { action: a.as_str() })
+            .inc_by(n);
+    }
+    r.register(
+        "resolutions",
+        "Resolutions of failed chains by an agent or a person (decisions whose actor is not the supervisor), by action",
+        resolutions,
+    );
+
+    let resubmitted = Family::<StateLabel, Gauge>::default();
+    for s in ChainState::ALL {
+        let n = snap.resubmitted_by_state.get(s).copied().unwrap_or(0);
+        resubmitted
+            .get_or_create(&StateLabel { state: s.as_str() })
+            .set(n as i64);
+    }
+    r.register(
+        "resolution_resubmitted_chains",
+        "Chains an agent or a person resubmitted, by the state they are in now (completed: the retry they asked for worked)",
+        resubmitted,
+    );
+
+    r.register(
+        "slurm_commands",
+        "Slurm commands run, by command",
+        LIVE.slurm_calls.clone(),
+    );
+    r.register(
+        "slurm_command_failures",
+        "Slurm commands that did not exit 0 (non-zero exit, signal, timeout, or could not be started), by command; squeue and scancel also exit non-zero for job ids Slurm no longer knows",
+        LIVE.slurm_failures.clone(),
+    );
+    r.register_with_unit(
+        "slurm_command_duration",
+        "How long Slurm commands took, from start to exit, by command",
+        Unit::Seconds,
+        LIVE.slurm_seconds.clone(),
+    );
+    r.register_with_unit(
+        "poll_cycle_duration",
+        "How long each poll cycle took (squeue, sacct, judging endings, launching due retries)",
+        Unit::Seconds,
+        LIVE.cycle_seconds.clone(),
+    );
+
+    let b = &config.breaker;
+    r.register(
+        "breaker_infra_failures",
+        "Infrastructure failures (node_fail, boot_fail, transient) across all chains within breaker.window",
+        gauge(u64::from(snap.infra_failures)),
+    );
+    r.register(
+        "breaker_threshold",
+        "breaker.threshold: infrastructure failures within the window that stop automatic retries of them (0: the breaker is off)",
+        gauge(u64::from(b.threshold)),
+    );
+    let open = b.threshold > 0 && snap.infra_failures >= b.threshold;
+    r.register(
+        "breaker_open",
+        "1 while the infrastructure failures within breaker.window are at or over breaker.threshold (such failures are escalated, not retried), else 0",
+        gauge(u64::from(open)),
+    );
+
+    r.register(
+        "quarantined_nodes",
+        "Nodes quarantined now (excluded from every retry)",
+        gauge(snap.quarantined.len() as u64),
+    );
+    let nodes = Family::<NodeLabel, Gauge>::default();
+    for n in &snap.quarantined {
+        nodes.get_or_create(&NodeLabel { node: n.clone() }).set(1);
+    }
+    r.register(
+        "quarantined_node",
+        "1 for each node quarantined now, named by the node label",
+        nodes,
+    );
+
+    r.register_with_unit(
+        "store_size",
+        "Size of the store on disk: the SQLite file and its write-ahead log",
+        Unit::Bytes,
+        gauge(snap.store_bytes),
+    );
+
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r)
+        .expect("encoding into a String cannot fail");
+    out
+}
+
+/// Answers scrapes: the scraper's read connection and the totals, behind one lock, so
+/// scrapes run one at a time and never on the daemon's loop.
+pub struct Scraper {
+    db_path: PathBuf,
+    config: Mutex<Arc<Config>>,
+    state: Mutex<ScrapeState>,
+}
+
+#[derive(Default)]
+struct ScrapeState {
+    store: Option<Store>,
+    totals: Totals,
+}
+
+impl Scraper {
+    pub fn new(config: &Config) -> Scraper {
+        Scraper {
+            db_path: config.db_path(),
+            config: Mutex::new(Arc::new(config.clone())),
+            state: Mutex::default(),
+        }
+    }
+
+    /// A reloaded config: the breaker and quarantine settings scrapes use from now on.
+    pub fn set_config(&self, config: &Config) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(config.clone());
+    }
+
+    /// One scrape's exposition (blocking: call it on a blocking thread).
+    pub fn scrape(&self) -> Result<String, StoreError> {
+        let config = self
+            .config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = &mut *guard;
+        let store = match state.store.take() {
+            Some(s) => s,
+            None => Store::open_reader(&self.db_path)?,
+        };
+        let snap = Snapshot::read(
+            &store,
+            &mut state.totals,
+            &config,
+            &self.db_path,
+            crate::daemon::engine::now(),
+        );
+        // A connection that failed is opened anew next time.
+        if snap.is_ok() {
+            state.store = Some(store);
+        }
+        Ok(encode(&snap?, &config))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+//! Read-only counts for the Prometheus endpoint (`crate::metrics`). Each is either an
+//! indexed query or reads only decision records it has not read before (decisions are
+//! append-only, so a total once counted never changes).
+
+use super::{parse_name, Result, Store};
+use crate::model::{Action, ChainState, Classification, RecoveryClass};
+
+/// How many decision records share these facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionTally {
+    pub classification: Classification,
+    pub class: RecoveryClass,
+    pub action: Action,
+    /// Made by the supervisor itself (not an agent or a person).
+    pub by_supervisor: bool,
+    /// Made about an ending Slurm reported (the record points at an observation).
+    pub observed: bool,
+    pub count: u64,
+}
+
+impl Store {
+    /// Runs `f` inside one read transaction, so every query it makes sees the same
+    /// moment of the store.
+    pub fn read_snapshot<T>(&self, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
+        let tx = self.conn.unchecked_transaction()?;
+        let out = f(self)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// How many chains are in each state (only the states that have any). Counted on
+    /// the `chains_by_state` index, without reading the chains.
+    pub fn chain_counts_by_state(&self) -> Result<Vec<(ChainState, u64)>> {
+        let mut q = self
+            .conn
+            .prepare_cached("SELECT state, COUNT(*) FROM chains GROUP BY state")?;
+        let rows = q.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?;
+        rows.map(|r| {
+            let (s, n) = r?;
+            Ok((parse_name(&s)?, n))
+        })
+        .collect()
+    }
+
+    /// The id of the newest decision record, 0 when there is none (a rowid lookup).
+    pub fn last_decision_id(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM decisions")?
+            .query_row([], |r| r.get(0))?)
+    }
+
+    /// Decision records with `after < id <= upto`, counted by their facts. A range of
+    /// the rowid: the cost is that of the records in it (the first call, from 0, reads
+    /// every record once).
+    pub fn decision_tallies(&self, after: i64, upto: i64) -> Result<Vec<DecisionTally>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT classification, class, action, actor = 'supervisor', observation_id IS NOT NULL, COUNT(*)
+             FROM decisions WHERE id > ?1 AND id <= ?2 GROUP BY 1, 2, 3, 4, 5",
+        )?;
+        let rows = q.query_map([after, upto], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, bool>(3)?,
+                r.get::<_, bool>(4)?,
+                r.get::<_, u64>(5)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (classification, class, action, by_supervisor, observed, count) = r?;
+            Ok(DecisionTally {
+                classification: parse_name(&classification)?,
+                class: parse_name(&class)?,
+                action: parse_name(&action)?,
+                by_supervisor,
+                observed,
+                count,
+            })
+        })
+        .collect()
+    }
+
+    /// The chains an agent or a person resubmitted (a `resubmit` decision whose actor is
+    /// not the supervisor) among the decision records with `after < id <= upto`.
+    pub fn chains_resubmitted_by_resolution(&self, after: i64, upto: i64) -> Result<Vec<i64>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT DISTINCT chain_id FROM decisions
+             WHERE id > ?1 AND id <= ?2 AND actor <> 'supervisor' AND action = 'resubmit'",
+        )?;
+        let rows = q.query_map([after, upto], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// How many of the chains `ids` are in each state (one rowid lookup per id).
+    pub fn chain_counts_by_state_of(&self, ids: &[i64]) -> Result<Vec<(ChainState, u64)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(ids).expect("ids serialize");
+        let mut q = self.conn.prepare_cached(
+            "SELECT state, COUNT(*) FROM chains WHERE id IN (SELECT value FROM json_each(?1)) GROUP BY state",
+        )?;
+        let rows = q.query_map([ids], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?;
+        rows.map(|r| {
+            let (s, n) = r?;
+            Ok((parse_name(&s)?, n))
+        })
+        .collect()
+    }
+}
