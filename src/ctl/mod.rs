@@ -436,3 +436,41 @@ pub fn shell_quote(s: &str) -> String {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `completions` answers without reading a config, so it works where the config is
+    /// broken or absent (a package's post-install, a fresh account).
+    #[test]
+    fn completions_need_no_config() {
+        let cli = Cli::try_parse_from([
+            "supervisorctl",
+            "--config",
+            "/nonexistent/supervisor.toml",
+            "completions",
+            "bash",
+        ])
+        .unwrap();
+        assert_eq!(main_with(cli), 0);
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            write_completions(shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for word in ["supervisorctl", "submit", "classify", "completions"] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+    }
+}
