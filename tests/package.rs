@@ -387,4 +387,11 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
         !exists("/etc/slurm-supervisor"),
         "the purge left /etc/slurm-supervisor"
     );
+    // Nor any trace of the unit: a mask from `dpkg -r`, deb-systemd-helper's records.
+    let traces: Vec<PathBuf> = ["/etc/systemd", "/var/lib/systemd"]
+        .iter()
+        .flat_map(|d| common::system::files_under(Path::new(d)))
+        .filter(|p| p.to_string_lossy().contains("slurm-supervisord"))
+        .collect();
+    assert!(traces.is_empty(), "the purge left {traces:?}");
 }
