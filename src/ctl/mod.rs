@@ -140,6 +140,19 @@ pub enum Command {
     Validate,
     /// Serve the Model Context Protocol on stdin/stdout, for AI agents (docs/agents.md).
     Mcp,
+    /// Print the shell completion script for supervisorctl, e.g.
+    /// `supervisorctl completions bash > ~/.local/share/bash-completion/completions/supervisorctl`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes `supervisorctl`'s completion script for `shell`. The Debian package ships the
+/// same scripts (`examples/package-assets.rs` calls this).
+pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut cmd, "supervisorctl", out);
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
@@ -210,6 +223,11 @@ fn print_json(v: &Value) {
 
 /// Runs the command line; returns the process exit code.
 pub fn main_with(cli: Cli) -> i32 {
+    // Completions need no config: they are printed even where the config is broken.
+    if let Command::Completions { shell } = cli.command {
+        write_completions(shell, &mut std::io::stdout().lock());
+        return 0;
+    }
     let config = match load_config(cli.config.as_ref()) {
         Ok(c) => c,
         Err(code) => return code,
@@ -227,6 +245,7 @@ pub fn main_with(cli: Cli) -> i32 {
             return 0;
         }
         Command::Mcp => return crate::mcp::serve(config.socket.clone()),
+        Command::Completions { .. } => unreachable!("answered before the config is read"),
         Command::Submit {
             ref sbatch,
             max_retries,
@@ -415,5 +434,43 @@ pub fn shell_quote(s: &str) -> String {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `completions` answers without reading a config, so it works where the config is
+    /// broken or absent (a package's post-install, a fresh account).
+    #[test]
+    fn completions_need_no_config() {
+        let cli = Cli::try_parse_from([
+            "supervisorctl",
+            "--config",
+            "/nonexistent/supervisor.toml",
+            "completions",
+            "bash",
+        ])
+        .unwrap();
+        assert_eq!(main_with(cli), 0);
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            write_completions(shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for word in ["supervisorctl", "submit", "classify", "completions"] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
     }
 }
