@@ -237,19 +237,38 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut next = Instant::now() + engine.next_interval();
     let result = loop {
+        // What is waiting is served before a new cycle starts (a submit's answer, a
+        // request), so none of it waits behind a whole cycle; requests give way once the
+        // cycle is overdue by a poll interval, so a flood of them cannot stop polling.
+        let overdue = Instant::now() > next + engine.config().poll_interval;
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {
-                if let Err(e) = timed_cycle(&mut engine).await {
-                    error!("poll cycle failed: {e}; trying again next cycle");
-                    if e.is_corruption() {
-                        break Err(e.into());
+            biased;
+            ev = events.recv() => match ev {
+                Some(Event::Reload) => {
+                    reload(&mut engine);
+                    if let Some(s) = &scraper {
+                        s.set_config(engine.config());
                     }
                 }
-                dispatch(&mut engine, &mut in_flight);
-                agent.maybe_start(&engine);
-                next = Instant::now() + engine.next_interval();
-            }
-            Some(ctl) = ctl_rx.recv() => {
+                Some(Event::Shutdown) | None => break Ok(()),
+            },
+            Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
+                Landing::Submit(p, outcome, reply) => {
+                    engine.end_flight(p.launch.id);
+                    let response = requests::finish_submit(&mut engine, &p, outcome);
+                    let _ = reply.send(response);
+                }
+                Landing::Retry(f, outcome) => {
+                    if let Err(e) = engine.land(&f, outcome) {
+                        // The launch stays an intent; reconciliation settles it by its tag.
+                        error!(tag = %f.launch.tag, "cannot record what a retry's sbatch answered: {e}");
+                        if e.is_corruption() {
+                            break Err(e.into());
+                        }
+                    }
+                }
+            },
+            Some(ctl) = ctl_rx.recv(), if !overdue => {
                 if let crate::protocol::Request::Submit(r) = ctl.request {
                     // The sbatch runs beside the loop: a slow one (a busy controller, or
                     // a user's environment that makes it wait) holds up no one else.
@@ -278,31 +297,17 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     dispatch(&mut engine, &mut in_flight);
                 }
             }
-            Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
-                Landing::Submit(p, outcome, reply) => {
-                    engine.end_flight(p.launch.id);
-                    let response = requests::finish_submit(&mut engine, &p, outcome);
-                    let _ = reply.send(response);
-                }
-                Landing::Retry(f, outcome) => {
-                    if let Err(e) = engine.land(&f, outcome) {
-                        // The launch stays an intent; reconciliation settles it by its tag.
-                        error!(tag = %f.launch.tag, "cannot record what a retry's sbatch answered: {e}");
-                        if e.is_corruption() {
-                            break Err(e.into());
-                        }
+            _ = tokio::time::sleep_until(next) => {
+                if let Err(e) = timed_cycle(&mut engine).await {
+                    error!("poll cycle failed: {e}; trying again next cycle");
+                    if e.is_corruption() {
+                        break Err(e.into());
                     }
                 }
-            },
-            ev = events.recv() => match ev {
-                Some(Event::Reload) => {
-                    reload(&mut engine);
-                    if let Some(s) = &scraper {
-                        s.set_config(engine.config());
-                    }
-                }
-                Some(Event::Shutdown) | None => break Ok(()),
-            },
+                dispatch(&mut engine, &mut in_flight);
+                agent.maybe_start(&engine);
+                next = Instant::now() + engine.next_interval();
+            }
         }
     };
     info!("stopping");
