@@ -348,3 +348,15 @@ fn a_job_slurm_lost_is_escalated_not_guessed() {
     assert_eq!(dec["reason_code"], "job_lost", "{h:#}");
     assert_eq!(fake.sbatch_calls().len(), 1, "nothing resubmitted");
 }
+
+#[test]
+fn a_clean_stop_leaves_the_store_in_one_file() {
+    let (mut d, _fake) = start("", &[]);
+    d.submit(&["--wrap", "true"]);
+    // A read keeps a read-only connection open in the daemon until it stops.
+    assert!(d.ctl(&["status", "--json"]).status.success());
+    assert!(d.stop().success());
+    let wal = d.state_dir().join("supervisor.db-wal");
+    let left = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(left, 0, "everything committed is in supervisor.db itself");
+}

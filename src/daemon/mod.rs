@@ -317,6 +317,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
         m.abort();
     }
     let _ = std::fs::remove_file(&socket_path);
+    // Everything committed goes into the database file itself, so the store is one file
+    // again when the daemon is stopped (read connections may still be open, which would
+    // keep SQLite from doing it when the last connection closes).
+    if let Err(e) = engine.store_mut().checkpoint() {
+        warn!("cannot fold the write-ahead log into the store at shutdown: {e}");
+    }
     result
 }
 

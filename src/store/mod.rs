@@ -21,6 +21,8 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("state database holds a value it cannot read: {0}")]
     Corrupt(String),
+    #[error("state database is busy: {0}")]
+    Busy(String),
     #[error("state database schema version {found} is newer than this program knows ({known}); upgrade slurm-supervisor")]
     TooNew { found: i64, known: i64 },
     #[error("{path} is not a healthy slurm-supervisor store: {why}; it was left as it is: restore it from a backup, or move it away to start with an empty store")]
@@ -1093,6 +1095,22 @@ impl Store {
             }
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    /// Copies everything in the write-ahead log into the database file and empties the
+    /// log (at a clean shutdown).
+    pub fn checkpoint(&mut self) -> Result<()> {
+        let (busy, _, _): (i64, i64, i64) =
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        if busy != 0 {
+            return Err(StoreError::Busy(
+                "a reader kept the checkpoint from finishing".into(),
+            ));
+        }
         Ok(())
     }
 
