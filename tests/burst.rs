@@ -6,6 +6,7 @@ use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
 use slurm_supervisor::model::ChainState;
+use slurm_supervisor::policy::{self, Context, Event};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
 use slurm_supervisor::store::Store;
@@ -138,4 +139,45 @@ async fn a_partition_sinfo_does_not_list_is_asked_about_once() {
     b.settle().await;
     assert_eq!(b.in_state(ChainState::Ready), 100, "every timeout retried");
     assert_eq!(b.calls(Command::PartitionLimits) - sinfo, 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_chain_cancelled_between_two_batches_keeps_its_cancel() {
+    let mut b = Burst::new(1_200, "debug").await;
+    for j in &b.jobs[..1_000] {
+        assert!(b.engine.slurm().end(j, Ending::Failed(78)));
+    }
+    b.engine.cycle().await.unwrap();
+    assert!(
+        b.engine.has_backlog(),
+        "the second half waits for the next turn"
+    );
+    // Between two turns the loop answers requests: one of the chains whose ending still
+    // waits to be judged is cancelled (as `cancel` records it once its scancel went
+    // through; Slurm refuses to scancel a job that has ended, so here it is recorded
+    // directly).
+    let last = b.jobs[999].clone();
+    let chain = b.engine.store().resolve(&last).unwrap()[0];
+    let c = b.engine.store().chain(chain).unwrap().unwrap();
+    let event = Event::Cancelled {
+        job: Some(&last),
+        actor: "user:test",
+    };
+    let tr = policy::transition(&c, event, b.engine.config(), &Context::at(1)).unwrap();
+    let done = b
+        .engine
+        .store_mut()
+        .cancel_chains(&[(chain, Some(1), tr)], 1)
+        .unwrap();
+    assert_eq!(done, vec![chain]);
+    b.settle().await;
+    let store = b.engine.store();
+    assert_eq!(
+        store.chain(chain).unwrap().unwrap().state,
+        ChainState::Cancelled
+    );
+    let ds = store.decisions(chain).unwrap();
+    assert_eq!(ds.len(), 1, "only the cancel: {ds:?}");
+    assert_eq!(ds[0].reason_code.as_deref(), Some("cancelled_by_user"));
+    assert_eq!(b.in_state(ChainState::Failed), 999);
 }

@@ -11,7 +11,7 @@ use crate::model::Action;
 use crate::policy::{self, ChainHistory, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
-use crate::store::{AttemptEnd, StoreError, Submission};
+use crate::store::{AttemptEnd, AttemptState, StoreError, Submission};
 use futures_util::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -164,6 +164,17 @@ impl<S: Slurm> Engine<S> {
     /// it has one (to be judged with its output tails).
     fn requeues_then_ending(&mut self, f: Found, t: i64) -> Result<Option<Ending>, StoreError> {
         let a = &f.attempt;
+        // The loop answered requests since the poll found this (a burst is judged over
+        // several turns): a cancel may have ended the attempt meanwhile. Only a still live
+        // attempt is judged; the others were settled by whoever ended them.
+        let still_live = self
+            .store
+            .attempts(a.chain_id)?
+            .iter()
+            .any(|x| x.n == a.n && x.state == AttemptState::Live);
+        if !still_live {
+            return Ok(None);
+        }
         let jid = a.slurm_job_id.clone().unwrap_or_default();
         // After Slurm's job ids wrap around (or its state is reset), an old job with the
         // same id is in sacct too: when some runs carry this attempt's tag, only those are
