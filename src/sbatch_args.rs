@@ -950,13 +950,21 @@ pub fn dependency_edges(dependency: &str) -> Vec<DependencyEdge> {
     out
 }
 
+/// The most dependency edges kept for one submission. A `--dependency` naming more jobs
+/// still reaches sbatch as given; only the first ones are kept as rows, so a hostile
+/// submission (a 2 MiB list of ids) cannot turn into millions of rows.
+pub const MAX_DEPENDENCY_EDGES: usize = 1000;
+
 /// The dependency edges of a submission: its `--dependency` (command line first, else
-/// its script's `#SBATCH` line). Nothing when it cannot be read.
+/// its script's `#SBATCH` line), at most `MAX_DEPENDENCY_EDGES`. Nothing when it cannot be
+/// read.
 pub fn submission_dependencies(argv: &[String], script: Option<&[u8]>) -> Vec<DependencyEdge> {
-    Submitted::read(argv, script)
+    let mut edges = Submitted::read(argv, script)
         .ok()
         .and_then(|s| s.option("dependency").map(dependency_edges))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    edges.truncate(MAX_DEPENDENCY_EDGES);
+    edges
 }
 
 #[cfg(test)]
@@ -977,6 +985,11 @@ mod tests {
         );
         assert_eq!(jobs("afterok:12?afternotok:15"), vec!["12", "15"]);
         assert!(jobs("singleton").is_empty());
+        let huge = format!("--dependency=afterok:{}", vec!["12"; 100_000].join(":"));
+        assert_eq!(
+            submission_dependencies(&[huge, "--wrap=true".into()], None).len(),
+            MAX_DEPENDENCY_EDGES
+        );
         assert_eq!(jobs("after:12+5"), vec!["12"]);
         assert_eq!(
             dependency_edges("afterok:12,afternotok:13")
