@@ -918,6 +918,16 @@ fn digits(s: &str) -> Option<u32> {
     s.parse().ok()
 }
 
+/// The dependency kinds sbatch knows (`singleton` names no job).
+const DEPENDENCY_KINDS: &[&str] = &[
+    "after",
+    "afterany",
+    "afterburstbuffer",
+    "aftercorr",
+    "afternotok",
+    "afterok",
+];
+
 /// One edge of a `--dependency` value: the kind (`afterok`, `afterany`, `aftercorr`, ...)
 /// and the job it names (`12`, or `12_3` for one array task).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -934,7 +944,15 @@ pub fn dependency_edges(dependency: &str) -> Vec<DependencyEdge> {
     for group in dependency.split([',', '?']) {
         let mut tokens = group.split(':');
         let kind = tokens.next().unwrap_or_default().trim();
+        // Only Slurm's own kinds: anything else names nothing (and a hostile "kind" is
+        // never copied into every edge).
+        if !DEPENDENCY_KINDS.contains(&kind) {
+            continue;
+        }
         for t in tokens {
+            if out.len() >= MAX_DEPENDENCY_EDGES {
+                return out;
+            }
             // `+` here starts a time (`after:12+30`), not a heterogeneous component.
             let t = t.split('+').next().unwrap_or(t).trim();
             let ok = crate::slurm::jobid::JobId::parse(t)
@@ -959,12 +977,10 @@ pub const MAX_DEPENDENCY_EDGES: usize = 1000;
 /// its script's `#SBATCH` line), at most `MAX_DEPENDENCY_EDGES`. Nothing when it cannot be
 /// read.
 pub fn submission_dependencies(argv: &[String], script: Option<&[u8]>) -> Vec<DependencyEdge> {
-    let mut edges = Submitted::read(argv, script)
+    Submitted::read(argv, script)
         .ok()
         .and_then(|s| s.option("dependency").map(dependency_edges))
-        .unwrap_or_default();
-    edges.truncate(MAX_DEPENDENCY_EDGES);
-    edges
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -990,6 +1006,9 @@ mod tests {
             submission_dependencies(&[huge, "--wrap=true".into()], None).len(),
             MAX_DEPENDENCY_EDGES
         );
+        // A "kind" that is not one is no dependency (and is never copied per token).
+        let hostile = format!("{}:1:1:1", "a".repeat(1 << 20));
+        assert!(dependency_edges(&hostile).is_empty());
         assert_eq!(jobs("after:12+5"), vec!["12"]);
         assert_eq!(
             dependency_edges("afterok:12,afternotok:13")

@@ -216,6 +216,9 @@ async fn write_line(
     })?
 }
 
+/// The longest a streamed answer may take to send, however slowly its client reads.
+const STREAM_DEADLINE: Duration = Duration::from_secs(120);
+
 /// Bytes of a streamed answer handed from the blocking thread to the socket at a time.
 const STREAM_CHUNK: usize = 64 << 10;
 
@@ -288,15 +291,26 @@ async fn stream_status(
             Err(e) => Err(std::io::Error::other(e.to_string())),
         }
     });
-    while let Some(chunk) = chunks.recv().await {
-        tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&chunk))
+    // However slowly the client reads, the answer's thread and connection are given
+    // back after STREAM_DEADLINE (the whole list takes well under a second to send).
+    let deadline = tokio::time::Instant::now() + STREAM_DEADLINE;
+    let slow = || {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its answer",
+        )
+    };
+    loop {
+        let next = tokio::time::timeout_at(deadline, chunks.recv())
             .await
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the client did not read its answer",
-                )
-            })??;
+            .map_err(|_| slow())?;
+        let Some(chunk) = next else { break };
+        tokio::time::timeout_at(
+            deadline.min(tokio::time::Instant::now() + WRITE_TIMEOUT),
+            write.write_all(&chunk),
+        )
+        .await
+        .map_err(|_| slow())??;
     }
     let produced = producer
         .await

@@ -74,6 +74,9 @@ pub fn chain_label(id: i64) -> String {
     format!("c{id}")
 }
 
+/// Chains read per page by [`Store::each_chain_summary`].
+const SUMMARY_PAGE: usize = 1000;
+
 /// A chain with what `status` shows of its current attempt, read in one query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainSummary {
@@ -710,24 +713,7 @@ impl Store {
 
     /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
     /// under `job_id_task`) and their chains active.
-    ///
-    /// This commit is not synced to disk on its own (the next synced one carries it): what
-    /// it records can be found again in Slurm by the launch's tag, which is how a launch
-    /// left as an intent is settled after a crash. The intent itself was synced before
-    /// sbatch ran.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
-        let lazy = self.conn.is_autocommit();
-        if lazy {
-            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
-        let done = self.launch_submitted_now(launch_id, job_id, now);
-        if lazy {
-            self.conn.pragma_update(None, "synchronous", "FULL")?;
-        }
-        done
-    }
-
-    fn launch_submitted_now(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
         let tx = self.conn.savepoint()?;
         tx.execute(
             "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
@@ -932,7 +918,10 @@ impl Store {
     }
 
     /// Every chain (of `owner`, or all) with its current attempt, oldest first, handed to
-    /// `each` one at a time: one query, whatever the store holds, and nothing kept.
+    /// `each` one at a time, read a page of `SUMMARY_PAGE` at a time: each page is its
+    /// own short read, finished before `each` sees its rows, so a slow consumer (a client
+    /// reading slowly) never holds a snapshot that keeps the write-ahead log from being
+    /// checkpointed.
     pub fn each_chain_summary<E: From<StoreError>>(
         &self,
         owner: Option<u32>,
@@ -944,8 +933,9 @@ impl Store {
              FROM chains c
              LEFT JOIN attempts a ON a.chain_id = c.id AND a.n =
                  (SELECT MAX(y.n) FROM attempts y WHERE y.chain_id = c.id AND y.slurm_job_id IS NOT NULL)
-             WHERE ?1 IS NULL OR c.submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1)
-             ORDER BY c.id",
+             WHERE (?1 IS NULL OR c.submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1))
+               AND c.id > ?2
+             ORDER BY c.id LIMIT ?3",
             CHAIN_COLS
                 .split(", ")
                 .map(|col| format!("c.{col}"))
@@ -953,19 +943,34 @@ impl Store {
                 .join(", ")
         ))
         .map_err(StoreError::from)?;
-        let mut rows = q.query([owner]).map_err(StoreError::from)?;
-        while let Some(row) = rows.next().map_err(StoreError::from)? {
-            let read = || -> Result<ChainSummary> {
-                Ok(ChainSummary {
-                    chain: finish_chain(chain_from(row)?)?,
-                    slurm_job_id: row.get(9)?,
-                    slurm_state: row.get(10)?,
-                    submitted: row.get(11)?,
-                })
-            };
-            each(read()?)?;
+        let mut after = 0i64;
+        loop {
+            let mut page = Vec::with_capacity(SUMMARY_PAGE);
+            {
+                let mut rows = q
+                    .query(params![owner, after, SUMMARY_PAGE as i64])
+                    .map_err(StoreError::from)?;
+                while let Some(row) = rows.next().map_err(StoreError::from)? {
+                    let read = || -> Result<ChainSummary> {
+                        Ok(ChainSummary {
+                            chain: finish_chain(chain_from(row)?)?,
+                            slurm_job_id: row.get(9)?,
+                            slurm_state: row.get(10)?,
+                            submitted: row.get(11)?,
+                        })
+                    };
+                    page.push(read()?);
+                }
+            }
+            let full = page.len() == SUMMARY_PAGE;
+            for s in page {
+                after = s.chain.id;
+                each(s)?;
+            }
+            if !full {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// The submissions that wait on some job with `--dependency`.
@@ -1127,8 +1132,15 @@ impl Store {
         if self.conn.is_autocommit() {
             return Ok(());
         }
-        self.conn
-            .execute_batch(if commit { "COMMIT" } else { "ROLLBACK" })?;
+        let ended = self
+            .conn
+            .execute_batch(if commit { "COMMIT" } else { "ROLLBACK" });
+        // A COMMIT that failed (a full disk, a busy database) can leave the transaction
+        // open: everything after would be nested in it and never committed.
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        ended?;
         Ok(())
     }
 
@@ -1232,8 +1244,9 @@ impl Store {
         Ok(done)
     }
 
-    /// The unfinished chains (other than `chain_id`) whose submission waits, with
-    /// `--dependency`, on one of `chain_id`'s jobs or on the whole array one belongs to.
+    /// The unfinished chains (other than `chain_id`) of the same owner whose submission
+    /// waits, with `--dependency`, on one of `chain_id`'s jobs or on the whole array one
+    /// belongs to. (Another user's chains are not named in this owner's records.)
     pub fn dependents_of(&self, chain_id: i64) -> Result<Vec<i64>> {
         // CROSS JOIN keeps the dependency rows (usually none) as the outer loop: the other
         // order walks every unfinished chain.
@@ -1242,6 +1255,8 @@ impl Store {
              WHERE d.job_id IN (SELECT slurm_job_id FROM attempts WHERE chain_id = ?1 AND slurm_job_id IS NOT NULL
                                 UNION SELECT slurm_base_id FROM attempts WHERE chain_id = ?1 AND slurm_base_id IS NOT NULL)
                AND c.state IN ({}) AND c.id != ?1
+               AND (SELECT owner_uid FROM submissions WHERE id = c.submission_id)
+                 = (SELECT s.owner_uid FROM chains x JOIN submissions s ON s.id = x.submission_id WHERE x.id = ?1)
              ORDER BY c.id",
             open_states()
         ))?;
@@ -1250,17 +1265,22 @@ impl Store {
     }
 
     /// The failed chains a submission waits on with `--dependency` (it will never start).
+    /// Only chains of the same owner: another user's chain is not theirs to learn about.
     pub fn failed_dependencies(&self, submission_id: i64) -> Result<Vec<i64>> {
         let mut q = self.conn.prepare_cached(
             "SELECT DISTINCT c.id FROM dependencies d
                JOIN attempts a ON a.slurm_job_id = d.job_id
                JOIN chains c ON c.id = a.chain_id
+               JOIN submissions s ON s.id = c.submission_id
              WHERE d.submission_id = ?1 AND c.state = 'failed'
+               AND s.owner_uid = (SELECT owner_uid FROM submissions WHERE id = ?1)
              UNION
              SELECT DISTINCT c.id FROM dependencies d
                JOIN attempts a ON a.slurm_base_id = d.job_id
                JOIN chains c ON c.id = a.chain_id
+               JOIN submissions s ON s.id = c.submission_id
              WHERE d.submission_id = ?1 AND c.state = 'failed'
+               AND s.owner_uid = (SELECT owner_uid FROM submissions WHERE id = ?1)
              ORDER BY 1",
         )?;
         let rows = q.query_map([submission_id], |r| r.get(0))?;

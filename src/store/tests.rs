@@ -292,3 +292,30 @@ fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
         vec![("n1".to_string(), 150)]
     );
 }
+
+#[test]
+fn every_chain_summary_is_read_once_in_order_across_pages() {
+    let mut s = Store::in_memory().unwrap();
+    for i in 0..2_500 {
+        let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        if i % 2 == 0 {
+            s.launch_submitted(l.id, &(1000 + i).to_string(), 101)
+                .unwrap();
+        }
+    }
+    let mut seen = Vec::new();
+    s.each_chain_summary(None, |c| -> Result<()> {
+        assert_eq!(c.submitted, u32::from(c.chain.id % 2 == 1));
+        seen.push(c.chain.id);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, (1..=2_500).collect::<Vec<i64>>());
+    let mut none = 0;
+    s.each_chain_summary(Some(4242), |_| -> Result<()> {
+        none += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(none, 0, "another owner's chains are not read");
+}

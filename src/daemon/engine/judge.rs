@@ -15,7 +15,7 @@ use crate::store::{AttemptEnd, AttemptState, StoreError, Submission};
 use futures_util::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tracing::warn;
+use tracing::{error, warn};
 
 /// How long reading a job's stdout/stderr tail may take.
 const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,8 +86,14 @@ impl<S: Slurm> Engine<S> {
         let mut partitions = Vec::new();
         self.store.begin_batch()?;
         for f in batch {
+            let job = f.attempt.slurm_job_id.clone().unwrap_or_default();
             match self.requeues_then_ending(f, t) {
                 Ok(None) => {}
+                // One ending that cannot be recorded (its operation rolled back to its
+                // savepoint) holds up only itself: the next poll finds it again.
+                Err(e) if !e.is_corruption() => {
+                    error!(job = %job, "cannot record what happened to the job: {e}; it is looked at again next cycle");
+                }
                 Ok(Some(e)) => {
                     let job_row = e.run.iter().find(|r| !r.is_step());
                     if let Some(p) = job_row.map(|r| &r.partition) {
@@ -120,9 +126,15 @@ impl<S: Slurm> Engine<S> {
                 stdout_tail,
                 requeued_by_slurm: false,
             };
-            result = self.record_ending(&e.found, obs, e.sub.max_retries, t);
-            if result.is_err() {
-                break;
+            match self.record_ending(&e.found, obs, e.sub.max_retries, t) {
+                Ok(()) => {}
+                Err(err) if !err.is_corruption() => {
+                    error!(job = %e.found.attempt.slurm_job_id.as_deref().unwrap_or_default(), "cannot record the job's ending: {err}; it is judged again next cycle");
+                }
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
             }
         }
         match result {
