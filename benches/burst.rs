@@ -514,10 +514,11 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "state_dir = {:?}\npoll_interval = \"1s\"\n\n[slurm]\nbin_dir = {:?}\n\n\
+                "state_dir = {:?}\npoll_interval = {:?}\n\n[slurm]\nbin_dir = {:?}\n\n\
                  [retry]\nbackoff_initial = \"1d\"\nbackoff_max = \"1d\"\nbackoff_jitter = 0.0\n\n\
                  [[rules]]\nname = \"bench permanent\"\nkind = \"permanent\"\nexit_codes = [1]\n",
                 state_dir.display().to_string(),
+                std::env::var("BURST_POLL_INTERVAL").unwrap_or_else(|_| "1s".into()),
                 bin.display().to_string()
             ),
         )

@@ -987,8 +987,8 @@ impl Store {
         Ok(self
             .conn
             .prepare_cached(&format!(
-                "SELECT COUNT(*) FROM chains c JOIN submissions s ON s.id = c.submission_id
-                 WHERE s.owner_uid = ?1 AND c.state IN ({})",
+                "SELECT COUNT(*) FROM chains
+                 WHERE state IN ({}) AND submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1)",
                 open_states()
             ))?
             .query_row([owner_uid], |r| r.get(0))?)

@@ -161,6 +161,9 @@ CREATE TABLE dependencies (
 );
 CREATE INDEX dependencies_by_job ON dependencies(job_id);
 CREATE INDEX dependencies_by_submission ON dependencies(submission_id);
+-- A user's submissions by id, without reading their (large) rows: the per-user limit on
+-- unfinished chains is counted at every submit.
+CREATE INDEX submissions_by_owner ON submissions(owner_uid);
 INSERT INTO meta (key, value) VALUES ('dependencies_backfill', 'pending');
 "#,
 ];
