@@ -1153,8 +1153,15 @@ impl Store {
         observation: &serde_json::Value,
         decision: &Record,
         now: i64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let tx = self.conn.savepoint()?;
+        if tx.execute(
+            "UPDATE attempts SET restarts = restarts + 1 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            params![chain_id, n],
+        )? == 0
+        {
+            return Ok(false);
+        }
         tx.execute(
             "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
             params![chain_id, n, now, json(observation)],
@@ -1162,19 +1169,17 @@ impl Store {
         let obs = tx.last_insert_rowid();
         insert_decision(&tx, chain_id, n, Some(obs), now, decision)?;
         tx.execute(
-            "UPDATE attempts SET restarts = restarts + 1 WHERE chain_id = ?1 AND n = ?2",
-            params![chain_id, n],
-        )?;
-        tx.execute(
             "UPDATE chains SET last_classification = ?2, updated_at = ?3 WHERE id = ?1",
             params![chain_id, decision.classification.as_str(), now],
         )?;
         tx.commit()?;
-        Ok(())
+        Ok(true)
     }
 
     /// Records the end of an attempt: the observation unchanged, how it ended, the
     /// decision (none for a success), and the chain's new state, in one transaction.
+    /// Only for an attempt still live (compare-and-set, as for requeues and lost jobs):
+    /// false, and nothing recorded, when something else ended it meanwhile (a cancel).
     pub fn record_ending(
         &mut self,
         chain_id: i64,
@@ -1183,24 +1188,27 @@ impl Store {
         end: &AttemptEnd,
         t: &Transition,
         now: i64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let tx = self.conn.savepoint()?;
+        if tx.execute(
+            "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
+             WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            params![chain_id, n, end.slurm_state, end.exit_code, end.nodes, end.mem, end.time_limit, now],
+        )? == 0
+        {
+            return Ok(false);
+        }
         tx.execute(
             "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
             params![chain_id, n, now, json(observation)],
         )?;
         let obs = tx.last_insert_rowid();
-        tx.execute(
-            "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
-             WHERE chain_id = ?1 AND n = ?2",
-            params![chain_id, n, end.slurm_state, end.exit_code, end.nodes, end.mem, end.time_limit, now],
-        )?;
         if let Some(d) = &t.record {
             insert_decision(&tx, chain_id, n, Some(obs), now, d)?;
         }
         update_chain(&tx, chain_id, &t.update, now)?;
         tx.commit()?;
-        Ok(())
+        Ok(true)
     }
 
     /// Applies transitions not tied to a new ending (resolutions, recovers, escalations)

@@ -11,7 +11,7 @@ use crate::model::Action;
 use crate::policy::{self, ChainHistory, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
-use crate::store::{AttemptEnd, AttemptState, StoreError, Submission};
+use crate::store::{AttemptEnd, StoreError, Submission};
 use futures_util::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -176,17 +176,6 @@ impl<S: Slurm> Engine<S> {
     /// it has one (to be judged with its output tails).
     fn requeues_then_ending(&mut self, f: Found, t: i64) -> Result<Option<Ending>, StoreError> {
         let a = &f.attempt;
-        // The loop answered requests since the poll found this (a burst is judged over
-        // several turns): a cancel may have ended the attempt meanwhile. Only a still live
-        // attempt is judged; the others were settled by whoever ended them.
-        let still_live = self
-            .store
-            .attempts(a.chain_id)?
-            .iter()
-            .any(|x| x.n == a.n && x.state == AttemptState::Live);
-        if !still_live {
-            return Ok(None);
-        }
         let jid = a.slurm_job_id.clone().unwrap_or_default();
         // After Slurm's job ids wrap around (or its state is reset), an old job with the
         // same id is in sacct too: when some runs carry this attempt's tag, only those are
@@ -222,14 +211,19 @@ impl<S: Slurm> Engine<S> {
                 &policy::Context::at(t),
             );
             let Some(rec) = &tr.record else { continue };
-            log_transition(a.chain_id, &jid, &tr);
-            self.store.record_requeue(
+            // The loop answered requests since the poll found this (a burst is judged
+            // over several turns): an attempt a cancel ended meanwhile is left as it is.
+            let recorded = self.store.record_requeue(
                 a.chain_id,
                 a.n,
                 &serde_json::to_value(&obs).unwrap_or_default(),
                 rec,
                 t,
             )?;
+            if !recorded {
+                return Ok(None);
+            }
+            log_transition(a.chain_id, &jid, &tr);
         }
         let Some(last) = ours.last() else {
             return Ok(None);
@@ -312,14 +306,18 @@ impl<S: Slurm> Engine<S> {
             time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
         };
         let tr = self.with_dependents(a.chain_id, tr)?;
-        log_transition(a.chain_id, &jid, &tr);
-        self.store.record_ending(
+        // Only a still live attempt: one a cancel ended between two turns keeps its cancel.
+        let recorded = self.store.record_ending(
             a.chain_id,
             a.n,
             &serde_json::to_value(&obs).unwrap_or_default(),
             &end,
             &tr,
             t,
-        )
+        )?;
+        if recorded {
+            log_transition(a.chain_id, &jid, &tr);
+        }
+        Ok(())
     }
 }

@@ -19,7 +19,25 @@ fn current(attempts: &[Attempt]) -> Option<&Attempt> {
 /// The fields every view of a chain shares, given its attempts.
 fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainFields, StoreError> {
     let cur = current(attempts);
-    let dependency_failed = if c.state.is_open() {
+    fields(
+        store,
+        c,
+        cur.and_then(|a| a.slurm_job_id.clone()),
+        cur.and_then(slurm_state),
+        true,
+    )
+}
+
+/// The fields of a chain whose current attempt has `slurm_job_id` and `slurm_state`;
+/// `may_wait` false when its submission has no `--dependency` (no query needed).
+fn fields(
+    store: &Store,
+    c: &Chain,
+    slurm_job_id: Option<String>,
+    slurm_state: Option<String>,
+    may_wait: bool,
+) -> Result<ChainFields, StoreError> {
+    let dependency_failed = if c.state.is_open() && may_wait {
         store
             .failed_dependencies(c.submission_id)?
             .into_iter()
@@ -31,11 +49,11 @@ fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainF
     Ok(ChainFields {
         id: chain_label(c.id),
         state: c.state,
-        slurm_job_id: cur.and_then(|a| a.slurm_job_id.clone()),
+        slurm_job_id,
         last_classification: c.last_classification,
         array_task: c.array_task,
         submission: c.submission_id,
-        slurm_state: cur.and_then(slurm_state),
+        slurm_state,
         next_retry_at: if c.state == ChainState::Ready {
             c.not_before
         } else {
@@ -55,34 +73,9 @@ pub fn summary_view(
     s: store::ChainSummary,
     waits: &std::collections::HashSet<i64>,
 ) -> Result<ChainRow, StoreError> {
-    let c = s.chain;
-    let dependency_failed = if c.state.is_open() && waits.contains(&c.submission_id) {
-        store
-            .failed_dependencies(c.submission_id)?
-            .into_iter()
-            .map(chain_label)
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let may_wait = waits.contains(&s.chain.submission_id);
     Ok(ChainRow {
-        chain: ChainFields {
-            id: chain_label(c.id),
-            state: c.state,
-            slurm_job_id: s.slurm_job_id,
-            last_classification: c.last_classification,
-            array_task: c.array_task,
-            submission: c.submission_id,
-            slurm_state: s.slurm_state,
-            next_retry_at: if c.state == ChainState::Ready {
-                c.not_before
-            } else {
-                None
-            },
-            dependency_failed,
-            created_at: c.created_at,
-            updated_at: c.updated_at,
-        },
+        chain: fields(store, &s.chain, s.slurm_job_id, s.slurm_state, may_wait)?,
         attempts: s.submitted,
     })
 }
