@@ -236,6 +236,9 @@ struct RawEscalation {
     mem_max: MemSize,
     time_factor: f64,
     time_max: Dur,
+    remind_after: Option<Dur>,
+    expire_after: Option<Dur>,
+    expire_action: ExpireAction,
 }
 
 impl Default for RawEscalation {
@@ -246,6 +249,58 @@ impl Default for RawEscalation {
             mem_max: MemSize(256 << 30),
             time_factor: 2.0,
             time_max: Dur(Duration::from_secs(7 * 86400)),
+            remind_after: None,
+            expire_after: None,
+            expire_action: ExpireAction::Hold,
+        }
+    }
+}
+
+/// What becomes of a chain left in `pending_failed` for `escalation.expire_after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpireAction {
+    /// It stays in `pending_failed`, held for a person: the agent stops looking at it.
+    Hold,
+    /// It fails for good.
+    Fail,
+}
+
+impl ExpireAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpireAction::Hold => "hold",
+            ExpireAction::Fail => "fail",
+        }
+    }
+}
+
+/// Telling the submitter about their chains (see `daemon/notifications.rs`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// Mail the submitter, and strip Slurm's own per-attempt FAIL/REQUEUE/END mails.
+    /// `false` leaves the sbatch argv as the user gave it and mails nothing.
+    pub mail: bool,
+    /// The mail program (called as `PROG -s SUBJECT -- RECIPIENT`, the body on stdin);
+    /// `None`: slurm.conf's `MailProg`, else `/usr/bin/mail`.
+    pub mail_program: Option<PathBuf>,
+    /// A program run with each notification as JSON on stdin (argv, no shell).
+    pub command: Option<Vec<String>>,
+    /// One run of the mail program or the command taking longer is killed.
+    pub timeout: Dur,
+    /// Deliveries tried before a notification is given up (and logged).
+    pub max_attempts: u32,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            mail: true,
+            mail_program: None,
+            command: None,
+            timeout: Dur(Duration::from_secs(30)),
+            max_attempts: 5,
         }
     }
 }
@@ -416,6 +471,8 @@ struct RawConfig {
     #[serde(default)]
     agent: AgentConfig,
     #[serde(default)]
+    notify: NotifyConfig,
+    #[serde(default)]
     limits: LimitsConfig,
     #[serde(default)]
     metrics: RawMetrics,
@@ -459,6 +516,11 @@ pub struct EscalationConfig {
     pub mem_max_bytes: u64,
     pub time_factor: f64,
     pub time_max: Duration,
+    /// A chain in `pending_failed` this long gets one reminder; `None`: never.
+    pub remind_after: Option<Duration>,
+    /// A chain in `pending_failed` this long is resolved by `expire_action`; `None`: never.
+    pub expire_after: Option<Duration>,
+    pub expire_action: ExpireAction,
 }
 
 /// The validated configuration.
@@ -474,6 +536,7 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub quarantine: QuarantineConfig,
     pub agent: AgentConfig,
+    pub notify: NotifyConfig,
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
     pub rules: Vec<Rule>,
@@ -607,8 +670,50 @@ impl Config {
         // Every duration and size has a bound, so no value can overflow a clock or a
         // buffer later (a daemon that validated a config must never panic on it).
         const DAY: u64 = 86_400;
+        if raw.notify.command.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(semantic("notify.command is empty: give the program and its arguments, e.g. [\"/usr/local/bin/notify-chat\"]".into()));
+        }
+        if raw.notify.mail_program.as_ref().is_some_and(|p| !p.is_absolute()) {
+            return Err(semantic("notify.mail_program must be an absolute path, e.g. \"/usr/bin/mail\"".into()));
+        }
+        if !(1..=100).contains(&raw.notify.max_attempts) {
+            return Err(semantic(format!(
+                "notify.max_attempts = {} must be between 1 and 100",
+                raw.notify.max_attempts
+            )));
+        }
+        if raw.notify.timeout.0 < Duration::from_secs(1) {
+            return Err(semantic("notify.timeout must be at least 1s".into()));
+        }
+        if let (Some(r), Some(x)) = (&e.remind_after, &e.expire_after) {
+            if r.0 >= x.0 {
+                return Err(semantic(format!(
+                    "escalation.remind_after = {:?} must be shorter than escalation.expire_after = {:?}: the reminder would never come",
+                    r.0, x.0
+                )));
+            }
+        }
+        for (name, d) in [
+            ("escalation.remind_after", &e.remind_after),
+            ("escalation.expire_after", &e.expire_after),
+        ] {
+            if d.as_ref().is_some_and(|d| d.0 < Duration::from_secs(1)) {
+                return Err(semantic(format!("{name} must be at least 1s")));
+            }
+        }
         let durations = [
             ("poll_interval", poll_interval, 3600),
+            (
+                "escalation.remind_after",
+                e.remind_after.map_or(Duration::ZERO, |d| d.0),
+                3650 * DAY,
+            ),
+            (
+                "escalation.expire_after",
+                e.expire_after.map_or(Duration::ZERO, |d| d.0),
+                3650 * DAY,
+            ),
+            ("notify.timeout", raw.notify.timeout.0, 3600),
             ("slurm.command_timeout", raw.slurm.command_timeout.0, DAY),
             ("slurm.sbatch_timeout", raw.slurm.sbatch_timeout.0, DAY),
             (
@@ -759,10 +864,14 @@ impl Config {
                 mem_max_bytes: e.mem_max.0,
                 time_factor: e.time_factor,
                 time_max: e.time_max.0,
+                remind_after: e.remind_after.map(|d| d.0),
+                expire_after: e.expire_after.map(|d| d.0),
+                expire_action: e.expire_action,
             },
             breaker: raw.breaker,
             quarantine: raw.quarantine,
             agent: raw.agent,
+            notify: raw.notify,
             limits: raw.limits,
             metrics: MetricsConfig {
                 listen: metrics_listen,

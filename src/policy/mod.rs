@@ -123,6 +123,9 @@ pub enum Event<'a> {
     },
     /// A live job left squeue and sacct shows no ending for it, for `lost_job_after`.
     JobLost { job: &'a str, missing_since: i64 },
+    /// The chain has waited in `pending_failed` since `pending_since` and the daemon found
+    /// `escalation.expire_after` passed: `escalation.expire_action` resolves it.
+    Expired { pending_since: i64 },
 }
 
 /// Why an event cannot apply to the chain as it is (the request is answered with a
@@ -135,6 +138,8 @@ pub enum Refusal {
     NotRecoverable(ChainState),
     #[error("has already ended; nothing to cancel")]
     AlreadyEnded,
+    #[error("has not waited in pending_failed for escalation.expire_after (or expiry is off)")]
+    NotExpired,
 }
 
 /// What a decision was computed from, stored with the record as JSON.
@@ -178,6 +183,13 @@ pub enum Inputs {
     Unconfirmed {
         argv: Vec<String>,
         tag: String,
+    },
+    Expiry {
+        pending_since: i64,
+        expire_after_secs: u64,
+        expire_action: crate::config::ExpireAction,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dependents: Option<Vec<String>>,
     },
     None {},
 }
@@ -239,7 +251,10 @@ impl Transition {
     /// Notes the dependents an [`Effect::ListDependents`] found, in the record's inputs.
     pub fn set_dependents(&mut self, deps: Vec<String>) {
         if let Some(Record {
-            inputs: Inputs::Ending { dependents, .. } | Inputs::Resolution { dependents, .. },
+            inputs:
+                Inputs::Ending { dependents, .. }
+                | Inputs::Resolution { dependents, .. }
+                | Inputs::Expiry { dependents, .. },
             ..
         }) = &mut self.record
         {
@@ -286,6 +301,9 @@ pub fn quarantined(failures: &[(String, i64)], config: &Config, now: i64) -> Vec
 }
 
 const SUPERVISOR: &str = "supervisor";
+
+/// The actor of a decision taken by `escalation.expire_action`.
+pub const EXPIRY: &str = "expiry";
 
 /// Decides what `event` means for `chain`.
 pub fn transition(
@@ -422,6 +440,7 @@ pub fn transition(
                 tag: tag.to_string(),
             },
         ),
+        Event::Expired { pending_since } => expired(chain, pending_since, config, ctx)?,
         Event::JobLost { job, missing_since } => escalation(
             from,
             Reason::JobLost {
@@ -483,6 +502,69 @@ fn escalation(from: ChainState, reason: Reason, inputs: Inputs) -> Transition {
         }),
         effects: Vec::new(),
     }
+}
+
+/// A `pending_failed` chain nobody resolved within `escalation.expire_after`: resolved by
+/// `escalation.expire_action`, as an R3 record by the actor `expiry`. A hold keeps the
+/// chain in `pending_failed` for a person (the agent skips held chains); a fail ends it.
+fn expired(
+    chain: &Chain,
+    pending_since: i64,
+    config: &Config,
+    ctx: &Context,
+) -> Result<Transition, Refusal> {
+    let e = &config.escalation;
+    let Some(after) = e.expire_after else {
+        return Err(Refusal::NotExpired);
+    };
+    let after = after.as_secs();
+    let waited = ctx.now - pending_since;
+    if chain.state != ChainState::PendingFailed {
+        return Err(Refusal::NotPendingFailed(chain.state));
+    }
+    if waited < after as i64 {
+        return Err(Refusal::NotExpired);
+    }
+    let (action, state, effects) = match e.expire_action {
+        crate::config::ExpireAction::Hold => (Action::Hold, ChainState::PendingFailed, Vec::new()),
+        crate::config::ExpireAction::Fail => (
+            Action::Fail,
+            ChainState::Failed,
+            vec![Effect::ListDependents],
+        ),
+    };
+    Ok(Transition {
+        from: chain.state,
+        update: ChainUpdate {
+            state,
+            last_classification: None,
+            plan: None,
+            not_before: None,
+        },
+        record: Some(Record {
+            classification: chain
+                .last_classification
+                .unwrap_or(Classification::Ambiguous),
+            class: RecoveryClass::R3,
+            action,
+            reason: Reason::Expired {
+                waited_secs: waited,
+                expire_after_secs: after,
+                action: e.expire_action,
+            },
+            inputs: Inputs::Expiry {
+                pending_since,
+                expire_after_secs: after,
+                expire_action: e.expire_action,
+                dependents: None,
+            },
+            resolves_latest: true,
+            actor: EXPIRY.to_string(),
+            infra_failure: false,
+            failed_nodes: None,
+        }),
+        effects,
+    })
 }
 
 /// A retry as soon as possible with `extra` on top of the chain's plan.

@@ -103,6 +103,12 @@ pub enum Reason {
     },
     /// A live job vanished from squeue without an ending in sacct.
     JobLost { job: String, missing_secs: i64 },
+    /// Nobody resolved the chain within `escalation.expire_after`: the admin's policy did.
+    Expired {
+        waited_secs: i64,
+        expire_after_secs: u64,
+        action: crate::config::ExpireAction,
+    },
 }
 
 impl Reason {
@@ -132,6 +138,7 @@ impl Reason {
             Reason::RetryUnprepared { .. } => "retry_unprepared",
             Reason::LaunchUnconfirmed { .. } => "launch_unconfirmed",
             Reason::JobLost { .. } => "job_lost",
+            Reason::Expired { .. } => "expired",
         }
     }
 }
@@ -278,6 +285,22 @@ impl fmt::Display for Reason {
                 f,
                 "job {job} has been missing from squeue for {missing_secs}s while sacct shows no ending: Slurm may have lost it; nothing is retried blindly"
             ),
+            Reason::Expired {
+                waited_secs,
+                expire_after_secs,
+                action,
+            } => {
+                let what = match action {
+                    crate::config::ExpireAction::Hold => {
+                        "held for a person (no agent looks at it again)"
+                    }
+                    crate::config::ExpireAction::Fail => "failed for good",
+                };
+                write!(
+                    f,
+                    "nobody resolved the chain within escalation.expire_after ({expire_after_secs}s; it waited {waited_secs}s): {what} by the site's policy"
+                )
+            }
         }
     }
 }

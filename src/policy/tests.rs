@@ -701,6 +701,11 @@ fn every_reason_name_is_documented() {
             tag: String::new(),
             last_error: None,
         },
+        Reason::Expired {
+            waited_secs: 1,
+            expire_after_secs: 1,
+            action: crate::config::ExpireAction::Hold,
+        },
         Reason::JobLost {
             job: String::new(),
             missing_secs: 0,
@@ -731,7 +736,8 @@ fn every_reason_name_is_documented() {
             | Reason::RetryRefused { .. }
             | Reason::RetryUnprepared { .. }
             | Reason::LaunchUnconfirmed { .. }
-            | Reason::JobLost { .. } => {}
+            | Reason::JobLost { .. }
+            | Reason::Expired { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -741,5 +747,74 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 23, "one of each variant");
+    assert_eq!(reasons.len(), 24, "one of each variant");
+}
+
+fn expiring(action: crate::config::ExpireAction) -> Config {
+    let mut c = cfg();
+    c.escalation.expire_after = Some(std::time::Duration::from_secs(100));
+    c.escalation.expire_action = action;
+    c
+}
+
+#[test]
+fn an_expired_chain_is_held_or_failed_by_the_expiry() {
+    use crate::config::ExpireAction;
+    for (action, state, act) in [
+        (ExpireAction::Hold, ChainState::PendingFailed, Action::Hold),
+        (ExpireAction::Fail, ChainState::Failed, Action::Fail),
+    ] {
+        let t = transition(
+            &chain(ChainState::PendingFailed),
+            Event::Expired { pending_since: 1000 },
+            &expiring(action),
+            &Context::at(1100),
+        )
+        .unwrap();
+        assert_eq!(t.from, ChainState::PendingFailed);
+        assert_eq!(t.update.state, state);
+        let r = t.record.as_ref().unwrap();
+        assert_eq!(
+            (r.class, r.action, r.actor.as_str(), r.reason.code()),
+            (RecoveryClass::R3, act, EXPIRY, "expired")
+        );
+        assert!(r.resolves_latest);
+        assert_eq!(r.classification, Classification::Ambiguous);
+        assert_eq!(
+            r.reason.to_string(),
+            format!(
+                "nobody resolved the chain within escalation.expire_after (100s; it waited 100s): {} by the site's policy",
+                if action == ExpireAction::Hold {
+                    "held for a person (no agent looks at it again)"
+                } else {
+                    "failed for good"
+                }
+            )
+        );
+        assert_eq!(
+            t.effects.contains(&Effect::ListDependents),
+            action == ExpireAction::Fail
+        );
+    }
+}
+
+#[test]
+fn expiry_applies_only_to_a_chain_that_waited_long_enough() {
+    use crate::config::ExpireAction;
+    let c = expiring(ExpireAction::Fail);
+    let pending = chain(ChainState::PendingFailed);
+    let ev = Event::Expired { pending_since: 1000 };
+    assert_eq!(
+        transition(&pending, ev, &c, &Context::at(1099)),
+        Err(Refusal::NotExpired)
+    );
+    assert_eq!(
+        transition(&pending, ev, &cfg(), &Context::at(99_999)),
+        Err(Refusal::NotExpired),
+        "expiry is off by default"
+    );
+    assert_eq!(
+        transition(&chain(ChainState::Ready), ev, &c, &Context::at(1100)),
+        Err(Refusal::NotPendingFailed(ChainState::Ready))
+    );
 }

@@ -360,6 +360,16 @@ fn insert_decision(
     Ok(tx.last_insert_rowid())
 }
 
+/// Queues a notification of `kind` about the chain's latest decision.
+fn insert_notification(tx: &Connection, chain_id: i64, kind: &str, now: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
+         VALUES (?1, ?2, (SELECT MAX(id) FROM decisions WHERE chain_id = ?1), ?3, ?3)",
+        params![chain_id, kind, now],
+    )?;
+    Ok(())
+}
+
 /// The attempts a launch covers: chain, attempt number, array task.
 fn launch_members(tx: &Connection, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
     let mut q = tx.prepare(
@@ -440,10 +450,55 @@ fn decide_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result
     Ok(true)
 }
 
+/// Every change of a chain's state goes through here. A chain that enters a state its
+/// submitter is told about (`pending_failed`, `completed`, `failed`) gets its notification
+/// row in the same transaction, naming the decision just recorded: the notification can
+/// be delivered late, or twice after a crash, but never lost. Entering `pending_failed`
+/// starts its age (`pending_since`, for reminders and expiry).
+/// The states whose entry the submitter is told about.
+const NOTIFYING_STATES: [ChainState; 3] = [
+    ChainState::PendingFailed,
+    ChainState::Completed,
+    ChainState::Failed,
+];
+
+/// A notification waiting in the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub id: i64,
+    pub chain_id: i64,
+    /// `pending_failed`, `completed`, `failed`, `reminder` or `expired`.
+    pub kind: String,
+    pub decision_id: Option<i64>,
+    pub created_at: i64,
+    /// Failed deliveries so far.
+    pub tries: u32,
+}
+
+/// A `pending_failed` chain and when it entered that state.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub chain: Chain,
+    pub pending_since: i64,
+}
+
 fn update_chain(tx: &Connection, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
+    if NOTIFYING_STATES.contains(&u.state) {
+        tx.prepare_cached(
+            "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
+             SELECT id, ?2, CASE WHEN ?2 != 'completed' THEN (SELECT MAX(d.id) FROM decisions d WHERE d.chain_id = ?1) END, ?3, ?3
+             FROM chains WHERE id = ?1 AND state != ?2",
+        )?
+        .execute(params![chain_id, u.state.as_str(), now])?;
+    }
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
-             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6 WHERE id = ?1",
+             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6,
+             pending_since = CASE WHEN ?2 != 'pending_failed' THEN NULL
+                                  WHEN state = 'pending_failed' THEN pending_since ELSE ?6 END,
+             reminded = CASE WHEN ?2 = 'pending_failed' AND state = 'pending_failed' THEN reminded ELSE 0 END,
+             expired = CASE WHEN ?2 = 'pending_failed' AND state = 'pending_failed' THEN expired ELSE 0 END
+         WHERE id = ?1",
         params![
             chain_id,
             u.state.as_str(),
@@ -1332,6 +1387,139 @@ impl Store {
             Ok((c, sup, parse_name(&a)?, n))
         })
         .collect()
+    }
+
+    /// One decision record by its id.
+    pub fn decision(&self, id: i64) -> Result<Option<DecisionRecord>> {
+        let raw = self
+            .conn
+            .query_row(
+                &format!("SELECT {DECISION_COLS} FROM decisions WHERE id = ?1"),
+                [id],
+                decision_from,
+            )
+            .optional()?;
+        raw.map(finish_decision).transpose()
+    }
+
+    /// Notifications due at `now`, oldest first, at most `limit`.
+    pub fn due_notifications(&self, now: i64, limit: usize) -> Result<Vec<Notification>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT id, chain_id, kind, decision_id, created_at, tries FROM notifications
+             WHERE sent_at IS NULL AND gave_up_at IS NULL AND next_try <= ?1
+             ORDER BY next_try, id LIMIT ?2",
+        )?;
+        let rows = q.query_map(params![now, limit as i64], |r| {
+            Ok(Notification {
+                id: r.get(0)?,
+                chain_id: r.get(1)?,
+                kind: r.get(2)?,
+                decision_id: r.get(3)?,
+                created_at: r.get(4)?,
+                tries: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every notification of a chain, oldest first (for tests and `history`-like reads):
+    /// kind, sent_at, gave_up_at, tries.
+    pub fn notifications_of(
+        &self,
+        chain_id: i64,
+    ) -> Result<Vec<(String, Option<i64>, Option<i64>, u32)>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT kind, sent_at, gave_up_at, tries FROM notifications WHERE chain_id = ?1 ORDER BY id",
+        )?;
+        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// A notification was delivered (or had nothing to deliver).
+    pub fn notification_sent(&mut self, id: i64, now: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE notifications SET sent_at = ?2 WHERE id = ?1 AND sent_at IS NULL",
+            params![id, now],
+        )?;
+        Ok(())
+    }
+
+    /// A delivery failed: tried again from `next_try`, or (`next_try` `None`) given up.
+    pub fn notification_failed(
+        &mut self,
+        id: i64,
+        error: &str,
+        next_try: Option<i64>,
+        now: i64,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE notifications SET tries = tries + 1, error = ?2,
+                 next_try = COALESCE(?3, next_try),
+                 gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END
+             WHERE id = ?1 AND sent_at IS NULL",
+            params![id, error, next_try, now],
+        )?;
+        Ok(())
+    }
+
+    /// Chains in `pending_failed` since `cutoff` or before, not reminded and not expired:
+    /// an indexed read of the waiting chains only.
+    pub fn chains_to_remind(&self, cutoff: i64) -> Result<Vec<i64>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT id FROM chains WHERE state = 'pending_failed' AND pending_since <= ?1
+               AND reminded = 0 AND expired = 0 ORDER BY pending_since",
+        )?;
+        let rows = q.query_map([cutoff], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Chains in `pending_failed` since `cutoff` or before that no expiry resolved yet.
+    pub fn chains_to_expire(&self, cutoff: i64) -> Result<Vec<Waiting>> {
+        let mut q = self.conn.prepare_cached(&format!(
+            "SELECT {CHAIN_COLS}, pending_since FROM chains WHERE state = 'pending_failed'
+               AND pending_since <= ?1 AND expired = 0 ORDER BY pending_since"
+        ))?;
+        let rows = q.query_map([cutoff], |r| Ok((chain_from(r)?, r.get::<_, i64>(9)?)))?;
+        rows.map(|r| {
+            let (raw, pending_since) = r?;
+            Ok(Waiting {
+                chain: finish_chain(raw)?,
+                pending_since,
+            })
+        })
+        .collect()
+    }
+
+    /// Queues a chain's one reminder, if it still waits unreminded; false otherwise.
+    pub fn remind(&mut self, chain_id: i64, now: i64) -> Result<bool> {
+        let tx = self.conn.savepoint()?;
+        if tx.execute(
+            "UPDATE chains SET reminded = 1 WHERE id = ?1 AND state = 'pending_failed' AND reminded = 0 AND expired = 0",
+            [chain_id],
+        )? == 0
+        {
+            return Ok(false);
+        }
+        insert_notification(&tx, chain_id, "reminder", now)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Records an expiry (a transition from [`crate::policy::Event::Expired`]), marks the
+    /// chain expired, and queues its notification, in one transaction; false when the
+    /// chain moved on meanwhile. A fail is told as the chain's `failed` notification; a
+    /// hold, which leaves it in `pending_failed`, as an `expired` one.
+    pub fn record_expiry(&mut self, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
+        let tx = self.conn.savepoint()?;
+        if !decide_in(&tx, chain_id, t, now)? {
+            return Ok(false);
+        }
+        tx.execute("UPDATE chains SET expired = 1 WHERE id = ?1", [chain_id])?;
+        if t.update.state == ChainState::PendingFailed {
+            insert_notification(&tx, chain_id, "expired", now)?;
+        }
+        tx.commit()?;
+        Ok(true)
     }
 
     /// The latest decision of a chain, if any.

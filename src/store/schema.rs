@@ -166,4 +166,29 @@ CREATE INDEX dependencies_by_submission ON dependencies(submission_id);
 CREATE INDEX submissions_by_owner ON submissions(owner_uid);
 INSERT INTO meta (key, value) VALUES ('dependencies_backfill', 'pending');
 "#,
+    // 5: notifications (an outbox, written in the transaction of the decision that calls
+    // for one, delivered after commit and marked) and the age of a pending_failed chain.
+    r#"
+CREATE TABLE notifications (
+    id          INTEGER PRIMARY KEY,
+    chain_id    INTEGER NOT NULL REFERENCES chains(id),
+    kind        TEXT NOT NULL,     -- pending_failed | completed | failed | reminder | expired
+    decision_id INTEGER REFERENCES decisions(id),  -- the decision it tells of (NULL: a success)
+    created_at  INTEGER NOT NULL,
+    tries       INTEGER NOT NULL DEFAULT 0,
+    next_try    INTEGER NOT NULL,  -- not delivered before this time (backoff after a failure)
+    sent_at     INTEGER,           -- delivered, or nothing to deliver
+    gave_up_at  INTEGER,           -- notify.max_attempts failed deliveries
+    error       TEXT               -- the last failure
+);
+CREATE INDEX notifications_due ON notifications(next_try) WHERE sent_at IS NULL AND gave_up_at IS NULL;
+CREATE INDEX notifications_by_chain ON notifications(chain_id);
+-- When the chain entered pending_failed (NULL in any other state); whether its reminder
+-- went out; whether escalation.expire_action resolved it (a hold keeps it pending_failed).
+ALTER TABLE chains ADD COLUMN pending_since INTEGER;
+ALTER TABLE chains ADD COLUMN reminded INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE chains ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
+UPDATE chains SET pending_since = updated_at WHERE state = 'pending_failed';
+CREATE INDEX chains_pending_since ON chains(pending_since) WHERE state = 'pending_failed';
+"#,
 ];

@@ -2,12 +2,14 @@
 //! `classify` and `policy::transition` what they mean, and carries the transitions out.
 //! Everything here runs on the daemon's one loop, so no two steps ever race on the store.
 //!
+//! Before them, `age` reminds of and expires chains left in `pending_failed` (no Slurm).
 //! A cycle has three phases, one file each, in this order: `reconcile` settles launches
 //! whose sbatch answer was lost (by their tags), `poll` watches live jobs (one squeue,
 //! sacct for the ones that left the queue) and hands endings to `judge`, which classifies
 //! and records them; `launch` starts the retries that are due (beside the loop in the
 //! daemon) and records what sbatch answered.
 
+mod age;
 mod judge;
 mod launch;
 mod poll;
@@ -243,6 +245,7 @@ impl<S: Slurm> Engine<S> {
     /// loop comes back at once after answering what waits for it.
     pub async fn cycle(&mut self) -> Result<(), StoreError> {
         let t = now();
+        self.age_pending(t)?;
         if self.has_backlog() {
             return self.judge_backlog(t).await;
         }
