@@ -673,8 +673,15 @@ impl Config {
         if raw.notify.command.as_ref().is_some_and(|c| c.is_empty()) {
             return Err(semantic("notify.command is empty: give the program and its arguments, e.g. [\"/usr/local/bin/notify-chat\"]".into()));
         }
-        if raw.notify.mail_program.as_ref().is_some_and(|p| !p.is_absolute()) {
-            return Err(semantic("notify.mail_program must be an absolute path, e.g. \"/usr/bin/mail\"".into()));
+        if raw
+            .notify
+            .mail_program
+            .as_ref()
+            .is_some_and(|p| !p.is_absolute())
+        {
+            return Err(semantic(
+                "notify.mail_program must be an absolute path, e.g. \"/usr/bin/mail\"".into(),
+            ));
         }
         if !(1..=100).contains(&raw.notify.max_attempts) {
             return Err(semantic(format!(

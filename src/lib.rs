@@ -22,6 +22,7 @@ pub mod failpoint;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod notification;
 pub mod notify;
 pub mod osbytes;
 pub mod policy;

@@ -754,6 +754,8 @@ pub struct Overrides {
     pub comment: Option<String>,
     /// Replaces the script token (e.g. with a snapshot of the script).
     pub script_path: Option<String>,
+    /// The full new `--mail-type` (see [`crate::notification::supervised_mail_type`]).
+    pub mail_type: Option<String>,
 }
 
 /// The argv for a resubmission: `cmd` with the overrides applied.
@@ -761,7 +763,7 @@ pub struct Overrides {
 /// - Every option that is not overridden keeps its raw tokens, in its original order.
 /// - An override removes the user's conflicting options (memory: `--mem`, `--mem-per-cpu`,
 ///   `--mem-per-gpu`; time: `-t/--time`; array: `-a/--array`; partition: `-p/--partition`;
-///   comment: `--comment`) and is appended as one `--name=value` token before the script.
+///   comment: `--comment`; mail type: `--mail-type`) and is appended as one `--name=value` token before the script.
 /// - Exclusions are merged: the user's exclude list in force (the last `-x/--exclude`, as
 ///   sbatch keeps only that one) plus the new nodes, deduplicated, as one `--exclude=a,b`.
 ///   Only the command line is looked at: an `#SBATCH --exclude` in the script is replaced
@@ -784,6 +786,7 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
         "array" => o.array.is_some(),
         "partition" => o.partition.is_some(),
         "comment" => o.comment.is_some(),
+        "mail-type" => o.mail_type.is_some(),
         _ => false,
     };
     let mut out = Vec::new();
@@ -819,6 +822,9 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
     }
     if let Some(c) = &o.comment {
         out.push(format!("--comment={c}"));
+    }
+    if let Some(m) = &o.mail_type {
+        out.push(format!("--mail-type={m}"));
     }
     if !parsable {
         out.push("--parsable".to_string());
@@ -1590,6 +1596,7 @@ mod tests {
             partition: Some("long".into()),
             comment: Some("mine ssv-0a1b2c3d-L2-c1.2".into()),
             script_path: Some("/state/scripts/L2/job.sh".into()),
+            mail_type: None,
         };
         let cases: &[(&[&str], &Overrides, &[&str])] = &[
             (

@@ -539,6 +539,7 @@ fn overrides() -> impl Strategy<Value = Overrides> {
                 partition,
                 comment,
                 script_path,
+                mail_type: None,
             },
         )
 }

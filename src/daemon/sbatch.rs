@@ -145,6 +145,7 @@ fn overrides(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    notify_mail: bool,
 ) -> Overrides {
     let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
@@ -163,6 +164,14 @@ fn overrides(
         partition: plan.partition.clone(),
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
+        // The chain-level mail replaces Slurm's per-attempt ones (`[notify] mail`); the
+        // script's `#SBATCH --mail-type` is overridden from the command line the same way.
+        mail_type: if notify_mail {
+            s.option("mail-type")
+                .and_then(crate::notification::supervised_mail_type)
+        } else {
+            None
+        },
     }
 }
 
@@ -173,8 +182,12 @@ fn build_argv(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    notify_mail: bool,
 ) -> Vec<String> {
-    sbatch_args::rebuild(&s.cmd, &overrides(s, plan, array, tag, script_path))
+    sbatch_args::rebuild(
+        &s.cmd,
+        &overrides(s, plan, array, tag, script_path, notify_mail),
+    )
 }
 
 /// Refuses, before anything is recorded, a retry that sbatch would refuse for a reason
@@ -215,6 +228,7 @@ pub fn begin_submission(
             None,
             tag,
             script.as_deref(),
+            config.notify.mail,
         )
     })?;
     Ok(launch)
@@ -270,6 +284,7 @@ pub fn begin_relaunch(
             array.clone(),
             "check",
             placeholder.as_deref(),
+            config.notify.mail,
         ),
     )?;
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
@@ -277,7 +292,14 @@ pub fn begin_relaunch(
             .script_name
             .as_deref()
             .map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
-        build_argv(&submitted, &plan, array, tag, script.as_deref())
+        build_argv(
+            &submitted,
+            &plan,
+            array,
+            tag,
+            script.as_deref(),
+            config.notify.mail,
+        )
     })?;
     Ok(launch)
 }
@@ -303,6 +325,7 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
+        config.notify.mail,
     );
     check(&submitted, &o)?;
     Ok(sbatch_args::rebuild(&submitted.cmd, &o))
@@ -448,6 +471,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_attempts_lose_slurms_fail_mails_unless_notify_mail_is_off() {
+        let plan = RetryPlan::default();
+        let argv = |cmd: &[&str], script: &[u8], mail: bool| {
+            let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+            let s = Submitted::read(&cmd, Some(script)).unwrap();
+            build_argv(&s, &plan, None, "T", None, mail)
+        };
+        let a = argv(&["--mail-type=FAIL,BEGIN", "job.sh"], b"#!/bin/sh\n", true);
+        assert!(a.contains(&"--mail-type=BEGIN".to_string()), "{a:?}");
+        assert!(!a.iter().any(|x| x.contains("FAIL")), "{a:?}");
+        // The script's directive is overridden from the command line.
+        let a = argv(&["job.sh"], b"#!/bin/sh\n#SBATCH --mail-type=ALL\n", true);
+        assert!(
+            a.contains(&"--mail-type=BEGIN,INVALID_DEPEND,STAGE_OUT".to_string()),
+            "{a:?}"
+        );
+        // Nothing to take over: the argv is the user's.
+        let a = argv(&["--mail-type=BEGIN", "job.sh"], b"#!/bin/sh\n", true);
+        assert_eq!(a.iter().filter(|x| x.starts_with("--mail-type")).count(), 1);
+        // `[notify] mail = false` leaves it untouched.
+        let a = argv(&["--mail-type=FAIL", "job.sh"], b"#!/bin/sh\n", false);
+        assert!(a.contains(&"--mail-type=FAIL".to_string()), "{a:?}");
+        assert_eq!(a.iter().filter(|x| x.starts_with("--mail-type")).count(), 1);
+    }
+
+    #[test]
     fn a_retry_sbatch_would_refuse_is_refused_before_it_is_recorded() {
         let argv = vec!["--time=10".to_string(), "job.sh".to_string()];
         let per_cpu =
@@ -456,23 +505,38 @@ mod tests {
             mem_mb: Some(400),
             ..Default::default()
         };
-        let err = check(&per_cpu, &overrides(&per_cpu, &more_mem, None, "t", None))
-            .unwrap_err()
-            .to_string();
+        let err = check(
+            &per_cpu,
+            &overrides(&per_cpu, &more_mem, None, "t", None, false),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("--mem-per-cpu"), "{err}");
         // More time is fine for the same script, and more memory for a plain one.
         let more_time = RetryPlan {
             time_secs: Some(1200),
             ..Default::default()
         };
-        assert!(check(&per_cpu, &overrides(&per_cpu, &more_time, None, "t", None)).is_ok());
+        assert!(check(
+            &per_cpu,
+            &overrides(&per_cpu, &more_time, None, "t", None, false)
+        )
+        .is_ok());
         let plain = Submitted::read(&argv, Some(b"#!/bin/sh\nrun\n")).unwrap();
-        assert!(check(&plain, &overrides(&plain, &more_mem, None, "t", None)).is_ok());
+        assert!(check(
+            &plain,
+            &overrides(&plain, &more_mem, None, "t", None, false)
+        )
+        .is_ok());
         let bad_node = RetryPlan {
             exclude: vec!["n 1".into()],
             ..Default::default()
         };
-        assert!(check(&plain, &overrides(&plain, &bad_node, None, "t", None)).is_err());
+        assert!(check(
+            &plain,
+            &overrides(&plain, &bad_node, None, "t", None, false)
+        )
+        .is_err());
     }
 
     #[test]

@@ -766,7 +766,9 @@ fn an_expired_chain_is_held_or_failed_by_the_expiry() {
     ] {
         let t = transition(
             &chain(ChainState::PendingFailed),
-            Event::Expired { pending_since: 1000 },
+            Event::Expired {
+                pending_since: 1000,
+            },
             &expiring(action),
             &Context::at(1100),
         )
@@ -803,7 +805,9 @@ fn expiry_applies_only_to_a_chain_that_waited_long_enough() {
     use crate::config::ExpireAction;
     let c = expiring(ExpireAction::Fail);
     let pending = chain(ChainState::PendingFailed);
-    let ev = Event::Expired { pending_since: 1000 };
+    let ev = Event::Expired {
+        pending_since: 1000,
+    };
     assert_eq!(
         transition(&pending, ev, &c, &Context::at(1099)),
         Err(Refusal::NotExpired)

@@ -1431,7 +1431,9 @@ impl Store {
         let mut q = self.conn.prepare_cached(
             "SELECT kind, sent_at, gave_up_at, tries FROM notifications WHERE chain_id = ?1 ORDER BY id",
         )?;
-        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        let rows = q.query_map([chain_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -31,7 +31,10 @@ impl<S: Slurm> Engine<S> {
                 ) {
                     Ok(tr) => tr,
                     Err(r) => {
-                        error!(chain = w.chain.id, "expiry does not apply ({r}); leaving it");
+                        error!(
+                            chain = w.chain.id,
+                            "expiry does not apply ({r}); leaving it"
+                        );
                         continue;
                     }
                 };
