@@ -9,6 +9,7 @@ pub mod access;
 pub mod agent;
 pub mod engine;
 pub mod evidence;
+pub mod notifications;
 pub mod reads;
 pub mod requests;
 pub mod sbatch;
@@ -231,6 +232,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
 
     let mut agent = agent::Runner::default();
     agent.maybe_start(&engine);
+    let mut notifier = notifications::Notifier::default();
+    notifier.tick(&mut engine);
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
     // controller, or anything in their own environment) holds up no one else.
     engine.defer_launches();
@@ -268,6 +271,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 }
             },
+            done = notifier.done(), if notifier.busy() => notifier.finish(&mut engine, done),
             Some(ctl) = ctl_rx.recv(), if !overdue => {
                 if let crate::protocol::Request::Submit(r) = ctl.request {
                     // The sbatch runs beside the loop: a slow one (a busy controller, or
@@ -306,12 +310,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
                 dispatch(&mut engine, &mut in_flight);
                 agent.maybe_start(&engine);
+                notifier.tick(&mut engine);
                 next = Instant::now() + engine.next_interval();
             }
         }
     };
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
+    notifier.abort();
     server.abort();
     if let Some(m) = metrics_server {
         m.abort();

@@ -92,7 +92,17 @@ struct Live {
     slurm_failures: Family<CommandLabel, Counter>,
     slurm_seconds: Family<CommandLabel, Histogram, fn() -> Histogram>,
     cycle_seconds: Histogram,
+    notifications_sent: Family<ChannelLabel, Counter>,
+    notifications_failed: Family<ChannelLabel, Counter>,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabel {
+    channel: &'static str,
+}
+
+/// The ways a notification goes out.
+const CHANNELS: &[&str] = &["mail", "command"];
 
 static LIVE: LazyLock<Live> = LazyLock::new(|| {
     let live = Live {
@@ -100,7 +110,19 @@ static LIVE: LazyLock<Live> = LazyLock::new(|| {
         slurm_failures: Family::default(),
         slurm_seconds: Family::new_with_constructor(command_histogram),
         cycle_seconds: Histogram::new(CYCLE_BUCKETS.iter().copied()),
+        notifications_sent: Family::default(),
+        notifications_failed: Family::default(),
     };
+    for channel in CHANNELS {
+        drop(
+            live.notifications_sent
+                .get_or_create(&ChannelLabel { channel }),
+        );
+        drop(
+            live.notifications_failed
+                .get_or_create(&ChannelLabel { channel }),
+        );
+    }
     for c in SLURM_COMMANDS {
         let label = CommandLabel {
             command: (*c).to_string(),
@@ -125,6 +147,17 @@ pub fn slurm_command(command: &str, ok: bool, elapsed: Duration) {
     LIVE.slurm_seconds
         .get_or_create(&label)
         .observe(elapsed.as_secs_f64());
+}
+
+/// Counts one delivery of a notification by `channel` (`mail` or `command`): a mail
+/// may carry several chains' notifications.
+pub fn notification(channel: &'static str, ok: bool) {
+    let label = ChannelLabel { channel };
+    if ok {
+        LIVE.notifications_sent.get_or_create(&label).inc();
+    } else {
+        LIVE.notifications_failed.get_or_create(&label).inc();
+    }
 }
 
 /// Records how long one poll cycle took.
@@ -334,6 +367,16 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "How long Slurm commands took, from start to exit, by command",
         Unit::Seconds,
         LIVE.slurm_seconds.clone(),
+    );
+    r.register(
+        "notifications_sent",
+        "Notifications delivered, by channel (mail: one mail, which may name several chains of one submission; command: one run of notify.command)",
+        LIVE.notifications_sent.clone(),
+    );
+    r.register(
+        "notification_failures",
+        "Deliveries of notifications that failed (non-zero exit, timeout, could not start), by channel; each is retried with backoff up to notify.max_attempts",
+        LIVE.notifications_failed.clone(),
     );
     r.register_with_unit(
         "poll_cycle_duration",

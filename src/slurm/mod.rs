@@ -141,4 +141,9 @@ pub trait Slurm {
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError>;
     /// Each partition's MaxTime in seconds (`None`: unlimited).
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError>;
+    /// slurm.conf's `MailProg` (`scontrol show config`), `None` when unset. The in-process
+    /// fake has none.
+    async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
+        Ok(None)
+    }
 }

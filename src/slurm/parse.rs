@@ -99,6 +99,16 @@ pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
     parse_lines(stdout, SQUEUE_FIXED, squeue_row)
 }
 
+/// The value of `key` in `scontrol show config` (`Key   = value` lines); `None` when it is
+/// missing or `(null)`.
+pub fn show_config_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        let v = v.trim();
+        (k.trim() == key && !v.is_empty() && v != "(null)").then(|| v.to_string())
+    })
+}
+
 /// One record of `scontrol show job -o` (`Key=value Key=value ...` on one line) as a map.
 /// A value runs until the next ` Key=`, so values with spaces (`JobName=my job`) survive;
 /// a value that itself contains ` Word=` cannot be told apart, as in scontrol's own output.
@@ -508,6 +518,22 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn show_config_values() {
+        // `scontrol show config` of 22.05 and 24.11 (docs/slurm-observed.md).
+        let text = "Configuration data as of 2026-11-22T20:13:04\n\
+AccountingStorageBackupHost = (null)\n\
+MailDomain              = (null)\n\
+MailProg                = /bin/true\n\
+MaxArraySize            = 1001\n";
+        assert_eq!(
+            show_config_value(text, "MailProg").as_deref(),
+            Some("/bin/true")
+        );
+        assert_eq!(show_config_value(text, "MailDomain"), None);
+        assert_eq!(show_config_value(text, "Nope"), None);
+    }
 
     const K: u64 = 1 << 10;
     const M: u64 = 1 << 20;

@@ -473,6 +473,10 @@ pub struct Notification {
     pub created_at: i64,
     /// Failed deliveries so far.
     pub tries: u32,
+    /// Its mail went out already (a retry for the command does not mail again).
+    pub mail_done: bool,
+    /// `notify.command` took it already.
+    pub command_done: bool,
 }
 
 /// A `pending_failed` chain and when it entered that state.
@@ -1405,7 +1409,7 @@ impl Store {
     /// Notifications due at `now`, oldest first, at most `limit`.
     pub fn due_notifications(&self, now: i64, limit: usize) -> Result<Vec<Notification>> {
         let mut q = self.conn.prepare_cached(
-            "SELECT id, chain_id, kind, decision_id, created_at, tries FROM notifications
+            "SELECT id, chain_id, kind, decision_id, created_at, tries, mail_done, command_done FROM notifications
              WHERE sent_at IS NULL AND gave_up_at IS NULL AND next_try <= ?1
              ORDER BY next_try, id LIMIT ?2",
         )?;
@@ -1417,22 +1421,9 @@ impl Store {
                 decision_id: r.get(3)?,
                 created_at: r.get(4)?,
                 tries: r.get(5)?,
+                mail_done: r.get(6)?,
+                command_done: r.get(7)?,
             })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Every notification of a chain, oldest first (for tests and `history`-like reads):
-    /// kind, sent_at, gave_up_at, tries.
-    pub fn notifications_of(
-        &self,
-        chain_id: i64,
-    ) -> Result<Vec<(String, Option<i64>, Option<i64>, u32)>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT kind, sent_at, gave_up_at, tries FROM notifications WHERE chain_id = ?1 ORDER BY id",
-        )?;
-        let rows = q.query_map([chain_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -1446,10 +1437,12 @@ impl Store {
         Ok(())
     }
 
-    /// A delivery failed: tried again from `next_try`, or (`next_try` `None`) given up.
+    /// A delivery failed: what did go out (`mail_done`, `command_done`) is kept, the rest
+    /// is tried again from `next_try`, or (`next_try` `None`) given up.
     pub fn notification_failed(
         &mut self,
         id: i64,
+        done: (bool, bool),
         error: &str,
         next_try: Option<i64>,
         now: i64,
@@ -1457,9 +1450,10 @@ impl Store {
         self.conn.execute(
             "UPDATE notifications SET tries = tries + 1, error = ?2,
                  next_try = COALESCE(?3, next_try),
-                 gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END
+                 gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END,
+                 mail_done = MAX(mail_done, ?5), command_done = MAX(command_done, ?6)
              WHERE id = ?1 AND sent_at IS NULL",
-            params![id, error, next_try, now],
+            params![id, error, next_try, now, done.0, done.1],
         )?;
         Ok(())
     }

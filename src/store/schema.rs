@@ -179,7 +179,9 @@ CREATE TABLE notifications (
     next_try    INTEGER NOT NULL,  -- not delivered before this time (backoff after a failure)
     sent_at     INTEGER,           -- delivered, or nothing to deliver
     gave_up_at  INTEGER,           -- notify.max_attempts failed deliveries
-    error       TEXT               -- the last failure
+    error       TEXT,              -- the last failure
+    mail_done   INTEGER NOT NULL DEFAULT 0,  -- its mail went out (a retry does not resend it)
+    command_done INTEGER NOT NULL DEFAULT 0  -- notify.command took it
 );
 CREATE INDEX notifications_due ON notifications(next_try) WHERE sent_at IS NULL AND gave_up_at IS NULL;
 CREATE INDEX notifications_by_chain ON notifications(chain_id);

@@ -1,0 +1,515 @@
+//! Delivering the notifications the store queued (`crate::notification` says what is
+//! told, and when): a mail through the site's mail program, and the optional
+//! `notify.command` with the event as JSON on stdin.
+//!
+//! Exactly once, as far as a crash allows: a notification row is written in the same
+//! transaction as the decision that calls for it, delivered after that commit, and marked
+//! sent once delivered. A crash between delivering and marking sends it again at the next
+//! start (at least once in that window); it is never lost. A mail that went out is marked
+//! on its own, so a failing command does not mail again on its retry.
+//!
+//! Delivery runs beside the loop, one batch at a time, each program with
+//! `notify.timeout` and bounded output: a stuck mail program holds up no decision. The
+//! loop picks the batch's outcome up after a later cycle and records it (the store has one
+//! writer). A failure is logged and retried with backoff up to `notify.max_attempts`.
+//!
+//! For a system-wide (root) daemon, both programs run as the chain's owner, with a clean
+//! environment, like their sbatch. The recipient is the submission's `--mail-user`, else
+//! the owner's user name; one that could be read as an option or break a header is not
+//! used (the owner's name is). The mail program is called as Slurm calls its `MailProg`:
+//! `PROG -s SUBJECT RECIPIENT`, the body on stdin.
+
+use super::engine::{now, Engine};
+use super::sbatch::run_as;
+use crate::notification::{self, Event, Kind};
+use crate::sbatch_args::Submitted;
+use crate::slurm::{RunAs, Slurm};
+use crate::store::{Notification, Store, StoreError};
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+/// Notifications taken in one batch.
+const BATCH: usize = 200;
+
+/// Output kept from a mail program or command (for the log); past it, it is killed.
+const MAX_OUTPUT: u64 = 16 * 1024;
+
+/// The mail program when neither `notify.mail_program` nor slurm.conf's `MailProg` names one.
+const DEFAULT_MAIL_PROGRAM: &str = "/usr/bin/mail";
+
+/// The first retry of a failed delivery waits this long, doubling each time up to
+/// `MAX_BACKOFF`: a mail system that is down for a while is not hammered.
+const FIRST_BACKOFF_SECS: i64 = 30;
+const MAX_BACKOFF_SECS: i64 = 3600;
+
+/// The `PATH` a program run as a user gets (their own environment is not used).
+const CLEAN_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+/// Whether a batch is out and the mail program slurm.conf names, once read.
+#[derive(Default)]
+pub struct Notifier {
+    running: Option<Batch>,
+    slurm_mail_prog: Option<PathBuf>,
+}
+
+/// A batch being delivered: polled by the loop's `select!` beside everything else (like
+/// an sbatch beside the loop), so it never holds a decision up.
+type Batch = std::pin::Pin<Box<dyn std::future::Future<Output = Finished>>>;
+
+/// One mail and the notifications it carries (those of one submission and kind), or
+/// notifications that only go to the command.
+struct Group {
+    owner: Option<RunAs>,
+    home: Option<String>,
+    mail: Option<Mail>,
+    items: Vec<Item>,
+}
+
+struct Mail {
+    to: String,
+    subject: String,
+    body: String,
+}
+
+struct Item {
+    id: i64,
+    chain: String,
+    kind: Kind,
+    tries: u32,
+    /// Whether this batch mails it (wanted and not mailed yet).
+    mail: bool,
+    /// The command's stdin, if the command still has to take it.
+    command: Option<Vec<u8>>,
+}
+
+/// What a batch did, for the loop to record.
+pub struct Finished {
+    outcomes: Vec<Outcome>,
+    /// slurm.conf's `MailProg`, if it was read.
+    slurm_mail_prog: Option<PathBuf>,
+}
+
+struct Outcome {
+    id: i64,
+    chain: String,
+    kind: Kind,
+    tries: u32,
+    mail: Option<Result<(), String>>,
+    command: Option<Result<(), String>>,
+}
+
+impl Notifier {
+    /// Whether a batch is out.
+    pub fn busy(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The batch out, once it is done (pending forever when none is).
+    pub async fn done(&mut self) -> Finished {
+        match &mut self.running {
+            Some(b) => {
+                let f = b.await;
+                self.running = None;
+                f
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Records what a batch did, then sends the next one out if any is due.
+    pub fn finish<S: Slurm + Clone + 'static>(&mut self, engine: &mut Engine<S>, done: Finished) {
+        if done.slurm_mail_prog.is_some() {
+            self.slurm_mail_prog = done.slurm_mail_prog;
+        }
+        if let Err(e) = record(engine, done.outcomes) {
+            warn!("cannot record which notifications went out: {e}; they will be sent again");
+        }
+        self.tick(engine);
+    }
+
+    /// Sends the due notifications out, unless a batch is out already. Called by the loop
+    /// after each cycle; does no I/O but the store's.
+    pub fn tick<S: Slurm + Clone + 'static>(&mut self, engine: &mut Engine<S>) {
+        if self.running.is_some() {
+            return;
+        }
+        let groups = match prepare(engine) {
+            Ok(g) => g,
+            Err(e) => {
+                warn!("cannot read the notifications to send: {e}");
+                return;
+            }
+        };
+        if groups.is_empty() {
+            return;
+        }
+        let cfg = engine.config().notify.clone();
+        let slurm = engine.slurm().clone();
+        let known = self.slurm_mail_prog.clone();
+        let needs_mail = groups.iter().any(|g| g.mail.is_some());
+        self.running = Some(Box::pin(async move {
+            let mut found = None;
+            let program = match (&cfg.mail_program, needs_mail) {
+                (Some(p), _) => p.clone(),
+                (None, false) => PathBuf::from(DEFAULT_MAIL_PROGRAM),
+                (None, true) => match known {
+                    Some(p) => p,
+                    None => {
+                        let p = slurm_mail_prog(&slurm).await;
+                        found = p.clone();
+                        p.unwrap_or_else(|| PathBuf::from(DEFAULT_MAIL_PROGRAM))
+                    }
+                },
+            };
+            let timeout = cfg.timeout.0;
+            let mut outcomes = Vec::new();
+            for g in groups {
+                let mailed = match &g.mail {
+                    Some(m) => {
+                        let argv = vec![
+                            program.display().to_string(),
+                            "-s".to_string(),
+                            m.subject.clone(),
+                            m.to.clone(),
+                        ];
+                        let r = run(&argv, m.body.as_bytes(), &g, timeout).await;
+                        crate::metrics::notification("mail", r.is_ok());
+                        Some(r)
+                    }
+                    None => None,
+                };
+                for it in g.items.iter() {
+                    let command = match (&cfg.command, &it.command) {
+                        (Some(argv), Some(input)) => {
+                            let r = run(argv, input, &g, timeout).await;
+                            crate::metrics::notification("command", r.is_ok());
+                            Some(r)
+                        }
+                        _ => None,
+                    };
+                    outcomes.push(Outcome {
+                        id: it.id,
+                        chain: it.chain.clone(),
+                        kind: it.kind,
+                        tries: it.tries,
+                        mail: if it.mail { mailed.clone() } else { None },
+                        command,
+                    });
+                }
+            }
+            Finished {
+                outcomes,
+                slurm_mail_prog: found,
+            }
+        }));
+    }
+
+    /// Drops a batch that is out (at shutdown; its programs are killed); what it did not
+    /// mark is sent again at the next start.
+    pub fn abort(&mut self) {
+        self.running = None;
+    }
+}
+
+/// slurm.conf's `MailProg`, if Slurm says and it is an absolute path.
+async fn slurm_mail_prog<S: Slurm>(slurm: &S) -> Option<PathBuf> {
+    match slurm.mail_prog().await {
+        Ok(Some(p)) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Ok(_) => None,
+        Err(e) => {
+            debug!("cannot read MailProg from slurm ({e}); mailing with {DEFAULT_MAIL_PROGRAM}");
+            None
+        }
+    }
+}
+
+/// The due notifications as deliveries. Those with nothing to deliver (no mail wanted, no
+/// command) are marked sent here.
+fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<Vec<Group>, StoreError> {
+    let t = now();
+    let due = engine.store().due_notifications(t, BATCH)?;
+    let cfg = engine.config().notify.clone();
+    let mut groups: BTreeMap<(i64, &'static str), Group> = BTreeMap::new();
+    let mut mailed: BTreeMap<(i64, &'static str), Vec<Event>> = BTreeMap::new();
+    let mut nothing = Vec::new();
+    for n in due {
+        let Some(kind) = Kind::parse(&n.kind) else {
+            warn!(chain = n.chain_id, kind = %n.kind, "a notification of an unknown kind is dropped");
+            nothing.push(n.id);
+            continue;
+        };
+        let Some((sub_id, owner_uid, event, mail_wanted)) =
+            describe(engine.store(), &n, kind, cfg.mail)?
+        else {
+            nothing.push(n.id);
+            continue;
+        };
+        let mail = mail_wanted && !n.mail_done;
+        let command = match &cfg.command {
+            Some(_) if !n.command_done => Some(serde_json::to_vec(&event).unwrap_or_default()),
+            _ => None,
+        };
+        if !mail && command.is_none() {
+            nothing.push(n.id);
+            continue;
+        }
+        let owner = match run_as(owner_uid) {
+            Ok(o) => o,
+            Err(e) => {
+                // Nothing is run as root for an account that is gone.
+                warn!(chain = n.chain_id, "notification not sent: {e}");
+                nothing.push(n.id);
+                continue;
+            }
+        };
+        let g = groups
+            .entry((sub_id, kind.as_str()))
+            .or_insert_with(|| Group {
+                home: owner.as_ref().and_then(|o| {
+                    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(o.uid))
+                        .ok()
+                        .flatten()
+                        .map(|u| u.dir.display().to_string())
+                }),
+                owner,
+                mail: None,
+                items: Vec::new(),
+            });
+        if mail && g.mail.is_none() {
+            g.mail = Some(Mail {
+                to: event.mail_to.clone().unwrap_or_default(),
+                subject: String::new(),
+                body: String::new(),
+            });
+        }
+        g.items.push(Item {
+            id: n.id,
+            chain: event.chain.clone(),
+            kind,
+            tries: n.tries,
+            mail,
+            command,
+        });
+        if mail {
+            mailed
+                .entry((sub_id, kind.as_str()))
+                .or_default()
+                .push(event);
+        }
+    }
+    for id in nothing {
+        engine.store_mut().notification_sent(id, t)?;
+    }
+    // One mail per submission and kind, made of every event it carries.
+    for (key, g) in groups.iter_mut() {
+        if let (Some(m), Some(events)) = (&mut g.mail, mailed.get(key)) {
+            (m.subject, m.body) = notification::mail_text(events);
+        }
+    }
+    Ok(groups.into_values().collect())
+}
+
+/// One notification as an event: its submission, owner, what it tells, and whether it is
+/// mailed. `None` when its chain is gone.
+fn describe(
+    store: &Store,
+    n: &Notification,
+    kind: Kind,
+    mail_on: bool,
+) -> Result<Option<(i64, u32, Event, bool)>, StoreError> {
+    let Some(chain) = store.chain(n.chain_id)? else {
+        return Ok(None);
+    };
+    let sub = store.submission(chain.submission_id)?;
+    let decision = match n.decision_id {
+        Some(id) if kind != Kind::Completed => store.decision(id)?,
+        _ => None,
+    };
+    let job = store
+        .attempts(chain.id)?
+        .into_iter()
+        .rev()
+        .find_map(|a| a.slurm_job_id);
+    let submitted = Submitted::read(&sub.argv, sub.script.as_deref()).ok();
+    let opt = |name: &str| {
+        submitted
+            .as_ref()
+            .and_then(|s| s.option(name))
+            .map(str::to_string)
+    };
+    let mail_type = opt("mail-type");
+    let to = match opt("mail-user") {
+        Some(u) if notification::valid_recipient(&u) => u,
+        Some(u) => {
+            warn!(chain = chain.id, mail_user = ?u, "--mail-user is not a usable address; mailing the owner instead");
+            sub.user.clone()
+        }
+        None => sub.user.clone(),
+    };
+    let mailed = mail_on
+        && notification::wants_mail(kind, mail_type.as_deref())
+        && notification::valid_recipient(&to);
+    let label = crate::store::chain_label(chain.id);
+    let event = Event {
+        event: kind,
+        chain: label.clone(),
+        user: sub.user.clone(),
+        job_name: opt("job-name"),
+        job,
+        classification: decision.as_ref().map(|d| d.classification.to_string()),
+        reason: decision
+            .as_ref()
+            .map_or_else(|| "completed".to_string(), |d| d.reason.clone()),
+        reason_code: decision.as_ref().and_then(|d| d.reason_code.clone()),
+        actor: decision.as_ref().map(|d| d.actor.clone()),
+        at: n.created_at,
+        resolve: kind
+            .needs_person()
+            .then(|| notification::resolve_command(&label)),
+        mail_to: mailed.then_some(to),
+    };
+    Ok(Some((sub.id, sub.owner_uid, event, mailed)))
+}
+
+/// Records a batch's outcomes: sent, or failed and retried later, or given up.
+fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<(), StoreError> {
+    let t = now();
+    let max = engine.config().notify.max_attempts;
+    for o in outcomes {
+        let failed: Vec<String> = [("mail", &o.mail), ("command", &o.command)]
+            .into_iter()
+            .filter_map(|(what, r)| match r {
+                Some(Err(e)) => Some(format!("{what}: {e}")),
+                _ => None,
+            })
+            .collect();
+        if failed.is_empty() {
+            info!(chain = %o.chain, kind = o.kind.as_str(), mail = o.mail.is_some(), command = o.command.is_some(), "notification sent");
+            engine.store_mut().notification_sent(o.id, t)?;
+            continue;
+        }
+        let error = failed.join("; ");
+        let done = (
+            matches!(o.mail, Some(Ok(()))),
+            matches!(o.command, Some(Ok(()))),
+        );
+        let tries = o.tries + 1;
+        if tries >= max {
+            warn!(chain = %o.chain, kind = o.kind.as_str(), "notification given up after {tries} failed deliveries: {error}");
+            engine
+                .store_mut()
+                .notification_failed(o.id, done, &error, None, t)?;
+        } else {
+            let wait = (FIRST_BACKOFF_SECS << (tries - 1).min(16)).min(MAX_BACKOFF_SECS);
+            warn!(chain = %o.chain, kind = o.kind.as_str(), "notification not delivered ({error}); trying again in {wait}s");
+            engine
+                .store_mut()
+                .notification_failed(o.id, done, &error, Some(t + wait), t)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `argv` (no shell) with `input` on stdin, as the group's owner when there is one
+/// (then with a clean environment), within `timeout`, its output bounded. Ok when it
+/// exits 0.
+async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Result<(), String> {
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a timeout kills what it started too (sendmail).
+        .process_group(0);
+    if let Some(who) = &g.owner {
+        let name = who.user.to_string_lossy().into_owned();
+        cmd.env_clear()
+            .env("PATH", CLEAN_PATH)
+            .env("USER", &name)
+            .env("LOGNAME", &name)
+            .env("HOME", g.home.as_deref().unwrap_or("/"));
+        let who = who.clone();
+        // SAFETY: initgroups/setgid/setuid are fine in a forked child; nothing here
+        // allocates (the strings were made before the fork).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::initgroups(who.user.as_ptr(), who.gid as libc::gid_t) != 0
+                    || libc::setgid(who.gid) != 0
+                    || libc::setuid(who.uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let pgid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
+    let kill = || {
+        if let Some(p) = pgid {
+            let _ = nix::sys::signal::killpg(p, nix::sys::signal::Signal::SIGKILL);
+        }
+    };
+    let (mut stdin, mut out, mut err) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let work = async {
+        let feed = async {
+            if let Some(mut s) = stdin.take() {
+                // A program that exits without reading its stdin is judged by its status.
+                let _ = s.write_all(input).await;
+            }
+        };
+        let read = |p: Option<tokio::process::ChildStdout>| async move {
+            let mut buf = Vec::new();
+            if let Some(p) = p {
+                let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf).await;
+            }
+            buf
+        };
+        let read_err = async {
+            let mut buf = Vec::new();
+            if let Some(p) = err.take() {
+                let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf).await;
+            }
+            buf
+        };
+        let ((), _stdout, stderr) = tokio::join!(feed, read(out.take()), read_err);
+        let status = child.wait().await;
+        (status, stderr)
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Err(_) => {
+            kill();
+            Err(format!(
+                "{} did not finish within {}s and was killed",
+                argv[0],
+                timeout.as_secs()
+            ))
+        }
+        Ok((Err(e), _)) => Err(format!("{}: {e}", argv[0])),
+        Ok((Ok(status), stderr)) if status.success() => {
+            if !stderr.is_empty() {
+                debug!(program = %argv[0], stderr = %String::from_utf8_lossy(&stderr), "notification program wrote to stderr");
+            }
+            Ok(())
+        }
+        Ok((Ok(status), stderr)) => {
+            kill();
+            Err(format!(
+                "{} failed ({status}): {}",
+                argv[0],
+                crate::osbytes::truncate(String::from_utf8_lossy(&stderr).trim(), 500)
+            ))
+        }
+    }
+}
