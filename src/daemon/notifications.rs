@@ -303,7 +303,9 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<Vec<Group>, StoreError> {
         }
     }
     for id in nothing {
-        engine.store_mut().notification_sent(id, t)?;
+        engine
+            .store_mut()
+            .notification_sent(id, (false, false), t)?;
     }
     // One mail per submission and kind, made of every event it carries.
     for (key, g) in groups.iter_mut() {
@@ -390,7 +392,11 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
             .collect();
         if failed.is_empty() {
             info!(chain = %o.chain, kind = o.kind.as_str(), mail = o.mail.is_some(), command = o.command.is_some(), "notification sent");
-            engine.store_mut().notification_sent(o.id, t)?;
+            engine.store_mut().notification_sent(
+                o.id,
+                (o.mail.is_some(), o.command.is_some()),
+                t,
+            )?;
             continue;
         }
         let error = failed.join("; ");

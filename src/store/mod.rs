@@ -1428,11 +1428,14 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// A notification was delivered (or had nothing to deliver).
-    pub fn notification_sent(&mut self, id: i64, now: i64) -> Result<()> {
+    /// A notification was delivered (or had nothing to deliver): `done` says whether a
+    /// mail and the command took it.
+    pub fn notification_sent(&mut self, id: i64, done: (bool, bool), now: i64) -> Result<()> {
         self.conn.execute(
-            "UPDATE notifications SET sent_at = ?2 WHERE id = ?1 AND sent_at IS NULL",
-            params![id, now],
+            "UPDATE notifications SET sent_at = ?2,
+                 mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
+             WHERE id = ?1 AND sent_at IS NULL",
+            params![id, now, done.0, done.1],
         )?;
         Ok(())
     }
