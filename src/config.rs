@@ -949,6 +949,16 @@ mod tests {
                 "slurm.lost_job_after",
             ),
             ("[agent]\ntimeout = \"9999999999s\"", "agent.timeout"),
+            ("[notify]\nmial = true", "unknown field"),
+            ("[notify]\ncommand = []", "notify.command is empty"),
+            ("[notify]\nmail_program = \"mail\"", "absolute path"),
+            ("[notify]\nmax_attempts = 0", "notify.max_attempts"),
+            ("[escalation]\nexpire_action = \"retry\"", "unknown variant"),
+            (
+                "[escalation]\nremind_after = \"2d\"\nexpire_after = \"1d\"",
+                "must be shorter",
+            ),
+            ("[escalation]\nexpire_after = \"0s\"", "at least 1s"),
             (
                 "[slurm]\nstderr_tail_bytes = 99999999999",
                 "slurm.stderr_tail_bytes",
