@@ -167,3 +167,38 @@ fn slurm_commands_and_cycles_are_counted() {
         .unwrap();
     assert!(cycles >= 1, "{text}");
 }
+
+#[test]
+fn notifications_are_counted_by_channel() {
+    let before = LIVE
+        .notifications_failed
+        .get_or_create(&ChannelLabel { channel: "command" })
+        .get();
+    notification("mail", true);
+    notification("command", false);
+    let text = encode(
+        &Snapshot {
+            chains: HashMap::new(),
+            totals: Totals::default(),
+            resubmitted_by_state: HashMap::new(),
+            infra_failures: 0,
+            quarantined: vec![],
+            store_bytes: 0,
+        },
+        &Config::defaults(),
+    );
+    let sent: u64 = value(
+        &text,
+        "slurm_supervisor_notifications_sent_total{channel=\"mail\"}",
+    )
+    .parse()
+    .unwrap();
+    assert!(sent >= 1, "{text}");
+    let failed: u64 = value(
+        &text,
+        "slurm_supervisor_notification_failures_total{channel=\"command\"}",
+    )
+    .parse()
+    .unwrap();
+    assert!(failed > before, "{text}");
+}
