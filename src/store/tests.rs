@@ -319,3 +319,95 @@ fn every_chain_summary_is_read_once_in_order_across_pages() {
     .unwrap();
     assert_eq!(none, 0, "another owner's chains are not read");
 }
+
+/// The notification is written with the decision that moves the chain into a state its
+/// submitter is told about, once per entry; the age of a waiting chain starts then, and a
+/// reminder and an expiry are queued once.
+#[test]
+fn notifications_are_queued_with_the_state_change() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let pending = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+    };
+    let d = decision(Classification::Ambiguous, Action::Escalate);
+    assert_eq!(
+        s.decide_chains(&[(1, tr(ChainState::Active, &pending, d.clone()))], 200)
+            .unwrap(),
+        None
+    );
+    let due = s.due_notifications(200, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].chain_id, due[0].kind.as_str()),
+        (1, "pending_failed")
+    );
+    let latest = s.last_decision(1).unwrap().unwrap();
+    assert_eq!(due[0].decision_id, Some(latest.id));
+    // A hold keeps it waiting: no second notification, its age goes on.
+    let hold = decision(Classification::Ambiguous, Action::Hold);
+    s.decide_chains(&[(1, tr(ChainState::PendingFailed, &pending, hold))], 250)
+        .unwrap();
+    assert_eq!(s.due_notifications(300, 10).unwrap().len(), 1);
+    let w = s.chains_to_expire(200).unwrap();
+    assert_eq!((w.len(), w[0].pending_since), (1, 200));
+    assert!(s.chains_to_expire(199).unwrap().is_empty());
+    // Not due before its time; sent once delivered; retried after a failure.
+    s.notification_failed(due[0].id, (true, false), "boom", Some(400), 300)
+        .unwrap();
+    assert!(s.due_notifications(399, 10).unwrap().is_empty());
+    let again = s.due_notifications(400, 10).unwrap();
+    assert_eq!((again[0].tries, again[0].mail_done), (1, true));
+    s.notification_sent(due[0].id, (false, true), 400).unwrap();
+    assert!(s.due_notifications(10_000, 10).unwrap().is_empty());
+    // One reminder.
+    assert_eq!(s.chains_to_remind(300).unwrap(), vec![1]);
+    assert!(s.remind(1, 300).unwrap());
+    assert!(!s.remind(1, 301).unwrap());
+    assert!(s.chains_to_remind(10_000).unwrap().is_empty());
+    // An expiry that holds: recorded, marked, told once; never found again.
+    let expiry = Transition {
+        from: ChainState::PendingFailed,
+        update: pending.clone(),
+        record: Some(decision(Classification::Ambiguous, Action::Hold)),
+        effects: Vec::new(),
+    };
+    assert!(s.record_expiry(1, &expiry, 500).unwrap());
+    assert!(s.chains_to_expire(10_000).unwrap().is_empty());
+    let kinds: Vec<String> = s
+        .due_notifications(10_000, 10)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(kinds, ["reminder", "expired"]);
+    // Failing it for good queues `failed`; a completed chain never re-enters it.
+    let failed = ChainUpdate {
+        state: ChainState::Failed,
+        ..pending.clone()
+    };
+    s.decide_chains(
+        &[(
+            1,
+            tr(
+                ChainState::PendingFailed,
+                &failed,
+                decision(Classification::Ambiguous, Action::Fail),
+            ),
+        )],
+        600,
+    )
+    .unwrap();
+    let kinds: Vec<String> = s
+        .due_notifications(10_000, 10)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(kinds, ["reminder", "expired", "failed"]);
+    assert!(s.chains_to_expire(10_000).unwrap().is_empty());
+}
