@@ -317,3 +317,101 @@ fn an_expiry_hold_keeps_the_chain_for_a_person_and_tells_so() {
         "expired once: {h:#}"
     );
 }
+
+/// A failed delivery is retried with backoff: the command fails once, then takes the
+/// event; the mail, which went out the first time, is not sent again.
+#[test]
+fn a_failed_delivery_is_retried_and_what_went_out_is_not_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let flaky = dir.path().join("flaky");
+    let once = dir.path().join("failed-once");
+    std::fs::write(
+        &flaky,
+        format!(
+            "#!/bin/sh\nif [ ! -e {once} ]; then : > {once}; exit 3; fi\nexec {} {}\n",
+            dir.path().join("record.py").display(),
+            dir.path().join("events.jsonl").display(),
+            once = once.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&flaky, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = notify_config(dir.path(), true).replace(
+        &format!(
+            "command = [{:?}, {:?}]",
+            dir.path().join("record.py").display().to_string(),
+            dir.path().join("events.jsonl").display().to_string()
+        ),
+        &format!("command = [{:?}]", flaky.display().to_string()),
+    );
+    assert!(cfg.contains("flaky"), "{cfg}");
+    let (d, fake) = start(&cfg, &[]);
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    fake.ctl(&["finish", &job, "FAILED", "1:0", "something odd happened\n"]);
+    wait_until("the retried delivery", Duration::from_secs(120), || {
+        !events(dir.path()).is_empty()
+    });
+    assert!(once.exists());
+    assert_eq!(kinds(&events(dir.path())), ["pending_failed"]);
+    assert_eq!(lines(dir.path().join("mail.jsonl")).len(), 1);
+    let log = d.log();
+    assert!(log.contains("notification not delivered"), "{log}");
+    assert!(log.contains("trying again in 30s"), "{log}");
+}
+
+/// A mail program that never returns is killed after `notify.timeout` (what it started
+/// too), the notification is given up after `max_attempts`, and the daemon went on
+/// deciding meanwhile.
+#[test]
+fn a_stuck_mail_program_is_killed_and_holds_nothing_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let stuck = dir.path().join("stuck-mail");
+    let pids = dir.path().join("pids");
+    std::fs::write(
+        &stuck,
+        format!(
+            "#!/bin/sh\nsleep 600 &\necho $$ $! >> {}\nwait\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stuck, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = format!(
+        "[notify]\nmail_program = {:?}\ntimeout = \"2s\"\nmax_attempts = 1\n",
+        stuck.display().to_string()
+    );
+    let (d, fake) = start(&cfg, &[]);
+    d.write_script("job.sh", "echo hi");
+    let first = d.submit(&["job.sh"]);
+    let second = d.submit(&["job.sh"]);
+    fake.ctl(&["finish", &first, "FAILED", "1:0", "odd\n"]);
+    wait_until("the mail program to start", Duration::from_secs(30), || {
+        pids.exists()
+    });
+    // The loop goes on while the mail program hangs.
+    fake.ctl(&["finish", &second, "COMPLETED", "0:0"]);
+    d.wait_state(&second, "completed", Duration::from_secs(30));
+    wait_until(
+        "the notification to be given up",
+        Duration::from_secs(60),
+        || d.log().contains("given up after 1 failed deliveries"),
+    );
+    assert!(d.log().contains("did not finish within 2s and was killed"));
+    let text = std::fs::read_to_string(&pids).unwrap();
+    let pids: Vec<i32> = text
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    wait_until(
+        "the mail program and its child to be gone",
+        Duration::from_secs(10),
+        || {
+            pids.iter().all(|p| {
+                // Gone, or a zombie its parent has not reaped yet.
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
+            })
+        },
+    );
+}
