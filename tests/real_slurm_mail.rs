@@ -295,23 +295,36 @@ fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
         assert!(!types.contains(&taken.to_string()), "{types:?}");
     }
     assert!(slurm_mail_types(&job_fail).is_empty());
-    let rows = d.wait_state(&job_all, "completed", 4 * MIN);
-    let chain_all = rows[0]["id"].as_str().unwrap().to_string();
-    let rows = d.wait_state(&job_fail, "completed", 4 * MIN);
-    let chain_fail = rows[0]["id"].as_str().unwrap().to_string();
-    for (job, chain) in [(&job_all, &chain_all), (&job_fail, &chain_fail)] {
+    // Each retry is looked at as soon as its chain completed, well within MinJobAge
+    // (30 s on the dev clusters), while `scontrol show job` still knows it.
+    let mut chains = Vec::new();
+    for (job, keeps_begin) in [(&job_all, true), (&job_fail, false)] {
+        let rows = d.wait_state(job, "completed", 4 * MIN);
+        let chain = rows[0]["id"].as_str().unwrap().to_string();
         let h = d.history(job);
         let attempts = h["attempts"].as_array().unwrap();
         assert_eq!(attempts.len(), 2, "retried once: {h:#}");
         assert_eq!(attempts[0]["slurm_state"], "FAILED", "{h:#}");
         let retry = attempts[1]["slurm_job_id"].as_str().unwrap();
+        let out = slurm("scontrol")
+            .args(["show", "job", retry])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scontrol show job {retry}: {out:?}");
         let t = slurm_mail_types(retry);
+        assert_eq!(
+            t.contains(&"BEGIN".to_string()),
+            keeps_begin,
+            "{chain}: {t:?}"
+        );
         assert!(
             !t.iter()
                 .any(|x| ["FAIL", "END", "REQUEUE", "ALL"].contains(&x.as_str())),
             "{chain}: {t:?}"
         );
+        chains.push(chain);
     }
+    let (chain_all, chain_fail) = (chains[0].clone(), chains[1].clone());
     // The completed mail of the chain whose ALL asks for it.
     let mails = wait_mails(&all, 1, MIN);
     assert_eq!(mails.len(), 1, "{mails:#?}");
