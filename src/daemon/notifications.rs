@@ -36,6 +36,9 @@ use tracing::{debug, info, warn};
 /// Notifications taken in one batch.
 const BATCH: usize = 200;
 
+/// Pages of notifications with nothing to deliver marked in one turn of the loop.
+const SILENT_PAGES: usize = 50;
+
 /// Output kept from a mail program or command (for the log); past it, it is killed.
 const MAX_OUTPUT: u64 = 16 * 1024;
 
@@ -138,13 +141,23 @@ impl Notifier {
         if self.running.is_some() {
             return;
         }
-        let groups = match prepare(engine) {
-            Ok(g) => g,
-            Err(e) => {
-                warn!("cannot read the notifications to send: {e}");
-                return;
+        // Pages with nothing to deliver (no mail asked for, no command) are only marked,
+        // so a burst of them is drained at once, a bounded number of pages per turn.
+        let mut groups = Vec::new();
+        for _ in 0..SILENT_PAGES {
+            match prepare(engine) {
+                Ok((g, more)) => {
+                    groups = g;
+                    if !groups.is_empty() || !more {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!("cannot read the notifications to send: {e}");
+                    return;
+                }
             }
-        };
+        }
         if groups.is_empty() {
             return;
         }
@@ -228,11 +241,12 @@ async fn slurm_mail_prog<S: Slurm>(slurm: &S) -> Option<PathBuf> {
     }
 }
 
-/// The due notifications as deliveries. Those with nothing to deliver (no mail wanted, no
-/// command) are marked sent here.
-fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<Vec<Group>, StoreError> {
+/// The due notifications (a page of them) as deliveries, and whether the page was full.
+/// Those with nothing to deliver (no mail wanted, no command) are marked sent here.
+fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), StoreError> {
     let t = now();
     let due = engine.store().due_notifications(t, BATCH)?;
+    let full = due.len() == BATCH;
     let cfg = engine.config().notify.clone();
     let mut groups: BTreeMap<(i64, &'static str), Group> = BTreeMap::new();
     let mut mailed: BTreeMap<(i64, &'static str), Vec<Event>> = BTreeMap::new();
@@ -302,18 +316,16 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<Vec<Group>, StoreError> {
                 .push(event);
         }
     }
-    for id in nothing {
-        engine
-            .store_mut()
-            .notification_sent(id, (false, false), t)?;
-    }
+    let nothing: Vec<(i64, (bool, bool))> =
+        nothing.into_iter().map(|id| (id, (false, false))).collect();
+    engine.store_mut().notifications_sent(&nothing, t)?;
     // One mail per submission and kind, made of every event it carries.
     for (key, g) in groups.iter_mut() {
         if let (Some(m), Some(events)) = (&mut g.mail, mailed.get(key)) {
             (m.subject, m.body) = notification::mail_text(events);
         }
     }
-    Ok(groups.into_values().collect())
+    Ok((groups.into_values().collect(), full))
 }
 
 /// One notification as an event: its submission, owner, what it tells, and whether it is
@@ -382,6 +394,7 @@ fn describe(
 fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<(), StoreError> {
     let t = now();
     let max = engine.config().notify.max_attempts;
+    let mut sent = Vec::new();
     for o in outcomes {
         let failed: Vec<String> = [("mail", &o.mail), ("command", &o.command)]
             .into_iter()
@@ -392,11 +405,7 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
             .collect();
         if failed.is_empty() {
             info!(chain = %o.chain, kind = o.kind.as_str(), mail = o.mail.is_some(), command = o.command.is_some(), "notification sent");
-            engine.store_mut().notification_sent(
-                o.id,
-                (o.mail.is_some(), o.command.is_some()),
-                t,
-            )?;
+            sent.push((o.id, (o.mail.is_some(), o.command.is_some())));
             continue;
         }
         let error = failed.join("; ");
@@ -418,7 +427,7 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
                 .notification_failed(o.id, done, &error, Some(t + wait), t)?;
         }
     }
-    Ok(())
+    engine.store_mut().notifications_sent(&sent, t)
 }
 
 /// Runs `argv` (no shell) with `input` on stdin, as the group's owner when there is one

@@ -1431,12 +1431,23 @@ impl Store {
     /// A notification was delivered (or had nothing to deliver): `done` says whether a
     /// mail and the command took it.
     pub fn notification_sent(&mut self, id: i64, done: (bool, bool), now: i64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE notifications SET sent_at = ?2,
-                 mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
-             WHERE id = ?1 AND sent_at IS NULL",
-            params![id, now, done.0, done.1],
-        )?;
+        self.notifications_sent(&[(id, done)], now)
+    }
+
+    /// Several notifications delivered, in one transaction (one sync to disk).
+    pub fn notifications_sent(&mut self, items: &[(i64, (bool, bool))], now: i64) -> Result<()> {
+        let tx = self.conn.savepoint()?;
+        {
+            let mut q = tx.prepare_cached(
+                "UPDATE notifications SET sent_at = ?2,
+                     mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
+                 WHERE id = ?1 AND sent_at IS NULL",
+            )?;
+            for (id, done) in items {
+                q.execute(params![id, now, done.0, done.1])?;
+            }
+        }
+        tx.commit()?;
         Ok(())
     }
 
