@@ -164,6 +164,10 @@ fn dispatch<S: Slurm + Clone + 'static>(
     }
 }
 
+/// How long a clean stop waits for a notification batch that is out to finish (its
+/// outcome is then recorded instead of delivered again at the next start).
+const NOTIFY_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs the daemon until a `Shutdown` event (or until `events` closes).
 pub async fn run<S: Slurm + Clone + 'static>(
     config: Config,
@@ -271,7 +275,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 }
             },
-            done = notifier.done(), if notifier.busy() => notifier.finish(&mut engine, done),
+            done = notifier.done(), if notifier.busy() => {
+                notifier.finish(&mut engine, done);
+                notifier.tick(&mut engine);
+            }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
                 if let crate::protocol::Request::Submit(r) = ctl.request {
                     // The sbatch runs beside the loop: a slow one (a busy controller, or
@@ -317,7 +324,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
     };
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
-    notifier.abort();
+    let grace = NOTIFY_STOP_GRACE.min(engine.config().notify.timeout.0);
+    notifier.stop(&mut engine, grace).await;
     server.abort();
     if let Some(m) = metrics_server {
         m.abort();

@@ -5,7 +5,8 @@
 //! Exactly once, as far as a crash allows: a notification row is written in the same
 //! transaction as the decision that calls for it, delivered after that commit, and marked
 //! sent once delivered. A crash between delivering and marking sends it again at the next
-//! start (at least once in that window); it is never lost. A mail that went out is marked
+//! start (at least once in that window); it is never lost. A clean stop lets a batch that
+//! is out finish, for a while, and records it. A mail that went out is marked
 //! on its own, so a failing command does not mail again on its retry.
 //!
 //! Delivery runs beside the loop, one batch at a time, each program with
@@ -124,15 +125,30 @@ impl Notifier {
         }
     }
 
-    /// Records what a batch did, then sends the next one out if any is due.
-    pub fn finish<S: Slurm + Clone + 'static>(&mut self, engine: &mut Engine<S>, done: Finished) {
+    /// Records what a batch did.
+    pub fn finish<S: Slurm>(&mut self, engine: &mut Engine<S>, done: Finished) {
         if done.slurm_mail_prog.is_some() {
             self.slurm_mail_prog = done.slurm_mail_prog;
         }
         if let Err(e) = record(engine, done.outcomes) {
             warn!("cannot record which notifications went out: {e}; they will be sent again");
         }
-        self.tick(engine);
+    }
+
+    /// At a clean stop: lets a batch that is out finish for up to `grace` and records it,
+    /// so a stop right after a delivery does not send it again at the next start; what
+    /// does not finish by then is dropped (its programs killed) and sent again.
+    pub async fn stop<S: Slurm>(&mut self, engine: &mut Engine<S>, grace: Duration) {
+        if !self.busy() {
+            return;
+        }
+        match tokio::time::timeout(grace, self.done()).await {
+            Ok(done) => self.finish(engine, done),
+            Err(_) => {
+                info!("a notification batch did not finish within {}s of the stop; what it did not deliver is sent at the next start", grace.as_secs());
+                self.running = None;
+            }
+        }
     }
 
     /// Sends the due notifications out, unless a batch is out already. Called by the loop
@@ -221,12 +237,6 @@ impl Notifier {
             }
         }));
     }
-
-    /// Drops a batch that is out (at shutdown; its programs are killed); what it did not
-    /// mark is sent again at the next start.
-    pub fn abort(&mut self) {
-        self.running = None;
-    }
 }
 
 /// slurm.conf's `MailProg`, if Slurm says and it is an absolute path.
@@ -251,6 +261,8 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
     let mut groups: BTreeMap<(i64, &'static str), Group> = BTreeMap::new();
     let mut mailed: BTreeMap<(i64, &'static str), Vec<Event>> = BTreeMap::new();
     let mut nothing = Vec::new();
+    // Groups go out in the order of their first notification (the oldest first).
+    let mut order = Vec::new();
     for n in due {
         let Some(kind) = Kind::parse(&n.kind) else {
             warn!(chain = n.chain_id, kind = %n.kind, "a notification of an unknown kind is dropped");
@@ -281,19 +293,21 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
                 continue;
             }
         };
-        let g = groups
-            .entry((sub_id, kind.as_str()))
-            .or_insert_with(|| Group {
-                home: owner.as_ref().and_then(|o| {
-                    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(o.uid))
-                        .ok()
-                        .flatten()
-                        .map(|u| u.dir.display().to_string())
-                }),
-                owner,
-                mail: None,
-                items: Vec::new(),
-            });
+        let key = (sub_id, kind.as_str());
+        if !groups.contains_key(&key) {
+            order.push(key);
+        }
+        let g = groups.entry(key).or_insert_with(|| Group {
+            home: owner.as_ref().and_then(|o| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(o.uid))
+                    .ok()
+                    .flatten()
+                    .map(|u| u.dir.display().to_string())
+            }),
+            owner,
+            mail: None,
+            items: Vec::new(),
+        });
         if mail && g.mail.is_none() {
             g.mail = Some(Mail {
                 to: event.mail_to.clone().unwrap_or_default(),
@@ -325,7 +339,11 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
             (m.subject, m.body) = notification::mail_text(events);
         }
     }
-    Ok((groups.into_values().collect(), full))
+    let out = order
+        .into_iter()
+        .filter_map(|k| groups.remove(&k))
+        .collect();
+    Ok((out, full))
 }
 
 /// One notification as an event: its submission, owner, what it tells, and whether it is
