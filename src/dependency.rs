@@ -1,0 +1,392 @@
+//! Slurm dependency expressions (`--dependency`), read and written back, without running
+//! anything: the supervisor rewires a waiting job to a chain's new attempt by rewriting
+//! its expression, and resolves chain ids (`afterok:c12`) in a submission's.
+//!
+//! The forms sbatch takes (checked on 22.05.8 and in sbatch(1)):
+//! - `kind:job[:job...]`, kinds `after`, `afterany`, `afterburstbuffer`, `aftercorr`,
+//!   `afternotok`, `afterok`; `singleton` alone;
+//! - clauses joined by `,` (all must hold) or by `?` (any one), never both in one value;
+//! - a job is `12`, an array task `12_3`, a whole array `12` or `12_*`, and `after`
+//!   takes a delay in minutes: `after:12+5`.
+//!
+//! squeue's `%E` prints the remaining clauses in the same syntax with each job's state
+//! appended (`afterok:879(failed)`, `aftercorr:881_*(unfulfilled)`, `after:889+1(unfulfilled)`)
+//! and `(null)` for none: [`Expr::parse`] reads both.
+
+use std::fmt;
+
+/// How the clauses combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// `,`: every clause must hold.
+    All,
+    /// `?`: any one clause.
+    Any,
+}
+
+/// One job a clause names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// As written: `12`, `12_3`, `12_*`, or a chain id `c7` (the supervisor's own form).
+    pub job: String,
+    /// `+minutes` of `after`, without the `+`.
+    pub delay: Option<String>,
+}
+
+impl Target {
+    pub fn job(job: impl Into<String>) -> Target {
+        Target {
+            job: job.into(),
+            delay: None,
+        }
+    }
+}
+
+/// One clause: `kind:job[:job...]`, or `singleton`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Clause {
+    Singleton,
+    Jobs { kind: Kind, targets: Vec<Target> },
+}
+
+/// The dependency kinds that name jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    After,
+    AfterAny,
+    AfterBurstBuffer,
+    AfterCorr,
+    AfterNotOk,
+    AfterOk,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::After,
+        Kind::AfterAny,
+        Kind::AfterBurstBuffer,
+        Kind::AfterCorr,
+        Kind::AfterNotOk,
+        Kind::AfterOk,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::After => "after",
+            Kind::AfterAny => "afterany",
+            Kind::AfterBurstBuffer => "afterburstbuffer",
+            Kind::AfterCorr => "aftercorr",
+            Kind::AfterNotOk => "afternotok",
+            Kind::AfterOk => "afterok",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The kinds that wait on how the upstream *ended*: for a supervised upstream they
+    /// mean the chain's final outcome, which Slurm cannot know, so the supervisor holds
+    /// the waiting job until the chain has ended for good.
+    pub fn is_about_outcome(self) -> bool {
+        matches!(self, Kind::AfterAny | Kind::AfterNotOk)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A whole `--dependency` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr {
+    pub join: Join,
+    pub clauses: Vec<Clause>,
+}
+
+/// Why a value is not a dependency expression.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DepError {
+    #[error("{0:?} mixes ',' and '?' (sbatch takes one or the other)")]
+    MixedJoins(String),
+    #[error("{0:?} is not a dependency kind (after, afterany, afterburstbuffer, aftercorr, afternotok, afterok, singleton)")]
+    UnknownKind(String),
+    #[error("the clause {0:?} names no job")]
+    NoJob(String),
+    #[error("{0:?} is not a job id")]
+    BadJob(String),
+    #[error("a dependency of more than {MAX_TARGETS} jobs is not rewritten")]
+    TooLong,
+}
+
+/// The most jobs an expression may name here (as `sbatch_args::MAX_DEPENDENCY_EDGES`):
+/// a hostile value cannot become an unbounded amount of work.
+pub const MAX_TARGETS: usize = 1000;
+
+impl Expr {
+    /// Reads an sbatch `--dependency` value or squeue's `%E` column (`(null)` and empty
+    /// are no dependency: no clause).
+    pub fn parse(s: &str) -> Result<Expr, DepError> {
+        let s = s.trim();
+        let empty = Expr {
+            join: Join::All,
+            clauses: Vec::new(),
+        };
+        if s.is_empty() || s == "(null)" {
+            return Ok(empty);
+        }
+        let join = match (s.contains(','), s.contains('?')) {
+            (true, true) => return Err(DepError::MixedJoins(s.to_string())),
+            (false, true) => Join::Any,
+            _ => Join::All,
+        };
+        let sep = if join == Join::Any { '?' } else { ',' };
+        let mut clauses = Vec::new();
+        let mut count = 0usize;
+        for part in s.split(sep) {
+            let part = part.trim();
+            if strip_state(part) == "singleton" {
+                clauses.push(Clause::Singleton);
+                continue;
+            }
+            let mut tokens = part.split(':');
+            let name = tokens.next().unwrap_or_default();
+            let kind = Kind::from_name(name).ok_or_else(|| {
+                DepError::UnknownKind(name.chars().take(64).collect::<String>())
+            })?;
+            let mut targets = Vec::new();
+            for t in tokens {
+                count += 1;
+                if count > MAX_TARGETS {
+                    return Err(DepError::TooLong);
+                }
+                let t = strip_state(t.trim());
+                let (job, delay) = match t.split_once('+') {
+                    Some((j, d)) => (j, Some(d.to_string())),
+                    None => (t, None),
+                };
+                if !is_job_token(job) {
+                    return Err(DepError::BadJob(job.chars().take(64).collect()));
+                }
+                if delay
+                    .as_deref()
+                    .is_some_and(|d| d.is_empty() || !d.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    return Err(DepError::BadJob(t.chars().take(64).collect()));
+                }
+                targets.push(Target {
+                    job: job.to_string(),
+                    delay,
+                });
+            }
+            if targets.is_empty() {
+                return Err(DepError::NoJob(part.chars().take(64).collect()));
+            }
+            clauses.push(Clause::Jobs { kind, targets });
+        }
+        Ok(Expr { join, clauses })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clauses.is_empty()
+    }
+
+    /// Every (kind, target) the expression names.
+    pub fn targets(&self) -> impl Iterator<Item = (Kind, &Target)> {
+        self.clauses.iter().flat_map(|c| match c {
+            Clause::Singleton => Vec::new(),
+            Clause::Jobs { kind, targets } => targets.iter().map(|t| (*kind, t)).collect(),
+        })
+    }
+
+    /// Replaces each target by what `f` gives for it: itself (`None`), others, or none.
+    /// A clause left without a job is dropped. Returns whether anything changed.
+    pub fn map_targets(&mut self, mut f: impl FnMut(Kind, &Target) -> Option<Vec<Target>>) -> bool {
+        let mut changed = false;
+        for c in &mut self.clauses {
+            if let Clause::Jobs { kind, targets } = c {
+                let mut out = Vec::with_capacity(targets.len());
+                for t in targets.iter() {
+                    match f(*kind, t) {
+                        Some(new) => {
+                            changed = true;
+                            for n in new {
+                                if !out.contains(&n) {
+                                    out.push(n);
+                                }
+                            }
+                        }
+                        None => {
+                            if !out.contains(t) {
+                                out.push(t.clone());
+                            }
+                        }
+                    }
+                }
+                *targets = out;
+            }
+        }
+        self.clauses
+            .retain(|c| !matches!(c, Clause::Jobs { targets, .. } if targets.is_empty()));
+        changed
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sep = if self.join == Join::Any { "?" } else { "," };
+        for (i, c) in self.clauses.iter().enumerate() {
+            if i > 0 {
+                f.write_str(sep)?;
+            }
+            match c {
+                Clause::Singleton => f.write_str("singleton")?,
+                Clause::Jobs { kind, targets } => {
+                    f.write_str(kind.as_str())?;
+                    for t in targets {
+                        write!(f, ":{}", t.job)?;
+                        if let Some(d) = &t.delay {
+                            write!(f, "+{d}")?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// squeue's `(state)` after a job, removed.
+fn strip_state(t: &str) -> &str {
+    match t.find('(') {
+        Some(i) if t.ends_with(')') => &t[..i],
+        _ => t,
+    }
+}
+
+/// `12`, `12_3`, `12_*`, or a chain id `c7`.
+fn is_job_token(t: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(n) = t.strip_prefix('c') {
+        return digits(n);
+    }
+    match t.split_once('_') {
+        Some((b, task)) => digits(b) && (task == "*" || digits(task)),
+        None => digits(t),
+    }
+}
+
+/// The chain id a target names (`c7` -> 7).
+pub fn chain_target(job: &str) -> Option<i64> {
+    job.strip_prefix('c')?.parse().ok()
+}
+
+/// A whole array named by its base: `12_*` is read as `12`.
+pub fn whole_array_base(job: &str) -> &str {
+    job.strip_suffix("_*").unwrap_or(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(s: &str) -> String {
+        Expr::parse(s).unwrap().to_string()
+    }
+
+    #[test]
+    fn every_sbatch_form_reads_and_writes_back() {
+        for s in [
+            "afterok:12",
+            "afterok:12:13,afterany:14",
+            "afterok:12?afternotok:13",
+            "after:12+5:13",
+            "aftercorr:12",
+            "afterok:12_3",
+            "afterok:12_*",
+            "singleton",
+            "afterok:12,singleton",
+            "afterburstbuffer:9",
+            "afterok:c7",
+        ] {
+            assert_eq!(round(s), s, "{s}");
+        }
+        assert!(Expr::parse("").unwrap().is_empty());
+        assert!(Expr::parse("(null)").unwrap().is_empty());
+    }
+
+    #[test]
+    fn squeue_states_are_dropped() {
+        assert_eq!(round("afterok:879(failed)"), "afterok:879");
+        assert_eq!(
+            round("aftercorr:881_*(unfulfilled),afterok:881_2(unfulfilled)"),
+            "aftercorr:881_*,afterok:881_2"
+        );
+        assert_eq!(
+            round("afterany:879(unfulfilled)?afternotok:881_*(unfulfilled)"),
+            "afterany:879?afternotok:881_*"
+        );
+        assert_eq!(round("after:889+1(unfulfilled)"), "after:889+1");
+    }
+
+    #[test]
+    fn bad_values_are_errors_not_guesses() {
+        assert!(matches!(
+            Expr::parse("afterok:1,afterok:2?afterok:3"),
+            Err(DepError::MixedJoins(_))
+        ));
+        assert!(matches!(
+            Expr::parse("afterwards:1"),
+            Err(DepError::UnknownKind(_))
+        ));
+        assert!(matches!(Expr::parse("afterok"), Err(DepError::NoJob(_))));
+        assert!(matches!(Expr::parse("afterok:x1"), Err(DepError::BadJob(_))));
+        assert!(matches!(Expr::parse("afterok:1.batch"), Err(DepError::BadJob(_))));
+        assert!(matches!(Expr::parse("after:1+x"), Err(DepError::BadJob(_))));
+        let huge = format!("afterok:{}", vec!["12"; 5000].join(":"));
+        assert_eq!(Expr::parse(&huge), Err(DepError::TooLong));
+        let hostile = format!("{}:1", "a".repeat(1 << 20));
+        match Expr::parse(&hostile) {
+            Err(DepError::UnknownKind(k)) => assert!(k.len() <= 64),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn targets_are_replaced_kept_or_dropped() {
+        let mut e = Expr::parse("afterok:12:13,after:12+5,afterany:14").unwrap();
+        let changed = e.map_targets(|kind, t| match (kind, t.job.as_str()) {
+            // The delay stays with the job it was given for.
+            (_, "12") => Some(vec![Target {
+                job: "20".into(),
+                delay: t.delay.clone(),
+            }]),
+            (Kind::AfterAny, "14") => Some(Vec::new()),
+            _ => None,
+        });
+        assert!(changed);
+        assert_eq!(e.to_string(), "afterok:20:13,after:20+5");
+        // Nothing to change: unchanged, and said so.
+        assert!(!e.map_targets(|_, _| None));
+        // An array's tasks: one target becomes several, duplicates folded.
+        let mut e = Expr::parse("afterok:12_*?singleton").unwrap();
+        e.map_targets(|_, t| {
+            (whole_array_base(&t.job) == "12").then(|| {
+                vec![
+                    Target::job("12_1"),
+                    Target::job("30_2"),
+                    Target::job("30_2"),
+                ]
+            })
+        });
+        assert_eq!(e.to_string(), "afterok:12_1:30_2?singleton");
+        // A clause whose every job is dropped goes; the others stay.
+        let mut e = Expr::parse("afternotok:c4,afterok:9").unwrap();
+        e.map_targets(|k, _| k.is_about_outcome().then(Vec::new));
+        assert_eq!(e.to_string(), "afterok:9");
+        assert_eq!(chain_target("c4"), Some(4));
+        assert_eq!(chain_target("4"), None);
+    }
+}
