@@ -13,6 +13,8 @@
 //! appended (`afterok:879(failed)`, `aftercorr:881_*(unfulfilled)`, `after:889+1(unfulfilled)`)
 //! and `(null)` for none: [`Expr::parse`] reads both.
 
+use crate::model::ChainState;
+use std::collections::HashMap;
 use std::fmt;
 
 /// How the clauses combine.
@@ -153,9 +155,8 @@ impl Expr {
             }
             let mut tokens = part.split(':');
             let name = tokens.next().unwrap_or_default();
-            let kind = Kind::from_name(name).ok_or_else(|| {
-                DepError::UnknownKind(name.chars().take(64).collect::<String>())
-            })?;
+            let kind = Kind::from_name(name)
+                .ok_or_else(|| DepError::UnknownKind(name.chars().take(64).collect::<String>()))?;
             let mut targets = Vec::new();
             for t in tokens {
                 count += 1;
@@ -258,6 +259,186 @@ impl fmt::Display for Expr {
     }
 }
 
+/// A supervised chain that a dependency names, as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub chain: i64,
+    pub state: ChainState,
+    /// The Slurm job id of its latest attempt (`None` while its first sbatch is unsettled).
+    pub latest_job: Option<String>,
+}
+
+/// What the store knows of each target of an expression (keyed by [`Target::job`]):
+/// the chains it names, of the same owner. A target that names no supervised chain is
+/// absent (or empty) and left as it is.
+pub type Facts = HashMap<String, Vec<Upstream>>;
+
+/// A supervised submission's dependency, resolved against the chains it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// What sbatch gets.
+    pub expr: Expr,
+    /// Whether `expr` differs from what the user wrote (then it replaces theirs).
+    pub changed: bool,
+    /// `afterany`/`afternotok` on chains that have not ended for good: the job is held
+    /// until they have ([`Resolved::gates`]).
+    pub gates: Vec<(Kind, i64)>,
+    /// Every supervised chain it waits on, by kind (`depends_on`).
+    pub upstreams: Vec<(Kind, i64)>,
+}
+
+/// Why a supervised submission's dependency cannot be sent as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{0} names no chain of yours (see supervisorctl status)")]
+    UnknownChain(String),
+    #[error("{job} has no Slurm job yet; submit again in a moment")]
+    NoJobYet { job: String },
+    #[error("{kind}:{job} can never be satisfied: c{chain} {state}")]
+    Never {
+        kind: Kind,
+        job: String,
+        chain: i64,
+        state: ChainState,
+    },
+    #[error("afterany/afternotok on a supervised job wait for its chain's final outcome and cannot be combined with '?'; use ',' or submit the alternatives separately")]
+    OutcomeWithAny,
+}
+
+/// The latest attempts of `ups` in place of `t`, or `None` when `t` already names them.
+fn latest_targets(t: &Target, ups: &[Upstream]) -> Option<Vec<Target>> {
+    let jobs: Vec<&str> = ups.iter().filter_map(|u| u.latest_job.as_deref()).collect();
+    if jobs.is_empty() || jobs.len() < ups.len() {
+        return None;
+    }
+    let base = whole_array_base(&t.job);
+    let same = jobs
+        .iter()
+        .all(|j| *j == t.job || j.split('_').next() == Some(base) && !t.job.contains('_'));
+    let same =
+        same || (t.job.ends_with("_*") && jobs.iter().all(|j| j.split('_').next() == Some(base)));
+    if same {
+        return None;
+    }
+    Some(
+        jobs.into_iter()
+            .map(|j| Target {
+                job: j.to_string(),
+                delay: t.delay.clone(),
+            })
+            .collect(),
+    )
+}
+
+/// Resolves a supervised submission's dependency (at its first sbatch and at every
+/// retry): chain ids and earlier attempts become the chains' latest jobs; a clause on a
+/// chain that completed is dropped (it holds); one that can never hold is an error; and
+/// `afterany`/`afternotok` on a chain that has not ended for good become gates (the
+/// supervisor holds the job and decides when the chain has ended).
+pub fn resolve(expr: &Expr, facts: &Facts) -> Result<Resolved, ResolveError> {
+    let mut out = expr.clone();
+    let mut gates = Vec::new();
+    let mut upstreams = Vec::new();
+    let mut error = None;
+    let changed = out.map_targets(|kind, t| {
+        let ups = facts.get(&t.job).map(Vec::as_slice).unwrap_or_default();
+        if ups.is_empty() {
+            if chain_target(&t.job).is_some() {
+                error.get_or_insert(ResolveError::UnknownChain(t.job.clone()));
+            }
+            return None;
+        }
+        for u in ups {
+            if !upstreams.contains(&(kind, u.chain)) {
+                upstreams.push((kind, u.chain));
+            }
+        }
+        if kind.is_about_outcome() {
+            if expr.join == Join::Any {
+                error.get_or_insert(ResolveError::OutcomeWithAny);
+                return None;
+            }
+            for u in ups {
+                if u.state.is_open() {
+                    gates.push((kind, u.chain));
+                } else if kind == Kind::AfterNotOk && u.state == ChainState::Completed {
+                    error.get_or_insert(ResolveError::Never {
+                        kind,
+                        job: t.job.clone(),
+                        chain: u.chain,
+                        state: u.state,
+                    });
+                }
+            }
+            // Held by the supervisor instead, or already satisfied: not Slurm's to wait on.
+            return Some(Vec::new());
+        }
+        let mut keep = Vec::new();
+        for u in ups {
+            match u.state {
+                ChainState::Completed => {}
+                ChainState::Failed | ChainState::Cancelled
+                    if matches!(kind, Kind::AfterOk | Kind::AfterCorr) =>
+                {
+                    error.get_or_insert(ResolveError::Never {
+                        kind,
+                        job: t.job.clone(),
+                        chain: u.chain,
+                        state: u.state,
+                    });
+                }
+                _ => match &u.latest_job {
+                    Some(j) => keep.push(Target {
+                        job: j.clone(),
+                        delay: t.delay.clone(),
+                    }),
+                    None => {
+                        error.get_or_insert(ResolveError::NoJobYet { job: t.job.clone() });
+                    }
+                },
+            }
+        }
+        if keep.len() == ups.len() && latest_targets(t, ups).is_none() {
+            // Nothing dropped and it names the latest jobs already (for a whole array whose
+            // tasks are all still its own, the task mapping of aftercorr stays Slurm's).
+            return None;
+        }
+        Some(keep)
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok(Resolved {
+        expr: out,
+        changed,
+        gates,
+        upstreams,
+    })
+}
+
+/// One target moved to a chain's new attempt: (upstream chain, earlier job, new job).
+pub type Rewiring = (i64, String, String);
+
+/// A waiting job's expression (squeue's `%E`) with every earlier attempt of a chain
+/// replaced by the chain's latest job; `None` when nothing names an earlier attempt.
+pub fn rewire(expr: &Expr, facts: &Facts) -> Option<(Expr, Vec<Rewiring>)> {
+    let mut out = expr.clone();
+    let mut changes = Vec::new();
+    let changed = out.map_targets(|_, t| {
+        let ups = facts.get(&t.job)?;
+        let new = latest_targets(t, ups)?;
+        for u in ups {
+            if let Some(j) = &u.latest_job {
+                if *j != t.job {
+                    changes.push((u.chain, t.job.clone(), j.clone()));
+                }
+            }
+        }
+        Some(new)
+    });
+    changed.then_some((out, changes))
+}
+
 /// squeue's `(state)` after a job, removed.
 fn strip_state(t: &str) -> &str {
     match t.find('(') {
@@ -342,8 +523,14 @@ mod tests {
             Err(DepError::UnknownKind(_))
         ));
         assert!(matches!(Expr::parse("afterok"), Err(DepError::NoJob(_))));
-        assert!(matches!(Expr::parse("afterok:x1"), Err(DepError::BadJob(_))));
-        assert!(matches!(Expr::parse("afterok:1.batch"), Err(DepError::BadJob(_))));
+        assert!(matches!(
+            Expr::parse("afterok:x1"),
+            Err(DepError::BadJob(_))
+        ));
+        assert!(matches!(
+            Expr::parse("afterok:1.batch"),
+            Err(DepError::BadJob(_))
+        ));
         assert!(matches!(Expr::parse("after:1+x"), Err(DepError::BadJob(_))));
         let huge = format!("afterok:{}", vec!["12"; 5000].join(":"));
         assert_eq!(Expr::parse(&huge), Err(DepError::TooLong));
@@ -388,5 +575,106 @@ mod tests {
         assert_eq!(e.to_string(), "afterok:9");
         assert_eq!(chain_target("c4"), Some(4));
         assert_eq!(chain_target("4"), None);
+    }
+
+    fn up(chain: i64, state: ChainState, job: &str) -> Upstream {
+        Upstream {
+            chain,
+            state,
+            latest_job: Some(job.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_submission_waits_on_the_chains_latest_jobs() {
+        use ChainState::*;
+        let facts: Facts = HashMap::from([
+            ("c7".to_string(), vec![up(7, Active, "30")]),
+            ("12".to_string(), vec![up(7, Active, "30")]),
+            ("30".to_string(), vec![up(7, Active, "30")]),
+            ("13".to_string(), vec![up(8, Completed, "13")]),
+            ("14".to_string(), vec![up(9, Ready, "14")]),
+            ("15".to_string(), vec![up(10, Failed, "15")]),
+            ("16".to_string(), vec![up(11, Completed, "16")]),
+            (
+                "20_*".to_string(),
+                vec![up(12, Active, "20_1"), up(13, Active, "31_2")],
+            ),
+            (
+                "20".to_string(),
+                vec![up(12, Active, "20_1"), up(13, Active, "20_2")],
+            ),
+        ]);
+        let r = |s: &str| resolve(&Expr::parse(s).unwrap(), &facts);
+        // A chain id and an earlier attempt name the latest job; the latest stays as it is.
+        let x = r("afterok:c7:99").unwrap();
+        assert_eq!(x.expr.to_string(), "afterok:30:99");
+        assert!(x.changed);
+        assert_eq!(x.upstreams, vec![(Kind::AfterOk, 7)]);
+        assert_eq!(r("afterok:12").unwrap().expr.to_string(), "afterok:30");
+        let same = r("afterok:30,singleton").unwrap();
+        assert!(!same.changed, "{same:?}");
+        // A completed chain's clause holds already; a delay stays with its job.
+        assert_eq!(
+            r("afterok:13:14,after:c7+5").unwrap().expr.to_string(),
+            "afterok:14,after:30+5"
+        );
+        // afterany/afternotok on an unfinished chain: held, gated, not Slurm's to wait on.
+        let g = r("afternotok:c7,afterok:99").unwrap();
+        assert_eq!(g.expr.to_string(), "afterok:99");
+        assert_eq!(g.gates, vec![(Kind::AfterNotOk, 7)]);
+        // ... on a chain that ended: satisfied, or never.
+        let done = r("afterany:13,afternotok:15").unwrap();
+        assert!(done.expr.is_empty() && done.gates.is_empty());
+        assert!(matches!(
+            r("afternotok:16"),
+            Err(ResolveError::Never { chain: 11, .. })
+        ));
+        assert!(matches!(
+            r("afterok:15"),
+            Err(ResolveError::Never { chain: 10, .. })
+        ));
+        assert!(matches!(
+            r("afterok:c99"),
+            Err(ResolveError::UnknownChain(_))
+        ));
+        assert_eq!(
+            r("afterany:c7?afterok:99"),
+            Err(ResolveError::OutcomeWithAny)
+        );
+        // A whole array whose task 2 was retried: its tasks' latest jobs.
+        assert_eq!(
+            r("afterok:20_*").unwrap().expr.to_string(),
+            "afterok:20_1:31_2"
+        );
+        // ... and one whose tasks are all its own stays (aftercorr keeps Slurm's mapping).
+        assert_eq!(r("aftercorr:20").unwrap().expr.to_string(), "aftercorr:20");
+        assert_eq!(r("afterok:20").unwrap().expr.to_string(), "afterok:20");
+    }
+
+    #[test]
+    fn a_waiting_job_is_rewired_to_the_new_attempt() {
+        use ChainState::*;
+        let facts: Facts = HashMap::from([
+            ("879".to_string(), vec![up(3, Active, "889")]),
+            (
+                "881_*".to_string(),
+                vec![up(4, Active, "881_1"), up(5, Active, "890_2")],
+            ),
+            ("881_2".to_string(), vec![up(5, Active, "890_2")]),
+            ("889".to_string(), vec![up(3, Active, "889")]),
+        ]);
+        let w = |s: &str| rewire(&Expr::parse(s).unwrap(), &facts);
+        let (e, ch) = w("afterok:879(failed)").unwrap();
+        assert_eq!(e.to_string(), "afterok:889");
+        assert_eq!(ch, vec![(3, "879".to_string(), "889".to_string())]);
+        let (e, _) = w("after:879+1(unfulfilled),afterok:77(unfulfilled)").unwrap();
+        assert_eq!(e.to_string(), "after:889+1,afterok:77");
+        let (e, _) = w("afterok:881_*(unfulfilled)?afterok:881_2(failed)").unwrap();
+        assert_eq!(e.to_string(), "afterok:881_1:890_2?afterok:890_2");
+        // Already on the latest attempt, or not a supervised job: nothing to do.
+        assert!(w("afterok:889(unfulfilled)").is_none());
+        assert!(w("afterok:77(unfulfilled)").is_none());
+        assert!(w("").is_none());
     }
 }

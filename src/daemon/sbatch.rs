@@ -3,6 +3,7 @@
 //! the launch has to be repeated after a crash.
 
 use crate::config::Config;
+use crate::dependency::Resolved;
 use crate::model::RetryPlan;
 use crate::sbatch_args::{self, Overrides, Submitted};
 use crate::slurm::jobid::base_job_id;
@@ -33,6 +34,8 @@ pub enum PrepareError {
     Store(#[from] StoreError),
     #[error("the recorded sbatch command cannot be read: {0}")]
     Args(#[from] sbatch_args::ArgsError),
+    #[error("its --dependency cannot be sent as it is: {0}")]
+    Dependency(#[from] crate::dependency::ResolveError),
     #[error("cannot write the script snapshot {path}: {source}")]
     Snapshot {
         path: PathBuf,
@@ -145,6 +148,7 @@ fn overrides(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    dep: Option<&Resolved>,
 ) -> Overrides {
     let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
@@ -163,7 +167,36 @@ fn overrides(
         partition: plan.partition.clone(),
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
+        dependency: dep.filter(|d| d.changed).map(|d| d.expr.to_string()),
+        hold: dep.is_some_and(|d| !d.gates.is_empty()),
     }
+}
+
+/// A submission's `--dependency` resolved against the supervised chains of its owner it
+/// names ([`crate::dependency::resolve`]): chain ids and earlier attempts become the
+/// chains' latest jobs, afterany/afternotok on unfinished chains become gates (the job is
+/// held). `None` when it has no dependency or one this cannot read (sbatch judges it).
+pub fn resolve_dependency(
+    store: &Store,
+    owner_uid: u32,
+    s: &Submitted,
+) -> Result<Option<Resolved>, PrepareError> {
+    let Some(value) = s.option("dependency") else {
+        return Ok(None);
+    };
+    let Ok(expr) = crate::dependency::Expr::parse(value) else {
+        return Ok(None);
+    };
+    let jobs: Vec<String> = expr.targets().map(|(_, t)| t.job.clone()).collect();
+    let facts = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str))?;
+    if facts.is_empty()
+        && !jobs
+            .iter()
+            .any(|j| crate::dependency::chain_target(j).is_some())
+    {
+        return Ok(None);
+    }
+    Ok(Some(crate::dependency::resolve(&expr, &facts)?))
 }
 
 /// The argv of a launch: the user's command with the supervisor's changes.
@@ -173,8 +206,9 @@ fn build_argv(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    dep: Option<&Resolved>,
 ) -> Vec<String> {
-    sbatch_args::rebuild(&s.cmd, &overrides(s, plan, array, tag, script_path))
+    sbatch_args::rebuild(&s.cmd, &overrides(s, plan, array, tag, script_path, dep))
 }
 
 /// Refuses, before anything is recorded, a retry that sbatch would refuse for a reason
@@ -204,7 +238,12 @@ pub fn begin_submission(
     submitted: &Submitted,
     now: i64,
 ) -> Result<Launch, PrepareError> {
-    let launch = store.create_submission(new, now, |tag| {
+    let dep = resolve_dependency(store, new.owner_uid, submitted)?;
+    let (ups, gates) = dep
+        .as_ref()
+        .map(|d| (d.upstreams.clone(), d.gates.clone()))
+        .unwrap_or_default();
+    let launch = store.create_submission_waiting(new, &ups, &gates, now, |tag| {
         let script = new
             .script_name
             .as_deref()
@@ -215,6 +254,7 @@ pub fn begin_submission(
             None,
             tag,
             script.as_deref(),
+            dep.as_ref(),
         )
     })?;
     Ok(launch)
@@ -262,6 +302,8 @@ pub fn begin_relaunch(
         .script_name
         .as_deref()
         .map(|n| snapshot_path(&config.state_dir, 0, n));
+    // The chains it waits on have moved on since it was submitted: their latest jobs.
+    let dep = resolve_dependency(store, sub.owner_uid, &submitted)?;
     check(
         &submitted,
         &overrides(
@@ -270,14 +312,25 @@ pub fn begin_relaunch(
             array.clone(),
             "check",
             placeholder.as_deref(),
+            dep.as_ref(),
         ),
     )?;
+    if let Some(d) = &dep {
+        store.add_waits(sub.id, &d.upstreams, &d.gates)?;
+    }
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
             .script_name
             .as_deref()
             .map(|n| snapshot_path(&config.state_dir, launch_id_in(tag), n));
-        build_argv(&submitted, &plan, array, tag, script.as_deref())
+        build_argv(
+            &submitted,
+            &plan,
+            array,
+            tag,
+            script.as_deref(),
+            dep.as_ref(),
+        )
     })?;
     Ok(launch)
 }
@@ -303,6 +356,7 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
+        None,
     );
     check(&submitted, &o)?;
     Ok(sbatch_args::rebuild(&submitted.cmd, &o))
@@ -456,23 +510,30 @@ mod tests {
             mem_mb: Some(400),
             ..Default::default()
         };
-        let err = check(&per_cpu, &overrides(&per_cpu, &more_mem, None, "t", None))
-            .unwrap_err()
-            .to_string();
+        let err = check(
+            &per_cpu,
+            &overrides(&per_cpu, &more_mem, None, "t", None, None),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("--mem-per-cpu"), "{err}");
         // More time is fine for the same script, and more memory for a plain one.
         let more_time = RetryPlan {
             time_secs: Some(1200),
             ..Default::default()
         };
-        assert!(check(&per_cpu, &overrides(&per_cpu, &more_time, None, "t", None)).is_ok());
+        assert!(check(
+            &per_cpu,
+            &overrides(&per_cpu, &more_time, None, "t", None, None)
+        )
+        .is_ok());
         let plain = Submitted::read(&argv, Some(b"#!/bin/sh\nrun\n")).unwrap();
-        assert!(check(&plain, &overrides(&plain, &more_mem, None, "t", None)).is_ok());
+        assert!(check(&plain, &overrides(&plain, &more_mem, None, "t", None, None)).is_ok());
         let bad_node = RetryPlan {
             exclude: vec!["n 1".into()],
             ..Default::default()
         };
-        assert!(check(&plain, &overrides(&plain, &bad_node, None, "t", None)).is_err());
+        assert!(check(&plain, &overrides(&plain, &bad_node, None, "t", None, None)).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod judge;
 mod launch;
+mod pipeline;
 mod poll;
 mod reconcile;
 
@@ -254,6 +255,9 @@ impl<S: Slurm> Engine<S> {
         }
         self.judge_backlog(t).await?;
         if self.has_backlog() {
+            return Ok(());
+        }
+        if !self.rewire(t).await? || !self.settle_gates(t).await? {
             return Ok(());
         }
         self.launch_due(t).await?;

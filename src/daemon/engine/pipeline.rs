@@ -1,0 +1,269 @@
+//! Pipelines, after the poll: the jobs that wait on a chain's earlier attempt are rewired
+//! to its new one (one squeue of the owners' pending jobs, only in a cycle after a retry
+//! was launched), and jobs held for afterany/afternotok are released or cancelled once
+//! the chains they wait on have ended for good. Every change is a decision record.
+
+use super::{log_transition, Engine};
+use crate::dependency::{self, Expr};
+use crate::model::ChainState;
+use crate::policy::{self, Effect, Event};
+use crate::slurm::jobid::JobId;
+use crate::slurm::{Slurm, SlurmError};
+use crate::store::StoreError;
+use std::collections::HashMap;
+use tracing::{debug, info, warn};
+
+impl<S: Slurm> Engine<S> {
+    /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
+    /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
+    /// cycle; nothing is lost).
+    pub(super) async fn rewire(&mut self, t: i64) -> Result<bool, StoreError> {
+        let pending = self.store.pending_rewires()?;
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        let mut owners: HashMap<String, u32> = HashMap::new();
+        for r in &pending {
+            owners.insert(r.user.clone(), r.owner_uid);
+        }
+        let mut users: Vec<String> = owners.keys().cloned().collect();
+        users.sort();
+        let rows = match self.slurm.pending_of_users(&users).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.slurm_down("squeue", &e);
+                return Ok(false);
+            }
+        };
+        for e in &rows.errors {
+            warn!(
+                line = e.line_no,
+                "squeue printed a pending job that cannot be read, leaving it: {} ({:?})",
+                e.message,
+                e.line
+            );
+        }
+        let mut decided = Vec::new();
+        for row in rows.rows.iter().filter(|r| !r.dependency.is_empty()) {
+            let Some(&uid) = owners.get(&row.user) else {
+                continue;
+            };
+            let Ok(expr) = Expr::parse(&row.dependency) else {
+                debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
+                continue;
+            };
+            let facts = self
+                .store
+                .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?;
+            let Some((new, changes)) = dependency::rewire(&expr, &facts) else {
+                continue;
+            };
+            let new = new.to_string();
+            let who = match crate::daemon::sbatch::run_as(uid) {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!(job = %row.job_id, "{e}");
+                    continue;
+                }
+            };
+            match self
+                .slurm
+                .set_dependency(&row.job_id_raw, &new, who.as_ref())
+                .await
+            {
+                Ok(()) => {
+                    info!(job = %row.job_id, dependency = %new, "rewired to the new attempt");
+                }
+                Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                    // It started or ended meanwhile, or Slurm refuses: nothing to record.
+                    warn!(job = %row.job_id, "cannot rewire the job's dependency to {new}: {e}");
+                    continue;
+                }
+                Err(e) => {
+                    self.slurm_down("scontrol", &e);
+                    return Ok(false);
+                }
+            }
+            decided.extend(self.rewired_records(row, uid, &changes)?);
+        }
+        self.store.decide_chains(&decided, t)?;
+        let ids: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
+        self.store.clear_rewires(&ids)?;
+        Ok(true)
+    }
+
+    /// The records of one rewired job: on its own chains when it is supervised (one per
+    /// array task that waits), else on each upstream chain it now follows.
+    fn rewired_records(
+        &self,
+        row: &crate::slurm::types::PendingRow,
+        uid: u32,
+        changes: &[(i64, String, String)],
+    ) -> Result<Vec<(i64, policy::Transition)>, StoreError> {
+        let mut own = Vec::new();
+        let ids: Vec<String> = match JobId::parse(&row.job_id) {
+            Ok(j) if j.pending_tasks().is_some() => j
+                .pending_task_ids()
+                .into_iter()
+                .map(|t| t.to_string())
+                .collect(),
+            _ => vec![row.job_id.clone()],
+        };
+        for id in ids {
+            if let Some((chain, owner)) = self.store.chain_of_job(&id)? {
+                if owner == uid && !own.contains(&chain) {
+                    own.push(chain);
+                }
+            }
+        }
+        let ctx = policy::Context::default();
+        let mut out = Vec::new();
+        if !own.is_empty() {
+            let cause = match changes.first() {
+                Some((up, ..)) => self.store.chain(*up)?.and_then(|c| c.last_classification),
+                None => None,
+            }
+            .unwrap_or(crate::model::Classification::Ambiguous);
+            for c in own {
+                let Some(chain) = self.store.chain(c)? else {
+                    continue;
+                };
+                let event = Event::Rewired {
+                    job: &row.job_id,
+                    changes,
+                    cause,
+                };
+                let tr = self.decide(&chain, event, &ctx);
+                log_transition(c, &row.job_id, &tr);
+                out.push((c, tr));
+            }
+            return Ok(out);
+        }
+        for (up, from, to) in changes {
+            let Some(chain) = self.store.chain(*up)? else {
+                continue;
+            };
+            let event = Event::PlainJobRewired {
+                job: &row.job_id,
+                from,
+                to,
+            };
+            let tr = self.decide(&chain, event, &ctx);
+            log_transition(*up, &row.job_id, &tr);
+            out.push((*up, tr));
+        }
+        Ok(out)
+    }
+
+    /// Releases (or cancels) the jobs held for afterany/afternotok whose upstream chains
+    /// have ended for good. Returns false when Slurm did not answer.
+    pub(super) async fn settle_gates(&mut self, t: i64) -> Result<bool, StoreError> {
+        for sub_id in self.store.gates_due()? {
+            let gates = self.store.closed_gates(sub_id)?;
+            let Some(open) = policy::gates_open(&gates) else {
+                continue;
+            };
+            let sub = self.store.submission(sub_id)?;
+            let chains = self.store.open_chains_of_submission(sub_id)?;
+            if open && chains.iter().any(|(_, job)| job.is_none()) {
+                // Its first sbatch is not settled yet: released once it is.
+                continue;
+            }
+            let mut items = Vec::new();
+            for (c, job) in &chains {
+                let Some(chain) = self.store.chain(*c)? else {
+                    continue;
+                };
+                let event = Event::GatesDecided {
+                    job: job.as_deref(),
+                    gates: &gates,
+                };
+                let tr = self.decide(&chain, event, &policy::Context::at(t));
+                items.push((*c, tr));
+            }
+            let who = match crate::daemon::sbatch::run_as(sub.owner_uid) {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!(submission = sub_id, "{e}");
+                    continue;
+                }
+            };
+            let jobs: Vec<String> = chains.iter().filter_map(|(_, j)| j.clone()).collect();
+            if open && !jobs.is_empty() {
+                match self.slurm.release(&jobs, who.as_ref()).await {
+                    Ok(()) => {}
+                    Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                        // Released by its owner already, or gone: the gate is settled all
+                        // the same, and the record says what the supervisor decided.
+                        warn!(jobs = ?jobs, "scontrol release refused: {e}");
+                    }
+                    Err(e) => {
+                        self.slurm_down("scontrol", &e);
+                        return Ok(false);
+                    }
+                }
+            }
+            if !open {
+                let cancel: Vec<String> = items
+                    .iter()
+                    .flat_map(|(_, tr)| tr.effects.iter())
+                    .filter_map(|e| match e {
+                        Effect::Scancel(j) => Some(j.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                if !cancel.is_empty() {
+                    if let Err(e) = self.slurm.scancel(&cancel, who.as_ref()).await {
+                        self.slurm_down("scancel", &e);
+                        return Ok(false);
+                    }
+                }
+            }
+            for (c, tr) in &items {
+                log_transition(*c, "", tr);
+            }
+            self.store.settle_gates(sub_id, open, &items, t)?;
+        }
+        Ok(true)
+    }
+
+    /// A chain whose waiting job Slurm cancelled for its dependency waits, `ready`, until
+    /// the chains it waits on have a live attempt again: true while one does not.
+    pub(super) fn waits_for_upstream(&self, submission_id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .store
+            .open_upstreams(submission_id)?
+            .iter()
+            .any(|(_, s)| *s != ChainState::Active))
+    }
+
+    /// Ready chains whose afterok upstream has ended for good without completing will
+    /// never start: cancelled, recorded (R3).
+    pub(super) fn drop_broken(&mut self, chains: &[i64], t: i64) -> Result<Vec<i64>, StoreError> {
+        let mut items = Vec::new();
+        for &c in chains {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            // Only a chain whose job Slurm cancelled for its dependency: any other ran
+            // once its upstream had completed.
+            if chain.last_classification != Some(crate::model::Classification::Cancelled) {
+                continue;
+            }
+            let broken = self.store.broken_upstreams(chain.submission_id)?;
+            let Some((up, state)) = broken.first() else {
+                continue;
+            };
+            let event = Event::UpstreamBroken {
+                upstream: *up,
+                upstream_state: *state,
+                job: None,
+            };
+            let tr = self.decide(&chain, event, &policy::Context::at(t));
+            log_transition(c, "", &tr);
+            items.push((c, tr));
+        }
+        self.store.decide_chains(&items, t)?;
+        Ok(items.into_iter().map(|(c, _)| c).collect())
+    }
+}
