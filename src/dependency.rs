@@ -421,11 +421,38 @@ pub type Rewiring = (i64, String, String);
 
 /// A waiting job's expression (squeue's `%E`) with every earlier attempt of a chain
 /// replaced by the chain's latest job; `None` when nothing names an earlier attempt.
-pub fn rewire(expr: &Expr, facts: &Facts) -> Option<(Expr, Vec<Rewiring>)> {
+///
+/// `aftercorr` on a whole array keeps its task mapping: for the waiting job's array task
+/// `task`, the counterpart task's chain is looked up, and if that task was retried, the
+/// clause becomes `afterok` on its new job (the other tasks still follow the array).
+/// Without a task (not an array task) it is left as it is.
+pub fn rewire(expr: &Expr, facts: &Facts, task: Option<u32>) -> Option<(Expr, Vec<Rewiring>)> {
     let mut out = expr.clone();
     let mut changes = Vec::new();
-    let changed = out.map_targets(|_, t| {
+    let mut corr = Vec::new();
+    let changed = out.map_targets(|kind, t| {
         let ups = facts.get(&t.job)?;
+        let whole_array = !t.job.contains('_') || t.job.ends_with("_*");
+        let array = ups
+            .iter()
+            .any(|u| u.latest_job.as_deref().is_some_and(|j| j.contains('_')));
+        if kind == Kind::AfterCorr && whole_array && array {
+            let task = task?;
+            let base = whole_array_base(&t.job);
+            let u = ups.iter().find(|u| {
+                u.latest_job
+                    .as_deref()
+                    .and_then(|j| j.split_once('_'))
+                    .is_some_and(|(_, k)| k.parse() == Ok(task))
+            })?;
+            let j = u.latest_job.clone()?;
+            if j.split('_').next() == Some(base) {
+                return None;
+            }
+            changes.push((u.chain, format!("{base}_{task}"), j.clone()));
+            corr.push(Target::job(j));
+            return Some(Vec::new());
+        }
         let new = latest_targets(t, ups)?;
         for u in ups {
             if let Some(j) = &u.latest_job {
@@ -436,6 +463,12 @@ pub fn rewire(expr: &Expr, facts: &Facts) -> Option<(Expr, Vec<Rewiring>)> {
         }
         Some(new)
     });
+    if !corr.is_empty() {
+        out.clauses.push(Clause::Jobs {
+            kind: Kind::AfterOk,
+            targets: corr,
+        });
+    }
     changed.then_some((out, changes))
 }
 
@@ -664,7 +697,7 @@ mod tests {
             ("881_2".to_string(), vec![up(5, Active, "890_2")]),
             ("889".to_string(), vec![up(3, Active, "889")]),
         ]);
-        let w = |s: &str| rewire(&Expr::parse(s).unwrap(), &facts);
+        let w = |s: &str| rewire(&Expr::parse(s).unwrap(), &facts, None);
         let (e, ch) = w("afterok:879(failed)").unwrap();
         assert_eq!(e.to_string(), "afterok:889");
         assert_eq!(ch, vec![(3, "879".to_string(), "889".to_string())]);
@@ -676,5 +709,26 @@ mod tests {
         assert!(w("afterok:889(unfulfilled)").is_none());
         assert!(w("afterok:77(unfulfilled)").is_none());
         assert!(w("").is_none());
+    }
+
+    #[test]
+    fn aftercorr_keeps_its_task_mapping() {
+        use ChainState::*;
+        // Array 881's task 2 was retried as 890_2; tasks 1 and 3 are still 881's.
+        let ups = vec![
+            up(4, Active, "881_1"),
+            up(5, Active, "890_2"),
+            up(6, Active, "881_3"),
+        ];
+        let facts: Facts = HashMap::from([("881_*".to_string(), ups)]);
+        let w = |s: &str, task| rewire(&Expr::parse(s).unwrap(), &facts, task);
+        let (e, ch) = w("aftercorr:881_*(unfulfilled)", Some(2)).unwrap();
+        assert_eq!(e.to_string(), "afterok:890_2");
+        assert_eq!(ch, vec![(5, "881_2".to_string(), "890_2".to_string())]);
+        let (e, _) = w("aftercorr:881_*(unfulfilled),afterok:77", Some(2)).unwrap();
+        assert_eq!(e.to_string(), "afterok:77,afterok:890_2");
+        // Its counterpart was not retried, or no task: Slurm's mapping stays.
+        assert!(w("aftercorr:881_*(unfulfilled)", Some(3)).is_none());
+        assert!(w("aftercorr:881_*(unfulfilled)", None).is_none());
     }
 }

@@ -287,3 +287,38 @@ async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
     assert_eq!(p.dependency(&down2), format!("afterok:{up2}"));
     assert_eq!(p.state(c_down), ChainState::Active);
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn aftercorr_follows_only_the_retried_task() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M", "--array=1-3"]).await;
+    let down = p
+        .submit(&["--array=1-3", &format!("--dependency=aftercorr:{up}")])
+        .await;
+    let c_down2 = p.chain_of(&format!("{down}_2"));
+    assert!(p.engine.slurm().end(&format!("{up}_1"), Ending::Completed));
+    assert!(p
+        .engine
+        .slurm()
+        .end(&format!("{up}_2"), Ending::OutOfMemory));
+    assert!(p.engine.slurm().end(&format!("{up}_3"), Ending::Completed));
+    p.cycle().await;
+    let new2 = p.job(p.chain_of(&format!("{up}_2")));
+    assert!(
+        !new2.starts_with(&format!("{up}_")),
+        "task 2 retried: {new2}"
+    );
+    p.cycle().await;
+    assert_eq!(
+        p.dependency(&format!("{down}_2")),
+        format!("afterok:{new2}")
+    );
+    for t in [1, 3] {
+        assert_eq!(
+            p.dependency(&format!("{down}_{t}")),
+            format!("aftercorr:{up}"),
+            "task {t}"
+        );
+    }
+    assert!(p.codes(c_down2).contains(&"rewired".to_string()));
+}

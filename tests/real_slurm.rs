@@ -604,3 +604,39 @@ fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
         "started at {start}, before the retry ended at {up_end}"
     );
 }
+
+#[test]
+fn aftercorr_tasks_follow_their_own_retried_counterpart() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script(
+        "tasks.sh",
+        &format!("if [ \"$SLURM_ARRAY_TASK_ID\" = 2 ]; then\n{OOM_ONCE}\nfi\necho ok"),
+    );
+    let up = d.submit(&[
+        "--mem=100M",
+        "--array=1-3",
+        "--job-name=ssv-pipe-up",
+        "tasks.sh",
+    ]);
+    let down = d.submit(&[
+        "--array=1-3",
+        &format!("--dependency=aftercorr:{up}"),
+        "--job-name=ssv-pipe-corr",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&down, "completed", 4 * MIN);
+    // Task 2 ran after its counterpart's retry; it was rewired, not resubmitted.
+    let up2 = d.history(&format!("{up}_2"));
+    let up2_end = last_end(&d, &format!("{up}_2"));
+    assert_eq!(attempts(&up2).len(), 2, "{up2:#}");
+    let h = d.history(&format!("{down}_2"));
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    assert!(reason_codes(&h).contains(&"rewired".into()), "{h:#}");
+    let start = sacct_field(&format!("{down}_2"), "Start");
+    assert!(
+        start >= up2_end,
+        "task 2 started at {start}, before its counterpart's retry ended at {up2_end}"
+    );
+}

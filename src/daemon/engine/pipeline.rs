@@ -13,6 +13,13 @@ use crate::store::StoreError;
 use std::collections::HashMap;
 use tracing::{debug, info, warn};
 
+/// What came of setting one job's dependency.
+enum Set {
+    Done,
+    Skipped,
+    SlurmDown,
+}
+
 impl<S: Slurm> Engine<S> {
     /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
     /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
@@ -55,41 +62,92 @@ impl<S: Slurm> Engine<S> {
             let facts = self
                 .store
                 .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?;
-            let Some((new, changes)) = dependency::rewire(&expr, &facts) else {
-                continue;
-            };
-            let new = new.to_string();
-            let who = match crate::daemon::sbatch::run_as(uid) {
-                Ok(w) => w,
-                Err(e) => {
-                    warn!(job = %row.job_id, "{e}");
-                    continue;
+            // A record of array tasks waiting together (`12_[2-5]`): aftercorr maps each
+            // task to its own counterpart, so each task whose counterpart was retried is
+            // rewired on its own (Slurm splits it off the record).
+            let tasks = JobId::parse(&row.job_id)
+                .ok()
+                .and_then(|j| j.pending_tasks())
+                .filter(|t| t.len() <= dependency::MAX_TARGETS);
+            let whole = dependency::rewire(&expr, &facts, None);
+            let mut targets: Vec<(
+                crate::slurm::types::PendingRow,
+                String,
+                Vec<dependency::Rewiring>,
+            )> = Vec::new();
+            match tasks {
+                Some(tasks) => {
+                    let base = JobId::parse(&row.job_id).map(|j| j.base()).unwrap_or(0);
+                    for t in tasks {
+                        if let Some((new, changes)) = dependency::rewire(&expr, &facts, Some(t)) {
+                            let mut one = row.clone();
+                            one.job_id = format!("{base}_{t}");
+                            one.job_id_raw = one.job_id.clone();
+                            targets.push((one, new.to_string(), changes));
+                        }
+                    }
+                    // Only clauses without a task mapping changed: the whole record.
+                    if targets.is_empty() {
+                        if let Some((new, changes)) = whole {
+                            targets.push((row.clone(), new.to_string(), changes));
+                        }
+                    }
                 }
-            };
-            match self
-                .slurm
-                .set_dependency(&row.job_id_raw, &new, who.as_ref())
-                .await
-            {
-                Ok(()) => {
-                    info!(job = %row.job_id, dependency = %new, "rewired to the new attempt");
-                }
-                Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
-                    // It started or ended meanwhile, or Slurm refuses: nothing to record.
-                    warn!(job = %row.job_id, "cannot rewire the job's dependency to {new}: {e}");
-                    continue;
-                }
-                Err(e) => {
-                    self.slurm_down("scontrol", &e);
-                    return Ok(false);
+                None => {
+                    let task = JobId::parse(&row.job_id).ok().and_then(|j| j.task());
+                    if let Some((new, changes)) = dependency::rewire(&expr, &facts, task) {
+                        targets.push((row.clone(), new.to_string(), changes));
+                    }
                 }
             }
-            decided.extend(self.rewired_records(row, uid, &changes)?);
+            for (row, new, changes) in targets {
+                match self.set_dependency(&row, &new, uid).await {
+                    Set::Done => decided.extend(self.rewired_records(&row, uid, &changes)?),
+                    Set::Skipped => {}
+                    Set::SlurmDown => return Ok(false),
+                }
+            }
         }
         self.store.decide_chains(&decided, t)?;
         let ids: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
         self.store.clear_rewires(&ids)?;
         Ok(true)
+    }
+
+    /// Sets a waiting job's new dependency, as its owner. A refusal (it started
+    /// meanwhile) is logged and skipped.
+    async fn set_dependency(
+        &mut self,
+        row: &crate::slurm::types::PendingRow,
+        new: &str,
+        uid: u32,
+    ) -> Set {
+        let who = match crate::daemon::sbatch::run_as(uid) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(job = %row.job_id, "{e}");
+                return Set::Skipped;
+            }
+        };
+        match self
+            .slurm
+            .set_dependency(&row.job_id_raw, new, who.as_ref())
+            .await
+        {
+            Ok(()) => {
+                info!(job = %row.job_id, dependency = %new, "rewired to the new attempt");
+                Set::Done
+            }
+            Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                // It started or ended meanwhile, or Slurm refuses: nothing to record.
+                warn!(job = %row.job_id, "cannot rewire the job's dependency to {new}: {e}");
+                Set::Skipped
+            }
+            Err(e) => {
+                self.slurm_down("scontrol", &e);
+                Set::SlurmDown
+            }
+        }
     }
 
     /// The records of one rewired job: on its own chains when it is supervised (one per
