@@ -339,6 +339,7 @@ pub fn begin_relaunch(
 /// refuse it. The tag is only assigned when the launch is recorded, so it is shown as a
 /// placeholder.
 pub fn preview_argv(
+    store: &Store,
     config: &Config,
     sub: &Submission,
     chain: &crate::store::Chain,
@@ -356,7 +357,7 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
-        None,
+        resolve_dependency(store, sub.owner_uid, &submitted)?.as_ref(),
     );
     check(&submitted, &o)?;
     Ok(sbatch_args::rebuild(&submitted.cmd, &o))
