@@ -303,6 +303,8 @@ pub enum ResolveError {
     },
     #[error("afterany/afternotok on a supervised job wait for its chain's final outcome and cannot be combined with '?'; use ',' or submit the alternatives separately")]
     OutcomeWithAny,
+    #[error("it names more than {MAX_TARGETS} supervised jobs (an array counts each task)")]
+    TooMany,
 }
 
 /// The latest attempts of `ups` in place of `t`, or `None` when `t` already names them.

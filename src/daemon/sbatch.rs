@@ -188,7 +188,9 @@ pub fn resolve_dependency(
         return Ok(None);
     };
     let jobs: Vec<String> = expr.targets().map(|(_, t)| t.job.clone()).collect();
-    let facts = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str))?;
+    let Some(facts) = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str))? else {
+        return Err(crate::dependency::ResolveError::TooMany.into());
+    };
     if facts.is_empty()
         && !jobs
             .iter()

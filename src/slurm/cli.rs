@@ -576,8 +576,11 @@ impl Slurm for SlurmCli {
     }
 
     async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
-        let args = vec!["release".to_string(), job_ids.join(",")];
-        self.scontrol_as(&args, run_as).await
+        for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
+            let args = vec!["release".to_string(), chunk.join(",")];
+            self.scontrol_as(&args, run_as).await?;
+        }
+        Ok(())
     }
 }
 

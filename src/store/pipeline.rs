@@ -62,13 +62,16 @@ impl Store {
     /// What the store knows of each job a dependency names: the chains of `owner_uid` it
     /// names (`c7`; a job id `12` or array task `12_3` of an attempt; a whole array `12`
     /// or `12_*`), each with its state and latest job. Another user's chains are never
-    /// named: their jobs are left to Slurm.
+    /// named: their jobs are left to Slurm. `None` when they name more than
+    /// [`crate::dependency::MAX_TARGETS`] chains in all (whole arrays count each task):
+    /// the work a dependency costs is bounded.
     pub fn upstream_facts<'a>(
         &self,
         owner_uid: u32,
         jobs: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Facts> {
+    ) -> Result<Option<Facts>> {
         let mut facts = Facts::new();
+        let mut total = 0usize;
         let mut chain_q = self.conn.prepare_cached(
             "SELECT c.id, c.state,
                     (SELECT a.slurm_job_id FROM attempts a WHERE a.chain_id = c.id AND a.slurm_job_id IS NOT NULL
@@ -97,8 +100,12 @@ impl Store {
                     .query_map([crate::dependency::whole_array_base(job)], |r| r.get(0))?
                     .collect::<rusqlite::Result<_>>()?
             };
+            total += chains.len();
+            if total > crate::dependency::MAX_TARGETS {
+                return Ok(None);
+            }
             let mut ups = Vec::new();
-            for c in chains.into_iter().take(crate::dependency::MAX_TARGETS) {
+            for c in chains {
                 let row: Option<(i64, String, Option<String>)> = chain_q
                     .query_row(params![c, owner_uid], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -116,7 +123,28 @@ impl Store {
                 facts.insert(job.to_string(), ups);
             }
         }
-        Ok(facts)
+        Ok(Some(facts))
+    }
+
+    /// The job ids (and array bases) of the earlier attempts of the chains these launches
+    /// relaunched: what a waiting job must name to need rewiring.
+    pub fn superseded_jobs(&self, launch_ids: &[i64]) -> Result<HashSet<String>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT a.slurm_job_id, a.slurm_base_id FROM attempts a
+             WHERE a.chain_id IN (SELECT chain_id FROM attempts WHERE launch_id = ?1)
+               AND a.launch_id != ?1 AND a.slurm_job_id IS NOT NULL",
+        )?;
+        let mut out = HashSet::new();
+        for id in launch_ids {
+            let mut rows = q.query([id])?;
+            while let Some(r) = rows.next()? {
+                out.insert(r.get::<_, String>(0)?);
+                if let Some(b) = r.get::<_, Option<String>>(1)? {
+                    out.insert(b);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Records what a submission waits on, as a later resolution found it (a retry).

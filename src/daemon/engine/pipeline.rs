@@ -8,10 +8,18 @@ use crate::dependency::{self, Expr};
 use crate::model::ChainState;
 use crate::policy::{self, Effect, Event};
 use crate::slurm::jobid::JobId;
+use crate::slurm::types::PendingRow;
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::StoreError;
-use std::collections::HashMap;
-use tracing::{debug, info, warn};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use tracing::{debug, error, info, warn};
+
+/// The most waiting jobs rewired in one cycle (one `scontrol update` each): the rest are
+/// rewired in the next cycles, so one user's huge queue cannot hold the loop for long.
+const MAX_REWIRES_PER_CYCLE: usize = 1000;
+
+/// A waiting job's new expression and what moved.
+type Rewired = (Expr, Vec<dependency::Rewiring>);
 
 /// What came of setting one job's dependency.
 enum Set {
@@ -29,6 +37,7 @@ impl<S: Slurm> Engine<S> {
         if pending.is_empty() {
             return Ok(true);
         }
+        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
         let mut owners: HashMap<String, u32> = HashMap::new();
         for r in &pending {
             owners.insert(r.user.clone(), r.owner_uid);
@@ -37,6 +46,12 @@ impl<S: Slurm> Engine<S> {
         users.sort();
         let rows = match self.slurm.pending_of_users(&users).await {
             Ok(p) => p,
+            Err(e @ (SlurmError::Garbage { .. } | SlurmError::Rejected { .. })) => {
+                // Not an outage: asking again would get the same answer.
+                error!("cannot list the pending jobs of {users:?} to rewire them: {e}; jobs waiting on an earlier attempt are left as they are");
+                self.store.clear_rewires(&launches)?;
+                return Ok(true);
+            }
             Err(e) => {
                 self.slurm_down("squeue", &e);
                 return Ok(false);
@@ -50,68 +65,98 @@ impl<S: Slurm> Engine<S> {
                 e.line
             );
         }
+        // Only jobs that name one of the earlier attempts are looked at closely.
+        let superseded = self.store.superseded_jobs(&launches)?;
+        let names_one = |dep: &str| {
+            dep.split([':', ',', '?', '(', ')', '+'])
+                .any(|tok| superseded.contains(dependency::whole_array_base(tok)))
+        };
         let mut decided = Vec::new();
-        for row in rows.rows.iter().filter(|r| !r.dependency.is_empty()) {
+        let mut updates = 0usize;
+        let mut complete = true;
+        for row in rows.rows.iter().filter(|r| names_one(&r.dependency)) {
             let Some(&uid) = owners.get(&row.user) else {
                 continue;
             };
-            let Ok(expr) = Expr::parse(&row.dependency) else {
-                debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
-                continue;
-            };
-            let facts = self
-                .store
-                .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?;
-            // A record of array tasks waiting together (`12_[2-5]`): aftercorr maps each
-            // task to its own counterpart, so each task whose counterpart was retried is
-            // rewired on its own (Slurm splits it off the record).
-            let tasks = JobId::parse(&row.job_id)
-                .ok()
-                .and_then(|j| j.pending_tasks())
-                .filter(|t| t.len() <= dependency::MAX_TARGETS);
-            let whole = dependency::rewire(&expr, &facts, None);
-            let mut targets: Vec<(
-                crate::slurm::types::PendingRow,
-                String,
-                Vec<dependency::Rewiring>,
-            )> = Vec::new();
-            match tasks {
-                Some(tasks) => {
-                    let base = JobId::parse(&row.job_id).map(|j| j.base()).unwrap_or(0);
-                    for t in tasks {
-                        if let Some((new, changes)) = dependency::rewire(&expr, &facts, Some(t)) {
-                            let mut one = row.clone();
-                            one.job_id = format!("{base}_{t}");
-                            one.job_id_raw = one.job_id.clone();
-                            targets.push((one, new.to_string(), changes));
-                        }
-                    }
-                    // Only clauses without a task mapping changed: the whole record.
-                    if targets.is_empty() {
-                        if let Some((new, changes)) = whole {
-                            targets.push((row.clone(), new.to_string(), changes));
-                        }
-                    }
-                }
-                None => {
-                    let task = JobId::parse(&row.job_id).ok().and_then(|j| j.task());
-                    if let Some((new, changes)) = dependency::rewire(&expr, &facts, task) {
-                        targets.push((row.clone(), new.to_string(), changes));
-                    }
-                }
+            if updates >= MAX_REWIRES_PER_CYCLE {
+                // The rest next cycle (those done no longer name an earlier attempt).
+                complete = false;
+                break;
             }
-            for (row, new, changes) in targets {
+            for (row, new, changes) in self.rewirings(row, uid)? {
+                updates += 1;
                 match self.set_dependency(&row, &new, uid).await {
                     Set::Done => decided.extend(self.rewired_records(&row, uid, &changes)?),
                     Set::Skipped => {}
-                    Set::SlurmDown => return Ok(false),
+                    Set::SlurmDown => {
+                        self.store.decide_chains(&decided, t)?;
+                        return Ok(false);
+                    }
                 }
             }
         }
         self.store.decide_chains(&decided, t)?;
-        let ids: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
-        self.store.clear_rewires(&ids)?;
+        if complete {
+            self.store.clear_rewires(&launches)?;
+        }
         Ok(true)
+    }
+
+    /// The updates one pending row needs: (the job or array task to update, its new
+    /// dependency, what moved). A record of array tasks waiting together (`12_[2-5]`) is
+    /// updated whole, unless aftercorr maps a task to a retried counterpart: then that
+    /// task is updated on its own (Slurm splits it off the record).
+    fn rewirings(
+        &self,
+        row: &PendingRow,
+        uid: u32,
+    ) -> Result<Vec<(PendingRow, String, Vec<dependency::Rewiring>)>, StoreError> {
+        let Ok(expr) = Expr::parse(&row.dependency) else {
+            debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
+            return Ok(Vec::new());
+        };
+        let Some(facts) = self
+            .store
+            .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?
+        else {
+            warn!(job = %row.job_id, "its dependency names too many supervised jobs to rewire");
+            return Ok(Vec::new());
+        };
+        let id = JobId::parse(&row.job_id).ok();
+        let whole = dependency::rewire(&expr, &facts, id.as_ref().and_then(|j| j.task()));
+        let tasks = id
+            .as_ref()
+            .and_then(|j| j.pending_tasks())
+            .filter(|t| t.len() <= dependency::MAX_TARGETS);
+        let (Some(tasks), Some(id)) = (tasks, id) else {
+            return Ok(whole
+                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
+                .into_iter()
+                .collect());
+        };
+        let per_task: Vec<(u32, Option<Rewired>)> = tasks
+            .into_iter()
+            .map(|t| (t, dependency::rewire(&expr, &facts, Some(t))))
+            .collect();
+        let same = |r: &Option<Rewired>| {
+            r.as_ref().map(|(e, _)| e.to_string()) == whole.as_ref().map(|(e, _)| e.to_string())
+        };
+        if per_task.iter().all(|(_, r)| same(r)) {
+            return Ok(whole
+                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
+                .into_iter()
+                .collect());
+        }
+        Ok(per_task
+            .into_iter()
+            .filter_map(|(t, r)| {
+                let (new, changes) = r?;
+                let mut one = row.clone();
+                one.job_id = format!("{}_{t}", id.base());
+                one.job_id_raw = one.job_id.clone();
+                Some((one, new.to_string(), changes))
+            })
+            .collect())
     }
 
     /// Sets a waiting job's new dependency, as its owner. A refusal (it started
@@ -214,17 +259,26 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Releases (or cancels) the jobs held for afterany/afternotok whose upstream chains
-    /// have ended for good. Returns false when Slurm did not answer.
+    /// have ended for good: one `scontrol release` (and at most one scancel) per owner,
+    /// then every decision recorded. Returns false when Slurm did not answer (nothing is
+    /// recorded; the next cycle decides again).
     pub(super) async fn settle_gates(&mut self, t: i64) -> Result<bool, StoreError> {
+        struct Settle {
+            sub: i64,
+            owner: u32,
+            open: bool,
+            items: Vec<(i64, policy::Transition)>,
+            jobs: Vec<String>,
+        }
+        let mut plans = Vec::new();
         for sub_id in self.store.gates_due()? {
             let gates = self.store.closed_gates(sub_id)?;
             let Some(open) = policy::gates_open(&gates) else {
                 continue;
             };
-            let sub = self.store.submission(sub_id)?;
             let chains = self.store.open_chains_of_submission(sub_id)?;
             if open && chains.iter().any(|(_, job)| job.is_none()) {
-                // Its first sbatch is not settled yet: released once it is.
+                // Its sbatch is not settled yet: released once it is.
                 continue;
             }
             let mut items = Vec::new();
@@ -236,51 +290,74 @@ impl<S: Slurm> Engine<S> {
                     job: job.as_deref(),
                     gates: &gates,
                 };
-                let tr = self.decide(&chain, event, &policy::Context::at(t));
-                items.push((*c, tr));
+                items.push((*c, self.decide(&chain, event, &policy::Context::at(t))));
             }
-            let who = match crate::daemon::sbatch::run_as(sub.owner_uid) {
-                Ok(w) => w,
-                Err(e) => {
-                    warn!(submission = sub_id, "{e}");
-                    continue;
-                }
-            };
-            let jobs: Vec<String> = chains.iter().filter_map(|(_, j)| j.clone()).collect();
-            if open && !jobs.is_empty() {
-                match self.slurm.release(&jobs, who.as_ref()).await {
-                    Ok(()) => {}
-                    Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
-                        // Released by its owner already, or gone: the gate is settled all
-                        // the same, and the record says what the supervisor decided.
-                        warn!(jobs = ?jobs, "scontrol release refused: {e}");
-                    }
-                    Err(e) => {
-                        self.slurm_down("scontrol", &e);
-                        return Ok(false);
-                    }
-                }
-            }
-            if !open {
-                let cancel: Vec<String> = items
+            let jobs = if open {
+                chains.iter().filter_map(|(_, j)| j.clone()).collect()
+            } else {
+                items
                     .iter()
                     .flat_map(|(_, tr)| tr.effects.iter())
                     .filter_map(|e| match e {
                         Effect::Scancel(j) => Some(j.clone()),
                         _ => None,
                     })
-                    .collect();
-                if !cancel.is_empty() {
-                    if let Err(e) = self.slurm.scancel(&cancel, who.as_ref()).await {
-                        self.slurm_down("scancel", &e);
-                        return Ok(false);
-                    }
+                    .collect()
+            };
+            plans.push(Settle {
+                sub: sub_id,
+                owner: self.store.submission(sub_id)?.owner_uid,
+                open,
+                items,
+                jobs,
+            });
+        }
+        if plans.is_empty() {
+            return Ok(true);
+        }
+        let mut by_owner: BTreeMap<(u32, bool), Vec<String>> = BTreeMap::new();
+        for p in &plans {
+            by_owner
+                .entry((p.owner, p.open))
+                .or_default()
+                .extend(p.jobs.iter().cloned());
+        }
+        let mut unreachable = HashSet::new();
+        for ((owner, open), jobs) in by_owner {
+            if jobs.is_empty() {
+                continue;
+            }
+            let who = match crate::daemon::sbatch::run_as(owner) {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!("{e}");
+                    unreachable.insert(owner);
+                    continue;
+                }
+            };
+            let (what, result) = if open {
+                ("scontrol", self.slurm.release(&jobs, who.as_ref()).await)
+            } else {
+                ("scancel", self.slurm.scancel(&jobs, who.as_ref()).await)
+            };
+            match result {
+                Ok(()) => {}
+                Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                    // Released or cancelled by its owner already, or gone: the gates are
+                    // settled all the same, and the records say what was decided.
+                    warn!(jobs = ?jobs, "{what} refused: {e}");
+                }
+                Err(e) => {
+                    self.slurm_down(what, &e);
+                    return Ok(false);
                 }
             }
-            for (c, tr) in &items {
+        }
+        for p in plans.iter().filter(|p| !unreachable.contains(&p.owner)) {
+            for (c, tr) in &p.items {
                 log_transition(*c, "", tr);
             }
-            self.store.settle_gates(sub_id, open, &items, t)?;
+            self.store.settle_gates(p.sub, p.open, &p.items, t)?;
         }
         Ok(true)
     }
