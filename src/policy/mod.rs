@@ -417,37 +417,15 @@ pub fn transition(
                 effects: Vec::new(),
             }
         }
-        Event::Cancelled { job, actor } => {
-            if !from.is_open() {
-                return Err(Refusal::AlreadyEnded);
-            }
-            Transition {
-                from,
-                update: ChainUpdate {
-                    state: ChainState::Cancelled,
-                    last_classification: Some(Classification::Cancelled),
-                    plan: None,
-                    not_before: None,
-                },
-                record: Some(Record {
-                    classification: Classification::Cancelled,
-                    class: RecoveryClass::R3,
-                    action: Action::Cancel,
-                    reason: Reason::CancelledByUser,
-                    inputs: Inputs::Cancel {
-                        job: job.map(str::to_string),
-                    },
-                    resolves_latest: false,
-                    actor: actor.to_string(),
-                    infra_failure: false,
-                    failed_nodes: None,
-                }),
-                effects: job
-                    .map(|j| Effect::Scancel(j.to_string()))
-                    .into_iter()
-                    .collect(),
-            }
-        }
+        Event::Cancelled { job, actor } => cancelled(
+            chain,
+            job,
+            actor,
+            Reason::CancelledByUser,
+            Inputs::Cancel {
+                job: job.map(str::to_string),
+            },
+        )?,
         Event::RetryRefused { code, stderr, argv } => escalation(
             from,
             Reason::RetryRefused {
@@ -670,6 +648,22 @@ fn never_satisfied(
     upstream_state: ChainState,
     inputs: Inputs,
 ) -> Result<Transition, Refusal> {
+    let reason = Reason::DependencyNeverSatisfied {
+        kind: kind.to_string(),
+        upstream: crate::store::chain_label(upstream),
+        upstream_state: upstream_state.to_string(),
+    };
+    cancelled(chain, job, SUPERVISOR, reason, inputs)
+}
+
+/// An open chain cancelled (its live `job` too), R3, by `actor`.
+fn cancelled(
+    chain: &Chain,
+    job: Option<&str>,
+    actor: &str,
+    reason: Reason,
+    inputs: Inputs,
+) -> Result<Transition, Refusal> {
     if !chain.state.is_open() {
         return Err(Refusal::AlreadyEnded);
     }
@@ -685,14 +679,10 @@ fn never_satisfied(
             classification: Classification::Cancelled,
             class: RecoveryClass::R3,
             action: Action::Cancel,
-            reason: Reason::DependencyNeverSatisfied {
-                kind: kind.to_string(),
-                upstream: crate::store::chain_label(upstream),
-                upstream_state: upstream_state.to_string(),
-            },
+            reason,
             inputs,
             resolves_latest: false,
-            actor: SUPERVISOR.into(),
+            actor: actor.to_string(),
             infra_failure: false,
             failed_nodes: None,
         }),

@@ -459,21 +459,7 @@ impl Slurm for SlurmCli {
     }
 
     async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
-        let who = run_as.cloned();
-        let args = job_ids.to_vec();
-        let ran = self
-            .run(
-                "scancel",
-                &args,
-                self.timeout,
-                move |cmd| {
-                    if let Some(who) = &who {
-                        drop_to(cmd, who, None);
-                    }
-                },
-                None,
-            )
-            .await?;
+        let ran = self.run_as_user("scancel", job_ids, run_as).await?;
         // A job that already ended (or that Slurm forgot) needs no cancelling.
         let gone = ran.stderr.contains(INVALID_JOB_ID)
             || ran.stderr.contains("already completing or completed");
@@ -585,22 +571,31 @@ impl Slurm for SlurmCli {
 }
 
 impl SlurmCli {
+    /// Runs a command that changes a user's jobs, as that user when given.
+    async fn run_as_user(
+        &self,
+        name: &str,
+        args: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<Ran, SlurmError> {
+        let who = run_as.cloned();
+        self.run(
+            name,
+            args,
+            self.timeout,
+            move |cmd| {
+                if let Some(who) = &who {
+                    drop_to(cmd, who, None);
+                }
+            },
+            None,
+        )
+        .await
+    }
+
     /// An scontrol that changes a user's job, run as that user when given.
     async fn scontrol_as(&self, args: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
-        let who = run_as.cloned();
-        let ran = self
-            .run(
-                "scontrol",
-                args,
-                self.timeout,
-                move |cmd| {
-                    if let Some(who) = &who {
-                        drop_to(cmd, who, None);
-                    }
-                },
-                None,
-            )
-            .await?;
+        let ran = self.run_as_user("scontrol", args, run_as).await?;
         if ran.code == Some(0) {
             Ok(())
         } else {

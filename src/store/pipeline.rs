@@ -266,30 +266,29 @@ impl Store {
 
     /// The unfinished supervised chains a submission waits on (afterok and the like).
     pub fn open_upstreams(&self, submission_id: i64) -> Result<Vec<(i64, ChainState)>> {
-        let mut q = self.conn.prepare_cached(&format!(
-            "SELECT DISTINCT c.id, c.state FROM waits_on w JOIN chains c ON c.id = w.upstream_chain
-             WHERE w.submission_id = ?1 AND w.gate IS NULL AND c.state IN ({}) ORDER BY 1",
-            open_states()
-        ))?;
-        let rows = q.query_map([submission_id], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (c, s) = row?;
-            out.push((c, parse_name(&s)?));
-        }
-        Ok(out)
+        self.upstreams_where(submission_id, &format!("c.state IN ({})", open_states()))
     }
 
-    /// The supervised chains a submission waits on with afterok/aftercorr/after that
-    /// ended for good without completing (its job can never start).
+    /// The supervised chains a submission waits on with afterok/aftercorr that ended for
+    /// good without completing (its job can never start).
     pub fn broken_upstreams(&self, submission_id: i64) -> Result<Vec<(i64, ChainState)>> {
-        let mut q = self.conn.prepare_cached(
+        self.upstreams_where(
+            submission_id,
+            "w.kind IN ('afterok', 'aftercorr') AND c.state IN ('failed', 'cancelled')",
+        )
+    }
+
+    /// The upstream chains (not gates) of a submission that meet `condition`, with their
+    /// states.
+    fn upstreams_where(
+        &self,
+        submission_id: i64,
+        condition: &str,
+    ) -> Result<Vec<(i64, ChainState)>> {
+        let mut q = self.conn.prepare_cached(&format!(
             "SELECT DISTINCT c.id, c.state FROM waits_on w JOIN chains c ON c.id = w.upstream_chain
-             WHERE w.submission_id = ?1 AND w.gate IS NULL AND w.kind IN ('afterok', 'aftercorr')
-               AND c.state IN ('failed', 'cancelled') ORDER BY 1",
-        )?;
+             WHERE w.submission_id = ?1 AND w.gate IS NULL AND {condition} ORDER BY 1"
+        ))?;
         let rows = q.query_map([submission_id], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
         })?;
