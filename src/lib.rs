@@ -18,6 +18,7 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;
+pub mod dependency;
 pub mod failpoint;
 pub mod mcp;
 pub mod metrics;

@@ -107,8 +107,12 @@ string_enum! {
         Fail => "fail",
         /// Left in `pending_failed` for a person (an agent was unsure).
         Hold => "hold",
-        /// The user stopped it.
+        /// The user stopped it (or, for a waiting job, its dependency can never hold).
         Cancel => "cancel",
+        /// A waiting job's dependency now names the new attempts of the chains it waits on.
+        Rewire => "rewire",
+        /// A job held for its afterany/afternotok was let go: the condition holds.
+        Release => "release",
     }
 }
 

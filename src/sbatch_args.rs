@@ -754,6 +754,11 @@ pub struct Overrides {
     pub comment: Option<String>,
     /// Replaces the script token (e.g. with a snapshot of the script).
     pub script_path: Option<String>,
+    /// The full new `--dependency` (the user's, resolved against supervised chains); an
+    /// empty one overrides a script's `#SBATCH --dependency` with none.
+    pub dependency: Option<String>,
+    /// Adds `--hold` (the supervisor releases the job when its gates open).
+    pub hold: bool,
     /// The full new `--mail-type` (see [`crate::notification::supervised_mail_type`]).
     pub mail_type: Option<String>,
 }
@@ -786,6 +791,7 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
         "array" => o.array.is_some(),
         "partition" => o.partition.is_some(),
         "comment" => o.comment.is_some(),
+        "dependency" => o.dependency.is_some(),
         "mail-type" => o.mail_type.is_some(),
         _ => false,
     };
@@ -822,6 +828,12 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
     }
     if let Some(c) = &o.comment {
         out.push(format!("--comment={c}"));
+    }
+    if let Some(d) = &o.dependency {
+        out.push(format!("--dependency={d}"));
+    }
+    if o.hold && !cmd.has("hold") {
+        out.push("--hold".to_string());
     }
     if let Some(m) = &o.mail_type {
         out.push(format!("--mail-type={m}"));
@@ -1596,9 +1608,37 @@ mod tests {
             partition: Some("long".into()),
             comment: Some("mine ssv-0a1b2c3d-L2-c1.2".into()),
             script_path: Some("/state/scripts/L2/job.sh".into()),
+            dependency: None,
+            hold: false,
             mail_type: None,
         };
         let cases: &[(&[&str], &Overrides, &[&str])] = &[
+            (
+                // The user's dependency, in any form, is replaced by the resolved one; a
+                // hold is added once.
+                &[
+                    "-d",
+                    "afterok:c7",
+                    "--dependency=afternotok:12",
+                    "-H",
+                    "job.sh",
+                ],
+                &Overrides {
+                    dependency: Some("afterok:30".into()),
+                    hold: true,
+                    ..Default::default()
+                },
+                &["-H", "--dependency=afterok:30", "--parsable", "job.sh"],
+            ),
+            (
+                &["job.sh"],
+                &Overrides {
+                    dependency: Some(String::new()),
+                    hold: true,
+                    ..Default::default()
+                },
+                &["--dependency=", "--hold", "--parsable", "job.sh"],
+            ),
             (
                 &[
                     "--mem=100M",

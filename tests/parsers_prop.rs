@@ -539,6 +539,8 @@ fn overrides() -> impl Strategy<Value = Overrides> {
                 partition,
                 comment,
                 script_path,
+                dependency: None,
+                hold: false,
                 mail_type: None,
             },
         )

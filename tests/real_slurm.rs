@@ -415,3 +415,228 @@ fn a_kill_right_after_sbatch_adopts_the_job_instead_of_submitting_again() {
         d.log()
     );
 }
+
+// Pipelines (docs/pipelines.md): jobs that wait on a supervised job follow its chain.
+
+/// A job that runs out of its 100M once, then completes with the retry's memory.
+const OOM_ONCE: &str =
+    "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+
+/// One field of a job's sacct row (`-X`), e.g. `Start`, `End`, `State`.
+fn sacct_field(job: &str, field: &str) -> String {
+    run(
+        "sacct",
+        &[
+            "--parsable2",
+            "--noheader",
+            "-X",
+            "-j",
+            job,
+            &format!("--format={field}"),
+        ],
+    )
+    .lines()
+    .last()
+    .unwrap_or_default()
+    .trim()
+    .to_string()
+}
+
+/// When the chain's last attempt ended, as sacct says (`2026-11-22T20:01:02`).
+fn last_end(d: &Daemon, job: &str) -> String {
+    let h = d.history(job);
+    let last = attempts(&h)
+        .last()
+        .and_then(|a| a["slurm_job_id"].as_str().map(str::to_string))
+        .expect("an attempt");
+    sacct_field(&last, "End")
+}
+
+fn reason_codes(h: &Value) -> Vec<String> {
+    decisions(h)
+        .iter()
+        .filter_map(|d| d["reason_code"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A plain sbatch job (not supervised) in the daemon's work directory.
+fn plain_sbatch(d: &Daemon, args: &[&str]) -> String {
+    let dir = d.work_dir().display().to_string();
+    let mut all = vec!["--parsable", "--chdir", &dir, "-o", "/dev/null"];
+    all.extend_from_slice(args);
+    run("sbatch", &all).trim().to_string()
+}
+
+#[test]
+fn jobs_waiting_on_a_retried_job_run_after_its_retry() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("oom.sh", OOM_ONCE);
+    d.write_script("down.sh", "echo down");
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-pipe-up", "oom.sh"]);
+    let after = format!("--dependency=afterok:{up}");
+    let down = d.submit(&[&after, "--job-name=ssv-pipe-down", "down.sh"]);
+    let plain = plain_sbatch(&d, &[&after, "--job-name=ssv-pipe-plain", "--wrap=true"]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&down, "completed", 4 * MIN);
+    wait_for("the plain job to complete", 4 * MIN, || {
+        sacct_field(&plain, "State") == "COMPLETED"
+    });
+    let up_end = last_end(&d, &up);
+    for j in [&down, &plain] {
+        let start = sacct_field(j, "Start");
+        assert!(
+            start >= up_end,
+            "{j} started at {start}, before the retry ended at {up_end}"
+        );
+    }
+    assert_eq!(attempts(&d.history(&up)).len(), 2);
+    let hd = d.history(&down);
+    assert_eq!(attempts(&hd).len(), 1, "rewired, not resubmitted: {hd:#}");
+    assert!(reason_codes(&hd).contains(&"rewired".into()), "{hd:#}");
+    let hu = d.history(&up);
+    assert!(
+        reason_codes(&hu).contains(&"plain_job_rewired".into()),
+        "{hu:#}"
+    );
+    let row = &d.status(&down)[0];
+    assert_eq!(row["depends_on"][0], d.status(&up)[0]["id"], "{row:#}");
+}
+
+#[test]
+fn afterany_waits_for_the_final_attempt() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("oom.sh", OOM_ONCE);
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-pipe-up", "oom.sh"]);
+    let down = d.submit(&[
+        &format!("--dependency=afterany:{up}"),
+        "--job-name=ssv-pipe-any",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&down, "completed", 4 * MIN);
+    let start = sacct_field(&down, "Start");
+    let up_end = last_end(&d, &up);
+    assert!(
+        start >= up_end,
+        "started at {start}, before the final attempt ended at {up_end}"
+    );
+    assert!(reason_codes(&d.history(&down)).contains(&"released".into()));
+}
+
+#[test]
+fn afternotok_on_a_chain_that_recovers_never_runs() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("oom.sh", OOM_ONCE);
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-pipe-up", "oom.sh"]);
+    let chain = d.status(&up)[0]["id"].as_str().unwrap().to_string();
+    let fallback = d.submit(&[
+        &format!("--dependency=afternotok:{chain}"),
+        "--job-name=ssv-pipe-fallback",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&fallback, "cancelled", 2 * MIN);
+    let h = d.history(&fallback);
+    assert!(
+        reason_codes(&h).contains(&"dependency_never_satisfied".into()),
+        "{h:#}"
+    );
+    assert_eq!(decisions(&h).last().unwrap()["class"], "R3");
+    wait_for("the fallback to be cancelled in Slurm", MIN, || {
+        sacct_field(&fallback, "State").starts_with("CANCELLED")
+    });
+    assert_eq!(sacct_field(&fallback, "Start"), "None", "it never ran");
+}
+
+#[test]
+fn afternotok_on_a_chain_that_fails_for_good_runs() {
+    require_slurm();
+    let d = Daemon::start("[[rules]]\nname = \"missing-module\"\nkind = \"permanent\"\nstderr = 'ModuleNotFoundError'\n");
+    d.write_script("perm.sh", "python3 -c 'import no_such_module_here'");
+    let up = d.submit(&["--job-name=ssv-pipe-up", "perm.sh"]);
+    let fallback = d.submit(&[
+        &format!("--dependency=afternotok:{up}"),
+        "--job-name=ssv-pipe-fallback",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "failed", 3 * MIN);
+    d.wait_state(&fallback, "completed", 3 * MIN);
+    assert!(reason_codes(&d.history(&fallback)).contains(&"released".into()));
+}
+
+#[test]
+fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("oom.sh", OOM_ONCE);
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-pipe-up", "oom.sh"]);
+    // What a cluster with DependencyParameters=kill_invalid_depend does to every job,
+    // asked for by this one job.
+    let down = d.submit(&[
+        "--kill-on-invalid-dep=yes",
+        &format!("--dependency=afterok:{up}"),
+        "--job-name=ssv-pipe-killed",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&down, "completed", 4 * MIN);
+    let h = d.history(&down);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert!(
+        a[0]["slurm_state"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("CANCELLED"),
+        "{h:#}"
+    );
+    assert!(
+        reason_codes(&h).contains(&"killed_for_dependency".into()),
+        "{h:#}"
+    );
+    let start = sacct_field(a[1]["slurm_job_id"].as_str().unwrap(), "Start");
+    let up_end = last_end(&d, &up);
+    assert!(
+        start >= up_end,
+        "started at {start}, before the retry ended at {up_end}"
+    );
+}
+
+#[test]
+fn aftercorr_tasks_follow_their_own_retried_counterpart() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script(
+        "tasks.sh",
+        &format!("if [ \"$SLURM_ARRAY_TASK_ID\" = 2 ]; then\n{OOM_ONCE}\nfi\necho ok"),
+    );
+    let up = d.submit(&[
+        "--mem=100M",
+        "--array=1-3",
+        "--job-name=ssv-pipe-up",
+        "tasks.sh",
+    ]);
+    let down = d.submit(&[
+        "--array=1-3",
+        &format!("--dependency=aftercorr:{up}"),
+        "--job-name=ssv-pipe-corr",
+        "--wrap=true",
+    ]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    d.wait_state(&down, "completed", 4 * MIN);
+    // Task 2 ran after its counterpart's retry; it was rewired, not resubmitted.
+    let up2 = d.history(&format!("{up}_2"));
+    let up2_end = last_end(&d, &format!("{up}_2"));
+    assert_eq!(attempts(&up2).len(), 2, "{up2:#}");
+    let h = d.history(&format!("{down}_2"));
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    assert!(reason_codes(&h).contains(&"rewired".into()), "{h:#}");
+    let start = sacct_field(&format!("{down}_2"), "Start");
+    assert!(
+        start >= up2_end,
+        "task 2 started at {start}, before its counterpart's retry ended at {up2_end}"
+    );
+}

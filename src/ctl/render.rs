@@ -74,6 +74,14 @@ pub fn history_text(h: &ChainHistory) -> String {
         h.chain.state,
         s(h.chain.last_classification)
     );
+    // The pipeline edges: which chains it waits on, and which wait on it.
+    let list = |v: &[String]| v.join(", ");
+    if !h.chain.depends_on.is_empty() {
+        let _ = writeln!(out, "waits on: {}", list(&h.chain.depends_on));
+    }
+    if !h.chain.dependents.is_empty() {
+        let _ = writeln!(out, "waited on by: {}", list(&h.chain.dependents));
+    }
     let _ = writeln!(out, "attempts:");
     for a in &h.attempts {
         let _ = writeln!(

@@ -3,6 +3,7 @@
 //! the launch has to be repeated after a crash.
 
 use crate::config::Config;
+use crate::dependency::Resolved;
 use crate::model::RetryPlan;
 use crate::sbatch_args::{self, Overrides, Submitted};
 use crate::slurm::jobid::base_job_id;
@@ -33,6 +34,8 @@ pub enum PrepareError {
     Store(#[from] StoreError),
     #[error("the recorded sbatch command cannot be read: {0}")]
     Args(#[from] sbatch_args::ArgsError),
+    #[error("its --dependency cannot be sent as it is: {0}")]
+    Dependency(#[from] crate::dependency::ResolveError),
     #[error("cannot write the script snapshot {path}: {source}")]
     Snapshot {
         path: PathBuf,
@@ -145,6 +148,7 @@ fn overrides(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    dep: Option<&Resolved>,
     notify_mail: bool,
 ) -> Overrides {
     let comment = match s.option("comment") {
@@ -164,6 +168,8 @@ fn overrides(
         partition: plan.partition.clone(),
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
+        dependency: dep.filter(|d| d.changed).map(|d| d.expr.to_string()),
+        hold: dep.is_some_and(|d| !d.gates.is_empty()),
         // The chain-level mail replaces Slurm's per-attempt ones (`[notify] mail`); the
         // script's `#SBATCH --mail-type` is overridden from the command line the same way.
         mail_type: if notify_mail {
@@ -175,6 +181,35 @@ fn overrides(
     }
 }
 
+/// A submission's `--dependency` resolved against the supervised chains of its owner it
+/// names ([`crate::dependency::resolve`]): chain ids and earlier attempts become the
+/// chains' latest jobs, afterany/afternotok on unfinished chains become gates (the job is
+/// held). `None` when it has no dependency or one this cannot read (sbatch judges it).
+pub fn resolve_dependency(
+    store: &Store,
+    owner_uid: u32,
+    s: &Submitted,
+) -> Result<Option<Resolved>, PrepareError> {
+    let Some(value) = s.option("dependency") else {
+        return Ok(None);
+    };
+    let Ok(expr) = crate::dependency::Expr::parse(value) else {
+        return Ok(None);
+    };
+    let jobs: Vec<String> = expr.targets().map(|(_, t)| t.job.clone()).collect();
+    let Some(facts) = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str))? else {
+        return Err(crate::dependency::ResolveError::TooMany.into());
+    };
+    if facts.is_empty()
+        && !jobs
+            .iter()
+            .any(|j| crate::dependency::chain_target(j).is_some())
+    {
+        return Ok(None);
+    }
+    Ok(Some(crate::dependency::resolve(&expr, &facts)?))
+}
+
 /// The argv of a launch: the user's command with the supervisor's changes.
 fn build_argv(
     s: &Submitted,
@@ -182,11 +217,12 @@ fn build_argv(
     array: Option<String>,
     tag: &str,
     script_path: Option<&Path>,
+    dep: Option<&Resolved>,
     notify_mail: bool,
 ) -> Vec<String> {
     sbatch_args::rebuild(
         &s.cmd,
-        &overrides(s, plan, array, tag, script_path, notify_mail),
+        &overrides(s, plan, array, tag, script_path, dep, notify_mail),
     )
 }
 
@@ -217,7 +253,12 @@ pub fn begin_submission(
     submitted: &Submitted,
     now: i64,
 ) -> Result<Launch, PrepareError> {
-    let launch = store.create_submission(new, now, |tag| {
+    let dep = resolve_dependency(store, new.owner_uid, submitted)?;
+    let (ups, gates) = dep
+        .as_ref()
+        .map(|d| (d.upstreams.clone(), d.gates.clone()))
+        .unwrap_or_default();
+    let launch = store.create_submission_waiting(new, &ups, &gates, now, |tag| {
         let script = new
             .script_name
             .as_deref()
@@ -228,6 +269,7 @@ pub fn begin_submission(
             None,
             tag,
             script.as_deref(),
+            dep.as_ref(),
             config.notify.mail,
         )
     })?;
@@ -276,6 +318,8 @@ pub fn begin_relaunch(
         .script_name
         .as_deref()
         .map(|n| snapshot_path(&config.state_dir, 0, n));
+    // The chains it waits on have moved on since it was submitted: their latest jobs.
+    let dep = resolve_dependency(store, sub.owner_uid, &submitted)?;
     check(
         &submitted,
         &overrides(
@@ -284,9 +328,13 @@ pub fn begin_relaunch(
             array.clone(),
             "check",
             placeholder.as_deref(),
+            dep.as_ref(),
             config.notify.mail,
         ),
     )?;
+    if let Some(d) = &dep {
+        store.add_waits(sub.id, &d.upstreams, &d.gates)?;
+    }
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
             .script_name
@@ -298,6 +346,7 @@ pub fn begin_relaunch(
             array,
             tag,
             script.as_deref(),
+            dep.as_ref(),
             config.notify.mail,
         )
     })?;
@@ -308,6 +357,7 @@ pub fn begin_relaunch(
 /// refuse it. The tag is only assigned when the launch is recorded, so it is shown as a
 /// placeholder.
 pub fn preview_argv(
+    store: &Store,
     config: &Config,
     sub: &Submission,
     chain: &crate::store::Chain,
@@ -325,6 +375,7 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
+        resolve_dependency(store, sub.owner_uid, &submitted)?.as_ref(),
         config.notify.mail,
     );
     check(&submitted, &o)?;
@@ -476,7 +527,7 @@ mod tests {
         let argv = |cmd: &[&str], script: &[u8], mail: bool| {
             let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
             let s = Submitted::read(&cmd, Some(script)).unwrap();
-            build_argv(&s, &plan, None, "T", None, mail)
+            build_argv(&s, &plan, None, "T", None, None, mail)
         };
         let a = argv(&["--mail-type=FAIL,BEGIN", "job.sh"], b"#!/bin/sh\n", true);
         assert!(a.contains(&"--mail-type=BEGIN".to_string()), "{a:?}");
@@ -507,7 +558,7 @@ mod tests {
         };
         let err = check(
             &per_cpu,
-            &overrides(&per_cpu, &more_mem, None, "t", None, false),
+            &overrides(&per_cpu, &more_mem, None, "t", None, None, false),
         )
         .unwrap_err()
         .to_string();
@@ -519,13 +570,13 @@ mod tests {
         };
         assert!(check(
             &per_cpu,
-            &overrides(&per_cpu, &more_time, None, "t", None, false)
+            &overrides(&per_cpu, &more_time, None, "t", None, None, false)
         )
         .is_ok());
         let plain = Submitted::read(&argv, Some(b"#!/bin/sh\nrun\n")).unwrap();
         assert!(check(
             &plain,
-            &overrides(&plain, &more_mem, None, "t", None, false)
+            &overrides(&plain, &more_mem, None, "t", None, None, false)
         )
         .is_ok());
         let bad_node = RetryPlan {
@@ -534,7 +585,7 @@ mod tests {
         };
         assert!(check(
             &plain,
-            &overrides(&plain, &bad_node, None, "t", None, false)
+            &overrides(&plain, &bad_node, None, "t", None, None, false)
         )
         .is_err());
     }

@@ -126,6 +126,57 @@ pub enum Event<'a> {
     /// The chain has waited in `pending_failed` since `pending_since` and the daemon found
     /// `escalation.expire_after` passed: `escalation.expire_action` resolves it.
     Expired { pending_since: i64 },
+    /// This chain's waiting job `job` now follows the chains it waits on to their new
+    /// attempts (upstream chain, earlier job, new job); `cause` is how the upstream's
+    /// attempt ended.
+    Rewired {
+        job: &'a str,
+        changes: &'a [(i64, String, String)],
+        cause: Classification,
+    },
+    /// A job submitted with plain sbatch that waited on this chain's earlier attempt
+    /// `from` now waits on its new attempt `to`.
+    PlainJobRewired {
+        job: &'a str,
+        from: &'a str,
+        to: &'a str,
+    },
+    /// The chains a held job's afterany/afternotok wait on have ended for good (or one
+    /// ended in a way that can never satisfy it): release it, or cancel it.
+    GatesDecided {
+        job: Option<&'a str>,
+        gates: &'a [crate::store::Gate],
+    },
+    /// Slurm cancelled this chain's waiting job because the attempt it waited on failed
+    /// (`kill_invalid_depend`), and the chains it waits on are still being retried.
+    KilledForDependency {
+        verdict: &'a Verdict,
+        upstreams: &'a [i64],
+    },
+    /// A chain this one waits on with afterok/aftercorr ended for good without
+    /// completing: its job can never start.
+    UpstreamBroken {
+        upstream: i64,
+        upstream_state: ChainState,
+        job: Option<&'a str>,
+    },
+}
+
+/// Whether a held job's gates let it go: `Some(true)` when every upstream has ended for
+/// good and each condition holds, `Some(false)` when one can never hold, `None` while an
+/// upstream is still open.
+pub fn gates_open(gates: &[crate::store::Gate]) -> Option<bool> {
+    use crate::dependency::Kind;
+    if gates
+        .iter()
+        .any(|g| g.kind == Kind::AfterNotOk && g.upstream_state == ChainState::Completed)
+    {
+        return Some(false);
+    }
+    if gates.iter().all(|g| !g.upstream_state.is_open()) {
+        return Some(true);
+    }
+    None
 }
 
 /// Why an event cannot apply to the chain as it is (the request is answered with a
@@ -183,6 +234,15 @@ pub enum Inputs {
     Unconfirmed {
         argv: Vec<String>,
         tag: String,
+    },
+    /// A pipeline decision: the waiting job, the chains it waits on, and the rewiring.
+    Dependency {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        job: Option<String>,
+        upstreams: Vec<String>,
+        /// (upstream chain, earlier job, new job)
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        rewired: Vec<(String, String, String)>,
     },
     Expiry {
         pending_since: i64,
@@ -375,37 +435,15 @@ pub fn transition(
                 effects: Vec::new(),
             }
         }
-        Event::Cancelled { job, actor } => {
-            if !from.is_open() {
-                return Err(Refusal::AlreadyEnded);
-            }
-            Transition {
-                from,
-                update: ChainUpdate {
-                    state: ChainState::Cancelled,
-                    last_classification: Some(Classification::Cancelled),
-                    plan: None,
-                    not_before: None,
-                },
-                record: Some(Record {
-                    classification: Classification::Cancelled,
-                    class: RecoveryClass::R3,
-                    action: Action::Cancel,
-                    reason: Reason::CancelledByUser,
-                    inputs: Inputs::Cancel {
-                        job: job.map(str::to_string),
-                    },
-                    resolves_latest: false,
-                    actor: actor.to_string(),
-                    infra_failure: false,
-                    failed_nodes: None,
-                }),
-                effects: job
-                    .map(|j| Effect::Scancel(j.to_string()))
-                    .into_iter()
-                    .collect(),
-            }
-        }
+        Event::Cancelled { job, actor } => cancelled(
+            chain,
+            job,
+            actor,
+            Reason::CancelledByUser,
+            Inputs::Cancel {
+                job: job.map(str::to_string),
+            },
+        )?,
         Event::RetryRefused { code, stderr, argv } => escalation(
             from,
             Reason::RetryRefused {
@@ -441,6 +479,137 @@ pub fn transition(
             },
         ),
         Event::Expired { pending_since } => expired(chain, pending_since, config, ctx)?,
+        Event::Rewired {
+            job,
+            changes,
+            cause,
+        } => note(
+            chain,
+            cause,
+            RecoveryClass::R1,
+            Action::Rewire,
+            Reason::Rewired {
+                job: job.to_string(),
+                changes: changes
+                    .iter()
+                    .map(|(c, f, t)| (crate::store::chain_label(*c), f.clone(), t.clone()))
+                    .collect(),
+            },
+            Inputs::Dependency {
+                job: Some(job.to_string()),
+                upstreams: changes
+                    .iter()
+                    .map(|(c, ..)| crate::store::chain_label(*c))
+                    .collect(),
+                rewired: changes
+                    .iter()
+                    .map(|(c, f, t)| (crate::store::chain_label(*c), f.clone(), t.clone()))
+                    .collect(),
+            },
+        ),
+        Event::PlainJobRewired { job, from, to } => note(
+            chain,
+            chain
+                .last_classification
+                .unwrap_or(Classification::Ambiguous),
+            RecoveryClass::R1,
+            Action::Rewire,
+            Reason::PlainJobRewired {
+                job: job.to_string(),
+                from: from.to_string(),
+                to: to.to_string(),
+            },
+            Inputs::Dependency {
+                job: Some(job.to_string()),
+                upstreams: vec![crate::store::chain_label(chain.id)],
+                rewired: vec![(
+                    crate::store::chain_label(chain.id),
+                    from.to_string(),
+                    to.to_string(),
+                )],
+            },
+        ),
+        Event::GatesDecided { job, gates } => {
+            let upstreams: Vec<String> = gates
+                .iter()
+                .map(|g| crate::store::chain_label(g.upstream))
+                .collect();
+            let inputs = Inputs::Dependency {
+                job: job.map(str::to_string),
+                upstreams: upstreams.clone(),
+                rewired: Vec::new(),
+            };
+            let never = gates.iter().find(|g| {
+                g.kind == crate::dependency::Kind::AfterNotOk
+                    && g.upstream_state == ChainState::Completed
+            });
+            match never {
+                Some(g) => never_satisfied(
+                    chain,
+                    job,
+                    g.kind.as_str(),
+                    g.upstream,
+                    g.upstream_state,
+                    inputs,
+                )?,
+                None => note(
+                    chain,
+                    Classification::Completed,
+                    RecoveryClass::R1,
+                    Action::Release,
+                    Reason::Released { upstreams },
+                    inputs,
+                ),
+            }
+        }
+        Event::KilledForDependency { verdict, upstreams } => {
+            let labels: Vec<String> = upstreams
+                .iter()
+                .map(|c| crate::store::chain_label(*c))
+                .collect();
+            Transition {
+                from,
+                update: ChainUpdate {
+                    state: ChainState::Ready,
+                    last_classification: Some(verdict.classification),
+                    plan: None,
+                    not_before: Some(ctx.now),
+                },
+                record: Some(Record {
+                    reason: Reason::KilledForDependency {
+                        verdict: verdict.reason.clone(),
+                        upstreams: labels.clone(),
+                    },
+                    ..supervisor(
+                        verdict,
+                        RecoveryClass::R1,
+                        Action::Resubmit,
+                        Inputs::Dependency {
+                            job: None,
+                            upstreams: labels,
+                            rewired: Vec::new(),
+                        },
+                    )
+                }),
+                effects: Vec::new(),
+            }
+        }
+        Event::UpstreamBroken {
+            upstream,
+            upstream_state,
+            job,
+        } => never_satisfied(
+            chain,
+            job,
+            "afterok",
+            upstream,
+            upstream_state,
+            Inputs::Dependency {
+                job: job.map(str::to_string),
+                upstreams: vec![crate::store::chain_label(upstream)],
+                rewired: Vec::new(),
+            },
+        )?,
         Event::JobLost { job, missing_since } => escalation(
             from,
             Reason::JobLost {
@@ -454,6 +623,93 @@ pub fn transition(
         ),
     };
     Ok(Transition { from, ..t })
+}
+
+/// A record about a chain's waiting job that leaves its state as it is (a rewiring, a
+/// release). `classification` is what happened upstream.
+fn note(
+    chain: &Chain,
+    classification: Classification,
+    class: RecoveryClass,
+    action: Action,
+    reason: Reason,
+    inputs: Inputs,
+) -> Transition {
+    Transition {
+        from: chain.state,
+        update: ChainUpdate {
+            state: chain.state,
+            last_classification: None,
+            plan: None,
+            not_before: chain.not_before,
+        },
+        record: Some(Record {
+            classification,
+            class,
+            action,
+            reason,
+            inputs,
+            resolves_latest: false,
+            actor: SUPERVISOR.into(),
+            infra_failure: false,
+            failed_nodes: None,
+        }),
+        effects: Vec::new(),
+    }
+}
+
+/// A waiting chain whose dependency can never hold: cancelled (its job too), R3.
+fn never_satisfied(
+    chain: &Chain,
+    job: Option<&str>,
+    kind: &str,
+    upstream: i64,
+    upstream_state: ChainState,
+    inputs: Inputs,
+) -> Result<Transition, Refusal> {
+    let reason = Reason::DependencyNeverSatisfied {
+        kind: kind.to_string(),
+        upstream: crate::store::chain_label(upstream),
+        upstream_state: upstream_state.to_string(),
+    };
+    cancelled(chain, job, SUPERVISOR, reason, inputs)
+}
+
+/// An open chain cancelled (its live `job` too), R3, by `actor`.
+fn cancelled(
+    chain: &Chain,
+    job: Option<&str>,
+    actor: &str,
+    reason: Reason,
+    inputs: Inputs,
+) -> Result<Transition, Refusal> {
+    if !chain.state.is_open() {
+        return Err(Refusal::AlreadyEnded);
+    }
+    Ok(Transition {
+        from: chain.state,
+        update: ChainUpdate {
+            state: ChainState::Cancelled,
+            last_classification: Some(Classification::Cancelled),
+            plan: None,
+            not_before: None,
+        },
+        record: Some(Record {
+            classification: Classification::Cancelled,
+            class: RecoveryClass::R3,
+            action: Action::Cancel,
+            reason,
+            inputs,
+            resolves_latest: false,
+            actor: actor.to_string(),
+            infra_failure: false,
+            failed_nodes: None,
+        }),
+        effects: job
+            .map(|j| Effect::Scancel(j.to_string()))
+            .into_iter()
+            .collect(),
+    })
 }
 
 /// A record by the supervisor about an ending (or a requeue) of `verdict`; the reason is

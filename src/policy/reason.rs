@@ -103,6 +103,34 @@ pub enum Reason {
     },
     /// A live job vanished from squeue without an ending in sacct.
     JobLost { job: String, missing_secs: i64 },
+    /// This chain's waiting job now follows the new attempts of the chains it waits on.
+    Rewired {
+        job: String,
+        /// (upstream chain, earlier job, new job)
+        changes: Vec<(String, String, String)>,
+    },
+    /// A job submitted with plain sbatch that waited on this chain's earlier attempt now
+    /// waits on its new one.
+    PlainJobRewired {
+        job: String,
+        from: String,
+        to: String,
+    },
+    /// The chains its afterany/afternotok wait on have ended for good, and the condition
+    /// holds: the supervisor released the held job.
+    Released { upstreams: Vec<String> },
+    /// A chain it waits on ended for good in a way that can never satisfy its dependency.
+    DependencyNeverSatisfied {
+        kind: String,
+        upstream: String,
+        upstream_state: String,
+    },
+    /// Slurm cancelled the waiting job because the attempt it waited on failed
+    /// (`kill_invalid_depend`), while the supervisor retries that chain.
+    KilledForDependency {
+        verdict: String,
+        upstreams: Vec<String>,
+    },
     /// Nobody resolved the chain within `escalation.expire_after`: the admin's policy did.
     Expired {
         waited_secs: i64,
@@ -138,6 +166,11 @@ impl Reason {
             Reason::RetryUnprepared { .. } => "retry_unprepared",
             Reason::LaunchUnconfirmed { .. } => "launch_unconfirmed",
             Reason::JobLost { .. } => "job_lost",
+            Reason::Rewired { .. } => "rewired",
+            Reason::PlainJobRewired { .. } => "plain_job_rewired",
+            Reason::Released { .. } => "released",
+            Reason::DependencyNeverSatisfied { .. } => "dependency_never_satisfied",
+            Reason::KilledForDependency { .. } => "killed_for_dependency",
             Reason::Expired { .. } => "expired",
         }
     }
@@ -284,6 +317,36 @@ impl fmt::Display for Reason {
             Reason::JobLost { job, missing_secs } => write!(
                 f,
                 "job {job} has been missing from squeue for {missing_secs}s while sacct shows no ending: Slurm may have lost it; nothing is retried blindly"
+            ),
+            Reason::Rewired { job, changes } => {
+                write!(f, "job {job} now waits on")?;
+                for (i, (chain, from, to)) in changes.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "," };
+                    write!(f, "{sep} {to} ({chain}'s new attempt) instead of {from}")?;
+                }
+                Ok(())
+            }
+            Reason::PlainJobRewired { job, from, to } => write!(
+                f,
+                "job {job} (not supervised) waited on {from}; it now waits on this chain's new attempt {to}"
+            ),
+            Reason::Released { upstreams } => write!(
+                f,
+                "{} ended for good and the dependency holds: released",
+                upstreams.join(", ")
+            ),
+            Reason::DependencyNeverSatisfied {
+                kind,
+                upstream,
+                upstream_state,
+            } => write!(
+                f,
+                "{upstream} ended for good ({upstream_state}), so {kind}:{upstream} can never hold: cancelled"
+            ),
+            Reason::KilledForDependency { verdict, upstreams } => write!(
+                f,
+                "{verdict}: Slurm cancelled it because the attempt of {} it waited on failed; that chain is being retried, so this job is resubmitted once it has a new attempt",
+                upstreams.join(", ")
             ),
             Reason::Expired {
                 waited_secs,

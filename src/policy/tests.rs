@@ -710,6 +710,27 @@ fn every_reason_name_is_documented() {
             job: String::new(),
             missing_secs: 0,
         },
+        Reason::Rewired {
+            job: String::new(),
+            changes: Vec::new(),
+        },
+        Reason::PlainJobRewired {
+            job: String::new(),
+            from: String::new(),
+            to: String::new(),
+        },
+        Reason::Released {
+            upstreams: Vec::new(),
+        },
+        Reason::DependencyNeverSatisfied {
+            kind: String::new(),
+            upstream: String::new(),
+            upstream_state: String::new(),
+        },
+        Reason::KilledForDependency {
+            verdict: v.reason.clone(),
+            upstreams: Vec::new(),
+        },
     ]);
     for r in &reasons {
         // A new variant must be added above: this match has no fallback.
@@ -737,7 +758,12 @@ fn every_reason_name_is_documented() {
             | Reason::RetryUnprepared { .. }
             | Reason::LaunchUnconfirmed { .. }
             | Reason::JobLost { .. }
-            | Reason::Expired { .. } => {}
+            | Reason::Expired { .. }
+            | Reason::Rewired { .. }
+            | Reason::PlainJobRewired { .. }
+            | Reason::Released { .. }
+            | Reason::DependencyNeverSatisfied { .. }
+            | Reason::KilledForDependency { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -747,7 +773,7 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 24, "one of each variant");
+    assert_eq!(reasons.len(), 29, "one of each variant");
 }
 
 fn expiring(action: crate::config::ExpireAction) -> Config {

@@ -38,6 +38,13 @@ pub struct ChainFields {
     pub next_retry_at: Option<i64>,
     /// For an unfinished chain: the failed chains its `--dependency` waits on.
     pub dependency_failed: Vec<String>,
+    /// The supervised chains its `--dependency` waits on (submitted through the
+    /// supervisor; see docs/pipelines.md).
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// The supervised chains whose `--dependency` waits on it.
+    #[serde(default)]
+    pub dependents: Vec<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -122,7 +129,7 @@ pub struct ChainHistory {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum HistoryAnswer {
-    One(ChainHistory),
+    One(Box<ChainHistory>),
     Many(Vec<ChainHistory>),
 }
 
@@ -321,7 +328,7 @@ mod tests {
         json!({
             "id": id, "state": "failed", "slurm_job_id": "7", "last_classification": "oom",
             "array_task": null, "submission": 1, "slurm_state": "FAILED",
-            "next_retry_at": null, "dependency_failed": [], "created_at": 1, "updated_at": 2,
+            "next_retry_at": null, "dependency_failed": [], "depends_on": [], "dependents": [], "created_at": 1, "updated_at": 2,
             "attempts_count": 0, "attempts": [], "decisions": [],
         })
     }

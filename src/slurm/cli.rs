@@ -6,7 +6,7 @@
 //! evidence in every error.
 
 use super::parse::{self, Parsed};
-use super::types::{SacctRow, SqueueRow};
+use super::types::{PendingRow, SacctRow, SqueueRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
@@ -459,21 +459,7 @@ impl Slurm for SlurmCli {
     }
 
     async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
-        let who = run_as.cloned();
-        let args = job_ids.to_vec();
-        let ran = self
-            .run(
-                "scancel",
-                &args,
-                self.timeout,
-                move |cmd| {
-                    if let Some(who) = &who {
-                        drop_to(cmd, who, None);
-                    }
-                },
-                None,
-            )
-            .await?;
+        let ran = self.run_as_user("scancel", job_ids, run_as).await?;
         // A job that already ended (or that Slurm forgot) needs no cancelling.
         let gone = ran.stderr.contains(INVALID_JOB_ID)
             || ran.stderr.contains("already completing or completed");
@@ -555,6 +541,76 @@ impl Slurm for SlurmCli {
             out.insert(name.to_string(), parse::parse_duration_secs(limit));
         }
         Ok(out)
+    }
+
+    async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError> {
+        let args = vec![
+            "--noheader".into(),
+            "--states=PENDING".into(),
+            format!("--format={}", parse::PENDING_FORMAT),
+            format!("--user={}", users.join(",")),
+        ];
+        let ran = self.query("squeue", args).await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("squeue", &ran));
+        }
+        Ok(parse::parse_pending(&ran.stdout))
+    }
+
+    async fn set_dependency(
+        &self,
+        job_id: &str,
+        dependency: &str,
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError> {
+        let args = vec![
+            "update".to_string(),
+            format!("JobId={job_id}"),
+            format!("Dependency={dependency}"),
+        ];
+        self.scontrol_as(&args, run_as).await
+    }
+
+    async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
+            let args = vec!["release".to_string(), chunk.join(",")];
+            self.scontrol_as(&args, run_as).await?;
+        }
+        Ok(())
+    }
+}
+
+impl SlurmCli {
+    /// Runs a command that changes a user's jobs, as that user when given.
+    async fn run_as_user(
+        &self,
+        name: &str,
+        args: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<Ran, SlurmError> {
+        let who = run_as.cloned();
+        self.run(
+            name,
+            args,
+            self.timeout,
+            move |cmd| {
+                if let Some(who) = &who {
+                    drop_to(cmd, who, None);
+                }
+            },
+            None,
+        )
+        .await
+    }
+
+    /// An scontrol that changes a user's job, run as that user when given.
+    async fn scontrol_as(&self, args: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        let ran = self.run_as_user("scontrol", args, run_as).await?;
+        if ran.code == Some(0) {
+            Ok(())
+        } else {
+            Err(Self::failure("scontrol", &ran))
+        }
     }
 }
 

@@ -17,7 +17,7 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{ExitCode, JobState, SacctRow, SqueueRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -45,10 +45,13 @@ pub enum Command {
     ShowJob,
     BatchScript,
     PartitionLimits,
+    PendingOfUsers,
+    SetDependency,
+    Release,
 }
 
 impl Command {
-    pub const ALL: [Command; 9] = [
+    pub const ALL: [Command; 12] = [
         Command::Sbatch,
         Command::Squeue,
         Command::SqueueUser,
@@ -58,16 +61,21 @@ impl Command {
         Command::ShowJob,
         Command::BatchScript,
         Command::PartitionLimits,
+        Command::PendingOfUsers,
+        Command::SetDependency,
+        Command::Release,
     ];
 
     /// The program that would have run.
     pub fn program(self) -> &'static str {
         match self {
             Command::Sbatch => "sbatch",
-            Command::Squeue | Command::SqueueUser => "squeue",
+            Command::Squeue | Command::SqueueUser | Command::PendingOfUsers => "squeue",
             Command::Sacct | Command::SacctUserSince => "sacct",
             Command::Scancel => "scancel",
-            Command::ShowJob | Command::BatchScript => "scontrol",
+            Command::ShowJob | Command::BatchScript | Command::SetDependency | Command::Release => {
+                "scontrol"
+            }
             Command::PartitionLimits => "sinfo",
         }
     }
@@ -97,6 +105,9 @@ pub enum Ending {
     Preempted,
     /// `CANCELLED by <uid>`; a job that never ran has no step and no node.
     CancelledBy(u32),
+    /// `CANCELLED` by nobody, before it ran: Slurm cancelled a job whose dependency can
+    /// never be satisfied (`kill_invalid_depend`, `--kill-on-invalid-dep=yes`).
+    CancelledForDependency,
     /// DEADLINE 0:0 (`--deadline` passed before it could run).
     Deadline,
 }
@@ -143,6 +154,12 @@ pub struct FakeJob {
     pub ended_rows: Option<Vec<SacctRow>>,
     /// Rows of the runs Slurm requeued, oldest first (job row, then steps, per run).
     pub requeued_runs: Vec<Vec<SacctRow>>,
+    /// `--dependency` as given (or as `scontrol update` set it).
+    pub dependency: String,
+    /// Submitted with `--hold` and not released yet: it does not start.
+    pub held: bool,
+    /// The owner's name (the user sbatch ran as).
+    pub user: String,
 }
 
 impl FakeJob {
@@ -389,7 +406,10 @@ impl FakeSlurm {
         if !j.is_live() {
             return false;
         }
-        let needs_node = !matches!(ending, Ending::CancelledBy(_) | Ending::Deadline);
+        let needs_node = !matches!(
+            ending,
+            Ending::CancelledBy(_) | Ending::CancelledForDependency | Ending::Deadline
+        );
         if needs_node && j.node.is_none() {
             start_job(j);
         }
@@ -459,6 +479,7 @@ impl FakeSlurm {
                 },
             ),
             Ending::Deadline => (JobState::Deadline, exit(0, 0), vec![]),
+            Ending::CancelledForDependency => (JobState::Cancelled, exit(0, 0), vec![]),
         };
         let elapsed = match (ending, ran) {
             (_, false) => 0,
@@ -595,6 +616,10 @@ impl FakeSlurm {
             None => None,
         };
         let comment = opt("comment").unwrap_or_default();
+        let user = match &req.run_as {
+            Some(r) => r.user.to_string_lossy().into_owned(),
+            None => current_user(),
+        };
         let base = s.next_id;
         let ids: Vec<(String, String, Option<u32>)> = match &tasks {
             None => vec![(base.to_string(), base.to_string(), None)],
@@ -628,6 +653,9 @@ impl FakeSlurm {
                 node: None,
                 ended_rows: None,
                 requeued_runs: Vec::new(),
+                dependency: opt("dependency").unwrap_or_default(),
+                held: cmd.has("hold") || directives.has("hold"),
+                user: user.clone(),
             })
             .collect();
         let call = SbatchCall {
@@ -646,8 +674,16 @@ impl FakeSlurm {
     }
 }
 
+/// The name of the user the test runs as.
+fn current_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "nobody".to_string(), |u| u.name)
+}
+
 fn start_job(j: &mut FakeJob) -> bool {
-    if j.state != JobState::Pending {
+    if j.state != JobState::Pending || j.held {
         return false;
     }
     let node = NODES
@@ -864,5 +900,77 @@ impl Slurm for FakeSlurm {
             .filter(|(p, _)| !s.unlisted.contains(*p))
             .map(|(p, m)| (p.clone(), *m))
             .collect())
+    }
+
+    async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError> {
+        let s = self.enter(Command::PendingOfUsers)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && users.contains(&j.user))
+            .map(|j| PendingRow {
+                job_id: j.id.clone(),
+                job_id_raw: j.raw_id.clone(),
+                user: j.user.clone(),
+                dependency: j.dependency.clone(),
+            })
+            .collect();
+        Ok(Parsed {
+            rows,
+            errors: Vec::new(),
+        })
+    }
+
+    async fn set_dependency(
+        &self,
+        job_id: &str,
+        dependency: &str,
+        _run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
+        let mut s = self.enter(Command::SetDependency)?;
+        match s
+            .jobs
+            .values_mut()
+            .find(|j| j.raw_id == job_id || j.id == job_id)
+        {
+            Some(j) if j.state == JobState::Pending => {
+                j.dependency = dependency.to_string();
+                Ok(())
+            }
+            Some(_) => Err(rejected(
+                Command::SetDependency,
+                "scontrol: error: Job is no longer pending execution",
+            )),
+            None => Err(rejected(
+                Command::SetDependency,
+                "scontrol: error: Invalid job id specified",
+            )),
+        }
+    }
+
+    async fn release(
+        &self,
+        job_ids: &[String],
+        _run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
+        let mut s = self.enter(Command::Release)?;
+        let mut any = false;
+        for j in s.jobs.values_mut() {
+            if job_ids
+                .iter()
+                .any(|id| *id == j.id || *id == j.raw_id || *id == j.base_id())
+            {
+                j.held = false;
+                any = true;
+            }
+        }
+        if any {
+            Ok(())
+        } else {
+            Err(rejected(
+                Command::Release,
+                "scontrol: error: Invalid job id specified",
+            ))
+        }
     }
 }

@@ -17,7 +17,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{SacctRow, SqueueRow};
+use types::{PendingRow, SacctRow, SqueueRow};
 
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
@@ -141,6 +141,18 @@ pub trait Slurm {
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError>;
     /// Each partition's MaxTime in seconds (`None`: unlimited).
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError>;
+    /// These users' pending jobs with what they still wait on (`--dependency`), in one
+    /// squeue: where the jobs that wait on a chain's earlier attempt are found.
+    async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError>;
+    /// `scontrol update JobId=<job> Dependency=<dependency>` (as `run_as`, when given).
+    async fn set_dependency(
+        &self,
+        job_id: &str,
+        dependency: &str,
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError>;
+    /// `scontrol release <jobs>`: lets held jobs be scheduled (as `run_as`, when given).
+    async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;
     /// slurm.conf's `MailProg` (`scontrol show config`), `None` when unset. The in-process
     /// fake has none.
     async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {

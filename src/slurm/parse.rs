@@ -22,7 +22,7 @@
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
 use super::jobid;
-use super::types::{ExitCode, JobState, SacctRow, SqueueRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -37,6 +37,10 @@ const SACCT_FIXED: usize = 10;
 /// The squeue `--format`: job id, raw id, long state, reason, nodes, comment (last, as in
 /// [`SACCT_FIELDS`], because it may contain `|`).
 pub const SQUEUE_FORMAT: &str = "%i|%A|%T|%r|%N|%k";
+
+/// squeue's format for pending jobs and their dependencies (the dependency last: it is
+/// free text as far as the row is concerned).
+pub const PENDING_FORMAT: &str = "%i|%A|%u|%E";
 
 /// How many `|`-separated fields precede the comment in a squeue row.
 const SQUEUE_FIXED: usize = 5;
@@ -97,6 +101,28 @@ pub fn parse_sacct(stdout: &str) -> Parsed<SacctRow> {
 /// Parses `squeue --noheader --states=all --array --format=<SQUEUE_FORMAT>` output.
 pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
     parse_lines(stdout, SQUEUE_FIXED, squeue_row)
+}
+
+/// Parses `squeue --noheader --states=PENDING --format=<PENDING_FORMAT>` output.
+pub fn parse_pending(stdout: &str) -> Parsed<PendingRow> {
+    parse_lines(stdout, 3, |f, dependency| {
+        let [job_id, job_id_raw, user] = f else {
+            unreachable!("parse_lines hands over exactly 3 fields")
+        };
+        if !looks_like_job_id(job_id_raw) {
+            return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
+        }
+        Ok(PendingRow {
+            job_id: job_id.to_string(),
+            job_id_raw: job_id_raw.to_string(),
+            user: user.to_string(),
+            dependency: if dependency == "(null)" {
+                String::new()
+            } else {
+                dependency
+            },
+        })
+    })
 }
 
 /// The value of `key` in `scontrol show config` (`Key   = value` lines); `None` when it is
@@ -1101,6 +1127,39 @@ MaxArraySize            = 1001\n";
         assert!(p.rows.is_empty());
         assert_eq!(p.errors[0].job_id.as_deref(), Some("1"));
         assert!(p.errors[0].message.contains("JobIDRaw"));
+    }
+
+    #[test]
+    fn pending_rows_recorded_on_slurm_22_05() {
+        let p = parse_pending(
+            "880|880|alice|afterok:879(failed)\n882_[1-3]|882|alice|aftercorr:881_*(unfulfilled),afterok:881_2(unfulfilled)\n889|889|alice|(null)\nx|1|a|b\n",
+        );
+        assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+        let got: Vec<(&str, &str, &str, &str)> = p
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.job_id.as_str(),
+                    r.job_id_raw.as_str(),
+                    r.user.as_str(),
+                    r.dependency.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("880", "880", "alice", "afterok:879(failed)"),
+                (
+                    "882_[1-3]",
+                    "882",
+                    "alice",
+                    "aftercorr:881_*(unfulfilled),afterok:881_2(unfulfilled)"
+                ),
+                ("889", "889", "alice", ""),
+            ]
+        );
     }
 
     #[test]

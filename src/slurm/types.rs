@@ -180,3 +180,17 @@ pub struct SqueueRow {
     /// `%k`: the comment.
     pub comment: String,
 }
+
+/// A pending job and what it still waits on: one row of
+/// `squeue --states=PENDING --format=<crate::slurm::parse::PENDING_FORMAT>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRow {
+    /// `%i`: `123`, `123_4`, or `123_[5-10]` for array tasks that wait together.
+    pub job_id: String,
+    /// `%A`: the id `scontrol update` takes for this row.
+    pub job_id_raw: String,
+    /// `%u`: its owner's name.
+    pub user: String,
+    /// `%E`: the remaining dependency clauses with their states; empty for none.
+    pub dependency: String,
+}

@@ -4,6 +4,7 @@
 //! intent of a launch (see `schema.rs`) is committed before sbatch runs.
 
 mod metrics;
+mod pipeline;
 mod schema;
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
@@ -12,6 +13,7 @@ use serde::Serialize;
 use std::path::Path;
 
 pub use metrics::DecisionTally;
+pub use pipeline::{Gate, Rewire};
 
 /// A store failure. The daemon treats these as fatal for the operation at hand and never
 /// as a fact about a job.
@@ -648,6 +650,20 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
+        self.create_submission_waiting(new, &[], &[], now, argv_for_tag)
+    }
+
+    /// [`Store::create_submission`] for a submission that waits on supervised chains
+    /// (`upstreams`), some of them behind gates the supervisor opens (`gates`): all in
+    /// the one transaction, so a held job never exists without its gates.
+    pub fn create_submission_waiting(
+        &mut self,
+        new: &NewSubmission,
+        upstreams: &[(crate::dependency::Kind, i64)],
+        gates: &[(crate::dependency::Kind, i64)],
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
         let tx = self.conn.savepoint()?;
         tx.execute(
             "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
@@ -666,6 +682,7 @@ impl Store {
         )?;
         let submission_id = tx.last_insert_rowid();
         insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
+        pipeline::insert_waits(&tx, submission_id, upstreams, gates)?;
         let tasks: Vec<Option<u32>> = match &new.array_tasks {
             Some(t) => t.iter().copied().map(Some).collect(),
             None => vec![None],
@@ -792,6 +809,7 @@ impl Store {
                 params![chain, now],
             )?;
         }
+        pipeline::note_rewire(&tx, launch_id, now)?;
         tx.commit()?;
         Ok(())
     }

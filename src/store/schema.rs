@@ -166,7 +166,26 @@ CREATE INDEX dependencies_by_submission ON dependencies(submission_id);
 CREATE INDEX submissions_by_owner ON submissions(owner_uid);
 INSERT INTO meta (key, value) VALUES ('dependencies_backfill', 'pending');
 "#,
-    // 5: notifications (an outbox, written in the transaction of the decision that calls
+    // 5: pipelines. The supervised chains a supervised submission waits on, resolved when
+    // it is submitted (`depends_on`, `dependents`); afterany/afternotok on a chain that has
+    // not ended are gates the supervisor opens once it has. And the launches that gave a
+    // chain a new job: the jobs still waiting on its earlier attempts are rewired to it.
+    r#"
+CREATE TABLE waits_on (
+    submission_id  INTEGER NOT NULL REFERENCES submissions(id),
+    upstream_chain INTEGER NOT NULL REFERENCES chains(id),
+    kind           TEXT NOT NULL,   -- afterok, afterany, afternotok, aftercorr, after, ...
+    gate           TEXT,            -- NULL (Slurm's to wait on), or closed | opened | never
+    PRIMARY KEY (submission_id, upstream_chain, kind)
+);
+CREATE INDEX waits_on_by_upstream ON waits_on(upstream_chain);
+CREATE INDEX waits_on_closed ON waits_on(upstream_chain) WHERE gate = 'closed';
+CREATE TABLE rewires (
+    launch_id  INTEGER PRIMARY KEY REFERENCES launches(id),
+    created_at INTEGER NOT NULL
+);
+"#,
+    // 6: notifications (an outbox, written in the transaction of the decision that calls
     // for one, delivered after commit and marked) and the age of a pending_failed chain.
     r#"
 CREATE TABLE notifications (

@@ -17,7 +17,7 @@ impl Fake {
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake-slurm/fake_slurm.py");
         let me = bin.join("fake_slurm.py");
         std::fs::copy(&src, &me).unwrap();
-        for name in ["sbatch", "squeue", "sacct", "scancel", "sinfo"] {
+        for name in ["sbatch", "squeue", "sacct", "scancel", "sinfo", "scontrol"] {
             std::os::unix::fs::symlink(&me, bin.join(name)).unwrap();
         }
         Fake { bin }

@@ -199,6 +199,7 @@ def sbatch(args):
             "time": opt(args, "time") or "00:10:00",
             "exclude": opt(args, "exclude") or "",
             "partition": opt(args, "partition") or "debug",
+            "dependency": opt(args, "dependency") or "",
             "state": "PENDING",
             "exit": "0:0",
             "node": "",
@@ -228,6 +229,13 @@ def selected(s, args):
 def squeue(args):
     with Locked() as s:
         misbehave(s, "squeue")
+        if opt(args, "states") == "PENDING":
+            # Pending jobs and what they wait on (%i|%A|%u|%E), of the users asked for.
+            users = (opt(args, "user") or "").split(",")
+            for k, j in s["jobs"].items():
+                if j["state"] == "PENDING" and j["user"] in users:
+                    print(f"{k}|{j['raw']}|{j['user']}|{j.get('dependency') or '(null)'}")
+            return
         for k, j in selected(s, args):
             if j["state"] in ("PENDING", "RUNNING") and not j.get("lost"):
                 print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j['comment']}")
@@ -253,6 +261,26 @@ def scancel(args):
         for a in args:
             if a in s["jobs"]:
                 s["jobs"][a]["state"] = "CANCELLED by 0"
+
+
+def scontrol(args):
+    # `update JobId=X Dependency=D` and `release X[,Y]`: what pipelines use.
+    with Locked() as s:
+        misbehave(s, "scontrol")
+        if args[:1] == ["update"]:
+            kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
+            j = next((v for k, v in s["jobs"].items() if kv.get("JobId") in (k, v["raw"])), None)
+            if j is None or j["state"] != "PENDING":
+                sys.stderr.write("scontrol: error: Invalid job id specified\n")
+                sys.exit(1)
+            j["dependency"] = kv.get("Dependency", "")
+        elif args[:1] == ["release"]:
+            for k in args[1].split(","):
+                if k in s["jobs"]:
+                    s["jobs"][k]["held"] = False
+        else:
+            sys.stderr.write(f"scontrol: error: the fake does not do {args[:1]}\n")
+            sys.exit(1)
 
 
 def sinfo(args):
@@ -292,7 +320,7 @@ def main():
         log.write(json.dumps({"cmd": name, "uid": os.getuid(), "at": time.time()}) + "\n")
     if name == "fake_slurm.py":
         return ctl(args[1:]) if args and args[0] == "ctl" else sys.exit("usage: fake_slurm.py ctl ...")
-    {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "sinfo": sinfo}[name](args)
+    {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "sinfo": sinfo, "scontrol": scontrol}[name](args)
 
 
 if __name__ == "__main__":

@@ -292,12 +292,35 @@ impl<S: Slurm> Engine<S> {
         let Some(chain) = self.store.chain(a.chain_id)? else {
             return Ok(());
         };
-        let event = Event::Ended {
-            verdict: &v,
-            history: &history,
+        let job_row = obs.rows.iter().find(|r| !r.is_step());
+        // `CANCELLED` by nobody, before it ever ran: Slurm cancelled the waiting job
+        // because the attempt it waited on failed (kill_invalid_depend), not its user.
+        let killed_for_dependency = job_row.is_some_and(|r| {
+            r.state == JobState::Cancelled
+                && r.cancelled_by.is_none()
+                && (r.node_list.is_empty() || r.node_list == "None assigned")
+        });
+        let upstreams: Vec<i64> = if killed_for_dependency {
+            self.store
+                .open_upstreams(chain.submission_id)?
+                .into_iter()
+                .map(|(c, _)| c)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let event = if upstreams.is_empty() {
+            Event::Ended {
+                verdict: &v,
+                history: &history,
+            }
+        } else {
+            Event::KilledForDependency {
+                verdict: &v,
+                upstreams: &upstreams,
+            }
         };
         let tr = self.decide(&chain, event, &ctx);
-        let job_row = obs.rows.iter().find(|r| !r.is_step());
         let end = AttemptEnd {
             slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
             exit_code: v.exit_code.clone(),

@@ -31,12 +31,33 @@ impl<S: Slurm> Engine<S> {
             .iter()
             .map(|l| l.submission_id)
             .collect();
-        let ready: Vec<_> = self
+        let mut ready: Vec<_> = self
             .store
             .chains_in_state(ChainState::Ready)?
             .into_iter()
             .filter(|c| !unsettled.contains(&c.submission_id))
             .collect();
+        // A chain whose job Slurm cancelled for its dependency waits for the chains it
+        // waits on to have a live attempt, and ends if one of them failed for good.
+        let waiting: Vec<i64> = ready
+            .iter()
+            .filter(|c| c.last_classification == Some(crate::model::Classification::Cancelled))
+            .map(|c| c.id)
+            .collect();
+        if !waiting.is_empty() {
+            let dropped = self.drop_broken(&waiting, t)?;
+            let mut keep = Vec::with_capacity(ready.len());
+            for c in ready {
+                if dropped.contains(&c.id) {
+                    continue;
+                }
+                if waiting.contains(&c.id) && self.waits_for_upstream(c.submission_id)? {
+                    continue;
+                }
+                keep.push(c);
+            }
+            ready = keep;
+        }
         let due_subs: HashSet<i64> = ready
             .iter()
             .filter(|c| c.not_before.unwrap_or(0) <= t)

@@ -12,6 +12,7 @@
 mod age;
 mod judge;
 mod launch;
+mod pipeline;
 mod poll;
 mod reconcile;
 
@@ -257,6 +258,9 @@ impl<S: Slurm> Engine<S> {
         }
         self.judge_backlog(t).await?;
         if self.has_backlog() {
+            return Ok(());
+        }
+        if !self.rewire(t).await? || !self.settle_gates(t).await? {
             return Ok(());
         }
         self.launch_due(t).await?;

@@ -9,7 +9,9 @@ use crate::store::{Store, StoreError};
 pub(super) fn history(store: &Store, id: &str, uid: u32) -> Result<HistoryAnswer, Response> {
     let chains = chains_for(store, id, uid)?;
     if let [one] = chains.as_slice() {
-        return Ok(HistoryAnswer::One(views::history_view(store, one)?));
+        return Ok(HistoryAnswer::One(Box::new(views::history_view(
+            store, one,
+        )?)));
     }
     let all: Result<Vec<_>, StoreError> = chains
         .iter()

@@ -29,6 +29,8 @@ struct SortedRow<'a> {
     attempts: u32,
     created_at: i64,
     dependency_failed: &'a [String],
+    dependents: &'a [String],
+    depends_on: &'a [String],
     id: &'a str,
     last_classification: Option<crate::model::Classification>,
     next_retry_at: Option<i64>,
@@ -47,6 +49,8 @@ impl<'a> SortedRow<'a> {
             attempts: r.attempts,
             created_at: c.created_at,
             dependency_failed: &c.dependency_failed,
+            dependents: &c.dependents,
+            depends_on: &c.depends_on,
             id: &c.id,
             last_classification: c.last_classification,
             next_retry_at: c.next_retry_at,
@@ -76,11 +80,12 @@ pub enum StreamError {
 /// short, which the client reports as an unreadable answer.
 pub fn write_all(store: &Store, uid: u32, out: &mut dyn Write) -> Result<(), StreamError> {
     let waits = store.submissions_with_dependencies()?;
+    let members = store.pipeline_members()?;
     let owner = if sees_all(uid) { None } else { Some(uid) };
     out.write_all(b"{\"ok\":[")?;
     let mut first = true;
     store.each_chain_summary(owner, |s| -> Result<(), StreamError> {
-        let row = views::summary_view(store, s, &waits)?;
+        let row = views::summary_view(store, s, &waits, &members)?;
         if !first {
             out.write_all(b",")?;
         }

@@ -25,8 +25,16 @@ fn chain_fields(store: &Store, c: &Chain, attempts: &[Attempt]) -> Result<ChainF
         cur.and_then(|a| a.slurm_job_id.clone()),
         cur.and_then(slurm_state),
         true,
+        None,
     )
 }
+
+/// The chains something waits on, and the submissions that wait on something
+/// ([`Store::pipeline_members`]): only these are asked for their edges.
+pub type Members = (
+    std::collections::HashSet<i64>,
+    std::collections::HashSet<i64>,
+);
 
 /// The fields of a chain whose current attempt has `slurm_job_id` and `slurm_state`;
 /// `may_wait` false when its submission has no `--dependency` (no query needed).
@@ -36,7 +44,19 @@ fn fields(
     slurm_job_id: Option<String>,
     slurm_state: Option<String>,
     may_wait: bool,
+    members: Option<&Members>,
 ) -> Result<ChainFields, StoreError> {
+    let labels = |ids: Vec<i64>| ids.into_iter().map(chain_label).collect::<Vec<_>>();
+    let depends_on = if members.is_none_or(|m| m.1.contains(&c.submission_id)) {
+        labels(store.depends_on(c.submission_id)?)
+    } else {
+        Vec::new()
+    };
+    let dependents = if members.is_none_or(|m| m.0.contains(&c.id)) {
+        labels(store.dependents(c.id)?)
+    } else {
+        Vec::new()
+    };
     let dependency_failed = if c.state.is_open() && may_wait {
         store
             .failed_dependencies(c.submission_id)?
@@ -60,6 +80,8 @@ fn fields(
             None
         },
         dependency_failed,
+        depends_on,
+        dependents,
         created_at: c.created_at,
         updated_at: c.updated_at,
     })
@@ -72,10 +94,18 @@ pub fn summary_view(
     store: &Store,
     s: store::ChainSummary,
     waits: &std::collections::HashSet<i64>,
+    members: &Members,
 ) -> Result<ChainRow, StoreError> {
     let may_wait = waits.contains(&s.chain.submission_id);
     Ok(ChainRow {
-        chain: fields(store, &s.chain, s.slurm_job_id, s.slurm_state, may_wait)?,
+        chain: fields(
+            store,
+            &s.chain,
+            s.slurm_job_id,
+            s.slurm_state,
+            may_wait,
+            Some(members),
+        )?,
         attempts: s.submitted,
     })
 }

@@ -66,10 +66,15 @@ pub(super) fn preview<S: Slurm>(
     plan: &RetryPlan,
 ) -> Result<SbatchPreview, Response> {
     let sub = engine.store().submission(c.submission_id)?;
-    let argv = sbatch::preview_argv(engine.config(), &sub, c, plan).map_err(|e| match e {
-        sbatch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
-        e => internal(e),
-    })?;
+    let argv = sbatch::preview_argv(engine.store(), engine.config(), &sub, c, plan).map_err(
+        |e| match e {
+            sbatch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
+            sbatch::PrepareError::Dependency(e) => {
+                usage(format!("{}: --dependency: {e}", chain_label(c.id)))
+            }
+            e => internal(e),
+        },
+    )?;
     Ok(SbatchPreview {
         chain: chain_label(c.id),
         cwd: crate::osbytes::escape(&sub.cwd).into_owned(),

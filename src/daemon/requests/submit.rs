@@ -216,7 +216,12 @@ pub fn begin_submit<S: Slurm>(
     let t = now();
     let l = engine
         .begin_submission(&new, &submitted, t)
-        .map_err(internal)?;
+        .map_err(|e| match e {
+            crate::daemon::sbatch::PrepareError::Dependency(d) => {
+                usage(format!("--dependency: {d}"))
+            }
+            e => internal(e),
+        })?;
     crate::failpoint::hit("after-intent");
     let sub = engine.store().submission(l.submission_id)?;
     Ok(PendingSubmit {

@@ -1,0 +1,404 @@
+//! Pipelines, after the poll: the jobs that wait on a chain's earlier attempt are rewired
+//! to its new one (one squeue of the owners' pending jobs, only in a cycle after a retry
+//! was launched), and jobs held for afterany/afternotok are released or cancelled once
+//! the chains they wait on have ended for good. Every change is a decision record.
+
+use super::{log_transition, Engine};
+use crate::dependency::{self, Expr};
+use crate::model::ChainState;
+use crate::policy::{self, Effect, Event};
+use crate::slurm::jobid::JobId;
+use crate::slurm::types::PendingRow;
+use crate::slurm::{Slurm, SlurmError};
+use crate::store::StoreError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use tracing::{debug, error, info, warn};
+
+/// The most waiting jobs rewired in one cycle (one `scontrol update` each): the rest are
+/// rewired in the next cycles, so one user's huge queue cannot hold the loop for long.
+const MAX_REWIRES_PER_CYCLE: usize = 1000;
+
+/// A waiting job's new expression and what moved.
+type Rewired = (Expr, Vec<dependency::Rewiring>);
+
+/// What came of setting one job's dependency.
+enum Set {
+    Done,
+    Skipped,
+    SlurmDown,
+}
+
+impl<S: Slurm> Engine<S> {
+    /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
+    /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
+    /// cycle; nothing is lost).
+    pub(super) async fn rewire(&mut self, t: i64) -> Result<bool, StoreError> {
+        let pending = self.store.pending_rewires()?;
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
+        let mut owners: HashMap<String, u32> = HashMap::new();
+        for r in &pending {
+            owners.insert(r.user.clone(), r.owner_uid);
+        }
+        let mut users: Vec<String> = owners.keys().cloned().collect();
+        users.sort();
+        let rows = match self.slurm.pending_of_users(&users).await {
+            Ok(p) => p,
+            Err(e @ (SlurmError::Garbage { .. } | SlurmError::Rejected { .. })) => {
+                // Not an outage: asking again would get the same answer.
+                error!("cannot list the pending jobs of {users:?} to rewire them: {e}; jobs waiting on an earlier attempt are left as they are");
+                self.store.clear_rewires(&launches)?;
+                return Ok(true);
+            }
+            Err(e) => {
+                self.slurm_down("squeue", &e);
+                return Ok(false);
+            }
+        };
+        for e in &rows.errors {
+            warn!(
+                line = e.line_no,
+                "squeue printed a pending job that cannot be read, leaving it: {} ({:?})",
+                e.message,
+                e.line
+            );
+        }
+        // Only jobs that name one of the earlier attempts are looked at closely.
+        let superseded = self.store.superseded_jobs(&launches)?;
+        let names_one = |dep: &str| {
+            dep.split([':', ',', '?', '(', ')', '+'])
+                .any(|tok| superseded.contains(dependency::whole_array_base(tok)))
+        };
+        let mut decided = Vec::new();
+        let mut updates = 0usize;
+        let mut complete = true;
+        for row in rows.rows.iter().filter(|r| names_one(&r.dependency)) {
+            let Some(&uid) = owners.get(&row.user) else {
+                continue;
+            };
+            if updates >= MAX_REWIRES_PER_CYCLE {
+                // The rest next cycle (those done no longer name an earlier attempt).
+                complete = false;
+                break;
+            }
+            for (row, new, changes) in self.rewirings(row, uid)? {
+                updates += 1;
+                match self.set_dependency(&row, &new, uid).await {
+                    Set::Done => decided.extend(self.rewired_records(&row, uid, &changes)?),
+                    Set::Skipped => {}
+                    Set::SlurmDown => {
+                        self.store.decide_chains(&decided, t)?;
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        self.store.decide_chains(&decided, t)?;
+        if complete {
+            self.store.clear_rewires(&launches)?;
+        }
+        Ok(true)
+    }
+
+    /// The updates one pending row needs: (the job or array task to update, its new
+    /// dependency, what moved). A record of array tasks waiting together (`12_[2-5]`) is
+    /// updated whole, unless aftercorr maps a task to a retried counterpart: then that
+    /// task is updated on its own (Slurm splits it off the record).
+    fn rewirings(
+        &self,
+        row: &PendingRow,
+        uid: u32,
+    ) -> Result<Vec<(PendingRow, String, Vec<dependency::Rewiring>)>, StoreError> {
+        let Ok(expr) = Expr::parse(&row.dependency) else {
+            debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
+            return Ok(Vec::new());
+        };
+        let Some(facts) = self
+            .store
+            .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?
+        else {
+            warn!(job = %row.job_id, "its dependency names too many supervised jobs to rewire");
+            return Ok(Vec::new());
+        };
+        let id = JobId::parse(&row.job_id).ok();
+        let whole = dependency::rewire(&expr, &facts, id.as_ref().and_then(|j| j.task()));
+        let tasks = id
+            .as_ref()
+            .and_then(|j| j.pending_tasks())
+            .filter(|t| t.len() <= dependency::MAX_TARGETS);
+        let (Some(tasks), Some(id)) = (tasks, id) else {
+            return Ok(whole
+                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
+                .into_iter()
+                .collect());
+        };
+        let per_task: Vec<(u32, Option<Rewired>)> = tasks
+            .into_iter()
+            .map(|t| (t, dependency::rewire(&expr, &facts, Some(t))))
+            .collect();
+        let same = |r: &Option<Rewired>| {
+            r.as_ref().map(|(e, _)| e.to_string()) == whole.as_ref().map(|(e, _)| e.to_string())
+        };
+        if per_task.iter().all(|(_, r)| same(r)) {
+            return Ok(whole
+                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
+                .into_iter()
+                .collect());
+        }
+        Ok(per_task
+            .into_iter()
+            .filter_map(|(t, r)| {
+                let (new, changes) = r?;
+                let mut one = row.clone();
+                one.job_id = format!("{}_{t}", id.base());
+                one.job_id_raw = one.job_id.clone();
+                Some((one, new.to_string(), changes))
+            })
+            .collect())
+    }
+
+    /// Sets a waiting job's new dependency, as its owner. A refusal (it started
+    /// meanwhile) is logged and skipped.
+    async fn set_dependency(
+        &mut self,
+        row: &crate::slurm::types::PendingRow,
+        new: &str,
+        uid: u32,
+    ) -> Set {
+        let who = match crate::daemon::sbatch::run_as(uid) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(job = %row.job_id, "{e}");
+                return Set::Skipped;
+            }
+        };
+        match self
+            .slurm
+            .set_dependency(&row.job_id_raw, new, who.as_ref())
+            .await
+        {
+            Ok(()) => {
+                info!(job = %row.job_id, dependency = %new, "rewired to the new attempt");
+                Set::Done
+            }
+            Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                // It started or ended meanwhile, or Slurm refuses: nothing to record.
+                warn!(job = %row.job_id, "cannot rewire the job's dependency to {new}: {e}");
+                Set::Skipped
+            }
+            Err(e) => {
+                self.slurm_down("scontrol", &e);
+                Set::SlurmDown
+            }
+        }
+    }
+
+    /// The records of one rewired job: on its own chains when it is supervised (one per
+    /// array task that waits), else on each upstream chain it now follows.
+    fn rewired_records(
+        &self,
+        row: &crate::slurm::types::PendingRow,
+        uid: u32,
+        changes: &[(i64, String, String)],
+    ) -> Result<Vec<(i64, policy::Transition)>, StoreError> {
+        let mut own = Vec::new();
+        let ids: Vec<String> = match JobId::parse(&row.job_id) {
+            Ok(j) if j.pending_tasks().is_some() => j
+                .pending_task_ids()
+                .into_iter()
+                .map(|t| t.to_string())
+                .collect(),
+            _ => vec![row.job_id.clone()],
+        };
+        for id in ids {
+            if let Some((chain, owner)) = self.store.chain_of_job(&id)? {
+                if owner == uid && !own.contains(&chain) {
+                    own.push(chain);
+                }
+            }
+        }
+        let ctx = policy::Context::default();
+        let mut out = Vec::new();
+        if !own.is_empty() {
+            let cause = match changes.first() {
+                Some((up, ..)) => self.store.chain(*up)?.and_then(|c| c.last_classification),
+                None => None,
+            }
+            .unwrap_or(crate::model::Classification::Ambiguous);
+            for c in own {
+                let Some(chain) = self.store.chain(c)? else {
+                    continue;
+                };
+                let event = Event::Rewired {
+                    job: &row.job_id,
+                    changes,
+                    cause,
+                };
+                let tr = self.decide(&chain, event, &ctx);
+                log_transition(c, &row.job_id, &tr);
+                out.push((c, tr));
+            }
+            return Ok(out);
+        }
+        for (up, from, to) in changes {
+            let Some(chain) = self.store.chain(*up)? else {
+                continue;
+            };
+            let event = Event::PlainJobRewired {
+                job: &row.job_id,
+                from,
+                to,
+            };
+            let tr = self.decide(&chain, event, &ctx);
+            log_transition(*up, &row.job_id, &tr);
+            out.push((*up, tr));
+        }
+        Ok(out)
+    }
+
+    /// Releases (or cancels) the jobs held for afterany/afternotok whose upstream chains
+    /// have ended for good: one `scontrol release` (and at most one scancel) per owner,
+    /// then every decision recorded. Returns false when Slurm did not answer (nothing is
+    /// recorded; the next cycle decides again).
+    pub(super) async fn settle_gates(&mut self, t: i64) -> Result<bool, StoreError> {
+        struct Settle {
+            sub: i64,
+            owner: u32,
+            open: bool,
+            items: Vec<(i64, policy::Transition)>,
+            jobs: Vec<String>,
+        }
+        let mut plans = Vec::new();
+        for sub_id in self.store.gates_due()? {
+            let gates = self.store.closed_gates(sub_id)?;
+            let Some(open) = policy::gates_open(&gates) else {
+                continue;
+            };
+            let chains = self.store.open_chains_of_submission(sub_id)?;
+            if open && chains.iter().any(|(_, job)| job.is_none()) {
+                // Its sbatch is not settled yet: released once it is.
+                continue;
+            }
+            let mut items = Vec::new();
+            for (c, job) in &chains {
+                let Some(chain) = self.store.chain(*c)? else {
+                    continue;
+                };
+                let event = Event::GatesDecided {
+                    job: job.as_deref(),
+                    gates: &gates,
+                };
+                items.push((*c, self.decide(&chain, event, &policy::Context::at(t))));
+            }
+            let jobs = if open {
+                chains.iter().filter_map(|(_, j)| j.clone()).collect()
+            } else {
+                items
+                    .iter()
+                    .flat_map(|(_, tr)| tr.effects.iter())
+                    .filter_map(|e| match e {
+                        Effect::Scancel(j) => Some(j.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            plans.push(Settle {
+                sub: sub_id,
+                owner: self.store.submission(sub_id)?.owner_uid,
+                open,
+                items,
+                jobs,
+            });
+        }
+        if plans.is_empty() {
+            return Ok(true);
+        }
+        let mut by_owner: BTreeMap<(u32, bool), Vec<String>> = BTreeMap::new();
+        for p in &plans {
+            by_owner
+                .entry((p.owner, p.open))
+                .or_default()
+                .extend(p.jobs.iter().cloned());
+        }
+        let mut unreachable = HashSet::new();
+        for ((owner, open), jobs) in by_owner {
+            if jobs.is_empty() {
+                continue;
+            }
+            let who = match crate::daemon::sbatch::run_as(owner) {
+                Ok(w) => w,
+                Err(e) => {
+                    warn!("{e}");
+                    unreachable.insert(owner);
+                    continue;
+                }
+            };
+            let (what, result) = if open {
+                ("scontrol", self.slurm.release(&jobs, who.as_ref()).await)
+            } else {
+                ("scancel", self.slurm.scancel(&jobs, who.as_ref()).await)
+            };
+            match result {
+                Ok(()) => {}
+                Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
+                    // Released or cancelled by its owner already, or gone: the gates are
+                    // settled all the same, and the records say what was decided.
+                    warn!(jobs = ?jobs, "{what} refused: {e}");
+                }
+                Err(e) => {
+                    self.slurm_down(what, &e);
+                    return Ok(false);
+                }
+            }
+        }
+        for p in plans.iter().filter(|p| !unreachable.contains(&p.owner)) {
+            for (c, tr) in &p.items {
+                log_transition(*c, "", tr);
+            }
+            self.store.settle_gates(p.sub, p.open, &p.items, t)?;
+        }
+        Ok(true)
+    }
+
+    /// A chain whose waiting job Slurm cancelled for its dependency waits, `ready`, until
+    /// the chains it waits on have a live attempt again: true while one does not.
+    pub(super) fn waits_for_upstream(&self, submission_id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .store
+            .open_upstreams(submission_id)?
+            .iter()
+            .any(|(_, s)| *s != ChainState::Active))
+    }
+
+    /// Ready chains whose afterok upstream has ended for good without completing will
+    /// never start: cancelled, recorded (R3).
+    pub(super) fn drop_broken(&mut self, chains: &[i64], t: i64) -> Result<Vec<i64>, StoreError> {
+        let mut items = Vec::new();
+        for &c in chains {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            // Only a chain whose job Slurm cancelled for its dependency: any other ran
+            // once its upstream had completed.
+            if chain.last_classification != Some(crate::model::Classification::Cancelled) {
+                continue;
+            }
+            let broken = self.store.broken_upstreams(chain.submission_id)?;
+            let Some((up, state)) = broken.first() else {
+                continue;
+            };
+            let event = Event::UpstreamBroken {
+                upstream: *up,
+                upstream_state: *state,
+                job: None,
+            };
+            let tr = self.decide(&chain, event, &policy::Context::at(t));
+            log_transition(c, "", &tr);
+            items.push((c, tr));
+        }
+        self.store.decide_chains(&items, t)?;
+        Ok(items.into_iter().map(|(c, _)| c).collect())
+    }
+}

@@ -1,0 +1,324 @@
+//! Pipelines survive retries, with the in-process fake Slurm (the same flows run against
+//! the real Slurm in tests/real_slurm.rs): a job waiting on a retried chain is rewired to
+//! the new attempt, afterany/afternotok wait for the chain's final outcome, and a job
+//! Slurm cancelled for its dependency is brought back. Every change is a record, and
+//! the Slurm commands it costs are counted.
+
+use slurm_supervisor::config::Config;
+use slurm_supervisor::daemon::engine::Engine;
+use slurm_supervisor::daemon::requests;
+use slurm_supervisor::model::{Action, ChainState};
+use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
+use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
+use slurm_supervisor::slurm::{SbatchRequest, Slurm};
+use slurm_supervisor::store::Store;
+
+const CONFIG: &str = r#"
+poll_interval = "1s"
+
+[retry]
+backoff_initial = "0s"
+backoff_jitter = 0.0
+
+[[rules]]
+name = "config"
+kind = "permanent"
+exit_codes = [78]
+"#;
+
+struct Pipe {
+    engine: Engine<FakeSlurm>,
+    dir: tempfile::TempDir,
+    uid: u32,
+}
+
+impl Pipe {
+    fn new() -> Pipe {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("state_dir = {:?}\n{CONFIG}", dir.path().join("state"));
+        let config = Config::parse(&text, None).unwrap();
+        Pipe {
+            engine: Engine::new(config, Store::in_memory().unwrap(), FakeSlurm::new()),
+            dir,
+            uid: nix::unistd::getuid().as_raw(),
+        }
+    }
+
+    async fn try_submit(&mut self, args: &[&str]) -> Result<String, String> {
+        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        argv.push("--wrap=true".into());
+        let req = SubmitRequest {
+            argv,
+            cwd: self.dir.path().display().to_string(),
+            env: Vec::new(),
+            script: None,
+            max_retries: None,
+        };
+        match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
+            Response::Ok(v) => Ok(v["job_id"].as_str().unwrap().to_string()),
+            Response::Error(e) => Err(e.message),
+        }
+    }
+
+    async fn submit(&mut self, args: &[&str]) -> String {
+        self.try_submit(args).await.unwrap()
+    }
+
+    /// A job submitted with plain sbatch, not through the supervisor.
+    async fn plain(&self, args: &[&str]) -> String {
+        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        argv.extend(["--parsable".into(), "--wrap=true".into()]);
+        self.engine
+            .slurm()
+            .sbatch(&SbatchRequest {
+                argv,
+                cwd: self.dir.path().to_path_buf(),
+                env: Vec::new(),
+                stdin: None,
+                run_as: None,
+            })
+            .await
+            .unwrap()
+    }
+
+    fn chain_of(&self, job: &str) -> i64 {
+        self.engine.store().resolve(job).unwrap()[0]
+    }
+
+    fn state(&self, chain: i64) -> ChainState {
+        self.engine.store().chain(chain).unwrap().unwrap().state
+    }
+
+    /// The chain's current job.
+    fn job(&self, chain: i64) -> String {
+        let a = self.engine.store().attempts(chain).unwrap();
+        a.iter().rev().find_map(|a| a.slurm_job_id.clone()).unwrap()
+    }
+
+    fn codes(&self, chain: i64) -> Vec<String> {
+        self.engine
+            .store()
+            .decisions(chain)
+            .unwrap()
+            .into_iter()
+            .filter_map(|d| d.reason_code)
+            .collect()
+    }
+
+    fn dependency(&self, job: &str) -> String {
+        self.engine.slurm().job(job).unwrap().dependency
+    }
+
+    async fn cycle(&mut self) {
+        self.engine.cycle().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn waiting_jobs_follow_a_retried_chain_to_its_new_attempt() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let down = p.submit(&[&format!("--dependency=afterok:{up}")]).await;
+    let c_down = p.chain_of(&down);
+    // A chain id names its latest job; a plain sbatch job waits on the attempt itself.
+    let by_chain = p
+        .submit(&[&format!("--dependency=afterok:c{c_up},singleton")])
+        .await;
+    assert_eq!(p.dependency(&by_chain), format!("afterok:{up},singleton"));
+    let plain = p.plain(&[&format!("--dependency=afterok:{up}")]).await;
+    p.cycle().await;
+    let before = p.engine.slurm().calls(Command::PendingOfUsers);
+    p.cycle().await;
+    assert_eq!(
+        p.engine.slurm().calls(Command::PendingOfUsers),
+        before,
+        "no retry, no squeue for waiting jobs"
+    );
+
+    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
+    p.cycle().await; // judged: ready, resubmitted at once (no backoff here)
+    let up2 = p.job(c_up);
+    assert_ne!(up2, up, "the OOM was retried");
+    p.cycle().await; // the waiting jobs are rewired to the new attempt
+    for j in [&down, &plain] {
+        assert_eq!(p.dependency(j), format!("afterok:{up2}"), "{j}");
+    }
+    assert_eq!(p.dependency(&by_chain), format!("afterok:{up2},singleton"));
+    assert_eq!(p.engine.slurm().calls(Command::PendingOfUsers), before + 1);
+    assert_eq!(p.engine.slurm().calls(Command::SetDependency), 3);
+    // Recorded on the waiting chain, and for the plain job on the upstream chain.
+    assert!(
+        p.codes(c_down).contains(&"rewired".to_string()),
+        "{:?}",
+        p.codes(c_down)
+    );
+    let d = p.engine.store().decisions(c_down).unwrap();
+    let rewired = d.iter().find(|d| d.action == Action::Rewire).unwrap();
+    assert_eq!(rewired.inputs["rewired"][0][0], format!("c{c_up}"));
+    assert!(p.codes(c_up).contains(&"plain_job_rewired".to_string()));
+    // Once is enough: the next cycle asks nothing.
+    p.cycle().await;
+    assert_eq!(p.engine.slurm().calls(Command::PendingOfUsers), before + 1);
+    // status shows the edges both ways.
+    let status = p.engine.store().dependents(c_up).unwrap();
+    assert!(status.contains(&c_down), "{status:?}");
+    assert_eq!(
+        p.engine
+            .store()
+            .depends_on(
+                p.engine
+                    .store()
+                    .chain(c_down)
+                    .unwrap()
+                    .unwrap()
+                    .submission_id
+            )
+            .unwrap(),
+        vec![c_up]
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn afterany_and_afternotok_wait_for_the_final_outcome() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let any = p.submit(&[&format!("--dependency=afterany:{up}")]).await;
+    let notok = p
+        .submit(&[&format!("--dependency=afternotok:c{c_up}")])
+        .await;
+    let (c_any, c_notok) = (p.chain_of(&any), p.chain_of(&notok));
+    // Held, and not Slurm's to wait on: the first attempt's failure must not start them.
+    for j in [&any, &notok] {
+        let fj = p.engine.slurm().job(j).unwrap();
+        assert!(fj.held, "{j} is held");
+        assert_eq!(fj.dependency, "", "{j}");
+        assert!(!p.engine.slurm().start(j), "a held job does not start");
+    }
+    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
+    p.cycle().await;
+    p.cycle().await;
+    assert!(
+        p.engine.slurm().job(&any).unwrap().held,
+        "still held while retried"
+    );
+    assert_eq!(p.engine.slurm().calls(Command::Release), 0);
+    // The retry completes: afterany holds, afternotok never can.
+    let up2 = p.job(c_up);
+    assert!(p.engine.slurm().end(&up2, Ending::Completed));
+    p.cycle().await;
+    assert_eq!(p.state(c_up), ChainState::Completed);
+    p.cycle().await;
+    assert!(!p.engine.slurm().job(&any).unwrap().held, "released");
+    assert!(p.codes(c_any).contains(&"released".to_string()));
+    assert_eq!(p.state(c_any), ChainState::Active);
+    assert_eq!(p.state(c_notok), ChainState::Cancelled);
+    assert!(p
+        .codes(c_notok)
+        .contains(&"dependency_never_satisfied".to_string()));
+    assert_eq!(
+        p.engine.slurm().job(&notok).unwrap().state,
+        slurm_supervisor::slurm::types::JobState::Cancelled
+    );
+    // Decided once.
+    let releases = p.engine.slurm().calls(Command::Release);
+    p.cycle().await;
+    assert_eq!(p.engine.slurm().calls(Command::Release), releases);
+    // Against a chain that completed already: afternotok can never hold.
+    let e = p
+        .try_submit(&[&format!("--dependency=afternotok:c{c_up}")])
+        .await
+        .unwrap_err();
+    assert!(e.contains("can never be satisfied"), "{e}");
+    let e = p
+        .try_submit(&["--dependency=afterok:c999"])
+        .await
+        .unwrap_err();
+    assert!(e.contains("names no chain of yours"), "{e}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fallback_runs_when_the_chain_fails_for_good() {
+    let mut p = Pipe::new();
+    let up = p.submit(&[]).await;
+    let c_up = p.chain_of(&up);
+    let fallback = p.submit(&[&format!("--dependency=afternotok:{up}")]).await;
+    let c_fb = p.chain_of(&fallback);
+    // A permanent failure: the chain fails for good at once.
+    assert!(p.engine.slurm().end(&up, Ending::Failed(78)));
+    p.cycle().await;
+    assert_eq!(p.state(c_up), ChainState::Failed);
+    p.cycle().await;
+    assert!(
+        !p.engine.slurm().job(&fallback).unwrap().held,
+        "the fallback is released"
+    );
+    assert!(p.codes(c_fb).contains(&"released".to_string()));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let down = p
+        .submit(&[
+            "--kill-on-invalid-dep=yes",
+            &format!("--dependency=afterok:{up}"),
+        ])
+        .await;
+    let c_down = p.chain_of(&down);
+    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
+    // Slurm cancels the waiting job at once (kill_invalid_depend).
+    assert!(p.engine.slurm().end(&down, Ending::CancelledForDependency));
+    p.cycle().await;
+    assert!(
+        p.codes(c_down)
+            .contains(&"killed_for_dependency".to_string()),
+        "{:?}",
+        p.codes(c_down)
+    );
+    let up2 = p.job(c_up);
+    assert_ne!(up2, up);
+    p.cycle().await;
+    let down2 = p.job(c_down);
+    assert_ne!(down2, down, "resubmitted");
+    assert_eq!(p.dependency(&down2), format!("afterok:{up2}"));
+    assert_eq!(p.state(c_down), ChainState::Active);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn aftercorr_follows_only_the_retried_task() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M", "--array=1-3"]).await;
+    let down = p
+        .submit(&["--array=1-3", &format!("--dependency=aftercorr:{up}")])
+        .await;
+    let c_down2 = p.chain_of(&format!("{down}_2"));
+    assert!(p.engine.slurm().end(&format!("{up}_1"), Ending::Completed));
+    assert!(p
+        .engine
+        .slurm()
+        .end(&format!("{up}_2"), Ending::OutOfMemory));
+    assert!(p.engine.slurm().end(&format!("{up}_3"), Ending::Completed));
+    p.cycle().await;
+    let new2 = p.job(p.chain_of(&format!("{up}_2")));
+    assert!(
+        !new2.starts_with(&format!("{up}_")),
+        "task 2 retried: {new2}"
+    );
+    p.cycle().await;
+    assert_eq!(
+        p.dependency(&format!("{down}_2")),
+        format!("afterok:{new2}")
+    );
+    for t in [1, 3] {
+        assert_eq!(
+            p.dependency(&format!("{down}_{t}")),
+            format!("aftercorr:{up}"),
+            "task {t}"
+        );
+    }
+    assert!(p.codes(c_down2).contains(&"rewired".to_string()));
+}
