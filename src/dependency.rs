@@ -280,11 +280,28 @@ pub struct Resolved {
     pub expr: Expr,
     /// Whether `expr` differs from what the user wrote (then it replaces theirs).
     pub changed: bool,
-    /// `afterany`/`afternotok` on chains that have not ended for good: the job is held
-    /// until they have ([`Resolved::gates`]).
-    pub gates: Vec<(Kind, i64)>,
-    /// Every supervised chain it waits on, by kind (`depends_on`).
-    pub upstreams: Vec<(Kind, i64)>,
+    /// Every supervised chain it waits on (`depends_on`), some of them gates.
+    pub edges: Vec<Edge>,
+}
+
+impl Resolved {
+    /// Held by the supervisor until its gates open.
+    pub fn held(&self) -> bool {
+        self.edges.iter().any(|e| e.gate)
+    }
+}
+
+/// One supervised chain a submission waits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    pub kind: Kind,
+    pub chain: i64,
+    /// The job as the user named it (`c7`, `12`, `12_*`): the tasks of one whole array
+    /// are one condition (afternotok on an array holds when any task failed).
+    pub target: String,
+    /// `afterany`/`afternotok` on a chain not ended for good: the supervisor holds the
+    /// job and decides when the chain (every chain of `target`) has ended.
+    pub gate: bool,
 }
 
 /// Why a supervised submission's dependency cannot be sent as it is.
@@ -303,8 +320,6 @@ pub enum ResolveError {
     },
     #[error("afterany/afternotok on a supervised job wait for its chain's final outcome and cannot be combined with '?'; use ',' or submit the alternatives separately")]
     OutcomeWithAny,
-    #[error("it names more than {MAX_TARGETS} supervised jobs (an array counts each task)")]
-    TooMany,
 }
 
 /// The latest attempts of `ups` in place of `t`, or `None` when `t` already names them.
@@ -339,8 +354,7 @@ fn latest_targets(t: &Target, ups: &[Upstream]) -> Option<Vec<Target>> {
 /// supervisor holds the job and decides when the chain has ended).
 pub fn resolve(expr: &Expr, facts: &Facts) -> Result<Resolved, ResolveError> {
     let mut out = expr.clone();
-    let mut gates = Vec::new();
-    let mut upstreams = Vec::new();
+    let mut edges: Vec<Edge> = Vec::new();
     let mut error = None;
     let changed = out.map_targets(|kind, t| {
         let ups = facts.get(&t.job).map(Vec::as_slice).unwrap_or_default();
@@ -350,9 +364,15 @@ pub fn resolve(expr: &Expr, facts: &Facts) -> Result<Resolved, ResolveError> {
             }
             return None;
         }
+        let gated = kind.is_about_outcome() && ups.iter().any(|u| u.state.is_open());
         for u in ups {
-            if !upstreams.contains(&(kind, u.chain)) {
-                upstreams.push((kind, u.chain));
+            if !edges.iter().any(|e| e.kind == kind && e.chain == u.chain) {
+                edges.push(Edge {
+                    kind,
+                    chain: u.chain,
+                    target: t.job.clone(),
+                    gate: gated,
+                });
             }
         }
         if kind.is_about_outcome() {
@@ -360,17 +380,16 @@ pub fn resolve(expr: &Expr, facts: &Facts) -> Result<Resolved, ResolveError> {
                 error.get_or_insert(ResolveError::OutcomeWithAny);
                 return None;
             }
-            for u in ups {
-                if u.state.is_open() {
-                    gates.push((kind, u.chain));
-                } else if kind == Kind::AfterNotOk && u.state == ChainState::Completed {
-                    error.get_or_insert(ResolveError::Never {
-                        kind,
-                        job: t.job.clone(),
-                        chain: u.chain,
-                        state: u.state,
-                    });
-                }
+            // Every chain of the target ended: afterany holds; afternotok holds when one
+            // of them did not complete, and never can when all did.
+            let all_completed = ups.iter().all(|u| u.state == ChainState::Completed);
+            if !gated && kind == Kind::AfterNotOk && all_completed {
+                error.get_or_insert(ResolveError::Never {
+                    kind,
+                    job: t.job.clone(),
+                    chain: ups[0].chain,
+                    state: ups[0].state,
+                });
             }
             // Held by the supervisor instead, or already satisfied: not Slurm's to wait on.
             return Some(Vec::new());
@@ -413,8 +432,7 @@ pub fn resolve(expr: &Expr, facts: &Facts) -> Result<Resolved, ResolveError> {
     Ok(Resolved {
         expr: out,
         changed,
-        gates,
-        upstreams,
+        edges,
     })
 }
 
@@ -645,7 +663,13 @@ mod tests {
         let x = r("afterok:c7:99").unwrap();
         assert_eq!(x.expr.to_string(), "afterok:30:99");
         assert!(x.changed);
-        assert_eq!(x.upstreams, vec![(Kind::AfterOk, 7)]);
+        assert_eq!(
+            x.edges
+                .iter()
+                .map(|e| (e.kind, e.chain, e.gate))
+                .collect::<Vec<_>>(),
+            vec![(Kind::AfterOk, 7, false)]
+        );
         assert_eq!(r("afterok:12").unwrap().expr.to_string(), "afterok:30");
         let same = r("afterok:30,singleton").unwrap();
         assert!(!same.changed, "{same:?}");
@@ -657,10 +681,17 @@ mod tests {
         // afterany/afternotok on an unfinished chain: held, gated, not Slurm's to wait on.
         let g = r("afternotok:c7,afterok:99").unwrap();
         assert_eq!(g.expr.to_string(), "afterok:99");
-        assert_eq!(g.gates, vec![(Kind::AfterNotOk, 7)]);
+        assert_eq!(
+            g.edges
+                .iter()
+                .map(|e| (e.kind, e.chain, e.gate))
+                .collect::<Vec<_>>(),
+            vec![(Kind::AfterNotOk, 7, true)]
+        );
+        assert!(g.held());
         // ... on a chain that ended: satisfied, or never.
         let done = r("afterany:13,afternotok:15").unwrap();
-        assert!(done.expr.is_empty() && done.gates.is_empty());
+        assert!(done.expr.is_empty() && !done.held());
         assert!(matches!(
             r("afternotok:16"),
             Err(ResolveError::Never { chain: 11, .. })
@@ -677,6 +708,26 @@ mod tests {
             r("afterany:c7?afterok:99"),
             Err(ResolveError::OutcomeWithAny)
         );
+        // afternotok on a whole array: one condition over its tasks, as in Slurm (any task
+        // not completed), gated while one is open.
+        let arr = |states: [ChainState; 2]| -> Facts {
+            HashMap::from([(
+                "40".to_string(),
+                vec![up(20, states[0], "40_1"), up(21, states[1], "40_2")],
+            )])
+        };
+        let notok = Expr::parse("afternotok:40").unwrap();
+        let r2 = resolve(&notok, &arr([Completed, Failed])).unwrap();
+        assert!(r2.expr.is_empty() && !r2.held(), "{r2:?}");
+        let r2 = resolve(&notok, &arr([Completed, Active])).unwrap();
+        assert!(
+            r2.held() && r2.edges.iter().all(|e| e.gate && e.target == "40"),
+            "{r2:?}"
+        );
+        assert!(matches!(
+            resolve(&notok, &arr([Completed, Completed])),
+            Err(ResolveError::Never { .. })
+        ));
         // A whole array whose task 2 was retried: its tasks' latest jobs.
         assert_eq!(
             r("afterok:20_*").unwrap().expr.to_string(),

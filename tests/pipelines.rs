@@ -322,3 +322,162 @@ async fn aftercorr_follows_only_the_retried_task() {
     }
     assert!(p.codes(c_down2).contains(&"rewired".to_string()));
 }
+
+// What a review found; each of these failed before its fix.
+
+fn held(p: &Pipe, j: &str) -> bool {
+    p.engine.slurm().job(j).unwrap().held
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn afternotok_on_an_array_holds_when_any_task_failed() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--array=1-2"]).await;
+    let fb = p.submit(&[&format!("--dependency=afternotok:{up}")]).await;
+    let c_fb = p.chain_of(&fb);
+    assert!(p.engine.slurm().end(&format!("{up}_1"), Ending::Completed));
+    p.cycle().await;
+    // Task 2 may still fail: not refused, still held.
+    let late = p.submit(&[&format!("--dependency=afternotok:{up}")]).await;
+    p.cycle().await;
+    assert_eq!(p.state(c_fb), ChainState::Active);
+    assert!(held(&p, &fb));
+    assert!(p.engine.slurm().end(&format!("{up}_2"), Ending::Failed(78)));
+    p.cycle().await;
+    p.cycle().await;
+    for j in [&fb, &late] {
+        assert!(
+            !held(&p, j),
+            "{j}: Slurm's afternotok:<array> holds, task 2 failed"
+        );
+    }
+    assert!(p.codes(c_fb).contains(&"released".to_string()));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let req = SubmitRequest {
+        argv: vec![
+            format!("--dependency=afternotok:c{c_up}"),
+            "--wrap=true".to_string(),
+        ],
+        cwd: p.dir.path().display().to_string(),
+        env: Vec::new(),
+        script: None,
+        max_retries: None,
+    };
+    let pend = requests::begin_submit(&mut p.engine, req, p.uid).unwrap();
+    p.engine.start_flight(pend.launch.id, p.uid);
+    let c_down = p
+        .engine
+        .store()
+        .open_chains_of_submission(pend.launch.submission_id)
+        .unwrap()[0]
+        .0;
+    // The upstream completes while the downstream's sbatch is in flight.
+    assert!(p.engine.slurm().end(&up, Ending::Completed));
+    p.cycle().await;
+    p.cycle().await;
+    assert_eq!(p.state(c_down), ChainState::Active, "not decided yet");
+    let outcome = p.engine.sbatch(&pend.launch, &pend.sub).await;
+    p.engine.end_flight(pend.launch.id);
+    let job = match requests::finish_submit(&mut p.engine, &pend, outcome) {
+        Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
+        Response::Error(e) => panic!("{e:?}"),
+    };
+    p.cycle().await;
+    assert_eq!(p.state(c_down), ChainState::Cancelled);
+    assert_eq!(
+        p.engine.slurm().job(&job).unwrap().state,
+        slurm_supervisor::slurm::types::JobState::Cancelled
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_cancelled_for_another_reason_is_not_brought_back() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let down = p
+        .submit(&[
+            "--kill-on-invalid-dep=yes",
+            &format!("--dependency=afterok:{up}"),
+        ])
+        .await;
+    let c_down = p.chain_of(&down);
+    // The upstream is fine (running); Slurm cancels the waiting job for something else
+    // it waits on (a plain job that failed).
+    assert!(p.engine.slurm().start(&up));
+    assert!(p.engine.slurm().end(&down, Ending::CancelledForDependency));
+    p.cycle().await;
+    p.cycle().await;
+    assert_eq!(p.state(c_down), ChainState::Cancelled);
+    assert_eq!(p.engine.store().attempts(c_down).unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fallback_retried_after_its_upstream_was_recovered_is_held_again() {
+    let mut p = Pipe::new();
+    let up = p.submit(&[]).await;
+    let c_up = p.chain_of(&up);
+    let fb = p
+        .submit(&["--mem=100M", &format!("--dependency=afternotok:c{c_up}")])
+        .await;
+    let c_fb = p.chain_of(&fb);
+    assert!(p.engine.slurm().end(&up, Ending::Failed(78)));
+    p.cycle().await;
+    p.cycle().await;
+    assert!(!held(&p, &fb), "released");
+    // A person recovers the upstream; the fallback runs out of memory and is retried.
+    let r = Request::Recover(slurm_supervisor::protocol::RecoverRequest {
+        id: format!("c{c_up}"),
+        mem: None,
+        time: None,
+        reason: None,
+        dry_run: false,
+    });
+    assert!(matches!(
+        requests::handle(&mut p.engine, r, p.uid).await,
+        Response::Ok(_)
+    ));
+    p.cycle().await;
+    assert!(p.engine.slurm().end(&fb, Ending::OutOfMemory));
+    p.cycle().await;
+    p.cycle().await;
+    let fb2 = p.job(c_fb);
+    assert_ne!(fb2, fb);
+    assert!(held(&p, &fb2), "the upstream is open again: held");
+    // It fails for good again: the retried fallback is released.
+    let up2 = p.job(c_up);
+    assert!(p.engine.slurm().end(&up2, Ending::Failed(78)));
+    for _ in 0..3 {
+        p.cycle().await;
+    }
+    assert!(!held(&p, &fb2));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_big_supervised_array_can_be_waited_on() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--array=0-1000"]).await;
+    let down = p.submit(&[&format!("--dependency=afterok:{up}")]).await;
+    assert_eq!(p.dependency(&down), format!("afterok:{up}"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_held_job_gets_one_record() {
+    let mut p = Pipe::new();
+    let up = p.submit(&[]).await;
+    let c_up = p.chain_of(&up);
+    let notok = p
+        .submit(&[&format!("--dependency=afternotok:c{c_up}")])
+        .await;
+    let c = p.chain_of(&notok);
+    assert!(p.engine.slurm().end(&up, Ending::Completed));
+    for _ in 0..3 {
+        p.cycle().await;
+    }
+    assert_eq!(p.codes(c), vec!["dependency_never_satisfied".to_string()]);
+}

@@ -169,7 +169,7 @@ fn overrides(
         comment: Some(comment),
         script_path: script_path.map(|p| p.display().to_string()),
         dependency: dep.filter(|d| d.changed).map(|d| d.expr.to_string()),
-        hold: dep.is_some_and(|d| !d.gates.is_empty()),
+        hold: dep.is_some_and(Resolved::held),
         // The chain-level mail replaces Slurm's per-attempt ones (`[notify] mail`); the
         // script's `#SBATCH --mail-type` is overridden from the command line the same way.
         mail_type: if notify_mail {
@@ -189,6 +189,7 @@ pub fn resolve_dependency(
     store: &Store,
     owner_uid: u32,
     s: &Submitted,
+    now: i64,
 ) -> Result<Option<Resolved>, PrepareError> {
     let Some(value) = s.option("dependency") else {
         return Ok(None);
@@ -197,8 +198,15 @@ pub fn resolve_dependency(
         return Ok(None);
     };
     let jobs: Vec<String> = expr.targets().map(|(_, t)| t.job.clone()).collect();
-    let Some(facts) = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str))? else {
-        return Err(crate::dependency::ResolveError::TooMany.into());
+    let recent = now - crate::store::JOB_IDS_NAME_CHAINS_FOR;
+    let Some(facts) = store.upstream_facts(owner_uid, jobs.iter().map(String::as_str), recent)?
+    else {
+        // Passed to sbatch as the user wrote it: Slurm judges it, per attempt.
+        tracing::warn!(
+            "a --dependency names more than {} supervised jobs; it is passed to sbatch as it is, without following retries",
+            crate::store::MAX_UPSTREAM_CHAINS
+        );
+        return Ok(None);
     };
     if facts.is_empty()
         && !jobs
@@ -253,12 +261,9 @@ pub fn begin_submission(
     submitted: &Submitted,
     now: i64,
 ) -> Result<Launch, PrepareError> {
-    let dep = resolve_dependency(store, new.owner_uid, submitted)?;
-    let (ups, gates) = dep
-        .as_ref()
-        .map(|d| (d.upstreams.clone(), d.gates.clone()))
-        .unwrap_or_default();
-    let launch = store.create_submission_waiting(new, &ups, &gates, now, |tag| {
+    let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
+    let edges = dep.as_ref().map(|d| d.edges.clone()).unwrap_or_default();
+    let launch = store.create_submission_waiting(new, &edges, now, |tag| {
         let script = new
             .script_name
             .as_deref()
@@ -319,7 +324,7 @@ pub fn begin_relaunch(
         .as_deref()
         .map(|n| snapshot_path(&config.state_dir, 0, n));
     // The chains it waits on have moved on since it was submitted: their latest jobs.
-    let dep = resolve_dependency(store, sub.owner_uid, &submitted)?;
+    let dep = resolve_dependency(store, sub.owner_uid, &submitted, now)?;
     check(
         &submitted,
         &overrides(
@@ -333,7 +338,7 @@ pub fn begin_relaunch(
         ),
     )?;
     if let Some(d) = &dep {
-        store.add_waits(sub.id, &d.upstreams, &d.gates)?;
+        store.add_waits(sub.id, &d.edges)?;
     }
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
@@ -375,7 +380,13 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
-        resolve_dependency(store, sub.owner_uid, &submitted)?.as_ref(),
+        resolve_dependency(
+            store,
+            sub.owner_uid,
+            &submitted,
+            crate::daemon::engine::now(),
+        )?
+        .as_ref(),
         config.notify.mail,
     );
     check(&submitted, &o)?;

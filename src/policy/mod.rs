@@ -166,17 +166,27 @@ pub enum Event<'a> {
 /// good and each condition holds, `Some(false)` when one can never hold, `None` while an
 /// upstream is still open.
 pub fn gates_open(gates: &[crate::store::Gate]) -> Option<bool> {
-    use crate::dependency::Kind;
-    if gates
-        .iter()
-        .any(|g| g.kind == Kind::AfterNotOk && g.upstream_state == ChainState::Completed)
-    {
+    if never_gate(gates).is_some() {
         return Some(false);
     }
-    if gates.iter().all(|g| !g.upstream_state.is_open()) {
-        return Some(true);
-    }
-    None
+    gates
+        .iter()
+        .all(|g| !g.upstream_state.is_open())
+        .then_some(true)
+}
+
+/// A gate of a condition that can never hold: `afternotok` on a job (an array: all its
+/// tasks) whose chains all ended for good and all completed. As in Slurm, afternotok on
+/// an array holds when any task did not complete.
+fn never_gate(gates: &[crate::store::Gate]) -> Option<&crate::store::Gate> {
+    use crate::dependency::Kind;
+    gates.iter().find(|g| {
+        g.kind == Kind::AfterNotOk
+            && gates
+                .iter()
+                .filter(|h| h.kind == g.kind && h.target == g.target)
+                .all(|h| h.upstream_state == ChainState::Completed)
+    })
 }
 
 /// Why an event cannot apply to the chain as it is (the request is answered with a
@@ -539,11 +549,7 @@ pub fn transition(
                 upstreams: upstreams.clone(),
                 rewired: Vec::new(),
             };
-            let never = gates.iter().find(|g| {
-                g.kind == crate::dependency::Kind::AfterNotOk
-                    && g.upstream_state == ChainState::Completed
-            });
-            match never {
+            match never_gate(gates) {
                 Some(g) => never_satisfied(
                     chain,
                     job,

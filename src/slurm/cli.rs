@@ -572,11 +572,16 @@ impl Slurm for SlurmCli {
     }
 
     async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        // Every chunk is tried: one refused job (released by its owner already) does not
+        // keep the others held. The first failure is reported.
+        let mut first = None;
         for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
             let args = vec!["release".to_string(), chunk.join(",")];
-            self.scontrol_as(&args, run_as).await?;
+            if let Err(e) = self.scontrol_as(&args, run_as).await {
+                first.get_or_insert(e);
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::path::Path;
 
 pub use metrics::DecisionTally;
-pub use pipeline::{Gate, Rewire};
+pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
 
 /// A store failure. The daemon treats these as fatal for the operation at hand and never
 /// as a fact about a job.
@@ -650,17 +650,16 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        self.create_submission_waiting(new, &[], &[], now, argv_for_tag)
+        self.create_submission_waiting(new, &[], now, argv_for_tag)
     }
 
     /// [`Store::create_submission`] for a submission that waits on supervised chains
-    /// (`upstreams`), some of them behind gates the supervisor opens (`gates`): all in
-    /// the one transaction, so a held job never exists without its gates.
+    /// (`edges`), some of them gates the supervisor opens: all in the one transaction,
+    /// so a held job never exists without its gates.
     pub fn create_submission_waiting(
         &mut self,
         new: &NewSubmission,
-        upstreams: &[(crate::dependency::Kind, i64)],
-        gates: &[(crate::dependency::Kind, i64)],
+        edges: &[crate::dependency::Edge],
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
@@ -682,7 +681,7 @@ impl Store {
         )?;
         let submission_id = tx.last_insert_rowid();
         insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
-        pipeline::insert_waits(&tx, submission_id, upstreams, gates)?;
+        pipeline::insert_waits(&tx, submission_id, edges)?;
         let tasks: Vec<Option<u32>> = match &new.array_tasks {
             Some(t) => t.iter().copied().map(Some).collect(),
             None => vec![None],

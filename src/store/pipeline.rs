@@ -2,17 +2,26 @@
 //! afterany/afternotok, and the launches whose new job the waiting jobs must follow.
 
 use super::{open_states, parse_name, Result, Store};
-use crate::dependency::{Facts, Kind, Upstream};
+use crate::dependency::{Edge, Facts, Kind, Upstream};
 use crate::model::ChainState;
 use crate::policy::Transition;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashSet;
+
+/// The most supervised chains one dependency is resolved against (a whole array names
+/// each of its tasks; `limits.max_array_tasks` is at most 10,000).
+pub const MAX_UPSTREAM_CHAINS: usize = 10_000;
+
+/// How long a finished chain's Slurm job ids still name it in a dependency.
+pub const JOB_IDS_NAME_CHAINS_FOR: i64 = 7 * 24 * 3600;
 
 /// A gate of a held submission: `kind` on `upstream`, which is now in `upstream_state`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gate {
     pub upstream: i64,
     pub kind: Kind,
+    /// The job as named: the gates of one target are one condition.
+    pub target: String,
     pub upstream_state: ChainState,
 }
 
@@ -25,19 +34,20 @@ pub struct Rewire {
     pub user: String,
 }
 
-/// Records what a submission waits on (in the caller's transaction).
-pub(super) fn insert_waits(
-    tx: &Connection,
-    submission_id: i64,
-    upstreams: &[(Kind, i64)],
-    gates: &[(Kind, i64)],
-) -> Result<()> {
-    let mut ins = tx.prepare_cached(
-        "INSERT OR IGNORE INTO waits_on (submission_id, upstream_chain, kind, gate) VALUES (?1, ?2, ?3, ?4)",
+/// Records what a submission waits on (in the caller's transaction). A gate is closed
+/// whenever a resolution finds its chain open, also one opened before (the upstream was
+/// recovered and the waiting job is held again).
+pub(super) fn insert_waits(tx: &Connection, submission_id: i64, edges: &[Edge]) -> Result<()> {
+    let mut edge = tx.prepare_cached(
+        "INSERT OR IGNORE INTO waits_on (submission_id, upstream_chain, kind, target) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    for (kind, chain) in upstreams {
-        let gate = gates.contains(&(*kind, *chain)).then_some("closed");
-        ins.execute(params![submission_id, chain, kind.as_str(), gate])?;
+    let mut gate = tx.prepare_cached(
+        "INSERT INTO waits_on (submission_id, upstream_chain, kind, target, gate) VALUES (?1, ?2, ?3, ?4, 'closed')
+         ON CONFLICT (submission_id, upstream_chain, kind) DO UPDATE SET gate = 'closed', target = excluded.target",
+    )?;
+    for e in edges {
+        let q = if e.gate { &mut gate } else { &mut edge };
+        q.execute(params![submission_id, e.chain, e.kind.as_str(), e.target])?;
     }
     Ok(())
 }
@@ -62,23 +72,27 @@ impl Store {
     /// What the store knows of each job a dependency names: the chains of `owner_uid` it
     /// names (`c7`; a job id `12` or array task `12_3` of an attempt; a whole array `12`
     /// or `12_*`), each with its state and latest job. Another user's chains are never
-    /// named: their jobs are left to Slurm. `None` when they name more than
-    /// [`crate::dependency::MAX_TARGETS`] chains in all (whole arrays count each task):
-    /// the work a dependency costs is bounded.
+    /// named: their jobs are left to Slurm. A Slurm job id names a chain only if the
+    /// chain is unfinished or changed since `recent` (Slurm's job ids wrap around and
+    /// restart with a new cluster: an old id may be another job now); a chain id always
+    /// names it. `None` when they name more than [`MAX_UPSTREAM_CHAINS`] chains in all
+    /// (whole arrays count each task): the work a dependency costs is bounded.
     pub fn upstream_facts<'a>(
         &self,
         owner_uid: u32,
         jobs: impl IntoIterator<Item = &'a str>,
+        recent: i64,
     ) -> Result<Option<Facts>> {
         let mut facts = Facts::new();
         let mut total = 0usize;
-        let mut chain_q = self.conn.prepare_cached(
+        let mut chain_q = self.conn.prepare_cached(&format!(
             "SELECT c.id, c.state,
                     (SELECT a.slurm_job_id FROM attempts a WHERE a.chain_id = c.id AND a.slurm_job_id IS NOT NULL
                      ORDER BY a.n DESC LIMIT 1)
              FROM chains c JOIN submissions s ON s.id = c.submission_id
-             WHERE c.id = ?1 AND s.owner_uid = ?2",
-        )?;
+             WHERE c.id = ?1 AND s.owner_uid = ?2 AND (?3 OR c.state IN ({}) OR c.updated_at >= ?4)",
+            open_states()
+        ))?;
         let mut by_job = self
             .conn
             .prepare_cached("SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1")?;
@@ -89,6 +103,7 @@ impl Store {
             if facts.contains_key(job) {
                 continue;
             }
+            let by_chain_id = crate::dependency::chain_target(job).is_some();
             let chains: Vec<i64> = if let Some(c) = crate::dependency::chain_target(job) {
                 vec![c]
             } else if job.contains('_') && !job.ends_with("_*") {
@@ -101,13 +116,13 @@ impl Store {
                     .collect::<rusqlite::Result<_>>()?
             };
             total += chains.len();
-            if total > crate::dependency::MAX_TARGETS {
+            if total > MAX_UPSTREAM_CHAINS {
                 return Ok(None);
             }
             let mut ups = Vec::new();
             for c in chains {
                 let row: Option<(i64, String, Option<String>)> = chain_q
-                    .query_row(params![c, owner_uid], |r| {
+                    .query_row(params![c, owner_uid, by_chain_id, recent], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                     })
                     .optional()?;
@@ -148,14 +163,9 @@ impl Store {
     }
 
     /// Records what a submission waits on, as a later resolution found it (a retry).
-    pub fn add_waits(
-        &mut self,
-        submission_id: i64,
-        upstreams: &[(Kind, i64)],
-        gates: &[(Kind, i64)],
-    ) -> Result<()> {
+    pub fn add_waits(&mut self, submission_id: i64, edges: &[Edge]) -> Result<()> {
         let tx = self.conn.savepoint()?;
-        insert_waits(&tx, submission_id, upstreams, gates)?;
+        insert_waits(&tx, submission_id, edges)?;
         tx.commit()?;
         Ok(())
     }
@@ -209,7 +219,7 @@ impl Store {
     /// The closed gates of a submission, with their upstream chains' states now.
     pub fn closed_gates(&self, submission_id: i64) -> Result<Vec<Gate>> {
         let mut q = self.conn.prepare_cached(
-            "SELECT w.upstream_chain, w.kind, c.state FROM waits_on w JOIN chains c ON c.id = w.upstream_chain
+            "SELECT w.upstream_chain, w.kind, c.state, w.target FROM waits_on w JOIN chains c ON c.id = w.upstream_chain
              WHERE w.submission_id = ?1 AND w.gate = 'closed' ORDER BY 1, 2",
         )?;
         let rows = q.query_map([submission_id], |r| {
@@ -217,17 +227,19 @@ impl Store {
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (upstream, kind, state) = row?;
+            let (upstream, kind, state, target) = row?;
             let kind = Kind::from_name(&kind).ok_or_else(|| {
                 super::StoreError::Corrupt(format!("unknown dependency kind {kind:?}"))
             })?;
             out.push(Gate {
                 upstream,
                 kind,
+                target,
                 upstream_state: parse_name(&state)?,
             });
         }
@@ -246,7 +258,14 @@ impl Store {
     ) -> Result<()> {
         let tx = self.conn.savepoint()?;
         for (chain, t) in items {
-            super::decide_in(&tx, *chain, t, now)?;
+            // A cancelled waiting job's attempt ends with it (its cancel is not the
+            // user's: the next poll must not judge it again).
+            if super::decide_in(&tx, *chain, t, now)? && t.update.state == ChainState::Cancelled {
+                tx.execute(
+                    "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?2 WHERE chain_id = ?1 AND state = 'live'",
+                    params![chain, now],
+                )?;
+            }
         }
         tx.execute(
             "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",

@@ -175,6 +175,7 @@ CREATE TABLE waits_on (
     submission_id  INTEGER NOT NULL REFERENCES submissions(id),
     upstream_chain INTEGER NOT NULL REFERENCES chains(id),
     kind           TEXT NOT NULL,   -- afterok, afterany, afternotok, aftercorr, after, ...
+    target         TEXT NOT NULL,   -- the job as named (c7, 12, 12_*): an array's tasks are one condition
     gate           TEXT,            -- NULL (Slurm's to wait on), or closed | opened | never
     PRIMARY KEY (submission_id, upstream_chain, kind)
 );

@@ -240,6 +240,34 @@ impl<S: Slurm> Engine<S> {
         Ok(Some(Ending { found: f, run, sub }))
     }
 
+    /// The open supervised chains a submission waits on whose attempt, the one its job
+    /// (submitted at `since`) waited on, failed: the chain is being retried (not active)
+    /// or was relaunched after the job was submitted. Only such a failure explains Slurm
+    /// cancelling the waiting job (kill_invalid_depend); any other cancel is not ours to
+    /// undo, and each failed upstream attempt brings the job back at most once.
+    fn failed_upstreams(
+        &self,
+        submission_id: i64,
+        since: Option<i64>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut out = Vec::new();
+        for (c, state) in self.store.open_upstreams(submission_id)? {
+            let relaunched = || -> Result<bool, StoreError> {
+                let latest = self
+                    .store
+                    .attempts(c)?
+                    .into_iter()
+                    .rev()
+                    .find_map(|a| a.submitted_at);
+                Ok(matches!((latest, since), (Some(l), Some(s)) if l > s))
+            };
+            if state != crate::model::ChainState::Active || relaunched()? {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
     /// Classifies an ending, decides it, and records it (inside the caller's batch).
     fn record_ending(
         &mut self,
@@ -300,12 +328,8 @@ impl<S: Slurm> Engine<S> {
                 && r.cancelled_by.is_none()
                 && (r.node_list.is_empty() || r.node_list == "None assigned")
         });
-        let upstreams: Vec<i64> = if killed_for_dependency {
-            self.store
-                .open_upstreams(chain.submission_id)?
-                .into_iter()
-                .map(|(c, _)| c)
-                .collect()
+        let upstreams = if killed_for_dependency {
+            self.failed_upstreams(chain.submission_id, a.submitted_at)?
         } else {
             Vec::new()
         };

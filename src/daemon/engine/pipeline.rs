@@ -18,6 +18,9 @@ use tracing::{debug, error, info, warn};
 /// rewired in the next cycles, so one user's huge queue cannot hold the loop for long.
 const MAX_REWIRES_PER_CYCLE: usize = 1000;
 
+/// The most waiting jobs looked at closely in one cycle.
+const MAX_EXAMINED_PER_CYCLE: usize = 10_000;
+
 /// A waiting job's new expression and what moved.
 type Rewired = (Expr, Vec<dependency::Rewiring>);
 
@@ -71,10 +74,17 @@ impl<S: Slurm> Engine<S> {
             dep.split([':', ',', '?', '(', ')', '+'])
                 .any(|tok| superseded.contains(dependency::whole_array_base(tok)))
         };
-        let mut decided = Vec::new();
-        let mut updates = 0usize;
+        let mut candidates: Vec<&PendingRow> = rows
+            .rows
+            .iter()
+            .filter(|r| names_one(&r.dependency))
+            .collect();
+        // Whole-array records first: updating one reaches its split-off tasks too, which
+        // their own (later) updates then set right.
+        candidates.sort_by_key(|r| !r.job_id.contains('['));
+        let (mut updates, mut examined) = (0usize, 0usize);
         let mut complete = true;
-        for row in rows.rows.iter().filter(|r| names_one(&r.dependency)) {
+        for row in candidates {
             let Some(&uid) = owners.get(&row.user) else {
                 continue;
             };
@@ -83,80 +93,55 @@ impl<S: Slurm> Engine<S> {
                 complete = false;
                 break;
             }
-            for (row, new, changes) in self.rewirings(row, uid)? {
-                updates += 1;
-                match self.set_dependency(&row, &new, uid).await {
-                    Set::Done => decided.extend(self.rewired_records(&row, uid, &changes)?),
-                    Set::Skipped => {}
-                    Set::SlurmDown => {
-                        self.store.decide_chains(&decided, t)?;
-                        return Ok(false);
-                    }
+            examined += 1;
+            if examined > MAX_EXAMINED_PER_CYCLE {
+                error!("more than {MAX_EXAMINED_PER_CYCLE} waiting jobs name an earlier attempt; the rest are not rewired");
+                break;
+            }
+            let Some((new, changes)) = self.rewiring(row, uid)? else {
+                continue;
+            };
+            updates += 1;
+            match self.set_dependency(row, &new.to_string(), uid).await {
+                // Recorded at once: a rewiring is never left without its record.
+                Set::Done => {
+                    let records = self.rewired_records(row, uid, &changes)?;
+                    self.store.decide_chains(&records, t)?;
                 }
+                Set::Skipped => {}
+                Set::SlurmDown => return Ok(false),
             }
         }
-        self.store.decide_chains(&decided, t)?;
         if complete {
             self.store.clear_rewires(&launches)?;
         }
         Ok(true)
     }
 
-    /// The updates one pending row needs: (the job or array task to update, its new
-    /// dependency, what moved). A record of array tasks waiting together (`12_[2-5]`) is
-    /// updated whole, unless aftercorr maps a task to a retried counterpart: then that
-    /// task is updated on its own (Slurm splits it off the record).
-    fn rewirings(
-        &self,
-        row: &PendingRow,
-        uid: u32,
-    ) -> Result<Vec<(PendingRow, String, Vec<dependency::Rewiring>)>, StoreError> {
+    /// The update one pending row needs: its new dependency and what moved. A record of
+    /// array tasks waiting together (`12_[2-5]`, `%A` the array's id) is updated whole:
+    /// Slurm takes an update of one task of such a record without applying it. aftercorr
+    /// arrays are split by Slurm into a record per task, each rewired to its own
+    /// counterpart.
+    fn rewiring(&self, row: &PendingRow, uid: u32) -> Result<Option<Rewired>, StoreError> {
         let Ok(expr) = Expr::parse(&row.dependency) else {
             debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        let Some(facts) = self
-            .store
-            .upstream_facts(uid, expr.targets().map(|(_, t)| t.job.as_str()))?
+        let Some(facts) = self.store.upstream_facts(
+            uid,
+            expr.targets().map(|(_, t)| t.job.as_str()),
+            super::now() - crate::store::JOB_IDS_NAME_CHAINS_FOR,
+        )?
         else {
             warn!(job = %row.job_id, "its dependency names too many supervised jobs to rewire");
-            return Ok(Vec::new());
+            return Ok(None);
         };
-        let id = JobId::parse(&row.job_id).ok();
-        let whole = dependency::rewire(&expr, &facts, id.as_ref().and_then(|j| j.task()));
-        let tasks = id
-            .as_ref()
-            .and_then(|j| j.pending_tasks())
-            .filter(|t| t.len() <= dependency::MAX_TARGETS);
-        let (Some(tasks), Some(id)) = (tasks, id) else {
-            return Ok(whole
-                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
-                .into_iter()
-                .collect());
-        };
-        let per_task: Vec<(u32, Option<Rewired>)> = tasks
-            .into_iter()
-            .map(|t| (t, dependency::rewire(&expr, &facts, Some(t))))
-            .collect();
-        let same = |r: &Option<Rewired>| {
-            r.as_ref().map(|(e, _)| e.to_string()) == whole.as_ref().map(|(e, _)| e.to_string())
-        };
-        if per_task.iter().all(|(_, r)| same(r)) {
-            return Ok(whole
-                .map(|(new, changes)| (row.clone(), new.to_string(), changes))
-                .into_iter()
-                .collect());
-        }
-        Ok(per_task
-            .into_iter()
-            .filter_map(|(t, r)| {
-                let (new, changes) = r?;
-                let mut one = row.clone();
-                one.job_id = format!("{}_{t}", id.base());
-                one.job_id_raw = one.job_id.clone();
-                Some((one, new.to_string(), changes))
-            })
-            .collect())
+        let task = JobId::parse(&row.job_id)
+            .ok()
+            .filter(|j| j.pending_tasks().is_none())
+            .and_then(|j| j.task());
+        Ok(dependency::rewire(&expr, &facts, task))
     }
 
     /// Sets a waiting job's new dependency, as its owner. A refusal (it started
@@ -271,16 +256,27 @@ impl<S: Slurm> Engine<S> {
             jobs: Vec<String>,
         }
         let mut plans = Vec::new();
-        for sub_id in self.store.gates_due()? {
+        let due = self.store.gates_due()?;
+        if due.is_empty() {
+            return Ok(true);
+        }
+        // A submission whose sbatch is not settled yet is decided once it is: its job
+        // (held) may be about to exist.
+        let unsettled: HashSet<i64> = self
+            .store
+            .open_launches()?
+            .iter()
+            .map(|l| l.submission_id)
+            .collect();
+        for sub_id in due {
+            if unsettled.contains(&sub_id) {
+                continue;
+            }
             let gates = self.store.closed_gates(sub_id)?;
             let Some(open) = policy::gates_open(&gates) else {
                 continue;
             };
             let chains = self.store.open_chains_of_submission(sub_id)?;
-            if open && chains.iter().any(|(_, job)| job.is_none()) {
-                // Its sbatch is not settled yet: released once it is.
-                continue;
-            }
             let mut items = Vec::new();
             for (c, job) in &chains {
                 let Some(chain) = self.store.chain(*c)? else {
