@@ -19,6 +19,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;
 pub mod failpoint;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod model;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 /// Read-only store connections for answering reads, kept open between requests (opening
 /// one and reading the schema costs more than a small read itself).
@@ -168,19 +168,24 @@ pub async fn serve(
         };
         let slot = take_slot(&counts, uid, limits.connections_per_user);
         let (tx, limits, readers) = (to_loop.clone(), limits.clone(), readers.clone());
-        tokio::spawn(async move {
-            let result = match slot {
-                Ok(slot) => connection(stream, uid, tx, &limits, readers, slot).await,
-                Err(why) => {
-                    debug!(uid, "connection refused: {why}");
-                    let (_, mut write) = stream.into_split();
-                    write_answer(&mut write, &Response::error(ErrorKind::Unavailable, why)).await
+        let span = tracing::debug_span!("connection", uid);
+        tokio::spawn(
+            async move {
+                let result = match slot {
+                    Ok(slot) => connection(stream, uid, tx, &limits, readers, slot).await,
+                    Err(why) => {
+                        debug!("connection refused: {why}");
+                        let (_, mut write) = stream.into_split();
+                        write_answer(&mut write, &Response::error(ErrorKind::Unavailable, why))
+                            .await
+                    }
+                };
+                if let Err(e) = result {
+                    debug!("control connection ended with an error: {e}");
                 }
-            };
-            if let Err(e) = result {
-                debug!("control connection ended with an error: {e}");
             }
-        });
+            .instrument(span),
+        );
     }
 }
 
