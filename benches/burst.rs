@@ -89,7 +89,7 @@ fn main() {
         nopart: env_or("BURST_NOPART", if bench { 100 } else { 10 }).min(live / 4),
         status_all: if bench { 3 } else { 1 },
         status_id: if bench { 50 } else { 5 },
-        submits: if bench { 20 } else { 3 },
+        submits: env_or("BURST_SUBMITS", if bench { 20 } else { 3 }),
         limit: Duration::from_secs(if bench { 1800 } else { 120 }),
     };
     assert!(sizes.live >= 8, "BURST_LIVE must be at least 8");
@@ -135,9 +135,16 @@ fn main() {
     let bins = Bins { daemon, ctl };
     let mut rows = Vec::new();
 
-    steady(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
-    failures(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
-    oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    let sessions = std::env::var("BURST_SESSIONS").unwrap_or_else(|_| "abc".into());
+    if sessions.contains('a') {
+        steady(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
+    if sessions.contains('b') {
+        failures(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
+    if sessions.contains('c') {
+        oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
     drop(build);
 
     println!(

@@ -614,10 +614,10 @@ impl Store {
         let mut members = Vec::with_capacity(tasks.len());
         {
             let mut ins = tx.prepare(
-                "INSERT INTO chains (submission_id, array_task, state, created_at, updated_at) VALUES (?1, ?2, 'active', ?3, ?3)",
+                "INSERT INTO chains (submission_id, owner_uid, array_task, state, created_at, updated_at) VALUES (?1, ?2, ?3, 'active', ?4, ?4)",
             )?;
             for t in tasks {
-                ins.execute(params![submission_id, t, now])?;
+                ins.execute(params![submission_id, new.owner_uid, t, now])?;
                 members.push((tx.last_insert_rowid(), 1u32, RetryPlan::default()));
             }
         }
@@ -987,8 +987,7 @@ impl Store {
         Ok(self
             .conn
             .prepare_cached(&format!(
-                "SELECT COUNT(*) FROM chains
-                 WHERE state IN ({}) AND submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1)",
+                "SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
                 open_states()
             ))?
             .query_row([owner_uid], |r| r.get(0))?)

@@ -319,3 +319,46 @@ fn every_chain_summary_is_read_once_in_order_across_pages() {
     .unwrap();
     assert_eq!(none, 0, "another owner's chains are not read");
 }
+
+#[test]
+fn open_chains_are_counted_per_owner_from_the_partial_index() {
+    let mut s = Store::in_memory().unwrap();
+    s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    let bob = NewSubmission {
+        owner_uid: 2000,
+        user: "bob".into(),
+        ..sub(None)
+    };
+    s.create_submission(&bob, 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 3);
+    assert_eq!(s.open_chains_of(2000).unwrap(), 1);
+    assert_eq!(s.open_chains_of(3000).unwrap(), 0);
+    s.conn
+        .execute("UPDATE chains SET state = 'completed' WHERE id = 1", [])
+        .unwrap();
+    s.conn
+        .execute(
+            "UPDATE chains SET state = 'pending_failed' WHERE id = 2",
+            [],
+        )
+        .unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 2);
+    // The count reads the partial index only: the query repeats its WHERE word for word.
+    let plan: Vec<String> = s
+        .conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
+            open_states()
+        ))
+        .unwrap()
+        .query_map([1000], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|p| p.contains("chains_open_by_owner")),
+        "{plan:?}"
+    );
+}
