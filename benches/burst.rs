@@ -26,6 +26,10 @@
 //! of `supervisorctl status c1` and of a bare `ping` on the socket, asked in a loop
 //! throughout. A table of the figures beside the targets ends the output.
 //!
+//! `BURST_SESSIONS` (default `abc`) picks the sessions to run (`a` alone measures the
+//! reads and the submit in under a minute); `BURST_SUBMITS` (default 20) is how many
+//! submits (6) times.
+//!
 //! The binaries are the ones cargo builds next to this bench; `SLURM_SUPERVISORD` and
 //! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
 //! does the same with 2,000 chains, 200 live, in a few seconds.
