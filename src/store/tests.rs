@@ -362,3 +362,28 @@ fn open_chains_are_counted_per_owner_from_the_partial_index() {
         "{plan:?}"
     );
 }
+
+#[test]
+fn the_owner_migration_fills_in_the_owners_of_existing_chains() {
+    let conn = Connection::open_in_memory().unwrap();
+    // The store as it was just before the migration that added `chains.owner_uid`.
+    let before = schema::MIGRATIONS
+        .iter()
+        .position(|m| m.contains("chains_open_by_owner"))
+        .unwrap();
+    for sql in &schema::MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
+             VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[]', '/tmp', '[]', 5, 1);
+         INSERT INTO chains (submission_id, state, created_at, updated_at)
+             VALUES (1, 'active', 1, 1), (1, 'pending_failed', 1, 1), (1, 'completed', 1, 1), (2, 'ready', 1, 1);",
+    )
+    .unwrap();
+    let s = Store::init(conn).unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 2);
+    assert_eq!(s.open_chains_of(2000).unwrap(), 1);
+}
