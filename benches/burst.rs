@@ -26,6 +26,10 @@
 //! of `supervisorctl status c1` and of a bare `ping` on the socket, asked in a loop
 //! throughout. A table of the figures beside the targets ends the output.
 //!
+//! `BURST_SESSIONS` (default `abc`) picks the sessions to run (`a` alone measures the
+//! reads and the submit in under a minute); `BURST_SUBMITS` (default 20) is how many
+//! submits (6) times.
+//!
 //! The binaries are the ones cargo builds next to this bench; `SLURM_SUPERVISORD` and
 //! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
 //! does the same with 2,000 chains, 200 live, in a few seconds.
@@ -89,7 +93,7 @@ fn main() {
         nopart: env_or("BURST_NOPART", if bench { 100 } else { 10 }).min(live / 4),
         status_all: if bench { 3 } else { 1 },
         status_id: if bench { 50 } else { 5 },
-        submits: if bench { 20 } else { 3 },
+        submits: env_or("BURST_SUBMITS", if bench { 20 } else { 3 }),
         limit: Duration::from_secs(if bench { 1800 } else { 120 }),
     };
     assert!(sizes.live >= 8, "BURST_LIVE must be at least 8");
@@ -135,9 +139,16 @@ fn main() {
     let bins = Bins { daemon, ctl };
     let mut rows = Vec::new();
 
-    steady(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
-    failures(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
-    oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    let sessions = std::env::var("BURST_SESSIONS").unwrap_or_else(|_| "abc".into());
+    if sessions.contains('a') {
+        steady(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
+    if sessions.contains('b') {
+        failures(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
+    if sessions.contains('c') {
+        oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
     drop(build);
 
     println!(

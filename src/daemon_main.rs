@@ -25,13 +25,7 @@ pub struct Args {
 
 /// Runs the daemon; returns the exit code.
 pub fn main(args: Args) -> i32 {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLURM_SUPERVISOR_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    crate::logging::init();
     let config = match &args.config {
         Some(p) => match Config::load(p) {
             Ok(c) => c,

@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod daemon_main;
 pub mod dependency;
 pub mod failpoint;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod model;

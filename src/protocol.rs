@@ -24,6 +24,35 @@ pub enum Request {
     Ping,
 }
 
+impl Request {
+    /// The request's `cmd`, as it is sent.
+    pub fn cmd(&self) -> &'static str {
+        match self {
+            Request::Submit(_) => "submit",
+            Request::Adopt { .. } => "adopt",
+            Request::Status { .. } => "status",
+            Request::History { .. } => "history",
+            Request::Pending => "pending",
+            Request::Classify(_) => "classify",
+            Request::Recover(_) => "recover",
+            Request::Cancel { .. } => "cancel",
+            Request::Stats { .. } => "stats",
+            Request::Ping => "ping",
+        }
+    }
+
+    /// The chain or job a request names, as the client gave it.
+    pub fn subject(&self) -> Option<&str> {
+        match self {
+            Request::Classify(r) => Some(&r.id),
+            Request::Recover(r) => Some(&r.id),
+            Request::Cancel { id } | Request::History { id } => Some(id),
+            Request::Status { id } | Request::Stats { id } => id.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {

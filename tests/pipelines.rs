@@ -369,7 +369,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         script: None,
         max_retries: None,
     };
-    let pend = requests::begin_submit(&mut p.engine, req, p.uid).unwrap();
+    let pend = requests::begin_submit(&mut p.engine, req, p.uid, tracing::Span::none()).unwrap();
     p.engine.start_flight(pend.launch.id, p.uid);
     let c_down = p
         .engine

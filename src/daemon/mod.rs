@@ -22,7 +22,7 @@ use engine::Engine;
 use std::os::unix::fs::PermissionsExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{error, info, warn, Instrument};
 
 /// What can happen to the daemon from outside.
 #[derive(Debug)]
@@ -261,6 +261,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
                 Landing::Submit(p, outcome, reply) => {
+                    let _span = p.span.clone().entered();
                     engine.end_flight(p.launch.id);
                     let response = requests::finish_submit(&mut engine, &p, outcome);
                     let _ = reply.send(response);
@@ -268,7 +269,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 Landing::Retry(f, outcome) => {
                     if let Err(e) = engine.land(&f, outcome) {
                         // The launch stays an intent; reconciliation settles it by its tag.
-                        error!(tag = %f.launch.tag, "cannot record what a retry's sbatch answered: {e}");
+                        let _span = engine::launch_span(&f.launch).entered();
+                        error!("cannot record what a retry's sbatch answered: {e}");
                         if e.is_corruption() {
                             break Err(e.into());
                         }
@@ -280,10 +282,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 notifier.tick(&mut engine);
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
+                let span = requests::span(&ctl.request, ctl.uid);
                 if let crate::protocol::Request::Submit(r) = ctl.request {
                     // The sbatch runs beside the loop: a slow one (a busy controller, or
                     // a user's environment that makes it wait) holds up no one else.
-                    match requests::begin_submit(&mut engine, r, ctl.uid) {
+                    match span.in_scope(|| requests::begin_submit(&mut engine, r, ctl.uid, span.clone())) {
                         Err(response) => { let _ = ctl.reply.send(response); }
                         Ok(p) => {
                             engine.start_flight(p.launch.id, p.uid);
@@ -291,7 +294,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                             in_flight.push(Box::pin(async move {
                                 let outcome = sbatch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
                                 Landing::Submit(p, outcome, reply)
-                            }));
+                            }.instrument(span)));
                         }
                     }
                     continue;
@@ -299,7 +302,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
                 let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
-                let response = requests::handle(&mut engine, ctl.request, ctl.uid).await;
+                let response = requests::handle(&mut engine, ctl.request, ctl.uid).instrument(span).await;
                 let _ = ctl.reply.send(response);
                 if may_launch {
                     if let Err(e) = engine.launch_ready(engine::now()).await {
@@ -340,10 +343,16 @@ pub async fn run<S: Slurm + Clone + 'static>(
     result
 }
 
-/// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news).
+/// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news). Its
+/// lines are in a `cycle` span numbered from 1 at start (journal field `CYCLE`).
 async fn timed_cycle<S: Slurm>(engine: &mut Engine<S>) -> Result<(), StoreError> {
+    static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
-    let result = engine.cycle().await;
+    let result = engine
+        .cycle()
+        .instrument(tracing::info_span!("cycle", cycle = n))
+        .await;
     crate::metrics::observe_cycle(start.elapsed());
     result
 }

@@ -374,7 +374,7 @@ fn insert_notification(tx: &Connection, chain_id: i64, kind: &str, now: i64) -> 
 
 /// The attempts a launch covers: chain, attempt number, array task.
 fn launch_members(tx: &Connection, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
-    let mut q = tx.prepare(
+    let mut q = tx.prepare_cached(
         "SELECT a.chain_id, a.n, c.array_task FROM attempts a JOIN chains c ON c.id = a.chain_id WHERE a.launch_id = ?1",
     )?;
     let rows = q.query_map([launch_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
@@ -602,6 +602,9 @@ impl Store {
         // After a checkpoint the write-ahead log is cut back to this size, so a burst of
         // writes does not leave the disk holding a huge log.
         conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
+        // Every statement the loop runs stays prepared (rusqlite keeps 16 by default,
+        // fewer than a cycle and a submit use between them).
+        conn.set_prepared_statement_cache_capacity(64);
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         let known = schema::MIGRATIONS.len() as i64;
         if version > known {
@@ -664,10 +667,11 @@ impl Store {
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
         let tx = self.conn.savepoint()?;
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
+        )?
+        .execute(params![
                 new.owner_uid,
                 new.user,
                 json(&new.argv),
@@ -677,8 +681,7 @@ impl Store {
                 new.script,
                 new.max_retries,
                 now
-            ],
-        )?;
+            ])?;
         let submission_id = tx.last_insert_rowid();
         insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
         pipeline::insert_waits(&tx, submission_id, edges)?;
@@ -688,11 +691,11 @@ impl Store {
         };
         let mut members = Vec::with_capacity(tasks.len());
         {
-            let mut ins = tx.prepare(
-                "INSERT INTO chains (submission_id, array_task, state, created_at, updated_at) VALUES (?1, ?2, 'active', ?3, ?3)",
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO chains (submission_id, owner_uid, array_task, state, created_at, updated_at) VALUES (?1, ?2, ?3, 'active', ?4, ?4)",
             )?;
             for t in tasks {
-                ins.execute(params![submission_id, t, now])?;
+                ins.execute(params![submission_id, new.owner_uid, t, now])?;
                 members.push((tx.last_insert_rowid(), 1u32, RetryPlan::default()));
             }
         }
@@ -719,10 +722,10 @@ impl Store {
         unpromised: bool,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO launches (submission_id, tag, argv, state, created_at, unpromised) VALUES (?1, '', '[]', 'intent', ?2, ?3)",
-            params![submission_id, now, unpromised],
-        )?;
+        )?
+        .execute(params![submission_id, now, unpromised])?;
         let id = tx.last_insert_rowid();
         let first = members
             .first()
@@ -730,11 +733,9 @@ impl Store {
             .unwrap_or_default();
         let tag = format!("ssv-{instance}-L{id}-{first}");
         let argv = argv_for_tag(&tag);
-        tx.execute(
-            "UPDATE launches SET tag = ?2, argv = ?3 WHERE id = ?1",
-            params![id, tag, json(&argv)],
-        )?;
-        let mut ins = tx.prepare(
+        tx.prepare_cached("UPDATE launches SET tag = ?2, argv = ?3 WHERE id = ?1")?
+            .execute(params![id, tag, json(&argv)])?;
+        let mut ins = tx.prepare_cached(
             "INSERT INTO attempts (chain_id, n, launch_id, state, plan) VALUES (?1, ?2, ?3, 'launching', ?4)",
         )?;
         for (chain, n, plan) in members {
@@ -790,23 +791,23 @@ impl Store {
     /// under `job_id_task`) and their chains active.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
         let tx = self.conn.savepoint()?;
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
-            params![launch_id, job_id, now],
-        )?;
+        )?
+        .execute(params![launch_id, job_id, now])?;
         for (chain, n, task) in launch_members(&tx, launch_id)? {
             let jid = match task {
                 Some(t) => format!("{job_id}_{t}"),
                 None => job_id.to_string(),
             };
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
-                params![chain, n, jid, now, job_id],
-            )?;
-            tx.execute(
+            )?
+            .execute(params![chain, n, jid, now, job_id])?;
+            tx.prepare_cached(
                 "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
-                params![chain, now],
-            )?;
+            )?
+            .execute(params![chain, now])?;
         }
         pipeline::note_rewire(&tx, launch_id, now)?;
         tx.commit()?;
@@ -1063,8 +1064,7 @@ impl Store {
         Ok(self
             .conn
             .prepare_cached(&format!(
-                "SELECT COUNT(*) FROM chains
-                 WHERE state IN ({}) AND submission_id IN (SELECT id FROM submissions WHERE owner_uid = ?1)",
+                "SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
                 open_states()
             ))?
             .query_row([owner_uid], |r| r.get(0))?)

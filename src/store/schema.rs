@@ -213,4 +213,14 @@ ALTER TABLE chains ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
 UPDATE chains SET pending_since = updated_at WHERE state = 'pending_failed';
 CREATE INDEX chains_pending_since ON chains(pending_since) WHERE state = 'pending_failed';
 "#,
+    // 7: a chain's owner beside its state, so the per-user limit on unfinished chains
+    // (counted at every submit) reads only that user's unfinished chains in a partial
+    // index, not every submission of theirs and each of its chains. The index's list of
+    // states is `open_states()` in store/mod.rs, word for word (SQLite uses a partial index
+    // only for a query that repeats its WHERE; a unit test checks the plan).
+    r#"
+ALTER TABLE chains ADD COLUMN owner_uid INTEGER;
+UPDATE chains SET owner_uid = (SELECT owner_uid FROM submissions WHERE submissions.id = chains.submission_id);
+CREATE INDEX chains_open_by_owner ON chains(owner_uid) WHERE state IN ('active', 'ready', 'pending_failed');
+"#,
 ];

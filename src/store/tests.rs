@@ -411,3 +411,71 @@ fn notifications_are_queued_with_the_state_change() {
     assert_eq!(kinds, ["reminder", "expired", "failed"]);
     assert!(s.chains_to_expire(10_000).unwrap().is_empty());
 }
+
+#[test]
+fn open_chains_are_counted_per_owner_from_the_partial_index() {
+    let mut s = Store::in_memory().unwrap();
+    s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    let bob = NewSubmission {
+        owner_uid: 2000,
+        user: "bob".into(),
+        ..sub(None)
+    };
+    s.create_submission(&bob, 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 3);
+    assert_eq!(s.open_chains_of(2000).unwrap(), 1);
+    assert_eq!(s.open_chains_of(3000).unwrap(), 0);
+    s.conn
+        .execute("UPDATE chains SET state = 'completed' WHERE id = 1", [])
+        .unwrap();
+    s.conn
+        .execute(
+            "UPDATE chains SET state = 'pending_failed' WHERE id = 2",
+            [],
+        )
+        .unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 2);
+    // The count reads the partial index only: the query repeats its WHERE word for word.
+    let plan: Vec<String> = s
+        .conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
+            open_states()
+        ))
+        .unwrap()
+        .query_map([1000], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|p| p.contains("chains_open_by_owner")),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn the_owner_migration_fills_in_the_owners_of_existing_chains() {
+    let conn = Connection::open_in_memory().unwrap();
+    // The store as it was just before the migration that added `chains.owner_uid`.
+    let before = schema::MIGRATIONS
+        .iter()
+        .position(|m| m.contains("chains_open_by_owner"))
+        .unwrap();
+    for sql in &schema::MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
+             VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[]', '/tmp', '[]', 5, 1);
+         INSERT INTO chains (submission_id, state, created_at, updated_at)
+             VALUES (1, 'active', 1, 1), (1, 'pending_failed', 1, 1), (1, 'completed', 1, 1), (2, 'ready', 1, 1);",
+    )
+    .unwrap();
+    let s = Store::init(conn).unwrap();
+    assert_eq!(s.open_chains_of(1000).unwrap(), 2);
+    assert_eq!(s.open_chains_of(2000).unwrap(), 1);
+}

@@ -15,7 +15,7 @@ use crate::store::{AttemptEnd, StoreError, Submission};
 use futures_util::stream::{self, StreamExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tracing::{error, warn};
+use tracing::{error, warn, Instrument};
 
 /// How long reading a job's stdout/stderr tail may take.
 const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -87,12 +87,13 @@ impl<S: Slurm> Engine<S> {
         self.store.begin_batch()?;
         for f in batch {
             let job = f.attempt.slurm_job_id.clone().unwrap_or_default();
+            let _span = super::attempt_span(f.attempt.chain_id, &job).entered();
             match self.requeues_then_ending(f, t) {
                 Ok(None) => {}
                 // One ending that cannot be recorded (its operation rolled back to its
                 // savepoint) holds up only itself: the next poll finds it again.
                 Err(e) if !e.is_corruption() => {
-                    error!(job = %job, "cannot record what happened to the job: {e}; it is looked at again next cycle");
+                    error!("cannot record what happened to the job: {e}; it is looked at again next cycle");
                 }
                 Ok(Some(e)) => {
                     let job_row = e.run.iter().find(|r| !r.is_step());
@@ -126,10 +127,11 @@ impl<S: Slurm> Engine<S> {
                 stdout_tail,
                 requeued_by_slurm: false,
             };
+            let _span = super::attempt_span(e.found.attempt.chain_id, &obs.job_id).entered();
             match self.record_ending(&e.found, obs, e.sub.max_retries, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
-                    error!(job = %e.found.attempt.slurm_job_id.as_deref().unwrap_or_default(), "cannot record the job's ending: {err}; it is judged again next cycle");
+                    error!("cannot record the job's ending: {err}; it is judged again next cycle");
                 }
                 Err(err) => {
                     result = Err(err);
@@ -152,19 +154,20 @@ impl<S: Slurm> Engine<S> {
         let reads = endings.iter().map(|e| {
             let (config, sub, run) = (self.config.clone(), e.sub.clone(), e.run.clone());
             let job = e.found.attempt.slurm_job_id.clone().unwrap_or_default();
+            let span = super::attempt_span(e.found.attempt.chain_id, &job);
             async move {
-                let j = job.clone();
                 let read = tokio::task::spawn_blocking(move || {
-                    crate::daemon::evidence::output_tails(&config, &sub, &j, &run)
+                    crate::daemon::evidence::output_tails(&config, &sub, &job, &run)
                 });
                 match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await {
                     Ok(Ok(tails)) => tails,
                     _ => {
-                        warn!(job = %job, "the job's output files could not be read in time; judging without them");
+                        warn!("the job's output files could not be read in time; judging without them");
                         (None, None)
                     }
                 }
             }
+            .instrument(span)
         });
         stream::iter(reads)
             .buffered(TAIL_READS_AT_ONCE)
@@ -223,7 +226,7 @@ impl<S: Slurm> Engine<S> {
             if !recorded {
                 return Ok(None);
             }
-            log_transition(a.chain_id, &jid, &tr);
+            log_transition(&tr);
         }
         let Some(last) = ours.last() else {
             return Ok(None);
@@ -277,11 +280,10 @@ impl<S: Slurm> Engine<S> {
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
-        let jid = obs.job_id.clone();
         let v = match classify::classify(&obs, &self.config.rules) {
             Ok(v) => v,
             Err(e) => {
-                warn!(job = %jid, "cannot classify: {e}");
+                warn!("cannot classify: {e}");
                 return Ok(());
             }
         };
@@ -363,7 +365,7 @@ impl<S: Slurm> Engine<S> {
             t,
         )?;
         if recorded {
-            log_transition(a.chain_id, &jid, &tr);
+            log_transition(&tr);
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::policy::{self, Event};
 use crate::slurm::Slurm;
 use crate::store::StoreError;
 use std::collections::{BTreeMap, HashSet};
-use tracing::{error, info};
+use tracing::{error, info, Instrument};
 
 impl<S: Slurm> Engine<S> {
     /// Launches due retries outside a poll cycle (after a resolution): interrupted
@@ -114,7 +114,10 @@ impl<S: Slurm> Engine<S> {
             });
             return Ok(None);
         }
-        let outcome = sbatch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await;
+        let outcome = sbatch::sbatch(&self.slurm, &self.config.state_dir, l, sub)
+            .instrument(super::launch_span(l))
+            .await;
+        let _span = super::launch_span(l).entered();
         self.record_launch(l, &outcome, t, false)?;
         Ok(Some(outcome))
     }
@@ -133,7 +136,8 @@ impl<S: Slurm> Engine<S> {
             LaunchOutcome::Submitted(job) => {
                 crate::failpoint::hit("after-sbatch");
                 self.store.launch_submitted(l.id, job, t)?;
-                info!(job = %job, tag = %l.tag, "submitted");
+                tracing::Span::current().record("job", tracing::field::display(job));
+                info!("submitted");
             }
             LaunchOutcome::Unknown(e) => {
                 self.slurm_down("sbatch", e);
@@ -153,6 +157,7 @@ impl<S: Slurm> Engine<S> {
     /// Records what a retry's sbatch beside the loop answered, as `run_launch` would have.
     pub fn land(&mut self, f: &Flight, outcome: LaunchOutcome) -> Result<(), StoreError> {
         self.end_flight(f.launch.id);
+        let _span = super::launch_span(&f.launch).entered();
         let t = now();
         self.record_launch(&f.launch, &outcome, t, false)?;
         if let LaunchOutcome::Refused { code, stderr } = outcome {
@@ -192,7 +197,8 @@ impl<S: Slurm> Engine<S> {
         self.store.relaunch_refused(l.id, error, t, |chain| {
             let tr = policy::transition(chain, event, config, &ctx)
                 .expect("an escalation applies to any chain");
-            log_transition(chain.id, &l.tag, &tr);
+            let _span = super::chain_span(chain.id).entered();
+            log_transition(&tr);
             tr
         })
     }
@@ -210,7 +216,8 @@ impl<S: Slurm> Engine<S> {
                 continue;
             }
             let tr = self.decide(&chain, Event::RetryUnprepared { error }, &ctx);
-            log_transition(c, "", &tr);
+            let _span = super::chain_span(c).entered();
+            log_transition(&tr);
             items.push((c, tr));
         }
         self.store.decide_chains(&items, t)?;

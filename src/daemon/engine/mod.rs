@@ -276,10 +276,7 @@ impl<S: Slurm> Engine<S> {
         ctx: &policy::Context,
     ) -> Transition {
         policy::transition(chain, event, &self.config, ctx).unwrap_or_else(|r| {
-            error!(
-                chain = chain.id,
-                "an event the loop saw does not apply to the chain ({r}); leaving it as it is"
-            );
+            error!("an event the loop saw does not apply to the chain ({r}); leaving it as it is");
             Transition {
                 from: chain.state,
                 update: policy::ChainUpdate {
@@ -310,7 +307,7 @@ impl<S: Slurm> Engine<S> {
                 .map(crate::store::chain_label)
                 .collect();
             if !deps.is_empty() {
-                warn!(chain = chain_id, dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
+                warn!(dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
             }
             tr.set_dependents(deps);
         }
@@ -318,15 +315,34 @@ impl<S: Slurm> Engine<S> {
     }
 }
 
-/// One log line for a decision: what was decided about which chain, and why.
-fn log_transition(chain: i64, job: &str, tr: &Transition) {
+/// One log line for a decision: what was decided, and why. Which chain and job it is
+/// about comes from the span it is logged in ([`attempt_span`], [`chain_span`]).
+fn log_transition(tr: &Transition) {
     match &tr.record {
         Some(r) if r.class == crate::model::RecoveryClass::R1 => {
-            info!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+            info!(class = %r.class, action = %r.action, "{}", r.reason)
         }
         Some(r) => {
-            warn!(chain, job = %job, class = %r.class, action = %r.action, "{}", r.reason)
+            warn!(class = %r.class, action = %r.action, "{}", r.reason)
         }
-        None => info!(chain, job = %job, "completed"),
+        None => info!("completed"),
     }
+}
+
+/// The span of the work on one attempt (judging its ending, noticing it is lost): every
+/// line logged in it carries the chain (`c7`) and the Slurm job id, as fields (journal
+/// fields `CHAIN` and `JOB` under systemd).
+pub fn attempt_span(chain: i64, job: &str) -> tracing::Span {
+    tracing::info_span!("attempt", chain = %crate::store::chain_label(chain), job = %job)
+}
+
+/// The span of the work on one chain outside an attempt (an escalation, a resolution).
+pub fn chain_span(chain: i64) -> tracing::Span {
+    tracing::info_span!("chain", chain = %crate::store::chain_label(chain))
+}
+
+/// The span of one launch (one sbatch, for one chain or an array's chains): its tag, and
+/// the job id once sbatch answered with one.
+pub fn launch_span(l: &crate::store::Launch) -> tracing::Span {
+    tracing::info_span!("launch", tag = %l.tag, job = tracing::field::Empty)
 }

@@ -222,7 +222,7 @@ impl<S: Slurm> Engine<S> {
                     cause,
                 };
                 let tr = self.decide(&chain, event, &ctx);
-                log_transition(c, &row.job_id, &tr);
+                super::attempt_span(c, &row.job_id).in_scope(|| log_transition(&tr));
                 out.push((c, tr));
             }
             return Ok(out);
@@ -237,7 +237,7 @@ impl<S: Slurm> Engine<S> {
                 to,
             };
             let tr = self.decide(&chain, event, &ctx);
-            log_transition(*up, &row.job_id, &tr);
+            super::attempt_span(*up, &row.job_id).in_scope(|| log_transition(&tr));
             out.push((*up, tr));
         }
         Ok(out)
@@ -351,7 +351,7 @@ impl<S: Slurm> Engine<S> {
         }
         for p in plans.iter().filter(|p| !unreachable.contains(&p.owner)) {
             for (c, tr) in &p.items {
-                log_transition(*c, "", tr);
+                super::chain_span(*c).in_scope(|| log_transition(tr));
             }
             self.store.settle_gates(p.sub, p.open, &p.items, t)?;
         }
@@ -391,7 +391,7 @@ impl<S: Slurm> Engine<S> {
                 job: None,
             };
             let tr = self.decide(&chain, event, &policy::Context::at(t));
-            log_transition(c, "", &tr);
+            super::chain_span(c).in_scope(|| log_transition(&tr));
             items.push((c, tr));
         }
         self.store.decide_chains(&items, t)?;

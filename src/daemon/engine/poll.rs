@@ -33,7 +33,11 @@ impl<S: Slurm> Engine<S> {
             }
         };
         for e in &sq.errors {
-            error!(line = e.line_no, job = ?e.job_id, "squeue printed a row that cannot be read, ignoring it: {} ({:?})", e.message, e.line);
+            let _span = row_span(e).entered();
+            error!(
+                "squeue printed a row that cannot be read, ignoring it: {} ({:?})",
+                e.message, e.line
+            );
         }
         // A job's absence from squeue means something only when squeue's whole answer
         // could be read (see `watch_missing`).
@@ -92,7 +96,8 @@ impl<S: Slurm> Engine<S> {
             .map(job_part)
             .collect();
         for e in &sa.errors {
-            error!(line = e.line_no, job = ?e.job_id, "sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
+            let _span = row_span(e).entered();
+            error!("sacct printed a row that cannot be read: {} ({:?}); that job is not judged this cycle", e.message, e.line);
         }
         complete &= sa.errors.is_empty();
         if !complete {
@@ -118,7 +123,8 @@ impl<S: Slurm> Engine<S> {
                 self.watch_missing(&a, t)?;
             }
             let Some(job_runs) = runs.get(&jid) else {
-                debug!(job = %jid, "sacct has no record of the job yet; asking again next cycle");
+                let _span = super::attempt_span(a.chain_id, &jid).entered();
+                debug!("sacct has no record of the job yet; asking again next cycle");
                 continue;
             };
             self.backlog.push_back(Found {
@@ -139,6 +145,7 @@ impl<S: Slurm> Engine<S> {
             return Ok(());
         }
         let job = a.slurm_job_id.clone().unwrap_or_default();
+        let _span = super::attempt_span(a.chain_id, &job).entered();
         let Some(chain) = self.store.chain(a.chain_id)? else {
             return Ok(());
         };
@@ -147,10 +154,19 @@ impl<S: Slurm> Engine<S> {
             missing_since: since,
         };
         let tr = self.decide(&chain, event, &policy::Context::at(t));
-        log_transition(a.chain_id, &job, &tr);
+        log_transition(&tr);
         self.store.attempt_lost(a.chain_id, a.n, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
+    }
+}
+
+/// The span of a line of Slurm's output that cannot be read: its line number, and the job
+/// it seems to be about.
+fn row_span(e: &crate::slurm::parse::RowError) -> tracing::Span {
+    match &e.job_id {
+        Some(job) => tracing::error_span!("row", line = e.line_no, job = %job),
+        None => tracing::error_span!("row", line = e.line_no),
     }
 }
 

@@ -45,8 +45,11 @@ impl<S: Slurm> Engine<S> {
                 }
             };
             for (l, sub) in launches {
+                // Not entered across the sbatch below: `run_launch` has its own.
+                let span = super::launch_span(&l);
                 if let Some(job) = found.get(&l.tag) {
-                    info!(tag = %l.tag, job = %job, "found the job of an interrupted launch in slurm; adopting it, not submitting again");
+                    span.record("job", tracing::field::display(job));
+                    span.in_scope(|| info!("found the job of an interrupted launch in slurm; adopting it, not submitting again"));
                     self.store.launch_submitted(l.id, job, t)?;
                     continue;
                 }
@@ -54,7 +57,7 @@ impl<S: Slurm> Engine<S> {
                 // (the daemon stopped, or the answer was a failure) is not submitted now:
                 // the user may already have submitted it again.
                 if l.unpromised {
-                    info!(tag = %l.tag, "an interrupted first submission is not in slurm; its client was not told it would be submitted, so it is dropped");
+                    span.in_scope(|| info!("an interrupted first submission is not in slurm; its client was not told it would be submitted, so it is dropped"));
                     self.store.discard_submission(l.id)?;
                     continue;
                 }
@@ -68,13 +71,13 @@ impl<S: Slurm> Engine<S> {
                         last_error: l.error.as_deref(),
                         argv: &l.argv,
                     };
-                    self.escalate_launch(&l, "unconfirmed", event, t)?;
+                    span.in_scope(|| self.escalate_launch(&l, "unconfirmed", event, t))?;
                     continue;
                 }
                 if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
                     continue;
                 }
-                info!(tag = %l.tag, "an interrupted launch is not in slurm; submitting it now");
+                span.in_scope(|| info!("an interrupted launch is not in slurm; submitting it now"));
                 match self.run_launch(&l, &sub, t).await? {
                     None | Some(LaunchOutcome::Submitted(_) | LaunchOutcome::Unknown(_)) => {}
                     // Left as an intent, it would be tried again every cycle.

@@ -19,6 +19,24 @@ use crate::slurm::Slurm;
 
 pub use submit::{begin_submit, finish_submit, PendingSubmit};
 
+/// The span of one control request handled on the loop: its `cmd`, the caller's uid, the
+/// chain or job it names as given (`subject`), and the `chain` and `job` a submit made once
+/// they are known. (Not `target`: the journal has a `TARGET` field, the code's module.)
+pub fn span(request: &Request, uid: u32) -> tracing::Span {
+    let span = tracing::info_span!(
+        "request",
+        cmd = %request.cmd(),
+        uid,
+        subject = tracing::field::Empty,
+        chain = tracing::field::Empty,
+        job = tracing::field::Empty,
+    );
+    if let Some(t) = request.subject() {
+        span.record("subject", t);
+    }
+    span
+}
+
 /// Handles one request to completion (reads too), as the in-process tests drive it. The
 /// daemon's loop uses `begin_submit`/`finish_submit` for submits instead.
 pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {

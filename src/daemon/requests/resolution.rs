@@ -114,7 +114,9 @@ pub(super) fn commit<S: Slurm>(
 ) -> Result<Vec<String>, Response> {
     let mut ready = Vec::with_capacity(items.len());
     for (c, tr) in items {
-        ready.push((c, engine.with_dependents(c, tr)?));
+        let with =
+            super::super::engine::chain_span(c).in_scope(|| engine.with_dependents(c, tr))?;
+        ready.push((c, with));
     }
     if let Some(c) = engine.store_mut().decide_chains(&ready, t)? {
         return Err(Response::error(

@@ -26,6 +26,8 @@ pub struct PendingSubmit {
     pub sub: Submission,
     pub uid: u32,
     pub t: i64,
+    /// The request's span (see `requests::span`), entered again when the answer is made.
+    pub span: tracing::Span,
 }
 
 pub(super) async fn submit<S: Slurm>(
@@ -33,7 +35,7 @@ pub(super) async fn submit<S: Slurm>(
     r: SubmitRequest,
     uid: u32,
 ) -> Response {
-    let p = match begin_submit(engine, r, uid) {
+    let p = match begin_submit(engine, r, uid, tracing::Span::current()) {
         Ok(p) => p,
         Err(e) => return e,
     };
@@ -106,6 +108,7 @@ pub fn begin_submit<S: Slurm>(
     engine: &mut Engine<S>,
     r: SubmitRequest,
     uid: u32,
+    span: tracing::Span,
 ) -> Result<PendingSubmit, Response> {
     let limits = engine.config().limits.clone();
     check_request(&r)?;
@@ -229,6 +232,7 @@ pub fn begin_submit<S: Slurm>(
         sub,
         uid,
         t,
+        span,
     })
 }
 
@@ -247,7 +251,8 @@ pub fn finish_submit<S: Slurm>(
             if let Err(e) = engine.record_launch(l, &LaunchOutcome::Submitted(job.clone()), p.t, false) {
                 // The job exists and carries its tag; the launch stays an intent, and
                 // reconciliation finds the job and adopts it once the store takes writes.
-                tracing::error!(job = %job, tag = %l.tag, "submitted, but cannot record it yet: {e}; it is adopted by its tag once the store takes writes again");
+                p.span.record("job", tracing::field::display(&job));
+                tracing::error!(tag = %l.tag, "submitted, but cannot record it yet: {e}; it is adopted by its tag once the store takes writes again");
                 return Response::answer(&SubmitAnswer {
                     job_id: job,
                     chains: Vec::new(),
@@ -260,6 +265,9 @@ pub fn finish_submit<S: Slurm>(
                 .into_iter()
                 .map(chain_label)
                 .collect();
+            if let [chain] = chains.as_slice() {
+                p.span.record("chain", tracing::field::display(chain));
+            }
             Response::answer(&SubmitAnswer {
                 job_id: job,
                 chains,
