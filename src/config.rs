@@ -212,6 +212,7 @@ struct RawRetry {
     backoff_multiplier: f64,
     backoff_max: Dur,
     backoff_jitter: f64,
+    restartable: bool,
 }
 
 impl Default for RawRetry {
@@ -223,6 +224,7 @@ impl Default for RawRetry {
             backoff_multiplier: 2.0,
             backoff_max: Dur(Duration::from_secs(600)),
             backoff_jitter: 0.2,
+            restartable: false,
         }
     }
 }
@@ -449,6 +451,9 @@ pub struct RetryConfig {
     pub backoff_max: Duration,
     /// Fraction of the delay added or removed at random, so retries do not arrive together.
     pub backoff_jitter: f64,
+    /// Every submission may be rerun after some of its srun steps completed (as if
+    /// submitted with `--restartable`); false escalates such a partial execution.
+    pub restartable: bool,
 }
 
 /// Resource escalation factors and caps.
@@ -752,6 +757,7 @@ impl Config {
                 backoff_multiplier: raw.retry.backoff_multiplier,
                 backoff_max: raw.retry.backoff_max.0,
                 backoff_jitter: raw.retry.backoff_jitter,
+                restartable: raw.retry.restartable,
             },
             escalation: EscalationConfig {
                 mem_factor: e.mem_factor,

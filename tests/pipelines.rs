@@ -53,6 +53,7 @@ impl Pipe {
             env: Vec::new(),
             script: None,
             max_retries: None,
+            restartable: false,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
             Response::Ok(v) => Ok(v["job_id"].as_str().unwrap().to_string()),

@@ -55,6 +55,76 @@ fn oom_is_retried_with_more_memory_and_completes() {
     );
 }
 
+/// srun step 0 completes, step 1 is killed for memory (docs/slurm-observed.md (k)).
+const TWO_STEPS: &str = "set -e\nsrun true\nsrun python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+
+#[test]
+fn a_partial_execution_waits_for_a_decision() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("steps.sh", TWO_STEPS);
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-partial", "steps.sh"]);
+    d.wait_state(&job, "pending_failed", 3 * MIN);
+    let pending = d.json(&["pending", "--json"]);
+    let p = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["slurm_job_id"] == job.as_str())
+        .expect("listed in pending")
+        .clone();
+    assert_eq!(p["last_classification"], "oom", "{p:#}");
+    assert_eq!(
+        p["evidence"]["completed_steps"],
+        serde_json::json!([format!("{job}.0")]),
+        "{p:#}"
+    );
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (
+            ds[0]["class"].as_str(),
+            ds[0]["action"].as_str(),
+            ds[0]["reason_code"].as_str()
+        ),
+        (Some("R2"), Some("escalate"), Some("partial_execution")),
+        "{h:#}"
+    );
+    assert!(
+        ds[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("{job}.0")),
+        "{h:#}"
+    );
+}
+
+#[test]
+fn a_restartable_partial_execution_is_retried_with_more_memory() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("steps.sh", TWO_STEPS);
+    let job = d.submit_with(
+        &["--restartable"],
+        &["--mem=100M", "--job-name=ssv-restartable", "steps.sh"],
+    );
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["mem"], "100M");
+    assert_eq!(a[1]["slurm_state"], "COMPLETED");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (ds[0]["class"].as_str(), ds[0]["reason_code"].as_str()),
+        (Some("R1"), Some("retry")),
+        "{h:#}"
+    );
+}
+
 #[test]
 fn timeout_is_retried_with_a_longer_limit() {
     require_slurm();

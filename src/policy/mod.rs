@@ -40,6 +40,10 @@ pub struct ChainHistory {
     /// classification of the failure they resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_retry_of: Option<Classification>,
+    /// The submission said a rerun of its script is safe even after some of its srun steps
+    /// completed (`submit --restartable`, else `retry.restartable`).
+    #[serde(default)]
+    pub restartable: bool,
 }
 
 impl ChainHistory {

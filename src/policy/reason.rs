@@ -50,6 +50,12 @@ pub enum Reason {
         used: u32,
         budget: u32,
     },
+    /// srun steps completed before the failure and the submission did not say a rerun is
+    /// safe (`--restartable`): an automatic retry would repeat them.
+    PartialExecution {
+        verdict: String,
+        completed_steps: Vec<String>,
+    },
     /// The chain's retry budget is spent.
     ChainBudgetSpent {
         verdict: String,
@@ -146,6 +152,7 @@ impl Reason {
             Reason::BreakerOpen { .. } => "breaker_open",
             Reason::ClassBudgetSpent { .. } => "class_budget_spent",
             Reason::ChainBudgetSpent { .. } => "chain_budget_spent",
+            Reason::PartialExecution { .. } => "partial_execution",
             Reason::MemoryUnknown { .. } => "memory_unknown",
             Reason::MemoryAtCap { .. } => "memory_at_cap",
             Reason::TimeLimitUnknown { .. } => "time_limit_unknown",
@@ -230,6 +237,14 @@ impl fmt::Display for Reason {
             Reason::ChainBudgetSpent { verdict, used, max } => write!(
                 f,
                 "{verdict}: the chain's retry budget is spent ({used} of {max} used)"
+            ),
+            Reason::PartialExecution {
+                verdict,
+                completed_steps,
+            } => write!(
+                f,
+                "{verdict}: srun step(s) {} completed before the job ended, so running the script again would repeat them; not retried automatically (submit with --restartable if a rerun is safe)",
+                completed_steps.join(", ")
             ),
             Reason::MemoryUnknown { verdict } => write!(
                 f,

@@ -60,6 +60,7 @@ fn verdict(c: Classification) -> Verdict {
         timelimit_secs: Some(60),
         elapsed_secs: Some(87),
         partition: "debug".into(),
+        completed_steps: Vec::new(),
     }
 }
 
@@ -339,6 +340,87 @@ fn an_agents_retry_that_fails_the_same_way_goes_back_to_the_agent() {
         &ctx(None, 0),
     );
     assert_eq!(d.action, Action::Resubmit);
+}
+
+#[test]
+fn a_partial_execution_is_not_retried_unless_restartable() {
+    // From real rows: srun step 0 completed, step 1 was killed for memory.
+    let rows = crate::slurm::parse::parse_sacct(
+        "5|5|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|\n\
+         5.batch|5.batch|OUT_OF_MEMORY|0:125|n1|1024K|||||\n\
+         5.0|5.0|COMPLETED|0:0|n1|1024K|||||\n\
+         5.1|5.1|OUT_OF_MEMORY|0:125|n1|204800K|||||\n",
+    );
+    let v = crate::classify::classify(
+        &crate::classify::Observation {
+            job_id: "5".into(),
+            rows: rows.rows,
+            stderr_tail: None,
+            stdout_tail: None,
+            requeued_by_slurm: false,
+        },
+        &[],
+    )
+    .unwrap();
+    assert_eq!(v.classification, Classification::Oom);
+    assert_eq!(v.completed_steps, vec!["5.0".to_string()]);
+    for c in [
+        Classification::Oom,
+        Classification::Timeout,
+        Classification::NodeFail,
+        Classification::Transient,
+    ] {
+        let pv = Verdict {
+            completed_steps: vec!["5.0".into(), "5.1".into()],
+            ..verdict(c)
+        };
+        let d = decide(&pv, &history(), &cfg(), &ctx(None, 0));
+        assert_eq!(
+            (d.class, d.action, d.next_state),
+            (
+                Some(RecoveryClass::R2),
+                Action::Escalate,
+                ChainState::PendingFailed
+            ),
+            "{c}"
+        );
+        let Some(r @ Reason::PartialExecution { .. }) = d.reason else {
+            panic!("{c}: {:?}", d.reason)
+        };
+        assert!(r.to_string().contains("5.0, 5.1"), "{r}");
+        // Restartable (the submission's flag or the config's default): retried as usual.
+        let h = ChainHistory {
+            restartable: true,
+            ..history()
+        };
+        assert_eq!(
+            decide(&pv, &h, &cfg(), &ctx(None, 0)).action,
+            Action::Resubmit,
+            "{c}"
+        );
+    }
+    // A requeue by Slurm itself is watched whatever the steps did: not ours to stop.
+    let pv = Verdict {
+        completed_steps: vec!["5.0".into()],
+        ..verdict(Classification::Preempted)
+    };
+    let t = transition(
+        &chain(ChainState::Active),
+        Event::Requeued { verdict: &pv },
+        &cfg(),
+        &ctx(None, 0),
+    )
+    .unwrap();
+    assert_eq!(t.action(), Action::Watch);
+    // A permanent error stays permanent, an ambiguous one goes to the agent as before.
+    let pv = Verdict {
+        completed_steps: vec!["5.0".into()],
+        ..verdict(Classification::Permanent)
+    };
+    assert_eq!(
+        decide(&pv, &history(), &cfg(), &ctx(None, 0)).action,
+        Action::Fail
+    );
 }
 
 #[test]
@@ -655,6 +737,10 @@ fn every_reason_name_is_documented() {
             used: h.resubmits,
             max: h.max_retries,
         },
+        Reason::PartialExecution {
+            verdict: v.reason.clone(),
+            completed_steps: vec!["5.0".into()],
+        },
         Reason::MemoryUnknown {
             verdict: v.reason.clone(),
         },
@@ -739,6 +825,7 @@ fn every_reason_name_is_documented() {
             | Reason::BreakerOpen { .. }
             | Reason::ClassBudgetSpent { .. }
             | Reason::ChainBudgetSpent { .. }
+            | Reason::PartialExecution { .. }
             | Reason::MemoryUnknown { .. }
             | Reason::MemoryAtCap { .. }
             | Reason::TimeLimitUnknown { .. }
@@ -767,5 +854,5 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 28, "one of each variant");
+    assert_eq!(reasons.len(), 29, "one of each variant");
 }

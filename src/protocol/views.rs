@@ -175,6 +175,9 @@ pub struct Evidence {
     pub stdout_tail: Option<String>,
     /// `None` when the last observation has no job row.
     pub usage: Option<Usage>,
+    /// The last attempt's srun steps that COMPLETED before it failed (a partial
+    /// execution: a rerun would repeat them); empty when none did.
+    pub completed_steps: Vec<String>,
     /// The last attempt's nodes.
     pub nodes: Option<String>,
     pub attempts: Vec<AttemptView>,

@@ -103,6 +103,8 @@ pub struct Submission {
     pub script_name: Option<String>,
     pub script: Option<Vec<u8>>,
     pub max_retries: u32,
+    /// `submit --restartable`: a rerun is safe even after srun steps completed.
+    pub restartable: bool,
     pub created_at: i64,
 }
 
@@ -215,6 +217,8 @@ pub struct NewSubmission {
     pub script_name: Option<String>,
     pub script: Option<Vec<u8>>,
     pub max_retries: u32,
+    /// `submit --restartable`: a rerun is safe even after srun steps completed.
+    pub restartable: bool,
     /// Array task ids, or `None` for a plain job.
     pub array_tasks: Option<Vec<u32>>,
 }
@@ -607,8 +611,8 @@ impl Store {
     ) -> Result<Launch> {
         let tx = self.conn.savepoint()?;
         tx.execute(
-            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 new.owner_uid,
                 new.user,
@@ -618,7 +622,8 @@ impl Store {
                 new.script_name,
                 new.script,
                 new.max_retries,
-                now
+                now,
+                new.restartable
             ],
         )?;
         let submission_id = tx.last_insert_rowid();
@@ -883,7 +888,7 @@ impl Store {
 
     pub fn submission(&self, id: i64) -> Result<Submission> {
         let raw = self.conn.query_row(
-            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at FROM submissions WHERE id = ?1",
+            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable FROM submissions WHERE id = ?1",
             [id],
             |r| {
                 Ok((
@@ -897,6 +902,7 @@ impl Store {
                     r.get::<_, Option<Vec<u8>>>(7)?,
                     r.get::<_, u32>(8)?,
                     r.get::<_, i64>(9)?,
+                    r.get::<_, bool>(10)?,
                 ))
             },
         )?;
@@ -910,6 +916,7 @@ impl Store {
             script_name: raw.6,
             script: raw.7,
             max_retries: raw.8,
+            restartable: raw.10,
             created_at: raw.9,
         })
     }

@@ -185,4 +185,9 @@ CREATE TABLE rewires (
     created_at INTEGER NOT NULL
 );
 "#,
+    // 6: the submission said a rerun of its script is safe even after some of its srun
+    // steps completed (`supervisorctl submit --restartable`).
+    r#"
+ALTER TABLE submissions ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;
+"#,
 ];

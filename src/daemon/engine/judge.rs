@@ -126,7 +126,7 @@ impl<S: Slurm> Engine<S> {
                 stdout_tail,
                 requeued_by_slurm: false,
             };
-            match self.record_ending(&e.found, obs, e.sub.max_retries, t) {
+            match self.record_ending(&e.found, obs, &e.sub, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!(job = %e.found.attempt.slurm_job_id.as_deref().unwrap_or_default(), "cannot record the job's ending: {err}; it is judged again next cycle");
@@ -245,7 +245,7 @@ impl<S: Slurm> Engine<S> {
         &mut self,
         f: &Found,
         obs: Observation,
-        max_retries: u32,
+        sub: &Submission,
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
@@ -265,7 +265,8 @@ impl<S: Slurm> Engine<S> {
         let history = ChainHistory {
             resubmits: by_class.values().sum(),
             resubmits_by_class: by_class,
-            max_retries,
+            max_retries: sub.max_retries,
+            restartable: sub.restartable || self.config.retry.restartable,
             plan: a.plan.clone(),
             agent_retry_of: self
                 .store
