@@ -126,6 +126,69 @@ fn a_restartable_partial_execution_is_retried_with_more_memory() {
 }
 
 #[test]
+fn in_place_an_oom_job_completes_under_one_job_id_with_more_memory() {
+    require_slurm();
+    let d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
+    d.write_script(
+        "oom.sh",
+        "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
+    );
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace", "oom.sh"]);
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[1]["slurm_job_id"], job.as_str(), "{h:#}");
+    assert_eq!(
+        (a[0]["in_place"].as_bool(), a[1]["in_place"].as_bool()),
+        (Some(false), Some(true)),
+        "{h:#}"
+    );
+    assert_eq!(a[1]["slurm_state"], "COMPLETED", "{h:#}");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (
+            ds[0]["class"].as_str(),
+            ds[0]["classification"].as_str(),
+            ds[0]["action"].as_str()
+        ),
+        (Some("R1"), Some("oom"), Some("resubmit"))
+    );
+    // One job id, two runs in Slurm's accounting: the requeued one, then the one that completed.
+    let rows = run(
+        "sacct",
+        &[
+            "-D",
+            "-X",
+            "-P",
+            "--noheader",
+            "--format=JobID,State,ReqMem",
+            "-j",
+            &job,
+        ],
+    );
+    let runs: Vec<&str> = rows.lines().collect();
+    assert_eq!(runs.len(), 2, "{rows}");
+    assert!(
+        runs[0].starts_with(&format!("{job}|REQUEUED|100M")),
+        "{rows}"
+    );
+    assert!(runs[1].starts_with(&format!("{job}|COMPLETED|")), "{rows}");
+    let mem2: u64 = runs[1]
+        .rsplit('|')
+        .next()
+        .unwrap()
+        .trim_end_matches('M')
+        .parse()
+        .unwrap();
+    assert!(mem2 >= 200, "{rows}");
+}
+
+#[test]
 fn timeout_is_retried_with_a_longer_limit() {
     require_slurm();
     let d = Daemon::start("");

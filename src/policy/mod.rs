@@ -161,6 +161,9 @@ pub enum Event<'a> {
         upstream_state: ChainState,
         job: Option<&'a str>,
     },
+    /// The ended job of a `ready` chain could not be requeued in place (`retry.in_place`):
+    /// Slurm refused a step, or it was undone.
+    InPlaceRefused { job: &'a str, error: &'a str },
 }
 
 /// Whether a held job's gates let it go: `Some(true)` when every upstream has ended for
@@ -242,6 +245,10 @@ pub enum Inputs {
         /// (upstream chain, earlier job, new job)
         #[serde(skip_serializing_if = "Vec::is_empty")]
         rewired: Vec<(String, String, String)>,
+    },
+    InPlace {
+        job: String,
+        error: String,
     },
     None {},
 }
@@ -606,6 +613,38 @@ pub fn transition(
                 missing_since,
             },
         ),
+        Event::InPlaceRefused { job, error } => Transition {
+            from,
+            // The retry goes ahead as a resubmission, now.
+            update: ChainUpdate {
+                state: from,
+                last_classification: None,
+                plan: None,
+                not_before: Some(ctx.now),
+            },
+            record: Some(Record {
+                classification: chain
+                    .last_classification
+                    .unwrap_or(Classification::Ambiguous),
+                class: RecoveryClass::R1,
+                // Not a second resubmission: the one already decided is carried out by
+                // sbatch instead (budgets count `resubmit` records).
+                action: Action::None,
+                reason: Reason::InPlaceRefused {
+                    job: job.to_string(),
+                    error: error.to_string(),
+                },
+                inputs: Inputs::InPlace {
+                    job: job.to_string(),
+                    error: error.to_string(),
+                },
+                resolves_latest: false,
+                actor: SUPERVISOR.into(),
+                infra_failure: false,
+                failed_nodes: None,
+            }),
+            effects: Vec::new(),
+        },
     };
     Ok(Transition { from, ..t })
 }

@@ -137,6 +137,8 @@ pub enum Reason {
         verdict: String,
         upstreams: Vec<String>,
     },
+    /// The retry could not requeue the ended job in place: it is resubmitted instead.
+    InPlaceRefused { job: String, error: String },
 }
 
 impl Reason {
@@ -172,6 +174,7 @@ impl Reason {
             Reason::Released { .. } => "released",
             Reason::DependencyNeverSatisfied { .. } => "dependency_never_satisfied",
             Reason::KilledForDependency { .. } => "killed_for_dependency",
+            Reason::InPlaceRefused { .. } => "in_place_refused",
         }
     }
 }
@@ -321,6 +324,10 @@ impl fmt::Display for Reason {
                 f,
                 "could not confirm whether sbatch created the job of launch {tag} (last error: {}); not resubmitting blindly",
                 last_error.as_deref().unwrap_or("the daemon stopped during sbatch")
+            ),
+            Reason::InPlaceRefused { job, error } => write!(
+                f,
+                "job {job} could not be requeued in place ({error}); resubmitting it as a new job instead"
             ),
             Reason::JobLost { job, missing_secs } => write!(
                 f,

@@ -424,6 +424,38 @@ fn a_partial_execution_is_not_retried_unless_restartable() {
 }
 
 #[test]
+fn a_refused_in_place_requeue_is_recorded_and_resubmitted_now() {
+    let mut c = chain(ChainState::Ready);
+    c.last_classification = Some(Classification::Oom);
+    c.not_before = Some(10);
+    let t = transition(
+        &c,
+        Event::InPlaceRefused {
+            job: "42",
+            error: "scontrol was refused (exit code 1): Access/permission denied for job 42",
+        },
+        &cfg(),
+        &ctx(None, 20),
+    )
+    .unwrap();
+    assert_eq!(t.from, ChainState::Ready);
+    assert_eq!(t.update.state, ChainState::Ready);
+    assert_eq!(t.update.not_before, Some(20));
+    assert_eq!(t.update.plan, None, "the plan decided before stays");
+    let r = t.record.unwrap();
+    // Not a second resubmission (budgets count those): the decided one goes ahead by sbatch.
+    assert_eq!(
+        (r.class, r.action, r.classification),
+        (RecoveryClass::R1, Action::None, Classification::Oom)
+    );
+    assert_eq!(r.reason.code(), "in_place_refused");
+    assert_eq!(
+        r.reason.to_string(),
+        "job 42 could not be requeued in place (scontrol was refused (exit code 1): Access/permission denied for job 42); resubmitting it as a new job instead"
+    );
+}
+
+#[test]
 fn quarantine_needs_repeats_and_decays() {
     let c = cfg(); // threshold 2 within 1h, kept 2h after the latest failure
     let f = |v: &[(&str, i64)]| {
@@ -812,6 +844,10 @@ fn every_reason_name_is_documented() {
             verdict: v.reason.clone(),
             upstreams: Vec::new(),
         },
+        Reason::InPlaceRefused {
+            job: String::new(),
+            error: String::new(),
+        },
     ]);
     for r in &reasons {
         // A new variant must be added above: this match has no fallback.
@@ -844,7 +880,8 @@ fn every_reason_name_is_documented() {
             | Reason::PlainJobRewired { .. }
             | Reason::Released { .. }
             | Reason::DependencyNeverSatisfied { .. }
-            | Reason::KilledForDependency { .. } => {}
+            | Reason::KilledForDependency { .. }
+            | Reason::InPlaceRefused { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -854,5 +891,5 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 29, "one of each variant");
+    assert_eq!(reasons.len(), 30, "one of each variant");
 }

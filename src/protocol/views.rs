@@ -85,6 +85,9 @@ pub struct AttemptView {
     pub excluded_nodes: Vec<String>,
     /// Times Slurm requeued it itself.
     pub requeues: u32,
+    /// The job of the attempt before, requeued in place under the same id.
+    #[serde(default)]
+    pub in_place: bool,
     /// The tag in the job's comment.
     pub tag: String,
     pub submitted_at: Option<i64>,

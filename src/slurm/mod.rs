@@ -153,4 +153,16 @@ pub trait Slurm {
     ) -> Result<(), SlurmError>;
     /// `scontrol release <jobs>`: lets held jobs be scheduled (as `run_as`, when given).
     async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;
+    /// `scontrol requeuehold J` (as `run_as`): a job that ended, still known to
+    /// slurmctld, goes back to the queue under the same id, held.
+    async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError>;
+    /// `scontrol update JobId=J <fields>` (as `run_as`), e.g. `MinMemoryNode=400` (a
+    /// number in MB: `400M` is refused), `TimeLimit=01:00:00`, `ExcNodeList=n1`,
+    /// `Partition=p`.
+    async fn update_job(
+        &self,
+        job_id: &str,
+        fields: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError>;
 }

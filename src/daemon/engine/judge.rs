@@ -184,7 +184,11 @@ impl<S: Slurm> Engine<S> {
             run.iter()
                 .any(|r| !r.is_step() && r.comment.contains(&a.tag))
         };
-        let ours: Vec<Vec<SacctRow>> = if f.runs.iter().any(|r| tagged(&r)) {
+        // An attempt requeued in place shares its job id (and comment) with the attempts
+        // before it: its runs are those after theirs.
+        let ours: Vec<Vec<SacctRow>> = if a.in_place {
+            f.runs.iter().skip(a.first_run as usize).cloned().collect()
+        } else if f.runs.iter().any(|r| tagged(&r)) {
             f.runs.iter().filter(tagged).cloned().collect()
         } else {
             f.runs.clone()

@@ -13,6 +13,7 @@ mod launch;
 mod pipeline;
 mod poll;
 mod reconcile;
+mod requeue;
 
 use super::sbatch::{self, LaunchOutcome};
 use crate::config::Config;

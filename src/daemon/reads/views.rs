@@ -158,6 +158,7 @@ fn attempt_view(a: &Attempt) -> AttemptView {
             .or_else(|| a.plan.time_secs.map(crate::slurm::parse::format_time_limit)),
         excluded_nodes: a.plan.exclude.clone(),
         requeues: a.restarts,
+        in_place: a.in_place,
         tag: a.tag.clone(),
         submitted_at: a.submitted_at,
         ended_at: a.ended_at,
