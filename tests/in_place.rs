@@ -158,6 +158,16 @@ fn a_refused_change_falls_back_to_sbatch_and_says_why() {
             "{}",
             d[1].reason
         );
+        // The note is passed over where the chain's latest decision matters (an agent's
+        // retry stays the agent's).
+        assert_eq!(
+            h.engine
+                .store()
+                .last_decision(h.chain().id)
+                .unwrap()
+                .map(|x| x.id),
+            Some(d[0].id)
+        );
         // The budget counted one resubmission, not two.
         assert_eq!(
             h.engine.store().resubmits_by_class(h.chain().id).unwrap(),

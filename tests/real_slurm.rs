@@ -773,3 +773,55 @@ fn aftercorr_tasks_follow_their_own_retried_counterpart() {
         "task 2 started at {start}, before its counterpart's retry ended at {up2_end}"
     );
 }
+
+#[test]
+fn in_place_a_kill_between_requeuehold_and_release_does_not_leave_the_job_held() {
+    require_slurm();
+    let mut d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    d.write_script(
+        "oom.sh",
+        "sleep 3\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
+    );
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace-kill", "oom.sh"]);
+    // Re-arm the daemon to die right after scontrol requeuehold, before update and release.
+    d.kill();
+    d.extra_env = vec![(
+        "SLURM_SUPERVISOR_FAILPOINT".into(),
+        "after-requeuehold".into(),
+    )];
+    d.spawn();
+    d.wait_dead(3 * MIN);
+    let held = run("squeue", &["-h", "--states=all", "-j", &job, "-o", "%T|%r"]);
+    assert!(held.contains("held"), "{held}");
+    d.extra_env.clear();
+    d.spawn();
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[1]["slurm_job_id"], job.as_str(), "{h:#}");
+    assert_eq!(decisions(&h).len(), 1, "{h:#}");
+    let rows = run(
+        "sacct",
+        &[
+            "-D",
+            "-X",
+            "-P",
+            "--noheader",
+            "--format=JobID,State,ReqMem",
+            "-j",
+            &job,
+        ],
+    );
+    let runs: Vec<&str> = rows.lines().collect();
+    assert_eq!(runs.len(), 2, "{rows}");
+    assert!(runs[1].starts_with(&format!("{job}|COMPLETED|")), "{rows}");
+    assert!(
+        d.log()
+            .contains("finishing an interrupted in-place requeue"),
+        "{}",
+        d.log()
+    );
+}

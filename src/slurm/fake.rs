@@ -548,7 +548,10 @@ impl FakeSlurm {
             job_id_raw: j.raw_id.clone(),
             state: j.state,
             reason: match j.state {
-                JobState::Pending if j.held => "job requeued in held state".into(),
+                JobState::Pending if j.held && !j.requeued_runs.is_empty() => {
+                    "job requeued in held state".into()
+                }
+                JobState::Pending if j.held => "JobHeldUser".into(),
                 JobState::Pending if !j.requeued_runs.is_empty() => "BeginTime".into(),
                 JobState::Pending => "Priority".into(),
                 _ => "None".into(),

@@ -1482,12 +1482,14 @@ impl Store {
         .collect()
     }
 
-    /// The latest decision of a chain, if any.
+    /// The latest decision of a chain, if any. A note that an in-place requeue was refused
+    /// (`in_place_refused`) only says how the decision before it is carried out, so it is
+    /// passed over: an agent's retry stays the agent's.
     pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
         let raw = self
             .conn
             .query_row(
-                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id DESC LIMIT 1"),
+                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 AND reason_code IS NOT 'in_place_refused' ORDER BY id DESC LIMIT 1"),
                 [chain_id],
                 decision_from,
             )
