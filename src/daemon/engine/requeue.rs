@@ -1,7 +1,9 @@
 //! In-place retries (`[retry] in_place`): instead of a new sbatch, the ended job of a
 //! ready chain is requeued under its own id, as its owner: `scontrol requeuehold`, then
-//! `scontrol update` with the retry's resources, then `scontrol release`. Its job id, its
-//! dependents and its accounting history stay one.
+//! `scontrol update` with the retry's resources, then `scontrol release`. Its job id and its
+//! accounting history stay one. (A job waiting on it that Slurm marked
+//! `DependencyNeverSatisfied` when it failed is not re-armed by the requeue: see
+//! docs/design.md.)
 //!
 //! Exactly once: the intent (a launch with `requeue_of`, and the chain's next attempt,
 //! `launching`) is recorded before the first scontrol. A daemon that dies in between
