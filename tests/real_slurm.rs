@@ -825,3 +825,40 @@ fn in_place_a_kill_between_requeuehold_and_release_does_not_leave_the_job_held()
         d.log()
     );
 }
+
+#[test]
+fn in_place_jobs_waiting_on_the_requeued_job_run_after_it() {
+    require_slurm();
+    let d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    d.write_script("oom.sh", OOM_ONCE);
+    d.write_script("down.sh", "echo down");
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-inplace-up", "oom.sh"]);
+    let after = format!("--dependency=afterok:{up}");
+    let down = d.submit(&[&after, "--job-name=ssv-inplace-down", "down.sh"]);
+    let plain = plain_sbatch(&d, &[&after, "--job-name=ssv-inplace-plain", "--wrap=true"]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    let h = d.history(&up);
+    assert_eq!(attempts(&h)[1]["slurm_job_id"], up.as_str(), "{h:#}");
+    // Slurm left both marked failed; the rewiring set their dependency again.
+    d.wait_state(&down, "completed", 3 * MIN);
+    wait_for("the plain job to complete", 3 * MIN, || {
+        sacct_field(&plain, "State") == "COMPLETED"
+    });
+    let hd = d.history(&down);
+    assert!(reason_codes(&hd).contains(&"rewired".into()), "{hd:#}");
+    let hu = d.history(&up);
+    assert!(
+        reason_codes(&hu).contains(&"plain_job_rewired".into()),
+        "{hu:#}"
+    );
+    let up_end = last_end(&d, &up);
+    for j in [&down, &plain] {
+        let start = sacct_field(j, "Start");
+        assert!(
+            start >= up_end,
+            "{j} started at {start}, before {up} ended at {up_end}"
+        );
+    }
+}

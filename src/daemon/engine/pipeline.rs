@@ -28,6 +28,30 @@ enum Set {
     SlurmDown,
 }
 
+/// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
+/// job id is the same, but Slurm does not re-check a dependency it marked failed
+/// (`afterok:J(failed)` stays `DependencyNeverSatisfied` after J is requeued and
+/// completes; docs/slurm-observed.md (l)). Setting the same expression again re-arms it.
+/// Only for a target whose chain's latest job is that very job and that is still open.
+fn rearm(
+    row: &PendingRow,
+    expr: &Expr,
+    facts: &dependency::Facts,
+) -> Option<(PendingRow, String, Vec<dependency::Rewiring>)> {
+    let mut changes = Vec::new();
+    for (_, t) in expr.targets() {
+        if !row.dependency.contains(&format!("{}(failed)", t.job)) {
+            continue;
+        }
+        for u in facts.get(&t.job).into_iter().flatten() {
+            if u.latest_job.as_deref() == Some(t.job.as_str()) && u.state.is_open() {
+                changes.push((u.chain, t.job.clone(), t.job.clone()));
+            }
+        }
+    }
+    (!changes.is_empty()).then(|| (row.clone(), expr.to_string(), changes))
+}
+
 impl<S: Slurm> Engine<S> {
     /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
     /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
@@ -124,6 +148,11 @@ impl<S: Slurm> Engine<S> {
         };
         let id = JobId::parse(&row.job_id).ok();
         let whole = dependency::rewire(&expr, &facts, id.as_ref().and_then(|j| j.task()));
+        if whole.is_none() {
+            if let Some(again) = rearm(row, &expr, &facts) {
+                return Ok(vec![again]);
+            }
+        }
         let tasks = id
             .as_ref()
             .and_then(|j| j.pending_tasks())
@@ -400,5 +429,46 @@ impl<S: Slurm> Engine<S> {
         }
         self.store.decide_chains(&items, t)?;
         Ok(items.into_iter().map(|(c, _)| c).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dependency::Upstream;
+
+    fn row(dependency: &str) -> PendingRow {
+        PendingRow {
+            job_id: "57".into(),
+            job_id_raw: "57".into(),
+            user: "alice".into(),
+            dependency: dependency.into(),
+        }
+    }
+
+    /// A job waiting on 56, requeued in place (its chain's latest job is still 56), as
+    /// squeue showed it on 22.05 and 24.11: set again, unchanged. Not while the upstream
+    /// chain is not open, nor when Slurm does not mark it failed.
+    #[test]
+    fn a_dependency_on_a_job_requeued_in_place_is_set_again() {
+        let facts = |state| {
+            dependency::Facts::from([(
+                "56".to_string(),
+                vec![Upstream {
+                    chain: 3,
+                    state,
+                    latest_job: Some("56".into()),
+                }],
+            )])
+        };
+        let r = row("afterok:56(failed)");
+        let expr = Expr::parse(&r.dependency).unwrap();
+        let (_, new, changes) = rearm(&r, &expr, &facts(ChainState::Active)).unwrap();
+        assert_eq!(new, "afterok:56");
+        assert_eq!(changes, vec![(3, "56".to_string(), "56".to_string())]);
+        assert!(rearm(&r, &expr, &facts(ChainState::Failed)).is_none());
+        let r = row("afterok:56(unfulfilled)");
+        let expr = Expr::parse(&r.dependency).unwrap();
+        assert!(rearm(&r, &expr, &facts(ChainState::Active)).is_none());
     }
 }

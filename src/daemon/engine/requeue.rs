@@ -2,8 +2,8 @@
 //! ready chain is requeued under its own id, as its owner: `scontrol requeuehold`, then
 //! `scontrol update` with the retry's resources, then `scontrol release`. Its job id and its
 //! accounting history stay one. (A job waiting on it that Slurm marked
-//! `DependencyNeverSatisfied` when it failed is not re-armed by the requeue: see
-//! docs/design.md.)
+//! `DependencyNeverSatisfied` when it failed is not re-armed by the requeue itself; the
+//! rewiring after the launch sets its dependency again: `pipeline::rearm`.)
 //!
 //! Exactly once: the intent (a launch with `requeue_of`, and the chain's next attempt,
 //! `launching`) is recorded before the first scontrol. A daemon that dies in between
