@@ -870,6 +870,7 @@ fn submission(i: usize) -> NewSubmission {
                 .to_vec(),
         ),
         max_retries: 5,
+        restartable: false,
         array_tasks: None,
     }
 }

@@ -259,6 +259,7 @@ fn submission(i: usize) -> NewSubmission {
                 .to_vec(),
         ),
         max_retries: 5,
+        restartable: false,
         array_tasks: None,
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::config::Rule;
 use crate::model::Classification;
+use crate::slurm::jobid::{JobId, StepKind};
 use crate::slurm::types::{JobState, SacctRow};
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +59,11 @@ pub struct Verdict {
     pub timelimit_secs: Option<u64>,
     pub elapsed_secs: Option<u64>,
     pub partition: String,
+    /// The srun steps (`123.0`, `123_4.1`) that COMPLETED in a run that did not
+    /// complete: running the script again would repeat what they did (see
+    /// [`completed_steps`]). Empty for a success, and for a job with only its batch step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completed_steps: Vec<String>,
 }
 
 /// Why an observation could not be classified. Nothing is decided from it.
@@ -67,6 +73,26 @@ pub enum ClassifyError {
     NoJobRow(String),
     #[error("job {job} is still {state} in sacct; it has not ended")]
     NotEnded { job: String, state: JobState },
+}
+
+/// The srun steps of a run that COMPLETED, in step order: numbered steps (`123.0`,
+/// `123_4.1`, `123.0+1`), never `batch`, `extern` or `interactive`. In a run that failed
+/// (or was killed for memory or time), these had finished their work before the ending, so
+/// a rerun of the script would do it again: a *partial execution*.
+pub fn completed_steps(rows: &[SacctRow]) -> Vec<String> {
+    let mut steps: Vec<(u32, &str)> = rows
+        .iter()
+        .filter(|r| r.state == JobState::Completed)
+        .filter_map(|r| {
+            let id = JobId::parse(&r.job_id).ok()?;
+            match id.step()?.kind {
+                StepKind::Numbered(n) => Some((n, r.job_id.as_str())),
+                _ => None,
+            }
+        })
+        .collect();
+    steps.sort();
+    steps.into_iter().map(|(_, id)| id.to_string()).collect()
 }
 
 /// Classifies one ended run. `rules` are the config's failure rules, first match wins.
@@ -100,6 +126,11 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         timelimit_secs: job.timelimit_secs,
         elapsed_secs: job.elapsed_secs,
         partition: job.partition.clone(),
+        completed_steps: if classification == Classification::Completed {
+            Vec::new()
+        } else {
+            completed_steps(&obs.rows)
+        },
     };
 
     // A run that Slurm requeued itself is classified by how it ended; the caller keeps
@@ -335,6 +366,34 @@ slurmstepd-n1: error: Exceeded job memory limit
         assert_eq!(
             classify(&o, &rules).unwrap().classification,
             Classification::NodeFail
+        );
+    }
+
+    /// docs/slurm-observed.md (k): srun step 0 completed, step 1 killed for memory, on
+    /// 22.05 and 24.11 alike; with and without `set -e` in the script.
+    #[test]
+    fn completed_srun_steps_are_named() {
+        let stderr = "slurmstepd-n1: error: StepId=878.1 exceeded memory limit (170913792 > 104857600), being killed\nslurmstepd-n1: error: Exceeded job memory limit\nsrun: error: n1: task 0: Killed\n";
+        for (job, sacct) in [
+            ("878", "878|878|FAILED|9:0|n1||100M|00:30:00|00:00:01|debug|\n878.batch|878.batch|FAILED|9:0|n1|12072K|||00:00:01||\n878.0|878.0|COMPLETED|0:0|n1||||00:00:00||\n878.1|878.1|CANCELLED by 0|0:9|n1|166908K|||00:00:01||\n"),
+            ("877", "877|877|COMPLETED|0:0|n1||200M|00:30:00|00:00:02|debug|\n877.batch|877.batch|COMPLETED|0:0|n1|12060K|||00:00:02||\n877.0|877.0|COMPLETED|0:0|n1||||00:00:00||\n877.1|877.1|CANCELLED by 0|0:9|n1|269372K|||00:00:02||\n"),
+        ] {
+            let v = classify(&obs(job, sacct, Some(stderr)), &rules()).unwrap();
+            assert_eq!(v.classification, Classification::Oom, "{job}");
+            assert_eq!(v.completed_steps, vec![format!("{job}.0")], "{job}");
+        }
+        // Only the batch (and extern) step: not partial. A success: nothing to repeat.
+        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n3.extern|3.extern|COMPLETED|0:0|n1|1024K|||||\n", Some("Exceeded job memory limit"));
+        assert!(classify(&o, &[]).unwrap().completed_steps.is_empty());
+        let o = obs("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n1.batch|1.batch|COMPLETED|0:0|n1|1024K|||||\n1.0|1.0|COMPLETED|0:0|n1|1024K|||||\n", None);
+        assert!(classify(&o, &[]).unwrap().completed_steps.is_empty());
+        // Array task steps and step order (10 after 2), a timeout of the batch step.
+        let o = obs("14_3", "14_3|17|TIMEOUT|0:0|n2||100M|00:01:00|00:01:05|debug|\n14_3.batch|17.batch|CANCELLED|0:15|n2|1024K|||||\n14_3.10|17.10|COMPLETED|0:0|n2|1024K|||||\n14_3.2|17.2|COMPLETED|0:0|n2|1024K|||||\n14_3.11|17.11|CANCELLED|0:15|n2|1024K|||||\n", None);
+        let v = classify(&o, &[]).unwrap();
+        assert_eq!(v.classification, Classification::Timeout);
+        assert_eq!(
+            v.completed_steps,
+            vec!["14_3.2".to_string(), "14_3.10".into()]
         );
     }
 

@@ -212,6 +212,8 @@ struct RawRetry {
     backoff_multiplier: f64,
     backoff_max: Dur,
     backoff_jitter: f64,
+    restartable: bool,
+    in_place: bool,
 }
 
 impl Default for RawRetry {
@@ -223,6 +225,8 @@ impl Default for RawRetry {
             backoff_multiplier: 2.0,
             backoff_max: Dur(Duration::from_secs(600)),
             backoff_jitter: 0.2,
+            restartable: false,
+            in_place: false,
         }
     }
 }
@@ -506,6 +510,13 @@ pub struct RetryConfig {
     pub backoff_max: Duration,
     /// Fraction of the delay added or removed at random, so retries do not arrive together.
     pub backoff_jitter: f64,
+    /// Every submission may be rerun after some of its srun steps completed (as if
+    /// submitted with `--restartable`); false escalates such a partial execution.
+    pub restartable: bool,
+    /// A retry of a job (not an array task) requeues the ended job under its own id
+    /// (`scontrol requeuehold`, `update`, `release`, as the owner) instead of a new sbatch,
+    /// falling back to sbatch when Slurm refuses.
+    pub in_place: bool,
 }
 
 /// Resource escalation factors and caps.
@@ -864,6 +875,8 @@ impl Config {
                 backoff_multiplier: raw.retry.backoff_multiplier,
                 backoff_max: raw.retry.backoff_max.0,
                 backoff_jitter: raw.retry.backoff_jitter,
+                restartable: raw.retry.restartable,
+                in_place: raw.retry.in_place,
             },
             escalation: EscalationConfig {
                 mem_factor: e.mem_factor,

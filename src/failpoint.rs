@@ -3,6 +3,7 @@
 //! `SLURM_SUPERVISOR_FAILPOINT=<name>` makes the process kill itself with SIGKILL the
 //! first time it reaches that point: no destructor, no flush, as a power cut would.
 //! Unset (always, outside tests), a failpoint costs one environment lookup.
+//! Points: `after-intent`, `before-sbatch`, `after-sbatch`, `after-requeuehold`.
 
 /// Dies here if the environment names this failpoint.
 pub fn hit(name: &str) {

@@ -66,6 +66,10 @@ pub struct SubmitRequest {
     #[serde(default, with = "script_bytes")]
     pub script: Option<Vec<u8>>,
     pub max_retries: Option<u32>,
+    /// A rerun of the script is safe even after some of its srun steps completed
+    /// (`submit --restartable`); false leaves it to the config's `retry.restartable`.
+    #[serde(default)]
+    pub restartable: bool,
 }
 
 // What to do with a `pending_failed` chain: the one type behind the control request,

@@ -900,7 +900,7 @@ pub fn check_overrides(cmd: &SbatchCommand, o: &Overrides) -> Result<(), ArgsErr
 
 /// `existing` (a Slurm node list such as `n1,n[3-4]`) with `new` names appended, skipping
 /// names already present. Commas inside brackets belong to a hostlist range, not the list.
-fn merge_node_lists(existing: Option<&str>, new: &[String]) -> String {
+pub fn merge_node_lists(existing: Option<&str>, new: &[String]) -> String {
     let mut names: Vec<String> = Vec::new();
     let mut push = |n: &str| {
         if !n.is_empty() && !names.iter().any(|m| m == n) {

@@ -58,6 +58,7 @@ impl Burst {
                 env: Vec::new(),
                 script: None,
                 max_retries: None,
+                restartable: false,
             };
             match requests::handle(&mut engine, Request::Submit(req), uid).await {
                 Response::Ok(v) => jobs.push(v["job_id"].as_str().unwrap().to_string()),

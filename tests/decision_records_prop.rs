@@ -324,6 +324,7 @@ impl Harness {
             env: Vec::new(),
             script: Some(SCRIPT.to_vec()),
             max_retries: None,
+            restartable: false,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
             Response::Ok(_) => Ok(()),

@@ -53,6 +53,7 @@ impl Pipe {
             env: Vec::new(),
             script: None,
             max_retries: None,
+            restartable: false,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
             Response::Ok(v) => Ok(v["job_id"].as_str().unwrap().to_string()),
@@ -368,6 +369,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         env: Vec::new(),
         script: None,
         max_retries: None,
+        restartable: false,
     };
     let pend = requests::begin_submit(&mut p.engine, req, p.uid, tracing::Span::none()).unwrap();
     p.engine.start_flight(pend.launch.id, p.uid);

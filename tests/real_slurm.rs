@@ -55,6 +55,139 @@ fn oom_is_retried_with_more_memory_and_completes() {
     );
 }
 
+/// srun step 0 completes, step 1 is killed for memory (docs/slurm-observed.md (k)).
+const TWO_STEPS: &str = "set -e\nsrun true\nsrun python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+
+#[test]
+fn a_partial_execution_waits_for_a_decision() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("steps.sh", TWO_STEPS);
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-partial", "steps.sh"]);
+    d.wait_state(&job, "pending_failed", 3 * MIN);
+    let pending = d.json(&["pending", "--json"]);
+    let p = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["slurm_job_id"] == job.as_str())
+        .expect("listed in pending")
+        .clone();
+    assert_eq!(p["last_classification"], "oom", "{p:#}");
+    assert_eq!(
+        p["evidence"]["completed_steps"],
+        serde_json::json!([format!("{job}.0")]),
+        "{p:#}"
+    );
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (
+            ds[0]["class"].as_str(),
+            ds[0]["action"].as_str(),
+            ds[0]["reason_code"].as_str()
+        ),
+        (Some("R2"), Some("escalate"), Some("partial_execution")),
+        "{h:#}"
+    );
+    assert!(
+        ds[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("{job}.0")),
+        "{h:#}"
+    );
+}
+
+#[test]
+fn a_restartable_partial_execution_is_retried_with_more_memory() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("steps.sh", TWO_STEPS);
+    let job = d.submit_with(
+        &["--restartable"],
+        &["--mem=100M", "--job-name=ssv-restartable", "steps.sh"],
+    );
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[0]["mem"], "100M");
+    assert_eq!(a[1]["slurm_state"], "COMPLETED");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (ds[0]["class"].as_str(), ds[0]["reason_code"].as_str()),
+        (Some("R1"), Some("retry")),
+        "{h:#}"
+    );
+}
+
+#[test]
+fn in_place_an_oom_job_completes_under_one_job_id_with_more_memory() {
+    require_slurm();
+    let d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
+    d.write_script(
+        "oom.sh",
+        "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
+    );
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace", "oom.sh"]);
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[1]["slurm_job_id"], job.as_str(), "{h:#}");
+    assert_eq!(
+        (a[0]["in_place"].as_bool(), a[1]["in_place"].as_bool()),
+        (Some(false), Some(true)),
+        "{h:#}"
+    );
+    assert_eq!(a[1]["slurm_state"], "COMPLETED", "{h:#}");
+    let ds = decisions(&h);
+    assert_eq!(ds.len(), 1, "{h:#}");
+    assert_eq!(
+        (
+            ds[0]["class"].as_str(),
+            ds[0]["classification"].as_str(),
+            ds[0]["action"].as_str()
+        ),
+        (Some("R1"), Some("oom"), Some("resubmit"))
+    );
+    // One job id, two runs in Slurm's accounting: the requeued one, then the one that completed.
+    let rows = run(
+        "sacct",
+        &[
+            "-D",
+            "-X",
+            "-P",
+            "--noheader",
+            "--format=JobID,State,ReqMem",
+            "-j",
+            &job,
+        ],
+    );
+    let runs: Vec<&str> = rows.lines().collect();
+    assert_eq!(runs.len(), 2, "{rows}");
+    assert!(
+        runs[0].starts_with(&format!("{job}|REQUEUED|100M")),
+        "{rows}"
+    );
+    assert!(runs[1].starts_with(&format!("{job}|COMPLETED|")), "{rows}");
+    let mem2: u64 = runs[1]
+        .rsplit('|')
+        .next()
+        .unwrap()
+        .trim_end_matches('M')
+        .parse()
+        .unwrap();
+    assert!(mem2 >= 200, "{rows}");
+}
+
 #[test]
 fn timeout_is_retried_with_a_longer_limit() {
     require_slurm();
@@ -664,4 +797,93 @@ fn aftercorr_tasks_follow_their_own_retried_counterpart() {
         start >= up2_end,
         "task 2 started at {start}, before its counterpart's retry ended at {up2_end}"
     );
+}
+
+#[test]
+fn in_place_a_kill_between_requeuehold_and_release_does_not_leave_the_job_held() {
+    require_slurm();
+    let mut d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    d.write_script(
+        "oom.sh",
+        "sleep 3\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
+    );
+    let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace-kill", "oom.sh"]);
+    // Re-arm the daemon to die right after scontrol requeuehold, before update and release.
+    d.kill();
+    d.extra_env = vec![(
+        "SLURM_SUPERVISOR_FAILPOINT".into(),
+        "after-requeuehold".into(),
+    )];
+    d.spawn();
+    d.wait_dead(3 * MIN);
+    let held = run("squeue", &["-h", "--states=all", "-j", &job, "-o", "%T|%r"]);
+    assert!(held.contains("held"), "{held}");
+    d.extra_env.clear();
+    d.spawn();
+    d.wait_state(&job, "completed", 4 * MIN);
+    let h = d.history(&job);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(a[1]["slurm_job_id"], job.as_str(), "{h:#}");
+    assert_eq!(decisions(&h).len(), 1, "{h:#}");
+    let rows = run(
+        "sacct",
+        &[
+            "-D",
+            "-X",
+            "-P",
+            "--noheader",
+            "--format=JobID,State,ReqMem",
+            "-j",
+            &job,
+        ],
+    );
+    let runs: Vec<&str> = rows.lines().collect();
+    assert_eq!(runs.len(), 2, "{rows}");
+    assert!(runs[1].starts_with(&format!("{job}|COMPLETED|")), "{rows}");
+    assert!(
+        d.log()
+            .contains("finishing an interrupted in-place requeue"),
+        "{}",
+        d.log()
+    );
+}
+
+#[test]
+fn in_place_jobs_waiting_on_the_requeued_job_run_after_it() {
+    require_slurm();
+    let d = Daemon::start(
+        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+    );
+    d.write_script("oom.sh", OOM_ONCE);
+    d.write_script("down.sh", "echo down");
+    let up = d.submit(&["--mem=100M", "--job-name=ssv-inplace-up", "oom.sh"]);
+    let after = format!("--dependency=afterok:{up}");
+    let down = d.submit(&[&after, "--job-name=ssv-inplace-down", "down.sh"]);
+    let plain = plain_sbatch(&d, &[&after, "--job-name=ssv-inplace-plain", "--wrap=true"]);
+    d.wait_state(&up, "completed", 4 * MIN);
+    let h = d.history(&up);
+    assert_eq!(attempts(&h)[1]["slurm_job_id"], up.as_str(), "{h:#}");
+    // Slurm left both marked failed; the rewiring set their dependency again.
+    d.wait_state(&down, "completed", 3 * MIN);
+    wait_for("the plain job to complete", 3 * MIN, || {
+        sacct_field(&plain, "State") == "COMPLETED"
+    });
+    let hd = d.history(&down);
+    assert!(reason_codes(&hd).contains(&"rewired".into()), "{hd:#}");
+    let hu = d.history(&up);
+    assert!(
+        reason_codes(&hu).contains(&"plain_job_rewired".into()),
+        "{hu:#}"
+    );
+    let up_end = last_end(&d, &up);
+    for j in [&down, &plain] {
+        let start = sacct_field(j, "Start");
+        assert!(
+            start >= up_end,
+            "{j} started at {start}, before {up} ended at {up_end}"
+        );
+    }
 }

@@ -59,6 +59,11 @@ pub enum Command {
         /// Cap on automatic resubmissions of this work (default: the config's retry.max_retries).
         #[arg(long)]
         max_retries: Option<u32>,
+        /// Running the script again is safe even after some of its srun steps completed:
+        /// such a failure is retried automatically instead of waiting for a decision
+        /// (default: the config's retry.restartable).
+        #[arg(long)]
+        restartable: bool,
         /// sbatch options, then the script and its arguments (after `--`). Any bytes but
         /// NUL are carried exactly, as sbatch takes them.
         #[arg(last = true, required = true, allow_hyphen_values = true, value_parser = clap::value_parser!(std::ffi::OsString))]
@@ -168,6 +173,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
 fn submit_request(
     sbatch: &[std::ffi::OsString],
     max_retries: Option<u32>,
+    restartable: bool,
     config: &Config,
 ) -> Result<SubmitRequest, String> {
     use crate::osbytes::{escape, from_os, to_path};
@@ -211,6 +217,7 @@ fn submit_request(
         env,
         script,
         max_retries,
+        restartable,
     })
 }
 
@@ -249,7 +256,8 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Submit {
             ref sbatch,
             max_retries,
-        } => match submit_request(sbatch, max_retries, &config) {
+            restartable,
+        } => match submit_request(sbatch, max_retries, restartable, &config) {
             Ok(r) => Request::Submit(r),
             Err(e) => {
                 eprintln!("supervisorctl: {e}");

@@ -86,9 +86,14 @@ pub fn history_text(h: &ChainHistory) -> String {
     for a in &h.attempts {
         let _ = writeln!(
             out,
-            "  #{} job {}  {} exit {}  nodes {}  mem {}  time {}  submitted {}",
+            "  #{} job {}{}  {} exit {}  nodes {}  mem {}  time {}  submitted {}",
             a.n,
             s(a.slurm_job_id.as_ref()),
+            if a.in_place {
+                " (requeued in place)"
+            } else {
+                ""
+            },
             s(a.slurm_state.as_ref()),
             s(a.exit_code.as_ref()),
             s(a.nodes.as_ref()),

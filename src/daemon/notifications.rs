@@ -265,7 +265,8 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
     let mut order = Vec::new();
     for n in due {
         let Some(kind) = Kind::parse(&n.kind) else {
-            warn!(chain = n.chain_id, kind = %n.kind, "a notification of an unknown kind is dropped");
+            crate::daemon::engine::chain_span(n.chain_id)
+                .in_scope(|| warn!(kind = %n.kind, "a notification of an unknown kind is dropped"));
             nothing.push(n.id);
             continue;
         };
@@ -288,7 +289,8 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
             Ok(o) => o,
             Err(e) => {
                 // Nothing is run as root for an account that is gone.
-                warn!(chain = n.chain_id, "notification not sent: {e}");
+                crate::daemon::engine::chain_span(n.chain_id)
+                    .in_scope(|| warn!("notification not sent: {e}"));
                 nothing.push(n.id);
                 continue;
             }
@@ -378,7 +380,9 @@ fn describe(
     let to = match opt("mail-user") {
         Some(u) if notification::valid_recipient(&u) => u,
         Some(u) => {
-            warn!(chain = chain.id, mail_user = ?u, "--mail-user is not a usable address; mailing the owner instead");
+            crate::daemon::engine::chain_span(chain.id).in_scope(|| {
+                warn!(mail_user = ?u, "--mail-user is not a usable address; mailing the owner instead")
+            });
             sub.user.clone()
         }
         None => sub.user.clone(),
@@ -422,7 +426,15 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
             })
             .collect();
         if failed.is_empty() {
-            info!(chain = %o.chain, kind = o.kind.as_str(), mail = o.mail.is_some(), command = o.command.is_some(), "notification sent");
+            let span = tracing::info_span!("chain", chain = %o.chain);
+            span.in_scope(|| {
+                info!(
+                    kind = o.kind.as_str(),
+                    mail = o.mail.is_some(),
+                    command = o.command.is_some(),
+                    "notification sent"
+                )
+            });
             sent.push((o.id, (o.mail.is_some(), o.command.is_some())));
             continue;
         }
@@ -433,13 +445,23 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
         );
         let tries = o.tries + 1;
         if tries >= max {
-            warn!(chain = %o.chain, kind = o.kind.as_str(), "notification given up after {tries} failed deliveries: {error}");
+            tracing::info_span!("chain", chain = %o.chain).in_scope(|| {
+                warn!(
+                    kind = o.kind.as_str(),
+                    "notification given up after {tries} failed deliveries: {error}"
+                )
+            });
             engine
                 .store_mut()
                 .notification_failed(o.id, done, &error, None, t)?;
         } else {
             let wait = (FIRST_BACKOFF_SECS << (tries - 1).min(16)).min(MAX_BACKOFF_SECS);
-            warn!(chain = %o.chain, kind = o.kind.as_str(), "notification not delivered ({error}); trying again in {wait}s");
+            tracing::info_span!("chain", chain = %o.chain).in_scope(|| {
+                warn!(
+                    kind = o.kind.as_str(),
+                    "notification not delivered ({error}); trying again in {wait}s"
+                )
+            });
             engine
                 .store_mut()
                 .notification_failed(o.id, done, &error, Some(t + wait), t)?;

@@ -358,6 +358,49 @@ pub fn begin_relaunch(
     Ok(launch)
 }
 
+/// The `scontrol update` fields that give an ended job of `sub` the resources of `plan`
+/// when it is requeued in place: what a resubmission would change, checked the same way
+/// (a retry sbatch would refuse is not tried in place either). Memory is a number in MB
+/// (Slurm refuses `400M` there); excluded nodes are the user's own plus the plan's.
+pub fn in_place_fields(sub: &Submission, plan: &RetryPlan) -> Result<Vec<String>, PrepareError> {
+    let submitted = Submitted::read(&sub.argv, sub.script.as_deref())?;
+    let placeholder = sub
+        .script_name
+        .as_deref()
+        .map(|n| snapshot_path(Path::new("/"), 0, n));
+    let o = overrides(
+        &submitted,
+        plan,
+        None,
+        "check",
+        placeholder.as_deref(),
+        None,
+        false,
+    );
+    check(&submitted, &o)?;
+    let mut fields = Vec::new();
+    if let Some(mb) = plan.mem_mb {
+        fields.push(format!("MinMemoryNode={mb}"));
+    }
+    if let Some(t) = &o.time_limit {
+        fields.push(format!("TimeLimit={t}"));
+    }
+    if !o.exclude.is_empty() {
+        let user = submitted
+            .cmd
+            .get("exclude")
+            .or_else(|| submitted.directives.get("exclude"));
+        fields.push(format!(
+            "ExcNodeList={}",
+            sbatch_args::merge_node_lists(user, &o.exclude)
+        ));
+    }
+    if let Some(p) = &plan.partition {
+        fields.push(format!("Partition={p}"));
+    }
+    Ok(fields)
+}
+
 /// The argv a retry of `chain` with `plan` would run, for `--dry-run`, or why sbatch would
 /// refuse it. The tag is only assigned when the launch is recorded, so it is shown as a
 /// placeholder.

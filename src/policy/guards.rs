@@ -19,6 +19,7 @@ type Guard = fn(&Facts) -> Option<Reason>;
 
 /// The guards, in order.
 pub const GUARDS: &[Guard] = &[
+    partial_execution,
     agent_retry_failed_again,
     breaker,
     class_budget,
@@ -28,6 +29,18 @@ pub const GUARDS: &[Guard] = &[
 /// The first guard's objection to an automatic retry, if any.
 pub fn objection(f: &Facts) -> Option<Reason> {
     GUARDS.iter().find_map(|g| g(f))
+}
+
+/// srun steps completed before the attempt failed: running the script again would repeat
+/// their side effects, which only the user can say is safe (`--restartable`). Only the
+/// supervisor's own resubmission is held back; a requeue Slurm does by itself (preemption,
+/// node failure) is not ours to stop.
+fn partial_execution(f: &Facts) -> Option<Reason> {
+    let steps = &f.verdict.completed_steps;
+    (!steps.is_empty() && !f.history.restartable).then(|| Reason::PartialExecution {
+        verdict: f.verdict.reason.clone(),
+        completed_steps: steps.clone(),
+    })
 }
 
 /// A recovery an agent asked for that failed the same way goes back to the agent: the

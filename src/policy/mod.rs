@@ -40,6 +40,10 @@ pub struct ChainHistory {
     /// classification of the failure they resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_retry_of: Option<Classification>,
+    /// The submission said a rerun of its script is safe even after some of its srun steps
+    /// completed (`submit --restartable`, else `retry.restartable`).
+    #[serde(default)]
+    pub restartable: bool,
 }
 
 impl ChainHistory {
@@ -160,6 +164,9 @@ pub enum Event<'a> {
         upstream_state: ChainState,
         job: Option<&'a str>,
     },
+    /// The ended job of a `ready` chain could not be requeued in place (`retry.in_place`):
+    /// Slurm refused a step, or it was undone.
+    InPlaceRefused { job: &'a str, error: &'a str },
 }
 
 /// Whether a held job's gates let it go: `Some(true)` when every upstream has ended for
@@ -260,6 +267,10 @@ pub enum Inputs {
         expire_action: crate::config::ExpireAction,
         #[serde(skip_serializing_if = "Option::is_none")]
         dependents: Option<Vec<String>>,
+    },
+    InPlace {
+        job: String,
+        error: String,
     },
     None {},
 }
@@ -627,6 +638,38 @@ pub fn transition(
                 missing_since,
             },
         ),
+        Event::InPlaceRefused { job, error } => Transition {
+            from,
+            // The retry goes ahead as a resubmission, now.
+            update: ChainUpdate {
+                state: from,
+                last_classification: None,
+                plan: None,
+                not_before: Some(ctx.now),
+            },
+            record: Some(Record {
+                classification: chain
+                    .last_classification
+                    .unwrap_or(Classification::Ambiguous),
+                class: RecoveryClass::R1,
+                // Not a second resubmission: the one already decided is carried out by
+                // sbatch instead (budgets count `resubmit` records).
+                action: Action::None,
+                reason: Reason::InPlaceRefused {
+                    job: job.to_string(),
+                    error: error.to_string(),
+                },
+                inputs: Inputs::InPlace {
+                    job: job.to_string(),
+                    error: error.to_string(),
+                },
+                resolves_latest: false,
+                actor: SUPERVISOR.into(),
+                infra_failure: false,
+                failed_nodes: None,
+            }),
+            effects: Vec::new(),
+        },
     };
     Ok(Transition { from, ..t })
 }

@@ -50,6 +50,12 @@ pub enum Reason {
         used: u32,
         budget: u32,
     },
+    /// srun steps completed before the failure and the submission did not say a rerun is
+    /// safe (`--restartable`): an automatic retry would repeat them.
+    PartialExecution {
+        verdict: String,
+        completed_steps: Vec<String>,
+    },
     /// The chain's retry budget is spent.
     ChainBudgetSpent {
         verdict: String,
@@ -137,6 +143,8 @@ pub enum Reason {
         expire_after_secs: u64,
         action: crate::config::ExpireAction,
     },
+    /// The retry could not requeue the ended job in place: it is resubmitted instead.
+    InPlaceRefused { job: String, error: String },
 }
 
 impl Reason {
@@ -152,6 +160,7 @@ impl Reason {
             Reason::BreakerOpen { .. } => "breaker_open",
             Reason::ClassBudgetSpent { .. } => "class_budget_spent",
             Reason::ChainBudgetSpent { .. } => "chain_budget_spent",
+            Reason::PartialExecution { .. } => "partial_execution",
             Reason::MemoryUnknown { .. } => "memory_unknown",
             Reason::MemoryAtCap { .. } => "memory_at_cap",
             Reason::TimeLimitUnknown { .. } => "time_limit_unknown",
@@ -172,6 +181,7 @@ impl Reason {
             Reason::DependencyNeverSatisfied { .. } => "dependency_never_satisfied",
             Reason::KilledForDependency { .. } => "killed_for_dependency",
             Reason::Expired { .. } => "expired",
+            Reason::InPlaceRefused { .. } => "in_place_refused",
         }
     }
 }
@@ -237,6 +247,14 @@ impl fmt::Display for Reason {
             Reason::ChainBudgetSpent { verdict, used, max } => write!(
                 f,
                 "{verdict}: the chain's retry budget is spent ({used} of {max} used)"
+            ),
+            Reason::PartialExecution {
+                verdict,
+                completed_steps,
+            } => write!(
+                f,
+                "{verdict}: srun step(s) {} completed before the job ended, so running the script again would repeat them; not retried automatically (submit with --restartable if a rerun is safe)",
+                completed_steps.join(", ")
             ),
             Reason::MemoryUnknown { verdict } => write!(
                 f,
@@ -313,6 +331,10 @@ impl fmt::Display for Reason {
                 f,
                 "could not confirm whether sbatch created the job of launch {tag} (last error: {}); not resubmitting blindly",
                 last_error.as_deref().unwrap_or("the daemon stopped during sbatch")
+            ),
+            Reason::InPlaceRefused { job, error } => write!(
+                f,
+                "job {job} could not be requeued in place ({error}); resubmitting it as a new job instead"
             ),
             Reason::JobLost { job, missing_secs } => write!(
                 f,

@@ -60,6 +60,7 @@ fn verdict(c: Classification) -> Verdict {
         timelimit_secs: Some(60),
         elapsed_secs: Some(87),
         partition: "debug".into(),
+        completed_steps: Vec::new(),
     }
 }
 
@@ -339,6 +340,119 @@ fn an_agents_retry_that_fails_the_same_way_goes_back_to_the_agent() {
         &ctx(None, 0),
     );
     assert_eq!(d.action, Action::Resubmit);
+}
+
+#[test]
+fn a_partial_execution_is_not_retried_unless_restartable() {
+    // From real rows: srun step 0 completed, step 1 was killed for memory.
+    let rows = crate::slurm::parse::parse_sacct(
+        "5|5|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|\n\
+         5.batch|5.batch|OUT_OF_MEMORY|0:125|n1|1024K|||||\n\
+         5.0|5.0|COMPLETED|0:0|n1|1024K|||||\n\
+         5.1|5.1|OUT_OF_MEMORY|0:125|n1|204800K|||||\n",
+    );
+    let v = crate::classify::classify(
+        &crate::classify::Observation {
+            job_id: "5".into(),
+            rows: rows.rows,
+            stderr_tail: None,
+            stdout_tail: None,
+            requeued_by_slurm: false,
+        },
+        &[],
+    )
+    .unwrap();
+    assert_eq!(v.classification, Classification::Oom);
+    assert_eq!(v.completed_steps, vec!["5.0".to_string()]);
+    for c in [
+        Classification::Oom,
+        Classification::Timeout,
+        Classification::NodeFail,
+        Classification::Transient,
+    ] {
+        let pv = Verdict {
+            completed_steps: vec!["5.0".into(), "5.1".into()],
+            ..verdict(c)
+        };
+        let d = decide(&pv, &history(), &cfg(), &ctx(None, 0));
+        assert_eq!(
+            (d.class, d.action, d.next_state),
+            (
+                Some(RecoveryClass::R2),
+                Action::Escalate,
+                ChainState::PendingFailed
+            ),
+            "{c}"
+        );
+        let Some(r @ Reason::PartialExecution { .. }) = d.reason else {
+            panic!("{c}: {:?}", d.reason)
+        };
+        assert!(r.to_string().contains("5.0, 5.1"), "{r}");
+        // Restartable (the submission's flag or the config's default): retried as usual.
+        let h = ChainHistory {
+            restartable: true,
+            ..history()
+        };
+        assert_eq!(
+            decide(&pv, &h, &cfg(), &ctx(None, 0)).action,
+            Action::Resubmit,
+            "{c}"
+        );
+    }
+    // A requeue by Slurm itself is watched whatever the steps did: not ours to stop.
+    let pv = Verdict {
+        completed_steps: vec!["5.0".into()],
+        ..verdict(Classification::Preempted)
+    };
+    let t = transition(
+        &chain(ChainState::Active),
+        Event::Requeued { verdict: &pv },
+        &cfg(),
+        &ctx(None, 0),
+    )
+    .unwrap();
+    assert_eq!(t.action(), Action::Watch);
+    // A permanent error stays permanent, an ambiguous one goes to the agent as before.
+    let pv = Verdict {
+        completed_steps: vec!["5.0".into()],
+        ..verdict(Classification::Permanent)
+    };
+    assert_eq!(
+        decide(&pv, &history(), &cfg(), &ctx(None, 0)).action,
+        Action::Fail
+    );
+}
+
+#[test]
+fn a_refused_in_place_requeue_is_recorded_and_resubmitted_now() {
+    let mut c = chain(ChainState::Ready);
+    c.last_classification = Some(Classification::Oom);
+    c.not_before = Some(10);
+    let t = transition(
+        &c,
+        Event::InPlaceRefused {
+            job: "42",
+            error: "scontrol was refused (exit code 1): Access/permission denied for job 42",
+        },
+        &cfg(),
+        &ctx(None, 20),
+    )
+    .unwrap();
+    assert_eq!(t.from, ChainState::Ready);
+    assert_eq!(t.update.state, ChainState::Ready);
+    assert_eq!(t.update.not_before, Some(20));
+    assert_eq!(t.update.plan, None, "the plan decided before stays");
+    let r = t.record.unwrap();
+    // Not a second resubmission (budgets count those): the decided one goes ahead by sbatch.
+    assert_eq!(
+        (r.class, r.action, r.classification),
+        (RecoveryClass::R1, Action::None, Classification::Oom)
+    );
+    assert_eq!(r.reason.code(), "in_place_refused");
+    assert_eq!(
+        r.reason.to_string(),
+        "job 42 could not be requeued in place (scontrol was refused (exit code 1): Access/permission denied for job 42); resubmitting it as a new job instead"
+    );
 }
 
 #[test]
@@ -655,6 +769,10 @@ fn every_reason_name_is_documented() {
             used: h.resubmits,
             max: h.max_retries,
         },
+        Reason::PartialExecution {
+            verdict: v.reason.clone(),
+            completed_steps: vec!["5.0".into()],
+        },
         Reason::MemoryUnknown {
             verdict: v.reason.clone(),
         },
@@ -731,6 +849,10 @@ fn every_reason_name_is_documented() {
             verdict: v.reason.clone(),
             upstreams: Vec::new(),
         },
+        Reason::InPlaceRefused {
+            job: String::new(),
+            error: String::new(),
+        },
     ]);
     for r in &reasons {
         // A new variant must be added above: this match has no fallback.
@@ -744,6 +866,7 @@ fn every_reason_name_is_documented() {
             | Reason::BreakerOpen { .. }
             | Reason::ClassBudgetSpent { .. }
             | Reason::ChainBudgetSpent { .. }
+            | Reason::PartialExecution { .. }
             | Reason::MemoryUnknown { .. }
             | Reason::MemoryAtCap { .. }
             | Reason::TimeLimitUnknown { .. }
@@ -763,7 +886,8 @@ fn every_reason_name_is_documented() {
             | Reason::PlainJobRewired { .. }
             | Reason::Released { .. }
             | Reason::DependencyNeverSatisfied { .. }
-            | Reason::KilledForDependency { .. } => {}
+            | Reason::KilledForDependency { .. }
+            | Reason::InPlaceRefused { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -773,7 +897,7 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 29, "one of each variant");
+    assert_eq!(reasons.len(), 31, "one of each variant");
 }
 
 fn expiring(action: crate::config::ExpireAction) -> Config {

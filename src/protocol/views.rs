@@ -85,6 +85,9 @@ pub struct AttemptView {
     pub excluded_nodes: Vec<String>,
     /// Times Slurm requeued it itself.
     pub requeues: u32,
+    /// The job of the attempt before, requeued in place under the same id.
+    #[serde(default)]
+    pub in_place: bool,
     /// The tag in the job's comment.
     pub tag: String,
     pub submitted_at: Option<i64>,
@@ -175,6 +178,9 @@ pub struct Evidence {
     pub stdout_tail: Option<String>,
     /// `None` when the last observation has no job row.
     pub usage: Option<Usage>,
+    /// The last attempt's srun steps that COMPLETED before it failed (a partial
+    /// execution: a rerun would repeat them); empty when none did.
+    pub completed_steps: Vec<String>,
     /// The last attempt's nodes.
     pub nodes: Option<String>,
     pub attempts: Vec<AttemptView>,

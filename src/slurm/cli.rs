@@ -358,6 +358,22 @@ fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
 }
 
 impl Slurm for SlurmCli {
+    async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.scontrol_as(&["requeuehold".into(), job_id.into()], run_as)
+            .await
+    }
+
+    async fn update_job(
+        &self,
+        job_id: &str,
+        fields: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError> {
+        let mut args = vec!["update".to_string(), format!("JobId={job_id}")];
+        args.extend(fields.iter().cloned());
+        self.scontrol_as(&args, run_as).await
+    }
+
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
         // The user's bytes go back to their raw form here (see `osbytes`).
         use crate::osbytes::to_os;

@@ -47,11 +47,13 @@ pub enum Command {
     PartitionLimits,
     PendingOfUsers,
     SetDependency,
+    RequeueHold,
+    UpdateJob,
     Release,
 }
 
 impl Command {
-    pub const ALL: [Command; 12] = [
+    pub const ALL: [Command; 14] = [
         Command::Sbatch,
         Command::Squeue,
         Command::SqueueUser,
@@ -63,6 +65,8 @@ impl Command {
         Command::PartitionLimits,
         Command::PendingOfUsers,
         Command::SetDependency,
+        Command::RequeueHold,
+        Command::UpdateJob,
         Command::Release,
     ];
 
@@ -73,9 +77,12 @@ impl Command {
             Command::Squeue | Command::SqueueUser | Command::PendingOfUsers => "squeue",
             Command::Sacct | Command::SacctUserSince => "sacct",
             Command::Scancel => "scancel",
-            Command::ShowJob | Command::BatchScript | Command::SetDependency | Command::Release => {
-                "scontrol"
-            }
+            Command::ShowJob
+            | Command::BatchScript
+            | Command::SetDependency
+            | Command::RequeueHold
+            | Command::UpdateJob
+            | Command::Release => "scontrol",
             Command::PartitionLimits => "sinfo",
         }
     }
@@ -156,7 +163,8 @@ pub struct FakeJob {
     pub requeued_runs: Vec<Vec<SacctRow>>,
     /// `--dependency` as given (or as `scontrol update` set it).
     pub dependency: String,
-    /// Submitted with `--hold` and not released yet: it does not start.
+    /// Submitted with `--hold`, or requeued with `scontrol requeuehold`, and not
+    /// released yet: it does not start.
     pub held: bool,
     /// The owner's name (the user sbatch ran as).
     pub user: String,
@@ -241,6 +249,8 @@ struct State {
     counts: HashMap<Command, u32>,
     lose_next_reply: bool,
     refuse_next: Option<String>,
+    /// `scontrol update` of a job refuses fields starting with this (`TimeLimit=`).
+    refuse_update: Option<(String, String)>,
     show_ended_in_squeue: bool,
     partitions: HashMap<String, Option<u64>>,
     /// Partitions sinfo does not show.
@@ -340,6 +350,12 @@ impl FakeSlurm {
     /// The next sbatch is refused with this stderr (and creates nothing).
     pub fn refuse_next_sbatch(&self, stderr: &str) {
         self.lock().refuse_next = Some(stderr.to_string());
+    }
+
+    /// `scontrol update` refuses any field that starts with `field` (`TimeLimit=`) with
+    /// this stderr, as Slurm refuses a longer time limit to a non-operator.
+    pub fn refuse_update(&self, field: &str, stderr: &str) {
+        self.lock().refuse_update = Some((field.to_string(), stderr.to_string()));
     }
 
     /// Whether squeue still lists ended jobs with their final state, as it does within
@@ -532,6 +548,10 @@ impl FakeSlurm {
             job_id_raw: j.raw_id.clone(),
             state: j.state,
             reason: match j.state {
+                JobState::Pending if j.held && !j.requeued_runs.is_empty() => {
+                    "job requeued in held state".into()
+                }
+                JobState::Pending if j.held => "JobHeldUser".into(),
                 JobState::Pending if !j.requeued_runs.is_empty() => "BeginTime".into(),
                 JobState::Pending => "Priority".into(),
                 _ => "None".into(),
@@ -891,6 +911,81 @@ impl Slurm for FakeSlurm {
                     "scontrol: error: No batch script for job",
                 )
             })
+    }
+
+    /// As real Slurm (docs/slurm-observed.md (l)): only an ended job slurmctld still
+    /// knows; its run's job row becomes REQUEUED and the same id is PENDING, held.
+    async fn requeue_hold(
+        &self,
+        job_id: &str,
+        _run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
+        let mut s = self.enter(Command::RequeueHold)?;
+        let invalid = || {
+            rejected(
+                Command::RequeueHold,
+                &format!(
+                    "Requeue of job {job_id} failed: {}",
+                    super::cli::INVALID_JOB_ID
+                ),
+            )
+        };
+        let j = s.jobs.get_mut(job_id).ok_or_else(invalid)?;
+        let Some(mut rows) = j.ended_rows.take().filter(|_| !j.is_live()) else {
+            return Err(rejected(
+                Command::RequeueHold,
+                &format!("Requeue of job {job_id} failed: Job is pending execution"),
+            ));
+        };
+        if let Some(r) = rows.first_mut() {
+            r.state = JobState::Requeued;
+        }
+        j.requeued_runs.push(rows);
+        j.node = None;
+        j.state = JobState::Pending;
+        j.held = true;
+        Ok(())
+    }
+
+    async fn update_job(
+        &self,
+        job_id: &str,
+        fields: &[String],
+        _run_as: Option<&super::RunAs>,
+    ) -> Result<(), SlurmError> {
+        let mut s = self.enter(Command::UpdateJob)?;
+        if let Some((prefix, stderr)) = s.refuse_update.clone() {
+            if fields.iter().any(|f| f.starts_with(&prefix)) {
+                return Err(rejected(Command::UpdateJob, &stderr));
+            }
+        }
+        let partitions = s.partitions.clone();
+        let j = s.jobs.get_mut(job_id).ok_or_else(|| {
+            rejected(
+                Command::UpdateJob,
+                &format!("scontrol: error: {}", super::cli::INVALID_JOB_ID),
+            )
+        })?;
+        if j.state != JobState::Pending {
+            return Err(rejected(
+                Command::UpdateJob,
+                "Job is no longer pending execution",
+            ));
+        }
+        for f in fields {
+            let bad = || rejected(Command::UpdateJob, &format!("scontrol: error: Invalid {f}"));
+            let (k, v) = f.split_once('=').ok_or_else(bad)?;
+            match k {
+                "MinMemoryNode" => j.req_mem_bytes = v.parse::<u64>().map_err(|_| bad())? << 20,
+                "TimeLimit" => {
+                    j.timelimit_secs = Some(parse::parse_duration_secs(v).ok_or_else(bad)?)
+                }
+                "ExcNodeList" => j.exclude = v.split(',').map(str::to_string).collect(),
+                "Partition" if partitions.contains_key(v) => j.partition = v.to_string(),
+                _ => return Err(bad()),
+            }
+        }
+        Ok(())
     }
 
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {

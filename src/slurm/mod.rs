@@ -158,4 +158,16 @@ pub trait Slurm {
     async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
         Ok(None)
     }
+    /// `scontrol requeuehold J` (as `run_as`): a job that ended, still known to
+    /// slurmctld, goes back to the queue under the same id, held.
+    async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError>;
+    /// `scontrol update JobId=J <fields>` (as `run_as`), e.g. `MinMemoryNode=400` (a
+    /// number in MB: `400M` is refused), `TimeLimit=01:00:00`, `ExcNodeList=n1`,
+    /// `Partition=p`.
+    async fn update_job(
+        &self,
+        job_id: &str,
+        fields: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError>;
 }

@@ -103,6 +103,8 @@ pub struct Submission {
     pub script_name: Option<String>,
     pub script: Option<Vec<u8>>,
     pub max_retries: u32,
+    /// `submit --restartable`: a rerun is safe even after srun steps completed.
+    pub restartable: bool,
     pub created_at: i64,
 }
 
@@ -146,8 +148,16 @@ pub struct Attempt {
     pub last_seen: Option<String>,
     pub submitted_at: Option<i64>,
     pub ended_at: Option<i64>,
-    /// The tag of the launch that submitted it (in the job's comment).
+    /// The tag of the launch that submitted it (in the job's comment). An attempt
+    /// requeued in place has its launch's own tag, while the job's comment keeps the tag
+    /// of the attempt that submitted the job.
     pub tag: String,
+    /// Runs of its job id in sacct `--duplicates` that belong to earlier attempts (see
+    /// `in_place`); its own runs come after them.
+    pub first_run: u32,
+    /// The ended job of the attempt before, requeued in place under the same id
+    /// (`[retry] in_place`), not a new sbatch.
+    pub in_place: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +180,9 @@ pub struct Launch {
     /// A first submission whose client has not been told it will be submitted: if its
     /// sbatch is interrupted, it is never submitted later (only adopted if found).
     pub unpromised: bool,
+    /// An in-place requeue of this ended job instead of an sbatch; `argv` then holds the
+    /// `scontrol update` fields.
+    pub requeue_of: Option<String>,
 }
 
 /// A decision record as stored.
@@ -215,6 +228,8 @@ pub struct NewSubmission {
     pub script_name: Option<String>,
     pub script: Option<Vec<u8>>,
     pub max_retries: u32,
+    /// `submit --restartable`: a rerun is safe even after srun steps completed.
+    pub restartable: bool,
     /// Array task ids, or `None` for a plain job.
     pub array_tasks: Option<Vec<u32>>,
 }
@@ -225,7 +240,7 @@ pub struct Store {
 }
 
 const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
-const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag";
+const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL";
 const ATTEMPT_FROM: &str = "attempts a JOIN launches l ON l.id = a.launch_id";
 const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor, reason_code";
 
@@ -277,6 +292,8 @@ fn attempt_from(row: &Row) -> rusqlite::Result<RawAttempt> {
             submitted_at: row.get(13)?,
             ended_at: row.get(14)?,
             tag: row.get(15)?,
+            first_run: row.get(16)?,
+            in_place: row.get(17)?,
         },
         row.get(4)?,
         row.get(10)?,
@@ -668,8 +685,8 @@ impl Store {
     ) -> Result<Launch> {
         let tx = self.conn.savepoint()?;
         tx.prepare_cached(
-            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?
         .execute(params![
                 new.owner_uid,
@@ -680,7 +697,8 @@ impl Store {
                 new.script_name,
                 new.script,
                 new.max_retries,
-                now
+                now,
+                new.restartable
             ])?;
         let submission_id = tx.last_insert_rowid();
         insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
@@ -751,6 +769,7 @@ impl Store {
             error: None,
             created_at: now,
             unpromised,
+            requeue_of: None,
         })
     }
 
@@ -785,6 +804,113 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(launch)
+    }
+
+    /// Records the intent of requeueing `job_id`, the ended job of `chain_id`'s last
+    /// attempt, in place as the chain's next attempt (`fields`: the `scontrol update`
+    /// fields). The new attempt's runs come after those of every attempt before it with
+    /// that job id.
+    pub fn begin_requeue(
+        &mut self,
+        submission_id: i64,
+        chain_id: i64,
+        job_id: &str,
+        fields: &[String],
+        now: i64,
+    ) -> Result<Launch> {
+        let tx = self.conn.savepoint()?;
+        let (n, plan): (u32, String) = tx.query_row(
+            "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
+            [chain_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        // Each earlier attempt with this job id ran once, plus the requeues Slurm did.
+        let first_run: u32 = tx.query_row(
+            "SELECT COALESCE(SUM(1 + restarts), 0) FROM attempts WHERE chain_id = ?1 AND slurm_job_id = ?2",
+            params![chain_id, job_id],
+            |r| r.get(0),
+        )?;
+        let plan = from_json::<RetryPlan>(&plan)?;
+        let mut launch = Self::insert_launch(
+            &tx,
+            &self.instance,
+            submission_id,
+            &[(chain_id, n, plan)],
+            now,
+            false,
+            |_| fields.to_vec(),
+        )?;
+        tx.execute(
+            "UPDATE launches SET requeue_of = ?2 WHERE id = ?1",
+            params![launch.id, job_id],
+        )?;
+        tx.execute(
+            "UPDATE attempts SET first_run = ?3 WHERE chain_id = ?1 AND n = ?2",
+            params![chain_id, n, first_run],
+        )?;
+        tx.commit()?;
+        launch.requeue_of = Some(job_id.to_string());
+        Ok(launch)
+    }
+
+    /// An in-place requeue that did not happen (Slurm refused it, or it was undone): the
+    /// launch fails with `error`, its attempt is removed (nothing of it ran), and its chain
+    /// gets the transition `decide` gives it (a record saying why; the chain stays ready
+    /// for a resubmission), in one transaction.
+    pub fn requeue_refused(
+        &mut self,
+        launch_id: i64,
+        error: &str,
+        now: i64,
+        decide: impl Fn(&Chain, u32) -> Option<Transition>,
+    ) -> Result<()> {
+        let tx = self.conn.savepoint()?;
+        tx.execute(
+            "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1 AND state = 'intent'",
+            params![launch_id, error, now],
+        )?;
+        for (chain, n, _) in launch_members(&tx, launch_id)? {
+            tx.execute(
+                "DELETE FROM attempts WHERE chain_id = ?1 AND n = ?2 AND state = 'launching'",
+                params![chain, n],
+            )?;
+            let c = tx
+                .query_row(
+                    &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
+                    [chain],
+                    chain_from,
+                )
+                .map_err(StoreError::from)
+                .and_then(finish_chain)?;
+            if let Some(t) = decide(&c, n.saturating_sub(1)) {
+                if c.state == t.from {
+                    if let Some(d) = &t.record {
+                        insert_decision(&tx, chain, n.saturating_sub(1), None, now, d)?;
+                    }
+                    update_chain(&tx, chain, &t.update, now)?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The chains a launch covers.
+    pub fn launch_chains(&self, launch_id: i64) -> Result<Vec<i64>> {
+        Ok(launch_members(&self.conn, launch_id)?
+            .into_iter()
+            .map(|(c, _, _)| c)
+            .collect())
+    }
+
+    /// True when an in-place requeue of `job_id` was tried and did not happen: it is not
+    /// tried again.
+    pub fn requeue_refused_before(&self, job_id: &str) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM launches WHERE requeue_of = ?1 AND state = 'failed')",
+            [job_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
@@ -893,7 +1019,7 @@ impl Store {
 
     pub fn launch(&self, id: i64) -> Result<Launch> {
         let raw = self.conn.query_row(
-            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at, unpromised FROM launches WHERE id = ?1",
+            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at, unpromised, requeue_of FROM launches WHERE id = ?1",
             [id],
             |r| {
                 Ok((
@@ -906,6 +1032,7 @@ impl Store {
                     r.get::<_, Option<String>>(6)?,
                     r.get::<_, i64>(7)?,
                     r.get::<_, bool>(8)?,
+                    r.get::<_, Option<String>>(9)?,
                 ))
             },
         )?;
@@ -924,6 +1051,7 @@ impl Store {
             error: raw.6,
             created_at: raw.7,
             unpromised: raw.8,
+            requeue_of: raw.9,
         })
     }
 
@@ -942,7 +1070,7 @@ impl Store {
 
     pub fn submission(&self, id: i64) -> Result<Submission> {
         let raw = self.conn.query_row(
-            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at FROM submissions WHERE id = ?1",
+            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable FROM submissions WHERE id = ?1",
             [id],
             |r| {
                 Ok((
@@ -956,6 +1084,7 @@ impl Store {
                     r.get::<_, Option<Vec<u8>>>(7)?,
                     r.get::<_, u32>(8)?,
                     r.get::<_, i64>(9)?,
+                    r.get::<_, bool>(10)?,
                 ))
             },
         )?;
@@ -969,6 +1098,7 @@ impl Store {
             script_name: raw.6,
             script: raw.7,
             max_retries: raw.8,
+            restartable: raw.10,
             created_at: raw.9,
         })
     }
@@ -1550,11 +1680,14 @@ impl Store {
     }
 
     /// The latest decision of a chain, if any.
+    /// The latest decision of a chain, if any. A note that an in-place requeue was refused
+    /// (`in_place_refused`) only says how the decision before it is carried out, so it is
+    /// passed over: an agent's retry stays the agent's.
     pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
         let raw = self
             .conn
             .query_row(
-                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id DESC LIMIT 1"),
+                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 AND reason_code IS NOT 'in_place_refused' ORDER BY id DESC LIMIT 1"),
                 [chain_id],
                 decision_from,
             )

@@ -223,4 +223,18 @@ ALTER TABLE chains ADD COLUMN owner_uid INTEGER;
 UPDATE chains SET owner_uid = (SELECT owner_uid FROM submissions WHERE submissions.id = chains.submission_id);
 CREATE INDEX chains_open_by_owner ON chains(owner_uid) WHERE state IN ('active', 'ready', 'pending_failed');
 "#,
+    // 8: partial executions and in-place requeues.
+    r#"
+-- The submission said a rerun of its script is safe even after some of its srun steps
+-- completed (`supervisorctl submit --restartable`).
+ALTER TABLE submissions ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;
+-- A launch that requeues this ended job in place (scontrol requeuehold, update, release)
+-- instead of running sbatch; NULL for an sbatch. Its intent is written first, like an
+-- sbatch's, and finished or undone after a crash.
+ALTER TABLE launches ADD COLUMN requeue_of TEXT;
+-- The runs of the attempt's job id (sacct --duplicates) that belong to earlier attempts:
+-- an attempt requeued in place keeps its job id, and its own runs come after these.
+ALTER TABLE attempts ADD COLUMN first_run INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX launches_by_requeue ON launches(requeue_of) WHERE requeue_of IS NOT NULL;
+"#,
 ];

@@ -10,6 +10,7 @@ fn sub(tasks: Option<Vec<u32>>) -> NewSubmission {
         script_name: Some("job.sh".into()),
         script: Some(b"#!/bin/sh\necho hi\n".to_vec()),
         max_retries: 5,
+        restartable: false,
         array_tasks: tasks,
     }
 }

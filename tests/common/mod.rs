@@ -182,7 +182,14 @@ impl Daemon {
 
     /// `supervisorctl submit -- <args>` in the work dir; returns the job id it printed.
     pub fn submit(&self, args: &[&str]) -> String {
-        let mut all = vec!["submit", "--"];
+        self.submit_with(&[], args)
+    }
+
+    /// `supervisorctl submit <opts> -- <args>` in the work dir; returns the job id it printed.
+    pub fn submit_with(&self, opts: &[&str], args: &[&str]) -> String {
+        let mut all = vec!["submit"];
+        all.extend_from_slice(opts);
+        all.push("--");
         all.extend_from_slice(args);
         let out = self.ctl_in(&all, &self.work_dir());
         assert!(

@@ -31,17 +31,17 @@ impl<S: Slurm> Engine<S> {
                 ) {
                     Ok(tr) => tr,
                     Err(r) => {
-                        error!(
-                            chain = w.chain.id,
-                            "expiry does not apply ({r}); leaving it"
-                        );
+                        super::chain_span(w.chain.id)
+                            .in_scope(|| error!("expiry does not apply ({r}); leaving it"));
                         continue;
                     }
                 };
                 let tr = self.with_dependents(w.chain.id, tr)?;
                 if self.store.record_expiry(w.chain.id, &tr, t)? {
                     if let Some(r) = &tr.record {
-                        warn!(chain = w.chain.id, class = %r.class, action = %r.action, "{}", r.reason);
+                        super::chain_span(w.chain.id).in_scope(
+                            || warn!(class = %r.class, action = %r.action, "{}", r.reason),
+                        );
                     }
                 }
             }
@@ -49,11 +49,12 @@ impl<S: Slurm> Engine<S> {
         if let Some(after) = remind {
             for id in self.store.chains_to_remind(t - after.as_secs() as i64)? {
                 if self.store.remind(id, t)? {
-                    info!(
-                        chain = id,
-                        "still waiting in pending_failed after {}s; reminding its submitter",
-                        after.as_secs()
-                    );
+                    super::chain_span(id).in_scope(|| {
+                        info!(
+                            "still waiting in pending_failed after {}s; reminding its submitter",
+                            after.as_secs()
+                        )
+                    });
                 }
             }
         }

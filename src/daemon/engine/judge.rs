@@ -128,7 +128,7 @@ impl<S: Slurm> Engine<S> {
                 requeued_by_slurm: false,
             };
             let _span = super::attempt_span(e.found.attempt.chain_id, &obs.job_id).entered();
-            match self.record_ending(&e.found, obs, e.sub.max_retries, t) {
+            match self.record_ending(&e.found, obs, &e.sub, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!("cannot record the job's ending: {err}; it is judged again next cycle");
@@ -187,7 +187,11 @@ impl<S: Slurm> Engine<S> {
             run.iter()
                 .any(|r| !r.is_step() && r.comment.contains(&a.tag))
         };
-        let ours: Vec<Vec<SacctRow>> = if f.runs.iter().any(|r| tagged(&r)) {
+        // An attempt requeued in place shares its job id (and comment) with the attempts
+        // before it: its runs are those after theirs.
+        let ours: Vec<Vec<SacctRow>> = if a.in_place {
+            f.runs.iter().skip(a.first_run as usize).cloned().collect()
+        } else if f.runs.iter().any(|r| tagged(&r)) {
             f.runs.iter().filter(tagged).cloned().collect()
         } else {
             f.runs.clone()
@@ -276,7 +280,7 @@ impl<S: Slurm> Engine<S> {
         &mut self,
         f: &Found,
         obs: Observation,
-        max_retries: u32,
+        sub: &Submission,
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
@@ -295,7 +299,8 @@ impl<S: Slurm> Engine<S> {
         let history = ChainHistory {
             resubmits: by_class.values().sum(),
             resubmits_by_class: by_class,
-            max_retries,
+            max_retries: sub.max_retries,
+            restartable: sub.restartable || self.config.retry.restartable,
             plan: a.plan.clone(),
             agent_retry_of: self
                 .store

@@ -1,6 +1,7 @@
 //! Phase 3: retries whose backoff has passed are launched (an array's ready tasks in one
 //! sbatch); what sbatch answers is recorded, and a refusal escalated.
 
+use super::requeue::InPlace;
 use super::{log_transition, now, Engine, Flight, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED};
 use crate::daemon::sbatch::{self, LaunchOutcome};
 use crate::model::ChainState;
@@ -77,6 +78,14 @@ impl<S: Slurm> Engine<S> {
                 break;
             }
             let sub = self.store.submission(sub_id)?;
+            // `retry.in_place`: the ended job is requeued under its own id; when that does
+            // not happen, the chain is ready again (with a record saying why) and the
+            // retry goes ahead as an sbatch right away.
+            if let Some((chain, job)) = self.in_place_candidate(&chains)? {
+                if let InPlace::Handled = self.requeue_in_place(&sub, &chain, &job, t).await? {
+                    continue;
+                }
+            }
             let l = match sbatch::begin_relaunch(&mut self.store, &self.config, &sub, &chains, t) {
                 Ok(l) => l,
                 Err(sbatch::PrepareError::Store(e)) => return Err(e),

@@ -15,6 +15,7 @@ mod launch;
 mod pipeline;
 mod poll;
 mod reconcile;
+mod requeue;
 
 use super::sbatch::{self, LaunchOutcome};
 use crate::config::Config;
@@ -334,6 +335,12 @@ fn log_transition(tr: &Transition) {
 /// fields `CHAIN` and `JOB` under systemd).
 pub fn attempt_span(chain: i64, job: &str) -> tracing::Span {
     tracing::info_span!("attempt", chain = %crate::store::chain_label(chain), job = %job)
+}
+
+/// The span of the work on a job that waits on a supervised chain (it may be no chain's:
+/// a job submitted with plain sbatch).
+pub fn waiting_span(job: &str) -> tracing::Span {
+    tracing::info_span!("waiting", job = %job)
 }
 
 /// The span of the work on one chain outside an attempt (an escalation, a resolution).

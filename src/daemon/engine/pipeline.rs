@@ -31,6 +31,26 @@ enum Set {
     SlurmDown,
 }
 
+/// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
+/// job id is the same, but Slurm does not re-check a dependency it marked failed
+/// (`afterok:J(failed)` stays `DependencyNeverSatisfied` after J is requeued and
+/// completes; docs/slurm-observed.md (l)). Setting the same expression again re-arms it.
+/// Only for a target whose chain's latest job is that very job and that is still open.
+fn rearm(row: &PendingRow, expr: &Expr, facts: &dependency::Facts) -> Option<Rewired> {
+    let mut changes = Vec::new();
+    for (_, t) in expr.targets() {
+        if !row.dependency.contains(&format!("{}(failed)", t.job)) {
+            continue;
+        }
+        for u in facts.get(&t.job).into_iter().flatten() {
+            if u.latest_job.as_deref() == Some(t.job.as_str()) && u.state.is_open() {
+                changes.push((u.chain, t.job.clone(), t.job.clone()));
+            }
+        }
+    }
+    (!changes.is_empty()).then(|| (expr.clone(), changes))
+}
+
 impl<S: Slurm> Engine<S> {
     /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
     /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
@@ -125,7 +145,7 @@ impl<S: Slurm> Engine<S> {
     /// counterpart.
     fn rewiring(&self, row: &PendingRow, uid: u32) -> Result<Option<Rewired>, StoreError> {
         let Ok(expr) = Expr::parse(&row.dependency) else {
-            debug!(job = %row.job_id, dependency = %row.dependency, "a dependency this cannot read is left to Slurm");
+            super::waiting_span(&row.job_id).in_scope(|| debug!(dependency = %row.dependency, "a dependency this cannot read is left to Slurm"));
             return Ok(None);
         };
         let Some(facts) = self.store.upstream_facts(
@@ -134,14 +154,20 @@ impl<S: Slurm> Engine<S> {
             super::now() - crate::store::JOB_IDS_NAME_CHAINS_FOR,
         )?
         else {
-            warn!(job = %row.job_id, "its dependency names too many supervised jobs to rewire");
+            super::waiting_span(&row.job_id)
+                .in_scope(|| warn!("its dependency names too many supervised jobs to rewire"));
             return Ok(None);
         };
         let task = JobId::parse(&row.job_id)
             .ok()
             .filter(|j| j.pending_tasks().is_none())
             .and_then(|j| j.task());
-        Ok(dependency::rewire(&expr, &facts, task))
+        let whole = dependency::rewire(&expr, &facts, task);
+        if whole.is_none() {
+            // A job requeued in place keeps its id: what waited on it is re-armed.
+            return Ok(rearm(row, &expr, &facts));
+        }
+        Ok(whole)
     }
 
     /// Sets a waiting job's new dependency, as its owner. A refusal (it started
@@ -155,7 +181,7 @@ impl<S: Slurm> Engine<S> {
         let who = match crate::daemon::sbatch::run_as(uid) {
             Ok(w) => w,
             Err(e) => {
-                warn!(job = %row.job_id, "{e}");
+                super::waiting_span(&row.job_id).in_scope(|| warn!("{e}"));
                 return Set::Skipped;
             }
         };
@@ -165,12 +191,14 @@ impl<S: Slurm> Engine<S> {
             .await
         {
             Ok(()) => {
-                info!(job = %row.job_id, dependency = %new, "rewired to the new attempt");
+                super::waiting_span(&row.job_id)
+                    .in_scope(|| info!(dependency = %new, "rewired to the new attempt"));
                 Set::Done
             }
             Err(e @ (SlurmError::Rejected { .. } | SlurmError::Garbage { .. })) => {
                 // It started or ended meanwhile, or Slurm refuses: nothing to record.
-                warn!(job = %row.job_id, "cannot rewire the job's dependency to {new}: {e}");
+                super::waiting_span(&row.job_id)
+                    .in_scope(|| warn!("cannot rewire the job's dependency to {new}: {e}"));
                 Set::Skipped
             }
             Err(e) => {
@@ -396,5 +424,46 @@ impl<S: Slurm> Engine<S> {
         }
         self.store.decide_chains(&items, t)?;
         Ok(items.into_iter().map(|(c, _)| c).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dependency::Upstream;
+
+    fn row(dependency: &str) -> PendingRow {
+        PendingRow {
+            job_id: "57".into(),
+            job_id_raw: "57".into(),
+            user: "alice".into(),
+            dependency: dependency.into(),
+        }
+    }
+
+    /// A job waiting on 56, requeued in place (its chain's latest job is still 56), as
+    /// squeue showed it on 22.05 and 24.11: set again, unchanged. Not while the upstream
+    /// chain is not open, nor when Slurm does not mark it failed.
+    #[test]
+    fn a_dependency_on_a_job_requeued_in_place_is_set_again() {
+        let facts = |state| {
+            dependency::Facts::from([(
+                "56".to_string(),
+                vec![Upstream {
+                    chain: 3,
+                    state,
+                    latest_job: Some("56".into()),
+                }],
+            )])
+        };
+        let r = row("afterok:56(failed)");
+        let expr = Expr::parse(&r.dependency).unwrap();
+        let (new, changes) = rearm(&r, &expr, &facts(ChainState::Active)).unwrap();
+        assert_eq!(new.to_string(), "afterok:56");
+        assert_eq!(changes, vec![(3, "56".to_string(), "56".to_string())]);
+        assert!(rearm(&r, &expr, &facts(ChainState::Failed)).is_none());
+        let r = row("afterok:56(unfulfilled)");
+        let expr = Expr::parse(&r.dependency).unwrap();
+        assert!(rearm(&r, &expr, &facts(ChainState::Active)).is_none());
     }
 }

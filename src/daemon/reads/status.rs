@@ -113,6 +113,7 @@ mod tests {
             script_name: None,
             script: None,
             max_retries: 5,
+            restartable: false,
             array_tasks: tasks,
         }
     }

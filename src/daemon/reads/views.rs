@@ -158,6 +158,7 @@ fn attempt_view(a: &Attempt) -> AttemptView {
             .or_else(|| a.plan.time_secs.map(crate::slurm::parse::format_time_limit)),
         excluded_nodes: a.plan.exclude.clone(),
         requeues: a.restarts,
+        in_place: a.in_place,
         tag: a.tag.clone(),
         submitted_at: a.submitted_at,
         ended_at: a.ended_at,
@@ -209,6 +210,18 @@ fn usage(observation: &Value) -> Option<Usage> {
     })
 }
 
+/// The srun steps of the last observed run that completed (see
+/// [`crate::classify::completed_steps`]); empty for rows this daemon cannot read. Only a
+/// `pending_failed` chain shows evidence, so the run did not succeed as a whole (its job
+/// row may still say COMPLETED when a step was killed for memory and the script went on).
+fn completed_steps(observation: &Value) -> Vec<String> {
+    let rows: Vec<SacctRow> = observation
+        .get("rows")
+        .and_then(|r| serde_json::from_value(r.clone()).ok())
+        .unwrap_or_default();
+    crate::classify::completed_steps(&rows)
+}
+
 /// A text field of an observation, `None` when it is missing or not text.
 fn text(observation: &Value, key: &str) -> Option<String> {
     observation
@@ -235,6 +248,7 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<PendingChain, StoreError
         stderr_tail: text(&last, "stderr_tail"),
         stdout_tail: text(&last, "stdout_tail"),
         usage: usage(&last),
+        completed_steps: completed_steps(&last),
         nodes: history.attempts.last().and_then(|a| a.nodes.clone()),
         attempts: history.attempts,
         decisions: history.decisions,

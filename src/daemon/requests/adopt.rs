@@ -160,6 +160,7 @@ pub async fn adopt<S: Slurm>(
                 .map(|n| n.to_string_lossy().into_owned()),
             script: Some(script),
             max_retries: engine.config().retry.max_retries,
+            restartable: false,
             array_tasks: None,
             argv,
         };

@@ -214,6 +214,7 @@ pub fn begin_submit<S: Slurm>(
         script_name,
         script: r.script,
         max_retries: r.max_retries.unwrap_or(engine.config().retry.max_retries),
+        restartable: r.restartable,
         array_tasks,
     };
     let t = now();
