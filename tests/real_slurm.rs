@@ -15,6 +15,33 @@ fn decisions(h: &Value) -> Vec<Value> {
     h["decisions"].as_array().cloned().unwrap_or_default()
 }
 
+/// Every run of a job in Slurm's accounting (`-D`), `JobID|State|ReqMem` a line.
+fn sacct_runs(job: &str) -> String {
+    run(
+        "sacct",
+        &[
+            "-D",
+            "-X",
+            "-P",
+            "--noheader",
+            "--format=JobID,State,ReqMem",
+            "-j",
+            job,
+        ],
+    )
+}
+
+/// The job's entry in `pending --json`.
+fn pending_entry(d: &Daemon, job: &str) -> Value {
+    d.json(&["pending", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["slurm_job_id"] == job)
+        .expect("listed in pending")
+        .clone()
+}
+
 fn attempts(h: &Value) -> Vec<Value> {
     h["attempts"].as_array().cloned().unwrap_or_default()
 }
@@ -65,14 +92,7 @@ fn a_partial_execution_waits_for_a_decision() {
     d.write_script("steps.sh", TWO_STEPS);
     let job = d.submit(&["--mem=100M", "--job-name=ssv-partial", "steps.sh"]);
     d.wait_state(&job, "pending_failed", 3 * MIN);
-    let pending = d.json(&["pending", "--json"]);
-    let p = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["slurm_job_id"] == job.as_str())
-        .expect("listed in pending")
-        .clone();
+    let p = pending_entry(&d, &job);
     assert_eq!(p["last_classification"], "oom", "{p:#}");
     assert_eq!(
         p["evidence"]["completed_steps"],
@@ -159,18 +179,7 @@ fn in_place_an_oom_job_completes_under_one_job_id_with_more_memory() {
         (Some("R1"), Some("oom"), Some("resubmit"))
     );
     // One job id, two runs in Slurm's accounting: the requeued one, then the one that completed.
-    let rows = run(
-        "sacct",
-        &[
-            "-D",
-            "-X",
-            "-P",
-            "--noheader",
-            "--format=JobID,State,ReqMem",
-            "-j",
-            &job,
-        ],
-    );
+    let rows = sacct_runs(&job);
     let runs: Vec<&str> = rows.lines().collect();
     assert_eq!(runs.len(), 2, "{rows}");
     assert!(
@@ -231,14 +240,7 @@ fn an_ambiguous_failure_waits_for_an_agent_then_retries() {
     d.write_script("odd.sh", "if [ -e marker ]; then echo ok; exit 0; fi\ntouch marker\necho 'the frobnicator is out of phase' >&2\nexit 1");
     let job = d.submit(&["--job-name=ssv-ambiguous", "odd.sh"]);
     d.wait_state(&job, "pending_failed", 3 * MIN);
-    let pending = d.json(&["pending", "--json"]);
-    let p = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["slurm_job_id"] == job.as_str())
-        .expect("listed in pending")
-        .clone();
+    let p = pending_entry(&d, &job);
     assert!(
         p["evidence"]["stderr_tail"]
             .as_str()
@@ -555,26 +557,6 @@ fn a_kill_right_after_sbatch_adopts_the_job_instead_of_submitting_again() {
 const OOM_ONCE: &str =
     "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
 
-/// One field of a job's sacct row (`-X`), e.g. `Start`, `End`, `State`.
-fn sacct_field(job: &str, field: &str) -> String {
-    run(
-        "sacct",
-        &[
-            "--parsable2",
-            "--noheader",
-            "-X",
-            "-j",
-            job,
-            &format!("--format={field}"),
-        ],
-    )
-    .lines()
-    .last()
-    .unwrap_or_default()
-    .trim()
-    .to_string()
-}
-
 /// When the chain's last attempt ended, as sacct says (`2026-11-22T20:01:02`).
 fn last_end(d: &Daemon, job: &str) -> String {
     let h = d.history(job);
@@ -828,18 +810,7 @@ fn in_place_a_kill_between_requeuehold_and_release_does_not_leave_the_job_held()
     assert_eq!(a.len(), 2, "{h:#}");
     assert_eq!(a[1]["slurm_job_id"], job.as_str(), "{h:#}");
     assert_eq!(decisions(&h).len(), 1, "{h:#}");
-    let rows = run(
-        "sacct",
-        &[
-            "-D",
-            "-X",
-            "-P",
-            "--noheader",
-            "--format=JobID,State,ReqMem",
-            "-j",
-            &job,
-        ],
-    );
+    let rows = sacct_runs(&job);
     let runs: Vec<&str> = rows.lines().collect();
     assert_eq!(runs.len(), 2, "{rows}");
     assert!(runs[1].starts_with(&format!("{job}|COMPLETED|")), "{rows}");

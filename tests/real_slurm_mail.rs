@@ -5,8 +5,8 @@
 
 mod common;
 
+use common::system::chmod;
 use common::*;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 const MIN: Duration = Duration::from_secs(60);
 const MAILBOX: &str = "/var/mail/alice";
 
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
+/// Mail with /usr/bin/mail: the dev cluster's slurm.conf says `MailProg=/bin/true`, so
+/// Slurm itself mails nothing there.
+const MAILING: &str = "[notify]\nmail_program = \"/usr/bin/mail\"\n";
 
 /// The local MTA must be there: scripts/test runs scripts/local-mta before these tests.
 fn require_mta() {
@@ -24,46 +24,6 @@ fn require_mta() {
         Path::new("/usr/sbin/exim4").exists() && Path::new("/usr/bin/mail").exists(),
         "no local MTA: run scripts/local-mta (as root) first"
     );
-}
-
-/// A root daemon in system-wide mode (socket everyone may use, a supervisorctl everyone
-/// may run), mailing with /usr/bin/mail: the dev cluster's slurm.conf says
-/// `MailProg=/bin/true`, so Slurm itself mails nothing there.
-fn system_daemon() -> (Daemon, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("ssv-mail-")
-        .tempdir_in(scratch_root())
-        .unwrap();
-    chmod(dir.path(), 0o755);
-    let run_dir = dir.path().join("run");
-    std::fs::create_dir(&run_dir).unwrap();
-    chmod(&run_dir, 0o755);
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
-             [notify]\nmail_program = \"/usr/bin/mail\"\n",
-            dir.path().join("state").display().to_string(),
-            run_dir.join("supervisor.sock").display().to_string(),
-            slurm_bin_dir()
-                .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
-                .unwrap_or_default()
-        ),
-    )
-    .unwrap();
-    chmod(&config, 0o644);
-    let ctl = dir.path().join("supervisorctl");
-    std::fs::copy(CTL, &ctl).unwrap();
-    chmod(&ctl, 0o755);
-    let mut d = Daemon {
-        dir,
-        config,
-        child: None,
-        extra_env: Vec::new(),
-    };
-    d.spawn();
-    (d, ctl)
 }
 
 /// alice's working directory with `script` as job.sh.
@@ -185,7 +145,7 @@ fn notification_row(d: &Daemon, chain: &str, kind: &str) -> Option<(bool, bool)>
 fn a_chain_in_pending_failed_mails_its_owner_once() {
     require_slurm();
     require_mta();
-    let (d, ctl) = system_daemon();
+    let (d, ctl) = root_daemon("ssv-mail-", MAILING);
     let home = alice_home(
         &d,
         "#!/bin/bash\necho 'the frobnicator is out of phase' >&2\nexit 1\n",
@@ -258,7 +218,7 @@ fn a_chain_in_pending_failed_mails_its_owner_once() {
 fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
     require_slurm();
     require_mta();
-    let (d, ctl) = system_daemon();
+    let (d, ctl) = root_daemon("ssv-mail-", MAILING);
     // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires (slurmstepd
     // says so in the job's output, which the classifier reads: it is kept).
     let home = alice_home(

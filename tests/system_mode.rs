@@ -4,15 +4,13 @@
 
 mod common;
 
+use common::system::chmod;
 use common::*;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
+const TRANSIENT_RULE: &str = "[[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = 'Connection refused'\n";
 
 fn as_alice(ctl: &Path, config: &Path, cwd: &Path, args: &[&str]) -> Output {
     as_user("alice", ctl, config, cwd, args)
@@ -47,45 +45,6 @@ fn ensure_user(user: &str) {
         .output();
 }
 
-/// A root daemon in system-wide mode in a fresh directory everyone may pass through, with
-/// a copy of supervisorctl every user can run. Returns it and that copy.
-fn system_daemon(prefix: &str) -> (Daemon, std::path::PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(scratch_root())
-        .unwrap();
-    chmod(dir.path(), 0o755);
-    let run_dir = dir.path().join("run");
-    std::fs::create_dir(&run_dir).unwrap();
-    chmod(&run_dir, 0o755);
-    let config = dir.path().join("supervisor.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
-             [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = 'Connection refused'\n",
-            dir.path().join("state").display().to_string(),
-            run_dir.join("supervisor.sock").display().to_string(),
-            slurm_bin_dir()
-                .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
-                .unwrap_or_default()
-        ),
-    )
-    .unwrap();
-    chmod(&config, 0o644);
-    let ctl = dir.path().join("supervisorctl");
-    std::fs::copy(CTL, &ctl).unwrap();
-    chmod(&ctl, 0o755);
-    let mut d = Daemon {
-        dir,
-        config,
-        child: None,
-        extra_env: Vec::new(),
-    };
-    d.spawn();
-    (d, ctl)
-}
-
 /// A home for `user` inside the test's directory, with `script` as job.sh.
 fn home_of(d: &Daemon, user: &str, script: &str) -> std::path::PathBuf {
     let home = d.dir.path().join(user);
@@ -108,7 +67,7 @@ fn bob_cannot_reach_alices_work_through_the_root_daemon() {
     require_slurm();
     ensure_user("alice");
     ensure_user("bob");
-    let (d, ctl) = system_daemon("ssv-two-users-");
+    let (d, ctl) = root_daemon("ssv-two-users-", TRANSIENT_RULE);
     let config = d.config.clone();
     let secret = "ALICE-SECRET-7f3a";
     let alice = home_of(
@@ -340,7 +299,7 @@ fn bob_cannot_reach_alices_work_through_the_root_daemon() {
 fn a_root_daemon_acts_for_each_user_as_that_user() {
     require_slurm();
     ensure_user("alice");
-    let (d, ctl) = system_daemon("ssv-system-");
+    let (d, ctl) = root_daemon("ssv-system-", TRANSIENT_RULE);
     let config = d.config.clone();
 
     let home = d.dir.path().join("alice");

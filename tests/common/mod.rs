@@ -293,6 +293,12 @@ pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 
 /// The job row's State in sacct (`-X`), empty while sacct does not have it yet.
 pub fn sacct_state(job: &str) -> String {
+    sacct_field(job, "State")
+}
+
+/// One field of a job's sacct row (`-X`; the last run's), e.g. `Start`, `End`, `State`;
+/// empty while sacct does not have it yet.
+pub fn sacct_field(job: &str, field: &str) -> String {
     run(
         "sacct",
         &[
@@ -301,9 +307,12 @@ pub fn sacct_state(job: &str) -> String {
             "-X",
             "-j",
             job,
-            "--format=State",
+            &format!("--format={field}"),
         ],
     )
+    .lines()
+    .last()
+    .unwrap_or_default()
     .trim()
     .to_string()
 }
@@ -508,4 +517,44 @@ pub fn mcp_python() -> PathBuf {
         p.display()
     );
     p
+}
+
+/// A root daemon in system-wide mode in a fresh directory everyone may pass through
+/// (`prefix` names it), with a copy of supervisorctl every user can run, and `extra`
+/// appended to its config. Returns it and that copy.
+pub fn root_daemon(prefix: &str, extra: &str) -> (Daemon, PathBuf) {
+    use system::chmod;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(scratch_root())
+        .unwrap();
+    chmod(dir.path(), 0o755);
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    chmod(&run_dir, 0o755);
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n{extra}",
+            dir.path().join("state").display().to_string(),
+            run_dir.join("supervisor.sock").display().to_string(),
+            slurm_bin_dir()
+                .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
+                .unwrap_or_default()
+        ),
+    )
+    .unwrap();
+    chmod(&config, 0o644);
+    let ctl = dir.path().join("supervisorctl");
+    std::fs::copy(CTL, &ctl).unwrap();
+    chmod(&ctl, 0o755);
+    let mut d = Daemon {
+        dir,
+        config,
+        child: None,
+        extra_env: Vec::new(),
+    };
+    d.spawn();
+    (d, ctl)
 }
