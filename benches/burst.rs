@@ -34,12 +34,13 @@
 //! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
 //! does the same with 2,000 chains, 200 live, in a few seconds.
 
+mod common;
 #[path = "burst/fake_slurm.rs"]
 mod fake_slurm;
 
 use fake_slurm::Call;
 use slurm_supervisor::model::{ChainState, Classification};
-use slurm_supervisor::store::{AttemptEnd, ChainUpdate, NewSubmission, Store, Transition};
+use slurm_supervisor::store::{AttemptEnd, ChainUpdate, Store, Transition};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -102,7 +103,7 @@ fn main() {
         "burst benchmark: {} chains, {} live",
         sizes.chains, sizes.live
     );
-    let build_root = build_dir();
+    let build_root = common::build_dir("BURST_BUILD_DIR");
     let build = tempfile::Builder::new()
         .prefix("ssv-burst-build")
         .tempdir_in(&build_root)
@@ -112,12 +113,12 @@ fn main() {
     let live_jobs = build_store(&built, sizes.chains, sizes.live);
     println!(
         "  store built in {} under {} ({:.1} MiB)",
-        secs(t.elapsed()),
+        common::secs(t.elapsed()),
         build_root.display(),
         std::fs::metadata(&built).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64
     );
 
-    let Some((daemon, ctl)) = binaries() else {
+    let Some((daemon, ctl)) = common::binaries() else {
         println!(
             "  skipped: slurm-supervisord / supervisorctl not found next to the bench; \
              run `cargo build --release --bins` or set SLURM_SUPERVISORD and SUPERVISORCTL"
@@ -230,7 +231,11 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
     );
     rows.push(Row {
         what: format!("(4) `status --json` of {} chains", s.chains),
-        measured: format!("{} (median of {})", secs(median(&times)), times.len()),
+        measured: format!(
+            "{} (median of {})",
+            common::secs(median(&times)),
+            times.len()
+        ),
         target: "<= 0.5 s".into(),
     });
     rows.push(Row {
@@ -269,12 +274,12 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
             "(5) `status JOBID` in {} chains: the socket request",
             s.chains
         ),
-        measured: secs(median(&by_socket)),
+        measured: common::secs(median(&by_socket)),
         target: "<= 2 ms".into(),
     });
     rows.push(Row {
         what: "(5) ... the whole `supervisorctl status JOBID`".into(),
-        measured: secs(median(&by_process)),
+        measured: common::secs(median(&by_process)),
         target: "".into(),
     });
 
@@ -316,8 +321,8 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
         ),
         measured: format!(
             "{} / {} = {ratio:.1}x",
-            secs(median(&submit)),
-            secs(median(&direct))
+            common::secs(median(&submit)),
+            common::secs(median(&direct))
         ),
         target: "<= 3x".into(),
     });
@@ -345,14 +350,14 @@ fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], ro
         ),
         measured: format!(
             "{} ({} from the cycle's first command)",
-            secs(r.from_swap),
-            secs(r.from_cycle)
+            common::secs(r.from_swap),
+            common::secs(r.from_cycle)
         ),
         target: "<= 2 s".into(),
     });
     rows.push(Row {
         what: "(1) ... daemon CPU time (children: the Slurm commands)".into(),
-        measured: format!("{} ({})", secs(r.cpu), secs(r.child_cpu)),
+        measured: format!("{} ({})", common::secs(r.cpu), common::secs(r.child_cpu)),
         target: "".into(),
     });
     rows.push(Row {
@@ -392,7 +397,7 @@ fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], ro
         measured: format!(
             "{} (in {}; {})",
             r.count("sinfo"),
-            secs(r.from_cycle),
+            common::secs(r.from_cycle),
             r.commands()
         ),
         target: "<= 1".into(),
@@ -412,8 +417,8 @@ fn oom(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &
         what: format!("(2) {} OOM endings: all decided (ready, resubmit)", s.live),
         measured: format!(
             "{} ({} from the cycle's first command)",
-            secs(r.from_swap),
-            secs(r.from_cycle)
+            common::secs(r.from_swap),
+            common::secs(r.from_cycle)
         ),
         target: "<= 10 s".into(),
     });
@@ -429,12 +434,16 @@ fn oom(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &
     });
     rows.push(Row {
         what: "(2) ... daemon CPU time (children)".into(),
-        measured: format!("{} ({})", secs(r.cpu), secs(r.child_cpu)),
+        measured: format!("{} ({})", common::secs(r.cpu), common::secs(r.child_cpu)),
         target: "".into(),
     });
     rows.push(Row {
         what: "(2) ... `supervisorctl status c1` / `ping` during it: max".into(),
-        measured: format!("{} / {}", secs(max(&r.status)), secs(max(&r.ping))),
+        measured: format!(
+            "{} / {}",
+            common::secs(max(&r.status)),
+            common::secs(max(&r.ping))
+        ),
         target: "< 100 ms".into(),
     });
     d.stop();
@@ -475,22 +484,27 @@ impl Burst {
         if t.is_empty() {
             return "none asked".into();
         }
-        format!("{} / {} ({} asked)", secs(median(t)), secs(max(t)), t.len())
+        format!(
+            "{} / {} ({} asked)",
+            common::secs(median(t)),
+            common::secs(max(t)),
+            t.len()
+        )
     }
 
     fn print(&self, label: &str) {
         let wall: u64 = self.calls.iter().map(|c| c.wall_us).sum();
         println!(
             "  {label} decided {} after the swap, {} after the cycle's first command; daemon CPU {} (children {})",
-            secs(self.from_swap),
-            secs(self.from_cycle),
-            secs(self.cpu),
-            secs(self.child_cpu)
+            common::secs(self.from_swap),
+            common::secs(self.from_cycle),
+            common::secs(self.cpu),
+            common::secs(self.child_cpu)
         );
         println!(
             "  {label} Slurm commands: {} (their own wall time {})",
             self.commands(),
-            secs(Duration::from_micros(wall))
+            common::secs(Duration::from_micros(wall))
         );
         println!(
             "  {label} status c1: {}; ping: {}",
@@ -562,7 +576,10 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        println!("  daemon answers {} after its start", secs(t.elapsed()));
+        println!(
+            "  daemon answers {} after its start",
+            common::secs(t.elapsed())
+        );
         d
     }
 
@@ -793,88 +810,6 @@ fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
-/// Where the store is built: tmpfs when there is one (see the module docs).
-fn build_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("BURST_BUILD_DIR") {
-        return PathBuf::from(d);
-    }
-    let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir()
-        && tempfile::Builder::new()
-            .prefix("ssv-probe")
-            .tempfile_in(shm)
-            .is_ok();
-    if writable {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-/// The daemon and client binaries (see the module docs).
-fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let dir = std::env::current_exe()
-        .ok()?
-        .parent()? // deps
-        .parent()? // release or debug
-        .to_path_buf();
-    let find = |var: &str, name: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .or_else(|| Some(dir.join(name)))
-            .filter(|p| p.is_file())
-    };
-    Some((
-        find("SLURM_SUPERVISORD", "slurm-supervisord")?,
-        find("SUPERVISORCTL", "supervisorctl")?,
-    ))
-}
-
-/// A submission as `supervisorctl submit` records it (as in benches/startup.rs).
-fn submission(i: usize) -> NewSubmission {
-    let env: Vec<(String, String)> = [
-        ("HOME", "/home/alice"),
-        ("USER", "alice"),
-        ("LOGNAME", "alice"),
-        ("SHELL", "/bin/bash"),
-        ("LANG", "en_US.UTF-8"),
-        ("PWD", "/home/alice/project"),
-        (
-            "PATH",
-            "/home/alice/miniconda3/envs/train/bin:/usr/local/bin:/usr/bin:/bin",
-        ),
-        ("OMP_NUM_THREADS", "8"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    NewSubmission {
-        owner_uid: 1000,
-        user: "alice".into(),
-        argv: vec![
-            "--job-name".into(),
-            format!("train-{i}"),
-            "--mem=16G".into(),
-            "--time=04:00:00".into(),
-            "-p".into(),
-            "gpu".into(),
-            "train.sh".into(),
-            format!("--seed={i}"),
-        ],
-        cwd: "/home/alice/project".into(),
-        env,
-        script_name: Some("train.sh".into()),
-        script: Some(
-            b"#!/bin/bash\n#SBATCH --output=logs/%x-%j.out\n#SBATCH --cpus-per-task=8\n\
-              srun python train.py --config configs/base.yaml \"$@\"\n"
-                .to_vec(),
-        ),
-        max_retries: 5,
-        restartable: false,
-        array_tasks: None,
-    }
-}
-
 /// Builds the store: `live` chains active (spread evenly), the rest completed. Returns the
 /// live jobs, in chain order.
 fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
@@ -886,7 +821,7 @@ fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
     for i in 0..chains {
         let t = start + i as i64 * 30;
         let l = s
-            .create_submission(&submission(i), t, |tag| {
+            .create_submission(&common::submission(i), t, |tag| {
                 vec![format!("--comment={tag}"), "train.sh".into()]
             })
             .unwrap();
@@ -936,16 +871,6 @@ fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
     out
 }
 
-fn secs(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
-        format!("{:.2} ms", d.as_secs_f64() * 1e3)
-    } else if d < Duration::from_secs(10) {
-        format!("{:.0} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
-    }
-}
-
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
@@ -965,9 +890,9 @@ fn spread(t: &[Duration]) -> String {
     t.sort();
     format!(
         "median {}, min {}, max {} ({} runs)",
-        secs(t[t.len() / 2]),
-        secs(t[0]),
-        secs(t[t.len() - 1]),
+        common::secs(t[t.len() / 2]),
+        common::secs(t[0]),
+        common::secs(t[t.len() - 1]),
         t.len()
     )
 }

@@ -22,10 +22,12 @@
 //! `target/release/deps/`). `SLURM_SUPERVISORD` and `SUPERVISORCTL` override the paths.
 //! (c) and (d) are skipped, with a message, when the binaries cannot be found.
 
+mod common;
+
 use serde_json::json;
 use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use slurm_supervisor::policy::{Inputs, Reason};
-use slurm_supervisor::store::{AttemptEnd, ChainUpdate, NewSubmission, Record, Store, Transition};
+use slurm_supervisor::store::{AttemptEnd, ChainUpdate, Record, Store, Transition};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -43,7 +45,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if bench { 100_000 } else { 2_000 });
-    let build_root = build_dir();
+    let build_root = common::build_dir("STARTUP_BUILD_DIR");
     let build = tempfile::Builder::new()
         .prefix("ssv-bench-build")
         .tempdir_in(&build_root)
@@ -63,7 +65,7 @@ fn main() {
     let build_time = t.elapsed();
     println!(
         "  store built in {} under {} ({:.0} chains/s): {counts}",
-        secs(build_time),
+        common::secs(build_time),
         build_root.display(),
         chains as f64 / build_time.as_secs_f64()
     );
@@ -135,7 +137,7 @@ fn main() {
     );
 
     // (c) and (d): the real daemon.
-    match binaries() {
+    match common::binaries() {
         Some((daemon, ctl)) => end_to_end(measure.path(), &state_dir, &daemon, &ctl),
         None => println!(
             "  (c) skipped: slurm-supervisord / supervisorctl not found next to the bench; \
@@ -150,7 +152,7 @@ fn main() {
     for k in 0..REPEATS {
         let t = Instant::now();
         let l = store
-            .create_submission(&submission(chains + k), now, |tag| {
+            .create_submission(&common::submission(chains + k), now, |tag| {
                 vec![format!("--comment={tag}"), "train.sh".into()]
             })
             .unwrap();
@@ -165,103 +167,16 @@ fn main() {
     report("(e) launch_submitted of it", &submitted);
 }
 
-/// Where the store is built: tmpfs when there is one (see the module docs).
-fn build_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("STARTUP_BUILD_DIR") {
-        return PathBuf::from(d);
-    }
-    let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir()
-        && tempfile::Builder::new()
-            .prefix("ssv-probe")
-            .tempfile_in(shm)
-            .is_ok();
-    if writable {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-fn secs(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
-        format!("{:.2} ms", d.as_secs_f64() * 1e3)
-    } else if d < Duration::from_secs(10) {
-        format!("{:.0} ms", d.as_secs_f64() * 1e3)
-    } else {
-        format!("{:.1} s", d.as_secs_f64())
-    }
-}
-
 fn report(what: &str, times: &[Duration]) {
     let mut t = times.to_vec();
     t.sort();
     println!(
         "  {what}: median {}, min {}, max {} ({} runs)",
-        secs(t[t.len() / 2]),
-        secs(t[0]),
-        secs(t[t.len() - 1]),
+        common::secs(t[t.len() / 2]),
+        common::secs(t[0]),
+        common::secs(t[t.len() - 1]),
         t.len()
     );
-}
-
-/// A submission as `supervisorctl submit` records it, with a realistic environment and
-/// script (the store keeps both so that a retry can be rebuilt).
-fn submission(i: usize) -> NewSubmission {
-    let mut env: Vec<(String, String)> = [
-        ("HOME", "/home/alice"),
-        ("USER", "alice"),
-        ("LOGNAME", "alice"),
-        ("SHELL", "/bin/bash"),
-        ("LANG", "en_US.UTF-8"),
-        ("TERM", "xterm-256color"),
-        ("PWD", "/home/alice/project"),
-        (
-            "MODULEPATH",
-            "/etc/modulefiles:/usr/share/modulefiles:/opt/modulefiles",
-        ),
-        ("LOADEDMODULES", "gcc/12.2:openmpi/4.1.5:python/3.11"),
-        ("CONDA_PREFIX", "/home/alice/miniconda3/envs/train"),
-        ("OMP_NUM_THREADS", "8"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    env.push((
-        "PATH".into(),
-        "/home/alice/miniconda3/envs/train/bin:/opt/openmpi/4.1.5/bin:/opt/gcc/12.2/bin:/usr/local/bin:/usr/bin:/bin".into(),
-    ));
-    env.push((
-        "LD_LIBRARY_PATH".into(),
-        "/opt/openmpi/4.1.5/lib:/opt/gcc/12.2/lib64:/home/alice/miniconda3/envs/train/lib".into(),
-    ));
-    NewSubmission {
-        owner_uid: 1000,
-        user: "alice".into(),
-        argv: vec![
-            "--job-name".into(),
-            format!("train-{i}"),
-            "--mem=16G".into(),
-            "--time=04:00:00".into(),
-            "-p".into(),
-            "gpu".into(),
-            "--gres=gpu:1".into(),
-            "train.sh".into(),
-            format!("--seed={i}"),
-        ],
-        cwd: "/home/alice/project".into(),
-        env,
-        script_name: Some("train.sh".into()),
-        script: Some(
-            b"#!/bin/bash\n#SBATCH --output=logs/%x-%j.out\n#SBATCH --error=logs/%x-%j.err\n\
-              #SBATCH --cpus-per-task=8\nmodule load gcc/12.2 openmpi/4.1.5\n\
-              source activate train\nsrun python train.py --config configs/base.yaml \"$@\"\n"
-                .to_vec(),
-        ),
-        max_retries: 5,
-        restartable: false,
-        array_tasks: None,
-    }
 }
 
 /// What sacct said about an ending, as the daemon stores it (the observation body).
@@ -343,7 +258,7 @@ fn build_store(path: &Path, chains: usize) -> String {
     for i in 0..chains {
         let t = start + i as i64 * 30;
         let l = s
-            .create_submission(&submission(i), t, |tag| {
+            .create_submission(&common::submission(i), t, |tag| {
                 vec![format!("--comment={tag}"), "train.sh".into()]
             })
             .unwrap();
@@ -488,25 +403,6 @@ fn build_store(path: &Path, chains: usize) -> String {
         "{completed} completed, {failed} failed, {active} active, {ready} ready, \
          {pending} pending_failed; {retried} with a second attempt"
     )
-}
-
-/// The daemon and client binaries (see the module docs).
-fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let dir = std::env::current_exe()
-        .ok()?
-        .parent()? // deps
-        .parent()? // release
-        .to_path_buf();
-    let find = |var: &str, name: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .or_else(|| Some(dir.join(name)))
-            .filter(|p| p.is_file())
-    };
-    Some((
-        find("SLURM_SUPERVISORD", "slurm-supervisord")?,
-        find("SUPERVISORCTL", "supervisorctl")?,
-    ))
 }
 
 /// Fake Slurm commands that answer at once, successfully, with nothing.

@@ -647,27 +647,23 @@ pub fn transition(
                 plan: None,
                 not_before: Some(ctx.now),
             },
-            record: Some(Record {
-                classification: chain
+            // Not a second resubmission: the one already decided is carried out by sbatch
+            // instead (budgets count `resubmit` records).
+            record: Some(by_supervisor(
+                chain
                     .last_classification
                     .unwrap_or(Classification::Ambiguous),
-                class: RecoveryClass::R1,
-                // Not a second resubmission: the one already decided is carried out by
-                // sbatch instead (budgets count `resubmit` records).
-                action: Action::None,
-                reason: Reason::InPlaceRefused {
+                RecoveryClass::R1,
+                Action::None,
+                Reason::InPlaceRefused {
                     job: job.to_string(),
                     error: error.to_string(),
                 },
-                inputs: Inputs::InPlace {
+                Inputs::InPlace {
                     job: job.to_string(),
                     error: error.to_string(),
                 },
-                resolves_latest: false,
-                actor: SUPERVISOR.into(),
-                infra_failure: false,
-                failed_nodes: None,
-            }),
+            )),
             effects: Vec::new(),
         },
     };
@@ -692,17 +688,7 @@ fn note(
             plan: None,
             not_before: chain.not_before,
         },
-        record: Some(Record {
-            classification,
-            class,
-            action,
-            reason,
-            inputs,
-            resolves_latest: false,
-            actor: SUPERVISOR.into(),
-            infra_failure: false,
-            failed_nodes: None,
-        }),
+        record: Some(by_supervisor(classification, class, action, reason, inputs)),
         effects: Vec::new(),
     }
 }
@@ -761,6 +747,28 @@ fn cancelled(
     })
 }
 
+/// A record by the supervisor that is not about a job's ending (no infrastructure
+/// failure, no node).
+fn by_supervisor(
+    classification: Classification,
+    class: RecoveryClass,
+    action: Action,
+    reason: Reason,
+    inputs: Inputs,
+) -> Record {
+    Record {
+        classification,
+        class,
+        action,
+        reason,
+        inputs,
+        resolves_latest: false,
+        actor: SUPERVISOR.into(),
+        infra_failure: false,
+        failed_nodes: None,
+    }
+}
+
 /// A record by the supervisor about an ending (or a requeue) of `verdict`; the reason is
 /// the caller's to set.
 fn supervisor(verdict: &Verdict, class: RecoveryClass, action: Action, inputs: Inputs) -> Record {
@@ -794,17 +802,13 @@ fn escalation(from: ChainState, reason: Reason, inputs: Inputs) -> Transition {
             plan: None,
             not_before: None,
         },
-        record: Some(Record {
-            classification: Classification::Ambiguous,
-            class: RecoveryClass::R2,
-            action: Action::Escalate,
+        record: Some(by_supervisor(
+            Classification::Ambiguous,
+            RecoveryClass::R2,
+            Action::Escalate,
             reason,
             inputs,
-            resolves_latest: false,
-            actor: SUPERVISOR.into(),
-            infra_failure: false,
-            failed_nodes: None,
-        }),
+        )),
         effects: Vec::new(),
     }
 }

@@ -505,6 +505,17 @@ pub struct Waiting {
     pub pending_since: i64,
 }
 
+/// A chain as the transaction sees it.
+fn chain_in(tx: &Connection, chain_id: i64) -> Result<Chain> {
+    tx.query_row(
+        &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
+        [chain_id],
+        chain_from,
+    )
+    .map_err(StoreError::from)
+    .and_then(finish_chain)
+}
+
 fn update_chain(tx: &Connection, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
     if NOTIFYING_STATES.contains(&u.state) {
         tx.prepare_cached(
@@ -874,14 +885,7 @@ impl Store {
                 "DELETE FROM attempts WHERE chain_id = ?1 AND n = ?2 AND state = 'launching'",
                 params![chain, n],
             )?;
-            let c = tx
-                .query_row(
-                    &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
-                    [chain],
-                    chain_from,
-                )
-                .map_err(StoreError::from)
-                .and_then(finish_chain)?;
+            let c = chain_in(&tx, chain)?;
             if let Some(t) = decide(&c, n.saturating_sub(1)) {
                 if c.state == t.from {
                     if let Some(d) = &t.record {
@@ -987,14 +991,7 @@ impl Store {
                 "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
                 params![chain, n, now],
             )?;
-            let c = tx
-                .query_row(
-                    &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
-                    [chain],
-                    chain_from,
-                )
-                .map_err(StoreError::from)
-                .and_then(finish_chain)?;
+            let c = chain_in(&tx, chain)?;
             let t = decide(&c);
             if let Some(d) = &t.record {
                 insert_decision(&tx, chain, n, None, now, d)?;
