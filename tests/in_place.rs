@@ -224,3 +224,34 @@ fn without_in_place_a_retry_is_a_new_job() {
         assert_eq!(h.fake().calls(Command::RequeueHold), 0);
     });
 }
+
+#[test]
+fn a_requeue_released_and_run_while_the_daemon_was_down_is_not_resubmitted() {
+    rt().block_on(async {
+        use slurm_supervisor::slurm::Slurm;
+        let mut h = Harness::new(true);
+        let job = h.submit(&["--mem=100M", "job.sh"]).await;
+        h.cycle().await;
+        assert!(h.fake().end(&job, Ending::OutOfMemory));
+        // The release reaches Slurm but its answer is lost: the intent stays open.
+        h.fake().set_unavailable(Command::Release, true);
+        h.cycle().await;
+        assert_eq!(h.chain().state, ChainState::Ready);
+        h.fake().set_unavailable(Command::Release, false);
+        h.fake()
+            .release(std::slice::from_ref(&job), None)
+            .await
+            .unwrap();
+        // It runs to its end and leaves squeue before the daemon looks again.
+        assert!(h.fake().end(&job, Ending::Completed));
+        h.cycle().await;
+        h.cycle().await;
+        assert_eq!(
+            h.fake().sbatch_calls().len(),
+            1,
+            "never resubmitted beside it"
+        );
+        assert_eq!(h.chain().state, ChainState::Completed);
+        assert_eq!(h.attempts().len(), 2);
+    });
+}

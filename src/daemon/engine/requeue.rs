@@ -142,6 +142,18 @@ impl<S: Slurm> Engine<S> {
         }
         let stage = match row {
             None => {
+                // Gone from squeue. A job still held would be there: if sacct has a run
+                // after the ones the earlier attempts had, it was released and ran while
+                // the daemon was down. It is recorded as this attempt (the poll judges its
+                // ending), never resubmitted beside it.
+                match self.released_while_down(l, &job).await? {
+                    Some(true) => {
+                        self.store.launch_submitted(l.id, &job, t)?;
+                        return Ok(());
+                    }
+                    Some(false) => {}
+                    None => return Ok(()),
+                }
                 let why = format!("Slurm no longer knows job {job}");
                 self.undo(l, &sub, &why, false, t).await?;
                 return Ok(());
@@ -154,6 +166,37 @@ impl<S: Slurm> Engine<S> {
             .in_scope(|| info!(requeue_of = %job, "finishing an interrupted in-place requeue"));
         self.carry_out(l, &sub, stage, t).await?;
         Ok(())
+    }
+
+    /// Whether sacct shows a run of `job` after those of the attempts before this
+    /// requeue (`None`: sacct did not answer clearly; nothing is decided).
+    async fn released_while_down(
+        &mut self,
+        l: &Launch,
+        job: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        let Some(chain) = self.store.launch_chains(l.id)?.first().copied() else {
+            return Ok(Some(false));
+        };
+        let first_run = self
+            .store
+            .attempts(chain)?
+            .iter()
+            .rev()
+            .find(|a| a.launch_id == l.id)
+            .map_or(0, |a| a.first_run as usize);
+        let sa = match self.slurm.sacct(&[job.to_string()]).await {
+            Ok(p) if p.errors.is_empty() => p,
+            Ok(_) => return Ok(None),
+            Err(e) => {
+                self.slurm_down("sacct", &e);
+                return Ok(None);
+            }
+        };
+        let runs = crate::slurm::jobid::runs_by_job(&sa.rows)
+            .get(job)
+            .map_or(0, Vec::len);
+        Ok(Some(runs > first_run))
     }
 
     /// The scontrol steps from `stage` on, each as the job's owner.
