@@ -34,8 +34,14 @@ struct Pipe {
 
 impl Pipe {
     fn new() -> Pipe {
+        Pipe::with_retry("")
+    }
+
+    /// With more `[retry]` settings.
+    fn with_retry(retry: &str) -> Pipe {
         let dir = tempfile::tempdir().unwrap();
-        let text = format!("state_dir = {:?}\n{CONFIG}", dir.path().join("state"));
+        let config = CONFIG.replace("[retry]\n", &format!("[retry]\n{retry}\n"));
+        let text = format!("state_dir = {:?}\n{config}", dir.path().join("state"));
         let config = Config::parse(&text, None).unwrap();
         Pipe {
             engine: Engine::new(config, Store::in_memory().unwrap(), FakeSlurm::new()),
@@ -286,6 +292,32 @@ async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
     let down2 = p.job(c_down);
     assert_ne!(down2, down, "resubmitted");
     assert_eq!(p.dependency(&down2), format!("afterok:{up2}"));
+    assert_eq!(p.state(c_down), ChainState::Active);
+}
+
+/// Regression: with `in_place`, the job Slurm cancelled for its dependency was requeued in
+/// place, kept the dependency Slurm had marked failed, was cancelled again at once and
+/// recorded as a user's cancel. It is resubmitted instead.
+#[tokio::test(flavor = "current_thread")]
+async fn in_place_a_job_slurm_cancelled_for_its_dependency_is_resubmitted() {
+    let mut p = Pipe::with_retry("in_place = true");
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let down = p
+        .submit(&[
+            "--kill-on-invalid-dep=yes",
+            &format!("--dependency=afterok:{up}"),
+        ])
+        .await;
+    let c_down = p.chain_of(&down);
+    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
+    assert!(p.engine.slurm().end(&down, Ending::CancelledForDependency));
+    p.cycle().await;
+    p.cycle().await;
+    assert_eq!(p.job(c_up), up, "the upstream is requeued in place");
+    let down2 = p.job(c_down);
+    assert_ne!(down2, down, "resubmitted, not requeued");
+    assert_eq!(p.dependency(&down2), format!("afterok:{up}"));
     assert_eq!(p.state(c_down), ChainState::Active);
 }
 

@@ -11,10 +11,6 @@ use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 
-fn decisions(h: &Value) -> Vec<Value> {
-    h["decisions"].as_array().cloned().unwrap_or_default()
-}
-
 /// Every run of a job in Slurm's accounting (`-D`), `JobID|State|ReqMem` a line.
 fn sacct_runs(job: &str) -> String {
     run(
@@ -40,10 +36,6 @@ fn pending_entry(d: &Daemon, job: &str) -> Value {
         .find(|p| p["slurm_job_id"] == job)
         .expect("listed in pending")
         .clone()
-}
-
-fn attempts(h: &Value) -> Vec<Value> {
-    h["attempts"].as_array().cloned().unwrap_or_default()
 }
 
 #[test]
@@ -552,35 +544,6 @@ fn a_kill_right_after_sbatch_adopts_the_job_instead_of_submitting_again() {
 }
 
 // Pipelines (docs/pipelines.md): jobs that wait on a supervised job follow its chain.
-
-/// A job that runs out of its 100M once, then completes with the retry's memory.
-const OOM_ONCE: &str =
-    "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
-
-/// When the chain's last attempt ended, as sacct says (`2026-11-22T20:01:02`).
-fn last_end(d: &Daemon, job: &str) -> String {
-    let h = d.history(job);
-    let last = attempts(&h)
-        .last()
-        .and_then(|a| a["slurm_job_id"].as_str().map(str::to_string))
-        .expect("an attempt");
-    sacct_field(&last, "End")
-}
-
-fn reason_codes(h: &Value) -> Vec<String> {
-    decisions(h)
-        .iter()
-        .filter_map(|d| d["reason_code"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// A plain sbatch job (not supervised) in the daemon's work directory.
-fn plain_sbatch(d: &Daemon, args: &[&str]) -> String {
-    let dir = d.work_dir().display().to_string();
-    let mut all = vec!["--parsable", "--chdir", &dir, "-o", "/dev/null"];
-    all.extend_from_slice(args);
-    run("sbatch", &all).trim().to_string()
-}
 
 #[test]
 fn jobs_waiting_on_a_retried_job_run_after_its_retry() {

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -51,10 +50,6 @@ fn wait_node_idle(node: &str) {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-fn attempts(h: &Value) -> Vec<Value> {
-    h["attempts"].as_array().cloned().unwrap_or_default()
 }
 
 #[test]

@@ -558,3 +558,42 @@ pub fn root_daemon(prefix: &str, extra: &str) -> (Daemon, PathBuf) {
     d.spawn();
     (d, ctl)
 }
+
+// Reading a chain's `history --json` (docs/json-schemas.md).
+
+pub fn decisions(h: &Value) -> Vec<Value> {
+    h["decisions"].as_array().cloned().unwrap_or_default()
+}
+
+pub fn attempts(h: &Value) -> Vec<Value> {
+    h["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+pub fn reason_codes(h: &Value) -> Vec<String> {
+    decisions(h)
+        .iter()
+        .filter_map(|d| d["reason_code"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// When the chain's last attempt ended, as sacct says (`2026-11-22T20:01:02`).
+pub fn last_end(d: &Daemon, job: &str) -> String {
+    let h = d.history(job);
+    let last = attempts(&h)
+        .last()
+        .and_then(|a| a["slurm_job_id"].as_str().map(str::to_string))
+        .expect("an attempt");
+    sacct_field(&last, "End")
+}
+
+/// A job that runs out of its 100M once, then completes with the retry's memory.
+pub const OOM_ONCE: &str =
+    "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+
+/// A plain sbatch job (not supervised) in the daemon's work directory.
+pub fn plain_sbatch(d: &Daemon, args: &[&str]) -> String {
+    let dir = d.work_dir().display().to_string();
+    let mut all = vec!["--parsable", "--chdir", &dir, "-o", "/dev/null"];
+    all.extend_from_slice(args);
+    run("sbatch", &all).trim().to_string()
+}

@@ -52,8 +52,9 @@ fn is_held(r: &SqueueRow) -> bool {
 
 impl<S: Slurm> Engine<S> {
     /// The ended job to requeue in place for the relaunch of `chains`, when this retry
-    /// may be one: `in_place` is on, it is one chain that is not an array task, its last
-    /// attempt ended under a job id, and that job was not refused before.
+    /// may be one: `in_place` is on, it is one chain that is not an array task and was not
+    /// cancelled by Slurm for its dependency, its last attempt ended under a job id, and
+    /// that job was not refused before.
     pub(super) fn in_place_candidate(
         &self,
         chains: &[i64],
@@ -68,6 +69,12 @@ impl<S: Slurm> Engine<S> {
             return Ok(None);
         };
         if chain.array_task.is_some() || chain.state != ChainState::Ready {
+            return Ok(None);
+        }
+        // A job Slurm cancelled for its dependency (kill_invalid_depend) is resubmitted:
+        // requeued, it would keep the dependency Slurm marked failed and be cancelled
+        // again; sbatch gets it resolved anew, on the upstreams' latest attempts.
+        if chain.last_classification == Some(crate::model::Classification::Cancelled) {
             return Ok(None);
         }
         let last = self.store.attempts(chain.id)?.pop();
