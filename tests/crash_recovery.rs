@@ -349,8 +349,10 @@ fn endless_or_hanging_output_from_slurm_is_cut_off_and_decides_nothing() {
     let (d, fake) = start("", &[]);
     d.write_script("job.sh", "echo hi");
     let job = d.submit(&["job.sh"]);
-    fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
+    // squeue breaks first: a cycle between the two must not judge the ending from a
+    // good answer.
     fake.ctl(&["mode", "squeue", "huge"]);
+    fake.ctl(&["finish", &job, "FAILED", "1:0", "Connection refused\n"]);
     wait_until("the cut-off", Duration::from_secs(30), || {
         d.log().contains("printed more than")
     });

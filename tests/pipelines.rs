@@ -7,10 +7,10 @@
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::{Action, ChainState};
+use slurm_supervisor::model::{Action, ChainState, RecoveryClass};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
-use slurm_supervisor::slurm::{SbatchRequest, Slurm};
+use slurm_supervisor::slurm::{RunAs, SbatchRequest, Slurm};
 use slurm_supervisor::store::Store;
 
 const CONFIG: &str = r#"
@@ -134,19 +134,23 @@ async fn waiting_jobs_follow_a_retried_chain_to_its_new_attempt() {
         .await;
     assert_eq!(p.dependency(&by_chain), format!("afterok:{up},singleton"));
     let plain = p.plain(&[&format!("--dependency=afterok:{up}")]).await;
-    p.cycle().await;
+    // One squeue of the owners' pending jobs in the first cycle (then every ten poll
+    // intervals, and in a cycle after a retry), shared by the rewiring and the report of
+    // plain afterany/afternotok jobs.
     let before = p.engine.slurm().calls(Command::PendingOfUsers);
     p.cycle().await;
+    assert_eq!(p.engine.slurm().calls(Command::PendingOfUsers), before + 1);
     assert_eq!(
-        p.engine.slurm().calls(Command::PendingOfUsers),
-        before,
-        "no retry, no squeue for waiting jobs"
+        p.engine.slurm().calls(Command::SetDependency),
+        0,
+        "no retry, nothing rewired"
     );
 
     assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
     p.cycle().await; // judged: ready, resubmitted at once (no backoff here)
     let up2 = p.job(c_up);
     assert_ne!(up2, up, "the OOM was retried");
+    let before = p.engine.slurm().calls(Command::PendingOfUsers);
     p.cycle().await; // the waiting jobs are rewired to the new attempt
     for j in [&down, &plain] {
         assert_eq!(p.dependency(j), format!("afterok:{up2}"), "{j}");
@@ -167,6 +171,7 @@ async fn waiting_jobs_follow_a_retried_chain_to_its_new_attempt() {
     // Once is enough: the next cycle asks nothing.
     p.cycle().await;
     assert_eq!(p.engine.slurm().calls(Command::PendingOfUsers), before + 1);
+    assert_eq!(p.engine.slurm().calls(Command::SetDependency), 3);
     // status shows the edges both ways.
     let status = p.engine.store().dependents(c_up).unwrap();
     assert!(status.contains(&c_down), "{status:?}");
@@ -514,4 +519,76 @@ async fn a_cancelled_held_job_gets_one_record() {
         p.cycle().await;
     }
     assert_eq!(p.codes(c), vec!["dependency_never_satisfied".to_string()]);
+}
+
+/// Plain-sbatch jobs waiting afterany/afternotok on a supervised job cannot be held back:
+/// Slurm starts them when that attempt ends. They are reported on the upstream chain,
+/// once each, in the same squeue of pending jobs the rewiring reads; afterok (rewired
+/// instead), supervised jobs (held instead) and another user's jobs are not.
+#[tokio::test(flavor = "current_thread")]
+async fn plain_afterany_jobs_are_reported_on_the_upstream_chain_once() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let any = p.plain(&[&format!("--dependency=afterany:{up}")]).await;
+    let notok = p
+        .plain(&[&format!("--dependency=afterok:{up}?afternotok:{up}")])
+        .await;
+    let ok = p.plain(&[&format!("--dependency=afterok:{up}")]).await;
+    let held = p.submit(&[&format!("--dependency=afterany:{up}")]).await;
+    let other = p
+        .engine
+        .slurm()
+        .sbatch(&SbatchRequest {
+            argv: vec![
+                format!("--dependency=afterany:{up}"),
+                "--parsable".into(),
+                "--wrap=true".into(),
+            ],
+            cwd: p.dir.path().to_path_buf(),
+            env: Vec::new(),
+            stdin: None,
+            run_as: Some(RunAs {
+                uid: 4242,
+                gid: 4242,
+                user: std::ffi::CString::new("mallory").unwrap(),
+            }),
+        })
+        .await
+        .unwrap();
+    let before = p.engine.slurm().calls(Command::PendingOfUsers);
+    p.cycle().await;
+    assert_eq!(
+        p.engine.slurm().calls(Command::PendingOfUsers) - before,
+        1,
+        "one squeue of pending jobs a cycle"
+    );
+    let noted = |p: &Pipe| -> Vec<String> {
+        p.engine
+            .store()
+            .decisions(c_up)
+            .unwrap()
+            .into_iter()
+            .filter(|d| d.reason_code.as_deref() == Some("plain_job_not_held"))
+            .map(|d| {
+                assert_eq!(d.class, RecoveryClass::R3);
+                assert_eq!(d.action, Action::None);
+                d.inputs["job"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    let mut jobs = noted(&p);
+    jobs.sort();
+    let mut want = vec![any.clone(), notok.clone()];
+    want.sort();
+    assert_eq!(
+        jobs, want,
+        "not {ok} (afterok), {held} (held) or {other} (another user's)"
+    );
+    // Once each, however many cycles see them.
+    p.cycle().await;
+    p.cycle().await;
+    assert_eq!(noted(&p).len(), 2);
+    // Nothing about them is changed in Slurm.
+    assert_eq!(p.dependency(&any), format!("afterany:{up}"));
 }

@@ -645,6 +645,44 @@ fn afternotok_on_a_chain_that_fails_for_good_runs() {
     assert!(reason_codes(&d.history(&fallback)).contains(&"released".into()));
 }
 
+/// A plain-sbatch afterany job cannot be held back until the chain ends for good: it is
+/// reported on the upstream chain while it waits, once.
+#[test]
+fn a_plain_afterany_job_is_reported_on_the_upstream_chain() {
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("long.sh", "sleep 25\necho done");
+    let up = d.submit(&["--job-name=ssv-pipe-long", "long.sh"]);
+    let plain = plain_sbatch(
+        &d,
+        &[
+            &format!("--dependency=afterany:{up}"),
+            "--job-name=ssv-pipe-plain-any",
+            "--wrap=true",
+        ],
+    );
+    let reported = |h: &serde_json::Value| -> Vec<serde_json::Value> {
+        decisions(h)
+            .into_iter()
+            .filter(|d| d["reason_code"] == "plain_job_not_held")
+            .collect()
+    };
+    wait_for(
+        "the plain job to be reported on the upstream chain",
+        MIN,
+        || !reported(&d.history(&up)).is_empty(),
+    );
+    let h = d.history(&up);
+    let r = reported(&h);
+    assert_eq!(r[0]["inputs"]["job"], plain.as_str(), "{h:#}");
+    assert_eq!(r[0]["class"], "R3", "{h:#}");
+    d.wait_state(&up, "completed", 2 * MIN);
+    wait_for("the plain job to complete", 2 * MIN, || {
+        sacct_field(&plain, "State") == "COMPLETED"
+    });
+    assert_eq!(reported(&d.history(&up)).len(), 1, "reported once");
+}
+
 #[test]
 fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
     require_slurm();

@@ -145,6 +145,14 @@ pub enum Event<'a> {
         from: &'a str,
         to: &'a str,
     },
+    /// A job submitted with plain sbatch waits with `kind` (afterany, afternotok) on this
+    /// chain's current job `attempt`: Slurm will start it when that attempt ends, not
+    /// when the chain ends for good. The supervisor cannot hold it back; it says so here.
+    PlainJobNotHeld {
+        job: &'a str,
+        kind: &'a str,
+        attempt: &'a str,
+    },
     /// The chains a held job's afterany/afternotok wait on have ended for good (or one
     /// ended in a way that can never satisfy it): release it, or cancel it.
     GatesDecided {
@@ -548,6 +556,24 @@ pub fn transition(
                     from.to_string(),
                     to.to_string(),
                 )],
+            },
+        ),
+        Event::PlainJobNotHeld { job, kind, attempt } => note(
+            chain,
+            chain
+                .last_classification
+                .unwrap_or(Classification::Ambiguous),
+            RecoveryClass::R3,
+            Action::None,
+            Reason::PlainJobNotHeld {
+                job: job.to_string(),
+                kind: kind.to_string(),
+                attempt: attempt.to_string(),
+            },
+            Inputs::Dependency {
+                job: Some(job.to_string()),
+                upstreams: vec![crate::store::chain_label(chain.id)],
+                rewired: Vec::new(),
             },
         ),
         Event::GatesDecided { job, gates } => {

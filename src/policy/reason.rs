@@ -122,6 +122,14 @@ pub enum Reason {
         from: String,
         to: String,
     },
+    /// A job submitted with plain sbatch waits with afterany/afternotok on this chain's
+    /// current job: Slurm starts it when that attempt ends, not when the chain has ended
+    /// for good, and the supervisor cannot hold it back.
+    PlainJobNotHeld {
+        job: String,
+        kind: String,
+        attempt: String,
+    },
     /// The chains its afterany/afternotok wait on have ended for good, and the condition
     /// holds: the supervisor released the held job.
     Released { upstreams: Vec<String> },
@@ -177,6 +185,7 @@ impl Reason {
             Reason::JobLost { .. } => "job_lost",
             Reason::Rewired { .. } => "rewired",
             Reason::PlainJobRewired { .. } => "plain_job_rewired",
+            Reason::PlainJobNotHeld { .. } => "plain_job_not_held",
             Reason::Released { .. } => "released",
             Reason::DependencyNeverSatisfied { .. } => "dependency_never_satisfied",
             Reason::KilledForDependency { .. } => "killed_for_dependency",
@@ -351,6 +360,10 @@ impl fmt::Display for Reason {
             Reason::PlainJobRewired { job, from, to } => write!(
                 f,
                 "job {job} (not supervised) waited on {from}; it now waits on this chain's new attempt {to}"
+            ),
+            Reason::PlainJobNotHeld { job, kind, attempt } => write!(
+                f,
+                "job {job} (submitted with plain sbatch, not supervised) waits {kind}:{attempt}: Slurm starts it when this attempt ends, even if the supervisor then retries the chain; to wait for the chain's final outcome, submit it with `supervisorctl submit --dependency={kind}:<this chain>`"
             ),
             Reason::Released { upstreams } => write!(
                 f,

@@ -837,6 +837,11 @@ fn every_reason_name_is_documented() {
             from: String::new(),
             to: String::new(),
         },
+        Reason::PlainJobNotHeld {
+            job: String::new(),
+            kind: String::new(),
+            attempt: String::new(),
+        },
         Reason::Released {
             upstreams: Vec::new(),
         },
@@ -884,6 +889,7 @@ fn every_reason_name_is_documented() {
             | Reason::Expired { .. }
             | Reason::Rewired { .. }
             | Reason::PlainJobRewired { .. }
+            | Reason::PlainJobNotHeld { .. }
             | Reason::Released { .. }
             | Reason::DependencyNeverSatisfied { .. }
             | Reason::KilledForDependency { .. }
@@ -897,7 +903,7 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 31, "one of each variant");
+    assert_eq!(reasons.len(), 32, "one of each variant");
 }
 
 fn expiring(action: crate::config::ExpireAction) -> Config {

@@ -372,4 +372,65 @@ impl Store {
         let rows = q.query_map([submission_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+
+    /// The owners (uid, user name) of the unfinished chains: whose pending jobs may wait
+    /// on one of their jobs. Read through the partial index of open chains by owner.
+    pub fn open_chain_owners(&self) -> Result<Vec<(u32, String)>> {
+        let mut q = self.conn.prepare_cached(&format!(
+            "SELECT o.owner_uid,
+                    (SELECT s.user FROM submissions s WHERE s.owner_uid = o.owner_uid ORDER BY s.id DESC LIMIT 1)
+             FROM (SELECT DISTINCT owner_uid FROM chains WHERE state IN ({}) AND owner_uid IS NOT NULL) o",
+            open_states()
+        ))?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get::<_, Option<String>>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            if let (uid, Some(user)) = row? {
+                out.push((uid, user));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the plain-sbatch job `job` was reported on `chain` before.
+    pub fn plain_waiter_noted(&self, chain: i64, job: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT 1 FROM plain_waiters WHERE chain_id = ?1 AND job_id = ?2")?
+            .query_row(params![chain, job], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Records the reports of plain-sbatch jobs on the chains they wait on, each once: a
+    /// (chain, job) reported before, or a chain no longer in the state its report was
+    /// decided from, is skipped. One transaction; returns how many were recorded.
+    pub fn note_plain_waiters(
+        &mut self,
+        items: &[(i64, String, Transition)],
+        now: i64,
+    ) -> Result<usize> {
+        let tx = self.conn.savepoint()?;
+        let mut noted = 0;
+        for (chain, job, t) in items {
+            let fresh = tx.execute(
+                "INSERT OR IGNORE INTO plain_waiters (chain_id, job_id, noted_at) VALUES (?1, ?2, ?3)",
+                params![chain, job, now],
+            )? == 1;
+            if !fresh {
+                continue;
+            }
+            if super::decide_in(&tx, *chain, t, now)? {
+                noted += 1;
+            } else {
+                // Decided again, from the chain's new state, next time.
+                tx.execute(
+                    "DELETE FROM plain_waiters WHERE chain_id = ?1 AND job_id = ?2",
+                    params![chain, job],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(noted)
+    }
 }

@@ -237,4 +237,14 @@ ALTER TABLE launches ADD COLUMN requeue_of TEXT;
 ALTER TABLE attempts ADD COLUMN first_run INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX launches_by_requeue ON launches(requeue_of) WHERE requeue_of IS NOT NULL;
 "#,
+    // 9: jobs submitted with plain sbatch that wait afterany/afternotok on a chain's
+    // current job, once reported on that chain (`plain_job_not_held`): never twice.
+    r#"
+CREATE TABLE plain_waiters (
+    chain_id INTEGER NOT NULL REFERENCES chains(id),
+    job_id TEXT NOT NULL,
+    noted_at INTEGER NOT NULL,
+    PRIMARY KEY (chain_id, job_id)
+) WITHOUT ROWID;
+"#,
 ];

@@ -58,6 +58,9 @@ pub struct Engine<S: Slurm> {
     /// batches, the loop answering requests in between). Lost with the process, found
     /// again by the next poll.
     backlog: std::collections::VecDeque<Found>,
+    /// When the owners' pending jobs were last looked through for plain-sbatch
+    /// afterany/afternotok jobs (`pipeline::watch_pending`).
+    waiters_seen: Option<Instant>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -113,6 +116,7 @@ impl<S: Slurm> Engine<S> {
             defer: false,
             takeoff: Vec::new(),
             backlog: Default::default(),
+            waiters_seen: None,
         }
     }
 
@@ -261,7 +265,7 @@ impl<S: Slurm> Engine<S> {
         if self.has_backlog() {
             return Ok(());
         }
-        if !self.rewire(t).await? || !self.settle_gates(t).await? {
+        if !self.watch_pending(t).await? || !self.settle_gates(t).await? {
             return Ok(());
         }
         self.launch_due(t).await?;

@@ -1,13 +1,15 @@
-//! Pipelines, after the poll: the jobs that wait on a chain's earlier attempt are rewired
-//! to its new one (one squeue of the owners' pending jobs, only in a cycle after a retry
-//! was launched), and jobs held for afterany/afternotok are released or cancelled once
-//! the chains they wait on have ended for good. Every change is a decision record.
+//! Pipelines, after the poll: one squeue of the owners' pending jobs (in a cycle after a
+//! retry was launched, else every ten poll intervals) says which jobs wait on a chain's
+//! earlier attempt, rewired to its new one, and which plain-sbatch jobs wait
+//! afterany/afternotok on a chain's current job, reported on that chain; jobs held for
+//! afterany/afternotok are released or cancelled once the chains they wait on have ended
+//! for good. Every change is a decision record.
 
 use super::{log_transition, Engine};
 use crate::dependency::{self, Expr};
 use crate::model::ChainState;
 use crate::policy::{self, Effect, Event};
-use crate::slurm::jobid::JobId;
+use crate::slurm::jobid::{base_job_id, JobId};
 use crate::slurm::types::PendingRow;
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::StoreError;
@@ -31,6 +33,13 @@ enum Set {
     SlurmDown,
 }
 
+/// How often the owners' pending jobs are looked through for plain-sbatch jobs waiting
+/// afterany/afternotok on a chain (when no rewiring asks anyway): ten poll intervals,
+/// at most a minute.
+fn waiters_every(poll_interval: std::time::Duration) -> std::time::Duration {
+    (poll_interval * 10).clamp(poll_interval, std::time::Duration::from_secs(60))
+}
+
 /// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
 /// job id is the same, but Slurm does not re-check a dependency it marked failed
 /// (`afterok:J(failed)` stays `DependencyNeverSatisfied` after J is requeued and
@@ -52,26 +61,38 @@ fn rearm(row: &PendingRow, expr: &Expr, facts: &dependency::Facts) -> Option<Rew
 }
 
 impl<S: Slurm> Engine<S> {
-    /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
-    /// new one. Returns false when Slurm did not answer (the rewiring waits for the next
-    /// cycle; nothing is lost).
-    pub(super) async fn rewire(&mut self, t: i64) -> Result<bool, StoreError> {
+    /// One `squeue --states=PENDING --user=<owners>`, in a cycle after a retry was
+    /// launched and otherwise every [`waiters_every`], for the owners of the unfinished
+    /// chains. It is read twice: the jobs that wait on an earlier attempt of a chain that
+    /// got a new one are rewired to it, and the plain-sbatch jobs that wait
+    /// afterany/afternotok on a chain's current job are reported on that chain. Returns
+    /// false when Slurm did not answer (both wait for the next cycle; nothing is lost).
+    pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
         let pending = self.store.pending_rewires()?;
-        if pending.is_empty() {
+        let watch = self
+            .waiters_seen
+            .is_none_or(|at| at.elapsed() >= waiters_every(self.config.poll_interval));
+        if pending.is_empty() && !watch {
             return Ok(true);
         }
-        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
         let mut owners: HashMap<String, u32> = HashMap::new();
         for r in &pending {
             owners.insert(r.user.clone(), r.owner_uid);
         }
+        for (uid, user) in self.store.open_chain_owners()? {
+            owners.insert(user, uid);
+        }
+        if owners.is_empty() {
+            return Ok(true);
+        }
+        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
         let mut users: Vec<String> = owners.keys().cloned().collect();
         users.sort();
         let rows = match self.slurm.pending_of_users(&users).await {
             Ok(p) => p,
             Err(e @ (SlurmError::Garbage { .. } | SlurmError::Rejected { .. })) => {
                 // Not an outage: asking again would get the same answer.
-                error!("cannot list the pending jobs of {users:?} to rewire them: {e}; jobs waiting on an earlier attempt are left as they are");
+                error!("cannot list the pending jobs of {users:?}: {e}; jobs waiting on an earlier attempt are left as they are");
                 self.store.clear_rewires(&launches)?;
                 return Ok(true);
             }
@@ -88,17 +109,31 @@ impl<S: Slurm> Engine<S> {
                 e.line
             );
         }
+        self.waiters_seen = Some(std::time::Instant::now());
+        self.report_plain_waiters(&rows.rows, &owners, t)?;
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        self.rewire(&rows.rows, &launches, &owners, t).await
+    }
+
+    /// Rewires the owners' pending jobs that name an earlier attempt of a chain that got a
+    /// new one. Returns false when Slurm did not answer.
+    async fn rewire(
+        &mut self,
+        rows: &[PendingRow],
+        launches: &[i64],
+        owners: &HashMap<String, u32>,
+        t: i64,
+    ) -> Result<bool, StoreError> {
         // Only jobs that name one of the earlier attempts are looked at closely.
-        let superseded = self.store.superseded_jobs(&launches)?;
+        let superseded = self.store.superseded_jobs(launches)?;
         let names_one = |dep: &str| {
             dep.split([':', ',', '?', '(', ')', '+'])
                 .any(|tok| superseded.contains(dependency::whole_array_base(tok)))
         };
-        let mut candidates: Vec<&PendingRow> = rows
-            .rows
-            .iter()
-            .filter(|r| names_one(&r.dependency))
-            .collect();
+        let mut candidates: Vec<&PendingRow> =
+            rows.iter().filter(|r| names_one(&r.dependency)).collect();
         // Whole-array records first: updating one reaches its split-off tasks too, which
         // their own (later) updates then set right.
         candidates.sort_by_key(|r| !r.job_id.contains('['));
@@ -133,9 +168,107 @@ impl<S: Slurm> Engine<S> {
             }
         }
         if complete {
-            self.store.clear_rewires(&launches)?;
+            self.store.clear_rewires(launches)?;
         }
         Ok(true)
+    }
+
+    /// Reports, once on each chain, the plain-sbatch jobs that wait afterany/afternotok on
+    /// the chain's current job: Slurm starts them when that attempt ends, not when the
+    /// chain has ended for good, and the supervisor cannot hold them back in time (jobs
+    /// submitted through the supervisor are held instead). Only the owner's own chains.
+    fn report_plain_waiters(
+        &mut self,
+        rows: &[PendingRow],
+        owners: &HashMap<String, u32>,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let recent = t - crate::store::JOB_IDS_NAME_CHAINS_FOR;
+        let mut items = Vec::new();
+        let mut examined = 0usize;
+        'rows: for row in rows {
+            if !row.dependency.contains("afterany") && !row.dependency.contains("afternotok") {
+                continue;
+            }
+            let Some(&uid) = owners.get(&row.user) else {
+                continue;
+            };
+            examined += 1;
+            if examined > MAX_EXAMINED_PER_CYCLE {
+                warn!("more than {MAX_EXAMINED_PER_CYCLE} pending jobs wait afterany/afternotok; the rest are looked at in later cycles");
+                break;
+            }
+            let Ok(expr) = Expr::parse(&row.dependency) else {
+                continue;
+            };
+            let targets: Vec<(dependency::Kind, &dependency::Target)> = expr
+                .targets()
+                .filter(|(k, _)| k.is_about_outcome())
+                .collect();
+            if targets.is_empty() || self.is_supervised(row)? {
+                continue;
+            }
+            let Some(facts) = self.store.upstream_facts(
+                uid,
+                targets.iter().map(|(_, tg)| tg.job.as_str()),
+                recent,
+            )?
+            else {
+                continue;
+            };
+            for (kind, target) in targets {
+                let base = dependency::whole_array_base(&target.job);
+                for u in facts.get(&target.job).into_iter().flatten() {
+                    // Only a wait on the chain's current job: Slurm judges that attempt
+                    // alone, whatever the supervisor does next.
+                    let current = u
+                        .latest_job
+                        .as_deref()
+                        .is_some_and(|j| base_job_id(j) == base || j == target.job);
+                    if !u.state.is_open()
+                        || !current
+                        || self.store.plain_waiter_noted(u.chain, &row.job_id)?
+                    {
+                        continue;
+                    }
+                    if items.len() >= MAX_REWIRES_PER_CYCLE {
+                        break 'rows;
+                    }
+                    let Some(chain) = self.store.chain(u.chain)? else {
+                        continue;
+                    };
+                    let event = Event::PlainJobNotHeld {
+                        job: &row.job_id,
+                        kind: kind.as_str(),
+                        attempt: &target.job,
+                    };
+                    let tr = self.decide(&chain, event, &ctx);
+                    super::attempt_span(u.chain, &row.job_id).in_scope(|| log_transition(&tr));
+                    items.push((u.chain, row.job_id.clone(), tr));
+                }
+            }
+        }
+        if !items.is_empty() {
+            self.store.note_plain_waiters(&items, t)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a pending row is (or holds tasks of) a supervised job.
+    fn is_supervised(&self, row: &PendingRow) -> Result<bool, StoreError> {
+        let first = match JobId::parse(&row.job_id) {
+            Ok(j) if j.pending_tasks().is_some() => j
+                .pending_task_ids()
+                .into_iter()
+                .next()
+                .map(|t| t.to_string()),
+            _ => Some(row.job_id.clone()),
+        };
+        Ok(match first {
+            Some(id) => self.store.chain_of_job(&id)?.is_some(),
+            None => false,
+        })
     }
 
     /// The update one pending row needs: its new dependency and what moved. A record of
