@@ -61,12 +61,14 @@ fn rearm(row: &PendingRow, expr: &Expr, facts: &dependency::Facts) -> Option<Rew
 }
 
 impl<S: Slurm> Engine<S> {
-    /// One `squeue --states=PENDING --user=<owners>`, in a cycle after a retry was
-    /// launched and otherwise every [`waiters_every`], for the owners of the unfinished
-    /// chains. It is read twice: the jobs that wait on an earlier attempt of a chain that
-    /// got a new one are rewired to it, and the plain-sbatch jobs that wait
-    /// afterany/afternotok on a chain's current job are reported on that chain. Returns
-    /// false when Slurm did not answer (both wait for the next cycle; nothing is lost).
+    /// One `squeue --states=PENDING --user=<owners>`: every [`waiters_every`] for the
+    /// owners of the unfinished chains, and in a cycle after a retry was launched for the
+    /// owners of the retried chains (all of them if the interval is up too). It is read
+    /// twice: the jobs that wait on an earlier attempt of a chain that got a new one are
+    /// rewired to it, and the plain-sbatch jobs that wait afterany/afternotok on a chain's
+    /// current job are reported on that chain. Returns false when Slurm did not answer a
+    /// rewiring (it waits for the next cycle; nothing is lost). A failed answer that only
+    /// the report asked for holds nothing back: the report waits one interval.
     pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
         let pending = self.store.pending_rewires()?;
         let watch = self
@@ -79,8 +81,12 @@ impl<S: Slurm> Engine<S> {
         for r in &pending {
             owners.insert(r.user.clone(), r.owner_uid);
         }
-        for (uid, user) in self.store.open_chain_owners()? {
-            owners.insert(user, uid);
+        // The other owners' queues are read only when the report is due: in the other
+        // cycles a rewiring depends on the retried chains' owners' queues alone.
+        if watch {
+            for (uid, user) in self.store.open_chain_owners()? {
+                owners.insert(user, uid);
+            }
         }
         if owners.is_empty() {
             return Ok(true);
@@ -90,6 +96,21 @@ impl<S: Slurm> Engine<S> {
         users.sort();
         let rows = match self.slurm.pending_of_users(&users).await {
             Ok(p) => p,
+            Err(e) if watch => {
+                // The report waits one interval. Nothing else is held back for it, and a
+                // rewiring is neither dropped nor held for good because of what another
+                // owner's queue did to this answer: it asks again next cycle, with the
+                // retried chains' owners alone, and is judged on that answer.
+                self.waiters_seen = Some(std::time::Instant::now());
+                warn!("cannot list the pending jobs of {users:?}: {e}; plain-sbatch afterany/afternotok jobs are looked for again later");
+                if !pending.is_empty()
+                    && !matches!(e, SlurmError::Garbage { .. } | SlurmError::Rejected { .. })
+                {
+                    self.slurm_down("squeue", &e);
+                    return Ok(false);
+                }
+                return Ok(true);
+            }
             Err(e @ (SlurmError::Garbage { .. } | SlurmError::Rejected { .. })) => {
                 // Not an outage: asking again would get the same answer.
                 error!("cannot list the pending jobs of {users:?}: {e}; jobs waiting on an earlier attempt are left as they are");
@@ -109,7 +130,9 @@ impl<S: Slurm> Engine<S> {
                 e.line
             );
         }
-        self.waiters_seen = Some(std::time::Instant::now());
+        if watch {
+            self.waiters_seen = Some(std::time::Instant::now());
+        }
         self.report_plain_waiters(&rows.rows, &owners, t)?;
         if pending.is_empty() {
             return Ok(true);
