@@ -20,8 +20,19 @@ use tracing::{debug, error, info, warn};
 /// rewired in the next cycles, so one user's huge queue cannot hold the loop for long.
 const MAX_REWIRES_PER_CYCLE: usize = 1000;
 
-/// The most waiting jobs looked at closely in one cycle.
+/// The most waiting jobs looked at closely in one cycle (for the report of plain-sbatch
+/// jobs: rows and the upstream chains they name, together).
 const MAX_EXAMINED_PER_CYCLE: usize = 10_000;
+
+/// Where a pending row comes in the report's job-id order.
+type WaiterKey = (u64, String);
+
+fn waiter_key(row: &PendingRow) -> WaiterKey {
+    (
+        row.job_id_raw.parse().unwrap_or(u64::MAX),
+        row.job_id.clone(),
+    )
+}
 
 /// A waiting job's new expression and what moved.
 type Rewired = (Expr, Vec<dependency::Rewiring>);
@@ -209,19 +220,34 @@ impl<S: Slurm> Engine<S> {
         let ctx = policy::Context::at(t);
         let recent = t - crate::store::JOB_IDS_NAME_CHAINS_FOR;
         let mut items = Vec::new();
-        let mut examined = 0usize;
-        'rows: for row in rows {
-            if !row.dependency.contains("afterany") && !row.dependency.contains("afternotok") {
-                continue;
-            }
-            let Some(&uid) = owners.get(&row.user) else {
-                continue;
-            };
-            examined += 1;
-            if examined > MAX_EXAMINED_PER_CYCLE {
-                warn!("more than {MAX_EXAMINED_PER_CYCLE} pending jobs wait afterany/afternotok; the rest are looked at in later cycles");
+        // In job-id order, from where the last look stopped: however many rows use up one
+        // look's budget, the others' turn comes in the next.
+        let mut order: Vec<(WaiterKey, &PendingRow, u32)> = rows
+            .iter()
+            .filter(|r| r.dependency.contains("afterany") || r.dependency.contains("afternotok"))
+            .filter_map(|r| owners.get(&r.user).map(|&uid| (waiter_key(r), r, uid)))
+            .collect();
+        order.sort_by(|a, b| a.0.cmp(&b.0));
+        let resume_from = self.waiters_after.take();
+        if let Some(after) = &resume_from {
+            let split = order.partition_point(|(k, _, _)| k <= after);
+            order.rotate_left(split);
+        }
+        // The last row looked at in full: where the next look starts if this one stops.
+        let mut done = resume_from;
+        // One for each row, and one for each chain it names: a row that names a big
+        // array costs what its chains cost.
+        let mut cost = 0usize;
+        'rows: for (key, row, uid) in &order {
+            let uid = *uid;
+            if cost >= MAX_EXAMINED_PER_CYCLE || items.len() >= MAX_REWIRES_PER_CYCLE {
+                warn!("more pending jobs wait afterany/afternotok than one look takes; the rest are looked at in the next");
+                self.waiters_after = done;
                 break;
             }
+            // Looked at in full unless the records run out within it (below).
+            let before = done.replace(key.clone());
+            cost += 1;
             let Ok(expr) = Expr::parse(&row.dependency) else {
                 continue;
             };
@@ -240,6 +266,7 @@ impl<S: Slurm> Engine<S> {
             else {
                 continue;
             };
+            cost += facts.values().map(Vec::len).sum::<usize>();
             for (kind, target) in targets {
                 let base = dependency::whole_array_base(&target.job);
                 for u in facts.get(&target.job).into_iter().flatten() {
@@ -256,6 +283,9 @@ impl<S: Slurm> Engine<S> {
                         continue;
                     }
                     if items.len() >= MAX_REWIRES_PER_CYCLE {
+                        // This row again next look: what it got now is skipped then.
+                        warn!("more than {MAX_REWIRES_PER_CYCLE} plain-sbatch jobs to report; the rest in the next look");
+                        self.waiters_after = before;
                         break 'rows;
                     }
                     let Some(chain) = self.store.chain(u.chain)? else {
