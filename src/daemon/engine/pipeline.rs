@@ -46,9 +46,12 @@ enum Set {
 
 /// How often the owners' pending jobs are looked through for plain-sbatch jobs waiting
 /// afterany/afternotok on a chain (when no rewiring asks anyway): ten poll intervals,
-/// at most a minute.
+/// at most a minute, and never less than one poll interval.
 fn waiters_every(poll_interval: std::time::Duration) -> std::time::Duration {
-    (poll_interval * 10).clamp(poll_interval, std::time::Duration::from_secs(60))
+    // Not `clamp(poll_interval, 60 s)`: that panics for a poll_interval above a minute.
+    (poll_interval * 10)
+        .min(std::time::Duration::from_secs(60))
+        .max(poll_interval)
 }
 
 /// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
@@ -625,6 +628,19 @@ mod tests {
             user: "alice".into(),
             dependency: dependency.into(),
         }
+    }
+
+    /// Ten poll intervals, at most a minute, never less than one: with every allowed
+    /// `poll_interval` (1 s to 1 h), a long one included.
+    #[test]
+    fn the_report_looks_every_ten_intervals_at_most_a_minute() {
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        assert_eq!(waiters_every(s(1)), s(10));
+        assert_eq!(waiters_every(s(30)), s(60));
+        assert_eq!(waiters_every(s(60)), s(60));
+        assert_eq!(waiters_every(s(120)), s(120));
+        assert_eq!(waiters_every(s(3600)), s(3600));
     }
 
     /// A job waiting on 56, requeued in place (its chain's latest job is still 56), as
