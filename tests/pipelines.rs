@@ -592,3 +592,119 @@ async fn plain_afterany_jobs_are_reported_on_the_upstream_chain_once() {
     // Nothing about them is changed in Slurm.
     assert_eq!(p.dependency(&any), format!("afterany:{up}"));
 }
+
+/// The squeue of pending jobs is also run only to report plain afterany/afternotok jobs,
+/// when no rewiring waits on it: that it fails must not hold the rest of the cycle back
+/// (a due retry is launched all the same), and it is not asked again every cycle.
+#[tokio::test(flavor = "current_thread")]
+async fn a_broken_pending_squeue_does_not_stop_retries() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    p.engine
+        .slurm()
+        .set_unavailable(Command::PendingOfUsers, true);
+    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
+    p.cycle().await; // judged: ready, resubmitted at once (no backoff here)
+    p.cycle().await;
+    assert_ne!(
+        p.job(c_up),
+        up,
+        "the OOM is retried although the pending squeue fails"
+    );
+    assert_eq!(p.state(c_up), ChainState::Active);
+}
+
+/// A report is recorded once per job and chain even when later squeues see the job
+/// again (here: the cycles after a retry of another chain of the same user, which ask at
+/// once, whatever the interval).
+#[tokio::test(flavor = "current_thread")]
+async fn a_plain_afterany_job_seen_again_is_not_reported_again() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let other = p.submit(&["--mem=100M"]).await;
+    let c_other = p.chain_of(&other);
+    let any = p.plain(&[&format!("--dependency=afterany:{up}")]).await;
+    p.cycle().await;
+    let noted = |p: &Pipe| {
+        p.codes(c_up)
+            .iter()
+            .filter(|c| *c == "plain_job_not_held")
+            .count()
+    };
+    assert_eq!(noted(&p), 1);
+    let before = p.engine.slurm().calls(Command::PendingOfUsers);
+    assert!(p.engine.slurm().end(&other, Ending::OutOfMemory));
+    p.cycle().await; // judged and resubmitted
+    p.cycle().await; // the rewiring's squeue, which sees `any` again
+    assert_ne!(p.job(c_other), other);
+    assert!(
+        p.engine.slurm().calls(Command::PendingOfUsers) > before,
+        "the pending jobs were read again"
+    );
+    assert_eq!(noted(&p), 1, "{any} reported once");
+}
+
+/// Many pending afterany jobs that wait on nothing supervised (here 10,000, one user's
+/// array, each task listed by itself) use up one look's budget: the rest are looked at
+/// in the next look, not never (the budget started over from the same first rows).
+#[tokio::test(flavor = "current_thread")]
+async fn plain_waiters_beyond_one_looks_budget_are_reported_later() {
+    let mut p = Pipe::new();
+    let up = p.submit(&["--mem=100M"]).await;
+    let c_up = p.chain_of(&up);
+    let other = p.submit(&["--mem=100M"]).await;
+    let unsupervised = p.plain(&[]).await;
+    p.plain(&[
+        "--array=0-9999",
+        &format!("--dependency=afterany:{unsupervised}"),
+    ])
+    .await;
+    // Job ids past the first array's, in number and as text.
+    p.plain(&["--array=0-9999"]).await;
+    let any = p.plain(&[&format!("--dependency=afterany:{up}")]).await;
+    let noted = |p: &Pipe| {
+        p.codes(c_up)
+            .iter()
+            .filter(|c| *c == "plain_job_not_held")
+            .count()
+    };
+    p.cycle().await;
+    // A second look: the rewiring's, in the cycle after a retry of the other chain.
+    assert!(p.engine.slurm().end(&other, Ending::OutOfMemory));
+    p.cycle().await;
+    let before = p.engine.slurm().calls(Command::PendingOfUsers);
+    p.cycle().await;
+    assert_eq!(p.engine.slurm().calls(Command::PendingOfUsers), before + 1);
+    assert_eq!(noted(&p), 1, "{any} reported");
+}
+
+/// A plain job waiting on a whole supervised array is reported on each task's chain: at
+/// most 1,000 records a look, the rest in the next, each once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_plain_job_waiting_on_a_big_array_is_reported_over_several_looks() {
+    let mut p = Pipe::new();
+    let array = p.submit(&["--array=0-1499"]).await;
+    let tasks = p.engine.store().resolve(&array).unwrap();
+    assert_eq!(tasks.len(), 1500);
+    let other = p.submit(&["--mem=100M"]).await;
+    p.plain(&[&format!("--dependency=afterany:{array}")]).await;
+    let noted = |p: &Pipe| {
+        tasks
+            .iter()
+            .map(|&c| {
+                p.codes(c)
+                    .iter()
+                    .filter(|c| *c == "plain_job_not_held")
+                    .count()
+            })
+            .collect::<Vec<_>>()
+    };
+    p.cycle().await;
+    assert_eq!(noted(&p).iter().sum::<usize>(), 1000, "1,000 a look");
+    assert!(p.engine.slurm().end(&other, Ending::OutOfMemory));
+    p.cycle().await;
+    p.cycle().await; // a second look, the rewiring's
+    assert!(noted(&p).iter().all(|&n| n == 1), "each task's chain once");
+}

@@ -61,6 +61,9 @@ pub struct Engine<S: Slurm> {
     /// When the owners' pending jobs were last looked through for plain-sbatch
     /// afterany/afternotok jobs (`pipeline::watch_pending`).
     waiters_seen: Option<Instant>,
+    /// The last pending row the report looked at when its budget ran out: the next look
+    /// starts after it (`pipeline::report_plain_waiters`).
+    waiters_after: Option<(u64, String)>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -117,6 +120,7 @@ impl<S: Slurm> Engine<S> {
             takeoff: Vec::new(),
             backlog: Default::default(),
             waiters_seen: None,
+            waiters_after: None,
         }
     }
 

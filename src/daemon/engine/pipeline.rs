@@ -20,8 +20,19 @@ use tracing::{debug, error, info, warn};
 /// rewired in the next cycles, so one user's huge queue cannot hold the loop for long.
 const MAX_REWIRES_PER_CYCLE: usize = 1000;
 
-/// The most waiting jobs looked at closely in one cycle.
+/// The most waiting jobs looked at closely in one cycle (for the report of plain-sbatch
+/// jobs: rows and the upstream chains they name, together).
 const MAX_EXAMINED_PER_CYCLE: usize = 10_000;
+
+/// Where a pending row comes in the report's job-id order.
+type WaiterKey = (u64, String);
+
+fn waiter_key(row: &PendingRow) -> WaiterKey {
+    (
+        row.job_id_raw.parse().unwrap_or(u64::MAX),
+        row.job_id.clone(),
+    )
+}
 
 /// A waiting job's new expression and what moved.
 type Rewired = (Expr, Vec<dependency::Rewiring>);
@@ -35,9 +46,12 @@ enum Set {
 
 /// How often the owners' pending jobs are looked through for plain-sbatch jobs waiting
 /// afterany/afternotok on a chain (when no rewiring asks anyway): ten poll intervals,
-/// at most a minute.
+/// at most a minute, and never less than one poll interval.
 fn waiters_every(poll_interval: std::time::Duration) -> std::time::Duration {
-    (poll_interval * 10).clamp(poll_interval, std::time::Duration::from_secs(60))
+    // Not `clamp(poll_interval, 60 s)`: that panics for a poll_interval above a minute.
+    (poll_interval * 10)
+        .min(std::time::Duration::from_secs(60))
+        .max(poll_interval)
 }
 
 /// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
@@ -61,12 +75,14 @@ fn rearm(row: &PendingRow, expr: &Expr, facts: &dependency::Facts) -> Option<Rew
 }
 
 impl<S: Slurm> Engine<S> {
-    /// One `squeue --states=PENDING --user=<owners>`, in a cycle after a retry was
-    /// launched and otherwise every [`waiters_every`], for the owners of the unfinished
-    /// chains. It is read twice: the jobs that wait on an earlier attempt of a chain that
-    /// got a new one are rewired to it, and the plain-sbatch jobs that wait
-    /// afterany/afternotok on a chain's current job are reported on that chain. Returns
-    /// false when Slurm did not answer (both wait for the next cycle; nothing is lost).
+    /// One `squeue --states=PENDING --user=<owners>`: every [`waiters_every`] for the
+    /// owners of the unfinished chains, and in a cycle after a retry was launched for the
+    /// owners of the retried chains (all of them if the interval is up too). It is read
+    /// twice: the jobs that wait on an earlier attempt of a chain that got a new one are
+    /// rewired to it, and the plain-sbatch jobs that wait afterany/afternotok on a chain's
+    /// current job are reported on that chain. Returns false when Slurm did not answer a
+    /// rewiring (it waits for the next cycle; nothing is lost). A failed answer that only
+    /// the report asked for holds nothing back: the report waits one interval.
     pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
         let pending = self.store.pending_rewires()?;
         let watch = self
@@ -79,8 +95,12 @@ impl<S: Slurm> Engine<S> {
         for r in &pending {
             owners.insert(r.user.clone(), r.owner_uid);
         }
-        for (uid, user) in self.store.open_chain_owners()? {
-            owners.insert(user, uid);
+        // The other owners' queues are read only when the report is due: in the other
+        // cycles a rewiring depends on the retried chains' owners' queues alone.
+        if watch {
+            for (uid, user) in self.store.open_chain_owners()? {
+                owners.insert(user, uid);
+            }
         }
         if owners.is_empty() {
             return Ok(true);
@@ -90,6 +110,21 @@ impl<S: Slurm> Engine<S> {
         users.sort();
         let rows = match self.slurm.pending_of_users(&users).await {
             Ok(p) => p,
+            Err(e) if watch => {
+                // The report waits one interval. Nothing else is held back for it, and a
+                // rewiring is neither dropped nor held for good because of what another
+                // owner's queue did to this answer: it asks again next cycle, with the
+                // retried chains' owners alone, and is judged on that answer.
+                self.waiters_seen = Some(std::time::Instant::now());
+                warn!("cannot list the pending jobs of {users:?}: {e}; plain-sbatch afterany/afternotok jobs are looked for again later");
+                if !pending.is_empty()
+                    && !matches!(e, SlurmError::Garbage { .. } | SlurmError::Rejected { .. })
+                {
+                    self.slurm_down("squeue", &e);
+                    return Ok(false);
+                }
+                return Ok(true);
+            }
             Err(e @ (SlurmError::Garbage { .. } | SlurmError::Rejected { .. })) => {
                 // Not an outage: asking again would get the same answer.
                 error!("cannot list the pending jobs of {users:?}: {e}; jobs waiting on an earlier attempt are left as they are");
@@ -109,7 +144,9 @@ impl<S: Slurm> Engine<S> {
                 e.line
             );
         }
-        self.waiters_seen = Some(std::time::Instant::now());
+        if watch {
+            self.waiters_seen = Some(std::time::Instant::now());
+        }
         self.report_plain_waiters(&rows.rows, &owners, t)?;
         if pending.is_empty() {
             return Ok(true);
@@ -186,19 +223,34 @@ impl<S: Slurm> Engine<S> {
         let ctx = policy::Context::at(t);
         let recent = t - crate::store::JOB_IDS_NAME_CHAINS_FOR;
         let mut items = Vec::new();
-        let mut examined = 0usize;
-        'rows: for row in rows {
-            if !row.dependency.contains("afterany") && !row.dependency.contains("afternotok") {
-                continue;
-            }
-            let Some(&uid) = owners.get(&row.user) else {
-                continue;
-            };
-            examined += 1;
-            if examined > MAX_EXAMINED_PER_CYCLE {
-                warn!("more than {MAX_EXAMINED_PER_CYCLE} pending jobs wait afterany/afternotok; the rest are looked at in later cycles");
+        // In job-id order, from where the last look stopped: however many rows use up one
+        // look's budget, the others' turn comes in the next.
+        let mut order: Vec<(WaiterKey, &PendingRow, u32)> = rows
+            .iter()
+            .filter(|r| r.dependency.contains("afterany") || r.dependency.contains("afternotok"))
+            .filter_map(|r| owners.get(&r.user).map(|&uid| (waiter_key(r), r, uid)))
+            .collect();
+        order.sort_by(|a, b| a.0.cmp(&b.0));
+        let resume_from = self.waiters_after.take();
+        if let Some(after) = &resume_from {
+            let split = order.partition_point(|(k, _, _)| k <= after);
+            order.rotate_left(split);
+        }
+        // The last row looked at in full: where the next look starts if this one stops.
+        let mut done = resume_from;
+        // One for each row, and one for each chain it names: a row that names a big
+        // array costs what its chains cost.
+        let mut cost = 0usize;
+        'rows: for (key, row, uid) in &order {
+            let uid = *uid;
+            if cost >= MAX_EXAMINED_PER_CYCLE || items.len() >= MAX_REWIRES_PER_CYCLE {
+                warn!("more pending jobs wait afterany/afternotok than one look takes; the rest are looked at in the next");
+                self.waiters_after = done;
                 break;
             }
+            // Looked at in full unless the records run out within it (below).
+            let before = done.replace(key.clone());
+            cost += 1;
             let Ok(expr) = Expr::parse(&row.dependency) else {
                 continue;
             };
@@ -217,6 +269,7 @@ impl<S: Slurm> Engine<S> {
             else {
                 continue;
             };
+            cost += facts.values().map(Vec::len).sum::<usize>();
             for (kind, target) in targets {
                 let base = dependency::whole_array_base(&target.job);
                 for u in facts.get(&target.job).into_iter().flatten() {
@@ -233,6 +286,9 @@ impl<S: Slurm> Engine<S> {
                         continue;
                     }
                     if items.len() >= MAX_REWIRES_PER_CYCLE {
+                        // This row again next look: what it got now is skipped then.
+                        warn!("more than {MAX_REWIRES_PER_CYCLE} plain-sbatch jobs to report; the rest in the next look");
+                        self.waiters_after = before;
                         break 'rows;
                     }
                     let Some(chain) = self.store.chain(u.chain)? else {
@@ -572,6 +628,19 @@ mod tests {
             user: "alice".into(),
             dependency: dependency.into(),
         }
+    }
+
+    /// Ten poll intervals, at most a minute, never less than one: with every allowed
+    /// `poll_interval` (1 s to 1 h), a long one included.
+    #[test]
+    fn the_report_looks_every_ten_intervals_at_most_a_minute() {
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        assert_eq!(waiters_every(s(1)), s(10));
+        assert_eq!(waiters_every(s(30)), s(60));
+        assert_eq!(waiters_every(s(60)), s(60));
+        assert_eq!(waiters_every(s(120)), s(120));
+        assert_eq!(waiters_every(s(3600)), s(3600));
     }
 
     /// A job waiting on 56, requeued in place (its chain's latest job is still 56), as
