@@ -134,13 +134,14 @@ fn a_downstream_of_an_oom_job_runs_after_the_retry() {
 }
 
 /// With `[retry] in_place`, the upstream keeps its job id; the downstream Slurm cancelled
-/// when its first run failed is brought back waiting on the requeued job, and runs once,
-/// after it.
+/// when its first run failed is brought back (resubmitted, not requeued) waiting on the
+/// requeued job, and runs once, after it. The upstream's retry waits 20 s, so Slurm's
+/// cancel (within its next scheduling pass, 2 s here) surely comes first.
 #[test]
 fn in_place_a_downstream_slurm_cancelled_waits_on_the_requeued_job() {
     require_kill_invalid_depend();
     let d = Daemon::start(
-        "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
+        "[retry]\nin_place = true\nbackoff_initial = \"20s\"\nbackoff_max = \"20s\"\nbackoff_jitter = 0.0\n",
     );
     d.write_script("oom.sh", OOM_ONCE);
     let up = d.submit(&["--mem=100M", "--job-name=ssv-kid-inplace", "oom.sh"]);
@@ -156,13 +157,19 @@ fn in_place_a_downstream_slurm_cancelled_waits_on_the_requeued_job() {
     assert_eq!(ua.len(), 2, "{uh:#}");
     assert_eq!(ua[1]["slurm_job_id"], up.as_str(), "one job id: {uh:#}");
     let h = d.history(&down);
-    let ran: Vec<_> = attempts(&h)
+    assert!(
+        reason_codes(&h).contains(&"killed_for_dependency".into()),
+        "Slurm's cancel recorded as one for the dependency: {h:#}"
+    );
+    let jobs: Vec<_> = attempts(&h)
         .iter()
         .filter_map(|a| a["slurm_job_id"].as_str().map(str::to_string))
-        .filter(|j| ran(j))
         .collect();
+    assert_eq!(jobs.len(), 2, "{h:#}");
+    assert_ne!(jobs[0], jobs[1], "resubmitted, not requeued: {h:#}");
+    let ran: Vec<_> = jobs.iter().filter(|j| ran(j)).collect();
     assert_eq!(ran.len(), 1, "the downstream ran once: {h:#}");
-    let start = sacct_field(&ran[0], "Start");
+    let start = sacct_field(ran[0], "Start");
     let up_end = last_end(&d, &up);
     assert!(
         start >= up_end,

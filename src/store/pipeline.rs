@@ -392,19 +392,20 @@ impl Store {
         Ok(out)
     }
 
-    /// Whether the plain-sbatch job `job` was reported on `chain` before.
-    pub fn plain_waiter_noted(&self, chain: i64, job: &str) -> Result<bool> {
+    /// Whether the plain-sbatch job `job` (its id without an array task) was reported.
+    pub fn plain_waiter_noted(&self, job: &str) -> Result<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT 1 FROM plain_waiters WHERE chain_id = ?1 AND job_id = ?2")?
-            .query_row(params![chain, job], |_| Ok(()))
+            .prepare_cached("SELECT 1 FROM plain_waiters WHERE job_id = ?1 LIMIT 1")?
+            .query_row([job], |_| Ok(()))
             .optional()?
             .is_some())
     }
 
-    /// Records the reports of plain-sbatch jobs on the chains they wait on, each once: a
-    /// (chain, job) reported before, or a chain no longer in the state its report was
-    /// decided from, is skipped. One transaction; returns how many were recorded.
+    /// Records the reports of plain-sbatch jobs (their ids without an array task) on the
+    /// chains they wait on, each once: a (job, chain) reported before, or a chain no
+    /// longer in the state its report was decided from, is skipped. One transaction;
+    /// returns how many were recorded.
     pub fn note_plain_waiters(
         &mut self,
         items: &[(i64, String, Transition)],
@@ -414,8 +415,8 @@ impl Store {
         let mut noted = 0;
         for (chain, job, t) in items {
             let fresh = tx.execute(
-                "INSERT OR IGNORE INTO plain_waiters (chain_id, job_id, noted_at) VALUES (?1, ?2, ?3)",
-                params![chain, job, now],
+                "INSERT OR IGNORE INTO plain_waiters (job_id, chain_id, noted_at) VALUES (?1, ?2, ?3)",
+                params![job, chain, now],
             )? == 1;
             if !fresh {
                 continue;
@@ -425,8 +426,8 @@ impl Store {
             } else {
                 // Decided again, from the chain's new state, next time.
                 tx.execute(
-                    "DELETE FROM plain_waiters WHERE chain_id = ?1 AND job_id = ?2",
-                    params![chain, job],
+                    "DELETE FROM plain_waiters WHERE job_id = ?1 AND chain_id = ?2",
+                    params![job, chain],
                 )?;
             }
         }

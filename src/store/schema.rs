@@ -238,13 +238,15 @@ ALTER TABLE attempts ADD COLUMN first_run INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX launches_by_requeue ON launches(requeue_of) WHERE requeue_of IS NOT NULL;
 "#,
     // 9: jobs submitted with plain sbatch that wait afterany/afternotok on a chain's
-    // current job, once reported on that chain (`plain_job_not_held`): never twice.
+    // current job, once reported (`plain_job_not_held`): never twice. `job_id` is the
+    // plain job's id without its array task (`12` for `12_[1-5]` and `12_3`), so an array
+    // whose pending record Slurm splits is not reported again.
     r#"
 CREATE TABLE plain_waiters (
-    chain_id INTEGER NOT NULL REFERENCES chains(id),
     job_id TEXT NOT NULL,
+    chain_id INTEGER NOT NULL REFERENCES chains(id),
     noted_at INTEGER NOT NULL,
-    PRIMARY KEY (chain_id, job_id)
+    PRIMARY KEY (job_id, chain_id)
 ) WITHOUT ROWID;
 "#,
 ];

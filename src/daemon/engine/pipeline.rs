@@ -270,40 +270,49 @@ impl<S: Slurm> Engine<S> {
                 continue;
             };
             cost += facts.values().map(Vec::len).sum::<usize>();
-            for (kind, target) in targets {
-                let base = dependency::whole_array_base(&target.job);
-                for u in facts.get(&target.job).into_iter().flatten() {
-                    // Only a wait on the chain's current job: Slurm judges that attempt
-                    // alone, whatever the supervisor does next.
-                    let current = u
-                        .latest_job
-                        .as_deref()
-                        .is_some_and(|j| base_job_id(j) == base || j == target.job);
-                    if !u.state.is_open()
-                        || !current
-                        || self.store.plain_waiter_noted(u.chain, &row.job_id)?
-                    {
-                        continue;
-                    }
-                    if items.len() >= MAX_REWIRES_PER_CYCLE {
-                        // This row again next look: what it got now is skipped then.
-                        warn!("more than {MAX_REWIRES_PER_CYCLE} plain-sbatch jobs to report; the rest in the next look");
-                        self.waiters_after = before;
-                        break 'rows;
-                    }
-                    let Some(chain) = self.store.chain(u.chain)? else {
-                        continue;
-                    };
-                    let event = Event::PlainJobNotHeld {
-                        job: &row.job_id,
-                        kind: kind.as_str(),
-                        attempt: &target.job,
-                    };
-                    let tr = self.decide(&chain, event, &ctx);
-                    super::attempt_span(u.chain, &row.job_id).in_scope(|| log_transition(&tr));
-                    items.push((u.chain, row.job_id.clone(), tr));
-                }
+            // One report a job (a whole array's tasks too), on the first open chain whose
+            // current job it waits on: Slurm judges that attempt alone, whatever the
+            // supervisor does next.
+            let noted_as = base_job_id(&row.job_id);
+            if items.iter().any(|(_, j, _)| *j == noted_as)
+                || self.store.plain_waiter_noted(&noted_as)?
+            {
+                continue;
             }
+            let first = targets.iter().find_map(|(kind, target)| {
+                let base = dependency::whole_array_base(&target.job);
+                facts
+                    .get(&target.job)
+                    .into_iter()
+                    .flatten()
+                    .find(|u| {
+                        u.state.is_open()
+                            && u.latest_job
+                                .as_deref()
+                                .is_some_and(|j| base_job_id(j) == base || j == target.job)
+                    })
+                    .map(|u| (*kind, *target, u.chain))
+            });
+            let Some((kind, target, up)) = first else {
+                continue;
+            };
+            if items.len() >= MAX_REWIRES_PER_CYCLE {
+                // This row again next look.
+                warn!("more than {MAX_REWIRES_PER_CYCLE} plain-sbatch jobs to report; the rest in the next look");
+                self.waiters_after = before;
+                break 'rows;
+            }
+            let Some(chain) = self.store.chain(up)? else {
+                continue;
+            };
+            let event = Event::PlainJobNotHeld {
+                job: &row.job_id,
+                kind: kind.as_str(),
+                attempt: &target.job,
+            };
+            let tr = self.decide(&chain, event, &ctx);
+            super::attempt_span(up, &row.job_id).in_scope(|| log_transition(&tr));
+            items.push((up, noted_as, tr));
         }
         if !items.is_empty() {
             self.store.note_plain_waiters(&items, t)?;
