@@ -52,6 +52,7 @@ use tokio::net::unix::pipe;
 
 /// The child's stack until it calls `execve`. It runs a handful of small frames and
 /// system-call wrappers (glibc's `posix_spawn` gives its child 32 KiB plus the argv).
+/// A guard page below it (`Stack`) stops an overflow.
 const CHILD_STACK: usize = 64 << 10;
 
 /// Who a program runs as, resolved in the daemon before it is started.
@@ -240,9 +241,7 @@ impl Command {
             ],
             error: AtomicI32::new(0),
         };
-        let mut stack = vec![0u8; CHILD_STACK];
-        // The stack grows down on every architecture Linux runs this on; 16-byte aligned.
-        let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+        let stack = Stack::new()?;
 
         // SAFETY: blocking every signal of this thread around the clone means no handler
         // of the daemon runs in the child before it reset them (glibc's posix_spawn does
@@ -264,7 +263,7 @@ impl Command {
         let pid = unsafe {
             libc::clone(
                 child_main,
-                top as *mut libc::c_void,
+                stack.top(),
                 libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
                 &args as *const ChildArgs as *mut libc::c_void,
             )
@@ -311,6 +310,55 @@ impl Command {
         child.stdout = Some(receiver(out_r)?);
         child.stderr = Some(receiver(err_r)?);
         Ok(child)
+    }
+}
+
+/// The child's stack: fresh anonymous memory with an inaccessible page below it, so an
+/// overflow faults in the child instead of writing over the daemon's heap.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = CHILD_STACK + page;
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping made above.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The highest address (the stack grows down on every architecture Linux runs this
+    /// on), page-aligned and so 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        (self.base as usize + self.len) as *mut libc::c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used (the child has exec'd or
+        // exited when `spawn` drops it).
+        unsafe { libc::munmap(self.base, self.len) };
     }
 }
 
