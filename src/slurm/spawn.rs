@@ -502,17 +502,22 @@ impl Child {
         if self.status.is_some() {
             return;
         }
-        if let Some(fd) = &self.pidfd {
+        match &self.pidfd {
             // SAFETY: a pidfd names exactly this process, even after it exited.
-            unsafe {
+            Some(fd) => unsafe {
                 libc::syscall(
                     libc::SYS_pidfd_send_signal,
                     fd.get_ref().as_raw_fd() as libc::c_long,
                     libc::SIGKILL as libc::c_long,
                     std::ptr::null::<libc::siginfo_t>(),
                     0 as libc::c_long,
-                )
-            };
+                );
+            },
+            // Only if registering the pidfd failed, right after the start.
+            // SAFETY: not reaped yet, so the pid still names our child.
+            None => unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            },
         }
     }
 
