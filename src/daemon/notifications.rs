@@ -24,12 +24,10 @@ use super::engine::{now, Engine};
 use super::sbatch::run_as;
 use crate::notification::{self, Event, Kind};
 use crate::sbatch_args::Submitted;
-use crate::slurm::{RunAs, Slurm};
+use crate::slurm::{spawn, RunAs, Slurm};
 use crate::store::{Notification, Store, StoreError};
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info, warn};
@@ -474,47 +472,41 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
 /// (then with a clean environment), within `timeout`, its output bounded. Ok when it
 /// exits 0.
 async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Result<(), String> {
-    let mut cmd = std::process::Command::new(&argv[0]);
+    // Started without copying the daemon, as the Slurm commands are (`slurm::spawn`). A
+    // bare name is looked up on the PATH the program gets.
+    let program = if argv[0].contains('/') {
+        PathBuf::from(&argv[0])
+    } else {
+        let path = match &g.owner {
+            Some(_) => Some(std::ffi::OsString::from(CLEAN_PATH)),
+            None => std::env::var_os("PATH"),
+        };
+        path.and_then(|p| spawn::find_in(&argv[0], &p))
+            .unwrap_or_else(|| PathBuf::from(&argv[0]))
+    };
+    let mut cmd = spawn::Command::new(&program);
     cmd.args(&argv[1..])
         .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdin_piped()
         // Its own process group: a timeout kills what it started too (sendmail).
-        .process_group(0);
+        .process_group();
     if let Some(who) = &g.owner {
         let name = who.user.to_string_lossy().into_owned();
-        cmd.env_clear()
-            .env("PATH", CLEAN_PATH)
-            .env("USER", &name)
-            .env("LOGNAME", &name)
-            .env("HOME", g.home.as_deref().unwrap_or("/"));
-        let who = who.clone();
-        // SAFETY: initgroups/setgid/setuid are fine in a forked child; nothing here
-        // allocates (the strings were made before the fork).
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::initgroups(who.user.as_ptr(), who.gid as libc::gid_t) != 0
-                    || libc::setgid(who.gid) != 0
-                    || libc::setuid(who.uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        cmd.env_clear_with([
+            ("PATH", CLEAN_PATH),
+            ("USER", name.as_str()),
+            ("LOGNAME", name.as_str()),
+            ("HOME", g.home.as_deref().unwrap_or("/")),
+        ]);
+        // The group list is resolved here, never by initgroups in the child.
+        let creds =
+            spawn::Credentials::of(who).map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+        cmd.run_as(creds);
     }
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.kill_on_drop(true);
+    // Dropped before it was waited for, the child is killed and reaped.
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-    let pgid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
-    let kill = || {
-        if let Some(p) = pgid {
-            let _ = nix::sys::signal::killpg(p, nix::sys::signal::Signal::SIGKILL);
-        }
-    };
     let (mut stdin, mut out, mut err) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let work = async {
@@ -524,7 +516,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
                 let _ = s.write_all(input).await;
             }
         };
-        let read = |p: Option<tokio::process::ChildStdout>| async move {
+        let read = |p: Option<tokio::net::unix::pipe::Receiver>| async move {
             let mut buf = Vec::new();
             if let Some(p) = p {
                 let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf).await;
@@ -544,7 +536,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
     };
     match tokio::time::timeout(timeout, work).await {
         Err(_) => {
-            kill();
+            child.kill_group();
             Err(format!(
                 "{} did not finish within {}s and was killed",
                 argv[0],
@@ -559,7 +551,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             Ok(())
         }
         Ok((Ok(status), stderr)) => {
-            kill();
+            child.kill_group();
             Err(format!(
                 "{} failed ({status}): {}",
                 argv[0],

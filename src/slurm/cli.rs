@@ -6,15 +6,14 @@
 //! evidence in every error.
 
 use super::parse::{self, Parsed};
+use super::spawn::{Command, Credentials};
 use super::types::{PendingRow, SacctRow, SqueueRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
 /// Texts Slurm's clients print when they could not get an answer; anything else from a
 /// failing command is taken as Slurm's refusal.
@@ -136,7 +135,7 @@ impl SlurmCli {
         name: &str,
         args: &[impl AsRef<std::ffi::OsStr>],
         timeout: Duration,
-        setup: impl FnOnce(&mut Command),
+        setup: impl FnOnce(&mut Command) -> std::io::Result<()>,
         stdin: Option<&[u8]>,
     ) -> Result<Ran, SlurmError> {
         let start = std::time::Instant::now();
@@ -151,57 +150,46 @@ impl SlurmCli {
         name: &str,
         args: &[impl AsRef<std::ffi::OsStr>],
         timeout: Duration,
-        setup: impl FnOnce(&mut Command),
+        setup: impl FnOnce(&mut Command) -> std::io::Result<()>,
         stdin: Option<&[u8]>,
     ) -> Result<Ran, SlurmError> {
         let program = self.program(name);
+        let spawn_error = |source| SlurmError::Spawn {
+            command: program.display().to_string(),
+            source,
+        };
+        // Started without copying the daemon (`spawn`): a fork of the daemon for every
+        // command was a third of its time in a burst of submits.
         let mut cmd = Command::new(&program);
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // `setup` may drop privileges in a pre_exec; PDEATHSIG must be set after that,
-        // because changing credentials clears it.
-        setup(&mut cmd);
+        cmd.args(args);
+        if stdin.is_some() {
+            cmd.stdin_piped();
+        }
+        // `setup` may make it run as a user; `spawn` sets PDEATHSIG after that, because
+        // changing credentials clears it.
+        setup(&mut cmd).map_err(spawn_error)?;
         // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
         // sbatch cannot create a job after the restarted daemon looked for its tag. The
         // daemon's loop, which starts them, runs on the main thread for the process's life
-        // (PDEATHSIG watches the thread that forked).
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn {
-            command: program.display().to_string(),
-            source,
-        })?;
-        if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            // A child that exits without reading its stdin is not an error of ours.
-            let _ = pipe.write_all(data).await;
-        }
-        // Both pipes are read at once, each only up to MAX_OUTPUT: a command that prints
-        // without end cannot exhaust the daemon's memory.
-        let (mut out_pipe, mut err_pipe) = (child.stdout.take(), child.stderr.take());
-        let pid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
-        // Past the limit the child is killed, so the other pipe closes and reading ends.
-        let stop = || {
-            if let Some(p) = pid {
-                let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGKILL);
+        // (PDEATHSIG watches the thread that started the child).
+        cmd.parent_death_kill();
+        // Dropped before it was waited for (a timeout), the child is killed and reaped.
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let (stdin_pipe, mut out_pipe, mut err_pipe) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let feed = async {
+            if let (Some(data), Some(mut pipe)) = (stdin, stdin_pipe) {
+                // A child that exits without reading its stdin is not an error of ours.
+                let _ = pipe.write_all(data).await;
             }
         };
+        // Both pipes are read at once, each only up to MAX_OUTPUT: a command that prints
+        // without end cannot exhaust the daemon's memory. Past the limit the child is
+        // killed, so the other pipe closes and reading ends.
         let collect = async {
             let mut out = Vec::new();
             let mut err = Vec::new();
+            let stop = || child.kill();
             let read_out = async {
                 if let Some(p) = out_pipe.as_mut() {
                     p.take(MAX_OUTPUT + 1).read_to_end(&mut out).await?;
@@ -220,10 +208,16 @@ impl SlurmCli {
                 }
                 Ok::<_, std::io::Error>(())
             };
-            let (a, b) = tokio::join!(read_out, read_err);
-            a?;
-            b?;
-            if out.len() as u64 > MAX_OUTPUT || err.len() as u64 > MAX_OUTPUT {
+            let read_both = async {
+                let (a, b) = tokio::join!(read_out, read_err);
+                a.and(b)
+            };
+            let over = |out: &Vec<u8>, err: &Vec<u8>| {
+                out.len() as u64 > MAX_OUTPUT || err.len() as u64 > MAX_OUTPUT
+            };
+            let ((), read) = tokio::join!(feed, read_both);
+            read?;
+            if over(&out, &err) {
                 let _ = child.wait().await;
                 return Ok((None, out, err));
             }
@@ -249,15 +243,10 @@ impl SlurmCli {
                 message: format!("printed more than {MAX_OUTPUT} bytes; it was stopped"),
             });
         };
-        let out = std::process::Output {
-            status,
-            stdout,
-            stderr,
-        };
         Ok(Ran {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
         })
     }
 
@@ -280,54 +269,27 @@ impl SlurmCli {
     }
 
     async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
-        let ran = self.run(name, &args, self.timeout, |_| {}, None).await?;
+        let ran = self
+            .run(name, &args, self.timeout, |_| Ok(()), None)
+            .await?;
         Ok(ran)
     }
 }
 
-/// Makes the child drop to `who` (groups, gid, uid, in that order) before it runs, then
-/// enter `cwd` as that user, so a directory the user may not enter is refused as it would
-/// be for them.
-fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
-    let who = who.clone();
-    // A path with a NUL byte cannot be entered: the child refuses to run rather than stay
-    // in the daemon's own directory.
-    let cwd = cwd.map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()));
-    // SAFETY: initgroups/setgid/setuid/chdir are fine in a forked child; nothing here
-    // allocates (the strings were made before the fork).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::initgroups(who.user.as_ptr(), who.gid as libc::gid_t) != 0
-                || libc::setgid(who.gid) != 0
-                || libc::setuid(who.uid) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            match &cwd {
-                Some(Ok(dir)) if libc::chdir(dir.as_ptr()) != 0 => {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Some(Err(_)) => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-                _ => {}
-            }
-            Ok(())
-        });
+/// Makes the child run as `who` (groups, gid, uid, in that order), then enter `cwd` as that
+/// user, so a directory the user may not enter is refused as it would be for them. The
+/// group list is resolved here, in the daemon (see `spawn`).
+fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) -> std::io::Result<()> {
+    cmd.run_as(Credentials::of(who)?);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
     }
+    Ok(())
 }
 
 /// Looks a program up on the daemon's own `$PATH` (never the job's recorded one).
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    super::spawn::find_in(name, &std::env::var_os("PATH")?)
 }
 
 fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
@@ -388,11 +350,12 @@ impl Slurm for SlurmCli {
                 self.sbatch_timeout,
                 move |cmd| {
                     if let Some(who) = &run_as {
-                        drop_to(cmd, who, Some(&cwd));
+                        drop_to(cmd, who, Some(&cwd))?;
                     } else {
                         cmd.current_dir(&cwd);
                     }
-                    cmd.env_clear().envs(env);
+                    cmd.env_clear_with(env);
+                    Ok(())
                 },
                 req.stdin.as_deref(),
             )
@@ -521,7 +484,7 @@ impl Slurm for SlurmCli {
             "-".into(),
         ];
         let ran = self
-            .run("scontrol", &args, self.timeout, |_| {}, None)
+            .run("scontrol", &args, self.timeout, |_| Ok(()), None)
             .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("scontrol", &ran));
@@ -614,10 +577,9 @@ impl SlurmCli {
             name,
             args,
             self.timeout,
-            move |cmd| {
-                if let Some(who) = &who {
-                    drop_to(cmd, who, None);
-                }
+            move |cmd| match &who {
+                Some(who) => drop_to(cmd, who, None),
+                None => Ok(()),
             },
             None,
         )

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod fake;
 pub mod jobid;
 pub mod parse;
+pub mod spawn;
 pub mod types;
 
 use parse::Parsed;

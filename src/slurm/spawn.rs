@@ -1,0 +1,731 @@
+//! Starting a program without copying the daemon.
+//!
+//! Rust's `std::process::Command` uses `posix_spawn` (no copy of the caller's memory) only
+//! when no `pre_exec` hook, uid or gid is asked for; otherwise it `fork`s, and the kernel
+//! copies the daemon's page tables (tens of MiB) for each Slurm command, only for the
+//! child's `execve` to tear them down again: about a third of the daemon's time in a burst
+//! of submits (docs/benchmarks.md, "Bad days"). The daemon needs such hooks: a Slurm
+//! command gets `PR_SET_PDEATHSIG`, and in system mode it runs as the user.
+//!
+//! [`Command::spawn`] does what glibc's `posix_spawn` does, plus those steps: it starts
+//! the child with `clone(CLONE_VM | CLONE_VFORK)`, so the child runs in the daemon's
+//! memory on a stack of its own while the calling thread waits, until the child has
+//! `execve`d (or failed and exited). Everything the child needs (argv, environment, group
+//! list, paths) is prepared before the clone; the child only makes system calls. In order:
+//!
+//! 1. handlers the daemon installed are reset to the default (a signal arriving before
+//!    `execve` must not run the daemon's handler in the child), and SIGPIPE too (the Rust
+//!    runtime ignores it; std's `Command` resets it the same way);
+//! 2. its own process group, when asked (notification programs);
+//! 3. the user's credentials: supplementary groups, gid, uid, in that order, with the raw
+//!    system calls. glibc's `setuid` and friends must not be used: they signal every thread
+//!    of the process to change its credentials too, and this child shares the daemon's
+//!    thread list in memory. The group list was resolved in the daemon with
+//!    `getgrouplist`: `initgroups` in the child would do NSS lookups (allocating, taking
+//!    glibc locks another daemon thread may hold), a possible deadlock;
+//! 4. `PR_SET_PDEATHSIG`, after the credentials (changing them clears it), then a check
+//!    that the daemon is still its parent (if it died before the `prctl`, no signal comes);
+//! 5. `chdir` into the working directory as the user, so a directory the user may not
+//!    enter is refused as it would be for them;
+//! 6. the pipes onto fds 0-2, an empty signal mask, `execve`.
+//!
+//! A failing step stores its errno where the daemon reads it after the clone returns, and
+//! the child exits; [`Command::spawn`] then returns that error (as std does for a failing
+//! `pre_exec`). The child is waited for through a pidfd (`pidfd_open`) registered with
+//! tokio, and signalled through it, so a reused pid is never hit.
+//!
+//! PDEATHSIG fires when the *thread* that started the child exits: the daemon starts its
+//! Slurm commands from its loop on the main thread (`daemon_main`), which lives as long
+//! as the process.
+
+use super::RunAs;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+/// The child's stack until it calls `execve`. It runs a handful of small frames and
+/// system-call wrappers (glibc's `posix_spawn` gives its child 32 KiB plus the argv).
+/// A guard page below it (`Stack`) stops an overflow.
+const CHILD_STACK: usize = 64 << 10;
+
+/// Who a program runs as, resolved in the daemon before it is started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    /// The supplementary groups, as `initgroups` would set them (the primary gid included).
+    pub groups: Vec<libc::gid_t>,
+}
+
+impl Credentials {
+    /// The credentials of `who`: their group list from the system's group database.
+    pub fn of(who: &RunAs) -> io::Result<Credentials> {
+        let groups = nix::unistd::getgrouplist(&who.user, nix::unistd::Gid::from_raw(who.gid))
+            .map_err(io::Error::from)?;
+        Ok(Credentials {
+            uid: who.uid,
+            gid: who.gid,
+            groups: groups.into_iter().map(|g| g.as_raw()).collect(),
+        })
+    }
+}
+
+/// A program to start: what std's `Command` holds, plus the daemon's own steps.
+#[derive(Debug)]
+pub struct Command {
+    program: CString,
+    argv: Vec<CString>,
+    /// `None`: the daemon's own environment.
+    env: Option<Vec<CString>>,
+    cwd: Option<CString>,
+    credentials: Option<Credentials>,
+    parent_death: bool,
+    process_group: bool,
+    stdin: bool,
+    /// A NUL byte in an argument, a variable or a path: refused by `spawn`, as std does.
+    nul: bool,
+}
+
+fn cstring(s: &OsStr, nul: &mut bool) -> CString {
+    CString::new(s.as_bytes()).unwrap_or_else(|_| {
+        *nul = true;
+        CString::default()
+    })
+}
+
+impl Command {
+    /// `program` is executed as given (a path; no `$PATH` search), with argv[0] = program.
+    pub fn new(program: impl AsRef<OsStr>) -> Command {
+        let mut nul = false;
+        let program = cstring(program.as_ref(), &mut nul);
+        Command {
+            argv: vec![program.clone()],
+            program,
+            env: None,
+            cwd: None,
+            credentials: None,
+            parent_death: false,
+            process_group: false,
+            stdin: false,
+            nul,
+        }
+    }
+
+    pub fn args<S: AsRef<OsStr>>(&mut self, args: impl IntoIterator<Item = S>) -> &mut Self {
+        for a in args {
+            let a = cstring(a.as_ref(), &mut self.nul);
+            self.argv.push(a);
+        }
+        self
+    }
+
+    /// Replaces the daemon's environment by exactly these variables.
+    pub fn env_clear_with<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+        &mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> &mut Self {
+        let mut env = Vec::new();
+        for (k, v) in vars {
+            let mut kv = k.as_ref().as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_ref().as_bytes());
+            env.push(CString::new(kv).unwrap_or_else(|_| {
+                self.nul = true;
+                CString::default()
+            }));
+        }
+        self.env = Some(env);
+        self
+    }
+
+    /// The working directory, entered after the credentials change.
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.cwd = Some(cstring(dir.as_ref().as_os_str(), &mut self.nul));
+        self
+    }
+
+    /// Runs as `who` (supplementary groups, gid, uid).
+    pub fn run_as(&mut self, who: Credentials) -> &mut Self {
+        self.credentials = Some(who);
+        self
+    }
+
+    /// The child is killed (SIGKILL) when the thread that started it exits.
+    pub fn parent_death_kill(&mut self) -> &mut Self {
+        self.parent_death = true;
+        self
+    }
+
+    /// The child leads a new process group (so [`Child::kill_group`] reaches what it
+    /// starts).
+    pub fn process_group(&mut self) -> &mut Self {
+        self.process_group = true;
+        self
+    }
+
+    /// stdin is a pipe ([`Child::stdin`]); otherwise `/dev/null`.
+    pub fn stdin_piped(&mut self) -> &mut Self {
+        self.stdin = true;
+        self
+    }
+
+    /// Starts the program, its stdout and stderr piped. Must be called within a tokio
+    /// runtime (the pipes and the pidfd are registered with it).
+    pub fn spawn(&self) -> io::Result<Child> {
+        if self.nul {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            ));
+        }
+        let (child_stdin, parent_stdin) = if self.stdin {
+            let (r, w) = pipe_pair()?;
+            (r, Some(w))
+        } else {
+            let null = std::fs::File::open("/dev/null")?;
+            (above_stdio(OwnedFd::from(null))?, None)
+        };
+        let (out_r, out_w) = pipe_pair()?;
+        let (err_r, err_w) = pipe_pair()?;
+
+        let inherited;
+        let env: &[CString] = match &self.env {
+            Some(e) => e,
+            None => {
+                inherited = std::env::vars_os()
+                    .filter_map(|(k, v)| {
+                        let mut kv = k.as_bytes().to_vec();
+                        kv.push(b'=');
+                        kv.extend_from_slice(v.as_bytes());
+                        CString::new(kv).ok()
+                    })
+                    .collect::<Vec<_>>();
+                &inherited
+            }
+        };
+        let argv: Vec<*const libc::c_char> = self
+            .argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp: Vec<*const libc::c_char> = env
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let no_groups = Vec::new();
+        let groups = self.credentials.as_ref().map_or(&no_groups, |c| &c.groups);
+        let args = ChildArgs {
+            program: self.program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            cwd: self.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            credentials: self.credentials.as_ref().map(|c| (c.uid, c.gid)),
+            groups: groups.as_ptr(),
+            ngroups: groups.len(),
+            parent_death: self.parent_death,
+            parent_pid: std::process::id() as libc::pid_t,
+            process_group: self.process_group,
+            fds: [
+                child_stdin.as_raw_fd(),
+                out_w.as_raw_fd(),
+                err_w.as_raw_fd(),
+            ],
+            error: AtomicI32::new(0),
+        };
+        let stack = Stack::new()?;
+
+        // SAFETY: blocking every signal of this thread around the clone means no handler
+        // of the daemon runs in the child before it reset them (glibc's posix_spawn does
+        // the same); the old mask is restored right after. `all` and `old` are valid
+        // sigset_t values.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: CLONE_VM | CLONE_VFORK: the child shares this memory and this thread
+        // is suspended until the child has called execve or exited, so everything `args`
+        // points to (argv, envp, the strings, the groups, the fds) stays alive and
+        // unchanged for as long as the child reads it, and `stack` is not used by anyone
+        // else meanwhile. `child_main` only makes system calls (no allocation, no lock,
+        // no unwinding) and writes nothing but `args.error`. Without CLONE_SIGHAND the
+        // child's signal handlers are its own copy, so resetting them leaves the daemon's.
+        let pid = unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                &args as *const ChildArgs as *mut libc::c_void,
+            )
+        };
+        let clone_error = io::Error::last_os_error();
+        // SAFETY: restores the mask saved above.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        drop(stack);
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        // The child has exec'd or exited: its ends of the pipes are its own now.
+        drop((child_stdin, out_w, err_w));
+        let failed = args.error.load(Ordering::SeqCst);
+        if failed != 0 {
+            reap_blocking(pid);
+            return Err(io::Error::from_raw_os_error(failed));
+        }
+        let pidfd = match pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: `pid` is our unreaped child, so it cannot name another process.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                reap_blocking(pid);
+                return Err(e);
+            }
+        };
+        let mut child = Child {
+            pid,
+            pidfd: None,
+            status: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        // From here on, dropping `child` kills and reaps the process.
+        // SAFETY: an OwnedFd's fd stays the same and open while the AsyncFd owns it.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+        child.pidfd = Some(pidfd.map_err(io::Error::from)?);
+        child.stdin = parent_stdin.map(sender).transpose()?;
+        child.stdout = Some(receiver(out_r)?);
+        child.stderr = Some(receiver(err_r)?);
+        Ok(child)
+    }
+}
+
+/// The child's stack: fresh anonymous memory with an inaccessible page below it, so an
+/// overflow faults in the child instead of writing over the daemon's heap.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = CHILD_STACK + page;
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping made above.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The highest address (the stack grows down on every architecture Linux runs this
+    /// on), page-aligned and so 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        (self.base as usize + self.len) as *mut libc::c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used (the child has exec'd or
+        // exited when `spawn` drops it).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// What the child reads, in the daemon's memory (shared until `execve`).
+struct ChildArgs {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    credentials: Option<(libc::uid_t, libc::gid_t)>,
+    groups: *const libc::gid_t,
+    ngroups: usize,
+    parent_death: bool,
+    parent_pid: libc::pid_t,
+    process_group: bool,
+    fds: [RawFd; 3],
+    /// The errno of the step that failed; 0 while none has.
+    error: AtomicI32,
+}
+
+/// The child's whole life before `execve`.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` of `spawn`, alive while the parent is suspended.
+    let args = unsafe { &*(arg as *const ChildArgs) };
+    // SAFETY: see `child_setup`.
+    let errno = unsafe { child_setup(args) };
+    args.error.store(errno.max(1), Ordering::SeqCst);
+    // SAFETY: _exit runs no atexit handler and flushes nothing of the daemon's.
+    unsafe { libc::_exit(127) }
+}
+
+fn errno() -> libc::c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The steps of the module docs; returns the errno of the one that failed (execve returns
+/// only on failure).
+///
+/// # Safety
+/// Called only in the child of `spawn`'s clone, with the pointers of `args` valid. Every
+/// call here is a system call or glibc's thin wrapper of one (async-signal-safe, no lock,
+/// no allocation); the credentials change through raw `syscall`s (see the module docs).
+unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        let mut old: libc::sigaction = std::mem::zeroed();
+        // glibc refuses its own internal signals (32, 33): nothing to reset there.
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            continue;
+        }
+        if sig == libc::SIGPIPE
+            || (old.sa_sigaction != libc::SIG_IGN && old.sa_sigaction != libc::SIG_DFL)
+        {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            if libc::sigaction(sig, &dfl, std::ptr::null_mut()) != 0 {
+                return errno();
+            }
+        }
+    }
+    if args.process_group && libc::setpgid(0, 0) != 0 {
+        return errno();
+    }
+    if let Some((uid, gid)) = args.credentials {
+        let (uid, gid) = (uid as libc::c_long, gid as libc::c_long);
+        if libc::syscall(
+            libc::SYS_setgroups,
+            args.ngroups as libc::c_long,
+            args.groups,
+        ) != 0
+            || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        {
+            return errno();
+        }
+    }
+    if args.parent_death {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return errno();
+        }
+        if libc::getppid() != args.parent_pid {
+            // The daemon died before the prctl: no signal will come, so do not run.
+            return libc::ESRCH;
+        }
+    }
+    if !args.cwd.is_null() && libc::chdir(args.cwd) != 0 {
+        return errno();
+    }
+    for (target, &fd) in args.fds.iter().enumerate() {
+        // Every source fd is above 2 (`above_stdio`), so no dup2 overwrites another's.
+        if libc::dup2(fd, target as libc::c_int) < 0 {
+            return errno();
+        }
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+        return errno();
+    }
+    libc::execve(args.program, args.argv, args.envp);
+    errno()
+}
+
+/// The first executable file `name` in the directories of `path` (a `$PATH` value).
+pub fn find_in(name: &str, path: &OsStr) -> Option<std::path::PathBuf> {
+    std::env::split_paths(path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// A started program. Dropping it before it was waited for kills it (SIGKILL) and reaps
+/// it on a thread of its own, as tokio's `kill_on_drop` does.
+#[derive(Debug)]
+pub struct Child {
+    pid: libc::pid_t,
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
+}
+
+impl Child {
+    pub fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// SIGKILL to the program, unless it was already waited for.
+    pub fn kill(&self) {
+        if self.status.is_some() {
+            return;
+        }
+        match &self.pidfd {
+            // SAFETY: a pidfd names exactly this process, even after it exited.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.get_ref().as_raw_fd() as libc::c_long,
+                    libc::SIGKILL as libc::c_long,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0 as libc::c_long,
+                );
+            },
+            // Only if registering the pidfd failed, right after the start.
+            // SAFETY: not reaped yet, so the pid still names our child.
+            None => unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            },
+        }
+    }
+
+    /// SIGKILL to the program's process group (started with [`Command::process_group`]).
+    pub fn kill_group(&self) {
+        // SAFETY: the group is the one the child made (its pgid is its pid).
+        unsafe { libc::killpg(self.pid, libc::SIGKILL) };
+    }
+
+    /// Waits for the program to exit; its exit status.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(s) = self.status {
+            return Ok(s);
+        }
+        let Some(fd) = &self.pidfd else {
+            return Err(io::Error::other("no pidfd"));
+        };
+        loop {
+            let mut ready = fd.readable().await?;
+            if let Some(s) = try_reap(self.pid)? {
+                self.status = Some(s);
+                return Ok(s);
+            }
+            ready.clear_ready();
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        self.kill();
+        if let Ok(Some(_)) = try_reap(self.pid) {
+            return;
+        }
+        // Killed, it exits at once unless stuck in the kernel (a dead NFS server): wait on
+        // a thread of its own so the daemon's loop never does.
+        let pid = self.pid;
+        let _ = std::thread::Builder::new()
+            .name("reap".into())
+            .spawn(move || reap_blocking(pid));
+    }
+}
+
+fn try_reap(pid: libc::pid_t) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `pid` is our unreaped child; `status` is a valid out pointer.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            0 => return Ok(None),
+            p if p == pid => return Ok(Some(ExitStatus::from_raw(status))),
+            _ if errno() == libc::EINTR => continue,
+            _ => return Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+fn reap_blocking(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: as in `try_reap`.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
+}
+
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the fd it returns is ours (CLOEXEC).
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A pipe, both ends close-on-exec and above fd 2: (read end, write end).
+fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    Ok((above_stdio(r)?, above_stdio(w)?))
+}
+
+/// `fd` itself if above 2, else a close-on-exec copy that is (a daemon started with fd 0,
+/// 1 or 2 closed gets such fds for its pipes, and the child's dup2s onto 0-2 would then
+/// overwrite one another).
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a valid fd returns a new fd that we own.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl on a valid fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The daemon's (nonblocking) end of a pipe it writes to.
+fn sender(fd: OwnedFd) -> io::Result<pipe::Sender> {
+    set_nonblocking(&fd)?;
+    pipe::Sender::from_owned_fd(fd)
+}
+
+/// The daemon's (nonblocking) end of a pipe it reads.
+fn receiver(fd: OwnedFd) -> io::Result<pipe::Receiver> {
+    set_nonblocking(&fd)?;
+    pipe::Receiver::from_owned_fd(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn output(child: &mut Child) -> (ExitStatus, Vec<u8>, Vec<u8>) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut o, mut e) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let (a, b) = tokio::join!(o.read_to_end(&mut out), e.read_to_end(&mut err));
+        a.unwrap();
+        b.unwrap();
+        (child.wait().await.unwrap(), out, err)
+    }
+
+    #[tokio::test]
+    async fn runs_with_args_env_cwd_and_stdin_and_reports_the_exact_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args([
+            "-c",
+            "pwd; echo \"$A|$B\"; cat; echo to-err >&2; exit 7",
+            "a b",
+        ])
+        .env_clear_with([("A", "1"), ("B", "x y")])
+        .current_dir(dir.path())
+        .stdin_piped();
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"from stdin\n").await.unwrap();
+        drop(stdin);
+        let (status, out, err) = output(&mut child).await;
+        assert_eq!(status.code(), Some(7));
+        let cwd = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("{}\n1|x y\nfrom stdin\n", cwd.display())
+        );
+        assert_eq!(err, b"to-err\n");
+    }
+
+    #[tokio::test]
+    async fn a_signal_death_has_no_code_and_sigpipe_is_default_in_the_child() {
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "kill -PIPE $$"])
+            .spawn()
+            .unwrap();
+        let (status, _, _) = output(&mut child).await;
+        assert_eq!(status.code(), None);
+        assert_eq!(status.signal(), Some(libc::SIGPIPE));
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_directory_is_an_error_of_spawn() {
+        let e = Command::new("/nonexistent/program").spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let e = Command::new("/bin/true")
+            .current_dir("/nonexistent/dir")
+            .spawn()
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let e = Command::new("/bin/true")
+            .args(["a\0b"])
+            .spawn()
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[tokio::test]
+    async fn kill_ends_it_and_dropping_reaps_it() {
+        let mut child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
+        child.kill();
+        let (status, _, _) = output(&mut child).await;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        let child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
+        let pid = child.id() as i32;
+        drop(child);
+        // The reaper thread waits for it: once reaped, the pid is no child of ours.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let mut st = 0;
+            // SAFETY: probing; ECHILD once reaped.
+            let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+            if r < 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "not reaped");
+            std::thread::yield_now();
+        }
+    }
+}
