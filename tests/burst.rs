@@ -182,3 +182,40 @@ async fn a_chain_cancelled_between_two_batches_keeps_its_cancel() {
     assert_eq!(ds[0].reason_code.as_deref(), Some("cancelled_by_user"));
     assert_eq!(b.in_state(ChainState::Failed), 999);
 }
+
+/// A burst of chain endings leaves thousands of notifications with nothing to deliver
+/// (no `--mail-type`, no `[notify] command`): they are marked a bounded turn at a time,
+/// the loop told there is more, not all in one turn that holds every request up.
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
+    use slurm_supervisor::daemon::notifications::Notifier;
+    let mut b = Burst::new(3_000, "debug").await;
+    for j in &b.jobs {
+        assert!(b.engine.slurm().end(j, Ending::Completed));
+    }
+    b.settle().await;
+    assert_eq!(b.in_state(ChainState::Completed), 3_000);
+    let due = |b: &Burst| {
+        b.engine
+            .store()
+            .due_notifications(i64::MAX, 10_000)
+            .unwrap()
+            .len()
+    };
+    assert_eq!(due(&b), 3_000);
+    let mut notifier = Notifier::default();
+    notifier.tick(&mut b.engine);
+    assert!(
+        notifier.has_more() && due(&b) > 0,
+        "one turn did not take the whole backlog ({} left)",
+        due(&b)
+    );
+    let mut turns = 1;
+    while notifier.has_more() {
+        notifier.tick(&mut b.engine);
+        turns += 1;
+        assert!(turns < 10_000);
+    }
+    assert!(!notifier.busy(), "nothing to deliver");
+    assert_eq!(due(&b), 0, "all marked in {turns} turns");
+}

@@ -323,6 +323,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 notifier.tick(&mut engine);
                 next = Instant::now() + engine.next_interval();
             }
+            // Last: a backlog of notifications is marked a turn at a time, after
+            // everything above that is ready.
+            _ = std::future::ready(()), if notifier.has_more() => {
+                notifier.tick(&mut engine);
+            }
         }
     };
     info!("stopping");

@@ -35,8 +35,11 @@ use tracing::{debug, info, warn};
 /// Notifications taken in one batch.
 const BATCH: usize = 200;
 
-/// Pages of notifications with nothing to deliver marked in one turn of the loop.
-const SILENT_PAGES: usize = 50;
+/// How long one turn of the loop may spend marking notifications with nothing to deliver
+/// (a burst of endings leaves thousands): the rest in the loop's next turns, which come
+/// at once when nothing else waits ([`Notifier::has_more`]), so no request or cycle waits
+/// behind the whole backlog.
+const SILENT_BUDGET: Duration = Duration::from_millis(20);
 
 /// Output kept from a mail program or command (for the log); past it, it is killed.
 const MAX_OUTPUT: u64 = 16 * 1024;
@@ -57,6 +60,8 @@ const CLEAN_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
 pub struct Notifier {
     running: Option<Batch>,
     slurm_mail_prog: Option<PathBuf>,
+    /// The last turn stopped at [`SILENT_BUDGET`] with more pages due.
+    more: bool,
 }
 
 /// A batch being delivered: polled by the loop's `select!` beside everything else (like
@@ -111,6 +116,11 @@ impl Notifier {
         self.running.is_some()
     }
 
+    /// Whether due notifications are left that the last turn had no time for.
+    pub fn has_more(&self) -> bool {
+        self.more && self.running.is_none()
+    }
+
     /// The batch out, once it is done (pending forever when none is).
     pub async fn done(&mut self) -> Finished {
         match &mut self.running {
@@ -156,14 +166,18 @@ impl Notifier {
             return;
         }
         // Pages with nothing to deliver (no mail asked for, no command) are only marked,
-        // so a burst of them is drained at once, a bounded number of pages per turn.
-        let mut groups = Vec::new();
-        for _ in 0..SILENT_PAGES {
+        // so a burst of them is drained page after page, for at most SILENT_BUDGET a turn.
+        let started = std::time::Instant::now();
+        self.more = false;
+        let groups = loop {
             match prepare(engine) {
                 Ok((g, more)) => {
-                    groups = g;
-                    if !groups.is_empty() || !more {
-                        break;
+                    if !g.is_empty() || !more {
+                        break g;
+                    }
+                    if started.elapsed() >= SILENT_BUDGET {
+                        self.more = true;
+                        break g;
                     }
                 }
                 Err(e) => {
@@ -171,7 +185,7 @@ impl Notifier {
                     return;
                 }
             }
-        }
+        };
         if groups.is_empty() {
             return;
         }

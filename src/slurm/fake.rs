@@ -258,10 +258,11 @@ struct State {
 }
 
 /// The fake batch system. It is `Sync` (a `Mutex` inside) but meant to be driven from one
-/// thread, as the engine is.
-#[derive(Debug)]
+/// thread, as the engine is. A clone is the same batch system (as `SlurmCli`'s clones
+/// run the same commands).
+#[derive(Debug, Clone)]
 pub struct FakeSlurm {
-    state: Mutex<State>,
+    state: std::sync::Arc<Mutex<State>>,
 }
 
 impl Default for FakeSlurm {
@@ -301,11 +302,11 @@ impl FakeSlurm {
             ("long".to_string(), None),
         ]);
         FakeSlurm {
-            state: Mutex::new(State {
+            state: std::sync::Arc::new(Mutex::new(State {
                 next_id: 100,
                 partitions,
                 ..State::default()
-            }),
+            })),
         }
     }
 
