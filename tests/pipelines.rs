@@ -269,9 +269,9 @@ async fn a_fallback_runs_when_the_chain_fails_for_good() {
     assert!(p.codes(c_fb).contains(&"released".to_string()));
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
-    let mut p = Pipe::new();
+/// An upstream that ran out of memory, and its waiting job that Slurm cancelled at once
+/// for it (kill_invalid_depend): (upstream, its chain, waiting job, its chain).
+async fn killed_for_dependency(p: &mut Pipe) -> (String, i64, String, i64) {
     let up = p.submit(&["--mem=100M"]).await;
     let c_up = p.chain_of(&up);
     let down = p
@@ -282,8 +282,14 @@ async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
         .await;
     let c_down = p.chain_of(&down);
     assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
-    // Slurm cancels the waiting job at once (kill_invalid_depend).
     assert!(p.engine.slurm().end(&down, Ending::CancelledForDependency));
+    (up, c_up, down, c_down)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
+    let mut p = Pipe::new();
+    let (up, c_up, down, c_down) = killed_for_dependency(&mut p).await;
     p.cycle().await;
     assert!(
         p.codes(c_down)
@@ -306,17 +312,7 @@ async fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
 #[tokio::test(flavor = "current_thread")]
 async fn in_place_a_job_slurm_cancelled_for_its_dependency_is_resubmitted() {
     let mut p = Pipe::with_retry("in_place = true");
-    let up = p.submit(&["--mem=100M"]).await;
-    let c_up = p.chain_of(&up);
-    let down = p
-        .submit(&[
-            "--kill-on-invalid-dep=yes",
-            &format!("--dependency=afterok:{up}"),
-        ])
-        .await;
-    let c_down = p.chain_of(&down);
-    assert!(p.engine.slurm().end(&up, Ending::OutOfMemory));
-    assert!(p.engine.slurm().end(&down, Ending::CancelledForDependency));
+    let (up, c_up, down, c_down) = killed_for_dependency(&mut p).await;
     p.cycle().await;
     p.cycle().await;
     assert_eq!(p.job(c_up), up, "the upstream is requeued in place");

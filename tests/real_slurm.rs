@@ -686,64 +686,9 @@ fn a_plain_afterany_job_is_reported_on_the_upstream_chain() {
 #[test]
 fn a_job_slurm_cancelled_for_its_dependency_is_brought_back() {
     require_slurm();
-    let d = Daemon::start("");
-    // Fails oddly the first time (the chain waits for a person), works once retried: so
-    // Slurm has surely cancelled the waiting job before the upstream is retried.
-    d.write_script(
-        "odd.sh",
-        "if [ -e marker ]; then echo ok; exit 0; fi\ntouch marker\necho 'the frobnicator is out of phase' >&2\nexit 1",
-    );
-    let up = d.submit(&["--job-name=ssv-pipe-up", "odd.sh"]);
     // What a cluster with DependencyParameters=kill_invalid_depend does to every job,
     // asked for by this one job.
-    let down = d.submit(&[
-        "--kill-on-invalid-dep=yes",
-        &format!("--dependency=afterok:{up}"),
-        "--job-name=ssv-pipe-killed",
-        "--wrap=true",
-    ]);
-    d.wait_state(&up, "pending_failed", 3 * MIN);
-    wait_for(
-        "Slurm's cancel to be recorded as one for the dependency",
-        2 * MIN,
-        || reason_codes(&d.history(&down)).contains(&"killed_for_dependency".into()),
-    );
-    assert_eq!(
-        d.status(&down)[0]["state"],
-        "ready",
-        "waits for the upstream's retry"
-    );
-    let out = d.ctl(&[
-        "classify",
-        &up,
-        "--action",
-        "retry",
-        "--reason",
-        "marker exists now",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.wait_state(&up, "completed", 3 * MIN);
-    d.wait_state(&down, "completed", 3 * MIN);
-    let h = d.history(&down);
-    let a = attempts(&h);
-    assert_eq!(a.len(), 2, "{h:#}");
-    assert!(
-        a[0]["slurm_state"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("CANCELLED"),
-        "{h:#}"
-    );
-    let start = sacct_field(a[1]["slurm_job_id"].as_str().unwrap(), "Start");
-    let up_end = last_end(&d, &up);
-    assert!(
-        start >= up_end,
-        "started at {start}, before the retry ended at {up_end}"
-    );
+    a_job_slurm_cancelled_for_its_dependency_comes_back(&["--kill-on-invalid-dep=yes"]);
 }
 
 #[test]

@@ -12,12 +12,6 @@ use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 
-/// Whether the job ever ran. Not sacct's `Start`: 22.05 sets it to the cancel time of a
-/// job Slurm cancelled for its dependency while it waited (24.11 leaves it `None`).
-fn ran(job: &str) -> bool {
-    sacct_field(job, "NodeList") != "None assigned"
-}
-
 /// Fails the test unless the selected cluster cancels jobs whose dependency can never be
 /// satisfied: this file tests nothing on a cluster that keeps them waiting.
 fn require_kill_invalid_depend() {
@@ -39,62 +33,7 @@ fn require_kill_invalid_depend() {
 #[test]
 fn a_downstream_slurm_cancelled_for_its_dependency_is_brought_back() {
     require_kill_invalid_depend();
-    let d = Daemon::start("");
-    // Fails oddly the first time (the chain waits for a person), works once retried: so
-    // Slurm has surely cancelled the waiting job before the upstream is retried.
-    d.write_script(
-        "odd.sh",
-        "if [ -e marker ]; then echo ok; exit 0; fi\ntouch marker\necho 'the frobnicator is out of phase' >&2\nexit 1",
-    );
-    let up = d.submit(&["--job-name=ssv-kid-up", "odd.sh"]);
-    let down = d.submit(&[
-        &format!("--dependency=afterok:{up}"),
-        "--job-name=ssv-kid-down",
-        "--wrap=true",
-    ]);
-    d.wait_state(&up, "pending_failed", 3 * MIN);
-    wait_for(
-        "Slurm's cancel to be recorded as one for the dependency",
-        2 * MIN,
-        || reason_codes(&d.history(&down)).contains(&"killed_for_dependency".into()),
-    );
-    assert!(!ran(&down), "Slurm cancelled it before it ran");
-    assert_eq!(
-        d.status(&down)[0]["state"],
-        "ready",
-        "waits for the upstream's retry"
-    );
-    let out = d.ctl(&[
-        "classify",
-        &up,
-        "--action",
-        "retry",
-        "--reason",
-        "marker exists now",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.wait_state(&up, "completed", 3 * MIN);
-    d.wait_state(&down, "completed", 3 * MIN);
-    let h = d.history(&down);
-    let a = attempts(&h);
-    assert_eq!(a.len(), 2, "{h:#}");
-    assert!(
-        a[0]["slurm_state"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("CANCELLED"),
-        "{h:#}"
-    );
-    let start = sacct_field(a[1]["slurm_job_id"].as_str().unwrap(), "Start");
-    let up_end = last_end(&d, &up);
-    assert!(
-        start >= up_end,
-        "started at {start}, before the retry ended at {up_end}"
-    );
+    a_job_slurm_cancelled_for_its_dependency_comes_back(&[]);
 }
 
 /// The usual case: an OOM upstream retried at once. Whether Slurm's cancel or the

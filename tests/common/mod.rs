@@ -597,3 +597,73 @@ pub fn plain_sbatch(d: &Daemon, args: &[&str]) -> String {
     all.extend_from_slice(args);
     run("sbatch", &all).trim().to_string()
 }
+
+/// Whether the job ever ran. Not sacct's `Start`: 22.05 sets it to the cancel time of a
+/// job Slurm cancelled for its dependency while it waited (24.11 leaves it `None`).
+pub fn ran(job: &str) -> bool {
+    sacct_field(job, "NodeList") != "None assigned"
+}
+
+/// A supervised job waiting `afterok` on one that fails oddly (its chain waits for a
+/// person) is cancelled by Slurm for its dependency: the supervisor records that, keeps
+/// the job `ready`, and resubmits it when a person has the upstream retried; it runs once,
+/// after the retry. `down_args` are the waiting job's extra sbatch options
+/// (`--kill-on-invalid-dep=yes` asks per job what `kill_invalid_depend` asks of all).
+pub fn a_job_slurm_cancelled_for_its_dependency_comes_back(down_args: &[&str]) {
+    const MIN: Duration = Duration::from_secs(60);
+    let d = Daemon::start("");
+    // Fails oddly the first time (the chain waits for a person), works once retried: so
+    // Slurm has surely cancelled the waiting job before the upstream is retried.
+    d.write_script(
+        "odd.sh",
+        "if [ -e marker ]; then echo ok; exit 0; fi\ntouch marker\necho 'the frobnicator is out of phase' >&2\nexit 1",
+    );
+    let up = d.submit(&["--job-name=ssv-pipe-up", "odd.sh"]);
+    let after = format!("--dependency=afterok:{up}");
+    let mut args = down_args.to_vec();
+    args.extend([after.as_str(), "--job-name=ssv-pipe-killed", "--wrap=true"]);
+    let down = d.submit(&args);
+    d.wait_state(&up, "pending_failed", 3 * MIN);
+    wait_for(
+        "Slurm's cancel to be recorded as one for the dependency",
+        2 * MIN,
+        || reason_codes(&d.history(&down)).contains(&"killed_for_dependency".into()),
+    );
+    assert!(!ran(&down), "Slurm cancelled it before it ran");
+    assert_eq!(
+        d.status(&down)[0]["state"],
+        "ready",
+        "waits for the upstream's retry"
+    );
+    let out = d.ctl(&[
+        "classify",
+        &up,
+        "--action",
+        "retry",
+        "--reason",
+        "marker exists now",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d.wait_state(&up, "completed", 3 * MIN);
+    d.wait_state(&down, "completed", 3 * MIN);
+    let h = d.history(&down);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert!(
+        a[0]["slurm_state"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("CANCELLED"),
+        "{h:#}"
+    );
+    let start = sacct_field(a[1]["slurm_job_id"].as_str().unwrap(), "Start");
+    let up_end = last_end(&d, &up);
+    assert!(
+        start >= up_end,
+        "started at {start}, before the retry ended at {up_end}"
+    );
+}
