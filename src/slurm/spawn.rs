@@ -27,7 +27,8 @@
 //!    that the daemon is still its parent (if it died before the `prctl`, no signal comes);
 //! 5. `chdir` into the working directory as the user, so a directory the user may not
 //!    enter is refused as it would be for them;
-//! 6. the pipes onto fds 0-2, an empty signal mask, `execve`.
+//! 6. the pipes onto fds 0-2, every other fd closed (`close_range`), an empty signal
+//!    mask, `execve`.
 //!
 //! A failing step stores its errno where the daemon reads it after the clone returns, and
 //! the child exits; [`Command::spawn`] then returns that error (as std does for a failing
@@ -457,6 +458,20 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
             return errno();
         }
     }
+    // Nothing of the daemon's but fds 0-2 reaches the program, even an fd a library or
+    // whoever started the daemon left open without O_CLOEXEC (it may be a file only root
+    // could open). The child has its own fd table (no CLONE_FILES): the daemon keeps its
+    // fds. A kernel older than 5.9 has no close_range; O_CLOEXEC alone holds there.
+    if libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_long,
+        libc::c_uint::MAX as libc::c_long,
+        0 as libc::c_long,
+    ) != 0
+        && errno() != libc::ENOSYS
+    {
+        return errno();
+    }
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
@@ -704,6 +719,30 @@ mod tests {
             .spawn()
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[tokio::test]
+    async fn no_fd_of_the_daemon_reaches_the_program_even_one_without_cloexec() {
+        // An fd some library (or whoever started the daemon) left open across exec: the
+        // program must not get it (it may be a file only root could open).
+        // SAFETY: a plain open; the fd is closed below.
+        let leaky = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        assert!(leaky > 2, "{leaky}");
+        let mut child = Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!("ls /proc/self/fd/; test ! -e /proc/self/fd/{leaky}"),
+            ])
+            .spawn()
+            .unwrap();
+        let (status, out, _) = output(&mut child).await;
+        // SAFETY: the fd opened above.
+        unsafe { libc::close(leaky) };
+        assert!(
+            status.success(),
+            "fd {leaky} reached the child; its fds: {}",
+            String::from_utf8_lossy(&out)
+        );
     }
 
     #[tokio::test]
