@@ -23,6 +23,8 @@
 //!    thread list in memory. The group list was resolved in the daemon with
 //!    `getgrouplist`: `initgroups` in the child would do NSS lookups (allocating, taking
 //!    glibc locks another daemon thread may hold), a possible deadlock;
+//!    Then the process is made not dumpable (see `child_setup`: else, with
+//!    fs.suid_dumpable=1, the user could open the daemon's memory through this child);
 //! 4. `PR_SET_PDEATHSIG`, after the credentials (changing them clears it), then a check
 //!    that the daemon is still its parent (if it died before the `prctl`, no signal comes);
 //! 5. `chdir` into the working directory as the user, so a directory the user may not
@@ -397,6 +399,24 @@ fn errno() -> libc::c_int {
         .unwrap_or(libc::EIO)
 }
 
+/// The raw system calls that set credentials. On 32-bit x86 and ARM the plain numbers
+/// are the old 16-bit-id calls, which would cut a uid or gid above 65535 down to another
+/// one's: the `32` calls take full ids (glibc uses them there too).
+mod ids {
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups32;
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid32;
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid32;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid;
+}
+
 /// The steps of the module docs; returns the errno of the one that failed (execve returns
 /// only on failure).
 ///
@@ -429,14 +449,20 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
     }
     if let Some((uid, gid)) = args.credentials {
         let (uid, gid) = (uid as libc::c_long, gid as libc::c_long);
-        if libc::syscall(
-            libc::SYS_setgroups,
-            args.ngroups as libc::c_long,
-            args.groups,
-        ) != 0
-            || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
-            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        if libc::syscall(ids::SETGROUPS, args.ngroups as libc::c_long, args.groups) != 0
+            || libc::syscall(ids::SETRESGID, gid, gid, gid) != 0
+            || libc::syscall(ids::SETRESUID, uid, uid, uid) != 0
         {
+            return errno();
+        }
+        // This process now runs as the user in the daemon's memory until execve, and the
+        // user may send it signals or hold it in `chdir` (a FUSE or hung NFS folder). The
+        // credential change made that memory as dumpable as fs.suid_dumpable says: at 1,
+        // the user could open /proc/PID/mem of this child and so read and write the root
+        // daemon's memory (the open keeps the memory, even after execve). Not dumpable,
+        // only root may. The daemon's memory is left so (as suid_dumpable 0 or 2 leaves
+        // it anyway after the first such child); the program's own after execve is not.
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong) != 0 {
             return errno();
         }
     }
@@ -496,7 +522,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// A started program. Dropping it before it was waited for kills it (SIGKILL) and reaps
-/// it on a thread of its own, as tokio's `kill_on_drop` does.
+/// it beside the caller (a task woken by its pidfd), as tokio's `kill_on_drop` does.
 #[derive(Debug)]
 pub struct Child {
     pid: libc::pid_t,
@@ -570,9 +596,23 @@ impl Drop for Child {
         if let Ok(Some(_)) = try_reap(self.pid) {
             return;
         }
-        // Killed, it exits at once unless stuck in the kernel (a dead NFS server): wait on
-        // a thread of its own so the daemon's loop never does.
+        // Killed, it exits at once unless stuck in the kernel (a dead NFS server): it is
+        // reaped by a task woken by its pidfd, so the daemon's loop never waits, and a
+        // child stuck for hours costs no thread. A task still waiting when the runtime
+        // shuts down leaves a zombie until the daemon exits.
         let pid = self.pid;
+        if let (Some(fd), Ok(rt)) = (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                while let Ok(mut ready) = fd.readable().await {
+                    match try_reap(pid) {
+                        Ok(None) => ready.clear_ready(),
+                        _ => return,
+                    }
+                }
+            });
+            return;
+        }
+        // No runtime (or no pidfd): a thread of its own.
         let _ = std::thread::Builder::new()
             .name("reap".into())
             .spawn(move || reap_blocking(pid));
@@ -754,17 +794,26 @@ mod tests {
         let child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
         let pid = child.id() as i32;
         drop(child);
-        // The reaper thread waits for it: once reaped, the pid is no child of ours.
+        // Reaped by the runtime's task: once reaped, the pid is no child of ours. The probe
+        // does not reap it itself (WNOWAIT), so only `Child`'s reaping can end the loop.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let mut st = 0;
-            // SAFETY: probing; ECHILD once reaped.
-            let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+            // SAFETY: probing with a valid out pointer; ECHILD once reaped.
+            let r = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
             if r < 0 {
+                assert_eq!(errno(), libc::ECHILD);
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "not reaped");
-            std::thread::yield_now();
+            tokio::task::yield_now().await;
         }
     }
 }
