@@ -34,8 +34,13 @@
 //!
 //! A failing step stores its errno where the daemon reads it after the clone returns, and
 //! the child exits; [`Command::spawn`] then returns that error (as std does for a failing
-//! `pre_exec`). The child is waited for through a pidfd (`pidfd_open`) registered with
+//! `pre_exec`). The child is waited for through a pidfd (`CLONE_PIDFD`) registered with
 //! tokio, and signalled through it, so a reused pid is never hit.
+//!
+//! Until the child execs, the thread that started it (the daemon's loop) is suspended,
+//! and a user can hold their child there: a working directory on their own FUSE mount
+//! or a dead NFS server, or a SIGSTOP (it runs as them). A watchdog thread kills a child
+//! that has not exec'd within [`EXEC_DEADLINE`], and `spawn` returns `TimedOut`.
 //!
 //! PDEATHSIG fires when the *thread* that started the child exits: the daemon starts its
 //! Slurm commands from its loop on the main thread (`daemon_main`), which lives as long
@@ -50,6 +55,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
@@ -57,6 +63,95 @@ use tokio::net::unix::pipe;
 /// system-call wrappers (glibc's `posix_spawn` gives its child 32 KiB plus the argv).
 /// A guard page below it (`Stack`) stops an overflow.
 const CHILD_STACK: usize = 64 << 10;
+
+/// How long a child may take from its start to `execve` before it is killed. It takes
+/// microseconds; only a working directory that does not answer (a FUSE mount of the
+/// user's, a dead NFS server) or a SIGSTOP (the child runs as the user) holds it, and the
+/// daemon's loop waits for it meanwhile (`CLONE_VFORK`).
+pub const EXEC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A child between its start and its `execve`, as the watchdog sees it.
+struct Watch {
+    /// Written by the kernel (CLONE_PIDFD) before the child runs; -1 until then.
+    pidfd: AtomicI32,
+    deadline: std::time::Instant,
+    state: std::sync::Mutex<WatchState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(PartialEq)]
+enum WatchState {
+    Waiting,
+    /// `spawn` is past the clone: the pidfd is its own.
+    Finished,
+    /// The watchdog killed the child at the deadline.
+    Killed,
+}
+
+impl Watch {
+    /// Called by `spawn` once the clone returned: whether the watchdog killed the child.
+    fn finish(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let killed = *state == WatchState::Killed;
+        *state = WatchState::Finished;
+        self.changed.notify_all();
+        killed
+    }
+}
+
+/// Hands `watch` to the watchdog thread (started at the first call), which kills the
+/// child if `spawn` has not finished by the deadline. One thread for the process: the
+/// children are watched one after the other (the daemon starts them from one thread).
+fn watchdog(watch: Arc<Watch>) {
+    static QUEUE: std::sync::OnceLock<
+        Option<std::sync::Mutex<std::sync::mpsc::Sender<Arc<Watch>>>>,
+    > = std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<Watch>>();
+        std::thread::Builder::new()
+            .name("spawn-watchdog".into())
+            .spawn(move || {
+                for w in rx {
+                    let mut state = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                    while *state == WatchState::Waiting {
+                        let left = w
+                            .deadline
+                            .saturating_duration_since(std::time::Instant::now());
+                        if left.is_zero() {
+                            let fd = w.pidfd.load(Ordering::SeqCst);
+                            if fd >= 0 {
+                                // SAFETY: `spawn` has not finished (checked under the
+                                // lock it takes first), so `fd` is still this child's
+                                // pidfd; a pidfd names exactly that process.
+                                unsafe {
+                                    libc::syscall(
+                                        libc::SYS_pidfd_send_signal,
+                                        fd as libc::c_long,
+                                        libc::SIGKILL as libc::c_long,
+                                        std::ptr::null::<libc::siginfo_t>(),
+                                        0 as libc::c_long,
+                                    )
+                                };
+                                *state = WatchState::Killed;
+                            }
+                            break;
+                        }
+                        state = w
+                            .changed
+                            .wait_timeout(state, left)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+            })
+            .ok()
+            .map(|_| std::sync::Mutex::new(tx))
+    });
+    // Without the thread (it could not be started) children are not watched.
+    if let Some(q) = queue {
+        let _ = q.lock().unwrap_or_else(|e| e.into_inner()).send(watch);
+    }
+}
 
 /// Who a program runs as, resolved in the daemon before it is started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +189,11 @@ pub struct Command {
     stdin: bool,
     /// A NUL byte in an argument, a variable or a path: refused by `spawn`, as std does.
     nul: bool,
+    /// How long the child may take to reach `execve` ([`EXEC_DEADLINE`]).
+    exec_deadline: std::time::Duration,
+    /// Fault injection: the child stops itself (SIGSTOP) right before `execve`.
+    #[cfg(test)]
+    stop_before_exec: bool,
 }
 
 fn cstring(s: &OsStr, nul: &mut bool) -> CString {
@@ -118,6 +218,9 @@ impl Command {
             process_group: false,
             stdin: false,
             nul,
+            exec_deadline: EXEC_DEADLINE,
+            #[cfg(test)]
+            stop_before_exec: false,
         }
     }
 
@@ -243,8 +346,21 @@ impl Command {
                 err_w.as_raw_fd(),
             ],
             error: AtomicI32::new(0),
+            #[cfg(test)]
+            stop_before_exec: self.stop_before_exec,
         };
         let stack = Stack::new()?;
+        // Until the child execs this thread (the daemon's loop) is suspended, and the
+        // user may hold the child there: a working directory on their FUSE mount or a
+        // dead NFS server, or SIGSTOP (it runs as them). The watchdog kills a child that
+        // has not exec'd by the deadline, which frees this thread.
+        let watch = Arc::new(Watch {
+            pidfd: AtomicI32::new(-1),
+            deadline: std::time::Instant::now() + self.exec_deadline,
+            state: std::sync::Mutex::new(WatchState::Waiting),
+            changed: std::sync::Condvar::new(),
+        });
+        watchdog(watch.clone());
 
         // SAFETY: blocking every signal of this thread around the clone means no handler
         // of the daemon runs in the child before it reset them (glibc's posix_spawn does
@@ -256,7 +372,9 @@ impl Command {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        // SAFETY: CLONE_VM | CLONE_VFORK: the child shares this memory and this thread
+        // SAFETY: CLONE_PIDFD: the kernel writes the child's pidfd (close-on-exec) into
+        // `watch.pidfd`, an aligned i32 that lives as long as `watch`, before the child
+        // runs. CLONE_VM | CLONE_VFORK: the child shares this memory and this thread
         // is suspended until the child has called execve or exited, so everything `args`
         // points to (argv, envp, the strings, the groups, the fds) stays alive and
         // unchanged for as long as the child reads it, and `stack` is not used by anyone
@@ -267,8 +385,9 @@ impl Command {
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
                 &args as *const ChildArgs as *mut libc::c_void,
+                watch.pidfd.as_ptr(),
             )
         };
         let clone_error = io::Error::last_os_error();
@@ -277,25 +396,31 @@ impl Command {
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
         drop(stack);
+        // From here on the watchdog never touches the pidfd (it does so only under this
+        // lock, before this).
+        let killed = watch.finish();
         if pid < 0 {
             return Err(clone_error);
         }
+        // SAFETY: the fd CLONE_PIDFD made for this child, owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(watch.pidfd.load(Ordering::SeqCst)) };
         // The child has exec'd or exited: its ends of the pipes are its own now.
         drop((child_stdin, out_w, err_w));
         let failed = args.error.load(Ordering::SeqCst);
-        if failed != 0 {
+        if failed != 0 || killed {
             reap_blocking(pid);
-            return Err(io::Error::from_raw_os_error(failed));
-        }
-        let pidfd = match pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                // SAFETY: `pid` is our unreaped child, so it cannot name another process.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                reap_blocking(pid);
-                return Err(e);
+            if failed != 0 && !killed {
+                return Err(io::Error::from_raw_os_error(failed));
             }
-        };
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "killed: it had not started the program after {}s (held before execve, \
+                     e.g. by a working directory that does not answer, or stopped)",
+                    self.exec_deadline.as_secs_f64()
+                ),
+            ));
+        }
         let mut child = Child {
             pid,
             pidfd: None,
@@ -380,6 +505,8 @@ struct ChildArgs {
     fds: [RawFd; 3],
     /// The errno of the step that failed; 0 while none has.
     error: AtomicI32,
+    #[cfg(test)]
+    stop_before_exec: bool,
 }
 
 /// The child's whole life before `execve`.
@@ -502,6 +629,16 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
     libc::sigemptyset(&mut empty);
     if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
         return errno();
+    }
+    #[cfg(test)]
+    if args.stop_before_exec {
+        // A raw kill of the child's own pid: glibc's raise would take the daemon thread's
+        // tid from the shared thread pointer.
+        libc::syscall(
+            libc::SYS_kill,
+            libc::syscall(libc::SYS_getpid),
+            libc::SIGSTOP as libc::c_long,
+        );
     }
     libc::execve(args.program, args.argv, args.envp);
     errno()
@@ -636,16 +773,6 @@ fn reap_blocking(pid: libc::pid_t) {
     let mut status = 0;
     // SAFETY: as in `try_reap`.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
-}
-
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; the fd it returns is ours (CLOEXEC).
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// A pipe, both ends close-on-exec and above fd 2: (read end, write end).
@@ -783,6 +910,21 @@ mod tests {
             "fd {leaky} reached the child; its fds: {}",
             String::from_utf8_lossy(&out)
         );
+    }
+
+    #[tokio::test]
+    async fn a_child_held_before_execve_is_killed_at_the_deadline_and_frees_the_caller() {
+        // The child stops itself before execve (as a user's SIGSTOP or a FUSE working
+        // directory would hold it); without the watchdog this spawn never returns.
+        let mut cmd = Command::new("/bin/true");
+        cmd.exec_deadline = std::time::Duration::from_millis(300);
+        cmd.stop_before_exec = true;
+        let e = cmd.spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        // The next one starts and runs as usual.
+        let mut child = Command::new("/bin/true").spawn().unwrap();
+        let (status, _, _) = output(&mut child).await;
+        assert!(status.success());
     }
 
     #[tokio::test]
