@@ -804,3 +804,38 @@ fn in_place_jobs_waiting_on_the_requeued_job_run_after_it() {
         );
     }
 }
+
+/// The job runs with the submitter's umask, not the daemon's own 077: sbatch hands its
+/// umask to the job as SLURM_UMASK unless set, and the daemon's sbatch runs with 077, so
+/// `supervisorctl submit` records the submitter's.
+#[test]
+fn the_job_gets_the_submitters_umask_not_the_daemons() {
+    use std::os::unix::process::CommandExt;
+    require_slurm();
+    let d = Daemon::start("");
+    d.write_script("umask.sh", "umask > umask.out");
+    let mut submit = std::process::Command::new(env!("CARGO_BIN_EXE_supervisorctl"));
+    submit
+        .arg("--config")
+        .arg(&d.config)
+        .args(["submit", "--", "--job-name=ssv-umask", "umask.sh"])
+        .current_dir(d.work_dir())
+        .stdin(std::process::Stdio::null());
+    // SAFETY: umask is async-signal-safe and allocates nothing.
+    unsafe {
+        submit.pre_exec(|| {
+            libc::umask(0o027);
+            Ok(())
+        });
+    }
+    let out = submit.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    d.wait_state(&job, "completed", 4 * MIN);
+    let got = std::fs::read_to_string(d.work_dir().join("umask.out")).unwrap();
+    assert_eq!(got.trim(), "0027", "the job's umask");
+}

@@ -218,3 +218,53 @@ fn a_users_sbatch_dies_with_the_killed_daemon_and_creates_no_job() {
     let _ = submit.kill();
     let _ = submit.wait();
 }
+
+/// What a root daemon hands a user's sbatch besides uid and gid: no capability of root's
+/// (permitted, effective, inheritable or ambient), and the submitter's umask for the job,
+/// never the daemon's own 077 (sbatch gives the job its own umask as SLURM_UMASK unless
+/// that is set; a retry's job must create its files as the user's first one did).
+#[test]
+fn a_users_sbatch_has_no_capability_and_the_submitters_umask() {
+    use std::os::unix::process::CommandExt;
+    let sys = System::start("", "");
+    sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
+    let mut submit = sys.ctl_command("alice", &["submit", "--", "job.sh"]);
+    // SAFETY: umask is async-signal-safe and allocates nothing.
+    unsafe {
+        submit.pre_exec(|| {
+            libc::umask(0o027);
+            Ok(())
+        });
+    }
+    let out = submit.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = sys.sbatch_calls_of("alice");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let c = &calls[0];
+    let status = &c["status"];
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(status[cap], "0000000000000000", "{cap}: {status}");
+    }
+    let alice = User::get("alice");
+    let uids = format!("{0}\t{0}\t{0}\t{0}", alice.uid);
+    assert_eq!(
+        status["Uid"],
+        uids.as_str(),
+        "real, effective, saved, fs uid"
+    );
+    let gids = format!("{0}\t{0}\t{0}\t{0}", alice.gid);
+    assert_eq!(
+        status["Gid"],
+        gids.as_str(),
+        "real, effective, saved, fs gid"
+    );
+    let job_umask = match c["slurm_umask"].as_str() {
+        Some(m) => u32::from_str_radix(m, 8).unwrap(),
+        None => c["umask"].as_u64().unwrap() as u32,
+    };
+    assert_eq!(job_umask, 0o027, "the job's umask is the submitter's: {c}");
+}

@@ -208,9 +208,15 @@ fn submit_request(
             s.len()
         ));
     }
-    let env = std::env::vars_os()
+    let mut env: Vec<(String, String)> = std::env::vars_os()
         .map(|(k, v)| (from_os(&k), from_os(&v)))
         .collect();
+    // sbatch gives the job its own umask as SLURM_UMASK, unless that is set. The daemon's
+    // sbatch runs with the daemon's umask (077), so the submitter's is recorded here, as
+    // their own sbatch would have done: the job creates its files as it would have.
+    if !env.iter().any(|(k, _)| k == "SLURM_UMASK") {
+        env.push(("SLURM_UMASK".into(), slurm_umask(current_umask())));
+    }
     Ok(SubmitRequest {
         argv,
         cwd: from_os(cwd.as_os_str()),
@@ -219,6 +225,19 @@ fn submit_request(
         max_retries,
         restartable,
     })
+}
+
+/// This process's umask (set back at once; the client starts no thread that creates files).
+fn current_umask() -> u32 {
+    use nix::sys::stat::{umask, Mode};
+    let mask = umask(Mode::from_bits_truncate(0o077));
+    umask(mask);
+    mask.bits()
+}
+
+/// A umask as sbatch writes it into SLURM_UMASK ("0" and three octal digits).
+fn slurm_umask(mask: u32) -> String {
+    format!("0{:03o}", mask & 0o777)
 }
 
 fn print_json(v: &Value) {
@@ -449,6 +468,14 @@ pub fn shell_quote(s: &str) -> String {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn a_umask_is_written_as_sbatch_writes_slurm_umask() {
+        assert_eq!(slurm_umask(0o022), "0022");
+        assert_eq!(slurm_umask(0o077), "0077");
+        assert_eq!(slurm_umask(0), "0000");
+        assert_eq!(slurm_umask(0o7027), "0027");
+    }
 
     #[test]
     fn the_command_line_definition_is_consistent() {

@@ -23,16 +23,24 @@
 //!    thread list in memory. The group list was resolved in the daemon with
 //!    `getgrouplist`: `initgroups` in the child would do NSS lookups (allocating, taking
 //!    glibc locks another daemon thread may hold), a possible deadlock;
+//!    Then the process is made not dumpable (see `child_setup`: else, with
+//!    fs.suid_dumpable=1, the user could open the daemon's memory through this child);
 //! 4. `PR_SET_PDEATHSIG`, after the credentials (changing them clears it), then a check
 //!    that the daemon is still its parent (if it died before the `prctl`, no signal comes);
 //! 5. `chdir` into the working directory as the user, so a directory the user may not
 //!    enter is refused as it would be for them;
-//! 6. the pipes onto fds 0-2, an empty signal mask, `execve`.
+//! 6. the pipes onto fds 0-2, every other fd closed (`close_range`), an empty signal
+//!    mask, `execve`.
 //!
 //! A failing step stores its errno where the daemon reads it after the clone returns, and
 //! the child exits; [`Command::spawn`] then returns that error (as std does for a failing
-//! `pre_exec`). The child is waited for through a pidfd (`pidfd_open`) registered with
+//! `pre_exec`). The child is waited for through a pidfd (`CLONE_PIDFD`) registered with
 //! tokio, and signalled through it, so a reused pid is never hit.
+//!
+//! Until the child execs, the thread that started it (the daemon's loop) is suspended,
+//! and a user can hold their child there: a working directory on their own FUSE mount
+//! or a dead NFS server, or a SIGSTOP (it runs as them). A watchdog thread kills a child
+//! that has not exec'd within [`EXEC_DEADLINE`], and `spawn` returns `TimedOut`.
 //!
 //! PDEATHSIG fires when the *thread* that started the child exits: the daemon starts its
 //! Slurm commands from its loop on the main thread (`daemon_main`), which lives as long
@@ -47,6 +55,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
@@ -54,6 +63,95 @@ use tokio::net::unix::pipe;
 /// system-call wrappers (glibc's `posix_spawn` gives its child 32 KiB plus the argv).
 /// A guard page below it (`Stack`) stops an overflow.
 const CHILD_STACK: usize = 64 << 10;
+
+/// How long a child may take from its start to `execve` before it is killed. It takes
+/// microseconds; only a working directory that does not answer (a FUSE mount of the
+/// user's, a dead NFS server) or a SIGSTOP (the child runs as the user) holds it, and the
+/// daemon's loop waits for it meanwhile (`CLONE_VFORK`).
+pub const EXEC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A child between its start and its `execve`, as the watchdog sees it.
+struct Watch {
+    /// Written by the kernel (CLONE_PIDFD) before the child runs; -1 until then.
+    pidfd: AtomicI32,
+    deadline: std::time::Instant,
+    state: std::sync::Mutex<WatchState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(PartialEq)]
+enum WatchState {
+    Waiting,
+    /// `spawn` is past the clone: the pidfd is its own.
+    Finished,
+    /// The watchdog killed the child at the deadline.
+    Killed,
+}
+
+impl Watch {
+    /// Called by `spawn` once the clone returned: whether the watchdog killed the child.
+    fn finish(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let killed = *state == WatchState::Killed;
+        *state = WatchState::Finished;
+        self.changed.notify_all();
+        killed
+    }
+}
+
+/// Hands `watch` to the watchdog thread (started at the first call), which kills the
+/// child if `spawn` has not finished by the deadline. One thread for the process: the
+/// children are watched one after the other (the daemon starts them from one thread).
+fn watchdog(watch: Arc<Watch>) {
+    static QUEUE: std::sync::OnceLock<
+        Option<std::sync::Mutex<std::sync::mpsc::Sender<Arc<Watch>>>>,
+    > = std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<Watch>>();
+        std::thread::Builder::new()
+            .name("spawn-watchdog".into())
+            .spawn(move || {
+                for w in rx {
+                    let mut state = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                    while *state == WatchState::Waiting {
+                        let left = w
+                            .deadline
+                            .saturating_duration_since(std::time::Instant::now());
+                        if left.is_zero() {
+                            let fd = w.pidfd.load(Ordering::SeqCst);
+                            if fd >= 0 {
+                                // SAFETY: `spawn` has not finished (checked under the
+                                // lock it takes first), so `fd` is still this child's
+                                // pidfd; a pidfd names exactly that process.
+                                unsafe {
+                                    libc::syscall(
+                                        libc::SYS_pidfd_send_signal,
+                                        fd as libc::c_long,
+                                        libc::SIGKILL as libc::c_long,
+                                        std::ptr::null::<libc::siginfo_t>(),
+                                        0 as libc::c_long,
+                                    )
+                                };
+                                *state = WatchState::Killed;
+                            }
+                            break;
+                        }
+                        state = w
+                            .changed
+                            .wait_timeout(state, left)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+            })
+            .ok()
+            .map(|_| std::sync::Mutex::new(tx))
+    });
+    // Without the thread (it could not be started) children are not watched.
+    if let Some(q) = queue {
+        let _ = q.lock().unwrap_or_else(|e| e.into_inner()).send(watch);
+    }
+}
 
 /// Who a program runs as, resolved in the daemon before it is started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +189,11 @@ pub struct Command {
     stdin: bool,
     /// A NUL byte in an argument, a variable or a path: refused by `spawn`, as std does.
     nul: bool,
+    /// How long the child may take to reach `execve` ([`EXEC_DEADLINE`]).
+    exec_deadline: std::time::Duration,
+    /// Fault injection: the child stops itself (SIGSTOP) right before `execve`.
+    #[cfg(test)]
+    stop_before_exec: bool,
 }
 
 fn cstring(s: &OsStr, nul: &mut bool) -> CString {
@@ -115,6 +218,9 @@ impl Command {
             process_group: false,
             stdin: false,
             nul,
+            exec_deadline: EXEC_DEADLINE,
+            #[cfg(test)]
+            stop_before_exec: false,
         }
     }
 
@@ -240,8 +346,21 @@ impl Command {
                 err_w.as_raw_fd(),
             ],
             error: AtomicI32::new(0),
+            #[cfg(test)]
+            stop_before_exec: self.stop_before_exec,
         };
         let stack = Stack::new()?;
+        // Until the child execs this thread (the daemon's loop) is suspended, and the
+        // user may hold the child there: a working directory on their FUSE mount or a
+        // dead NFS server, or SIGSTOP (it runs as them). The watchdog kills a child that
+        // has not exec'd by the deadline, which frees this thread.
+        let watch = Arc::new(Watch {
+            pidfd: AtomicI32::new(-1),
+            deadline: std::time::Instant::now() + self.exec_deadline,
+            state: std::sync::Mutex::new(WatchState::Waiting),
+            changed: std::sync::Condvar::new(),
+        });
+        watchdog(watch.clone());
 
         // SAFETY: blocking every signal of this thread around the clone means no handler
         // of the daemon runs in the child before it reset them (glibc's posix_spawn does
@@ -253,7 +372,9 @@ impl Command {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        // SAFETY: CLONE_VM | CLONE_VFORK: the child shares this memory and this thread
+        // SAFETY: CLONE_PIDFD: the kernel writes the child's pidfd (close-on-exec) into
+        // `watch.pidfd`, an aligned i32 that lives as long as `watch`, before the child
+        // runs. CLONE_VM | CLONE_VFORK: the child shares this memory and this thread
         // is suspended until the child has called execve or exited, so everything `args`
         // points to (argv, envp, the strings, the groups, the fds) stays alive and
         // unchanged for as long as the child reads it, and `stack` is not used by anyone
@@ -264,8 +385,9 @@ impl Command {
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
                 &args as *const ChildArgs as *mut libc::c_void,
+                watch.pidfd.as_ptr(),
             )
         };
         let clone_error = io::Error::last_os_error();
@@ -274,25 +396,31 @@ impl Command {
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
         drop(stack);
+        // From here on the watchdog never touches the pidfd (it does so only under this
+        // lock, before this).
+        let killed = watch.finish();
         if pid < 0 {
             return Err(clone_error);
         }
+        // SAFETY: the fd CLONE_PIDFD made for this child, owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(watch.pidfd.load(Ordering::SeqCst)) };
         // The child has exec'd or exited: its ends of the pipes are its own now.
         drop((child_stdin, out_w, err_w));
         let failed = args.error.load(Ordering::SeqCst);
-        if failed != 0 {
+        if failed != 0 || killed {
             reap_blocking(pid);
-            return Err(io::Error::from_raw_os_error(failed));
-        }
-        let pidfd = match pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                // SAFETY: `pid` is our unreaped child, so it cannot name another process.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                reap_blocking(pid);
-                return Err(e);
+            if failed != 0 && !killed {
+                return Err(io::Error::from_raw_os_error(failed));
             }
-        };
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "killed: it had not started the program after {}s (held before execve, \
+                     e.g. by a working directory that does not answer, or stopped)",
+                    self.exec_deadline.as_secs_f64()
+                ),
+            ));
+        }
         let mut child = Child {
             pid,
             pidfd: None,
@@ -377,6 +505,8 @@ struct ChildArgs {
     fds: [RawFd; 3],
     /// The errno of the step that failed; 0 while none has.
     error: AtomicI32,
+    #[cfg(test)]
+    stop_before_exec: bool,
 }
 
 /// The child's whole life before `execve`.
@@ -394,6 +524,24 @@ fn errno() -> libc::c_int {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
+}
+
+/// The raw system calls that set credentials. On 32-bit x86 and ARM the plain numbers
+/// are the old 16-bit-id calls, which would cut a uid or gid above 65535 down to another
+/// one's: the `32` calls take full ids (glibc uses them there too).
+mod ids {
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups32;
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid32;
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid32;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETGROUPS: libc::c_long = libc::SYS_setgroups;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETRESGID: libc::c_long = libc::SYS_setresgid;
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub const SETRESUID: libc::c_long = libc::SYS_setresuid;
 }
 
 /// The steps of the module docs; returns the errno of the one that failed (execve returns
@@ -428,14 +576,20 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
     }
     if let Some((uid, gid)) = args.credentials {
         let (uid, gid) = (uid as libc::c_long, gid as libc::c_long);
-        if libc::syscall(
-            libc::SYS_setgroups,
-            args.ngroups as libc::c_long,
-            args.groups,
-        ) != 0
-            || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
-            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        if libc::syscall(ids::SETGROUPS, args.ngroups as libc::c_long, args.groups) != 0
+            || libc::syscall(ids::SETRESGID, gid, gid, gid) != 0
+            || libc::syscall(ids::SETRESUID, uid, uid, uid) != 0
         {
+            return errno();
+        }
+        // This process now runs as the user in the daemon's memory until execve, and the
+        // user may send it signals or hold it in `chdir` (a FUSE or hung NFS folder). The
+        // credential change made that memory as dumpable as fs.suid_dumpable says: at 1,
+        // the user could open /proc/PID/mem of this child and so read and write the root
+        // daemon's memory (the open keeps the memory, even after execve). Not dumpable,
+        // only root may. The daemon's memory is left so (as suid_dumpable 0 or 2 leaves
+        // it anyway after the first such child); the program's own after execve is not.
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong) != 0 {
             return errno();
         }
     }
@@ -457,10 +611,34 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
             return errno();
         }
     }
+    // Nothing of the daemon's but fds 0-2 reaches the program, even an fd a library or
+    // whoever started the daemon left open without O_CLOEXEC (it may be a file only root
+    // could open). The child has its own fd table (no CLONE_FILES): the daemon keeps its
+    // fds. A kernel older than 5.9 has no close_range; O_CLOEXEC alone holds there.
+    if libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_long,
+        libc::c_uint::MAX as libc::c_long,
+        0 as libc::c_long,
+    ) != 0
+        && errno() != libc::ENOSYS
+    {
+        return errno();
+    }
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
         return errno();
+    }
+    #[cfg(test)]
+    if args.stop_before_exec {
+        // A raw kill of the child's own pid: glibc's raise would take the daemon thread's
+        // tid from the shared thread pointer.
+        libc::syscall(
+            libc::SYS_kill,
+            libc::syscall(libc::SYS_getpid),
+            libc::SIGSTOP as libc::c_long,
+        );
     }
     libc::execve(args.program, args.argv, args.envp);
     errno()
@@ -481,7 +659,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// A started program. Dropping it before it was waited for kills it (SIGKILL) and reaps
-/// it on a thread of its own, as tokio's `kill_on_drop` does.
+/// it beside the caller (a task woken by its pidfd), as tokio's `kill_on_drop` does.
 #[derive(Debug)]
 pub struct Child {
     pid: libc::pid_t,
@@ -555,9 +733,23 @@ impl Drop for Child {
         if let Ok(Some(_)) = try_reap(self.pid) {
             return;
         }
-        // Killed, it exits at once unless stuck in the kernel (a dead NFS server): wait on
-        // a thread of its own so the daemon's loop never does.
+        // Killed, it exits at once unless stuck in the kernel (a dead NFS server): it is
+        // reaped by a task woken by its pidfd, so the daemon's loop never waits, and a
+        // child stuck for hours costs no thread. A task still waiting when the runtime
+        // shuts down leaves a zombie until the daemon exits.
         let pid = self.pid;
+        if let (Some(fd), Ok(rt)) = (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                while let Ok(mut ready) = fd.readable().await {
+                    match try_reap(pid) {
+                        Ok(None) => ready.clear_ready(),
+                        _ => return,
+                    }
+                }
+            });
+            return;
+        }
+        // No runtime (or no pidfd): a thread of its own.
         let _ = std::thread::Builder::new()
             .name("reap".into())
             .spawn(move || reap_blocking(pid));
@@ -581,16 +773,6 @@ fn reap_blocking(pid: libc::pid_t) {
     let mut status = 0;
     // SAFETY: as in `try_reap`.
     while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
-}
-
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; the fd it returns is ours (CLOEXEC).
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// A pipe, both ends close-on-exec and above fd 2: (read end, write end).
@@ -707,6 +889,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_fd_of_the_daemon_reaches_the_program_even_one_without_cloexec() {
+        // An fd some library (or whoever started the daemon) left open across exec: the
+        // program must not get it (it may be a file only root could open).
+        // SAFETY: a plain open; the fd is closed below.
+        let leaky = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        assert!(leaky > 2, "{leaky}");
+        let mut child = Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!("ls /proc/self/fd/; test ! -e /proc/self/fd/{leaky}"),
+            ])
+            .spawn()
+            .unwrap();
+        let (status, out, _) = output(&mut child).await;
+        // SAFETY: the fd opened above.
+        unsafe { libc::close(leaky) };
+        assert!(
+            status.success(),
+            "fd {leaky} reached the child; its fds: {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_held_before_execve_is_killed_at_the_deadline_and_frees_the_caller() {
+        // The child stops itself before execve (as a user's SIGSTOP or a FUSE working
+        // directory would hold it); without the watchdog this spawn never returns.
+        let mut cmd = Command::new("/bin/true");
+        cmd.exec_deadline = std::time::Duration::from_millis(300);
+        cmd.stop_before_exec = true;
+        let e = cmd.spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        // The next one starts and runs as usual.
+        let mut child = Command::new("/bin/true").spawn().unwrap();
+        let (status, _, _) = output(&mut child).await;
+        assert!(status.success());
+    }
+
+    #[tokio::test]
     async fn kill_ends_it_and_dropping_reaps_it() {
         let mut child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
         child.kill();
@@ -715,17 +936,26 @@ mod tests {
         let child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
         let pid = child.id() as i32;
         drop(child);
-        // The reaper thread waits for it: once reaped, the pid is no child of ours.
+        // Reaped by the runtime's task: once reaped, the pid is no child of ours. The probe
+        // does not reap it itself (WNOWAIT), so only `Child`'s reaping can end the loop.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let mut st = 0;
-            // SAFETY: probing; ECHILD once reaped.
-            let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+            // SAFETY: probing with a valid out pointer; ECHILD once reaped.
+            let r = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
             if r < 0 {
+                assert_eq!(errno(), libc::ECHILD);
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "not reaped");
-            std::thread::yield_now();
+            tokio::task::yield_now().await;
         }
     }
 }

@@ -21,8 +21,9 @@ logging the call, outside the state lock (a slow sbatch for one user only).
 import fcntl, hashlib, json, os, pwd, stat, sys, time
 
 # Tests run the fake as several users (a root daemon runs sbatch as each job's owner):
-# everything it creates is shared.
-os.umask(0)
+# everything it creates is shared. The umask it was started with is logged (sbatch passes
+# it to the job as SLURM_UMASK unless that is set).
+STARTED_UMASK = os.umask(0)
 
 HERE = os.path.dirname(os.path.abspath(sys.argv[0]))
 STATE = os.path.join(HERE, "state.json")
@@ -150,6 +151,18 @@ def scripts_given(args):
     return out
 
 
+def proc_status():
+    """Its credentials and capabilities as the kernel sees them (/proc/self/status)."""
+    keep = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapAmb", "NoNewPrivs")
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in keep:
+                out[k] = v.strip()
+    return out
+
+
 def log_sbatch(args):
     bargs = [os.fsencode(a) for a in args]
     cwd = os.getcwdb()
@@ -164,6 +177,9 @@ def log_sbatch(args):
         "gid": os.getgid(),
         "user": user(),
         "env_hex": env,
+        "umask": STARTED_UMASK,
+        "slurm_umask": os.environ.get("SLURM_UMASK"),
+        "status": proc_status(),
         "scripts": scripts_given(args),
         "pid": os.getpid(),
         "at": time.time(),
