@@ -810,7 +810,6 @@ fn in_place_jobs_waiting_on_the_requeued_job_run_after_it() {
 /// `supervisorctl submit` records the submitter's.
 #[test]
 fn the_job_gets_the_submitters_umask_not_the_daemons() {
-    use std::os::unix::process::CommandExt;
     require_slurm();
     let d = Daemon::start("");
     d.write_script("umask.sh", "umask > umask.out");
@@ -821,13 +820,7 @@ fn the_job_gets_the_submitters_umask_not_the_daemons() {
         .args(["submit", "--", "--job-name=ssv-umask", "umask.sh"])
         .current_dir(d.work_dir())
         .stdin(std::process::Stdio::null());
-    // SAFETY: umask is async-signal-safe and allocates nothing.
-    unsafe {
-        submit.pre_exec(|| {
-            libc::umask(0o027);
-            Ok(())
-        });
-    }
+    with_umask(&mut submit, 0o027);
     let out = submit.output().unwrap();
     assert!(
         out.status.success(),

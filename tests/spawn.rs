@@ -10,6 +10,7 @@ mod common;
 
 use common::fake::wait_until;
 use common::system::*;
+use common::with_umask;
 use slurm_supervisor::slurm::cli::SlurmCli;
 use slurm_supervisor::slurm::{RunAs, SbatchRequest, Slurm, SlurmError};
 use std::path::{Path, PathBuf};
@@ -225,17 +226,10 @@ fn a_users_sbatch_dies_with_the_killed_daemon_and_creates_no_job() {
 /// that is set; a retry's job must create its files as the user's first one did).
 #[test]
 fn a_users_sbatch_has_no_capability_and_the_submitters_umask() {
-    use std::os::unix::process::CommandExt;
     let sys = System::start("", "");
     sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
     let mut submit = sys.ctl_command("alice", &["submit", "--", "job.sh"]);
-    // SAFETY: umask is async-signal-safe and allocates nothing.
-    unsafe {
-        submit.pre_exec(|| {
-            libc::umask(0o027);
-            Ok(())
-        });
-    }
+    with_umask(&mut submit, 0o027);
     let out = submit.output().unwrap();
     assert!(
         out.status.success(),

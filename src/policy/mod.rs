@@ -536,11 +536,9 @@ pub fn transition(
                     .collect(),
             },
         ),
-        Event::PlainJobRewired { job, from, to } => note(
+        Event::PlainJobRewired { job, from, to } => plain_job_note(
             chain,
-            chain
-                .last_classification
-                .unwrap_or(Classification::Ambiguous),
+            job,
             RecoveryClass::R1,
             Action::Rewire,
             Reason::PlainJobRewired {
@@ -548,21 +546,15 @@ pub fn transition(
                 from: from.to_string(),
                 to: to.to_string(),
             },
-            Inputs::Dependency {
-                job: Some(job.to_string()),
-                upstreams: vec![crate::store::chain_label(chain.id)],
-                rewired: vec![(
-                    crate::store::chain_label(chain.id),
-                    from.to_string(),
-                    to.to_string(),
-                )],
-            },
+            vec![(
+                crate::store::chain_label(chain.id),
+                from.to_string(),
+                to.to_string(),
+            )],
         ),
-        Event::PlainJobNotHeld { job, kind, attempt } => note(
+        Event::PlainJobNotHeld { job, kind, attempt } => plain_job_note(
             chain,
-            chain
-                .last_classification
-                .unwrap_or(Classification::Ambiguous),
+            job,
             RecoveryClass::R3,
             Action::None,
             Reason::PlainJobNotHeld {
@@ -570,11 +562,7 @@ pub fn transition(
                 kind: kind.to_string(),
                 attempt: attempt.to_string(),
             },
-            Inputs::Dependency {
-                job: Some(job.to_string()),
-                upstreams: vec![crate::store::chain_label(chain.id)],
-                rewired: Vec::new(),
-            },
+            Vec::new(),
         ),
         Event::GatesDecided { job, gates } => {
             let upstreams: Vec<String> = gates
@@ -717,6 +705,32 @@ fn note(
         record: Some(by_supervisor(classification, class, action, reason, inputs)),
         effects: Vec::new(),
     }
+}
+
+/// A record on an upstream chain about a job submitted with plain sbatch (it has no chain
+/// of its own): classified by the chain's last verdict, `ambiguous` before its first.
+fn plain_job_note(
+    chain: &Chain,
+    job: &str,
+    class: RecoveryClass,
+    action: Action,
+    reason: Reason,
+    rewired: Vec<(String, String, String)>,
+) -> Transition {
+    note(
+        chain,
+        chain
+            .last_classification
+            .unwrap_or(Classification::Ambiguous),
+        class,
+        action,
+        reason,
+        Inputs::Dependency {
+            job: Some(job.to_string()),
+            upstreams: vec![crate::store::chain_label(chain.id)],
+            rewired,
+        },
+    )
 }
 
 /// A waiting chain whose dependency can never hold: cancelled (its job too), R3.

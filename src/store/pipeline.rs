@@ -374,7 +374,7 @@ impl Store {
     }
 
     /// The owners (uid, user name) of the unfinished chains: whose pending jobs may wait
-    /// on one of their jobs. Read through the partial index of open chains by owner.
+    /// on one of their jobs.
     pub fn open_chain_owners(&self) -> Result<Vec<(u32, String)>> {
         let mut q = self.conn.prepare_cached(&format!(
             "SELECT o.owner_uid,

@@ -667,3 +667,15 @@ pub fn a_job_slurm_cancelled_for_its_dependency_comes_back(down_args: &[&str]) {
         "started at {start}, before the retry ended at {up_end}"
     );
 }
+
+/// Makes `cmd` run with `mask` as its umask (a user's shell setting).
+pub fn with_umask(cmd: &mut Command, mask: libc::mode_t) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: umask is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(mask);
+            Ok(())
+        });
+    }
+}

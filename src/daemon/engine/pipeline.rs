@@ -54,6 +54,19 @@ fn waiters_every(poll_interval: std::time::Duration) -> std::time::Duration {
         .max(poll_interval)
 }
 
+/// The jobs a pending row stands for: each task of a record of array tasks waiting
+/// together (`12_[2-5]`), else the row's own job.
+fn row_jobs(row: &PendingRow) -> Vec<String> {
+    match JobId::parse(&row.job_id) {
+        Ok(j) if j.pending_tasks().is_some() => j
+            .pending_task_ids()
+            .into_iter()
+            .map(|t| t.to_string())
+            .collect(),
+        _ => vec![row.job_id.clone()],
+    }
+}
+
 /// A job waiting on a chain whose ended job was requeued in place (`retry.in_place`): the
 /// job id is the same, but Slurm does not re-check a dependency it marked failed
 /// (`afterok:J(failed)` stays `DependencyNeverSatisfied` after J is requeued and
@@ -322,16 +335,8 @@ impl<S: Slurm> Engine<S> {
 
     /// Whether a pending row is (or holds tasks of) a supervised job.
     fn is_supervised(&self, row: &PendingRow) -> Result<bool, StoreError> {
-        let first = match JobId::parse(&row.job_id) {
-            Ok(j) if j.pending_tasks().is_some() => j
-                .pending_task_ids()
-                .into_iter()
-                .next()
-                .map(|t| t.to_string()),
-            _ => Some(row.job_id.clone()),
-        };
-        Ok(match first {
-            Some(id) => self.store.chain_of_job(&id)?.is_some(),
+        Ok(match row_jobs(row).first() {
+            Some(id) => self.store.chain_of_job(id)?.is_some(),
             None => false,
         })
     }
@@ -415,15 +420,7 @@ impl<S: Slurm> Engine<S> {
         changes: &[(i64, String, String)],
     ) -> Result<Vec<(i64, policy::Transition)>, StoreError> {
         let mut own = Vec::new();
-        let ids: Vec<String> = match JobId::parse(&row.job_id) {
-            Ok(j) if j.pending_tasks().is_some() => j
-                .pending_task_ids()
-                .into_iter()
-                .map(|t| t.to_string())
-                .collect(),
-            _ => vec![row.job_id.clone()],
-        };
-        for id in ids {
+        for id in row_jobs(row) {
             if let Some((chain, owner)) = self.store.chain_of_job(&id)? {
                 if owner == uid && !own.contains(&chain) {
                     own.push(chain);
