@@ -43,10 +43,7 @@ fn oom_is_retried_with_more_memory_and_completes() {
     require_slurm();
     let d = Daemon::start("");
     // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
-    d.write_script(
-        "oom.sh",
-        "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
-    );
+    d.write_script("oom.sh", OOM_ONCE);
     let job = d.submit(&["--mem=100M", "--job-name=ssv-oom", "oom.sh"]);
     d.wait_state(&job, "completed", 4 * MIN);
     let h = d.history(&job);
@@ -144,10 +141,7 @@ fn in_place_an_oom_job_completes_under_one_job_id_with_more_memory() {
         "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
     );
     // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires.
-    d.write_script(
-        "oom.sh",
-        "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
-    );
+    d.write_script("oom.sh", OOM_ONCE);
     let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace", "oom.sh"]);
     d.wait_state(&job, "completed", 4 * MIN);
     let h = d.history(&job);
@@ -733,10 +727,7 @@ fn in_place_a_kill_between_requeuehold_and_release_does_not_leave_the_job_held()
     let mut d = Daemon::start(
         "[retry]\nin_place = true\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n",
     );
-    d.write_script(
-        "oom.sh",
-        "sleep 3\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done",
-    );
+    d.write_script("oom.sh", &format!("sleep 3\n{OOM_ONCE}"));
     let job = d.submit(&["--mem=100M", "--job-name=ssv-inplace-kill", "oom.sh"]);
     // Re-arm the daemon to die right after scontrol requeuehold, before update and release.
     d.kill();
