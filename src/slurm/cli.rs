@@ -174,7 +174,9 @@ impl SlurmCli {
         // (PDEATHSIG watches the thread that started the child).
         cmd.parent_death_kill();
         // Dropped before it was waited for (a timeout), the child is killed and reaped.
-        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| not_started(name, e).unwrap_or_else(spawn_error))?;
         let (stdin_pipe, mut out_pipe, mut err_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let feed = async {
@@ -274,6 +276,20 @@ impl SlurmCli {
             .await?;
         Ok(ran)
     }
+}
+
+/// A start that may have reached the program after all: the watchdog killed a child held
+/// before `execve` (`spawn::EXEC_DEADLINE`), and a child killed at that instant may just
+/// have started it. For sbatch that is "no answer" (its tag is looked up), never "it
+/// certainly did not run" (`Spawn`), which would let a retry submit it twice.
+fn not_started(name: &str, e: std::io::Error) -> Result<SlurmError, std::io::Error> {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        return Ok(SlurmError::Timeout {
+            command: name.into(),
+            secs: super::spawn::EXEC_DEADLINE.as_secs(),
+        });
+    }
+    Err(e)
 }
 
 /// Makes the child run as `who` (groups, gid, uid, in that order), then enter `cwd` as that
@@ -609,6 +625,21 @@ fn format_sacct_time(since: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_start_cut_short_by_the_watchdog_is_no_answer_not_a_refusal() {
+        let held = std::io::Error::new(std::io::ErrorKind::TimedOut, "held before execve");
+        assert!(matches!(
+            not_started("sbatch", held),
+            Ok(SlurmError::Timeout { .. })
+        ));
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert!(
+            not_started("sbatch", missing).is_err(),
+            "a plain Spawn error"
+        );
+    }
+
     use super::*;
 
     #[test]
