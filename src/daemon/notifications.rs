@@ -520,6 +520,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
     // Dropped before it was waited for, the child is killed and reaped.
     let mut child = cmd
         .spawn()
+        .await
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
     let (mut stdin, mut out, mut err) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take());

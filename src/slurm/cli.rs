@@ -170,12 +170,13 @@ impl SlurmCli {
         setup(&mut cmd).map_err(spawn_error)?;
         // If the daemon dies (kill -9), its Slurm commands die with it, so an orphaned
         // sbatch cannot create a job after the restarted daemon looked for its tag. The
-        // daemon's loop, which starts them, runs on the main thread for the process's life
-        // (PDEATHSIG watches the thread that started the child).
+        // starter threads that clone them live as long as the process (PDEATHSIG watches
+        // the thread that started the child; `spawn`'s module docs).
         cmd.parent_death_kill();
         // Dropped before it was waited for (a timeout), the child is killed and reaped.
         let mut child = cmd
             .spawn()
+            .await
             .map_err(|e| not_started(name, e).unwrap_or_else(spawn_error))?;
         let (stdin_pipe, mut out_pipe, mut err_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());

@@ -37,14 +37,18 @@
 //! `pre_exec`). The child is waited for through a pidfd (`CLONE_PIDFD`) registered with
 //! tokio, and signalled through it, so a reused pid is never hit.
 //!
-//! Until the child execs, the thread that started it (the daemon's loop) is suspended,
-//! and a user can hold their child there: a working directory on their own FUSE mount
-//! or a dead NFS server, or a SIGSTOP (it runs as them). A watchdog thread kills a child
-//! that has not exec'd within [`EXEC_DEADLINE`], and `spawn` returns `TimedOut`.
+//! Who waits: until the child execs, the thread that cloned it is suspended, and a user
+//! can hold their child there: a working directory on their own FUSE mount or a dead NFS
+//! server, or a SIGSTOP (it runs as them). So the clone is never made on the daemon's
+//! loop (or on a runtime thread): [`Command::spawn`] hands it to a *starter* thread and
+//! awaits the answer. A user has at most one child being started at a time (their next
+//! start waits for it), and another starter thread is made when every one is busy, up
+//! to [`MAX_STARTERS`]: a user who holds their child holds up only their own starts. A
+//! watchdog thread kills a child that has not exec'd within [`EXEC_DEADLINE`], and
+//! `spawn` returns `TimedOut`.
 //!
-//! PDEATHSIG fires when the *thread* that started the child exits: the daemon starts its
-//! Slurm commands from its loop on the main thread (`daemon_main`), which lives as long
-//! as the process.
+//! PDEATHSIG fires when the *thread* that started the child exits: starter threads never
+//! exit, so a child dies with the daemon and not before.
 
 use super::RunAs;
 use std::ffi::{CString, OsStr};
@@ -66,8 +70,8 @@ const CHILD_STACK: usize = 64 << 10;
 
 /// How long a child may take from its start to `execve` before it is killed. It takes
 /// microseconds; only a working directory that does not answer (a FUSE mount of the
-/// user's, a dead NFS server) or a SIGSTOP (the child runs as the user) holds it, and the
-/// daemon's loop waits for it meanwhile (`CLONE_VFORK`).
+/// user's, a dead NFS server) or a SIGSTOP (the child runs as the user) holds it, and its
+/// starter thread waits for it meanwhile (`CLONE_VFORK`).
 pub const EXEC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A child between its start and its `execve`, as the watchdog sees it.
@@ -101,7 +105,8 @@ impl Watch {
 
 /// Hands `watch` to the watchdog thread (started at the first call), which kills the
 /// child if `spawn` has not finished by the deadline. One thread for the process: the
-/// children are watched one after the other (the daemon starts them from one thread).
+/// children are watched in the order they were started, each until it exec'd or its
+/// deadline (a later one's deadline is never earlier: all have the same length).
 fn watchdog(watch: Arc<Watch>) {
     static QUEUE: std::sync::OnceLock<
         Option<std::sync::Mutex<std::sync::mpsc::Sender<Arc<Watch>>>>,
@@ -176,7 +181,7 @@ impl Credentials {
 }
 
 /// A program to start: what std's `Command` holds, plus the daemon's own steps.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Command {
     program: CString,
     argv: Vec<CString>,
@@ -194,6 +199,10 @@ pub struct Command {
     /// Fault injection: the child stops itself (SIGSTOP) right before `execve`.
     #[cfg(test)]
     stop_before_exec: bool,
+    /// Fault injection: the child writes a byte to the first fd, then waits for one on
+    /// the second, before `execve`.
+    #[cfg(test)]
+    hold_before_exec: Option<(RawFd, RawFd)>,
 }
 
 fn cstring(s: &OsStr, nul: &mut bool) -> CString {
@@ -221,6 +230,8 @@ impl Command {
             exec_deadline: EXEC_DEADLINE,
             #[cfg(test)]
             stop_before_exec: false,
+            #[cfg(test)]
+            hold_before_exec: None,
         }
     }
 
@@ -283,8 +294,38 @@ impl Command {
     }
 
     /// Starts the program, its stdout and stderr piped. Must be called within a tokio
-    /// runtime (the pipes and the pidfd are registered with it).
-    pub fn spawn(&self) -> io::Result<Child> {
+    /// runtime (the pipes and the pidfd are registered with it). The clone is made on a
+    /// starter thread (module docs, "Who waits"); dropping this future before it is
+    /// ready never leaves a child behind (one started meanwhile is killed and reaped).
+    pub async fn spawn(&self) -> io::Result<Child> {
+        if self.nul {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            ));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<io::Result<Started>>();
+        let cmd = self.clone();
+        let key = self.credentials.as_ref().map(|c| c.uid);
+        starters::run(
+            key,
+            Box::new(move || {
+                // Its caller gave up while it waited its turn: nothing is started.
+                if tx.is_closed() {
+                    return;
+                }
+                // Not taken (the caller gave up meanwhile): `Started` kills and reaps it.
+                let _ = tx.send(cmd.start());
+            }),
+        )?;
+        let started = rx
+            .await
+            .map_err(|_| io::Error::other("the thread starting the program failed"))??;
+        started.into_child()
+    }
+
+    /// The clone itself, on a starter thread: the child's pid, pidfd and pipes.
+    fn start(&self) -> io::Result<Started> {
         if self.nul {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -348,12 +389,14 @@ impl Command {
             error: AtomicI32::new(0),
             #[cfg(test)]
             stop_before_exec: self.stop_before_exec,
+            #[cfg(test)]
+            hold_before_exec: self.hold_before_exec,
         };
         let stack = Stack::new()?;
-        // Until the child execs this thread (the daemon's loop) is suspended, and the
-        // user may hold the child there: a working directory on their FUSE mount or a
-        // dead NFS server, or SIGSTOP (it runs as them). The watchdog kills a child that
-        // has not exec'd by the deadline, which frees this thread.
+        // Until the child execs this (starter) thread is suspended, and the user may hold
+        // the child there: a working directory on their FUSE mount or a dead NFS server,
+        // or SIGSTOP (it runs as them). The watchdog kills a child that has not exec'd by
+        // the deadline, which frees this thread.
         let watch = Arc::new(Watch {
             pidfd: AtomicI32::new(-1),
             deadline: std::time::Instant::now() + self.exec_deadline,
@@ -421,8 +464,33 @@ impl Command {
                 ),
             ));
         }
-        let mut child = Child {
+        // From here on, dropping `started` kills and reaps the process.
+        Ok(Started {
             pid,
+            pidfd: Some(pidfd),
+            stdin: parent_stdin,
+            stdout: Some(out_r),
+            stderr: Some(err_r),
+        })
+    }
+}
+
+/// A child a starter thread started, on its way to the caller.
+struct Started {
+    pid: libc::pid_t,
+    /// Taken by `into_child`; while set, dropping this kills and reaps the child.
+    pidfd: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+impl Started {
+    /// The child, registered with the caller's runtime.
+    fn into_child(mut self) -> io::Result<Child> {
+        let pidfd = self.pidfd.take().expect("set until taken");
+        let mut child = Child {
+            pid: self.pid,
             pidfd: None,
             status: None,
             stdin: None,
@@ -434,10 +502,147 @@ impl Command {
         let pidfd =
             unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
         child.pidfd = Some(pidfd.map_err(io::Error::from)?);
-        child.stdin = parent_stdin.map(sender).transpose()?;
-        child.stdout = Some(receiver(out_r)?);
-        child.stderr = Some(receiver(err_r)?);
+        child.stdin = self.stdin.take().map(sender).transpose()?;
+        child.stdout = self.stdout.take().map(receiver).transpose()?;
+        child.stderr = self.stderr.take().map(receiver).transpose()?;
         Ok(child)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        // SAFETY: a pidfd names exactly this process, even after it exited.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd() as libc::c_long,
+                libc::SIGKILL as libc::c_long,
+                std::ptr::null::<libc::siginfo_t>(),
+                0 as libc::c_long,
+            )
+        };
+        if let Ok(Some(_)) = try_reap(self.pid) {
+            return;
+        }
+        let pid = self.pid;
+        let _ = std::thread::Builder::new()
+            .name("reap".into())
+            .spawn(move || reap_blocking(pid));
+    }
+}
+
+/// The most threads starting children at once: a user has at most one child being
+/// started at a time, so it takes this many users each holding theirs before a start
+/// waits for a thread.
+pub const MAX_STARTERS: usize = 64;
+
+/// The starter threads (module docs, "Who waits").
+mod starters {
+    use super::MAX_STARTERS;
+    use std::collections::VecDeque;
+    use std::io;
+    use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+
+    /// Whose child a start makes: a user's (one at a time), or the daemon's own (None).
+    pub type Key = Option<libc::uid_t>;
+    pub type Job = Box<dyn FnOnce() + Send>;
+
+    struct Pool {
+        state: Mutex<State>,
+        work: Condvar,
+    }
+
+    #[derive(Default)]
+    struct State {
+        queue: VecDeque<(Key, Job)>,
+        /// The users one of whose children a thread is starting now.
+        busy: Vec<libc::uid_t>,
+        idle: usize,
+        threads: usize,
+    }
+
+    impl State {
+        fn runnable(&self, key: Key) -> bool {
+            key.is_none_or(|u| !self.busy.contains(&u))
+        }
+    }
+
+    /// How many starts of `key` wait in the queue.
+    #[cfg(test)]
+    pub fn waiting(key: Key) -> usize {
+        lock(pool()).queue.iter().filter(|(k, _)| *k == key).count()
+    }
+
+    fn pool() -> &'static Pool {
+        static POOL: OnceLock<Pool> = OnceLock::new();
+        POOL.get_or_init(|| Pool {
+            state: Mutex::new(State::default()),
+            work: Condvar::new(),
+        })
+    }
+
+    fn lock(p: &Pool) -> MutexGuard<'_, State> {
+        p.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job`; a thread runs it once no other start of the same user is under way.
+    pub fn run(key: Key, job: Job) -> io::Result<()> {
+        let p = pool();
+        let mut s = lock(p);
+        s.queue.push_back((key, job));
+        let runnable = s.queue.iter().filter(|(k, _)| s.runnable(*k)).count();
+        if runnable > s.idle && s.threads < MAX_STARTERS {
+            let made = std::thread::Builder::new()
+                .name("spawn-starter".into())
+                .stack_size(256 << 10)
+                .spawn(move || work(p));
+            match made {
+                Ok(_) => s.threads += 1,
+                // With no thread at all nothing would ever run it.
+                Err(e) if s.threads == 0 => {
+                    s.queue.pop_back();
+                    return Err(e);
+                }
+                // The threads there are run it in turn.
+                Err(_) => {}
+            }
+        }
+        p.work.notify_all();
+        Ok(())
+    }
+
+    /// A starter thread's life: it never ends (PDEATHSIG watches the thread that started a
+    /// child, module docs).
+    fn work(p: &'static Pool) {
+        let mut s = lock(p);
+        loop {
+            let next = s.queue.iter().position(|(k, _)| s.runnable(*k));
+            let Some(i) = next else {
+                s.idle += 1;
+                s = p.work.wait(s).unwrap_or_else(|e| e.into_inner());
+                s.idle -= 1;
+                continue;
+            };
+            let (key, job) = s.queue.remove(i).expect("found above");
+            if let Some(u) = key {
+                s.busy.push(u);
+            }
+            drop(s);
+            // A panic (a bug) must not leave the user marked busy for good; the job's
+            // caller then sees its answer dropped.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            s = lock(p);
+            if let Some(u) = key {
+                if let Some(at) = s.busy.iter().position(|b| *b == u) {
+                    s.busy.swap_remove(at);
+                }
+            }
+            // That user's next start may run now, on any thread.
+            p.work.notify_all();
+        }
     }
 }
 
@@ -507,6 +712,8 @@ struct ChildArgs {
     error: AtomicI32,
     #[cfg(test)]
     stop_before_exec: bool,
+    #[cfg(test)]
+    hold_before_exec: Option<(RawFd, RawFd)>,
 }
 
 /// The child's whole life before `execve`.
@@ -604,6 +811,12 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
     }
     if !args.cwd.is_null() && libc::chdir(args.cwd) != 0 {
         return errno();
+    }
+    #[cfg(test)]
+    if let Some((started, release)) = args.hold_before_exec {
+        let mut b = 1u8;
+        libc::write(started, &b as *const u8 as *const libc::c_void, 1);
+        libc::read(release, &mut b as *mut u8 as *mut libc::c_void, 1);
     }
     for (target, &fd) in args.fds.iter().enumerate() {
         // Every source fd is above 2 (`above_stdio`), so no dup2 overwrites another's.
@@ -847,7 +1060,7 @@ mod tests {
         .env_clear_with([("A", "1"), ("B", "x y")])
         .current_dir(dir.path())
         .stdin_piped();
-        let mut child = cmd.spawn().unwrap();
+        let mut child = cmd.spawn().await.unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"from stdin\n").await.unwrap();
         drop(stdin);
@@ -866,6 +1079,7 @@ mod tests {
         let mut child = Command::new("/bin/sh")
             .args(["-c", "kill -PIPE $$"])
             .spawn()
+            .await
             .unwrap();
         let (status, _, _) = output(&mut child).await;
         assert_eq!(status.code(), None);
@@ -874,16 +1088,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_program_or_directory_is_an_error_of_spawn() {
-        let e = Command::new("/nonexistent/program").spawn().unwrap_err();
+        let e = Command::new("/nonexistent/program")
+            .spawn()
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let e = Command::new("/bin/true")
             .current_dir("/nonexistent/dir")
             .spawn()
+            .await
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let e = Command::new("/bin/true")
             .args(["a\0b"])
             .spawn()
+            .await
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
@@ -901,6 +1120,7 @@ mod tests {
                 &format!("ls /proc/self/fd/; test ! -e /proc/self/fd/{leaky}"),
             ])
             .spawn()
+            .await
             .unwrap();
         let (status, out, _) = output(&mut child).await;
         // SAFETY: the fd opened above.
@@ -919,21 +1139,129 @@ mod tests {
         let mut cmd = Command::new("/bin/true");
         cmd.exec_deadline = std::time::Duration::from_millis(300);
         cmd.stop_before_exec = true;
-        let e = cmd.spawn().unwrap_err();
+        cmd.parent_death_kill();
+        let e = cmd.spawn().await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
         // The next one starts and runs as usual.
-        let mut child = Command::new("/bin/true").spawn().unwrap();
+        let mut child = Command::new("/bin/true").spawn().await.unwrap();
         let (status, _, _) = output(&mut child).await;
         assert!(status.success());
     }
 
+    /// Holds `cmd`'s child before `execve`: the first file becomes readable once it is
+    /// held, and writing to the second lets it go on.
+    fn hold(cmd: &mut Command) -> (std::fs::File, std::fs::File, [OwnedFd; 2]) {
+        let (started_r, started_w) = pipe_pair().unwrap();
+        let (release_r, release_w) = pipe_pair().unwrap();
+        cmd.hold_before_exec = Some((started_w.as_raw_fd(), release_r.as_raw_fd()));
+        // Should the test fail while it is held, the child goes with the test process
+        // (it holds copies of the test's fds, stdout included, until execve).
+        cmd.parent_death_kill();
+        (started_r.into(), release_w.into(), [started_w, release_r])
+    }
+
+    async fn until_held(mut started: std::fs::File) {
+        use std::io::Read;
+        tokio::task::spawn_blocking(move || started.read_exact(&mut [0u8]))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    async fn runs(cmd: &Command) {
+        let start = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.spawn());
+        let mut child = start
+            .await
+            .expect("this start waited for the held one")
+            .unwrap();
+        assert!(output(&mut child).await.0.success());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_start_held_before_execve_holds_up_no_other_start() {
+        // A user's FUSE working directory or SIGSTOP holds their child before execve;
+        // the daemon's own commands and other users' start meanwhile.
+        let mut cmd = Command::new("/bin/true");
+        let (started, mut release, _ends) = hold(&mut cmd);
+        let held = tokio::spawn(async move { cmd.spawn().await });
+        until_held(started).await;
+        runs(&Command::new("/bin/true")).await;
+        if unsafe { libc::geteuid() } == 0 {
+            let mut other_user = Command::new("/bin/true");
+            other_user.run_as(Credentials {
+                uid: 65534,
+                gid: 65534,
+                groups: vec![65534],
+            });
+            runs(&other_user).await;
+        }
+        assert!(
+            !held.is_finished(),
+            "held before execve, it cannot have started"
+        );
+        std::io::Write::write_all(&mut release, b"x").unwrap();
+        let mut child = held.await.unwrap().unwrap();
+        assert!(output(&mut child).await.0.success());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_users_next_start_waits_for_their_held_one() {
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking a user's credentials needs root");
+            return;
+        }
+        // A uid no other test starts as, so the queue seen below is this test's.
+        let (uid, gid) = (65533, 65533);
+        let as_user = move || {
+            let mut c = Command::new("/bin/true");
+            c.run_as(Credentials {
+                uid,
+                gid,
+                groups: vec![gid],
+            });
+            c
+        };
+        let mut first = as_user();
+        let (started, mut release, _ends) = hold(&mut first);
+        let first = tokio::spawn(async move { first.spawn().await });
+        until_held(started).await;
+        let second = tokio::spawn(async move { as_user().spawn().await });
+        // The second waits in the queue (it is not started) while the first is held.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while starters::waiting(Some(uid)) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second start was not queued"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert!(!second.is_finished());
+        // Someone else's start is not held up meanwhile.
+        runs(&Command::new("/bin/true")).await;
+        assert_eq!(starters::waiting(Some(uid)), 1);
+        std::io::Write::write_all(&mut release, b"x").unwrap();
+        for start in [first, second] {
+            let mut child = start.await.unwrap().unwrap();
+            assert!(output(&mut child).await.0.success());
+        }
+    }
+
     #[tokio::test]
     async fn kill_ends_it_and_dropping_reaps_it() {
-        let mut child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
+        let mut child = Command::new("/bin/sleep")
+            .args(["600"])
+            .spawn()
+            .await
+            .unwrap();
         child.kill();
         let (status, _, _) = output(&mut child).await;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
-        let child = Command::new("/bin/sleep").args(["600"]).spawn().unwrap();
+        let child = Command::new("/bin/sleep")
+            .args(["600"])
+            .spawn()
+            .await
+            .unwrap();
         let pid = child.id() as i32;
         drop(child);
         // Reaped by the runtime's task: once reaped, the pid is no child of ours. The probe
