@@ -234,6 +234,26 @@ pub struct NewSubmission {
     pub array_tasks: Option<Vec<u32>>,
 }
 
+impl NewSubmission {
+    /// The submission as `create_submission_waiting` stored it (as id `id` at `now`),
+    /// without reading it back.
+    pub fn stored_as(self, id: i64, now: i64) -> Submission {
+        Submission {
+            id,
+            owner_uid: self.owner_uid,
+            user: self.user,
+            argv: self.argv,
+            cwd: self.cwd,
+            env: self.env,
+            script_name: self.script_name,
+            script: self.script,
+            max_retries: self.max_retries,
+            restartable: self.restartable,
+            created_at: now,
+        }
+    }
+}
+
 pub struct Store {
     conn: Connection,
     instance: String,

@@ -480,3 +480,22 @@ fn the_owner_migration_fills_in_the_owners_of_existing_chains() {
     assert_eq!(s.open_chains_of(1000).unwrap(), 2);
     assert_eq!(s.open_chains_of(2000).unwrap(), 1);
 }
+
+#[test]
+fn a_new_submission_is_what_reading_it_back_gives() {
+    // `begin_submit` hands sbatch `stored_as` instead of reading the row back: the two
+    // must not differ, whatever the strings hold.
+    let mut s = Store::in_memory().unwrap();
+    let mut new = sub(None);
+    new.env.push((
+        "ODD".into(),
+        "quote \" backslash \\ tab\t newline\n é".into(),
+    ));
+    new.argv.push("--comment=a|b,c \"d\"".into());
+    new.restartable = true;
+    let l = s
+        .create_submission_waiting(&new, &[], 1234, |t| vec![t.to_string()])
+        .unwrap();
+    let read = s.submission(l.submission_id).unwrap();
+    assert_eq!(new.stored_as(l.submission_id, 1234), read);
+}

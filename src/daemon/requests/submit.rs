@@ -227,7 +227,7 @@ pub fn begin_submit<S: Slurm>(
             e => internal(e),
         })?;
     crate::failpoint::hit("after-intent");
-    let sub = engine.store().submission(l.submission_id)?;
+    let sub = new.stored_as(l.submission_id, t);
     Ok(PendingSubmit {
         launch: l,
         sub,
