@@ -40,15 +40,19 @@
 //! Who waits: until the child execs, the thread that cloned it is suspended, and a user
 //! can hold their child there: a working directory on their own FUSE mount or a dead NFS
 //! server, or a SIGSTOP (it runs as them). So the clone is never made on the daemon's
-//! loop (or on a runtime thread): [`Command::spawn`] hands it to a *starter* thread and
-//! awaits the answer. A user has at most one child being started at a time (their next
-//! start waits for it), and another starter thread is made when every one is busy, up
-//! to [`MAX_STARTERS`]: a user who holds their child holds up only their own starts. A
-//! watchdog thread kills a child that has not exec'd within [`EXEC_DEADLINE`], and
-//! `spawn` returns `TimedOut`.
+//! loop (or on a runtime thread) for a program run as a user: [`Command::spawn`] hands
+//! it to a *starter* thread and awaits the answer. A user has at most one child being
+//! started at a time (their next start waits for it), and another starter thread is made
+//! when every one is busy, up to [`MAX_STARTERS`]: a user who holds their child holds up
+//! only their own starts. The daemon's own commands (no credentials given: as the
+//! daemon's user, in a directory it chose) cannot be held by anyone else and are cloned
+//! on the calling thread. A watchdog thread kills a child that has not exec'd within
+//! [`EXEC_DEADLINE`], and `spawn` returns `TimedOut`.
 //!
 //! PDEATHSIG fires when the *thread* that started the child exits: starter threads never
-//! exit, so a child dies with the daemon and not before.
+//! exit, and the daemon's own commands are started from its loop or the runtime's
+//! workers, which live as long as the process; so a child dies with the daemon and not
+//! before.
 
 use super::RunAs;
 use std::ffi::{CString, OsStr};
@@ -304,9 +308,14 @@ impl Command {
                 "nul byte found in provided data",
             ));
         }
+        // The daemon's own command (no one else's credentials): no other user can hold
+        // it before execve, so it is cloned here, without a thread hop. The caller is the
+        // loop or a runtime worker, threads that live as long as the process (PDEATHSIG).
+        let Some(key) = self.credentials.as_ref().map(|c| Some(c.uid)) else {
+            return self.start()?.into_child();
+        };
         let (tx, rx) = tokio::sync::oneshot::channel::<io::Result<Started>>();
         let cmd = self.clone();
-        let key = self.credentials.as_ref().map(|c| c.uid);
         starters::run(
             key,
             Box::new(move || {
@@ -1177,24 +1186,32 @@ mod tests {
         assert!(output(&mut child).await.0.success());
     }
 
+    /// `/bin/true` as `uid` (whose gid is taken to be the same number).
+    fn as_user(uid: libc::uid_t) -> Command {
+        let mut c = Command::new("/bin/true");
+        c.run_as(Credentials {
+            uid,
+            gid: uid,
+            groups: vec![uid],
+        });
+        c
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_start_held_before_execve_holds_up_no_other_start() {
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking a user's credentials needs root");
+            return;
+        }
         // A user's FUSE working directory or SIGSTOP holds their child before execve;
         // the daemon's own commands and other users' start meanwhile.
-        let mut cmd = Command::new("/bin/true");
+        let mut cmd = as_user(65534);
         let (started, mut release, _ends) = hold(&mut cmd);
         let held = tokio::spawn(async move { cmd.spawn().await });
         until_held(started).await;
         runs(&Command::new("/bin/true")).await;
-        if unsafe { libc::geteuid() } == 0 {
-            let mut other_user = Command::new("/bin/true");
-            other_user.run_as(Credentials {
-                uid: 65534,
-                gid: 65534,
-                groups: vec![65534],
-            });
-            runs(&other_user).await;
-        }
+        runs(&as_user(65532)).await;
         assert!(
             !held.is_finished(),
             "held before execve, it cannot have started"
@@ -1212,21 +1229,12 @@ mod tests {
             return;
         }
         // A uid no other test starts as, so the queue seen below is this test's.
-        let (uid, gid) = (65533, 65533);
-        let as_user = move || {
-            let mut c = Command::new("/bin/true");
-            c.run_as(Credentials {
-                uid,
-                gid,
-                groups: vec![gid],
-            });
-            c
-        };
-        let mut first = as_user();
+        let uid = 65533;
+        let mut first = as_user(uid);
         let (started, mut release, _ends) = hold(&mut first);
         let first = tokio::spawn(async move { first.spawn().await });
         until_held(started).await;
-        let second = tokio::spawn(async move { as_user().spawn().await });
+        let second = tokio::spawn(async move { as_user(uid).spawn().await });
         // The second waits in the queue (it is not started) while the first is held.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while starters::waiting(Some(uid)) == 0 {
