@@ -1,8 +1,9 @@
 //! How the daemon starts Slurm's commands (`src/slurm/spawn.rs`), with real processes and
 //! real users: in system mode a command runs with the user's uid, gid, supplementary
-//! groups and working directory; a directory the user may not enter is refused; and an
+//! groups and working directory; a directory the user may not enter is refused; an
 //! sbatch still running when the daemon is killed (kill -9) dies with it, so it cannot
-//! create a job behind a restarted daemon's back.
+//! create a job behind a restarted daemon's back; and a user's sbatch held before it
+//! starts (a hung FUSE folder) holds up no one else.
 //!
 //! Needs root (users are created with `useradd -m` if missing).
 
@@ -261,4 +262,66 @@ fn a_users_sbatch_has_no_capability_and_the_submitters_umask() {
         None => c["umask"].as_u64().unwrap() as u32,
     };
     assert_eq!(job_umask, 0o027, "the job's umask is the submitter's: {c}");
+}
+
+/// A user can hold their sbatch before it starts: a working directory on their own FUSE
+/// mount (or on a dead NFS server) makes its `chdir` wait. The daemon clones it on a
+/// thread of its own (`spawn`'s starter threads), so meanwhile another user's submit is
+/// answered; the held one is killed after 10 s, and its submit is told sbatch gave no
+/// clear answer (it may have run: the tag is looked up before anything is sent again).
+/// Before the starter threads the daemon's loop waited out those 10 s, and every other
+/// request with it.
+#[test]
+fn a_submit_from_a_hung_folder_holds_up_no_one_elses() {
+    let sys = System::start("", "");
+    let hung = HungMount::new(&sys.root().join("hung"));
+    let request = serde_json::json!({
+        "cmd": "submit",
+        "argv": ["--wrap", "true"],
+        "cwd": hung.dir.join("below"),
+        "env": [["PATH", "/usr/bin:/bin"]],
+        "max_retries": null,
+    });
+    let line = format!("{request}\n");
+    let alice = User::get("alice");
+    let daemon = sys.pid();
+    // A child of the daemon running as alice that has not exec'd (a clone of the daemon).
+    let held = || {
+        children_of(daemon).into_iter().find(|(p, cmd)| {
+            use std::os::unix::fs::MetadataExt;
+            cmd.contains("slurm-supervisord")
+                && std::fs::metadata(format!("/proc/{p}")).is_ok_and(|m| m.uid() == alice.uid)
+        })
+    };
+    std::thread::scope(|s| {
+        let answer = s.spawn(|| sys.raw_request_as("alice", line.as_bytes()));
+        wait_until(
+            "alice's sbatch to be held in its chdir",
+            Duration::from_secs(30),
+            || held().is_some(),
+        );
+        let (pid, _) = held().unwrap();
+        let job = sys.submit_as("bob", &["--wrap", "true"]);
+        let status = sys.as_user("bob", &["status", &job]);
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        assert!(
+            held().is_some_and(|(p, _)| p == pid) && !dead(pid),
+            "bob's submit was answered only after alice's held sbatch was killed"
+        );
+        assert!(sys.sbatch_calls_of("alice").is_empty());
+        let answer: serde_json::Value =
+            serde_json::from_slice(&answer.join().unwrap()).expect("a JSON answer");
+        assert_eq!(answer["error"]["kind"], "unavailable", "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no clear answer")),
+            "{answer}"
+        );
+    });
+    assert!(held().is_none(), "the held sbatch was killed and reaped");
 }

@@ -495,3 +495,55 @@ pub fn fill(dir: &Path) -> PathBuf {
         .output();
     f
 }
+
+/// A FUSE mount (needs root) that never answers: its connection is never initialised,
+/// so every request into it (a `chdir` below it, by any user: `allow_other`) waits until
+/// the connection is aborted, as on a user's hung FUSE mount or a dead NFS server. The
+/// test must not touch it itself. Dropping it aborts the connection (the waiting calls
+/// fail) and unmounts it.
+pub struct HungMount {
+    pub dir: PathBuf,
+    fuse: Option<std::fs::File>,
+}
+
+impl HungMount {
+    pub fn new(at: &Path) -> HungMount {
+        use std::os::fd::AsRawFd;
+        std::fs::create_dir_all(at).unwrap();
+        let fuse = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .expect("/dev/fuse (the fuse module) is needed");
+        let opts = format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0,allow_other,default_permissions",
+            fuse.as_raw_fd()
+        );
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let (src, dir, fstype, data) =
+            (c("ssv-hung"), c(at.to_str().unwrap()), c("fuse"), c(&opts));
+        // SAFETY: valid C strings; a new mount with its own fd.
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dir.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        assert_eq!(r, 0, "mount fuse: {}", std::io::Error::last_os_error());
+        HungMount {
+            dir: at.to_path_buf(),
+            fuse: Some(fuse),
+        }
+    }
+}
+
+impl Drop for HungMount {
+    fn drop(&mut self) {
+        // Closing the device aborts the connection: whatever waits in it fails at once.
+        drop(self.fuse.take());
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
