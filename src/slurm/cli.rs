@@ -173,10 +173,19 @@ impl SlurmCli {
         // starter threads that clone them live as long as the process (PDEATHSIG watches
         // the thread that started the child; `spawn`'s module docs).
         cmd.parent_death_kill();
+        // The timeout bounds the whole wait, the start included: a start waits its turn
+        // behind the same user's (`spawn`: one at a time, each held up to EXEC_DEADLINE),
+        // and this may run on the daemon's loop (a cycle's scancel). Cut short, a start
+        // may have reached the program (it is then killed): no answer, not a refusal.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out = || SlurmError::Timeout {
+            command: name.into(),
+            secs: timeout.as_secs(),
+        };
         // Dropped before it was waited for (a timeout), the child is killed and reaped.
-        let mut child = cmd
-            .spawn()
+        let mut child = tokio::time::timeout_at(deadline, cmd.spawn())
             .await
+            .map_err(|_| timed_out())?
             .map_err(|e| not_started(name, e).unwrap_or_else(spawn_error))?;
         let (stdin_pipe, mut out_pipe, mut err_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -227,18 +236,13 @@ impl SlurmCli {
             let status = child.wait().await?;
             Ok::<_, std::io::Error>((Some(status), out, err))
         };
-        let (status, stdout, stderr) = match tokio::time::timeout(timeout, collect).await {
+        let (status, stdout, stderr) = match tokio::time::timeout_at(deadline, collect).await {
             // The command was started: whatever failed now, it may have done its work.
             Ok(r) => r.map_err(|source| SlurmError::Io {
                 command: name.into(),
                 source,
             })?,
-            Err(_) => {
-                return Err(SlurmError::Timeout {
-                    command: name.into(),
-                    secs: timeout.as_secs(),
-                })
-            }
+            Err(_) => return Err(timed_out()),
         };
         let Some(status) = status else {
             return Err(SlurmError::Garbage {
@@ -281,9 +285,17 @@ impl SlurmCli {
 
 /// A start that may have reached the program after all: the watchdog killed a child held
 /// before `execve` (`spawn::EXEC_DEADLINE`), and a child killed at that instant may just
-/// have started it. For sbatch that is "no answer" (its tag is looked up), never "it
-/// certainly did not run" (`Spawn`), which would let a retry submit it twice.
+/// have started it; or the start failed after the program started (`spawn::may_have_run`:
+/// its thread failed, or its pipes could not be registered). For sbatch that is "no
+/// answer" (its tag is looked up), never "it certainly did not run" (`Spawn`), which would
+/// let a retry submit it twice.
 fn not_started(name: &str, e: std::io::Error) -> Result<SlurmError, std::io::Error> {
+    if super::spawn::may_have_run(&e) {
+        return Ok(SlurmError::Io {
+            command: name.into(),
+            source: e,
+        });
+    }
     if e.kind() == std::io::ErrorKind::TimedOut {
         return Ok(SlurmError::Timeout {
             command: name.into(),
@@ -638,6 +650,48 @@ mod tests {
         assert!(
             not_started("sbatch", missing).is_err(),
             "a plain Spawn error"
+        );
+    }
+
+    #[test]
+    fn a_start_that_failed_once_the_program_may_have_run_is_no_answer() {
+        // E.g. its starter thread panicked after the clone, or its pipes could not be
+        // registered: the sbatch may have run, so it is looked up, never resubmitted.
+        let e = crate::slurm::spawn::may_have_started(std::io::Error::other("no thread"));
+        assert!(matches!(
+            not_started("sbatch", e),
+            Ok(SlurmError::Io { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_timeout_bounds_a_start_waiting_its_turn() {
+        // The user has a start under way (held before execve: up to EXEC_DEADLINE, and
+        // their next ones wait in turn); a scancel of theirs, maybe on the daemon's loop,
+        // waits no longer than its timeout, and is no answer (not "never ran").
+        let uid = 65531;
+        let _busy = crate::slurm::spawn::occupy_starts_of(uid);
+        let cli = SlurmCli {
+            bin_dir: Some("/bin".into()),
+            timeout: Duration::from_millis(200),
+            sbatch_timeout: Duration::from_millis(200),
+            sacct_chunk: 100,
+        };
+        let who = RunAs {
+            uid,
+            gid: uid,
+            user: std::ffi::CString::new("nobody").unwrap(),
+        };
+        let ran = tokio::time::timeout(
+            Duration::from_secs(60),
+            cli.run_as_user("true", &[], Some(&who)),
+        )
+        .await
+        .expect("bounded by the command's timeout");
+        assert!(
+            matches!(ran, Err(SlurmError::Timeout { .. })),
+            "{:?}",
+            ran.err()
         );
     }
 

@@ -107,11 +107,13 @@ impl Watch {
     }
 }
 
-/// Hands `watch` to the watchdog thread (started at the first call), which kills the
-/// child if `spawn` has not finished by the deadline. One thread for the process: the
-/// children are watched in the order they were started, each until it exec'd or its
-/// deadline (a later one's deadline is never earlier: all have the same length).
-fn watchdog(watch: Arc<Watch>) {
+/// A new watch with `limit` from now, handed to the watchdog thread (started at the first
+/// call), which kills the child if `spawn` has not finished by the deadline. One thread
+/// for the process: the children are watched in the order they were handed over, each
+/// until it exec'd or its deadline. The deadline is taken under the queue's lock, so the
+/// queue's order is the deadlines' order (all have the same length): starts run on many
+/// threads, and a watch queued behind a later deadline would be killed late.
+fn watchdog(limit: std::time::Duration) -> Arc<Watch> {
     static QUEUE: std::sync::OnceLock<
         Option<std::sync::Mutex<std::sync::mpsc::Sender<Arc<Watch>>>>,
     > = std::sync::OnceLock::new();
@@ -128,21 +130,33 @@ fn watchdog(watch: Arc<Watch>) {
                             .saturating_duration_since(std::time::Instant::now());
                         if left.is_zero() {
                             let fd = w.pidfd.load(Ordering::SeqCst);
-                            if fd >= 0 {
-                                // SAFETY: `spawn` has not finished (checked under the
-                                // lock it takes first), so `fd` is still this child's
-                                // pidfd; a pidfd names exactly that process.
-                                unsafe {
-                                    libc::syscall(
-                                        libc::SYS_pidfd_send_signal,
-                                        fd as libc::c_long,
-                                        libc::SIGKILL as libc::c_long,
-                                        std::ptr::null::<libc::siginfo_t>(),
-                                        0 as libc::c_long,
-                                    )
-                                };
-                                *state = WatchState::Killed;
+                            if fd < 0 {
+                                // Not cloned yet (its starter thread was descheduled
+                                // between queueing this and the clone): look again
+                                // shortly. Given up on, a child held after that would be
+                                // watched by no one, and its thread and its user's
+                                // starts would wait for good. A clone that fails ends
+                                // the watch (`finish`).
+                                state = w
+                                    .changed
+                                    .wait_timeout(state, std::time::Duration::from_millis(10))
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                                continue;
                             }
+                            // SAFETY: `spawn` has not finished (checked under the
+                            // lock it takes first), so `fd` is still this child's
+                            // pidfd; a pidfd names exactly that process.
+                            unsafe {
+                                libc::syscall(
+                                    libc::SYS_pidfd_send_signal,
+                                    fd as libc::c_long,
+                                    libc::SIGKILL as libc::c_long,
+                                    std::ptr::null::<libc::siginfo_t>(),
+                                    0 as libc::c_long,
+                                )
+                            };
+                            *state = WatchState::Killed;
                             break;
                         }
                         state = w
@@ -156,10 +170,22 @@ fn watchdog(watch: Arc<Watch>) {
             .ok()
             .map(|_| std::sync::Mutex::new(tx))
     });
+    let new = |limit| {
+        Arc::new(Watch {
+            pidfd: AtomicI32::new(-1),
+            deadline: std::time::Instant::now() + limit,
+            state: std::sync::Mutex::new(WatchState::Waiting),
+            changed: std::sync::Condvar::new(),
+        })
+    };
     // Without the thread (it could not be started) children are not watched.
-    if let Some(q) = queue {
-        let _ = q.lock().unwrap_or_else(|e| e.into_inner()).send(watch);
-    }
+    let Some(q) = queue else {
+        return new(limit);
+    };
+    let q = q.lock().unwrap_or_else(|e| e.into_inner());
+    let watch = new(limit);
+    let _ = q.send(watch.clone());
+    watch
 }
 
 /// Who a program runs as, resolved in the daemon before it is started.
@@ -207,6 +233,12 @@ pub struct Command {
     /// the second, before `execve`.
     #[cfg(test)]
     hold_before_exec: Option<(RawFd, RawFd)>,
+    /// Fault injection: the starter thread panics instead of answering.
+    #[cfg(test)]
+    panic_in_starter: bool,
+    /// Fault injection: the starter thread sleeps between queueing the watch and the clone.
+    #[cfg(test)]
+    delay_before_clone: std::time::Duration,
 }
 
 fn cstring(s: &OsStr, nul: &mut bool) -> CString {
@@ -236,6 +268,10 @@ impl Command {
             stop_before_exec: false,
             #[cfg(test)]
             hold_before_exec: None,
+            #[cfg(test)]
+            panic_in_starter: false,
+            #[cfg(test)]
+            delay_before_clone: std::time::Duration::ZERO,
         }
     }
 
@@ -323,14 +359,21 @@ impl Command {
                 if tx.is_closed() {
                     return;
                 }
+                #[cfg(test)]
+                if cmd.panic_in_starter {
+                    panic!("fault injection: the starter thread panics");
+                }
                 // Not taken (the caller gave up meanwhile): `Started` kills and reaps it.
                 let _ = tx.send(cmd.start());
             }),
         )?;
-        let started = rx
-            .await
-            .map_err(|_| io::Error::other("the thread starting the program failed"))??;
-        started.into_child()
+        // Its thread dropped the answer (a panic, a bug): that may have been after the
+        // clone, so the program may have run.
+        let started = rx.await.map_err(|_| {
+            may_have_started(io::Error::other("the thread starting the program failed"))
+        })??;
+        // The program has started: whatever fails now, it may have done its work.
+        started.into_child().map_err(may_have_started)
     }
 
     /// The clone itself, on a starter thread: the child's pid, pidfd and pipes.
@@ -406,13 +449,9 @@ impl Command {
         // the child there: a working directory on their FUSE mount or a dead NFS server,
         // or SIGSTOP (it runs as them). The watchdog kills a child that has not exec'd by
         // the deadline, which frees this thread.
-        let watch = Arc::new(Watch {
-            pidfd: AtomicI32::new(-1),
-            deadline: std::time::Instant::now() + self.exec_deadline,
-            state: std::sync::Mutex::new(WatchState::Waiting),
-            changed: std::sync::Condvar::new(),
-        });
-        watchdog(watch.clone());
+        let watch = watchdog(self.exec_deadline);
+        #[cfg(test)]
+        std::thread::sleep(self.delay_before_clone);
 
         // SAFETY: blocking every signal of this thread around the clone means no handler
         // of the daemon runs in the child before it reset them (glibc's posix_spawn does
@@ -484,6 +523,35 @@ impl Command {
     }
 }
 
+/// An error of [`Command::spawn`] met when the program may have started (it is killed
+/// then, but an sbatch may have reached Slurm first): never "it certainly did not run".
+#[derive(Debug)]
+struct MayHaveStarted(io::Error);
+
+impl std::fmt::Display for MayHaveStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (the program may have started)", self.0)
+    }
+}
+
+impl std::error::Error for MayHaveStarted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+pub(crate) fn may_have_started(e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), MayHaveStarted(e))
+}
+
+/// Whether an error of [`Command::spawn`] came when the program may already have started
+/// (not one of the errors before it could have: a missing program, a refused `chdir`, a
+/// clone that failed, a child killed before `execve`, which is `TimedOut`).
+pub fn may_have_run(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<MayHaveStarted>())
+}
+
 /// A child a starter thread started, on its way to the caller.
 struct Started {
     pid: libc::pid_t,
@@ -548,6 +616,10 @@ impl Drop for Started {
 /// waits for a thread.
 pub const MAX_STARTERS: usize = 64;
 
+/// Marks a user as having a start under way until dropped (their next ones wait).
+#[cfg(test)]
+pub(crate) use starters::occupy as occupy_starts_of;
+
 /// The starter threads (module docs, "Who waits").
 mod starters {
     use super::MAX_STARTERS;
@@ -576,6 +648,28 @@ mod starters {
     impl State {
         fn runnable(&self, key: Key) -> bool {
             key.is_none_or(|u| !self.busy.contains(&u))
+        }
+    }
+
+    /// Marks `uid` as having a start under way until dropped, as a held one would.
+    #[cfg(test)]
+    pub fn occupy(uid: libc::uid_t) -> Occupied {
+        lock(pool()).busy.push(uid);
+        Occupied(uid)
+    }
+
+    #[cfg(test)]
+    pub struct Occupied(libc::uid_t);
+
+    #[cfg(test)]
+    impl Drop for Occupied {
+        fn drop(&mut self) {
+            let p = pool();
+            let mut s = lock(p);
+            if let Some(at) = s.busy.iter().position(|b| *b == self.0) {
+                s.busy.swap_remove(at);
+            }
+            p.work.notify_all();
         }
     }
 
@@ -1102,12 +1196,14 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!may_have_run(&e), "it certainly did not run");
         let e = Command::new("/bin/true")
             .current_dir("/nonexistent/dir")
             .spawn()
             .await
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!may_have_run(&e), "it certainly did not run");
         let e = Command::new("/bin/true")
             .args(["a\0b"])
             .spawn()
@@ -1157,12 +1253,45 @@ mod tests {
         assert!(status.success());
     }
 
+    #[tokio::test]
+    async fn a_child_cloned_after_its_deadline_is_still_killed() {
+        // Its starter thread is descheduled between queueing the watch and the clone,
+        // past the deadline: the watchdog must not give up on it, or a held child would
+        // hold its thread (and its user's starts) for good.
+        let mut cmd = Command::new("/bin/true");
+        cmd.exec_deadline = std::time::Duration::from_millis(50);
+        cmd.delay_before_clone = std::time::Duration::from_millis(300);
+        cmd.stop_before_exec = true;
+        cmd.parent_death_kill();
+        let e = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.spawn())
+            .await
+            .expect("the watchdog killed it")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_starter_thread_that_fails_is_no_refusal_and_the_pool_goes_on() {
+        // A panic (a bug) on the starter thread may come after the clone: the program may
+        // have run, so this is never "it did not run" (cli.rs would count an sbatch so as
+        // certainly not submitted, and submit it again).
+        let mut cmd = Command::new("/bin/true");
+        cmd.panic_in_starter = true;
+        let e = cmd.spawn().await.unwrap_err();
+        assert!(may_have_run(&e), "{e}");
+        runs(&Command::new("/bin/true")).await;
+    }
+
     /// Holds `cmd`'s child before `execve`: the first file becomes readable once it is
     /// held, and writing to the second lets it go on.
     fn hold(cmd: &mut Command) -> (std::fs::File, std::fs::File, [OwnedFd; 2]) {
         let (started_r, started_w) = pipe_pair().unwrap();
         let (release_r, release_w) = pipe_pair().unwrap();
         cmd.hold_before_exec = Some((started_w.as_raw_fd(), release_r.as_raw_fd()));
+        // Held as long as the test needs, however slow the machine: the watchdog must
+        // not end it at EXEC_DEADLINE (10 s) while the other starts are checked (`runs`
+        // gives up well before this).
+        cmd.exec_deadline = std::time::Duration::from_secs(120);
         // Should the test fail while it is held, the child goes with the test process
         // (it holds copies of the test's fds, stdout included, until execve).
         cmd.parent_death_kill();
@@ -1178,7 +1307,7 @@ mod tests {
     }
 
     async fn runs(cmd: &Command) {
-        let start = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.spawn());
+        let start = tokio::time::timeout(std::time::Duration::from_secs(30), cmd.spawn());
         let mut child = start
             .await
             .expect("this start waited for the held one")
