@@ -15,7 +15,9 @@
 //!
 //! 1. handlers the daemon installed are reset to the default (a signal arriving before
 //!    `execve` must not run the daemon's handler in the child), and SIGPIPE too (the Rust
-//!    runtime ignores it; std's `Command` resets it the same way);
+//!    runtime ignores it; std's `Command` resets it the same way); the pipes onto fds
+//!    0-2, every other fd closed (`close_range`): before the user could hold the child
+//!    (steps 3 and 5), so a held child keeps no other start's pipe open;
 //! 2. its own process group, when asked (notification programs);
 //! 3. the user's credentials: supplementary groups, gid, uid, in that order, with the raw
 //!    system calls. glibc's `setuid` and friends must not be used: they signal every thread
@@ -29,8 +31,7 @@
 //!    that the daemon is still its parent (if it died before the `prctl`, no signal comes);
 //! 5. `chdir` into the working directory as the user, so a directory the user may not
 //!    enter is refused as it would be for them;
-//! 6. the pipes onto fds 0-2, every other fd closed (`close_range`), an empty signal
-//!    mask, `execve`.
+//! 6. an empty signal mask, `execve`.
 //!
 //! A failing step stores its errno where the daemon reads it after the clone returns, and
 //! the child exits; [`Command::spawn`] then returns that error (as std does for a failing
@@ -881,6 +882,47 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
             }
         }
     }
+    for (target, &fd) in args.fds.iter().enumerate() {
+        // Every source fd is above 2 (`above_stdio`), so no dup2 overwrites another's.
+        if libc::dup2(fd, target as libc::c_int) < 0 {
+            return errno();
+        }
+    }
+    // Nothing of the daemon's but fds 0-2 reaches the program, even an fd a library or
+    // whoever started the daemon left open without O_CLOEXEC (it may be a file only root
+    // could open). The child has its own fd table (no CLONE_FILES): the daemon keeps its
+    // fds. Closed before the credentials change, the first step the user can hold the
+    // child at (SIGSTOP, a FUSE working directory): starts run at once on several
+    // threads, and a held child with a copy of another start's pipe would hold up that
+    // command's reader (the daemon's own squeue, another user's sbatch) until it is
+    // killed. A kernel older than 5.9 has no close_range; O_CLOEXEC alone holds there.
+    #[allow(unused_mut)]
+    let mut from: libc::c_uint = 3;
+    #[cfg(test)]
+    if let Some((a, b)) = args.hold_before_exec {
+        // Fault injection's own fds stay, until execve.
+        for keep in [a.min(b) as libc::c_uint, a.max(b) as libc::c_uint] {
+            if keep > from {
+                libc::syscall(
+                    libc::SYS_close_range,
+                    from as libc::c_long,
+                    (keep - 1) as libc::c_long,
+                    0 as libc::c_long,
+                );
+            }
+            from = keep + 1;
+        }
+    }
+    if libc::syscall(
+        libc::SYS_close_range,
+        from as libc::c_long,
+        libc::c_uint::MAX as libc::c_long,
+        0 as libc::c_long,
+    ) != 0
+        && errno() != libc::ENOSYS
+    {
+        return errno();
+    }
     if args.process_group && libc::setpgid(0, 0) != 0 {
         return errno();
     }
@@ -920,26 +962,6 @@ unsafe fn child_setup(args: &ChildArgs) -> libc::c_int {
         let mut b = 1u8;
         libc::write(started, &b as *const u8 as *const libc::c_void, 1);
         libc::read(release, &mut b as *mut u8 as *mut libc::c_void, 1);
-    }
-    for (target, &fd) in args.fds.iter().enumerate() {
-        // Every source fd is above 2 (`above_stdio`), so no dup2 overwrites another's.
-        if libc::dup2(fd, target as libc::c_int) < 0 {
-            return errno();
-        }
-    }
-    // Nothing of the daemon's but fds 0-2 reaches the program, even an fd a library or
-    // whoever started the daemon left open without O_CLOEXEC (it may be a file only root
-    // could open). The child has its own fd table (no CLONE_FILES): the daemon keeps its
-    // fds. A kernel older than 5.9 has no close_range; O_CLOEXEC alone holds there.
-    if libc::syscall(
-        libc::SYS_close_range,
-        3 as libc::c_long,
-        libc::c_uint::MAX as libc::c_long,
-        0 as libc::c_long,
-    ) != 0
-        && errno() != libc::ENOSYS
-    {
-        return errno();
     }
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
@@ -1292,8 +1314,8 @@ mod tests {
         // not end it at EXEC_DEADLINE (10 s) while the other starts are checked (`runs`
         // gives up well before this).
         cmd.exec_deadline = std::time::Duration::from_secs(120);
-        // Should the test fail while it is held, the child goes with the test process
-        // (it holds copies of the test's fds, stdout included, until execve).
+        // Should the test fail while it is held, dropping the release file lets it go on
+        // (it keeps no copy of it), and it goes with the test process anyway.
         cmd.parent_death_kill();
         (started_r.into(), release_w.into(), [started_w, release_r])
     }
@@ -1348,6 +1370,31 @@ mod tests {
         std::io::Write::write_all(&mut release, b"x").unwrap();
         let mut child = held.await.unwrap().unwrap();
         assert!(output(&mut child).await.0.success());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_child_holds_no_copy_of_the_daemons_other_fds() {
+        // Starts run at once on several threads: a child is cloned while another start's
+        // pipes are open in the daemon. Held (a user's FUSE working directory, SIGSTOP),
+        // it must not keep that pipe's write end open, or the daemon's own command
+        // reading it (a squeue) would wait for the held child, up to EXEC_DEADLINE.
+        use std::io::Read;
+        let (r, w) = pipe_pair().unwrap();
+        let mut cmd = Command::new("/bin/true");
+        let (started, mut release, _ends) = hold(&mut cmd);
+        let held = tokio::spawn(async move { cmd.spawn().await });
+        until_held(started).await;
+        drop(w);
+        let mut r = std::fs::File::from(r);
+        let read = tokio::task::spawn_blocking(move || r.read(&mut [0u8]));
+        let eof = tokio::time::timeout(std::time::Duration::from_secs(30), read).await;
+        std::io::Write::write_all(&mut release, b"x").unwrap();
+        let mut child = held.await.unwrap().unwrap();
+        assert!(output(&mut child).await.0.success());
+        assert!(
+            matches!(eof, Ok(Ok(Ok(0)))),
+            "the other pipe's reader saw no end while the child was held: {eof:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
