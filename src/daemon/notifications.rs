@@ -517,10 +517,21 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             spawn::Credentials::of(who).map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
         cmd.run_as(creds);
     }
+    // The timeout bounds the whole wait, the start included: a start of the user's waits
+    // its turn behind theirs under way (`spawn`: one at a time, each held up to
+    // EXEC_DEADLINE), and the batches of everyone else wait for this one.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let late = || {
+        format!(
+            "{} did not finish within {}s and was killed",
+            argv[0],
+            timeout.as_secs()
+        )
+    };
     // Dropped before it was waited for, the child is killed and reaped.
-    let mut child = cmd
-        .spawn()
+    let mut child = tokio::time::timeout_at(deadline, cmd.spawn())
         .await
+        .map_err(|_| late())?
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
     let (mut stdin, mut out, mut err) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -549,14 +560,10 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
         let status = child.wait().await;
         (status, stderr)
     };
-    match tokio::time::timeout(timeout, work).await {
+    match tokio::time::timeout_at(deadline, work).await {
         Err(_) => {
             child.kill_group();
-            Err(format!(
-                "{} did not finish within {}s and was killed",
-                argv[0],
-                timeout.as_secs()
-            ))
+            Err(late())
         }
         Ok((Err(e), _)) => Err(format!("{}: {e}", argv[0])),
         Ok((Ok(status), stderr)) if status.success() => {
@@ -573,5 +580,38 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
                 crate::osbytes::truncate(String::from_utf8_lossy(&stderr).trim(), 500)
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_timeout_bounds_a_start_waiting_its_turn() {
+        // The user has a start under way (held before execve, their next ones wait in
+        // turn): their notification program gives up at its timeout, and the batches of
+        // everyone else, which wait for this one, wait no longer.
+        let uid = 65530;
+        let _busy = spawn::occupy_starts_of(uid);
+        let g = Group {
+            owner: Some(RunAs {
+                uid,
+                gid: uid,
+                user: std::ffi::CString::new("nobody").unwrap(),
+            }),
+            home: None,
+            mail: None,
+            items: Vec::new(),
+        };
+        let argv = ["/bin/true".to_string()];
+        let ran = tokio::time::timeout(
+            Duration::from_secs(60),
+            run(&argv, b"", &g, Duration::from_millis(200)),
+        )
+        .await
+        .expect("bounded by the program's timeout");
+        let e = ran.unwrap_err();
+        assert!(e.contains("did not finish within"), "{e}");
     }
 }

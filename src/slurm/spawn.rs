@@ -45,7 +45,8 @@
 //! it to a *starter* thread and awaits the answer. A user has at most one child being
 //! started at a time (their next start waits for it), and another starter thread is made
 //! when every one is busy, up to [`MAX_STARTERS`]: a user who holds their child holds up
-//! only their own starts. The daemon's own commands (no credentials given: as the
+//! only their own starts (and whoever awaits one of those: the callers bound the wait by
+//! the command's timeout). The daemon's own commands (no credentials given: as the
 //! daemon's user, in a directory it chose) cannot be held by anyone else and are cloned
 //! on the calling thread. A watchdog thread kills a child that has not exec'd within
 //! [`EXEC_DEADLINE`], and `spawn` returns `TimedOut`.
