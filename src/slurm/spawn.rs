@@ -1281,7 +1281,12 @@ mod tests {
         // Its starter thread is descheduled between queueing the watch and the clone,
         // past the deadline: the watchdog must not give up on it, or a held child would
         // hold its thread (and its user's starts) for good.
-        let mut cmd = Command::new("/bin/true");
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking a user's credentials needs root");
+            return;
+        }
+        let mut cmd = as_user(65529);
         cmd.exec_deadline = std::time::Duration::from_millis(50);
         cmd.delay_before_clone = std::time::Duration::from_millis(300);
         cmd.stop_before_exec = true;
@@ -1298,11 +1303,17 @@ mod tests {
         // A panic (a bug) on the starter thread may come after the clone: the program may
         // have run, so this is never "it did not run" (cli.rs would count an sbatch so as
         // certainly not submitted, and submit it again).
-        let mut cmd = Command::new("/bin/true");
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking a user's credentials needs root");
+            return;
+        }
+        let mut cmd = as_user(65527);
         cmd.panic_in_starter = true;
         let e = cmd.spawn().await.unwrap_err();
         assert!(may_have_run(&e), "{e}");
-        runs(&Command::new("/bin/true")).await;
+        // The user is not left marked as starting one.
+        runs(&as_user(65527)).await;
     }
 
     /// Holds `cmd`'s child before `execve`: the first file becomes readable once it is
@@ -1380,8 +1391,13 @@ mod tests {
         // it must not keep that pipe's write end open, or the daemon's own command
         // reading it (a squeue) would wait for the held child, up to EXEC_DEADLINE.
         use std::io::Read;
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: taking a user's credentials needs root");
+            return;
+        }
         let (r, w) = pipe_pair().unwrap();
-        let mut cmd = Command::new("/bin/true");
+        let mut cmd = as_user(65528);
         let (started, mut release, _ends) = hold(&mut cmd);
         let held = tokio::spawn(async move { cmd.spawn().await });
         until_held(started).await;
