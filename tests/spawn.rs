@@ -324,4 +324,8 @@ fn a_submit_from_a_hung_folder_holds_up_no_one_elses() {
         );
     });
     assert!(held().is_none(), "the held sbatch was killed and reaped");
+    // Alice's folder is no Slurm outage: polling does not back off for everyone.
+    let log = sys.d.log();
+    assert!(log.contains("was held before it started"), "{log}");
+    assert!(!log.contains("slurm is not answering"), "{log}");
 }

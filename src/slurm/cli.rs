@@ -183,9 +183,14 @@ impl SlurmCli {
             secs: timeout.as_secs(),
         };
         // Dropped before it was waited for (a timeout), the child is killed and reaped.
+        // A start that never got going is the user's doing (held, or behind their held
+        // ones), not Slurm's.
         let mut child = tokio::time::timeout_at(deadline, cmd.spawn())
             .await
-            .map_err(|_| timed_out())?
+            .map_err(|_| SlurmError::Held {
+                command: name.into(),
+                secs: timeout.as_secs(),
+            })?
             .map_err(|e| not_started(name, e).unwrap_or_else(spawn_error))?;
         let (stdin_pipe, mut out_pipe, mut err_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -297,7 +302,7 @@ fn not_started(name: &str, e: std::io::Error) -> Result<SlurmError, std::io::Err
         });
     }
     if e.kind() == std::io::ErrorKind::TimedOut {
-        return Ok(SlurmError::Timeout {
+        return Ok(SlurmError::Held {
             command: name.into(),
             secs: super::spawn::EXEC_DEADLINE.as_secs(),
         });
@@ -644,7 +649,7 @@ mod tests {
         let held = std::io::Error::new(std::io::ErrorKind::TimedOut, "held before execve");
         assert!(matches!(
             not_started("sbatch", held),
-            Ok(SlurmError::Timeout { .. })
+            Ok(SlurmError::Held { .. })
         ));
         let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
         assert!(
@@ -668,7 +673,8 @@ mod tests {
     async fn the_timeout_bounds_a_start_waiting_its_turn() {
         // The user has a start under way (held before execve: up to EXEC_DEADLINE, and
         // their next ones wait in turn); a scancel of theirs, maybe on the daemon's loop,
-        // waits no longer than its timeout, and is no answer (not "never ran").
+        // waits no longer than its timeout, and is no answer (not "never ran"), held by
+        // the user (not a Slurm outage).
         let uid = 65531;
         let _busy = crate::slurm::spawn::occupy_starts_of(uid);
         let cli = SlurmCli {
@@ -689,7 +695,7 @@ mod tests {
         .await
         .expect("bounded by the command's timeout");
         assert!(
-            matches!(ran, Err(SlurmError::Timeout { .. })),
+            matches!(&ran, Err(e @ SlurmError::Held { .. }) if e.may_have_reached_slurm() && !e.is_slurms()),
             "{:?}",
             ran.err()
         );

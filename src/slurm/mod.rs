@@ -76,6 +76,11 @@ pub enum SlurmError {
     /// The command ran too long and was killed.
     #[error("{command} did not finish within {secs}s and was killed")]
     Timeout { command: String, secs: u64 },
+    /// A command run as a user was held before it started (its working directory did not
+    /// answer, or it was stopped) and killed after `secs`. Killed at that instant it may
+    /// just have started. A matter of that user's folder, not a sign that Slurm is down.
+    #[error("{command} was held before it started for {secs}s (its working directory does not answer, it was stopped, or it waited behind such a start of the same user) and was killed")]
+    Held { command: String, secs: u64 },
     /// The command could not be started at all.
     #[error("cannot run {command}: {source}")]
     Spawn {
@@ -107,8 +112,17 @@ impl SlurmError {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
             SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
-            SlurmError::Timeout { .. } | SlurmError::Garbage { .. } | SlurmError::Io { .. } => true,
+            SlurmError::Timeout { .. }
+            | SlurmError::Held { .. }
+            | SlurmError::Garbage { .. }
+            | SlurmError::Io { .. } => true,
         }
+    }
+
+    /// False for a failure that says nothing about Slurm itself (a user's start held
+    /// before it ran): no outage is noted and polling does not back off for it.
+    pub fn is_slurms(&self) -> bool {
+        !matches!(self, SlurmError::Held { .. })
     }
 }
 

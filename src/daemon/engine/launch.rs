@@ -233,3 +233,53 @@ impl<S: Slurm> Engine<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::slurm::fake::FakeSlurm;
+    use crate::slurm::SlurmError;
+    use crate::store::{NewSubmission, Store};
+    use std::time::Duration;
+
+    /// A user's sbatch held before it started (their folder does not answer) says nothing
+    /// about Slurm: polling keeps its pace for everyone. A timeout does back it off.
+    #[test]
+    fn a_start_held_in_the_users_folder_is_no_slurm_outage() {
+        let config = Config::parse("poll_interval = \"10s\"\n", None).unwrap();
+        let mut engine = Engine::new(config, Store::in_memory().unwrap(), FakeSlurm::new());
+        let new = NewSubmission {
+            owner_uid: 1000,
+            user: "alice".into(),
+            argv: vec!["--wrap".into(), "true".into()],
+            cwd: "/hung".into(),
+            env: Vec::new(),
+            script_name: None,
+            script: None,
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        };
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&new, &[], 1, |t| vec![t.to_string()])
+            .unwrap();
+        let held = SlurmError::Held {
+            command: "sbatch".into(),
+            secs: 10,
+        };
+        engine
+            .record_launch(&l, &LaunchOutcome::Unknown(held), 2, true)
+            .unwrap();
+        assert_eq!(engine.next_interval(), Duration::from_secs(10));
+        let timeout = SlurmError::Timeout {
+            command: "sbatch".into(),
+            secs: 60,
+        };
+        engine
+            .record_launch(&l, &LaunchOutcome::Unknown(timeout), 3, true)
+            .unwrap();
+        assert!(engine.next_interval() > Duration::from_secs(10));
+    }
+}

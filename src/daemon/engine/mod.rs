@@ -231,8 +231,14 @@ impl<S: Slurm> Engine<S> {
         (base * factor).min(MAX_OUTAGE_BACKOFF.max(base))
     }
 
-    /// Notes that a Slurm command failed; logs once per outage.
+    /// Notes that a Slurm command failed; logs once per outage. A command a user held
+    /// before it started (run as them: their folder, a SIGSTOP) is no outage: polling
+    /// keeps its pace for everyone.
     pub fn slurm_down(&mut self, what: &str, e: &SlurmError) {
+        if !e.is_slurms() {
+            warn!("{what}: {e}; tried again later");
+            return;
+        }
         self.consecutive_failures += 1;
         if self.outage.is_none() {
             warn!("slurm is not answering ({what}): {e}; nothing is decided until it does, polling backs off");
