@@ -72,13 +72,17 @@ pub enum Streamed {
     Other(Response),
 }
 
+/// How much of a streamed answer is read at a time.
+const STREAM_READ: usize = 1 << 16;
+
 /// The bytes every successful answer starts with.
 const OK_PREFIX: &[u8] = b"{\"ok\":";
 
-/// Sends one request and writes the value of a successful answer to `out`, pretty-printed
-/// as it arrives: a list of 100,000 chains goes through without being held. An error
-/// answer is returned whole. An answer cut short is an error, after what came of it was
-/// written.
+/// Sends one request and writes the value of a successful answer to `out` as it arrives,
+/// as the daemon wrote it (compact JSON on one line): a list of 100,000 chains goes
+/// through without being held or parsed again (re-printing it indented took longer than
+/// the daemon's whole answer, docs/benchmarks.md). An error answer is returned whole. An
+/// answer cut short is an error, after what came of it was written.
 pub fn call_streamed(
     socket: &Path,
     request: &Request,
@@ -99,18 +103,136 @@ pub fn call_streamed(
         head.extend(rest);
         return Ok(Streamed::Other(serde_json::from_slice(&head)?));
     }
-    {
-        let mut de = serde_json::Deserializer::from_reader(&mut reader);
-        let mut ser = serde_json::Serializer::pretty(&mut *out);
-        serde_transcode::transcode(&mut de, &mut ser)?;
-    }
+    // The value goes to `out` as it arrives; its end is found by its brackets (outside
+    // strings), and what follows it must be the answer's closing brace alone.
+    let mut frame = Frame::default();
     let mut tail = Vec::new();
-    reader.read_to_end(&mut tail)?;
-    if tail.trim_ascii() != b"}" {
+    let mut buf = vec![0u8; STREAM_READ];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let chunk = &buf[..n];
+        if frame.done {
+            tail.extend_from_slice(chunk);
+            continue;
+        }
+        match frame.end_in(chunk) {
+            Some(end) => {
+                out.write_all(&chunk[..end])?;
+                tail.extend_from_slice(&chunk[end..]);
+            }
+            None => out.write_all(chunk)?,
+        }
+        if tail.len() > 64 {
+            break;
+        }
+    }
+    if !frame.done || tail.trim_ascii() != b"}" {
         return Err(ClientError::Io(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
             "the answer was cut short",
         )));
     }
     Ok(Streamed::Written)
+}
+
+/// Where a streamed JSON value (an object or an array) ends: its brackets counted outside
+/// strings, one chunk at a time.
+#[derive(Default)]
+struct Frame {
+    depth: u64,
+    in_string: bool,
+    escaped: bool,
+    done: bool,
+}
+
+impl Frame {
+    /// The index just past the value's last byte, if it ends in `chunk`.
+    fn end_in(&mut self, chunk: &[u8]) -> Option<usize> {
+        for (i, &b) in chunk.iter().enumerate() {
+            if self.in_string {
+                match b {
+                    _ if self.escaped => self.escaped = false,
+                    b'\\' => self.escaped = true,
+                    b'"' => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.done = true;
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The end of a value is found whatever its strings hold and however it is cut into
+    /// chunks.
+    #[test]
+    fn a_values_end_is_found_outside_its_strings_across_chunks() {
+        let value = br#"{"chains":[{"name":"a}b]\"{[","x":[]},{"y":{"z":"\\"}}]}"#;
+        for cut in 0..=value.len() {
+            let mut f = Frame::default();
+            let (a, b) = value.split_at(cut);
+            let end = match f.end_in(a) {
+                Some(e) => Some(e),
+                None => f.end_in(b).map(|e| cut + e),
+            };
+            assert_eq!(end, Some(value.len()), "cut at {cut}");
+        }
+        let mut f = Frame::default();
+        assert_eq!(f.end_in(br#"{"a":[1,2],"b":"}"#), None);
+    }
+
+    /// A streamed answer is written as it came; one that stops after a whole row (its
+    /// last byte a closing brace) is still cut short.
+    #[test]
+    fn a_streamed_answer_is_written_whole_or_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let answers: Vec<&[u8]> = vec![
+            b"{\"ok\":{\"chains\":[{\"a\":\"}\"},{\"b\":[]}]}}\n",
+            b"{\"ok\":{\"chains\":[{\"a\":\"}\"},{\"b\":[]}",
+            b"{\"ok\":{\"chains\":[{\"a\":\"}\"}]}",
+        ];
+        let serve = std::thread::spawn(move || {
+            for a in answers {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut line = Vec::new();
+                BufReader::new(&mut s).read_until(b'\n', &mut line).unwrap();
+                s.write_all(a).unwrap();
+            }
+        });
+        let request = Request::Status { id: None };
+        let mut out = Vec::new();
+        assert!(matches!(
+            call_streamed(&socket, &request, &mut out),
+            Ok(Streamed::Written)
+        ));
+        assert_eq!(out, b"{\"chains\":[{\"a\":\"}\"},{\"b\":[]}]}");
+        for _ in 0..2 {
+            let mut out = Vec::new();
+            assert!(call_streamed(&socket, &request, &mut out).is_err());
+        }
+        serve.join().unwrap();
+    }
 }
