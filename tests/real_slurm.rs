@@ -72,13 +72,15 @@ fn oom_is_retried_with_more_memory_and_completes() {
 }
 
 /// srun step 0 completes, step 1 is killed for memory (docs/slurm-observed.md (k)).
-const TWO_STEPS: &str = "set -e\nsrun true\nsrun python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+fn two_steps() -> String {
+    format!("set -e\nsrun true\nsrun {HOLD_150M}\necho done")
+}
 
 #[test]
 fn a_partial_execution_waits_for_a_decision() {
     require_slurm();
     let d = Daemon::start("");
-    d.write_script("steps.sh", TWO_STEPS);
+    d.write_script("steps.sh", &two_steps());
     let job = d.submit(&["--mem=100M", "--job-name=ssv-partial", "steps.sh"]);
     d.wait_state(&job, "pending_failed", 3 * MIN);
     let p = pending_entry(&d, &job);
@@ -114,7 +116,7 @@ fn a_partial_execution_waits_for_a_decision() {
 fn a_restartable_partial_execution_is_retried_with_more_memory() {
     require_slurm();
     let d = Daemon::start("");
-    d.write_script("steps.sh", TWO_STEPS);
+    d.write_script("steps.sh", &two_steps());
     let job = d.submit_with(
         &["--restartable"],
         &["--mem=100M", "--job-name=ssv-restartable", "steps.sh"],
@@ -422,7 +424,10 @@ fn a_job_submitted_with_plain_sbatch_can_be_adopted() {
     let d = Daemon::start("");
     // The job waits for `adopted` (made once `adopt` answered), so it is still running
     // when adopted however slow the queue is.
-    let script = d.write_script("adopt.sh", "while [ ! -e adopted ]; do sleep 0.2; done\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho adopted ok");
+    let script = d.write_script(
+        "adopt.sh",
+        &format!("while [ ! -e adopted ]; do sleep 0.2; done\n{HOLD_150M}\necho adopted ok"),
+    );
     let work = d.work_dir();
     let job = run(
         "sbatch",

@@ -221,10 +221,7 @@ fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
     let (d, ctl) = root_daemon("ssv-mail-", MAILING);
     // Touches 150 MiB, so --mem=100M is exceeded and OverMemoryKill fires (slurmstepd
     // says so in the job's output, which the classifier reads: it is kept).
-    let home = alice_home(
-        &d,
-        "#!/bin/bash\npython3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done\n",
-    );
+    let home = alice_home(&d, &format!("#!/bin/bash\n{HOLD_150M}\necho done\n"));
     let all = unique_name("oom-all");
     let fail = unique_name("oom-fail");
     let job_all = submit_as_alice(

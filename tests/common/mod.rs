@@ -586,9 +586,30 @@ pub fn last_end(d: &Daemon, job: &str) -> String {
     sacct_field(&last, "End")
 }
 
+/// Touches 150 MiB and holds it. Under a limit below 200M (`SLURM_MEM_PER_NODE`, or
+/// `SLURM_MEM_PER_CPU` for one CPU) it waits to be killed for memory, however late the kill
+/// comes: the dev cluster's OverMemoryKill sees the step over its limit within a second, but
+/// the kill goes through slurmctld and the node's slurmd, and while a `scripts/dev-cluster up`
+/// restarts them (another session switching the cluster's settings) slurmstepd's requests go
+/// nowhere; it sends them again every second until they land. A fixed hold (it was 4 s)
+/// then ended first and the job COMPLETED under 100M. Never killed within 2 minutes, it exits
+/// 1 saying so. With 200M or more (the retry's memory) it holds 4 s and succeeds.
+macro_rules! hold_150m {
+    () => {
+        r#"python3 -c 'import os, sys, time
+x = b"a" * (150 * 1024 * 1024)
+mem = os.environ.get("SLURM_MEM_PER_NODE") or os.environ.get("SLURM_MEM_PER_CPU") or "0"
+if int(mem) >= 200:
+    time.sleep(4)
+    sys.exit(0)
+time.sleep(120)
+sys.exit("held 150 MiB for 120 s over a limit of %sM and was not killed for memory" % mem)' || exit 1"#
+    };
+}
+pub const HOLD_150M: &str = hold_150m!();
+
 /// A job that runs out of its 100M once, then completes with the retry's memory.
-pub const OOM_ONCE: &str =
-    "python3 -c 'x = b\"a\" * (150 * 1024 * 1024); import time; time.sleep(4)'\necho done";
+pub const OOM_ONCE: &str = concat!(hold_150m!(), "\necho done");
 
 /// A plain sbatch job (not supervised) in the daemon's work directory.
 pub fn plain_sbatch(d: &Daemon, args: &[&str]) -> String {
