@@ -1281,9 +1281,7 @@ mod tests {
         // Its starter thread is descheduled between queueing the watch and the clone,
         // past the deadline: the watchdog must not give up on it, or a held child would
         // hold its thread (and its user's starts) for good.
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking a user's credentials needs root");
+        if not_root() {
             return;
         }
         let mut cmd = as_user(65529);
@@ -1303,9 +1301,7 @@ mod tests {
         // A panic (a bug) on the starter thread may come after the clone: the program may
         // have run, so this is never "it did not run" (cli.rs would count an sbatch so as
         // certainly not submitted, and submit it again).
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking a user's credentials needs root");
+        if not_root() {
             return;
         }
         let mut cmd = as_user(65527);
@@ -1349,6 +1345,17 @@ mod tests {
         assert!(output(&mut child).await.0.success());
     }
 
+    /// True (and says the test is skipped) when not root: taking a user's credentials
+    /// needs root.
+    fn not_root() -> bool {
+        // SAFETY: no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            eprintln!("skipped: taking a user's credentials needs root");
+        }
+        !root
+    }
+
     /// `/bin/true` as `uid` (whose gid is taken to be the same number).
     fn as_user(uid: libc::uid_t) -> Command {
         let mut c = Command::new("/bin/true");
@@ -1362,9 +1369,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_start_held_before_execve_holds_up_no_other_start() {
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking a user's credentials needs root");
+        if not_root() {
             return;
         }
         // A user's FUSE working directory or SIGSTOP holds their child before execve;
@@ -1391,9 +1396,7 @@ mod tests {
         // it must not keep that pipe's write end open, or the daemon's own command
         // reading it (a squeue) would wait for the held child, up to EXEC_DEADLINE.
         use std::io::Read;
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking a user's credentials needs root");
+        if not_root() {
             return;
         }
         let (r, w) = pipe_pair().unwrap();
@@ -1416,9 +1419,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_users_next_start_waits_for_their_held_one() {
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: taking a user's credentials needs root");
+        if not_root() {
             return;
         }
         // A uid no other test starts as, so the queue seen below is this test's.
