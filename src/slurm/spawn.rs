@@ -149,15 +149,7 @@ fn watchdog(limit: std::time::Duration) -> Arc<Watch> {
                             // SAFETY: `spawn` has not finished (checked under the
                             // lock it takes first), so `fd` is still this child's
                             // pidfd; a pidfd names exactly that process.
-                            unsafe {
-                                libc::syscall(
-                                    libc::SYS_pidfd_send_signal,
-                                    fd as libc::c_long,
-                                    libc::SIGKILL as libc::c_long,
-                                    std::ptr::null::<libc::siginfo_t>(),
-                                    0 as libc::c_long,
-                                )
-                            };
+                            unsafe { kill_by_pidfd(fd) };
                             *state = WatchState::Killed;
                             break;
                         }
@@ -593,24 +585,34 @@ impl Drop for Started {
         let Some(pidfd) = self.pidfd.take() else {
             return;
         };
-        // SAFETY: a pidfd names exactly this process, even after it exited.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd() as libc::c_long,
-                libc::SIGKILL as libc::c_long,
-                std::ptr::null::<libc::siginfo_t>(),
-                0 as libc::c_long,
-            )
-        };
-        if let Ok(Some(_)) = try_reap(self.pid) {
-            return;
+        // SAFETY: the pidfd CLONE_PIDFD made for this child, still open.
+        unsafe { kill_by_pidfd(pidfd.as_raw_fd()) };
+        // On a starter thread, with no runtime: a thread of its own reaps it if need be.
+        if !matches!(try_reap(self.pid), Ok(Some(_))) {
+            reap_on_a_thread(self.pid);
         }
-        let pid = self.pid;
-        let _ = std::thread::Builder::new()
-            .name("reap".into())
-            .spawn(move || reap_blocking(pid));
     }
+}
+
+/// SIGKILL through a pidfd, which names exactly its process, even after it exited.
+///
+/// # Safety
+/// `fd` is an open pidfd.
+unsafe fn kill_by_pidfd(fd: RawFd) {
+    libc::syscall(
+        libc::SYS_pidfd_send_signal,
+        fd as libc::c_long,
+        libc::SIGKILL as libc::c_long,
+        std::ptr::null::<libc::siginfo_t>(),
+        0 as libc::c_long,
+    );
+}
+
+/// Reaps `pid` (killed) on a thread of its own, where no runtime can wait for it.
+fn reap_on_a_thread(pid: libc::pid_t) {
+    let _ = std::thread::Builder::new()
+        .name("reap".into())
+        .spawn(move || reap_blocking(pid));
 }
 
 /// The most threads starting children at once: a user has at most one child being
@@ -1020,16 +1022,8 @@ impl Child {
             return;
         }
         match &self.pidfd {
-            // SAFETY: a pidfd names exactly this process, even after it exited.
-            Some(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.get_ref().as_raw_fd() as libc::c_long,
-                    libc::SIGKILL as libc::c_long,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0 as libc::c_long,
-                );
-            },
+            // SAFETY: the child's pidfd, open while the AsyncFd owns it.
+            Some(fd) => unsafe { kill_by_pidfd(fd.get_ref().as_raw_fd()) },
             // Only if registering the pidfd failed, right after the start.
             // SAFETY: not reaped yet, so the pid still names our child.
             None => unsafe {
@@ -1089,9 +1083,7 @@ impl Drop for Child {
             return;
         }
         // No runtime (or no pidfd): a thread of its own.
-        let _ = std::thread::Builder::new()
-            .name("reap".into())
-            .spawn(move || reap_blocking(pid));
+        reap_on_a_thread(pid);
     }
 }
 

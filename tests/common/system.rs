@@ -510,6 +510,10 @@ impl HungMount {
     pub fn new(at: &Path) -> HungMount {
         use std::os::fd::AsRawFd;
         std::fs::create_dir_all(at).unwrap();
+        if !Path::new("/dev/fuse").exists() {
+            // A fresh machine may not have loaded the module yet.
+            let _ = Command::new("modprobe").arg("fuse").status();
+        }
         let fuse = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
