@@ -78,6 +78,10 @@ impl<S: Slurm> Engine<S> {
                 break;
             }
             let sub = self.store.submission(sub_id)?;
+            // This user's retries beside the loop are at their bound: next cycle.
+            if !self.retry_room(sub.owner_uid) {
+                continue;
+            }
             // `retry.in_place`: the ended job is requeued under its own id; when that does
             // not happen, the chain is ready again (with a record saying why) and the
             // retry goes ahead as an sbatch right away.
@@ -116,7 +120,7 @@ impl<S: Slurm> Engine<S> {
         t: i64,
     ) -> Result<Option<LaunchOutcome>, StoreError> {
         if self.defer {
-            self.in_flight.insert(l.id, None);
+            self.in_flight.insert(l.id, (sub.owner_uid, false));
             self.takeoff.push(Flight {
                 launch: l.clone(),
                 sub: sub.clone(),
@@ -238,10 +242,48 @@ impl<S: Slurm> Engine<S> {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::daemon::engine::MAX_RETRY_FLIGHTS_PER_USER;
     use crate::slurm::fake::FakeSlurm;
     use crate::slurm::SlurmError;
     use crate::store::{NewSubmission, Store};
     use std::time::Duration;
+
+    fn submission(uid: u32) -> NewSubmission {
+        NewSubmission {
+            owner_uid: uid,
+            user: format!("u{uid}"),
+            argv: vec!["--wrap".into(), "true".into()],
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            script_name: None,
+            script: None,
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        }
+    }
+
+    /// One user's retries beside the loop are bounded (their starts may all be held, one
+    /// after the other): the places left are everyone else's.
+    #[tokio::test]
+    async fn one_users_retries_take_at_most_their_share_of_the_flights() {
+        let config = Config::parse("", None).unwrap();
+        let mut engine = Engine::new(config, Store::in_memory().unwrap(), FakeSlurm::new());
+        engine.defer_launches();
+        for n in 0..MAX_RETRY_FLIGHTS_PER_USER {
+            assert!(engine.retry_room(1000), "after {n}");
+            let new = submission(1000);
+            let l = engine
+                .store_mut()
+                .create_submission_waiting(&new, &[], 1, |t| vec![t.to_string()])
+                .unwrap();
+            let sub = new.stored_as(l.submission_id, 1);
+            assert!(engine.run_launch(&l, &sub, 2).await.unwrap().is_none());
+        }
+        assert!(!engine.retry_room(1000));
+        assert!(engine.retry_room(1001));
+        assert_eq!(engine.take_flights().len(), MAX_RETRY_FLIGHTS_PER_USER);
+    }
 
     /// A user's sbatch held before it started (their folder does not answer) says nothing
     /// about Slurm: polling keeps its pace for everyone. A timeout does back it off.
@@ -249,18 +291,7 @@ mod tests {
     fn a_start_held_in_the_users_folder_is_no_slurm_outage() {
         let config = Config::parse("poll_interval = \"10s\"\n", None).unwrap();
         let mut engine = Engine::new(config, Store::in_memory().unwrap(), FakeSlurm::new());
-        let new = NewSubmission {
-            owner_uid: 1000,
-            user: "alice".into(),
-            argv: vec!["--wrap".into(), "true".into()],
-            cwd: "/hung".into(),
-            env: Vec::new(),
-            script_name: None,
-            script: None,
-            max_retries: 3,
-            restartable: false,
-            array_tasks: None,
-        };
+        let new = submission(1000);
         let l = engine
             .store_mut()
             .create_submission_waiting(&new, &[], 1, |t| vec![t.to_string()])

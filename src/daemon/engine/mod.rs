@@ -45,10 +45,10 @@ pub struct Engine<S: Slurm> {
     /// The Slurm command that is currently failing, so an outage is logged once.
     outage: Option<String>,
     consecutive_failures: u32,
-    /// Launches whose sbatch runs beside the loop right now, and for whom (a user's
-    /// submit) or not (a retry). Reconciliation leaves them alone: their fate is about to
+    /// Launches whose sbatch runs beside the loop right now: whose, and whether a user's
+    /// submit (true) or a retry. Reconciliation leaves them alone: their fate is about to
     /// be known.
-    in_flight: HashMap<i64, Option<u32>>,
+    in_flight: HashMap<i64, (u32, bool)>,
     /// Whether retries' sbatch runs beside the loop (the daemon) or is awaited in place
     /// (the in-process tests, which drive cycles one by one).
     defer: bool,
@@ -95,6 +95,11 @@ pub struct Flight {
 /// Retries whose sbatch may run beside the loop at once: enough for a burst, few enough
 /// that an outage does not turn into a storm of sbatch calls.
 const MAX_RETRY_FLIGHTS: usize = 16;
+
+/// Of those, one user's at most: a user whose sbatch starts are held (a folder that does
+/// not answer; each waits for the one before, up to 10 s) cannot take every place and
+/// hold back everyone else's retries.
+const MAX_RETRY_FLIGHTS_PER_USER: usize = 4;
 
 /// Unix time in seconds.
 pub fn now() -> i64 {
@@ -201,12 +206,15 @@ impl<S: Slurm> Engine<S> {
 
     /// How many of `uid`'s submits are waiting for their sbatch.
     pub fn submits_in_flight(&self, uid: u32) -> usize {
-        self.in_flight.values().filter(|&&u| u == Some(uid)).count()
+        self.in_flight
+            .values()
+            .filter(|&&(u, submit)| submit && u == uid)
+            .count()
     }
 
     /// Marks a user's submit as running beside the loop.
     pub fn start_flight(&mut self, launch_id: i64, uid: u32) {
-        self.in_flight.insert(launch_id, Some(uid));
+        self.in_flight.insert(launch_id, (uid, true));
     }
 
     /// A launch's sbatch beside the loop has answered.
@@ -215,7 +223,23 @@ impl<S: Slurm> Engine<S> {
     }
 
     fn retry_flights(&self) -> usize {
-        self.in_flight.values().filter(|u| u.is_none()).count()
+        self.in_flight
+            .values()
+            .filter(|&&(_, submit)| !submit)
+            .count()
+    }
+
+    /// Whether a retry of `uid`'s may take off beside the loop now (always, when retries
+    /// are awaited in place).
+    pub(super) fn retry_room(&self, uid: u32) -> bool {
+        let theirs = || {
+            self.in_flight
+                .values()
+                .filter(|&&(u, submit)| !submit && u == uid)
+                .count()
+        };
+        !self.defer
+            || (self.retry_flights() < MAX_RETRY_FLIGHTS && theirs() < MAX_RETRY_FLIGHTS_PER_USER)
     }
 
     /// The poll interval to wait now: longer while Slurm is not answering.

@@ -4,7 +4,7 @@
 /// An interrupted launch older than this that cannot be found is escalated, not repeated:
 /// a job it created could have ended and left squeue (Slurm's default MinJobAge is 300 s).
 const UNCONFIRMED_AFTER_SECS: i64 = 300;
-use super::{Engine, MAX_RETRY_FLIGHTS, UNREACHED};
+use super::{Engine, UNREACHED};
 use crate::daemon::sbatch::{self, LaunchOutcome};
 use crate::policy::Event;
 use crate::slurm::Slurm;
@@ -80,7 +80,7 @@ impl<S: Slurm> Engine<S> {
                     span.in_scope(|| self.escalate_launch(&l, "unconfirmed", event, t))?;
                     continue;
                 }
-                if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+                if !self.retry_room(sub.owner_uid) {
                     continue;
                 }
                 span.in_scope(|| info!("an interrupted launch is not in slurm; submitting it now"));
