@@ -553,6 +553,42 @@ pub struct Config {
     pub rules: Vec<Rule>,
 }
 
+/// What `supervisorctl` needs of the config: where the socket is and how big a script
+/// may be. The file is checked as the daemon checks it (every key, type and bound), except
+/// that the rules' stderr patterns are not compiled: the regex engine's Unicode tables
+/// would be relocated at every start of every `supervisorctl` command, about a fifth of
+/// its start-up (docs/benchmarks.md). `supervisorctl validate` runs
+/// `slurm-supervisord --validate`, which compiles them.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub socket: PathBuf,
+    pub max_script_size: u64,
+}
+
+impl ClientConfig {
+    /// Reads and checks a config file (see the type for what is not checked).
+    pub fn load(path: &Path) -> Result<ClientConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ClientConfig::parse(&text, Some(path))
+    }
+
+    /// The built-in defaults.
+    pub fn defaults() -> ClientConfig {
+        ClientConfig::parse("", None).expect("the empty config is valid")
+    }
+
+    pub fn parse(text: &str, path: Option<&Path>) -> Result<ClientConfig, ConfigError> {
+        let c = Config::parse_with(text, path, &|_| Ok(None))?;
+        Ok(ClientConfig {
+            socket: c.socket,
+            max_script_size: c.limits.max_script_size.0,
+        })
+    }
+}
+
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
@@ -589,6 +625,19 @@ impl Config {
 
     /// Parses and validates config text; `path` is used in error messages.
     pub fn parse(text: &str, path: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, &|pattern| {
+            Regex::new(pattern).map(Some).map_err(|e| e.to_string())
+        })
+    }
+
+    /// `parse`, with the rules' stderr patterns compiled by `compile`. Only `parse` passes
+    /// the regex compiler, so a binary that never calls it (`supervisorctl`, through
+    /// `ClientConfig`) links no regex engine.
+    fn parse_with(
+        text: &str,
+        path: Option<&Path>,
+        compile: &dyn Fn(&str) -> Result<Option<Regex>, String>,
+    ) -> Result<Config, ConfigError> {
         let shown = path
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("<config>"));
@@ -611,15 +660,15 @@ impl Config {
         let mut rules = Vec::with_capacity(raw.rules.len());
         for r in raw.rules {
             let stderr = match &r.stderr {
-                Some(s) => Some(Regex::new(s.get_ref()).map_err(|e| {
+                Some(s) => compile(s.get_ref()).map_err(|e| {
                     invalid(
                         Some(s.span()),
                         format!("rule {:?}: invalid stderr regex: {e}", r.name),
                     )
-                })?),
+                })?,
                 None => None,
             };
-            if r.exit_codes.is_empty() && stderr.is_none() {
+            if r.exit_codes.is_empty() && r.stderr.is_none() {
                 return Err(semantic(format!(
                     "rule {:?} matches everything: give it exit_codes, a stderr regex, or both",
                     r.name
@@ -938,6 +987,39 @@ mod tests {
             .to_string();
         assert!(err.starts_with("c.toml:4:"), "{err}");
         assert!(err.contains("invalid stderr regex"), "{err}");
+    }
+
+    #[test]
+    fn the_clients_config_is_checked_like_the_daemons_but_for_the_patterns() {
+        let path = Some(Path::new("c.toml"));
+        // What the client does not compile: the daemon's check names it.
+        let pattern = "[[rules]]\nname = \"x\"\nkind = \"transient\"\nstderr = \"(unclosed\"\n";
+        assert!(ClientConfig::parse(pattern, path).is_ok());
+        assert!(Config::parse(pattern, path).is_err());
+        // Everything else is refused by both, with the same words.
+        for text in [
+            "poll_intervall = \"10s\"\n",
+            "poll_interval = \"10ms\"\n",
+            "[limits]\nmax_script_size = \"lots\"\n",
+            "[[rules]]\nname = \"everything\"\nkind = \"permanent\"\n",
+        ] {
+            let daemon = Config::parse(text, path).unwrap_err().to_string();
+            let client = ClientConfig::parse(text, path).unwrap_err().to_string();
+            assert_eq!(client, daemon, "{text}");
+        }
+        let c = ClientConfig::parse(
+            "state_dir = \"/srv/ssv\"\n[limits]\nmax_script_size = \"2M\"\n",
+            path,
+        )
+        .unwrap();
+        let full = Config::parse(
+            "state_dir = \"/srv/ssv\"\n[limits]\nmax_script_size = \"2M\"\n",
+            path,
+        )
+        .unwrap();
+        assert_eq!(c.socket, full.socket);
+        assert_eq!(c.max_script_size, full.limits.max_script_size.0);
+        assert_eq!(c.max_script_size, 2 << 20);
     }
 
     #[test]

@@ -37,7 +37,14 @@ pub fn main(args: Args) -> i32 {
         None => Config::defaults(),
     };
     if args.validate {
-        println!("config ok");
+        println!(
+            "{}: ok ({} rules)",
+            args.config
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "built-in defaults".into()),
+            config.rules.len()
+        );
         return 0;
     }
     detach_from_terminal();

@@ -168,6 +168,107 @@ fn a_bad_config_is_refused_with_its_line() {
     assert_eq!(out.status.code(), Some(78));
 }
 
+/// `supervisorctl validate` is the daemon's own check (`slurm-supervisord --validate`, run
+/// from beside it): it compiles the rules' stderr patterns, which the client does not.
+#[test]
+fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("rules.toml");
+    std::fs::write(
+        &bad,
+        "[[rules]]\nname = \"cuda\"\nkind = \"transient\"\nstderr = \"CUDA (error\"\n",
+    )
+    .unwrap();
+    let validate = |ctl: &std::path::Path, config: &std::path::Path| {
+        Command::new(ctl)
+            .arg("--config")
+            .arg(config)
+            .arg("validate")
+            .env_remove("SLURM_SUPERVISOR_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = validate(CTL.as_ref(), &bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("rules.toml:4:") && err.contains("invalid stderr regex"),
+        "{err}"
+    );
+    // The other commands read the same file without compiling the pattern (the daemon
+    // refuses to start or reload with it): no config error, only no daemon to ask.
+    let out = Command::new(CTL)
+        .arg("--config")
+        .arg(&bad)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[[rules]]\nname = \"cuda\"\nkind = \"transient\"\nstderr = \"CUDA error\"\n",
+    )
+    .unwrap();
+    let out = validate(CTL.as_ref(), &good);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}: ok (1 rules)", good.display())
+    );
+    // A supervisorctl with no daemon beside it says what to run instead.
+    let alone = dir.path().join("supervisorctl");
+    std::fs::copy(CTL, &alone).unwrap();
+    let out = validate(&alone, &good);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("slurm-supervisord --config FILE --validate"),
+        "{err}"
+    );
+}
+
+/// The client does not link the regex engine: its Unicode tables are relocated at every
+/// start of every `supervisorctl` command (docs/benchmarks.md, (6)). Read from the
+/// binary's symbol table.
+#[test]
+fn the_client_links_no_regex_engine() {
+    let symbols = |bin: &str| {
+        let out = Command::new("nm")
+            .arg("--demangle")
+            .arg(bin)
+            .output()
+            .expect("nm (binutils) runs");
+        assert!(
+            out.status.success(),
+            "nm {bin}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The regex parser (the daemon: about a thousand symbols; the client: none).
+    let engine = |s: &str| {
+        s.lines()
+            .filter(|l| {
+                l.contains("regex_syntax::ast::parse::")
+                    || l.contains("regex_syntax::hir::translate::")
+            })
+            .count()
+    };
+    // The daemon compiles rules, so it has both; were it not so, this test could not fail.
+    assert!(engine(&symbols(DAEMON)) > 0);
+    assert_eq!(
+        engine(&symbols(CTL)),
+        0,
+        "supervisorctl links the regex engine (through Config::parse?): use ClientConfig"
+    );
+}
+
 #[test]
 fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
     let (d, _fake) = start("", &[]);

@@ -8,7 +8,7 @@
 pub mod client;
 pub mod render;
 
-use crate::config::Config;
+use crate::config::ClientConfig;
 use crate::model::ChainState;
 use crate::protocol::views::{
     ChainRow, HistoryAnswer, PendingChain, RecoverDryRun, StatsAnswer, SubmitAnswer,
@@ -141,7 +141,8 @@ pub enum Command {
     },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
-    /// Check the config file and exit (78 when it is bad).
+    /// Check the config file and exit (78 when it is bad), with `slurm-supervisord --validate`
+    /// from the folder supervisorctl is in.
     Validate,
     /// Serve the Model Context Protocol on stdin/stdout, for AI agents (docs/agents.md).
     Mcp,
@@ -160,21 +161,47 @@ pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Wri
     clap_complete::generate(shell, &mut cmd, "supervisorctl", out);
 }
 
-fn load_config(path: Option<&PathBuf>) -> Result<Config, i32> {
+fn load_config(path: Option<&PathBuf>) -> Result<ClientConfig, i32> {
     match path {
-        None => Ok(Config::defaults()),
-        Some(p) => Config::load(p).map_err(|e| {
+        None => Ok(ClientConfig::defaults()),
+        Some(p) => ClientConfig::load(p).map_err(|e| {
             eprintln!("supervisorctl: {e}");
             EXIT_CONFIG
         }),
     }
 }
 
+/// `slurm-supervisord --validate` on the same file (or the built-in defaults), run from
+/// the folder this binary is in, as every install puts the two side by side; its output
+/// and exit code are this command's.
+fn validate_with_daemon(config: Option<&std::path::Path>) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let daemon = std::env::current_exe()
+        .ok()
+        .and_then(|me| me.parent().map(|d| d.join("slurm-supervisord")));
+    let Some(daemon) = daemon.filter(|d| d.is_file()) else {
+        eprintln!(
+            "supervisorctl: validate runs slurm-supervisord --validate, which is not installed beside supervisorctl; run `slurm-supervisord --config FILE --validate` where it is installed"
+        );
+        return EXIT_CONFIG;
+    };
+    let mut cmd = std::process::Command::new(&daemon);
+    if let Some(p) = config {
+        cmd.arg("--config").arg(p);
+    }
+    // Without --config, the daemon must check its built-in defaults too, not a file the
+    // environment names (this command was given none, so the variable is unset or empty).
+    cmd.env_remove("SLURM_SUPERVISOR_CONFIG").arg("--validate");
+    let e = cmd.exec();
+    eprintln!("supervisorctl: cannot run {}: {e}", daemon.display());
+    EXIT_CONFIG
+}
+
 fn submit_request(
     sbatch: &[std::ffi::OsString],
     max_retries: Option<u32>,
     restartable: bool,
-    config: &Config,
+    config: &ClientConfig,
 ) -> Result<SubmitRequest, String> {
     use crate::osbytes::{escape, from_os, to_path};
     let cwd =
@@ -201,7 +228,7 @@ fn submit_request(
         }
     };
     // The daemon checks this too; saying it here spares sending a script it will refuse.
-    let max = config.limits.max_script_size.0;
+    let max = config.max_script_size;
     if let Some(s) = script.as_ref().filter(|s| s.len() as u64 > max) {
         return Err(format!(
             "the batch script is {} bytes, more than limits.max_script_size ({max} bytes); ask your admin to raise it",
@@ -254,22 +281,17 @@ pub fn main_with(cli: Cli) -> i32 {
         write_completions(shell, &mut std::io::stdout().lock());
         return 0;
     }
+    // The daemon's own check: it compiles the rules' stderr patterns, which this binary
+    // does not link (see `ClientConfig`).
+    if let Command::Validate = cli.command {
+        return validate_with_daemon(cli.config.as_deref());
+    }
     let config = match load_config(cli.config.as_ref()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let request = match cli.command {
-        Command::Validate => {
-            println!(
-                "{}: ok ({} rules)",
-                cli.config
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "built-in defaults".into()),
-                config.rules.len()
-            );
-            return 0;
-        }
+        Command::Validate => unreachable!("answered before the config is read"),
         Command::Mcp => return crate::mcp::serve(config.socket.clone()),
         Command::Completions { .. } => unreachable!("answered before the config is read"),
         Command::Submit {
