@@ -233,39 +233,53 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     );
 }
 
-/// The client does not link the regex engine: its Unicode tables are relocated at every
-/// start of every `supervisorctl` command (docs/benchmarks.md, (6)). Read from the
-/// binary's symbol table.
+/// Two costs every start of every `supervisorctl` command would pay (docs/benchmarks.md,
+/// (6)): relocating the regex engine's Unicode tables, and loading libgcc_s.so.1, whose
+/// constructor probes the CPU. Read from the binaries' symbol tables and dynamic sections.
 #[test]
-fn the_client_links_no_regex_engine() {
-    let symbols = |bin: &str| {
-        let out = Command::new("nm")
-            .arg("--demangle")
+fn the_client_links_no_regex_engine_and_no_libgcc_s() {
+    let run = |tool: &str, args: &[&str], bin: &str| {
+        let out = Command::new(tool)
+            .args(args)
             .arg(bin)
             .output()
-            .expect("nm (binutils) runs");
+            .unwrap_or_else(|e| panic!("{tool} (binutils) runs: {e}"));
         assert!(
             out.status.success(),
-            "nm {bin}: {}",
+            "{tool} {bin}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // The regex parser (the daemon: about a thousand symbols; the client: none).
-    let engine = |s: &str| {
-        s.lines()
+    let engine = |bin: &str| {
+        run("nm", &["--demangle"], bin)
+            .lines()
             .filter(|l| {
                 l.contains("regex_syntax::ast::parse::")
                     || l.contains("regex_syntax::hir::translate::")
             })
             .count()
     };
-    // The daemon compiles rules, so it has both; were it not so, this test could not fail.
-    assert!(engine(&symbols(DAEMON)) > 0);
+    // The daemon compiles rules, so it has it; were it not so, this test could not fail.
+    assert!(engine(DAEMON) > 0);
     assert_eq!(
-        engine(&symbols(CTL)),
+        engine(CTL),
         0,
         "supervisorctl links the regex engine (through Config::parse?): use ClientConfig"
+    );
+    let needed = |bin: &str| -> Vec<String> {
+        run("readelf", &["--dynamic"], bin)
+            .lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .map(str::to_string)
+            .collect()
+    };
+    let ctl = needed(CTL);
+    assert!(ctl.iter().any(|l| l.contains("libc.so")), "{ctl:?}");
+    assert!(
+        !ctl.iter().any(|l| l.contains("libgcc_s")),
+        "supervisorctl loads libgcc_s: {ctl:?}"
     );
 }
 
