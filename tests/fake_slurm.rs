@@ -174,9 +174,14 @@ fn a_bad_config_is_refused_with_its_line() {
 fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("rules.toml");
+    // A socket of its own, so that `status` below finds no daemon whatever runs for $HOME.
+    let socket = dir.path().join("none.sock");
     std::fs::write(
         &bad,
-        "[[rules]]\nname = \"cuda\"\nkind = \"transient\"\nstderr = \"CUDA (error\"\n",
+        format!(
+            "socket = {:?}\n[[rules]]\nname = \"cuda\"\nkind = \"transient\"\nstderr = \"CUDA (error\"\n",
+            socket.to_str().unwrap()
+        ),
     )
     .unwrap();
     let validate = |ctl: &std::path::Path, config: &std::path::Path| {
@@ -192,7 +197,7 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(
-        err.contains("rules.toml:4:") && err.contains("invalid stderr regex"),
+        err.contains("rules.toml:5:") && err.contains("invalid stderr regex"),
         "{err}"
     );
     // The other commands read the same file without compiling the pattern (the daemon
@@ -221,14 +226,51 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("{}: ok (1 rules)", good.display())
     );
-    // A supervisorctl with no daemon beside it says what to run instead.
-    let alone = dir.path().join("supervisorctl");
+    // A path that begins with `-` (given as `--config=-x.toml`) is still the daemon's
+    // `--config` value, not an option of its own.
+    std::fs::copy(&good, dir.path().join("-x.toml")).unwrap();
+    let out = Command::new(CTL)
+        .arg("--config=-x.toml")
+        .arg("validate")
+        .current_dir(dir.path())
+        .env_remove("SLURM_SUPERVISOR_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "-x.toml: ok (1 rules)"
+    );
+    // A supervisorctl with no daemon beside it, or one it cannot run, says what to run
+    // instead; that is no bad config (78, which scripts take as "fix the file") but an
+    // internal error (70).
+    let alone_dir = dir.path().join("alone");
+    std::fs::create_dir(&alone_dir).unwrap();
+    let alone = alone_dir.join("supervisorctl");
     std::fs::copy(CTL, &alone).unwrap();
     let out = validate(&alone, &good);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(out.status.code(), Some(70), "{err}");
     assert!(
-        err.contains("slurm-supervisord --config FILE --validate"),
+        err.contains("slurm-supervisord --config FILE --validate")
+            && err.contains(&format!(
+                "{}",
+                alone_dir.join("slurm-supervisord").display()
+            )),
+        "{err}"
+    );
+    let stuck = alone_dir.join("slurm-supervisord");
+    std::fs::write(&stuck, "not a program").unwrap();
+    let out = validate(&alone, &good);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(
+        err.contains("cannot be run") && err.contains("slurm-supervisord --config FILE --validate"),
         "{err}"
     );
 }

@@ -173,28 +173,42 @@ fn load_config(path: Option<&PathBuf>) -> Result<ClientConfig, i32> {
 
 /// `slurm-supervisord --validate` on the same file (or the built-in defaults), run from
 /// the folder this binary is in, as every install puts the two side by side; its output
-/// and exit code are this command's.
+/// and exit code are this command's. No daemon to run there is not a bad config: that is
+/// an internal error (70), not 78.
 fn validate_with_daemon(config: Option<&std::path::Path>) -> i32 {
     use std::os::unix::process::CommandExt;
-    let daemon = std::env::current_exe()
-        .ok()
-        .and_then(|me| me.parent().map(|d| d.join("slurm-supervisord")));
-    let Some(daemon) = daemon.filter(|d| d.is_file()) else {
+    let broken_install = |what: String| {
         eprintln!(
-            "supervisorctl: validate runs slurm-supervisord --validate, which is not installed beside supervisorctl; run `slurm-supervisord --config FILE --validate` where it is installed"
+            "supervisorctl: validate runs slurm-supervisord --validate, but {what}; run `slurm-supervisord --config FILE --validate` where it is installed"
         );
-        return EXIT_CONFIG;
+        ErrorKind::Internal.exit_code()
     };
+    let me = match std::env::current_exe() {
+        Ok(me) => me,
+        Err(e) => return broken_install(format!("where supervisorctl is cannot be told ({e})")),
+    };
+    let daemon = me
+        .parent()
+        .unwrap_or(std::path::Path::new("/"))
+        .join("slurm-supervisord");
+    if !daemon.is_file() {
+        return broken_install(format!(
+            "there is none at {} (beside supervisorctl)",
+            daemon.display()
+        ));
+    }
     let mut cmd = std::process::Command::new(&daemon);
     if let Some(p) = config {
-        cmd.arg("--config").arg(p);
+        // One argument, so that a path that begins with `-` is still the option's value.
+        let mut arg = std::ffi::OsString::from("--config=");
+        arg.push(p);
+        cmd.arg(arg);
     }
     // Without --config, the daemon must check its built-in defaults too, not a file the
-    // environment names (this command was given none, so the variable is unset or empty).
+    // environment names (this command was given none, so the variable is unset).
     cmd.env_remove("SLURM_SUPERVISOR_CONFIG").arg("--validate");
     let e = cmd.exec();
-    eprintln!("supervisorctl: cannot run {}: {e}", daemon.display());
-    EXIT_CONFIG
+    broken_install(format!("{} cannot be run ({e})", daemon.display()))
 }
 
 fn submit_request(
