@@ -1466,6 +1466,13 @@ fn item08_huge_durations_and_sizes_are_refused_by_validation() {
                 c.arg("--config").arg(&cfg).arg("validate");
                 c
             }),
+            // `validate` runs the daemon's check; the client's own reading of the file
+            // (every command but `validate`) must refuse it too.
+            ("supervisorctl status", {
+                let mut c = Command::new(CTL);
+                c.arg("--config").arg(&cfg).arg("status");
+                c
+            }),
         ] {
             let o = cmd.output().unwrap();
             assert_eq!(
