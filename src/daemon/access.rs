@@ -59,15 +59,70 @@ pub fn chains_for(store: &Store, id: &str, uid: u32) -> Result<Vec<Chain>, Respo
     Ok(out)
 }
 
+/// The account name of `uid` (its number if the system knows none), for records and
+/// actors; access is decided on uids, never on names. Names are kept a minute, as nscd
+/// keeps them for ten: every submit records its user, and an NSS lookup on the loop
+/// (reading /etc/passwd, or asking sssd or LDAP) for each one is time the loop does not
+/// spend on anyone else's request.
 pub fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    const KEEP: Duration = Duration::from_secs(60);
+    const MAX_KEPT: usize = 4096;
+    static NAMES: Mutex<Option<HashMap<u32, (String, Instant)>>> = Mutex::new(None);
+    let now = Instant::now();
+    if let Some((name, at)) = NAMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&uid))
+    {
+        if now.duration_since(*at) < KEEP {
+            return name.clone();
+        }
+    }
+    let found = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
+        .map(|u| u.name);
+    let Some(name) = found else {
+        // Not kept: an account that appears is named at once.
+        return uid.to_string();
+    };
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let names = names.get_or_insert_with(HashMap::new);
+    if names.len() >= MAX_KEPT {
+        names.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
+        if names.len() >= MAX_KEPT {
+            names.clear();
+        }
+    }
+    names.insert(uid, (name.clone(), now));
+    name
 }
 
 /// The actor recorded for a person's decision.
 pub fn actor(uid: u32) -> String {
     format!("user:{}", user_name(uid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_account_is_named_and_an_unknown_one_numbered() {
+        let me = nix::unistd::getuid().as_raw();
+        let name = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .unwrap()
+            .map(|u| u.name)
+            .expect("the test's own account");
+        // The second answer is the kept one; both are the account's.
+        assert_eq!(user_name(me), name);
+        assert_eq!(user_name(me), name);
+        assert_eq!(actor(me), format!("user:{name}"));
+        // No account: the number, not kept (asked again next time).
+        assert_eq!(user_name(4_000_000_123), "4000000123");
+    }
 }

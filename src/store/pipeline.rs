@@ -54,16 +54,13 @@ pub(super) fn insert_waits(tx: &Connection, submission_id: i64, edges: &[Edge]) 
 
 /// Notes that a launch gave chains a later attempt (in the caller's transaction).
 pub(super) fn note_rewire(tx: &Connection, launch_id: i64, now: i64) -> Result<()> {
-    let later: bool = tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM attempts WHERE launch_id = ?1 AND n > 1)",
-        [launch_id],
-        |r| r.get(0),
-    )?;
+    // Prepared once: every launch's sbatch answer passes here (a submit's among them).
+    let later: bool = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM attempts WHERE launch_id = ?1 AND n > 1)")?
+        .query_row([launch_id], |r| r.get(0))?;
     if later {
-        tx.execute(
-            "INSERT OR IGNORE INTO rewires (launch_id, created_at) VALUES (?1, ?2)",
-            params![launch_id, now],
-        )?;
+        tx.prepare_cached("INSERT OR IGNORE INTO rewires (launch_id, created_at) VALUES (?1, ?2)")?
+            .execute(params![launch_id, now])?;
     }
     Ok(())
 }
