@@ -568,11 +568,7 @@ pub struct ClientConfig {
 impl ClientConfig {
     /// Reads and checks a config file (see the type for what is not checked).
     pub fn load(path: &Path) -> Result<ClientConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        ClientConfig::parse(&text, Some(path))
+        ClientConfig::parse(&read(path)?, Some(path))
     }
 
     /// The built-in defaults.
@@ -587,6 +583,14 @@ impl ClientConfig {
             max_script_size: c.limits.max_script_size.0,
         })
     }
+}
+
+/// A config file's text.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -611,11 +615,7 @@ pub fn default_state_dir() -> PathBuf {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Config::parse(&text, Some(path))
+        Config::parse(&read(path)?, Some(path))
     }
 
     /// The configuration with every default, for running without a file.
