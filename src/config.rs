@@ -1007,16 +1007,9 @@ mod tests {
             let client = ClientConfig::parse(text, path).unwrap_err().to_string();
             assert_eq!(client, daemon, "{text}");
         }
-        let c = ClientConfig::parse(
-            "state_dir = \"/srv/ssv\"\n[limits]\nmax_script_size = \"2M\"\n",
-            path,
-        )
-        .unwrap();
-        let full = Config::parse(
-            "state_dir = \"/srv/ssv\"\n[limits]\nmax_script_size = \"2M\"\n",
-            path,
-        )
-        .unwrap();
+        let text = "state_dir = \"/srv/ssv\"\n[limits]\nmax_script_size = \"2M\"\n";
+        let c = ClientConfig::parse(text, path).unwrap();
+        let full = Config::parse(text, path).unwrap();
         assert_eq!(c.socket, full.socket);
         assert_eq!(c.max_script_size, full.limits.max_script_size.0);
         assert_eq!(c.max_script_size, 2 << 20);

@@ -184,14 +184,20 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
         ),
     )
     .unwrap();
-    let validate = |ctl: &std::path::Path, config: &std::path::Path| {
+    // `ctl` run in the test's folder, with no config from the environment.
+    let run = |ctl: &std::path::Path, args: &[&std::ffi::OsStr]| {
         Command::new(ctl)
-            .arg("--config")
-            .arg(config)
-            .arg("validate")
+            .args(args)
+            .current_dir(dir.path())
             .env_remove("SLURM_SUPERVISOR_CONFIG")
             .output()
             .unwrap()
+    };
+    let validate = |ctl: &std::path::Path, config: &std::path::Path| {
+        run(
+            ctl,
+            &["--config".as_ref(), config.as_os_str(), "validate".as_ref()],
+        )
     };
     let out = validate(CTL.as_ref(), &bad);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -202,12 +208,10 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     );
     // The other commands read the same file without compiling the pattern (the daemon
     // refuses to start or reload with it): no config error, only no daemon to ask.
-    let out = Command::new(CTL)
-        .arg("--config")
-        .arg(&bad)
-        .arg("status")
-        .output()
-        .unwrap();
+    let out = run(
+        CTL.as_ref(),
+        &["--config".as_ref(), bad.as_os_str(), "status".as_ref()],
+    );
     assert_eq!(
         out.status.code(),
         Some(75),
@@ -229,13 +233,10 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     // A path that begins with `-` (given as `--config=-x.toml`) is still the daemon's
     // `--config` value, not an option of its own.
     std::fs::copy(&good, dir.path().join("-x.toml")).unwrap();
-    let out = Command::new(CTL)
-        .arg("--config=-x.toml")
-        .arg("validate")
-        .current_dir(dir.path())
-        .env_remove("SLURM_SUPERVISOR_CONFIG")
-        .output()
-        .unwrap();
+    let out = run(
+        CTL.as_ref(),
+        &["--config=-x.toml".as_ref(), "validate".as_ref()],
+    );
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -290,24 +290,27 @@ fn print_json(v: &Value) {
 
 /// Runs the command line; returns the process exit code.
 pub fn main_with(cli: Cli) -> i32 {
-    // Completions need no config: they are printed even where the config is broken.
-    if let Command::Completions { shell } = cli.command {
-        write_completions(shell, &mut std::io::stdout().lock());
-        return 0;
-    }
-    // The daemon's own check: it compiles the rules' stderr patterns, which this binary
-    // does not link (see `ClientConfig`).
-    if let Command::Validate = cli.command {
-        return validate_with_daemon(cli.config.as_deref());
+    // The two commands that read no config here.
+    match cli.command {
+        // Completions are printed even where the config is broken.
+        Command::Completions { shell } => {
+            write_completions(shell, &mut std::io::stdout().lock());
+            return 0;
+        }
+        // The daemon's own check: it compiles the rules' stderr patterns, which this
+        // binary does not link (see `ClientConfig`).
+        Command::Validate => return validate_with_daemon(cli.config.as_deref()),
+        _ => {}
     }
     let config = match load_config(cli.config.as_ref()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let request = match cli.command {
-        Command::Validate => unreachable!("answered before the config is read"),
+        Command::Validate | Command::Completions { .. } => {
+            unreachable!("answered before the config is read")
+        }
         Command::Mcp => return crate::mcp::serve(config.socket.clone()),
-        Command::Completions { .. } => unreachable!("answered before the config is read"),
         Command::Submit {
             ref sbatch,
             max_retries,
