@@ -60,46 +60,12 @@ pub fn chains_for(store: &Store, id: &str, uid: u32) -> Result<Vec<Chain>, Respo
 }
 
 /// The account name of `uid` (its number if the system knows none), for records and
-/// actors; access is decided on uids, never on names. Names are kept a minute, as nscd
-/// keeps them for ten: every submit records its user, and an NSS lookup on the loop
-/// (reading /etc/passwd, or asking sssd or LDAP) for each one is time the loop does not
-/// spend on anyone else's request.
+/// actors; access is decided on uids, never on names. The account is the kept one of
+/// `RunAs::lookup`, so a submit asks NSS for it at most once a minute.
 pub fn user_name(uid: u32) -> String {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    use std::time::{Duration, Instant};
-    const KEEP: Duration = Duration::from_secs(60);
-    const MAX_KEPT: usize = 4096;
-    static NAMES: Mutex<Option<HashMap<u32, (String, Instant)>>> = Mutex::new(None);
-    let now = Instant::now();
-    if let Some((name, at)) = NAMES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&uid))
-    {
-        if now.duration_since(*at) < KEEP {
-            return name.clone();
-        }
-    }
-    let found = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|u| u.name);
-    let Some(name) = found else {
-        // Not kept: an account that appears is named at once.
-        return uid.to_string();
-    };
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let names = names.get_or_insert_with(HashMap::new);
-    if names.len() >= MAX_KEPT {
-        names.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
-        if names.len() >= MAX_KEPT {
-            names.clear();
-        }
-    }
-    names.insert(uid, (name.clone(), now));
-    name
+    crate::slurm::RunAs::lookup(uid)
+        .map(|who| who.user.to_string_lossy().into_owned())
+        .unwrap_or_else(|| uid.to_string())
 }
 
 /// The actor recorded for a person's decision.

@@ -41,16 +41,48 @@ pub struct RunAs {
 }
 
 impl RunAs {
-    /// The account of `uid`, or `None` if the system does not know it.
+    /// The account of `uid`, or `None` if the system does not know it. Accounts found are
+    /// kept a minute (nscd keeps them ten): the loop asks for its users' accounts at every
+    /// submit, retry and scancel, and an NSS lookup there (reading /etc/passwd, or asking
+    /// sssd or LDAP) is time it does not spend on anyone else. An unknown uid is asked
+    /// again each time, so an account that appears is known at once. The group list is
+    /// not kept (`spawn::Credentials::of` asks for it at each start).
     pub fn lookup(uid: u32) -> Option<RunAs> {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        use std::time::{Duration, Instant};
+        const KEEP: Duration = Duration::from_secs(60);
+        const MAX_KEPT: usize = 4096;
+        static KEPT: Mutex<Option<HashMap<u32, (RunAs, Instant)>>> = Mutex::new(None);
+        let now = Instant::now();
+        if let Some((who, at)) = KEPT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|m| m.get(&uid))
+        {
+            if now.duration_since(*at) < KEEP {
+                return Some(who.clone());
+            }
+        }
         let u = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
             .ok()
             .flatten()?;
-        Some(RunAs {
+        let who = RunAs {
             uid,
             gid: u.gid.as_raw(),
             user: std::ffi::CString::new(u.name).ok()?,
-        })
+        };
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = kept.get_or_insert_with(HashMap::new);
+        if kept.len() >= MAX_KEPT {
+            kept.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
+            if kept.len() >= MAX_KEPT {
+                kept.clear();
+            }
+        }
+        kept.insert(uid, (who.clone(), now));
+        Some(who)
     }
 }
 
