@@ -308,8 +308,13 @@ import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(60)
 s.connect(sys.argv[1])
-s.sendall(sys.stdin.buffer.read())
-s.shutdown(socket.SHUT_WR)
+# The daemon may answer (a refusal) and close before it has read the request: its answer
+# is still there to read, as the client reads it.
+try:
+    s.sendall(sys.stdin.buffer.read())
+    s.shutdown(socket.SHUT_WR)
+except (BrokenPipeError, ConnectionResetError):
+    pass
 out = b""
 while True:
     b = s.recv(65536)
