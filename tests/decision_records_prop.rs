@@ -154,6 +154,10 @@ enum Step {
     RefuseSbatch,
     /// `supervisorctl cancel` of the n-th chain.
     Cancel(usize),
+    /// `supervisorctl cancel` of the n-th chain as the daemon runs it: its scancel beside
+    /// the loop, the n-th live job ending on its own (or not) before the scancel, and a
+    /// poll cycle before the cancel's answer is recorded.
+    CancelBesideACycle(usize, Option<(usize, Ending)>),
     /// The n-th chain's job keeps failing the same way: ended, a cycle, again, k times.
     Storm(usize, Ending, u8),
     /// An agent resolves the n-th chain (`classify`), whatever state it is in.
@@ -194,6 +198,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::LoseSbatchReply),
         1 => Just(Step::RefuseSbatch),
         1 => (0..8usize).prop_map(Step::Cancel),
+        1 => (0..8usize, prop::option::of((0..8usize, ending())))
+            .prop_map(|(i, e)| Step::CancelBesideACycle(i, e)),
         1 => (0..8usize, retried_ending(), 2..7u8).prop_map(|(i, e, k)| Step::Storm(i, e, k)),
         2 => (0..8usize, select(vec![ResolveAction::Retry, ResolveAction::Fail, ResolveAction::Hold]))
             .prop_map(|(i, a)| Step::Resolve(i, a)),
@@ -1063,6 +1069,59 @@ impl Harness {
                     );
                 }
                 // The cancel is not a cycle, but what it wrote must hold up too.
+                self.after_cycle()?;
+            }
+            Step::CancelBesideACycle(i, ends) => {
+                let chains = self.chains()?;
+                let c = &chains[i % chains.len()];
+                let id = format!("c{}", c.id);
+                let begun =
+                    requests::begin_cancel(&mut self.engine, &id, self.uid, tracing::Span::none());
+                let p = match begun {
+                    Ok(requests::BegunCancel::Scancel(p)) => p,
+                    other => {
+                        self.log
+                            .push(format!("cancel {id} (no scancel: {other:?})"));
+                        return self.after_cycle();
+                    }
+                };
+                self.engine.start_cancel(&p.chains);
+                if let Some((j, ending)) = ends {
+                    let live = self.fake().live_jobs();
+                    if !live.is_empty() {
+                        let job = live[j % live.len()].clone();
+                        self.log.push(format!("{job} ends {ending:?}"));
+                        self.fake().end(&job, *ending);
+                    }
+                }
+                let scancelled = requests::run_scancels(self.engine.slurm(), &p).await;
+                self.cycle().await?;
+                self.engine.end_cancel(&p.chains);
+                let r = requests::finish_cancel(&mut self.engine, &p, scancelled.clone());
+                let ok = matches!(r, Response::Ok(_));
+                self.log.push(format!(
+                    "cancel {id} beside a cycle (scancel {}, {})",
+                    if scancelled.is_ok() { "ok" } else { "failed" },
+                    if ok { "ok" } else { "refused" }
+                ));
+                let now = self
+                    .store()
+                    .chain(c.id)
+                    .map_err(store_err)?
+                    .expect("exists");
+                // A scancel that went through is recorded as the user's cancel, never
+                // taken by the cycle beside it for an ending of the job's own.
+                ensure!(
+                    ok == scancelled.is_ok(),
+                    "cancel of {id}: scancel {scancelled:?}, answered {r:?}"
+                );
+                if ok {
+                    ensure!(
+                        now.state == ChainState::Cancelled,
+                        "cancel of {id} answered ok but it is {}",
+                        now.state
+                    );
+                }
                 self.after_cycle()?;
             }
             Step::Resolve(i, action) => {

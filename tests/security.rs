@@ -975,6 +975,71 @@ fn item03_answers_nobody_reads_do_not_block_the_daemon() {
     );
 }
 
+/// The uids that have run the fake's `cmd`, in order.
+fn callers_of(sys: &System, cmd: &str) -> Vec<u64> {
+    std::fs::read_to_string(sys.fake.bin.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["cmd"] == cmd)
+        .filter_map(|v| v["uid"].as_u64())
+        .collect()
+}
+
+#[test]
+fn item03_a_cancel_whose_scancel_its_owner_stops_does_not_delay_another() {
+    let sys = System::start("command_timeout = \"10s\"", "");
+    sys.write_as("alice", "job.sh", &script("echo hi"));
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    let bob = User::get("bob").uid as u64;
+    // bob stops his own scancel (it runs as him): the daemon kills it only after
+    // [slurm] command_timeout (10s here).
+    sys.fake.ctl(&["mode", "scancel@bob", "stop"]);
+    let mut c = sys.ctl_command("bob", &["cancel", &job]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let held = c.spawn().unwrap();
+    wait_until("bob's scancel to start", Duration::from_secs(20), || {
+        callers_of(&sys, "scancel").contains(&bob)
+    });
+    answers_quickly(
+        &sys,
+        "alice",
+        &["submit", "--", "job.sh"],
+        Duration::from_secs(5),
+        "bob's scancel was stopped",
+    );
+    // A second cancel of the same chain meanwhile is told to wait; nothing else starts.
+    let again = sys.as_user("bob", &["cancel", &job]);
+    assert_eq!(again.status.code(), Some(75), "{}", err_text(&again));
+    assert!(
+        err_text(&again).contains("being cancelled already"),
+        "{}",
+        err_text(&again)
+    );
+    // The stopped scancel is killed at its timeout: the cancel failed, nothing changed.
+    let first = held.wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(75), "{}", err_text(&first));
+    assert!(
+        err_text(&first).contains("nothing changed"),
+        "{}",
+        err_text(&first)
+    );
+    let state = |sys: &System| sys.json_as("bob", &["status", &job, "--json"])[0]["state"].clone();
+    assert_eq!(state(&sys), "active");
+    assert_eq!(callers_of(&sys, "scancel"), vec![bob], "one scancel, bob's");
+    // Once bob lets it run, the cancel goes through.
+    sys.fake.ctl(&["mode", "scancel@bob", "ok"]);
+    let o = sys.as_user("bob", &["cancel", &job]);
+    assert!(o.status.success(), "{}", err_text(&o));
+    assert_eq!(state(&sys), "cancelled");
+    assert_eq!(
+        sys.fake.jobs()[&job]["state"],
+        "CANCELLED by 0",
+        "the job was cancelled in Slurm"
+    );
+}
+
 #[test]
 fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
     let sys = System::start("", "");

@@ -146,6 +146,12 @@ enum Landing {
     ),
     /// A retry (or a launch repeated after a crash).
     Retry(engine::Flight, sbatch::LaunchOutcome),
+    /// A user's cancel, whose scancel has answered.
+    Cancel(
+        requests::PendingCancel,
+        Result<(), String>,
+        tokio::sync::oneshot::Sender<crate::protocol::Response>,
+    ),
 }
 
 type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Landing>>>;
@@ -266,6 +272,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     let response = requests::finish_submit(&mut engine, &p, outcome);
                     let _ = reply.send(response);
                 }
+                Landing::Cancel(p, scancelled, reply) => {
+                    let _span = p.span.clone().entered();
+                    engine.end_cancel(&p.chains);
+                    let response = requests::finish_cancel(&mut engine, &p, scancelled);
+                    let _ = reply.send(response);
+                }
                 Landing::Retry(f, outcome) => {
                     if let Err(e) = engine.land(&f, outcome) {
                         // The launch stays an intent; reconciliation settles it by its tag.
@@ -294,6 +306,22 @@ pub async fn run<S: Slurm + Clone + 'static>(
                             in_flight.push(Box::pin(async move {
                                 let outcome = sbatch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
                                 Landing::Submit(p, outcome, reply)
+                            }.instrument(span)));
+                        }
+                    }
+                    continue;
+                }
+                if let crate::protocol::Request::Cancel { id } = &ctl.request {
+                    // scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their
+                    // own process) until the command's timeout: beside the loop too.
+                    match span.in_scope(|| requests::begin_cancel(&mut engine, id, ctl.uid, span.clone())) {
+                        Err(response) | Ok(requests::BegunCancel::Done(response)) => { let _ = ctl.reply.send(response); }
+                        Ok(requests::BegunCancel::Scancel(p)) => {
+                            engine.start_cancel(&p.chains);
+                            let (slurm, reply) = (engine.slurm().clone(), ctl.reply);
+                            in_flight.push(Box::pin(async move {
+                                let scancelled = requests::run_scancels(&slurm, &p).await;
+                                Landing::Cancel(p, scancelled, reply)
                             }.instrument(span)));
                         }
                     }

@@ -108,9 +108,15 @@ impl System {
             chown(&h, u);
         }
         let config = root.join("supervisor.toml");
+        // `slurm` (lines of the [slurm] table) may set its own command_timeout.
+        let timeout = if slurm.contains("command_timeout") {
+            ""
+        } else {
+            "command_timeout = \"5s\"\n"
+        };
         let text = format!(
             "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n\
-             [slurm]\nbin_dir = {:?}\ncommand_timeout = \"5s\"\nsbatch_timeout = \"60s\"\n{slurm}\n\
+             [slurm]\nbin_dir = {:?}\n{timeout}sbatch_timeout = \"60s\"\n{slurm}\n\
              [retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n\
              [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = '(?i)connection refused'\n\
              {extra}\n",

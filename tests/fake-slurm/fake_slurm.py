@@ -8,7 +8,9 @@ State lives in state.json beside the links, under an flock. Tests drive it with
   ctl run JOB NODE                          mark a job RUNNING on NODE
   ctl lose JOB                              slurmctld forgets a running job (sacct still RUNNING)
   ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
-                                            (CMD@USER: only when run as USER, e.g. sbatch@bob)
+                                            | stop (CMD@USER: only when run as USER, e.g. sbatch@bob)
+                                            stop: the call stops itself (SIGSTOP) once logged, before
+                                            taking the state lock, as a user may stop their own process
   ctl dump                                  print the state
 Every sbatch call is appended to sbatch.log (one JSON line), so tests can count them: its
 argv and cwd (as text, and byte-exact as hex), who ran it (uid, gid, user), the
@@ -18,7 +20,7 @@ sha256 and the first 64 KiB (hex). Every call of every command is appended to ca
 An sbatch whose environment has SSV_FAKE_SBATCH_SLEEP=<seconds> sleeps that long after
 logging the call, outside the state lock (a slow sbatch for one user only).
 """
-import fcntl, hashlib, json, os, pwd, stat, sys, time
+import fcntl, hashlib, json, os, pwd, signal, stat, sys, time
 
 # Tests run the fake as several users (a root daemon runs sbatch as each job's owner):
 # everything it creates is shared. The umask it was started with is logged (sbatch passes
@@ -336,6 +338,9 @@ def main():
         log.write(json.dumps({"cmd": name, "uid": os.getuid(), "at": time.time()}) + "\n")
     if name == "fake_slurm.py":
         return ctl(args[1:]) if args and args[0] == "ctl" else sys.exit("usage: fake_slurm.py ctl ...")
+    # The state file is replaced whole (os.replace), so it can be read without the lock.
+    if load()["modes"].get(f"{name}@{user()}") == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "sinfo": sinfo, "scontrol": scontrol}[name](args)
 
 

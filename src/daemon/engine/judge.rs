@@ -81,7 +81,14 @@ impl<S: Slurm> Engine<S> {
         if n == 0 {
             return Ok(());
         }
-        let batch: Vec<Found> = self.backlog.drain(..n).collect();
+        // A chain whose cancel began since the poll is the cancel's to record; its
+        // ending is found again by the next poll if the cancel's scancel fails.
+        let cancelling = &self.cancelling;
+        let batch: Vec<Found> = self
+            .backlog
+            .drain(..n)
+            .filter(|f| !cancelling.contains(&f.attempt.chain_id))
+            .collect();
         let mut endings = Vec::new();
         let mut partitions = Vec::new();
         self.store.begin_batch()?;

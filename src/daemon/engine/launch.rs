@@ -36,7 +36,8 @@ impl<S: Slurm> Engine<S> {
             .store
             .chains_in_state(ChainState::Ready)?
             .into_iter()
-            .filter(|c| !unsettled.contains(&c.submission_id))
+            // A chain being cancelled gets no new attempt while its scancel runs.
+            .filter(|c| !unsettled.contains(&c.submission_id) && !self.cancelling.contains(&c.id))
             .collect();
         // A chain whose job Slurm cancelled for its dependency waits for the chains it
         // waits on to have a live attempt, and ends if one of them failed for good.

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::policy::{self, Effect, Event, Transition};
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::{Store, StoreError};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
@@ -49,6 +49,9 @@ pub struct Engine<S: Slurm> {
     /// submit (true) or a retry. Reconciliation leaves them alone: their fate is about to
     /// be known.
     in_flight: HashMap<i64, (u32, bool)>,
+    /// Chains whose `cancel` has its scancel running beside the loop: none of them gets a
+    /// new attempt or a second cancel meanwhile.
+    cancelling: HashSet<i64>,
     /// Whether retries' sbatch runs beside the loop (the daemon) or is awaited in place
     /// (the in-process tests, which drive cycles one by one).
     defer: bool,
@@ -72,16 +75,6 @@ struct Found {
     attempt: crate::store::Attempt,
     runs: Vec<Vec<crate::slurm::types::SacctRow>>,
     still_queued: bool,
-}
-
-/// Why a scancel on a user's behalf did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum ScancelError {
-    /// The owner has no account here: nothing is run as root for them.
-    #[error("{0}")]
-    NoAccount(String),
-    #[error(transparent)]
-    Slurm(SlurmError),
 }
 
 /// A retry whose sbatch runs beside the loop: its intent is recorded; what sbatch
@@ -121,6 +114,7 @@ impl<S: Slurm> Engine<S> {
             outage: None,
             consecutive_failures: 0,
             in_flight: HashMap::new(),
+            cancelling: HashSet::new(),
             defer: false,
             takeoff: Vec::new(),
             backlog: Default::default(),
@@ -171,13 +165,21 @@ impl<S: Slurm> Engine<S> {
         sbatch::begin_submission(&mut self.store, &self.config, new, submitted, t)
     }
 
-    /// Cancels `owner`'s `jobs` in Slurm, as the owner.
-    pub async fn scancel(&self, owner: u32, jobs: &[String]) -> Result<(), ScancelError> {
-        let who = sbatch::run_as(owner).map_err(ScancelError::NoAccount)?;
-        self.slurm
-            .scancel(jobs, who.as_ref())
-            .await
-            .map_err(ScancelError::Slurm)
+    /// Marks chains as being cancelled (their scancel runs beside the loop).
+    pub fn start_cancel(&mut self, chains: &[i64]) {
+        self.cancelling.extend(chains);
+    }
+
+    /// Their scancel has answered.
+    pub fn end_cancel(&mut self, chains: &[i64]) {
+        for c in chains {
+            self.cancelling.remove(c);
+        }
+    }
+
+    /// Whether a chain's cancel is waiting for its scancel.
+    pub fn is_cancelling(&self, chain: i64) -> bool {
+        self.cancelling.contains(&chain)
     }
 
     /// What `scontrol show job` says of a job (for `adopt`).

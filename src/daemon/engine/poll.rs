@@ -108,7 +108,9 @@ impl<S: Slurm> Engine<S> {
         let runs = runs_by_job(&sa.rows);
         for (a, _requeue_suspected) in ask {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
-            if bad_jobs.contains(&jid) {
+            // A chain whose cancel is scancelling its job is the cancel's to record (its
+            // job ends by that scancel); if the scancel fails, the next poll asks again.
+            if bad_jobs.contains(&jid) || self.cancelling.contains(&a.chain_id) {
                 continue;
             }
             let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());

@@ -1,49 +1,57 @@
 //! `cancel`: stops a chain (every task of an array together): scancel first, then one
 //! transaction; if scancel fails, nothing changes.
+//!
+//! A cancel of live jobs is cut in two, as a submit is, so that its scancel never holds up
+//! the loop: scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their own
+//! process) until `[slurm] command_timeout`. `begin_cancel` checks the request and decides
+//! which jobs to cancel; while the scancel runs beside the loop the chains are marked
+//! cancelling (no retry of theirs is launched, no second cancel begins); `finish_cancel`
+//! decides again from the chains as they are then and records it.
 
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::ScancelError;
 use crate::daemon::engine::{now, Engine};
 use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Response};
-use crate::slurm::Slurm;
-use crate::store::chain_label;
+use crate::slurm::{RunAs, Slurm, SlurmError};
+use crate::store::{chain_label, Chain};
+use std::collections::BTreeMap;
 
-pub(super) async fn cancel<S: Slurm>(
-    engine: &mut Engine<S>,
-    id: &str,
+/// A cancel whose scancel is to run (beside the loop, in the daemon).
+#[derive(Debug)]
+pub struct PendingCancel {
+    /// What the caller named, for the answer.
+    id: String,
     uid: u32,
-) -> Handled<CancelAnswer> {
-    let chains = chains_for(engine.store(), id, uid)?;
-    // A launch whose sbatch gave no answer may have created a job that the next cycle
-    // will find by its tag and adopt; cancelling the chain now would leave that job
-    // running and the chain brought back to `active` by the adoption.
-    for c in chains.iter().filter(|c| c.state.is_open()) {
-        let launching = engine
-            .store()
-            .attempts(c.id)?
-            .iter()
-            .any(|a| a.state == crate::store::AttemptState::Launching);
-        if launching {
-            return Err(Response::error(
-                ErrorKind::Unavailable,
-                format!(
-                    "{} is being submitted and Slurm has not confirmed its job yet; nothing changed, try again after the next poll",
-                    chain_label(c.id)
-                ),
-            ));
-        }
-    }
-    // The chains that have not ended yet, each with its transition; one scancel per
-    // owner for every live job of the request (an array's tasks together), then one
-    // transaction for all the chains: either all are recorded cancelled or, if scancel
-    // fails, none changes.
-    let t = now();
+    /// The chains the cancel is for, marked cancelling until `finish_cancel`.
+    pub chains: Vec<i64>,
+    /// One scancel per owner: as whom, and the live jobs (an array's tasks together).
+    scancels: Vec<(Option<RunAs>, Vec<String>)>,
+    /// The request's span (see `requests::span`), entered again when the answer is made.
+    pub span: tracing::Span,
+}
+
+/// What `begin_cancel` made of a request.
+#[derive(Debug)]
+pub enum BegunCancel {
+    /// No job to stop: the cancel is recorded and answered.
+    Done(Response),
+    /// Jobs to stop first: run `run_scancels`, then `finish_cancel`.
+    Scancel(PendingCancel),
+}
+
+/// What a cancel would record now: each open chain's transition (with its live attempt),
+/// and the live jobs to scancel, by owner.
+type Plan = (
+    Vec<(i64, Option<u32>, crate::policy::Transition)>,
+    BTreeMap<u32, Vec<String>>,
+);
+
+fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Handled<Plan> {
     let who = actor(uid);
     let ctx = crate::policy::Context::at(t);
-    let mut live_by_owner: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    let mut live_by_owner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     let mut items = Vec::with_capacity(chains.len());
-    for c in &chains {
+    for c in chains {
         let live = engine
             .store()
             .attempts(c.id)?
@@ -67,23 +75,159 @@ pub(super) async fn cancel<S: Slurm>(
         }
         items.push((c.id, live.map(|a| a.n), tr));
     }
-    if items.is_empty() {
-        return Err(Response::error(
-            ErrorKind::Conflict,
-            format!("{id} has already ended; nothing to cancel"),
-        ));
-    }
-    for (owner, jobs) in &live_by_owner {
-        engine.scancel(*owner, jobs).await.map_err(|e| match e {
-            ScancelError::NoAccount(e) => Response::error(ErrorKind::Internal, e),
-            ScancelError::Slurm(e) => Response::error(
+    Ok((items, live_by_owner))
+}
+
+fn ended(id: &str) -> Response {
+    Response::error(
+        ErrorKind::Conflict,
+        format!("{id} has already ended; nothing to cancel"),
+    )
+}
+
+/// Checks a cancel and decides what to stop. Chains with no live job are cancelled here
+/// and then; otherwise the scancel is left to run beside the loop.
+pub fn begin_cancel<S: Slurm>(
+    engine: &mut Engine<S>,
+    id: &str,
+    uid: u32,
+    span: tracing::Span,
+) -> Handled<BegunCancel> {
+    let chains = chains_for(engine.store(), id, uid)?;
+    for c in chains.iter().filter(|c| c.state.is_open()) {
+        if engine.is_cancelling(c.id) {
+            return Err(Response::error(
                 ErrorKind::Unavailable,
-                format!("scancel {} failed, nothing changed: {e}", jobs.join(" ")),
-            ),
-        })?;
+                format!(
+                    "{} is being cancelled already (its scancel has not answered yet); nothing changed, check `supervisorctl status {}` in a moment",
+                    chain_label(c.id),
+                    chain_label(c.id)
+                ),
+            ));
+        }
+        // A launch whose sbatch gave no answer may have created a job that the next cycle
+        // will find by its tag and adopt; cancelling the chain now would leave that job
+        // running and the chain brought back to `active` by the adoption.
+        let launching = engine
+            .store()
+            .attempts(c.id)?
+            .iter()
+            .any(|a| a.state == crate::store::AttemptState::Launching);
+        if launching {
+            return Err(Response::error(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} is being submitted and Slurm has not confirmed its job yet; nothing changed, try again after the next poll",
+                    chain_label(c.id)
+                ),
+            ));
+        }
     }
-    let done = engine.store_mut().cancel_chains(&items, t)?;
-    Ok(CancelAnswer {
+    // The chains that have not ended yet, each with its transition; one scancel per
+    // owner for every live job of the request (an array's tasks together), then one
+    // transaction for all the chains: either all are recorded cancelled or, if scancel
+    // fails, none changes.
+    let t = now();
+    let (items, live_by_owner) = plan(engine, &chains, uid, t)?;
+    if items.is_empty() {
+        return Err(ended(id));
+    }
+    if live_by_owner.is_empty() {
+        let done = engine.store_mut().cancel_chains(&items, t)?;
+        return Ok(BegunCancel::Done(answer(done)));
+    }
+    let mut scancels = Vec::with_capacity(live_by_owner.len());
+    for (owner, jobs) in live_by_owner {
+        let who = crate::daemon::sbatch::run_as(owner)
+            .map_err(|e| Response::error(ErrorKind::Internal, e))?;
+        scancels.push((who, jobs));
+    }
+    Ok(BegunCancel::Scancel(PendingCancel {
+        id: id.to_string(),
+        uid,
+        chains: items.iter().map(|(c, _, _)| *c).collect(),
+        scancels,
+        span,
+    }))
+}
+
+/// The scancels of a cancel, each as the jobs' owner (beside the loop). The first that
+/// fails ends it, saying which.
+pub async fn run_scancels<S: Slurm>(slurm: &S, p: &PendingCancel) -> Result<(), String> {
+    for (who, jobs) in &p.scancels {
+        slurm
+            .scancel(jobs, who.as_ref())
+            .await
+            .map_err(|e: SlurmError| {
+                format!("scancel {} failed, nothing changed: {e}", jobs.join(" "))
+            })?;
+    }
+    Ok(())
+}
+
+/// Records a cancel whose scancels answered `scancelled`: decided again from the chains as
+/// they are now (one may have ended meanwhile; none was relaunched, being cancelling).
+pub fn finish_cancel<S: Slurm>(
+    engine: &mut Engine<S>,
+    p: &PendingCancel,
+    scancelled: Result<(), String>,
+) -> Response {
+    let result = (|| -> Handled<CancelAnswer> {
+        scancelled.map_err(|e| Response::error(ErrorKind::Unavailable, e))?;
+        let mut chains = Vec::with_capacity(p.chains.len());
+        for &c in &p.chains {
+            chains.extend(engine.store().chain(c)?);
+        }
+        let t = now();
+        let (items, live_by_owner) = plan(engine, &chains, p.uid, t)?;
+        // Only the jobs just cancelled can be live still (a cancelling chain gets no new
+        // attempt): a chain with another live job is left as it is, never recorded
+        // cancelled while a job of its runs.
+        let stopped: std::collections::HashSet<&String> =
+            p.scancels.iter().flat_map(|(_, jobs)| jobs).collect();
+        let unstopped: std::collections::HashSet<&String> = live_by_owner
+            .values()
+            .flatten()
+            .filter(|j| !stopped.contains(j))
+            .collect();
+        if !unstopped.is_empty() {
+            return Err(Response::error(
+                ErrorKind::Conflict,
+                format!(
+                    "{} has a job the cancel did not stop ({}); nothing recorded, cancel again",
+                    p.id,
+                    unstopped.into_iter().cloned().collect::<Vec<_>>().join(" ")
+                ),
+            ));
+        }
+        if items.is_empty() {
+            return Err(ended(&p.id));
+        }
+        Ok(answer_of(engine.store_mut().cancel_chains(&items, t)?))
+    })();
+    result.map(|a| Response::answer(&a)).unwrap_or_else(|e| e)
+}
+
+fn answer_of(done: Vec<i64>) -> CancelAnswer {
+    CancelAnswer {
         cancelled: done.into_iter().map(chain_label).collect(),
-    })
+    }
+}
+
+fn answer(done: Vec<i64>) -> Response {
+    Response::answer(&answer_of(done))
+}
+
+/// A whole cancel, its scancel awaited in place (the in-process tests).
+pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Response {
+    match begin_cancel(engine, id, uid, tracing::Span::current()) {
+        Err(e) => e,
+        Ok(BegunCancel::Done(r)) => r,
+        Ok(BegunCancel::Scancel(p)) => {
+            engine.start_cancel(&p.chains);
+            let scancelled = run_scancels(engine.slurm(), &p).await;
+            engine.end_cancel(&p.chains);
+            finish_cancel(engine, &p, scancelled)
+        }
+    }
 }

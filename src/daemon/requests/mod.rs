@@ -5,9 +5,12 @@
 //! checks the request and records the launch's intent, the daemon runs the sbatch beside
 //! the loop, and `submit::finish` records what came of it and builds the answer. The
 //! answer is the truth: a submission the client is told failed is never submitted later.
+//! A cancel of live jobs is cut in two the same way (`cancel::begin_cancel`, its scancel
+//! beside the loop, `cancel::finish_cancel`): the scancel runs as the jobs' owner, who
+//! could otherwise hold the loop with it.
 
 mod adopt;
-mod cancel;
+pub mod cancel;
 mod classify;
 mod recover;
 mod resolution;
@@ -17,6 +20,7 @@ use super::engine::Engine;
 use crate::protocol::{Request, Response};
 use crate::slurm::Slurm;
 
+pub use cancel::{begin_cancel, finish_cancel, run_scancels, BegunCancel, PendingCancel};
 pub use submit::{begin_submit, finish_submit, PendingSubmit};
 
 /// The span of one control request handled on the loop: its `cmd`, the caller's uid, the
@@ -47,9 +51,7 @@ pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32
         Request::Submit(r) => return submit::submit(engine, r, uid).await,
         Request::Classify(r) => classify::classify(engine, r, uid).map(|a| Response::answer(&a)),
         Request::Recover(r) => recover::recover(engine, r, uid).map(|a| Response::answer(&a)),
-        Request::Cancel { id } => cancel::cancel(engine, &id, uid)
-            .await
-            .map(|a| Response::answer(&a)),
+        Request::Cancel { id } => return cancel::cancel(engine, &id, uid).await,
         Request::Adopt { job_ids } => adopt::adopt(engine, &job_ids, uid)
             .await
             .map(|a| Response::answer(&a)),
