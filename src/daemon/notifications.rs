@@ -512,10 +512,9 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             ("LOGNAME", name.as_str()),
             ("HOME", g.home.as_deref().unwrap_or("/")),
         ]);
-        // The group list is resolved here, never by initgroups in the child.
-        let creds =
-            spawn::Credentials::of(who).map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-        cmd.run_as(creds);
+        // The group list is resolved by the daemon when it is started, never by
+        // initgroups in the child.
+        cmd.run_as(spawn::Credentials::of(who));
     }
     // The timeout bounds the whole wait, the start included: a start of the user's waits
     // its turn behind theirs under way (`spawn`: one at a time, each held up to

@@ -312,13 +312,12 @@ fn not_started(name: &str, e: std::io::Error) -> Result<SlurmError, std::io::Err
 
 /// Makes the child run as `who` (groups, gid, uid, in that order), then enter `cwd` as that
 /// user, so a directory the user may not enter is refused as it would be for them. The
-/// group list is resolved here, in the daemon (see `spawn`).
-fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) -> std::io::Result<()> {
-    cmd.run_as(Credentials::of(who)?);
+/// group list is resolved in the daemon when the child is started (see `spawn`).
+fn drop_to(cmd: &mut Command, who: &RunAs, cwd: Option<&Path>) {
+    cmd.run_as(Credentials::of(who));
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    Ok(())
 }
 
 /// Looks a program up on the daemon's own `$PATH` (never the job's recorded one).
@@ -384,7 +383,7 @@ impl Slurm for SlurmCli {
                 self.sbatch_timeout,
                 move |cmd| {
                     if let Some(who) = &run_as {
-                        drop_to(cmd, who, Some(&cwd))?;
+                        drop_to(cmd, who, Some(&cwd));
                     } else {
                         cmd.current_dir(&cwd);
                     }
@@ -611,9 +610,11 @@ impl SlurmCli {
             name,
             args,
             self.timeout,
-            move |cmd| match &who {
-                Some(who) => drop_to(cmd, who, None),
-                None => Ok(()),
+            move |cmd| {
+                if let Some(who) = &who {
+                    drop_to(cmd, who, None);
+                }
+                Ok(())
             },
             None,
         )

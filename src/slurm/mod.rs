@@ -46,7 +46,7 @@ impl RunAs {
     /// submit, retry and scancel, and an NSS lookup there (reading /etc/passwd, or asking
     /// sssd or LDAP) is time it does not spend on anyone else. An unknown uid is asked
     /// again each time, so an account that appears is known at once. The group list is
-    /// not kept (`spawn::Credentials::of` asks for it at each start).
+    /// not kept (`spawn` asks for it at each start, on the starter thread).
     pub fn lookup(uid: u32) -> Option<RunAs> {
         use std::collections::HashMap;
         use std::sync::Mutex;

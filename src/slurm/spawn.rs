@@ -23,8 +23,10 @@
 //!    system calls. glibc's `setuid` and friends must not be used: they signal every thread
 //!    of the process to change its credentials too, and this child shares the daemon's
 //!    thread list in memory. The group list was resolved in the daemon with
-//!    `getgrouplist`: `initgroups` in the child would do NSS lookups (allocating, taking
-//!    glibc locks another daemon thread may hold), a possible deadlock;
+//!    `getgrouplist`, on the starter thread before the clone (the group database may be
+//!    slow, and no one else waits on that thread): `initgroups` in the child would do NSS
+//!    lookups (allocating, taking glibc locks another daemon thread may hold), a possible
+//!    deadlock;
 //!    Then the process is made not dumpable (see `child_setup`: else, with
 //!    fs.suid_dumpable=1, the user could open the daemon's memory through this child);
 //! 4. `PR_SET_PDEATHSIG`, after the credentials (changing them clears it), then a check
@@ -182,25 +184,57 @@ fn watchdog(limit: std::time::Duration) -> Arc<Watch> {
     watch
 }
 
-/// Who a program runs as, resolved in the daemon before it is started.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who a program runs as. Its supplementary groups are resolved in the daemon, on the
+/// starter thread right before the clone: the group database may be slow (sssd, LDAP),
+/// and a start waits on that thread, never on the caller's (the loop).
+#[derive(Debug, Clone)]
 pub struct Credentials {
     pub uid: libc::uid_t,
     pub gid: libc::gid_t,
-    /// The supplementary groups, as `initgroups` would set them (the primary gid included).
-    pub groups: Vec<libc::gid_t>,
+    groups: Groups,
+    /// Fault injection: the thread that resolved the groups notes itself here.
+    #[cfg(test)]
+    resolved_on: Option<std::sync::Arc<std::sync::Mutex<Option<std::thread::ThreadId>>>>,
+}
+
+#[derive(Debug, Clone)]
+enum Groups {
+    /// `getgrouplist` of this user name and the primary gid, at each start.
+    Of(CString),
+    /// Given as they are (tests).
+    #[cfg(test)]
+    Given(Vec<libc::gid_t>),
 }
 
 impl Credentials {
-    /// The credentials of `who`: their group list from the system's group database.
-    pub fn of(who: &RunAs) -> io::Result<Credentials> {
-        let groups = nix::unistd::getgrouplist(&who.user, nix::unistd::Gid::from_raw(who.gid))
-            .map_err(io::Error::from)?;
-        Ok(Credentials {
+    /// The credentials of `who`: their group list is read from the system's group
+    /// database when the program is started.
+    pub fn of(who: &RunAs) -> Credentials {
+        Credentials {
             uid: who.uid,
             gid: who.gid,
-            groups: groups.into_iter().map(|g| g.as_raw()).collect(),
-        })
+            groups: Groups::Of(who.user.clone()),
+            #[cfg(test)]
+            resolved_on: None,
+        }
+    }
+
+    /// The supplementary groups, as `initgroups` would set them (the primary gid
+    /// included).
+    fn groups(&self) -> io::Result<Vec<libc::gid_t>> {
+        #[cfg(test)]
+        if let Some(slot) = &self.resolved_on {
+            *slot.lock().unwrap() = Some(std::thread::current().id());
+        }
+        match &self.groups {
+            Groups::Of(user) => {
+                let groups = nix::unistd::getgrouplist(user, nix::unistd::Gid::from_raw(self.gid))
+                    .map_err(io::Error::from)?;
+                Ok(groups.into_iter().map(|g| g.as_raw()).collect())
+            }
+            #[cfg(test)]
+            Groups::Given(g) => Ok(g.clone()),
+        }
     }
 }
 
@@ -378,6 +412,10 @@ impl Command {
                 "nul byte found in provided data",
             ));
         }
+        let groups = match &self.credentials {
+            Some(c) => c.groups()?,
+            None => Vec::new(),
+        };
         let (child_stdin, parent_stdin) = if self.stdin {
             let (r, w) = pipe_pair()?;
             (r, Some(w))
@@ -414,8 +452,6 @@ impl Command {
             .map(|a| a.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect();
-        let no_groups = Vec::new();
-        let groups = self.credentials.as_ref().map_or(&no_groups, |c| &c.groups);
         let args = ChildArgs {
             program: self.program.as_ptr(),
             argv: argv.as_ptr(),
@@ -1354,7 +1390,8 @@ mod tests {
         c.run_as(Credentials {
             uid,
             gid: uid,
-            groups: vec![uid],
+            groups: Groups::Given(vec![uid]),
+            resolved_on: None,
         });
         c
     }
@@ -1379,6 +1416,51 @@ mod tests {
         std::io::Write::write_all(&mut release, b"x").unwrap();
         let mut child = held.await.unwrap().unwrap();
         assert!(output(&mut child).await.0.success());
+    }
+
+    /// The group database may be slow (sssd, LDAP): a user's group list is looked up on
+    /// the starter thread, never on the caller's (the daemon's loop), and it is the one
+    /// the system's group database gives.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_users_groups_are_looked_up_on_the_starter_thread() {
+        if not_root() {
+            return;
+        }
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        let who = RunAs {
+            uid: nobody.uid.as_raw(),
+            gid: nobody.gid.as_raw(),
+            user: CString::new(nobody.name.clone()).unwrap(),
+        };
+        let mut creds = Credentials::of(&who);
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+        creds.resolved_on = Some(slot.clone());
+        let mut cmd = Command::new("/usr/bin/id");
+        cmd.args(["-G"]).run_as(creds);
+        let mut child = cmd.spawn().await.unwrap();
+        let (status, out, _) = output(&mut child).await;
+        assert!(status.success());
+        let looked_up_on = slot.lock().unwrap().expect("the groups were looked up");
+        assert_ne!(
+            looked_up_on,
+            std::thread::current().id(),
+            "on the caller's thread"
+        );
+        let want: Vec<String> = nix::unistd::getgrouplist(&who.user, nobody.gid)
+            .unwrap()
+            .iter()
+            .map(|g| g.as_raw().to_string())
+            .collect();
+        let mut got: Vec<&str> = std::str::from_utf8(&out)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let mut want: Vec<&str> = want.iter().map(String::as_str).collect();
+        got.sort();
+        want.sort();
+        got.dedup();
+        want.dedup();
+        assert_eq!(got, want);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
