@@ -556,7 +556,9 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             buf
         };
         let ((), _stdout, stderr) = tokio::join!(feed, read(out.take()), read_err);
-        let status = child.wait().await;
+        // Not reaped yet: its process group can still be killed (`kill_group`) without
+        // the risk of hitting a group that took its number since.
+        let status = child.exited().await;
         (status, stderr)
     };
     match tokio::time::timeout_at(deadline, work).await {
@@ -566,6 +568,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
         }
         Ok((Err(e), _)) => Err(format!("{}: {e}", argv[0])),
         Ok((Ok(status), stderr)) if status.success() => {
+            let _ = child.wait().await;
             if !stderr.is_empty() {
                 debug!(program = %argv[0], stderr = %String::from_utf8_lossy(&stderr), "notification program wrote to stderr");
             }

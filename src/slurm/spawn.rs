@@ -1068,14 +1068,37 @@ impl Child {
         }
     }
 
-    /// SIGKILL to the program's process group (started with [`Command::process_group`]).
+    /// SIGKILL to the program's process group (started with [`Command::process_group`]),
+    /// unless the program was already waited for: its group id is its pid, which is free
+    /// for another process (another user's) once reaped, so the group is only signalled
+    /// while the program is not reaped ([`Child::exited`] waits for its end and keeps
+    /// it so).
     pub fn kill_group(&self) {
-        // SAFETY: the group is the one the child made (its pgid is its pid).
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: the group is the one the child made (its pgid is its pid), and the
+        // child, alive or a zombie, still holds that pid.
         unsafe { libc::killpg(self.pid, libc::SIGKILL) };
     }
 
     /// Waits for the program to exit; its exit status.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        let s = self.exit(try_reap).await?;
+        self.status = Some(s);
+        Ok(s)
+    }
+
+    /// Waits for the program to exit, without reaping it: its pid, and so its process
+    /// group id, stays its own (for [`Child::kill_group`]) until [`Child::wait`] or drop.
+    pub async fn exited(&mut self) -> io::Result<ExitStatus> {
+        self.exit(peek_exit).await
+    }
+
+    async fn exit(
+        &self,
+        look: fn(libc::pid_t) -> io::Result<Option<ExitStatus>>,
+    ) -> io::Result<ExitStatus> {
         if let Some(s) = self.status {
             return Ok(s);
         }
@@ -1084,8 +1107,7 @@ impl Child {
         };
         loop {
             let mut ready = fd.readable().await?;
-            if let Some(s) = try_reap(self.pid)? {
-                self.status = Some(s);
+            if let Some(s) = look(self.pid)? {
                 return Ok(s);
             }
             ready.clear_ready();
@@ -1133,6 +1155,41 @@ fn try_reap(pid: libc::pid_t) -> io::Result<Option<ExitStatus>> {
             _ if errno() == libc::EINTR => continue,
             _ => return Err(io::Error::last_os_error()),
         }
+    }
+}
+
+/// The exit status of our child `pid` if it has exited, leaving it unreaped (`WNOWAIT`).
+fn peek_exit(pid: libc::pid_t) -> io::Result<Option<ExitStatus>> {
+    loop {
+        // SAFETY: all-zero is a valid siginfo_t; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our unreaped child; `info` is a valid out pointer.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if r < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: waitid filled the SIGCHLD fields (si_pid 0: not exited yet).
+        let (who, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if who == 0 {
+            return Ok(None);
+        }
+        // Back to the wait status `waitpid` would give.
+        let raw = match info.si_code {
+            libc::CLD_EXITED => (status & 0xff) << 8,
+            libc::CLD_DUMPED => status | 0x80,
+            _ => status,
+        };
+        return Ok(Some(ExitStatus::from_raw(raw)));
     }
 }
 
@@ -1521,6 +1578,48 @@ mod tests {
             let mut child = start.await.unwrap().unwrap();
             assert!(output(&mut child).await.0.success());
         }
+    }
+
+    /// `exited` gives the status and leaves the program unreaped, so its process group
+    /// is still its own to kill: what it left running (here a `sleep` holding stdout) dies.
+    /// Once reaped (`wait`), its group is never signalled: the number may be another's.
+    #[tokio::test]
+    async fn the_group_is_killed_only_while_its_leader_is_unreaped() {
+        let start = || async {
+            let mut cmd = Command::new("/bin/sh");
+            cmd.args(["-c", "sleep 600 & exit 3"]).process_group();
+            cmd.spawn().await.unwrap()
+        };
+        let mut child = start().await;
+        let status = child.exited().await.unwrap();
+        assert_eq!(status.code(), Some(3));
+        // Still a zombie of ours: the waitid probe (WNOWAIT) sees it.
+        assert_eq!(
+            peek_exit(child.pid).unwrap().map(|s| s.code()),
+            Some(Some(3))
+        );
+        child.kill_group();
+        let mut out = child.stdout.take().unwrap();
+        let eof = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            out.read_to_end(&mut Vec::new()),
+        )
+        .await;
+        assert!(
+            matches!(eof, Ok(Ok(0))),
+            "the sleep it left was killed: {eof:?}"
+        );
+        assert_eq!(child.wait().await.unwrap().code(), Some(3));
+
+        let mut child = start().await;
+        assert_eq!(child.wait().await.unwrap().code(), Some(3));
+        let pgid = child.pid;
+        child.kill_group();
+        // SAFETY: signal 0 only probes; the group is the sleep's, left by the test.
+        let alive = unsafe { libc::killpg(pgid, 0) } == 0;
+        // SAFETY: the test's own leftover (its group still exists, so not reused).
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        assert!(alive, "a reaped leader's group is not signalled");
     }
 
     #[tokio::test]
