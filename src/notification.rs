@@ -2,7 +2,9 @@
 //! `notifications` module delivers it).
 //!
 //! A chain tells its submitter when it needs a person (it enters `pending_failed`, a
-//! reminder, an expiry that held it) or ends for good (`completed`, `failed`), once per
+//! reminder, an expiry that held it) or ends for good (`completed`, `failed`, or cancelled
+//! by the supervisor because a job it waits on failed for good:
+//! `dependency_never_satisfied`, what Slurm's `INVALID_DEPEND` mail is for a job), once per
 //! event. It honours the submission's own `--mail-type` and `--mail-user`, as Slurm does
 //! for a job, with this mapping (see docs/configuration.md, `[notify]`):
 //!
@@ -11,6 +13,7 @@
 //! | `completed` | `END` or `ALL` |
 //! | `failed` | `END`, `FAIL` or `ALL` |
 //! | `pending_failed`, `reminder`, `expired` | anything but `NONE`, or no `--mail-type` at all |
+//! | `dependency_never_satisfied` | `INVALID_DEPEND` or `ALL` |
 //!
 //! `pending_failed` is mailed without a `--mail-type` because it is the one event that
 //! waits for the user: nothing else happens to the chain until someone resolves it, and
@@ -38,6 +41,9 @@ pub enum Kind {
     Reminder,
     /// `escalation.expire_action = "hold"` held the chain for a person.
     Expired,
+    /// The supervisor cancelled the chain: a job it waits on failed for good, so its
+    /// dependency can never be satisfied.
+    DependencyNeverSatisfied,
 }
 
 impl Kind {
@@ -48,6 +54,7 @@ impl Kind {
             Kind::Failed => "failed",
             Kind::Reminder => "reminder",
             Kind::Expired => "expired",
+            Kind::DependencyNeverSatisfied => "dependency_never_satisfied",
         }
     }
 
@@ -58,6 +65,7 @@ impl Kind {
             Kind::Failed,
             Kind::Reminder,
             Kind::Expired,
+            Kind::DependencyNeverSatisfied,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -89,7 +97,8 @@ pub fn wants_mail(kind: Kind, mail_type: Option<&str>) -> bool {
     match kind {
         Kind::Completed => has("END") || has("ALL"),
         Kind::Failed => has("END") || has("FAIL") || has("ALL"),
-        _ => t.iter().any(|x| x != "NONE"),
+        Kind::DependencyNeverSatisfied => has("INVALID_DEPEND") || has("ALL"),
+        Kind::PendingFailed | Kind::Reminder | Kind::Expired => t.iter().any(|x| x != "NONE"),
     }
 }
 
@@ -158,7 +167,8 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// `notification`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
-    /// What happened (`pending_failed`, `completed`, `failed`, `reminder`, `expired`).
+    /// What happened (`pending_failed`, `completed`, `failed`, `reminder`, `expired`,
+    /// `dependency_never_satisfied`).
     pub event: Kind,
     /// The chain's id (`c17`).
     pub chain: String,
@@ -206,6 +216,9 @@ pub fn mail_text(events: &[Event]) -> (String, String) {
         Kind::Expired => "held for you: nobody resolved it in time",
         Kind::Completed => "completed",
         Kind::Failed => "failed",
+        Kind::DependencyNeverSatisfied => {
+            "cancelled: a job it waits on failed for good, so it can never start"
+        }
     };
     let label = if chains.len() == 1 {
         format!("chain {}", chains[0])
@@ -281,16 +294,34 @@ mod tests {
             (Some("fail"), &[Failed, PendingFailed, Reminder, Expired]),
             (
                 Some("ALL"),
-                &[Completed, Failed, PendingFailed, Reminder, Expired],
+                &[
+                    Completed,
+                    Failed,
+                    PendingFailed,
+                    Reminder,
+                    Expired,
+                    DependencyNeverSatisfied,
+                ],
             ),
             (Some("BEGIN"), &[PendingFailed, Reminder, Expired]),
             (
                 Some("BEGIN,END"),
                 &[Completed, Failed, PendingFailed, Reminder, Expired],
             ),
+            (
+                Some("invalid_depend"),
+                &[PendingFailed, Reminder, Expired, DependencyNeverSatisfied],
+            ),
         ];
         for (given, want) in cases {
-            for k in [PendingFailed, Completed, Failed, Reminder, Expired] {
+            for k in [
+                PendingFailed,
+                Completed,
+                Failed,
+                Reminder,
+                Expired,
+                DependencyNeverSatisfied,
+            ] {
                 assert_eq!(
                     wants_mail(k, *given),
                     want.contains(&k),

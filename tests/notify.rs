@@ -433,3 +433,64 @@ fn a_stuck_mail_program_is_killed_and_holds_nothing_up() {
         },
     );
 }
+
+/// A chain the supervisor cancels because what it waits on can never happen (afternotok
+/// on a chain that completed) is news to its submitter: the notify command hears of it
+/// always, the mail goes out for `--mail-type=INVALID_DEPEND` (what Slurm mails for a job
+/// whose dependency can never be satisfied). The upstream's own completion is no mail.
+#[test]
+fn a_chain_cancelled_for_a_dependency_that_can_never_hold_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, fake) = start(&notify_config(dir.path(), true), &[]);
+    d.write_script("job.sh", "echo hi");
+    let up = d.submit(&["job.sh"]);
+    let c_up = d.status(&up)[0]["id"].as_str().unwrap().to_string();
+    let down = d.submit(&[
+        "--mail-type=INVALID_DEPEND",
+        &format!("--dependency=afternotok:{c_up}"),
+        "job.sh",
+    ]);
+    let c_down = d.status(&down)[0]["id"].as_str().unwrap().to_string();
+    fake.ctl(&["finish", &up, "COMPLETED", "0:0"]);
+    d.wait_state(&down, "cancelled", Duration::from_secs(30));
+    let told = |dir: &Path| {
+        events(dir)
+            .into_iter()
+            .find(|e| e["event"] == "dependency_never_satisfied")
+    };
+    wait_until(
+        "the dependency_never_satisfied event",
+        Duration::from_secs(30),
+        || told(dir.path()).is_some(),
+    );
+    let e = told(dir.path()).unwrap();
+    assert_eq!(e["chain"], c_down.as_str(), "{e:#}");
+    assert_eq!(e["reason_code"], "dependency_never_satisfied", "{e:#}");
+    assert_eq!(e["actor"], "supervisor", "{e:#}");
+    assert_eq!(e["resolve"], Value::Null, "{e:#}");
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    assert_eq!(e["mail_to"], me.as_str(), "{e:#}");
+    wait_until("its mail", Duration::from_secs(30), || {
+        !lines(dir.path().join("mail.jsonl")).is_empty()
+    });
+    let mails = lines(dir.path().join("mail.jsonl"));
+    assert_eq!(mails.len(), 1, "only the cancelled chain's: {mails:#?}");
+    let argv: Vec<String> = serde_json::from_value(mails[0]["argv"].clone()).unwrap();
+    assert!(
+        argv[1].contains(&c_down) && argv[1].contains("can never start"),
+        "{argv:?}"
+    );
+    // Told once.
+    let all = events(dir.path());
+    assert_eq!(
+        kinds(&all)
+            .iter()
+            .filter(|k| *k == "dependency_never_satisfied")
+            .count(),
+        1,
+        "{all:#?}"
+    );
+}

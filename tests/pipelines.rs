@@ -112,6 +112,18 @@ impl Pipe {
             .collect()
     }
 
+    /// The kinds of the chain's notifications waiting to be delivered.
+    fn notified(&self, chain: i64) -> Vec<String> {
+        self.engine
+            .store()
+            .due_notifications(i64::MAX, 1000)
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.chain_id == chain)
+            .map(|n| n.kind)
+            .collect()
+    }
+
     fn dependency(&self, job: &str) -> String {
         self.engine.slurm().job(job).unwrap().dependency
     }
@@ -515,6 +527,26 @@ async fn a_cancelled_held_job_gets_one_record() {
         p.cycle().await;
     }
     assert_eq!(p.codes(c), vec!["dependency_never_satisfied".to_string()]);
+    // Its submitter is told, once: the supervisor cancelled it (Slurm's INVALID_DEPEND).
+    assert_eq!(
+        p.notified(c),
+        vec!["dependency_never_satisfied".to_string()]
+    );
+    assert_eq!(p.notified(c_up), vec!["completed".to_string()]);
+    // A chain its user cancels is not news to them.
+    let mine = p.submit(&[]).await;
+    let c_mine = p.chain_of(&mine);
+    let r = requests::handle(
+        &mut p.engine,
+        Request::Cancel {
+            id: format!("c{c_mine}"),
+        },
+        p.uid,
+    )
+    .await;
+    assert!(matches!(r, Response::Ok(_)), "{r:?}");
+    assert_eq!(p.state(c_mine), ChainState::Cancelled);
+    assert!(p.notified(c_mine).is_empty());
 }
 
 /// Plain-sbatch jobs waiting afterany/afternotok on a supervised job cannot be held back:

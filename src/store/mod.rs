@@ -485,7 +485,7 @@ fn decide_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result
     if let Some(d) = &t.record {
         insert_decision(tx, chain_id, n, None, now, d)?;
     }
-    update_chain(tx, chain_id, &t.update, now)?;
+    update_chain(tx, chain_id, t, now)?;
     Ok(true)
 }
 
@@ -506,7 +506,8 @@ const NOTIFYING_STATES: [ChainState; 3] = [
 pub struct Notification {
     pub id: i64,
     pub chain_id: i64,
-    /// `pending_failed`, `completed`, `failed`, `reminder` or `expired`.
+    /// `pending_failed`, `completed`, `failed`, `reminder`, `expired` or
+    /// `dependency_never_satisfied` (`notification::Kind`).
     pub kind: String,
     pub decision_id: Option<i64>,
     pub created_at: i64,
@@ -536,14 +537,33 @@ fn chain_in(tx: &Connection, chain_id: i64) -> Result<Chain> {
     .and_then(finish_chain)
 }
 
-fn update_chain(tx: &Connection, chain_id: i64, u: &ChainUpdate, now: i64) -> Result<()> {
+/// What the submitter is told of a transition, if anything: the state the chain enters,
+/// for the states they hear about, or that the supervisor cancelled it because a job it
+/// waits on failed for good (its dependency can never be satisfied).
+fn notification_kind(t: &Transition) -> Option<&'static str> {
+    let u = &t.update;
     if NOTIFYING_STATES.contains(&u.state) {
+        return Some(u.state.as_str());
+    }
+    let never = t.record.as_ref().is_some_and(|r| {
+        matches!(
+            r.reason,
+            crate::policy::Reason::DependencyNeverSatisfied { .. }
+        )
+    });
+    (u.state == ChainState::Cancelled && never)
+        .then_some(crate::notification::Kind::DependencyNeverSatisfied.as_str())
+}
+
+fn update_chain(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<()> {
+    let u = &t.update;
+    if let Some(kind) = notification_kind(t) {
         tx.prepare_cached(
             "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
              SELECT id, ?2, CASE WHEN ?2 != 'completed' THEN (SELECT MAX(d.id) FROM decisions d WHERE d.chain_id = ?1) END, ?3, ?3
-             FROM chains WHERE id = ?1 AND state != ?2",
+             FROM chains WHERE id = ?1 AND state != ?4",
         )?
-        .execute(params![chain_id, u.state.as_str(), now])?;
+        .execute(params![chain_id, kind, now, u.state.as_str()])?;
     }
     tx.execute(
         "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
@@ -911,7 +931,7 @@ impl Store {
                     if let Some(d) = &t.record {
                         insert_decision(&tx, chain, n.saturating_sub(1), None, now, d)?;
                     }
-                    update_chain(&tx, chain, &t.update, now)?;
+                    update_chain(&tx, chain, &t, now)?;
                 }
             }
         }
@@ -1016,7 +1036,7 @@ impl Store {
             if let Some(d) = &t.record {
                 insert_decision(&tx, chain, n, None, now, d)?;
             }
-            update_chain(&tx, chain, &t.update, now)?;
+            update_chain(&tx, chain, &t, now)?;
         }
         tx.commit()?;
         Ok(())
@@ -1429,7 +1449,7 @@ impl Store {
         if let Some(d) = &t.record {
             insert_decision(&tx, chain_id, n, Some(obs), now, d)?;
         }
-        update_chain(&tx, chain_id, &t.update, now)?;
+        update_chain(&tx, chain_id, t, now)?;
         tx.commit()?;
         Ok(true)
     }
@@ -1732,7 +1752,7 @@ impl Store {
         if let Some(d) = &t.record {
             insert_decision(&tx, chain_id, n, None, now, d)?;
         }
-        update_chain(&tx, chain_id, &t.update, now)?;
+        update_chain(&tx, chain_id, t, now)?;
         tx.commit()?;
         Ok(true)
     }
