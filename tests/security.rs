@@ -1017,11 +1017,12 @@ fn item03_a_cancel_whose_scancel_its_owner_stops_does_not_delay_another() {
         "{}",
         err_text(&again)
     );
-    // The stopped scancel is killed at its timeout: the cancel failed, nothing changed.
+    // The stopped scancel is killed at its timeout: the cancel failed, and the answer
+    // cannot know whether it had reached Slurm (here it had not: nothing changed).
     let first = held.wait_with_output().unwrap();
     assert_eq!(first.status.code(), Some(75), "{}", err_text(&first));
     assert!(
-        err_text(&first).contains("nothing changed"),
+        err_text(&first).contains("may have been cancelled"),
         "{}",
         err_text(&first)
     );
@@ -1037,6 +1038,30 @@ fn item03_a_cancel_whose_scancel_its_owner_stops_does_not_delay_another() {
         sys.fake.jobs()[&job]["state"],
         "CANCELLED by 0",
         "the job was cancelled in Slurm"
+    );
+}
+
+/// A cancel whose scancel went through but whose answer was lost is not told "nothing
+/// changed": its jobs may have been cancelled, and the next poll records that they were.
+#[test]
+fn a_cancel_whose_scancel_reply_is_lost_does_not_say_nothing_changed() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    sys.fake.ctl(&["mode", "scancel", "lost-reply"]);
+    let o = sys.as_user("bob", &["cancel", &job]);
+    assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
+    assert!(
+        !err_text(&o).contains("nothing changed")
+            && err_text(&o).contains("may have been cancelled"),
+        "{}",
+        err_text(&o)
+    );
+    assert_eq!(sys.fake.jobs()[&job]["state"], "CANCELLED by 0");
+    wait_until(
+        "the poll to record the cancel",
+        Duration::from_secs(20),
+        || sys.json_as("bob", &["status", &job, "--json"])[0]["state"] == "cancelled",
     );
 }
 

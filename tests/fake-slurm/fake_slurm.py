@@ -275,10 +275,14 @@ def sacct(args):
 
 def scancel(args):
     with Locked() as s:
-        misbehave(s, "scancel")
+        mode = misbehave(s, "scancel")
         for a in args:
             if a in s["jobs"]:
                 s["jobs"][a]["state"] = "CANCELLED by 0"
+    if mode == "lost-reply":
+        # The jobs are cancelled, but the caller hears only a timeout.
+        sys.stderr.write("scancel: error: Socket timed out on send/recv operation\n")
+        sys.exit(1)
 
 
 def scontrol(args):
