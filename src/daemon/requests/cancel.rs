@@ -163,17 +163,20 @@ pub async fn run_scancels<S: Slurm>(slurm: &S, p: &PendingCancel) -> Result<(), 
         if let Err(e) = slurm.scancel(jobs, who.as_ref()).await {
             let e: SlurmError = e;
             let jobs = jobs.join(" ");
-            if done.is_empty() && !e.may_have_reached_slurm() {
+            let unsure = e.may_have_reached_slurm();
+            if done.is_empty() && !unsure {
                 return Err(format!("scancel {jobs} failed, nothing changed: {e}"));
             }
-            let before = if done.is_empty() {
-                String::new()
+            let mut what = if unsure {
+                format!("scancel {jobs} gave no sure answer ({e}): they may have been cancelled")
             } else {
-                format!(" and {} were cancelled before it", done.join(" "))
+                format!("scancel {jobs} failed ({e})")
             };
+            if !done.is_empty() {
+                what.push_str(&format!("; {} were cancelled before it", done.join(" ")));
+            }
             return Err(format!(
-                "scancel {jobs} gave no sure answer ({e}): its jobs may have been cancelled{before}; \
-                 nothing is recorded yet, the next poll records what Slurm did (see `supervisorctl status {}`)",
+                "{what}; nothing is recorded yet, the next poll records what Slurm did (see `supervisorctl status {}`)",
                 p.id
             ));
         }
