@@ -1069,6 +1069,31 @@ fn item03_a_cancel_whose_scancel_its_owner_stops_does_not_delay_another() {
     assert_eq!(callers, vec![bob], "one scancel, bob's");
 }
 
+/// root (an admin) cancelling bob's chain: the scancel, now run beside the loop, still
+/// runs as bob, never as root.
+#[test]
+fn an_admins_cancel_of_a_users_chain_runs_scancel_as_the_user() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    let o = Command::new(&sys.ctl)
+        .arg("--config")
+        .arg(&sys.d.config)
+        .args(["cancel", &job])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err_text(&o));
+    let callers: Vec<u64> = calls_of(&sys, "scancel").iter().map(|c| c.0).collect();
+    assert_eq!(
+        callers,
+        vec![User::get("bob").uid as u64],
+        "one scancel, as bob"
+    );
+    let state = sys.json_as("bob", &["status", &job, "--json"])[0]["state"].clone();
+    assert_eq!(state, "cancelled");
+}
+
 /// A cancel whose scancel went through but whose answer was lost is not told "nothing
 /// changed": its jobs may have been cancelled, and the next poll records that they were.
 #[test]
