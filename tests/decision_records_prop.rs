@@ -1302,3 +1302,49 @@ fn a_task_ready_for_a_retry_is_not_relaunched_beside_its_arrays_cancel() {
         panic!("{e}");
     }
 }
+
+/// Slurm requeues a job (node failure) while a cancel's scancel runs, and the scancel
+/// fails: the poll that saw the requeue left it to the cancel, so the next poll after the
+/// cancel sees it again and records it, as it would have without the cancel.
+#[test]
+fn a_requeue_seen_during_a_failed_cancel_is_recorded_by_the_next_poll() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut h = Harness::new(false).unwrap();
+        h.submit(Sub::Single).await.unwrap();
+        let job = h.fake().live_jobs()[0].clone();
+        h.fake().start(&job);
+        h.cycle().await.unwrap();
+        let c = h.chains().unwrap()[0].id;
+        let p = match requests::begin_cancel(
+            &mut h.engine,
+            &format!("c{c}"),
+            h.uid,
+            tracing::Span::none(),
+        ) {
+            Ok(requests::BegunCancel::Scancel(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        h.engine.start_cancel(&p.chains);
+        h.fake().set_unavailable(Command::Scancel, true);
+        assert!(h.fake().requeue(&job, JobState::NodeFail));
+        let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
+        assert!(scancelled.is_err());
+        h.cycle().await.unwrap();
+        h.engine.end_cancel(&p.chains);
+        let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+        assert!(matches!(r, Response::Error(_)), "{r:?}");
+        h.fake().set_unavailable(Command::Scancel, false);
+        h.cycle().await.unwrap();
+        let attempts = h.store().attempts(c).unwrap();
+        assert_eq!(
+            (attempts.len(), attempts[0].restarts),
+            (1, 1),
+            "the requeue is recorded:\n{}",
+            h.describe(c)
+        );
+    });
+}
