@@ -156,8 +156,9 @@ enum Step {
     Cancel(usize),
     /// `supervisorctl cancel` of the n-th chain as the daemon runs it: its scancel beside
     /// the loop, the n-th live job ending on its own (or not) before the scancel, and a
-    /// poll cycle before the cancel's answer is recorded.
-    CancelBesideACycle(usize, Option<(usize, Ending)>),
+    /// poll cycle before the cancel's answer is recorded. Named by its first job's id
+    /// when `true` (an array's tasks together, one of them maybe ready for a retry).
+    CancelBesideACycle(usize, bool, Option<(usize, Ending)>),
     /// The n-th chain's job keeps failing the same way: ended, a cycle, again, k times.
     Storm(usize, Ending, u8),
     /// An agent resolves the n-th chain (`classify`), whatever state it is in.
@@ -198,8 +199,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::LoseSbatchReply),
         1 => Just(Step::RefuseSbatch),
         1 => (0..8usize).prop_map(Step::Cancel),
-        1 => (0..8usize, prop::option::of((0..8usize, ending())))
-            .prop_map(|(i, e)| Step::CancelBesideACycle(i, e)),
+        1 => (0..8usize, any::<bool>(), prop::option::of((0..8usize, ending())))
+            .prop_map(|(i, by_job, e)| Step::CancelBesideACycle(i, by_job, e)),
         1 => (0..8usize, retried_ending(), 2..7u8).prop_map(|(i, e, k)| Step::Storm(i, e, k)),
         2 => (0..8usize, select(vec![ResolveAction::Retry, ResolveAction::Fail, ResolveAction::Hold]))
             .prop_map(|(i, a)| Step::Resolve(i, a)),
@@ -1071,10 +1072,20 @@ impl Harness {
                 // The cancel is not a cycle, but what it wrote must hold up too.
                 self.after_cycle()?;
             }
-            Step::CancelBesideACycle(i, ends) => {
+            Step::CancelBesideACycle(i, by_job, ends) => {
                 let chains = self.chains()?;
                 let c = &chains[i % chains.len()];
-                let id = format!("c{}", c.id);
+                let first_job = self
+                    .store()
+                    .attempts(c.id)
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find_map(|a| a.slurm_job_id)
+                    .map(|j| slurm_supervisor::slurm::jobid::base_job_id(&j));
+                let id = match first_job {
+                    Some(j) if *by_job => j,
+                    _ => format!("c{}", c.id),
+                };
                 let begun =
                     requests::begin_cancel(&mut self.engine, &id, self.uid, tracing::Span::none());
                 let p = match begun {
@@ -1095,7 +1106,21 @@ impl Harness {
                     }
                 }
                 let scancelled = requests::run_scancels(self.engine.slurm(), &p).await;
+                let attempts = |h: &Self| -> Result<usize, TestCaseError> {
+                    let mut n = 0;
+                    for &c in &p.chains {
+                        n += h.store().attempts(c).map_err(store_err)?.len();
+                    }
+                    Ok(n)
+                };
+                let before = attempts(self)?;
                 self.cycle().await?;
+                // No retry of a chain being cancelled is launched beside its scancel.
+                ensure!(
+                    attempts(self)? == before,
+                    "a chain of cancel {id} ({:?}) got a new attempt while its scancel ran",
+                    p.chains
+                );
                 self.engine.end_cancel(&p.chains);
                 let r = requests::finish_cancel(&mut self.engine, &p, scancelled.clone());
                 let ok = matches!(r, Response::Ok(_));
@@ -1104,11 +1129,6 @@ impl Harness {
                     if scancelled.is_ok() { "ok" } else { "failed" },
                     if ok { "ok" } else { "refused" }
                 ));
-                let now = self
-                    .store()
-                    .chain(c.id)
-                    .map_err(store_err)?
-                    .expect("exists");
                 // A scancel that went through is recorded as the user's cancel, never
                 // taken by the cycle beside it for an ending of the job's own.
                 ensure!(
@@ -1116,11 +1136,14 @@ impl Harness {
                     "cancel of {id}: scancel {scancelled:?}, answered {r:?}"
                 );
                 if ok {
-                    ensure!(
-                        now.state == ChainState::Cancelled,
-                        "cancel of {id} answered ok but it is {}",
-                        now.state
-                    );
+                    for &c in &p.chains {
+                        let now = self.store().chain(c).map_err(store_err)?.expect("exists");
+                        ensure!(
+                            now.state == ChainState::Cancelled,
+                            "cancel of {id} answered ok but c{c} is {}",
+                            now.state
+                        );
+                    }
                 }
                 self.after_cycle()?;
             }
@@ -1254,4 +1277,137 @@ proptest! {
             .expect("runtime");
         rt.block_on(run(case))?;
     }
+}
+
+/// An array's task made ready for a retry (an agent's `classify`) just before a cancel of
+/// the whole array (by its job id) while its other task runs: the cycle beside the
+/// cancel's scancel launches no retry of it, and the cancel records both.
+#[test]
+fn a_task_ready_for_a_retry_is_not_relaunched_beside_its_arrays_cancel() {
+    let case = Case {
+        subs: vec![Sub::Array],
+        show_ended_in_squeue: false,
+        steps: vec![
+            Step::End(1, Ending::Failed(1)),
+            Step::Cycle,
+            Step::Resolve(1, ResolveAction::Retry),
+            Step::CancelBesideACycle(0, true, None),
+        ],
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if let Err(e) = rt.block_on(run(case)) {
+        panic!("{e}");
+    }
+}
+
+/// Slurm requeues a job (node failure) while a cancel's scancel runs, and the scancel
+/// fails: the poll that saw the requeue left it to the cancel, so the next poll after the
+/// cancel sees it again and records it, as it would have without the cancel.
+#[test]
+fn a_requeue_seen_during_a_failed_cancel_is_recorded_by_the_next_poll() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut h = Harness::new(false).unwrap();
+        h.submit(Sub::Single).await.unwrap();
+        let job = h.fake().live_jobs()[0].clone();
+        h.fake().start(&job);
+        h.cycle().await.unwrap();
+        let c = h.chains().unwrap()[0].id;
+        let p = match requests::begin_cancel(
+            &mut h.engine,
+            &format!("c{c}"),
+            h.uid,
+            tracing::Span::none(),
+        ) {
+            Ok(requests::BegunCancel::Scancel(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        h.engine.start_cancel(&p.chains);
+        h.fake().set_unavailable(Command::Scancel, true);
+        assert!(h.fake().requeue(&job, JobState::NodeFail));
+        let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
+        assert!(scancelled.is_err());
+        h.cycle().await.unwrap();
+        h.engine.end_cancel(&p.chains);
+        let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+        assert!(matches!(r, Response::Error(_)), "{r:?}");
+        h.fake().set_unavailable(Command::Scancel, false);
+        h.cycle().await.unwrap();
+        let attempts = h.store().attempts(c).unwrap();
+        assert_eq!(
+            (attempts.len(), attempts[0].restarts),
+            (1, 1),
+            "the requeue is recorded:\n{}",
+            h.describe(c)
+        );
+    });
+}
+
+/// The same when the poll that saw the requeue found more endings than one turn judges
+/// (`JUDGE_BATCH`, 500): the cancel begins while the requeue waits in the backlog.
+#[test]
+fn a_requeue_in_the_backlog_when_a_cancel_begins_is_recorded() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut h = Harness::new(false).unwrap();
+        let req = SubmitRequest {
+            argv: vec!["--array=0-500".into(), "job.sh".into()],
+            cwd: h.work.display().to_string(),
+            env: Vec::new(),
+            script: Some(SCRIPT.to_vec()),
+            max_retries: None,
+            restartable: false,
+        };
+        let r = requests::handle(&mut h.engine, Request::Submit(req), h.uid).await;
+        assert!(matches!(r, Response::Ok(_)), "{r:?}");
+        // The last task's chain (after 500 others in the backlog) runs, is seen running.
+        let jobs = h.fake().live_jobs();
+        assert_eq!(jobs.len(), 501);
+        let job = jobs[500].clone();
+        h.fake().start(&job);
+        h.cycle().await.unwrap();
+        let c = h.chains().unwrap().iter().map(|c| c.id).max().unwrap();
+        for j in &jobs[..500] {
+            h.fake().end(j, Ending::Completed);
+        }
+        assert!(h.fake().requeue(&job, JobState::NodeFail));
+        // One turn: the poll finds 501, the first 500 are judged; the requeue waits.
+        h.cycle().await.unwrap();
+        assert!(h.engine.has_backlog());
+        let p = match requests::begin_cancel(
+            &mut h.engine,
+            &format!("c{c}"),
+            h.uid,
+            tracing::Span::none(),
+        ) {
+            Ok(requests::BegunCancel::Scancel(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        h.engine.start_cancel(&p.chains);
+        h.fake().set_unavailable(Command::Scancel, true);
+        let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
+        assert!(scancelled.is_err());
+        h.cycle().await.unwrap();
+        h.engine.end_cancel(&p.chains);
+        let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+        assert!(matches!(r, Response::Error(_)), "{r:?}");
+        h.fake().set_unavailable(Command::Scancel, false);
+        h.cycle().await.unwrap();
+        let attempts = h.store().attempts(c).unwrap();
+        assert_eq!(
+            (attempts.len(), attempts[0].restarts),
+            (1, 1),
+            "the requeue is recorded:\n{}",
+            h.describe(c)
+        );
+    });
 }

@@ -977,68 +977,146 @@ fn item03_answers_nobody_reads_do_not_block_the_daemon() {
     );
 }
 
-/// The uids that have run the fake's `cmd`, in order.
-fn callers_of(sys: &System, cmd: &str) -> Vec<u64> {
+/// The calls of the fake's `cmd` (`calls.log`): who ran each (uid) and its pid, in order.
+fn calls_of(sys: &System, cmd: &str) -> Vec<(u64, i32)> {
     std::fs::read_to_string(sys.fake.bin.join("calls.log"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["cmd"] == cmd)
-        .filter_map(|v| v["uid"].as_u64())
+        .filter_map(|v| Some((v["uid"].as_u64()?, v["pid"].as_i64()? as i32)))
         .collect()
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc/PID/stat).
+fn is_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+        .unwrap_or(false)
 }
 
 #[test]
 fn item03_a_cancel_whose_scancel_its_owner_stops_does_not_delay_another() {
-    let sys = System::start("command_timeout = \"10s\"", "");
+    // The daemon would kill the stopped scancel only after [slurm] command_timeout: long
+    // enough here that everything below happens while it is held, however slow the host.
+    let sys = System::start("command_timeout = \"300s\"", "");
     sys.write_as("alice", "job.sh", &script("echo hi"));
     sys.write_as("bob", "job.sh", &script("echo hi"));
     let job = sys.submit_as("bob", &["job.sh"]);
     let bob = User::get("bob").uid as u64;
-    // bob stops his own scancel (it runs as him): the daemon kills it only after
-    // [slurm] command_timeout (10s here).
+    // bob stops his own scancel (it runs as him).
     sys.fake.ctl(&["mode", "scancel@bob", "stop"]);
     let mut c = sys.ctl_command("bob", &["cancel", &job]);
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let held = c.spawn().unwrap();
-    wait_until("bob's scancel to start", Duration::from_secs(20), || {
-        callers_of(&sys, "scancel").contains(&bob)
-    });
-    answers_quickly(
-        &sys,
+    let mut held = c.spawn().unwrap();
+    let mut scancel = 0;
+    wait_until(
+        "bob's scancel to stop",
+        Duration::from_secs(60),
+        || match calls_of(&sys, "scancel").first() {
+            Some(&(uid, pid)) if uid == bob && is_stopped(pid) => {
+                scancel = pid;
+                true
+            }
+            _ => false,
+        },
+    );
+    // alice is answered while bob's cancel still waits for his scancel (awaited on the
+    // daemon's loop, her submit would wait for it too).
+    let t = sys.as_user_within(
         "alice",
         &["submit", "--", "job.sh"],
-        Duration::from_secs(5),
-        "bob's scancel was stopped",
+        Duration::from_secs(60),
+    );
+    let o = t.output.unwrap_or_else(|| {
+        panic!(
+            "alice's submit got no answer within {:?} while bob's scancel was stopped",
+            t.took
+        )
+    });
+    assert!(o.status.success(), "{}", err_text(&o));
+    assert!(
+        held.try_wait().unwrap().is_none() && is_stopped(scancel),
+        "bob's cancel was answered before alice's submit, or his scancel ran"
     );
     // A second cancel of the same chain meanwhile is told to wait; nothing else starts.
-    let again = sys.as_user("bob", &["cancel", &job]);
+    let again = sys
+        .as_user_within("bob", &["cancel", &job], Duration::from_secs(60))
+        .output
+        .expect("a second cancel is answered at once");
     assert_eq!(again.status.code(), Some(75), "{}", err_text(&again));
     assert!(
         err_text(&again).contains("being cancelled already"),
         "{}",
         err_text(&again)
     );
-    // The stopped scancel is killed at its timeout: the cancel failed, nothing changed.
+    assert!(held.try_wait().unwrap().is_none());
+    // Once bob lets his scancel go on, the cancel goes through.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(scancel),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
     let first = held.wait_with_output().unwrap();
-    assert_eq!(first.status.code(), Some(75), "{}", err_text(&first));
-    assert!(
-        err_text(&first).contains("nothing changed"),
-        "{}",
-        err_text(&first)
-    );
-    let state = |sys: &System| sys.json_as("bob", &["status", &job, "--json"])[0]["state"].clone();
-    assert_eq!(state(&sys), "active");
-    assert_eq!(callers_of(&sys, "scancel"), vec![bob], "one scancel, bob's");
-    // Once bob lets it run, the cancel goes through.
-    sys.fake.ctl(&["mode", "scancel@bob", "ok"]);
-    let o = sys.as_user("bob", &["cancel", &job]);
-    assert!(o.status.success(), "{}", err_text(&o));
-    assert_eq!(state(&sys), "cancelled");
+    assert!(first.status.success(), "{}", err_text(&first));
+    let state = sys.json_as("bob", &["status", &job, "--json"])[0]["state"].clone();
+    assert_eq!(state, "cancelled");
     assert_eq!(
         sys.fake.jobs()[&job]["state"],
         "CANCELLED by 0",
         "the job was cancelled in Slurm"
+    );
+    let callers: Vec<u64> = calls_of(&sys, "scancel").iter().map(|c| c.0).collect();
+    assert_eq!(callers, vec![bob], "one scancel, bob's");
+}
+
+/// root (an admin) cancelling bob's chain: the scancel, now run beside the loop, still
+/// runs as bob, never as root.
+#[test]
+fn an_admins_cancel_of_a_users_chain_runs_scancel_as_the_user() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    let o = Command::new(&sys.ctl)
+        .arg("--config")
+        .arg(&sys.d.config)
+        .args(["cancel", &job])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err_text(&o));
+    let callers: Vec<u64> = calls_of(&sys, "scancel").iter().map(|c| c.0).collect();
+    assert_eq!(
+        callers,
+        vec![User::get("bob").uid as u64],
+        "one scancel, as bob"
+    );
+    let state = sys.json_as("bob", &["status", &job, "--json"])[0]["state"].clone();
+    assert_eq!(state, "cancelled");
+}
+
+/// A cancel whose scancel went through but whose answer was lost is not told "nothing
+/// changed": its jobs may have been cancelled, and the next poll records that they were.
+#[test]
+fn a_cancel_whose_scancel_reply_is_lost_does_not_say_nothing_changed() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("echo hi"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    sys.fake.ctl(&["mode", "scancel", "lost-reply"]);
+    let o = sys.as_user("bob", &["cancel", &job]);
+    assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
+    assert!(
+        !err_text(&o).contains("nothing changed")
+            && err_text(&o).contains("may have been cancelled"),
+        "{}",
+        err_text(&o)
+    );
+    assert_eq!(sys.fake.jobs()[&job]["state"], "CANCELLED by 0");
+    wait_until(
+        "the poll to record the cancel",
+        Duration::from_secs(20),
+        || sys.json_as("bob", &["status", &job, "--json"])[0]["state"] == "cancelled",
     );
 }
 

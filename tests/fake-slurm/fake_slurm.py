@@ -16,7 +16,8 @@ Every sbatch call is appended to sbatch.log (one JSON line), so tests can count 
 argv and cwd (as text, and byte-exact as hex), who ran it (uid, gid, user), the
 environment values whose names start with SSV_ (hex), and the batch script it was given
 (every argument that names a regular file, and stdin unless it is /dev/null): size,
-sha256 and the first 64 KiB (hex). Every call of every command is appended to calls.log.
+sha256 and the first 64 KiB (hex). Every call of every command is appended to calls.log
+(its name, uid, pid and time).
 An sbatch whose environment has SSV_FAKE_SBATCH_SLEEP=<seconds> sleeps that long after
 logging the call, outside the state lock (a slow sbatch for one user only).
 """
@@ -275,10 +276,14 @@ def sacct(args):
 
 def scancel(args):
     with Locked() as s:
-        misbehave(s, "scancel")
+        mode = misbehave(s, "scancel")
         for a in args:
             if a in s["jobs"]:
                 s["jobs"][a]["state"] = "CANCELLED by 0"
+    if mode == "lost-reply":
+        # The jobs are cancelled, but the caller hears only a timeout.
+        sys.stderr.write("scancel: error: Socket timed out on send/recv operation\n")
+        sys.exit(1)
 
 
 def scontrol(args):
@@ -335,7 +340,7 @@ def main():
     name = os.path.basename(sys.argv[0])
     args = sys.argv[1:]
     with open(os.path.join(HERE, "calls.log"), "a") as log:
-        log.write(json.dumps({"cmd": name, "uid": os.getuid(), "at": time.time()}) + "\n")
+        log.write(json.dumps({"cmd": name, "uid": os.getuid(), "pid": os.getpid(), "at": time.time()}) + "\n")
     if name == "fake_slurm.py":
         return ctl(args[1:]) if args and args[0] == "ctl" else sys.exit("usage: fake_slurm.py ctl ...")
     # The state file is replaced whole (os.replace), so it can be read without the lock.

@@ -82,12 +82,14 @@ impl<S: Slurm> Engine<S> {
             return Ok(());
         }
         // A chain whose cancel began since the poll is the cancel's to record; its
-        // ending is found again by the next poll if the cancel's scancel fails.
+        // ending is found again by the next poll if the cancel's scancel fails. A job still
+        // in the queue has no ending, only the requeues Slurm made, which are recorded: the
+        // next poll would not see them again (it tells a requeue by the state last seen).
         let cancelling = &self.cancelling;
         let batch: Vec<Found> = self
             .backlog
             .drain(..n)
-            .filter(|f| !cancelling.contains(&f.attempt.chain_id))
+            .filter(|f| f.still_queued || !cancelling.contains(&f.attempt.chain_id))
             .collect();
         let mut endings = Vec::new();
         let mut partitions = Vec::new();

@@ -50,6 +50,13 @@ impl<S: Slurm> Engine<S> {
             let Some(jid) = a.slurm_job_id.clone() else {
                 continue;
             };
+            // A chain whose cancel is scancelling its job is the cancel's to record (its job
+            // ends by that scancel). Nothing of it is noted either, not even the state seen:
+            // if the scancel fails, the next poll finds what happened meanwhile (a requeue
+            // is told by the state it was last seen in).
+            if self.cancelling.contains(&a.chain_id) {
+                continue;
+            }
             match queued.get(jid.as_str()) {
                 Some(state) if !state.is_terminal() => {
                     let prev = a.last_seen.clone().unwrap_or_default();
@@ -108,9 +115,7 @@ impl<S: Slurm> Engine<S> {
         let runs = runs_by_job(&sa.rows);
         for (a, _requeue_suspected) in ask {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
-            // A chain whose cancel is scancelling its job is the cancel's to record (its
-            // job ends by that scancel); if the scancel fails, the next poll asks again.
-            if bad_jobs.contains(&jid) || self.cancelling.contains(&a.chain_id) {
+            if bad_jobs.contains(&jid) {
                 continue;
             }
             let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());

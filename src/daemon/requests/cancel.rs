@@ -1,5 +1,7 @@
 //! `cancel`: stops a chain (every task of an array together): scancel first, then one
-//! transaction; if scancel fails, nothing changes.
+//! transaction; if scancel fails, nothing is recorded (a scancel that gave no answer may
+//! have cancelled the jobs all the same: the next poll records that, and the answer says
+//! so).
 //!
 //! A cancel of live jobs is cut in two, as a submit is, so that its scancel never holds up
 //! the loop: scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their own
@@ -152,15 +154,33 @@ pub fn begin_cancel<S: Slurm>(
 }
 
 /// The scancels of a cancel, each as the jobs' owner (beside the loop). The first that
-/// fails ends it, saying which.
+/// fails ends it, saying which, and "nothing changed" only when nothing can have: a
+/// scancel that gave no answer (killed at its timeout, its reply lost) may have cancelled
+/// its jobs, and so did the scancels before it; the next poll records what Slurm did.
 pub async fn run_scancels<S: Slurm>(slurm: &S, p: &PendingCancel) -> Result<(), String> {
+    let mut done: Vec<&str> = Vec::new();
     for (who, jobs) in &p.scancels {
-        slurm
-            .scancel(jobs, who.as_ref())
-            .await
-            .map_err(|e: SlurmError| {
-                format!("scancel {} failed, nothing changed: {e}", jobs.join(" "))
-            })?;
+        if let Err(e) = slurm.scancel(jobs, who.as_ref()).await {
+            let e: SlurmError = e;
+            let jobs = jobs.join(" ");
+            let unsure = e.may_have_reached_slurm();
+            if done.is_empty() && !unsure {
+                return Err(format!("scancel {jobs} failed, nothing changed: {e}"));
+            }
+            let mut what = if unsure {
+                format!("scancel {jobs} gave no sure answer ({e}): they may have been cancelled")
+            } else {
+                format!("scancel {jobs} failed ({e})")
+            };
+            if !done.is_empty() {
+                what.push_str(&format!("; {} were cancelled before it", done.join(" ")));
+            }
+            return Err(format!(
+                "{what}; nothing is recorded yet, the next poll records what Slurm did (see `supervisorctl status {}`)",
+                p.id
+            ));
+        }
+        done.extend(jobs.iter().map(String::as_str));
     }
     Ok(())
 }
