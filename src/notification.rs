@@ -58,17 +58,18 @@ impl Kind {
         }
     }
 
+    /// Every kind.
+    pub const ALL: [Kind; 6] = [
+        Kind::PendingFailed,
+        Kind::Completed,
+        Kind::Failed,
+        Kind::Reminder,
+        Kind::Expired,
+        Kind::DependencyNeverSatisfied,
+    ];
+
     pub fn parse(s: &str) -> Option<Kind> {
-        [
-            Kind::PendingFailed,
-            Kind::Completed,
-            Kind::Failed,
-            Kind::Reminder,
-            Kind::Expired,
-            Kind::DependencyNeverSatisfied,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
     /// Whether the chain waits for a person after this event.
@@ -314,14 +315,7 @@ mod tests {
             ),
         ];
         for (given, want) in cases {
-            for k in [
-                PendingFailed,
-                Completed,
-                Failed,
-                Reminder,
-                Expired,
-                DependencyNeverSatisfied,
-            ] {
+            for k in Kind::ALL {
                 assert_eq!(
                     wants_mail(k, *given),
                     want.contains(&k),

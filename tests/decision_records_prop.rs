@@ -1303,111 +1303,83 @@ fn a_task_ready_for_a_retry_is_not_relaunched_beside_its_arrays_cancel() {
     }
 }
 
+/// A cancel of chain `c` whose scancel fails (Slurm requeues `requeue`, if given, while it
+/// runs) with a cycle beside it; then, the cancel answered, the next poll records the
+/// chain's one requeue.
+async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<&str>) {
+    let p = match requests::begin_cancel(
+        &mut h.engine,
+        &format!("c{c}"),
+        h.uid,
+        tracing::Span::none(),
+    ) {
+        Ok(requests::BegunCancel::Scancel(p)) => p,
+        other => panic!("{other:?}"),
+    };
+    h.engine.start_cancel(&p.chains);
+    h.fake().set_unavailable(Command::Scancel, true);
+    if let Some(job) = requeue {
+        assert!(h.fake().requeue(job, JobState::NodeFail));
+    }
+    let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
+    assert!(scancelled.is_err());
+    h.cycle().await.unwrap();
+    h.engine.end_cancel(&p.chains);
+    let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+    assert!(matches!(r, Response::Error(_)), "{r:?}");
+    h.fake().set_unavailable(Command::Scancel, false);
+    h.cycle().await.unwrap();
+    let attempts = h.store().attempts(c).unwrap();
+    assert_eq!(
+        (attempts.len(), attempts[0].restarts),
+        (1, 1),
+        "the requeue is recorded:\n{}",
+        h.describe(c)
+    );
+}
+
 /// Slurm requeues a job (node failure) while a cancel's scancel runs, and the scancel
 /// fails: the poll that saw the requeue left it to the cancel, so the next poll after the
 /// cancel sees it again and records it, as it would have without the cancel.
-#[test]
-fn a_requeue_seen_during_a_failed_cancel_is_recorded_by_the_next_poll() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut h = Harness::new(false).unwrap();
-        h.submit(Sub::Single).await.unwrap();
-        let job = h.fake().live_jobs()[0].clone();
-        h.fake().start(&job);
-        h.cycle().await.unwrap();
-        let c = h.chains().unwrap()[0].id;
-        let p = match requests::begin_cancel(
-            &mut h.engine,
-            &format!("c{c}"),
-            h.uid,
-            tracing::Span::none(),
-        ) {
-            Ok(requests::BegunCancel::Scancel(p)) => p,
-            other => panic!("{other:?}"),
-        };
-        h.engine.start_cancel(&p.chains);
-        h.fake().set_unavailable(Command::Scancel, true);
-        assert!(h.fake().requeue(&job, JobState::NodeFail));
-        let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
-        assert!(scancelled.is_err());
-        h.cycle().await.unwrap();
-        h.engine.end_cancel(&p.chains);
-        let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
-        assert!(matches!(r, Response::Error(_)), "{r:?}");
-        h.fake().set_unavailable(Command::Scancel, false);
-        h.cycle().await.unwrap();
-        let attempts = h.store().attempts(c).unwrap();
-        assert_eq!(
-            (attempts.len(), attempts[0].restarts),
-            (1, 1),
-            "the requeue is recorded:\n{}",
-            h.describe(c)
-        );
-    });
+#[tokio::test(flavor = "current_thread")]
+async fn a_requeue_seen_during_a_failed_cancel_is_recorded_by_the_next_poll() {
+    let mut h = Harness::new(false).unwrap();
+    h.submit(Sub::Single).await.unwrap();
+    let job = h.fake().live_jobs()[0].clone();
+    h.fake().start(&job);
+    h.cycle().await.unwrap();
+    let c = h.chains().unwrap()[0].id;
+    cancel_failing_beside_a_cycle(&mut h, c, Some(&job)).await;
 }
 
 /// The same when the poll that saw the requeue found more endings than one turn judges
 /// (`JUDGE_BATCH`, 500): the cancel begins while the requeue waits in the backlog.
-#[test]
-fn a_requeue_in_the_backlog_when_a_cancel_begins_is_recorded() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut h = Harness::new(false).unwrap();
-        let req = SubmitRequest {
-            argv: vec!["--array=0-500".into(), "job.sh".into()],
-            cwd: h.work.display().to_string(),
-            env: Vec::new(),
-            script: Some(SCRIPT.to_vec()),
-            max_retries: None,
-            restartable: false,
-        };
-        let r = requests::handle(&mut h.engine, Request::Submit(req), h.uid).await;
-        assert!(matches!(r, Response::Ok(_)), "{r:?}");
-        // The last task's chain (after 500 others in the backlog) runs, is seen running.
-        let jobs = h.fake().live_jobs();
-        assert_eq!(jobs.len(), 501);
-        let job = jobs[500].clone();
-        h.fake().start(&job);
-        h.cycle().await.unwrap();
-        let c = h.chains().unwrap().iter().map(|c| c.id).max().unwrap();
-        for j in &jobs[..500] {
-            h.fake().end(j, Ending::Completed);
-        }
-        assert!(h.fake().requeue(&job, JobState::NodeFail));
-        // One turn: the poll finds 501, the first 500 are judged; the requeue waits.
-        h.cycle().await.unwrap();
-        assert!(h.engine.has_backlog());
-        let p = match requests::begin_cancel(
-            &mut h.engine,
-            &format!("c{c}"),
-            h.uid,
-            tracing::Span::none(),
-        ) {
-            Ok(requests::BegunCancel::Scancel(p)) => p,
-            other => panic!("{other:?}"),
-        };
-        h.engine.start_cancel(&p.chains);
-        h.fake().set_unavailable(Command::Scancel, true);
-        let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
-        assert!(scancelled.is_err());
-        h.cycle().await.unwrap();
-        h.engine.end_cancel(&p.chains);
-        let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
-        assert!(matches!(r, Response::Error(_)), "{r:?}");
-        h.fake().set_unavailable(Command::Scancel, false);
-        h.cycle().await.unwrap();
-        let attempts = h.store().attempts(c).unwrap();
-        assert_eq!(
-            (attempts.len(), attempts[0].restarts),
-            (1, 1),
-            "the requeue is recorded:\n{}",
-            h.describe(c)
-        );
-    });
+#[tokio::test(flavor = "current_thread")]
+async fn a_requeue_in_the_backlog_when_a_cancel_begins_is_recorded() {
+    let mut h = Harness::new(false).unwrap();
+    let req = SubmitRequest {
+        argv: vec!["--array=0-500".into(), "job.sh".into()],
+        cwd: h.work.display().to_string(),
+        env: Vec::new(),
+        script: Some(SCRIPT.to_vec()),
+        max_retries: None,
+        restartable: false,
+    };
+    let r = requests::handle(&mut h.engine, Request::Submit(req), h.uid).await;
+    assert!(matches!(r, Response::Ok(_)), "{r:?}");
+    // The last task's chain (after 500 others in the backlog) runs, is seen running.
+    let jobs = h.fake().live_jobs();
+    assert_eq!(jobs.len(), 501);
+    let job = jobs[500].clone();
+    h.fake().start(&job);
+    h.cycle().await.unwrap();
+    let c = h.chains().unwrap().iter().map(|c| c.id).max().unwrap();
+    for j in &jobs[..500] {
+        h.fake().end(j, Ending::Completed);
+    }
+    assert!(h.fake().requeue(&job, JobState::NodeFail));
+    // One turn: the poll finds 501, the first 500 are judged; the requeue waits.
+    h.cycle().await.unwrap();
+    assert!(h.engine.has_backlog());
+    cancel_failing_beside_a_cycle(&mut h, c, None).await;
 }

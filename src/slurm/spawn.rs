@@ -1643,18 +1643,9 @@ mod tests {
         // does not reap it itself (WNOWAIT), so only `Child`'s reaping can end the loop.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            // SAFETY: probing with a valid out pointer; ECHILD once reaped.
-            let r = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                libc::waitid(
-                    libc::P_PID,
-                    pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                )
-            };
-            if r < 0 {
-                assert_eq!(errno(), libc::ECHILD);
+            // ECHILD once reaped.
+            if let Err(e) = peek_exit(pid) {
+                assert_eq!(e.raw_os_error(), Some(libc::ECHILD));
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "not reaped");
