@@ -1383,3 +1383,54 @@ async fn a_requeue_in_the_backlog_when_a_cancel_begins_is_recorded() {
     assert!(h.engine.has_backlog());
     cancel_failing_beside_a_cycle(&mut h, c, None).await;
 }
+
+/// While an array's cancel waits for its scancel, a task of it waiting in `pending_failed`
+/// is not resolved (nothing changes; the resolver is told why), and the cancel records
+/// both tasks cancelled.
+#[tokio::test(flavor = "current_thread")]
+async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
+    let mut h = Harness::new(false).unwrap();
+    h.submit(Sub::Array).await.unwrap();
+    let jobs = h.fake().live_jobs();
+    h.fake().end(&jobs[1], Ending::Failed(1));
+    h.cycle().await.unwrap();
+    let chains = h.chains().unwrap();
+    let waiting = chains
+        .iter()
+        .find(|c| c.state == ChainState::PendingFailed)
+        .expect("a task waits for a person")
+        .id;
+    let array = slurm_supervisor::slurm::jobid::base_job_id(&jobs[0]);
+    let p = match requests::begin_cancel(&mut h.engine, &array, h.uid, tracing::Span::none()) {
+        Ok(requests::BegunCancel::Scancel(p)) => p,
+        other => panic!("{other:?}"),
+    };
+    h.engine.start_cancel(&p.chains);
+    let count = h.store().decisions(waiting).unwrap().len();
+    let r = Resolution {
+        id: format!("c{waiting}"),
+        action: ResolveAction::Retry,
+        mem: None,
+        time: None,
+        partition: None,
+        exclude: Vec::new(),
+        reason: "meanwhile".into(),
+        confidence: None,
+        dry_run: false,
+    };
+    match requests::handle(&mut h.engine, Request::Classify(r), h.uid).await {
+        Response::Error(e) => {
+            assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
+            assert!(e.message.contains("being cancelled"), "{e:?}");
+        }
+        other => panic!("resolved while being cancelled: {other:?}"),
+    }
+    assert_eq!(h.store().decisions(waiting).unwrap().len(), count);
+    let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
+    h.engine.end_cancel(&p.chains);
+    let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+    assert!(matches!(r, Response::Ok(_)), "{r:?}");
+    for c in h.chains().unwrap() {
+        assert_eq!(c.state, ChainState::Cancelled, "c{}", c.id);
+    }
+}

@@ -447,6 +447,7 @@ async fn connection(
                     return write_line(&mut write, out).await;
                 }
                 Ok(request) => {
+                    let submit = matches!(request, Request::Submit(_));
                     let (reply, answer) = oneshot::channel();
                     if to_loop
                         .send(Control {
@@ -462,8 +463,13 @@ async fn connection(
                         answer.await.unwrap_or_else(|_| {
                         Response::error(
                             ErrorKind::Unavailable,
-                            "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
-                             (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`",
+                            if submit {
+                                "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
+                                 (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`"
+                            } else {
+                                "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
+                                 once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)"
+                            },
                         )
                     })
                     }

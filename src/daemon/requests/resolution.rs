@@ -85,12 +85,23 @@ pub(super) fn preview<S: Slurm>(
 }
 
 /// The transitions of `event` for every chain, or the first chain's refusal as a conflict.
+/// A chain whose cancel is under way (its scancel runs) is not resolved meanwhile.
 pub(super) fn transitions<S: Slurm>(
     engine: &Engine<S>,
     chains: &[Chain],
     event: Event,
     t: i64,
 ) -> Result<Vec<(i64, Transition)>, Response> {
+    if let Some(c) = chains.iter().find(|c| engine.is_cancelling(c.id)) {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "{} is being cancelled (its scancel has not answered yet); nothing changed, check `supervisorctl status {}` in a moment",
+                chain_label(c.id),
+                chain_label(c.id)
+            ),
+        ));
+    }
     let ctx = policy::Context::at(t);
     chains
         .iter()
