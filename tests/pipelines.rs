@@ -549,6 +549,60 @@ async fn a_cancelled_held_job_gets_one_record() {
     assert!(p.notified(c_mine).is_empty());
 }
 
+/// A chain its user is cancelling (the scancel runs beside the loop) is the cancel's to
+/// record: the gate that closes for good meanwhile does not cancel it for the supervisor
+/// as well, so its user is not told "dependency never satisfied" of their own cancel, and
+/// the cancel is recorded as theirs (not refused as "already ended").
+#[tokio::test(flavor = "current_thread")]
+async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency() {
+    let mut p = Pipe::new();
+    let up = p.submit(&[]).await;
+    let c_up = p.chain_of(&up);
+    let notok = p
+        .submit(&[&format!("--dependency=afternotok:c{c_up}")])
+        .await;
+    let c = p.chain_of(&notok);
+    let pending = match requests::begin_cancel(
+        &mut p.engine,
+        &format!("c{c}"),
+        p.uid,
+        tracing::Span::none(),
+    ) {
+        Ok(requests::BegunCancel::Scancel(pending)) => pending,
+        other => panic!("{other:?}"),
+    };
+    p.engine.start_cancel(&pending.chains);
+    // Its dependency can never hold now, while its scancel runs.
+    assert!(p.engine.slurm().end(&up, Ending::Completed));
+    for _ in 0..3 {
+        p.cycle().await;
+    }
+    assert!(
+        p.notified(c).is_empty(),
+        "nothing is told of a chain being cancelled: {:?}",
+        p.notified(c)
+    );
+    let scancelled = requests::run_scancels(p.engine.slurm(), &pending).await;
+    p.engine.end_cancel(&pending.chains);
+    let r = requests::finish_cancel(&mut p.engine, &pending, scancelled);
+    assert!(matches!(r, Response::Ok(_)), "{r:?}");
+    assert_eq!(p.state(c), ChainState::Cancelled);
+    let actors: Vec<String> = p
+        .engine
+        .store()
+        .decisions(c)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.actor)
+        .collect();
+    assert_eq!(actors.len(), 1, "one record: {actors:?}");
+    assert_ne!(actors[0], "supervisor", "the user's cancel: {actors:?}");
+    assert!(p.notified(c).is_empty(), "{:?}", p.notified(c));
+    // Later cycles change nothing.
+    p.cycle().await;
+    assert!(p.notified(c).is_empty(), "{:?}", p.notified(c));
+}
+
 /// Plain-sbatch jobs waiting afterany/afternotok on a supervised job cannot be held back:
 /// Slurm starts them when that attempt ends. They are reported on the upstream chain,
 /// once each, in the same squeue of pending jobs the rewiring reads; afterok (rewired

@@ -80,6 +80,17 @@ fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Han
     Ok((items, live_by_owner))
 }
 
+/// The answer to a request about a chain whose cancel waits for its scancel.
+pub(super) fn being_cancelled(chain: i64) -> Response {
+    let c = chain_label(chain);
+    Response::error(
+        ErrorKind::Unavailable,
+        format!(
+            "{c} is being cancelled already (its scancel has not answered yet); nothing changed, check `supervisorctl status {c}` in a moment"
+        ),
+    )
+}
+
 fn ended(id: &str) -> Response {
     Response::error(
         ErrorKind::Conflict,
@@ -98,14 +109,7 @@ pub fn begin_cancel<S: Slurm>(
     let chains = chains_for(engine.store(), id, uid)?;
     for c in chains.iter().filter(|c| c.state.is_open()) {
         if engine.is_cancelling(c.id) {
-            return Err(Response::error(
-                ErrorKind::Unavailable,
-                format!(
-                    "{} is being cancelled already (its scancel has not answered yet); nothing changed, check `supervisorctl status {}` in a moment",
-                    chain_label(c.id),
-                    chain_label(c.id)
-                ),
-            ));
+            return Err(being_cancelled(c.id));
         }
         // A launch whose sbatch gave no answer may have created a job that the next cycle
         // will find by its tag and adopt; cancelling the chain now would leave that job

@@ -93,14 +93,7 @@ pub(super) fn transitions<S: Slurm>(
     t: i64,
 ) -> Result<Vec<(i64, Transition)>, Response> {
     if let Some(c) = chains.iter().find(|c| engine.is_cancelling(c.id)) {
-        return Err(Response::error(
-            ErrorKind::Unavailable,
-            format!(
-                "{} is being cancelled (its scancel has not answered yet); nothing changed, check `supervisorctl status {}` in a moment",
-                chain_label(c.id),
-                chain_label(c.id)
-            ),
-        ));
+        return Err(super::cancel::being_cancelled(c.id));
     }
     let ctx = policy::Context::at(t);
     chains
