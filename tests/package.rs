@@ -167,6 +167,106 @@ fn ctl(config: &Path, cwd: &Path, args: &[&str]) -> Output {
         .expect("run the installed supervisorctl")
 }
 
+/// The system-wide daemon started as its unit starts it (`--config` the conffile, as
+/// root), and a user's `supervisorctl` with no `--config` and no `SLURM_SUPERVISOR_CONFIG`
+/// reaches it through the site's config: `status` answers, and `wait` has nothing to wait
+/// for. The selected cluster's commands are the daemon's (the conffile's `[slurm]` gets
+/// its `bin_dir` for 24.11, as a site with that Slurm would write).
+fn a_users_plain_supervisorctl_finds_the_system_service() {
+    if let Some(dir) = slurm_bin_dir() {
+        let conf = std::fs::read_to_string(CONFFILE).unwrap();
+        let conf = conf.replacen(
+            "[slurm]\n",
+            &format!("[slurm]\nbin_dir = {:?}\n", dir.display().to_string()),
+            1,
+        );
+        std::fs::write(CONFFILE, conf).unwrap();
+    }
+    // The unit's RuntimeDirectory=, made here as systemd would (and removed after).
+    let run_dir = Path::new("/run/slurm-supervisor");
+    let made_run_dir = !run_dir.exists();
+    if made_run_dir {
+        std::fs::create_dir(run_dir).unwrap();
+        std::fs::set_permissions(run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let logs = tempfile::Builder::new()
+        .prefix("ssv-package-system-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    let log = logs.path().join("daemon.log");
+    let mut daemon = Running {
+        child: Command::new(DAEMON_BIN)
+            .args(["--config", CONFFILE])
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the installed slurm-supervisord as the system service"),
+        log,
+    };
+    let alice = nix::unistd::User::from_name("alice")
+        .unwrap()
+        .expect("the dev cluster's user alice");
+    let plain = |args: &[&str]| {
+        use std::os::unix::process::CommandExt;
+        Command::new(CTL_BIN)
+            .args(args)
+            .uid(alice.uid.as_raw())
+            .gid(alice.gid.as_raw())
+            .env_remove("SLURM_SUPERVISOR_CONFIG")
+            .env("HOME", "/nonexistent")
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the installed supervisorctl as alice")
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        let out = plain(&["status"]);
+        if out.status.success() {
+            break out;
+        }
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            panic!("the system service exited ({status}):\n{}", daemon.log());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alice's plain `supervisorctl status` did not reach the system service within 90s: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(table.starts_with("CHAIN"), "status printed {table:?}");
+    let wait = plain(&["wait", "--timeout", "10s"]);
+    assert_eq!(
+        wait.status.code(),
+        Some(0),
+        "alice's plain `supervisorctl wait`: {}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&wait.stdout).trim(),
+        "no open chains to wait for"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = daemon.child.wait().unwrap();
+    assert!(
+        stopped.success(),
+        "the system service stopped with {stopped}:\n{}",
+        daemon.log()
+    );
+    if made_run_dir {
+        let _ = std::fs::remove_dir_all(run_dir);
+    }
+}
+
 /// The first word of each `ExecStart=`/`ExecStartPre=` line of a unit.
 fn exec_programs(unit: &str) -> Vec<String> {
     std::fs::read_to_string(unit)
@@ -237,6 +337,9 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
     }
     must(DAEMON_BIN, &["--config", CONFFILE, "--validate"]);
     must(CTL_BIN, &["--config", CONFFILE, "validate"]);
+    // Without --config, supervisorctl checks the site's file too.
+    must(CTL_BIN, &["validate"]);
+    a_users_plain_supervisorctl_finds_the_system_service();
 
     // Man pages: valid gzip, and roff pages of the right program.
     let pages: Vec<&str> = listed

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod render;
+pub mod wait;
 
 use crate::config::ClientConfig;
 use crate::model::ChainState;
@@ -21,7 +22,7 @@ use clap::builder::PossibleValue;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const EXIT_CONFIG: i32 = 78;
 
@@ -32,7 +33,9 @@ pub const EXIT_CONFIG: i32 = 78;
     about = "Submit and inspect jobs supervised by slurm-supervisord"
 )]
 pub struct Cli {
-    /// The config file (the same one the daemon uses); default: built-in defaults.
+    /// The config file (the same one the daemon uses); default: the site's
+    /// /etc/slurm-supervisor/supervisor.toml if it exists, else built-in defaults (a
+    /// per-user daemon's).
     #[arg(long, global = true, env = "SLURM_SUPERVISOR_CONFIG")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
@@ -141,6 +144,20 @@ pub enum Command {
     },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
+    /// Wait until chains have settled: completed, failed, cancelled, or waiting in
+    /// pending_failed for a decision. Exits 0 if all completed, 1 if some failed or were
+    /// cancelled, 5 if some wait for a decision, 124 on --timeout.
+    Wait {
+        /// Chain ids or Slurm job ids (an array's job id names all its tasks); default:
+        /// every chain of yours that is active, ready or pending_failed.
+        ids: Vec<String>,
+        /// Give up after this long, e.g. 90s, 30m, 2h (exit 124).
+        #[arg(long, value_parser = parse_timeout)]
+        timeout: Option<std::time::Duration>,
+        /// Print the settled chains as a JSON array (status --json's rows), no progress.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the config file and exit (78 when it is bad), with `slurm-supervisord --validate`
     /// from the folder supervisorctl is in.
     Validate,
@@ -161,7 +178,31 @@ pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Wri
     clap_complete::generate(shell, &mut cmd, "supervisorctl", out);
 }
 
-fn load_config(path: Option<&PathBuf>) -> Result<ClientConfig, i32> {
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::config::parse_duration(s)
+}
+
+/// The site's config, where the Debian package installs it for the system-wide daemon.
+/// Without `--config` (or `SLURM_SUPERVISOR_CONFIG`) supervisorctl uses it when it
+/// exists, so a user on a login node reaches the site's daemon with no flag; a per-user
+/// daemon is reached by its own config.
+pub const SITE_CONFIG: &str = "/etc/slurm-supervisor/supervisor.toml";
+
+/// The config file to read: the one given, else the site's if there is one, else none
+/// (the built-in defaults: a per-user daemon's socket under ~/.local/state).
+pub fn config_path(given: Option<&Path>) -> Option<PathBuf> {
+    match given {
+        Some(p) => Some(p.to_path_buf()),
+        // `exists` follows links and says false for a file this user cannot see; such a
+        // file is still the site's, and reading it then says why it cannot be read.
+        None => {
+            let site = Path::new(SITE_CONFIG);
+            (site.exists() || site.symlink_metadata().is_ok()).then(|| site.to_path_buf())
+        }
+    }
+}
+
+fn load_config(path: Option<&Path>) -> Result<ClientConfig, i32> {
     match path {
         None => Ok(ClientConfig::defaults()),
         Some(p) => ClientConfig::load(p).map_err(|e| {
@@ -299,10 +340,13 @@ pub fn main_with(cli: Cli) -> i32 {
         }
         // The daemon's own check: it compiles the rules' stderr patterns, which this
         // binary does not link (see `ClientConfig`).
-        Command::Validate => return validate_with_daemon(cli.config.as_deref()),
+        Command::Validate => {
+            return validate_with_daemon(config_path(cli.config.as_deref()).as_deref())
+        }
         _ => {}
     }
-    let config = match load_config(cli.config.as_ref()) {
+    let config_file = config_path(cli.config.as_deref());
+    let config = match load_config(config_file.as_deref()) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -311,6 +355,21 @@ pub fn main_with(cli: Cli) -> i32 {
             unreachable!("answered before the config is read")
         }
         Command::Mcp => return crate::mcp::serve(config.socket.clone()),
+        Command::Wait {
+            ref ids,
+            timeout,
+            json,
+        } => {
+            return wait::run(
+                &config.socket,
+                wait::WaitArgs {
+                    ids,
+                    timeout,
+                    json,
+                    unreachable_hint: where_from(cli.config.as_deref(), config_file.as_deref()),
+                },
+            )
+        }
         Command::Submit {
             ref sbatch,
             max_retries,
@@ -388,6 +447,12 @@ pub fn main_with(cli: Cli) -> i32 {
                 use std::io::Write;
                 let _ = out.flush();
                 eprintln!("supervisorctl: {e}");
+                if let client::ClientError::Connect { .. } = &e {
+                    eprintln!(
+                        "supervisorctl: {}",
+                        where_from(cli.config.as_deref(), config_file.as_deref())
+                    );
+                }
                 return ErrorKind::Unavailable.exit_code();
             }
         };
@@ -403,6 +468,12 @@ pub fn main_with(cli: Cli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("supervisorctl: {e}");
+            if let client::ClientError::Connect { .. } = &e {
+                eprintln!(
+                    "supervisorctl: {}",
+                    where_from(cli.config.as_deref(), config_file.as_deref())
+                );
+            }
             if matches!(request, Request::Submit(_)) {
                 match &e {
                     client::ClientError::Connect { .. } => {}
@@ -422,6 +493,20 @@ pub fn main_with(cli: Cli) -> i32 {
     match response {
         Response::Ok(v) => render(&cli.command, v),
         Response::Error(e) => error_exit(e),
+    }
+}
+
+/// Which config named the socket that could not be reached, and how to name another.
+fn where_from(given: Option<&Path>, used: Option<&Path>) -> String {
+    match (given, used) {
+        (Some(p), _) => format!("the socket is the one {} names", p.display()),
+        (None, Some(p)) => format!(
+            "the socket is the site's daemon's ({} names it); to reach a daemon of your own, give its config with --config FILE or SLURM_SUPERVISOR_CONFIG",
+            p.display()
+        ),
+        (None, None) => format!(
+            "the socket is a per-user daemon's (built-in defaults; there is no {SITE_CONFIG}); give the daemon's config with --config FILE"
+        ),
     }
 }
 
