@@ -11,15 +11,15 @@ fn sacct_output(jobs: usize) -> String {
     for i in 0..jobs {
         let id = 1_000_000 + i;
         out.push_str(&format!(
-            "{id}|{id}|OUT_OF_MEMORY|0:125|n{}||4000M|01:00:00|00:12:31|debug|run {i} ssv-0badcafe-L{i}-c{i}.1\n",
+            "{id}|{id}|OUT_OF_MEMORY|0:125|n{}||4000M|01:00:00|00:12:31|debug|1000|1795611422\n",
             i % 64
         ));
         out.push_str(&format!(
-            "{id}.batch|{id}.batch|OUT_OF_MEMORY|0:125|n{}|4100M||||| \n",
+            "{id}.batch|{id}.batch|OUT_OF_MEMORY|0:125|n{}|4100M||||||1795611422\n",
             i % 64
         ));
         out.push_str(&format!(
-            "{id}.extern|{id}.extern|COMPLETED|0:0|n{}|0|||||\n",
+            "{id}.extern|{id}.extern|COMPLETED|0:0|n{}|0||||||1795611422\n",
             i % 64
         ));
     }
@@ -30,10 +30,7 @@ fn squeue_output(jobs: usize) -> String {
     let mut out = String::with_capacity(jobs * 60);
     for i in 0..jobs {
         let id = 1_000_000 + i;
-        out.push_str(&format!(
-            "{id}|{id}|RUNNING|None|n{}|ssv-0badcafe-L{i}-c{i}.1\n",
-            i % 64
-        ));
+        out.push_str(&format!("{id}|{id}|RUNNING|None|n{}|1000\n", i % 64));
     }
     out
 }

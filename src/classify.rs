@@ -281,27 +281,27 @@ mod tests {
     #[test]
     fn table_from_real_rows() {
         let cases: &[(&str, &str, Option<&str>, Classification)] = &[
-            ("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n1.batch|1.batch|COMPLETED|0:0|n1|1024K|||||\n", None, Classification::Completed),
-            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n2.batch|2.batch|FAILED|1:0|n1|1024K|||||\n", Some("something odd happened\n"), Classification::Ambiguous),
-            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("ModuleNotFoundError: No module named 'torch'\n"), Classification::Permanent),
-            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("ConnectionError: Connection refused\n"), Classification::Transient),
-            ("2", "2|2|FAILED|127:0|n1||100M|00:10:00|00:00:01|debug|\n", Some("foo: command not found\n"), Classification::Permanent),
+            ("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n1.batch|1.batch|COMPLETED|0:0|n1|1024K||||||1795611422\n", None, Classification::Completed),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n2.batch|2.batch|FAILED|1:0|n1|1024K||||||1795611422\n", Some("something odd happened\n"), Classification::Ambiguous),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n", Some("ModuleNotFoundError: No module named 'torch'\n"), Classification::Permanent),
+            ("2", "2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n", Some("ConnectionError: Connection refused\n"), Classification::Transient),
+            ("2", "2|2|FAILED|127:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n", Some("foo: command not found\n"), Classification::Permanent),
             // OverMemoryKill without cgroups: FAILED 0:9, step CANCELLED by 0, message in stderr.
-            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n",
+            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|1000|1795611422\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K||||||1795611422\n",
              Some("slurmstepd-vm: error: StepId=3.batch exceeded memory limit (276119552 > 104857600), being killed\nslurmstepd-vm: error: Exceeded job memory limit\n"), Classification::Oom),
             // The same 0:9 without a memory message is not guessed to be OOM.
-            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n", Some("Killed\n"), Classification::Ambiguous),
+            ("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|1000|1795611422\n", Some("Killed\n"), Classification::Ambiguous),
             // cgroup shapes: OUT_OF_MEMORY 0:125 on the job row, or only on a step row.
-            ("123", "123|123|OUT_OF_MEMORY|0:125|n1||4G|01:00:00|00:10:00|debug|\n", None, Classification::Oom),
-            ("123", "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||||\n", None, Classification::Oom),
-            ("123", "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||||\n", None, Classification::Oom),
-            ("8", "8|8|TIMEOUT|0:0|n1||100M|00:01:00|00:01:27|debug|\n8.batch|8.batch|CANCELLED|0:15|n1|1024K|||||\n", Some("*** JOB 8 ON vm CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
-            ("12", "12|12|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n12.batch|12.batch|CANCELLED|0:15|n1|1024K|||||\n", None, Classification::Preempted),
-            ("7", "7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|\n7.batch|7.batch|CANCELLED|0:15|n1|1024K|||||\n", None, Classification::NodeFail),
-            ("9", "9|9|BOOT_FAIL|0:0|n2||100M|00:10:00|00:00:00|debug|\n", None, Classification::BootFail),
-            ("4", "4|4|CANCELLED by 0|0:0|n1||100M|00:10:00|00:00:05|debug|\n", None, Classification::Cancelled),
-            ("5", "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n", None, Classification::Deadline),
-            ("14_3", "14_3|17|FAILED|3:0|n2||100M|00:10:00|00:00:01|debug|\n14_3.batch|17.batch|FAILED|3:0|n2|1024K|||||\n", None, Classification::Ambiguous),
+            ("123", "123|123|OUT_OF_MEMORY|0:125|n1||4G|01:00:00|00:10:00|debug|1000|1795611422\n", None, Classification::Oom),
+            ("123", "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|1000|1795611422\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K||||||1795611422\n", None, Classification::Oom),
+            ("123", "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|1000|1795611422\n123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K||||||1795611422\n", None, Classification::Oom),
+            ("8", "8|8|TIMEOUT|0:0|n1||100M|00:01:00|00:01:27|debug|1000|1795611422\n8.batch|8.batch|CANCELLED|0:15|n1|1024K||||||1795611422\n", Some("*** JOB 8 ON vm CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
+            ("12", "12|12|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422\n12.batch|12.batch|CANCELLED|0:15|n1|1024K||||||1795611422\n", None, Classification::Preempted),
+            ("7", "7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422\n7.batch|7.batch|CANCELLED|0:15|n1|1024K||||||1795611422\n", None, Classification::NodeFail),
+            ("9", "9|9|BOOT_FAIL|0:0|n2||100M|00:10:00|00:00:00|debug|1000|1795611422\n", None, Classification::BootFail),
+            ("4", "4|4|CANCELLED by 0|0:0|n1||100M|00:10:00|00:00:05|debug|1000|1795611422\n", None, Classification::Cancelled),
+            ("5", "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|1000|1795611422\n", None, Classification::Deadline),
+            ("14_3", "14_3|17|FAILED|3:0|n2||100M|00:10:00|00:00:01|debug|1000|1795611422\n14_3.batch|17.batch|FAILED|3:0|n2|1024K||||||1795611422\n", None, Classification::Ambiguous),
         ];
         let rules = rules();
         for (job, sacct, stderr, want) in cases {
@@ -323,17 +323,17 @@ slurmstepd-n1: error: Exceeded job memory limit
 ";
         let node_fail_stderr = "slurmstepd-n1: error: *** JOB 55 ON n1 CANCELLED AT 2026-11-22T14:45:55 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\nTerminated\n";
         let cases: &[(&str, &str, Option<&str>, Classification)] = &[
-            ("43", "43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|\n43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00||\n", None, Classification::Completed),
-            ("44", "44|44|FAILED|1:0|n1||1000M|00:30:00|00:00:00|debug|\n44.batch|44.batch|FAILED|1:0|n1||||00:00:00||\n", Some("boom\n"), Classification::Ambiguous),
+            ("43", "43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|1000|1795611422\n43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00|||1795611422\n", None, Classification::Completed),
+            ("44", "44|44|FAILED|1:0|n1||1000M|00:30:00|00:00:00|debug|1000|1795611422\n44.batch|44.batch|FAILED|1:0|n1||||00:00:00|||1795611422\n", Some("boom\n"), Classification::Ambiguous),
             // OOM: the slurmstepd-<node>: prefix, the message twice, a CANCELLED line between.
-            ("53", "53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|\n53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01||\n", Some(oom_stderr), Classification::Oom),
+            ("53", "53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|1000|1795611422\n53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01|||1795611422\n", Some(oom_stderr), Classification::Oom),
             // NODE_FAIL 1:0 with a CANCELLED batch step without exit code, and "Terminated".
-            ("55", "55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|\n55.batch|55.batch|CANCELLED||n1||||00:00:03||\n", Some(node_fail_stderr), Classification::NodeFail),
-            ("22", "22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|ssv-0a1b2c3d-L1-c1.1\n22.batch|22.batch|CANCELLED||n1||||00:00:00||\n", None, Classification::NodeFail),
-            ("46", "46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|\n46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05||\n", Some("slurmstepd-n1: error: *** JOB 46 ON n1 CANCELLED AT 2026-11-22T14:45:37 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
+            ("55", "55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|1000|1795611422\n55.batch|55.batch|CANCELLED||n1||||00:00:03|||1795611422\n", Some(node_fail_stderr), Classification::NodeFail),
+            ("22", "22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|1000|1795611422\n22.batch|22.batch|CANCELLED||n1||||00:00:00|||1795611422\n", None, Classification::NodeFail),
+            ("46", "46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|1000|1795611422\n46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05|||1795611422\n", Some("slurmstepd-n1: error: *** JOB 46 ON n1 CANCELLED AT 2026-11-22T14:45:37 DUE TO TIME LIMIT ***\n"), Classification::Timeout),
             // Ended just before the sweep: TIMEOUT 0:0 over a COMPLETED step, no stderr line.
-            ("20", "20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|\n20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15||\n", Some(""), Classification::Timeout),
-            ("49_2", "49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|\n49_2.batch|51.batch|FAILED|1:0|n2||||00:00:00||\n", None, Classification::Ambiguous),
+            ("20", "20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|1000|1795611422\n20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15|||1795611422\n", Some(""), Classification::Timeout),
+            ("49_2", "49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|1000|1795611422\n49_2.batch|51.batch|FAILED|1:0|n2||||00:00:00|||1795611422\n", None, Classification::Ambiguous),
         ];
         let rules = rules();
         for (job, sacct, stderr, want) in cases {
@@ -359,7 +359,7 @@ slurmstepd-n1: error: Exceeded job memory limit
         // Requeued by Slurm after the node failure (sacct -D's first run of job 46).
         let mut o = obs(
             "46",
-            "46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|\n46.batch|46.batch|CANCELLED||n1||||00:00:03||\n",
+            "46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|1000|1795611422\n46.batch|46.batch|CANCELLED||n1||||00:00:03|||1795611422\n",
             None,
         );
         o.requeued_by_slurm = true;
@@ -375,20 +375,20 @@ slurmstepd-n1: error: Exceeded job memory limit
     fn completed_srun_steps_are_named() {
         let stderr = "slurmstepd-n1: error: StepId=878.1 exceeded memory limit (170913792 > 104857600), being killed\nslurmstepd-n1: error: Exceeded job memory limit\nsrun: error: n1: task 0: Killed\n";
         for (job, sacct) in [
-            ("878", "878|878|FAILED|9:0|n1||100M|00:30:00|00:00:01|debug|\n878.batch|878.batch|FAILED|9:0|n1|12072K|||00:00:01||\n878.0|878.0|COMPLETED|0:0|n1||||00:00:00||\n878.1|878.1|CANCELLED by 0|0:9|n1|166908K|||00:00:01||\n"),
-            ("877", "877|877|COMPLETED|0:0|n1||200M|00:30:00|00:00:02|debug|\n877.batch|877.batch|COMPLETED|0:0|n1|12060K|||00:00:02||\n877.0|877.0|COMPLETED|0:0|n1||||00:00:00||\n877.1|877.1|CANCELLED by 0|0:9|n1|269372K|||00:00:02||\n"),
+            ("878", "878|878|FAILED|9:0|n1||100M|00:30:00|00:00:01|debug|1000|1795611422\n878.batch|878.batch|FAILED|9:0|n1|12072K|||00:00:01|||1795611422\n878.0|878.0|COMPLETED|0:0|n1||||00:00:00|||1795611422\n878.1|878.1|CANCELLED by 0|0:9|n1|166908K|||00:00:01|||1795611422\n"),
+            ("877", "877|877|COMPLETED|0:0|n1||200M|00:30:00|00:00:02|debug|1000|1795611422\n877.batch|877.batch|COMPLETED|0:0|n1|12060K|||00:00:02|||1795611422\n877.0|877.0|COMPLETED|0:0|n1||||00:00:00|||1795611422\n877.1|877.1|CANCELLED by 0|0:9|n1|269372K|||00:00:02|||1795611422\n"),
         ] {
             let v = classify(&obs(job, sacct, Some(stderr)), &rules()).unwrap();
             assert_eq!(v.classification, Classification::Oom, "{job}");
             assert_eq!(v.completed_steps, vec![format!("{job}.0")], "{job}");
         }
         // Only the batch (and extern) step: not partial. A success: nothing to repeat.
-        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n3.extern|3.extern|COMPLETED|0:0|n1|1024K|||||\n", Some("Exceeded job memory limit"));
+        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|1000|1795611422\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K||||||1795611422\n3.extern|3.extern|COMPLETED|0:0|n1|1024K||||||1795611422\n", Some("Exceeded job memory limit"));
         assert!(classify(&o, &[]).unwrap().completed_steps.is_empty());
-        let o = obs("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n1.batch|1.batch|COMPLETED|0:0|n1|1024K|||||\n1.0|1.0|COMPLETED|0:0|n1|1024K|||||\n", None);
+        let o = obs("1", "1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n1.batch|1.batch|COMPLETED|0:0|n1|1024K||||||1795611422\n1.0|1.0|COMPLETED|0:0|n1|1024K||||||1795611422\n", None);
         assert!(classify(&o, &[]).unwrap().completed_steps.is_empty());
         // Array task steps and step order (10 after 2), a timeout of the batch step.
-        let o = obs("14_3", "14_3|17|TIMEOUT|0:0|n2||100M|00:01:00|00:01:05|debug|\n14_3.batch|17.batch|CANCELLED|0:15|n2|1024K|||||\n14_3.10|17.10|COMPLETED|0:0|n2|1024K|||||\n14_3.2|17.2|COMPLETED|0:0|n2|1024K|||||\n14_3.11|17.11|CANCELLED|0:15|n2|1024K|||||\n", None);
+        let o = obs("14_3", "14_3|17|TIMEOUT|0:0|n2||100M|00:01:00|00:01:05|debug|1000|1795611422\n14_3.batch|17.batch|CANCELLED|0:15|n2|1024K||||||1795611422\n14_3.10|17.10|COMPLETED|0:0|n2|1024K||||||1795611422\n14_3.2|17.2|COMPLETED|0:0|n2|1024K||||||1795611422\n14_3.11|17.11|CANCELLED|0:15|n2|1024K||||||1795611422\n", None);
         let v = classify(&o, &[]).unwrap();
         assert_eq!(v.classification, Classification::Timeout);
         assert_eq!(
@@ -399,7 +399,7 @@ slurmstepd-n1: error: Exceeded job memory limit
 
     #[test]
     fn facts_are_carried() {
-        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K|||||\n", Some("Exceeded job memory limit"));
+        let o = obs("3", "3|3|FAILED|0:9|n1||100M|00:10:00|00:00:03|debug|1000|1795611422\n3.batch|3.batch|CANCELLED by 0|0:9|n1|269648K||||||1795611422\n", Some("Exceeded job memory limit"));
         let v = classify(&o, &[]).unwrap();
         assert_eq!(v.req_mem_bytes, Some(100 << 20));
         assert_eq!(v.max_rss_bytes, Some(269648 * 1024));
@@ -407,7 +407,7 @@ slurmstepd-n1: error: Exceeded job memory limit
         assert_eq!(v.nodes.as_deref(), Some("n1"));
         let o = obs(
             "5",
-            "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n",
+            "5|5|DEADLINE|0:0|None assigned||100M|00:10:00|00:00:00|debug|1000|1795611422\n",
             None,
         );
         assert_eq!(classify(&o, &[]).unwrap().nodes, None);
@@ -417,7 +417,7 @@ slurmstepd-n1: error: Exceeded job memory limit
     fn requeued_runs_are_marked() {
         let mut o = obs(
             "4",
-            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n",
+            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422\n",
             None,
         );
         o.requeued_by_slurm = true;
@@ -430,7 +430,7 @@ slurmstepd-n1: error: Exceeded job memory limit
     fn live_or_missing_jobs_are_not_classified() {
         let o = obs(
             "4",
-            "4|4|RUNNING|0:0|n1||100M|00:10:00|00:00:20|debug|\n",
+            "4|4|RUNNING|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422\n",
             None,
         );
         assert!(matches!(

@@ -501,6 +501,27 @@ impl Submitted {
     }
 }
 
+/// A job comment the supervisor refuses to carry: it holds a control character (a newline,
+/// a carriage return, a tab, an escape, DEL). The comment is the job owner's text, shown
+/// by squeue and sacct to every user and tool on the cluster, where a line break can make
+/// it read as rows of its own; the supervisor puts its tag there and reads it back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the job's --comment holds a control character ({found}); write it on one line of printable text")]
+pub struct BadComment {
+    /// The first such character, escaped (`\n`, `\u{1b}`).
+    pub found: String,
+}
+
+/// Refuses a comment with a control character (see [`BadComment`]).
+pub fn check_comment(comment: &str) -> Result<(), BadComment> {
+    match comment.chars().find(|c| c.is_control()) {
+        Some(c) => Err(BadComment {
+            found: c.escape_default().to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The value of `name` in force: the command line's last occurrence, else the script's.
 ///
 /// This is per option name. It does not know that `--mem` and `--mem-per-cpu` exclude each

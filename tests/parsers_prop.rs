@@ -16,10 +16,10 @@ use slurm_supervisor::sbatch_args::{
     self, format_array_list, parse_array_spec, rebuild, script_directives, Overrides,
 };
 use slurm_supervisor::slurm::parse::{
-    parse_duration_secs, parse_mem_bytes, parse_sacct, parse_sbatch_parsable,
-    parse_scontrol_record, parse_squeue, MAX_ERROR_LINE,
+    parse_duration_secs, parse_mem_bytes, parse_pending, parse_sacct, parse_sbatch_parsable,
+    parse_scontrol_record, parse_squeue, parse_tags, MAX_ERROR_LINE,
 };
-use slurm_supervisor::slurm::types::{ExitCode, JobState, SacctRow, SqueueRow};
+use slurm_supervisor::slurm::types::{ExitCode, JobState, SacctRow, SqueueRow, TagRow};
 
 /// `cases` per property, unless `PROPTEST_CASES` asks for a longer run.
 fn config(cases: u32) -> ProptestConfig {
@@ -63,12 +63,16 @@ fn hostile_text() -> impl Strategy<Value = String> {
 
 /// Real rows (docs/slurm-observed.md and the unit tests) and near misses.
 const REAL_LINES: &[&str] = &[
-    "117|117|COMPLETED|0:0|n1|269648K|100M|00:01:00|00:01:27|debug|ssv-0a1b2c3d-L1-c1.1",
+    "117|117|COMPLETED|0:0|n1|269648K|100M|00:01:00|00:01:27|debug|1000|1795611422",
     "117.batch|117.batch|OUT_OF_MEMORY|0:125|n1|4G||||||",
     "14_[3-10%2]|14|PENDING|0:0|None assigned||1G|Partition_Limit|00:00:00|debug|a|b|",
-    "9|9|CANCELLED by 1000|0:15|n[1-2]|1.5G|100Mn|1-00:00:00|1-02:03:04|long|",
-    "117|117|RUNNING|None|n1|(null)",
-    "14_1|15|PENDING|JobArrayTaskLimit||ssv-0a1b2c3d-L1-c1.1",
+    "9|9|CANCELLED by 1000|0:15|n[1-2]|1.5G|100Mn|1-00:00:00|1-02:03:04|long|1000|1795611422",
+    "117|117|RUNNING|None|n1|1000",
+    "14_1|15|PENDING|JobArrayTaskLimit||1000",
+    "117|117|COMPLETED|0:0|n1|269648K|100M|00:01:00|00:01:27|debug|1000|1795611422",
+    "117.batch|117.batch|OUT_OF_MEMORY|0:125|n1|4G|||||||",
+    "100|100|RUNNING|None|n1|1000",
+    "14_1|15|PENDING|JobArrayTaskLimit||1000",
     "123;cluster",
     "JobId=166 JobName=my job UserId=root(0) TimeLimit=00:05:00 Command=/x a b Power= ",
     "99999999999999999999.999999999P",
@@ -245,14 +249,15 @@ fn sacct_case() -> impl Strategy<Value = SacctCase> {
             duration(true),
             duration(false),
             "[a-z0-9_]{0,10}",
-            comment_text(),
+            prop::option::of(any::<u32>()),
+            prop::option::of(0i64..4_000_000_000),
         ),
     )
         .prop_map(
             |(
                 (id, step, raw, (state, cancelled_by, state_text)),
                 (exit, nodes, (rss, rss_b), (req, req_b)),
-                ((tl, tl_s), (el, el_s), partition, comment),
+                ((tl, tl_s), (el, el_s), partition, uid, submit),
             )| {
                 // A blank ExitCode is accepted only on a step row.
                 let exit = if step.is_none() {
@@ -276,7 +281,8 @@ fn sacct_case() -> impl Strategy<Value = SacctCase> {
                     &tl,
                     &el,
                     &partition,
-                    &comment,
+                    &uid.map(|u| u.to_string()).unwrap_or_default(),
+                    &submit.map(|t| t.to_string()).unwrap_or_default(),
                 ]
                 .join("|");
                 let (code, signal) = exit.unwrap_or((0, 0));
@@ -295,7 +301,8 @@ fn sacct_case() -> impl Strategy<Value = SacctCase> {
                         elapsed_secs: el_s,
                         partition,
                         restarts: None,
-                        comment,
+                        uid,
+                        submit,
                     },
                 }
             },
@@ -309,16 +316,33 @@ fn squeue_case() -> impl Strategy<Value = (String, SqueueRow)> {
         select(&JobState::ALL[..]),
         field_text(),
         field_text(),
-        prop_oneof![3 => comment_text(), 1 => Just("(null)".to_string())],
+        any::<u32>(),
     )
-        .prop_map(|(id, raw, (state, text), reason, nodes, comment)| {
-            let line = [id.as_str(), &raw, text, &reason, &nodes, &comment].join("|");
+        .prop_map(|(id, raw, (state, text), reason, nodes, uid)| {
+            let line = [id.as_str(), &raw, text, &reason, &nodes, &uid.to_string()].join("|");
             let row = SqueueRow {
                 job_id: id,
                 job_id_raw: raw,
                 state,
                 reason,
                 node_list: nodes,
+                uid,
+            };
+            (line, row)
+        })
+}
+
+fn tag_case() -> impl Strategy<Value = (String, TagRow)> {
+    (
+        job_id(),
+        "[1-9][0-9]{0,9}",
+        prop_oneof![3 => comment_text(), 1 => Just("(null)".to_string())],
+    )
+        .prop_map(|(id, raw, comment)| {
+            let line = [id.as_str(), &raw, &comment].join("|");
+            let row = TagRow {
+                job_id: id,
+                job_id_raw: raw,
                 comment: if comment == "(null)" {
                     String::new()
                 } else {
@@ -327,6 +351,22 @@ fn squeue_case() -> impl Strategy<Value = (String, SqueueRow)> {
             };
             (line, row)
         })
+}
+
+/// Text a user can put in a comment, a job name, a working directory or an output path
+/// (which squeue and sacct print as given): any byte but NUL, newlines and `|` included,
+/// and lines copied from real rows, so that it can look like rows of its own.
+fn user_text() -> impl Strategy<Value = String> {
+    let byte = prop_oneof![
+        3 => 1u8..=255,
+        2 => select(b"|\n\r :;-_.+[]%,=#'\"\\0123456789".to_vec()),
+    ];
+    prop_oneof![
+        2 => prop::collection::vec(byte, 0..120).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        2 => (select(REAL_LINES), select(REAL_LINES)).prop_map(|(a, b)| format!("x\n{a}\n{b}")),
+        1 => (select(REAL_LINES), prop::collection::vec(1u8..=255, 0..40))
+            .prop_map(|(a, b)| format!("{}\n{a}", String::from_utf8_lossy(&b))),
+    ]
 }
 
 /// Joins lines as a command prints them, with the odd blank line and CRLF.
@@ -369,6 +409,52 @@ proptest! {
         prop_assert!(q.errors.is_empty(), "{:?}", q.errors);
         let want: Vec<SqueueRow> = cases.into_iter().map(|c| c.1).collect();
         prop_assert_eq!(q.rows, want);
+    }
+
+    #[test]
+    fn tag_rows_round_trip(
+        cases in prop::collection::vec(tag_case(), 0..8),
+        crlf in any::<bool>(),
+        blank_every in 0usize..4,
+    ) {
+        let lines: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
+        let q = parse_tags(&join_lines(&lines, crlf, blank_every));
+        prop_assert!(q.errors.is_empty(), "{:?}", q.errors);
+        let want: Vec<TagRow> = cases.into_iter().map(|c| c.1).collect();
+        prop_assert_eq!(q.rows, want);
+    }
+
+    /// What a user writes never reaches the rows the poll reads: with the poll's formats
+    /// (no comment, job name or path in them) the user's text is not in the output at all,
+    /// so this is the other side of that, the tag lookups: a comment holding every byte a
+    /// user can write, newlines and copies of real rows included, yields rows only for
+    /// lines it makes, and each such row is a candidate whose job id a user chose.
+    /// The row of the real job (the line the comment starts on) always reads as that job.
+    #[test]
+    fn a_users_text_in_a_tag_lookup_is_confined_to_its_own_lines(
+        id in "[1-9][0-9]{0,6}",
+        text in user_text(),
+    ) {
+        let out = format!("{id}|{id}|{text}\n");
+        let p = parse_tags(&out);
+        // The first line is the real job's: its id is Slurm's, whatever follows.
+        let first = text.split('\n').next().unwrap_or("");
+        if !first.contains('\r') {
+            prop_assert_eq!(&p.rows[0].job_id, &id);
+        }
+        // Every other row came from a line of the user's text.
+        let lines = out.split('\n').count() - 1;
+        prop_assert!(p.rows.len() + p.errors.len() <= lines);
+    }
+
+    /// The pending-jobs query's last field is Slurm's rendering of a dependency; a row is
+    /// never made of less than four fields.
+    #[test]
+    fn pending_rows_have_their_four_fields(text in user_text()) {
+        let p = parse_pending(&text);
+        for r in &p.rows {
+            prop_assert!(!r.job_id.is_empty() && !r.job_id_raw.is_empty());
+        }
     }
 
     /// A bad row among good ones costs only itself.
@@ -684,13 +770,17 @@ proptest! {
 /// Inputs the properties above would rarely generate, kept as plain regression cases.
 #[test]
 fn extreme_inputs_do_not_panic() {
-    let huge_comment = format!(
-        "1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|{}",
-        "|".repeat(1 << 20)
-    );
-    let p = parse_sacct(&huge_comment);
+    let huge_comment = format!("1|1|{}", "|".repeat(1 << 20));
+    let p = parse_tags(&huge_comment);
     assert_eq!(p.rows.len(), 1);
     assert_eq!(p.rows[0].comment.len(), 1 << 20);
+    // A poll row with anything more than its twelve fields is not a row.
+    let extra = format!(
+        "1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422|{}",
+        "|".repeat(1 << 20)
+    );
+    let p = parse_sacct(&extra);
+    assert_eq!((p.rows.len(), p.errors.len()), (0, 1));
     for s in [
         "18446744073709551615.999999999P",
         "18446744073709551615P",
@@ -709,7 +799,7 @@ fn extreme_inputs_do_not_panic() {
     }
     assert!(parse_array_spec("0-4294967295:4294967295").is_err());
     assert!(parse_array_spec(&"1,".repeat(1_000_000)).is_err());
-    let nul = "\0|\0|\0|\0|\0|\0|\0|\0|\0|\0|\0\n".repeat(1000);
+    let nul = "\0|\0|\0|\0|\0|\0|\0|\0|\0|\0|\0|\0\n".repeat(1000);
     assert_eq!(parse_sacct(&nul).errors.len(), 1000);
     let _ = sbatch_args::parse(&["-".repeat(100_000)]);
     let _ = script_directives(&format!("#SBATCH {}\n", "\"".repeat(100_001)));

@@ -2210,3 +2210,129 @@ fn review_a_slow_retry_sbatch_of_one_user_does_not_delay_another() {
         "bob's retry sbatch was slow",
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Round two (issue 21): what one user writes never becomes another user's truth.
+
+/// Waits until the daemon has polled `n` more times (squeue calls) than it had.
+fn polls_pass(sys: &System, n: usize) {
+    let start = sys.calls("squeue");
+    wait_until(&format!("{n} more polls"), Duration::from_secs(60), || {
+        sys.calls("squeue") >= start + n
+    });
+}
+
+/// Item 1, the critical one: bob's comment holds newlines and rows of his own making, as
+/// `scontrol update jobid=J comment="$(printf 'x\n100|100|OUT_OF_MEMORY|...')"` lets him
+/// write (confirmed on 22.05 and 24.11: squeue and sacct print the newline as is). Before,
+/// one squeue and one sacct covered every user's jobs and ended with the comment: each
+/// line of bob's comment was a row, alice's running job was judged OOM and a second copy
+/// of it submitted. Now the poll's queries carry no text a user writes: alice's job is
+/// untouched, and bob cannot put such a comment in through the supervisor at all.
+#[test]
+fn round2_item1_a_newline_in_bobs_comment_forges_nothing_about_alices_job() {
+    let sys = System::start("", "");
+    let alice = User::get("alice").uid;
+    sys.write_as("alice", "job.sh", &script("sleep 100"));
+    sys.write_as("bob", "job.sh", &script("sleep 100"));
+    let a = sys.submit_as("alice", &["job.sh"]);
+    let b = sys.submit_as("bob", &["job.sh"]);
+    sys.fake.ctl(&["run", &a, "n1"]);
+    sys.fake.ctl(&["run", &b, "n2"]);
+    wait_until("both jobs seen running", Duration::from_secs(20), || {
+        sys.d.status(&a)[0]["slurm_state"] == "RUNNING"
+            && sys.d.status(&b)[0]["slurm_state"] == "RUNNING"
+    });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Rows in every shape the daemon reads (squeue and sacct, old and new), about alice's
+    // job, with alice's uid where a uid goes.
+    let forged = format!(
+        "mine\n{a}|{a}|FAILED|None|n1|{alice}\n{a}|{a}|FAILED|None|n1|ssv-00000000-L1-c1.1\n\
+         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|{alice}|{now}\n\
+         {a}.batch|{a}.batch|OUT_OF_MEMORY|0:125|n1|300000K||||||{now}\n\
+         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|ssv-00000000-L1-c1.1"
+    );
+    sys.fake.ctl(&["comment", &b, &forged]);
+    polls_pass(&sys, 3);
+    // bob's job ends, so the poll's sacct asks about it (and, before, printed his comment).
+    sys.fake.ctl(&["finish", &b, "COMPLETED", "0:0"]);
+    sys.d.wait_state(&b, "completed", Duration::from_secs(30));
+    polls_pass(&sys, 3);
+    let h = sys.d.history(&a);
+    assert_eq!(
+        h["state"], "active",
+        "alice's running job was judged: {h:#}"
+    );
+    assert!(h["decisions"].as_array().unwrap().is_empty(), "{h:#}");
+    assert_eq!(h["attempts"].as_array().unwrap().len(), 1, "{h:#}");
+    assert_eq!(h["attempts"][0]["slurm_state"], "RUNNING", "{h:#}");
+    assert_eq!(
+        sys.sbatch_calls_of("alice").len(),
+        1,
+        "a second copy of alice's job was submitted"
+    );
+
+    // Through the supervisor, such a comment is refused, on the command line or in the
+    // script, with what to do.
+    for args in [
+        vec!["--comment=mine\nforged", "job.sh"],
+        vec!["--comment=tab\there", "job.sh"],
+    ] {
+        let out = sys.as_user("bob", &[&["submit", "--"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", err_text(&out));
+        assert!(
+            err_text(&out).contains("control character"),
+            "{}",
+            err_text(&out)
+        );
+    }
+    sys.write_as(
+        "bob",
+        "esc.sh",
+        b"#!/bin/sh\n#SBATCH --comment=a\x1b[2Jb\nsleep 1\n",
+    );
+    let out = sys.as_user("bob", &["submit", "--", "esc.sh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", err_text(&out));
+    assert_eq!(sys.sbatch_calls_of("bob").len(), 1);
+}
+
+/// The net under item 1: however a job id came to a chain (what a user's sbatch printed,
+/// a tag found in a comment, which its owner writes), the daemon acts on a job only while
+/// Slurm shows it owned by the chain's owner. Here Slurm shows alice's chain's job owned
+/// by bob: its OOM ending is neither judged nor retried for alice, and after
+/// `lost_job_after` her chain waits for a person, saying why in the log.
+#[test]
+fn round2_item1_a_job_slurm_shows_owned_by_another_user_is_never_acted_on() {
+    let sys = System::start("lost_job_after = \"3s\"", "");
+    let bob = User::get("bob").uid;
+    sys.write_as("alice", "job.sh", &script("sleep 100"));
+    let a = sys.submit_as("alice", &["job.sh"]);
+    sys.fake.ctl(&["run", &a, "n1"]);
+    wait_until("alice's job seen running", Duration::from_secs(20), || {
+        sys.d.status(&a)[0]["slurm_state"] == "RUNNING"
+    });
+    sys.fake.ctl(&["owner", &a, &bob.to_string()]);
+    sys.fake.ctl(&["finish", &a, "OUT_OF_MEMORY", "0:125"]);
+    sys.d
+        .wait_state(&a, "pending_failed", Duration::from_secs(60));
+    let h = sys.d.history(&a);
+    let kinds: Vec<&str> = h["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["classification"].as_str())
+        .collect();
+    assert!(
+        !kinds.contains(&"oom"),
+        "bob's job was judged for alice: {h:#}"
+    );
+    assert_eq!(sys.sbatch_calls_of("alice").len(), 1, "{h:#}");
+    assert!(
+        sys.d.log().contains(&format!("owned by uid {bob}")),
+        "{}",
+        tail(&sys.d.log(), 30)
+    );
+}

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         // Text fields are carried through unchanged, never invented.
         assert!(text.contains(r.job_id.as_str()));
         assert!(text.contains(r.job_id_raw.as_str()));
-        assert!(text.contains(r.comment.as_str()));
+        assert!(text.contains(r.partition.as_str()));
         assert!(r.job_id.starts_with(|c: char| c.is_ascii_digit()));
         if let Some(t) = r.timelimit_secs {
             // Zero is "no limit" and must never come out as a limit.

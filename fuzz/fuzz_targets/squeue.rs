@@ -15,9 +15,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(e.line.len() <= MAX_ERROR_LINE + 3);
     }
     for r in &q.rows {
-        // One trailing CR is taken for a CRLF line end, so a comment that itself ends in
-        // CR cannot come back; nor can a comment `(null)`, squeue's "no comment".
-        if r.comment.ends_with('\r') {
+        // A row is exactly its six fields, none of which holds `|`, a newline or a CR
+        // that survives (one trailing CR is taken for a CRLF line end).
+        if r.reason.ends_with('\r') || r.node_list.ends_with('\r') {
             continue;
         }
         let line = [
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
             r.state.as_str(),
             &r.reason,
             &r.node_list,
-            &r.comment,
+            &r.uid.to_string(),
         ]
         .join("|");
         let again = parse_squeue(&line);

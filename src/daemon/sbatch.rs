@@ -498,10 +498,13 @@ pub async fn sbatch<S: Slurm>(
     }
 }
 
-/// `Submitted(job)` if squeue shows `job` with `tag` in its comment, else `Unknown`.
+/// `Submitted(job)` if squeue shows `job` with `tag` in its comment, else `Unknown`. The
+/// comment is its owner's text, so this only shows that sbatch did not print just any job
+/// id: that the job is the user's own is the poll's check (it watches a job only while
+/// Slurm shows it owned by the chain's owner).
 async fn confirm_job<S: Slurm>(slurm: &S, job: String, tag: &str) -> LaunchOutcome {
     let base = base_job_id(&job);
-    match slurm.squeue(std::slice::from_ref(&base)).await {
+    match slurm.squeue_tags(&base).await {
         Ok(p) if p.rows.iter().any(|r| tags_in(&r.comment).any(|t| t == tag)) => {
             LaunchOutcome::Submitted(job)
         }

@@ -346,10 +346,10 @@ fn an_agents_retry_that_fails_the_same_way_goes_back_to_the_agent() {
 fn a_partial_execution_is_not_retried_unless_restartable() {
     // From real rows: srun step 0 completed, step 1 was killed for memory.
     let rows = crate::slurm::parse::parse_sacct(
-        "5|5|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|\n\
-         5.batch|5.batch|OUT_OF_MEMORY|0:125|n1|1024K|||||\n\
-         5.0|5.0|COMPLETED|0:0|n1|1024K|||||\n\
-         5.1|5.1|OUT_OF_MEMORY|0:125|n1|204800K|||||\n",
+        "5|5|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|1000|1795611422\n\
+         5.batch|5.batch|OUT_OF_MEMORY|0:125|n1|1024K||||||1795611422\n\
+         5.0|5.0|COMPLETED|0:0|n1|1024K||||||1795611422\n\
+         5.1|5.1|OUT_OF_MEMORY|0:125|n1|204800K||||||1795611422\n",
     );
     let v = crate::classify::classify(
         &crate::classify::Observation {

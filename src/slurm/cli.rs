@@ -7,7 +7,7 @@
 
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
-use super::types::{PendingRow, SacctRow, SqueueRow};
+use super::types::{PendingRow, SacctRow, SqueueRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
@@ -280,6 +280,26 @@ impl SlurmCli {
         }
     }
 
+    /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`,
+    /// whatever the daemon's own environment says), as [`parse::SACCT_FIELDS`] reads them.
+    async fn query_epoch_times(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
+        let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
+            .filter(|(k, _)| k != "SLURM_TIME_FORMAT")
+            .chain([("SLURM_TIME_FORMAT".into(), "%s".into())])
+            .collect();
+        self.run(
+            name,
+            &args,
+            self.timeout,
+            |cmd| {
+                cmd.env_clear_with(env);
+                Ok(())
+            },
+            None,
+        )
+        .await
+    }
+
     async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
         let ran = self
             .run(name, &args, self.timeout, |_| Ok(()), None)
@@ -326,8 +346,12 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 }
 
 fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
+    check_squeue_with(ran, parse::parse_squeue)
+}
+
+fn check_squeue_with<T>(ran: Ran, parse: fn(&str) -> Parsed<T>) -> Result<Parsed<T>, SlurmError> {
     if ran.code == Some(0) {
-        return Ok(parse::parse_squeue(&ran.stdout));
+        return Ok(parse(&ran.stdout));
     }
     if ran.stderr.contains(INVALID_JOB_ID) {
         // The ids asked about are unknown to squeue: finished long ago or never existed.
@@ -341,8 +365,12 @@ fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
 }
 
 fn check_sacct(ran: Ran) -> Result<Parsed<SacctRow>, SlurmError> {
+    check_sacct_with(ran, parse::parse_sacct)
+}
+
+fn check_sacct_with<T>(ran: Ran, parse: fn(&str) -> Parsed<T>) -> Result<Parsed<T>, SlurmError> {
     if ran.code == Some(0) {
-        return Ok(parse::parse_sacct(&ran.stdout));
+        return Ok(parse(&ran.stdout));
     }
     // sacct has no "refused" case worth distinguishing: any failure means no answer.
     Err(SlurmError::Unavailable {
@@ -422,15 +450,26 @@ impl Slurm for SlurmCli {
         Ok(all)
     }
 
-    async fn squeue_user(&self, user: &str) -> Result<Parsed<SqueueRow>, SlurmError> {
+    async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
         let args = vec![
             "--noheader".into(),
             "--states=all".into(),
             "--array".into(),
-            format!("--format={}", parse::SQUEUE_FORMAT),
+            format!("--format={}", parse::TAG_SQUEUE_FORMAT),
             format!("--user={user}"),
         ];
-        check_squeue(self.query("squeue", args).await?)
+        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
+    }
+
+    async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError> {
+        let args = vec![
+            "--noheader".into(),
+            "--states=all".into(),
+            "--array".into(),
+            format!("--format={}", parse::TAG_SQUEUE_FORMAT),
+            format!("--jobs={job_id}"),
+        ];
+        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
     }
 
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {
@@ -446,28 +485,24 @@ impl Slurm for SlurmCli {
                 format!("--format={}", parse::SACCT_FIELDS),
                 format!("--jobs={}", chunk.join(",")),
             ];
-            let p = check_sacct(self.query("sacct", args).await?)?;
+            let p = check_sacct(self.query_epoch_times("sacct", args).await?)?;
             all.rows.extend(p.rows);
             all.errors.extend(p.errors);
         }
         Ok(all)
     }
 
-    async fn sacct_user_since(
-        &self,
-        user: &str,
-        since: i64,
-    ) -> Result<Parsed<SacctRow>, SlurmError> {
+    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<TagRow>, SlurmError> {
         let args = vec![
             "--parsable2".into(),
             "--noheader".into(),
             "--duplicates".into(),
             "--allocations".into(),
-            format!("--format={}", parse::SACCT_FIELDS),
+            format!("--format={}", parse::TAG_SACCT_FIELDS),
             format!("--user={user}"),
             format!("--starttime={}", format_sacct_time(since)),
         ];
-        check_sacct(self.query("sacct", args).await?)
+        check_sacct_with(self.query("sacct", args).await?, parse::parse_tags)
     }
 
     async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
@@ -495,18 +530,37 @@ impl Slurm for SlurmCli {
         if ran.code != Some(0) {
             return Err(Self::failure("scontrol", &ran));
         }
-        let line = ran
+        let garbage = |message: String| SlurmError::Garbage {
+            command: "scontrol".into(),
+            message,
+        };
+        // `-o` prints one line per job; a second line is a line break in a value its
+        // owner wrote, and the record can no longer be told from that text.
+        let lines: Vec<&str> = ran
             .stdout
             .lines()
-            .find(|l| l.starts_with("JobId="))
-            .unwrap_or_default();
-        if line.is_empty() {
-            return Err(SlurmError::Garbage {
-                command: "scontrol".into(),
-                message: format!("no JobId= record in {:?}", trim_evidence(&ran.stdout)),
-            });
-        }
-        Ok(parse::parse_scontrol_record(line))
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        let line = match lines.as_slice() {
+            [line] if line.starts_with("JobId=") => *line,
+            [] | [_] => {
+                return Err(garbage(format!(
+                    "no JobId= record in {:?}",
+                    trim_evidence(&ran.stdout)
+                )))
+            }
+            _ => {
+                return Err(garbage(format!(
+                    "the record of job {job_id} spans {} lines: a value its owner wrote (name, comment, command, path) holds a line break",
+                    lines.len()
+                )))
+            }
+        };
+        parse::parse_scontrol_record_strict(line).map_err(|key| {
+            garbage(format!(
+                "the record of job {job_id} names {key}= twice: a value its owner wrote holds \" {key}=\""
+            ))
+        })
     }
 
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {

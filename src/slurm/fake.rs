@@ -17,7 +17,7 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -168,6 +168,8 @@ pub struct FakeJob {
     pub held: bool,
     /// The owner's name (the user sbatch ran as).
     pub user: String,
+    /// The owner's uid.
+    pub uid: u32,
 }
 
 impl FakeJob {
@@ -197,7 +199,10 @@ impl FakeJob {
             elapsed_secs: Some(elapsed),
             partition: self.partition.clone(),
             restarts: None,
-            comment: self.comment.clone(),
+            uid: Some(self.uid),
+            // No clock here: no Submit time, so every run of a job id is its own (the
+            // judge tells an older job of the same id only by a Submit time).
+            submit: None,
         }
     }
 
@@ -215,7 +220,8 @@ impl FakeJob {
             elapsed_secs: Some(5),
             partition: String::new(),
             restarts: None,
-            comment: String::new(),
+            uid: None,
+            submit: None,
         }
     }
 
@@ -558,11 +564,15 @@ impl FakeSlurm {
                 _ => "None".into(),
             },
             node_list: j.node.clone().unwrap_or_default(),
-            comment: if j.comment.is_empty() {
-                "(null)".into()
-            } else {
-                j.comment.clone()
-            },
+            uid: j.uid,
+        }
+    }
+
+    fn tag_row(j: &FakeJob) -> TagRow {
+        TagRow {
+            job_id: j.id.clone(),
+            job_id_raw: j.raw_id.clone(),
+            comment: j.comment.clone(),
         }
     }
 
@@ -637,9 +647,9 @@ impl FakeSlurm {
             None => None,
         };
         let comment = opt("comment").unwrap_or_default();
-        let user = match &req.run_as {
-            Some(r) => r.user.to_string_lossy().into_owned(),
-            None => current_user(),
+        let (user, uid) = match &req.run_as {
+            Some(r) => (r.user.to_string_lossy().into_owned(), r.uid),
+            None => (current_user(), nix::unistd::getuid().as_raw()),
         };
         let base = s.next_id;
         let ids: Vec<(String, String, Option<u32>)> = match &tasks {
@@ -677,6 +687,7 @@ impl FakeSlurm {
                 dependency: opt("dependency").unwrap_or_default(),
                 held: cmd.has("hold") || directives.has("hold"),
                 user: user.clone(),
+                uid,
             })
             .collect();
         let call = SbatchCall {
@@ -786,13 +797,28 @@ impl Slurm for FakeSlurm {
         })
     }
 
-    async fn squeue_user(&self, _user: &str) -> Result<Parsed<SqueueRow>, SlurmError> {
+    async fn squeue_user(&self, _user: &str) -> Result<Parsed<TagRow>, SlurmError> {
         let s = self.enter(Command::SqueueUser)?;
         let rows = s
             .jobs
             .values()
             .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .map(Self::squeue_row)
+            .map(Self::tag_row)
+            .collect();
+        Ok(Parsed {
+            rows,
+            errors: Vec::new(),
+        })
+    }
+
+    async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.is_live() || s.show_ended_in_squeue)
+            .filter(|j| job_id == j.id || job_id == j.base_id())
+            .map(Self::tag_row)
             .collect();
         Ok(Parsed {
             rows,
@@ -818,14 +844,16 @@ impl Slurm for FakeSlurm {
         &self,
         _user: &str,
         _since: i64,
-    ) -> Result<Parsed<SacctRow>, SlurmError> {
+    ) -> Result<Parsed<TagRow>, SlurmError> {
         let s = self.enter(Command::SacctUserSince)?;
-        // `--allocations`: job rows only.
+        // `--allocations`: job rows only, one per run.
         let rows = s
             .jobs
             .values()
-            .flat_map(FakeJob::sacct_rows)
-            .filter(|r| !r.is_step())
+            .flat_map(|j| {
+                let runs = j.requeued_runs.len() + 1;
+                std::iter::repeat_n(Self::tag_row(j), runs)
+            })
             .collect();
         Ok(Parsed {
             rows,

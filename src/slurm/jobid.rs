@@ -538,8 +538,8 @@ mod tests {
     #[test]
     fn runs_split_requeues_and_expand_unstarted_array_tasks() {
         let rows = parse_sacct(
-            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|\n4.batch|4.batch|CANCELLED|0:15|n1|1024K|||||\n4|4|PENDING|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n\
-             14_1|15|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|\n14_[3-4%1]|14|CANCELLED by 0|0:0|None assigned||100M|00:10:00|00:00:00|debug|\n",
+            "4|4|PREEMPTED|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422\n4.batch|4.batch|CANCELLED|0:15|n1|1024K||||||1795611422\n4|4|PENDING|0:0|None assigned||100M|00:10:00|00:00:00|debug|1000|1795611422\n\
+             14_1|15|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422\n14_[3-4%1]|14|CANCELLED by 0|0:0|None assigned||100M|00:10:00|00:00:00|debug|1000|1795611422\n",
         )
         .rows;
         let runs = runs_by_job(&rows);
@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn queued_states_expand_unstarted_array_tasks() {
         let rows = parse_squeue(
-            "14_[3-4%1]|14|PENDING|JobArrayTaskLimit||\n14_1|15|RUNNING|None|n1|\n20|20|PENDING|Priority||\n",
+            "14_[3-4%1]|14|PENDING|JobArrayTaskLimit||1000\n14_1|15|RUNNING|None|n1|1000\n20|20|PENDING|Priority||1000\n",
         )
         .rows;
         let q = queued_states(&rows);

@@ -18,7 +18,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{PendingRow, SacctRow, SqueueRow};
+use types::{PendingRow, SacctRow, SqueueRow, TagRow};
 
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
@@ -166,16 +166,17 @@ pub trait Slurm {
     /// The live view of these jobs (base ids; array tasks are listed one per row).
     /// Jobs squeue no longer knows are simply absent.
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError>;
-    /// Every job of one user that squeue knows, to look submissions up by their tag.
-    async fn squeue_user(&self, user: &str) -> Result<Parsed<SqueueRow>, SlurmError>;
+    /// Every job of one user that squeue knows, with its comment, to look submissions up
+    /// by their tag. The rows are candidates only (see [`TagRow`]).
+    async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError>;
+    /// One job (a base id: an array's tasks are listed one per row) with its comment, to
+    /// check the tag of a job sbatch said it made. The rows are candidates only.
+    async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError>;
     /// The accounting records of these jobs, requeued runs included (`--duplicates`).
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError>;
-    /// The accounting records of one user's jobs since a unix time, to find tags.
-    async fn sacct_user_since(
-        &self,
-        user: &str,
-        since: i64,
-    ) -> Result<Parsed<SacctRow>, SlurmError>;
+    /// The accounting records of one user's jobs since a unix time, with their comments,
+    /// to find tags. The rows are candidates only (see [`TagRow`]).
+    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<TagRow>, SlurmError>;
     /// Cancels jobs, in one call (as `run_as`, when given). Jobs that already ended are
     /// not an error.
     async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;

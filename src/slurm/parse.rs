@@ -22,28 +22,41 @@
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
 use super::jobid;
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The sacct columns, in the order [`parse_sacct`] reads them. `Comment` is last because it
-/// is user text and may itself contain `|`: every field past the tenth is joined back into it.
+/// The sacct columns of the poll, in the order [`parse_sacct`] reads them. One sacct covers
+/// the jobs of every user, so none of its columns is text a user writes (no `Comment`,
+/// `JobName`, `WorkDir`): each field is Slurm's own and holds no `|` and no newline, and a
+/// row is exactly these twelve fields or it is not read. `UID` is the owner Slurm
+/// recorded; `Submit` is read as seconds since the epoch, which sacct prints when run with
+/// `SLURM_TIME_FORMAT=%s`.
 pub const SACCT_FIELDS: &str =
-    "JobID,JobIDRaw,State,ExitCode,NodeList,MaxRSS,ReqMem,Timelimit,Elapsed,Partition,Comment";
+    "JobID,JobIDRaw,State,ExitCode,NodeList,MaxRSS,ReqMem,Timelimit,Elapsed,Partition,UID,Submit";
 
-/// How many `|`-separated fields precede the comment in a sacct row.
-const SACCT_FIXED: usize = 10;
+/// How many `|`-separated fields a sacct row has.
+const SACCT_COLUMNS: usize = 12;
 
-/// The squeue `--format`: job id, raw id, long state, reason, nodes, comment (last, as in
-/// [`SACCT_FIELDS`], because it may contain `|`).
-pub const SQUEUE_FORMAT: &str = "%i|%A|%T|%r|%N|%k";
+/// The squeue `--format` of the poll: job id, raw id, long state, reason, nodes, owner's
+/// uid. Like [`SACCT_FIELDS`], it covers every user's jobs and carries no text a user
+/// writes (the comment is not in it).
+pub const SQUEUE_FORMAT: &str = "%i|%A|%T|%r|%N|%U";
 
-/// squeue's format for pending jobs and their dependencies (the dependency last: it is
-/// free text as far as the row is concerned).
+/// How many `|`-separated fields a squeue row has.
+const SQUEUE_COLUMNS: usize = 6;
+
+/// The squeue `--format` of a tag lookup among one user's jobs (or of one job just
+/// submitted): job id, raw id, and the comment, last because it is the owner's text. Read
+/// into [`TagRow`]s, which are candidates only (see there).
+pub const TAG_SQUEUE_FORMAT: &str = "%i|%A|%k";
+
+/// The sacct columns of a tag lookup among one user's jobs (see [`TAG_SQUEUE_FORMAT`]).
+pub const TAG_SACCT_FIELDS: &str = "JobID,JobIDRaw,Comment";
+
+/// squeue's format for pending jobs and their dependencies (the dependency last). Every
+/// field is Slurm's: `%E` is Slurm's own rendering of the dependency it parsed.
 pub const PENDING_FORMAT: &str = "%i|%A|%u|%E";
-
-/// How many `|`-separated fields precede the comment in a squeue row.
-const SQUEUE_FIXED: usize = 5;
 
 /// At most this many bytes of an unreadable line are kept in its [`RowError`], so that a
 /// runaway line (a comment of megabytes) cannot bloat the evidence stored about it.
@@ -95,17 +108,43 @@ pub enum ParseError {
 /// `--duplicates` (requeued runs of one job id come as separate rows, oldest first; their
 /// order is kept).
 pub fn parse_sacct(stdout: &str) -> Parsed<SacctRow> {
-    parse_lines(stdout, SACCT_FIXED, sacct_row)
+    parse_lines(stdout, SACCT_COLUMNS, Trailing::None, |f, _| sacct_row(f))
 }
 
 /// Parses `squeue --noheader --states=all --array --format=<SQUEUE_FORMAT>` output.
 pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
-    parse_lines(stdout, SQUEUE_FIXED, squeue_row)
+    parse_lines(stdout, SQUEUE_COLUMNS, Trailing::None, |f, _| squeue_row(f))
+}
+
+/// Parses the output of a tag lookup: squeue with [`TAG_SQUEUE_FORMAT`] or sacct
+/// `--parsable2` with [`TAG_SACCT_FIELDS`]. Every field after the second is the comment.
+pub fn parse_tags(stdout: &str) -> Parsed<TagRow> {
+    parse_lines(stdout, 2, Trailing::Text, |f, comment| {
+        let [job_id, job_id_raw] = f else {
+            unreachable!("parse_lines hands over exactly 2 fields")
+        };
+        if !looks_like_job_id(job_id_raw) {
+            return Err(format!(
+                "JobIDRaw {:?} is not a job id",
+                truncate(job_id_raw, 64)
+            ));
+        }
+        Ok(TagRow {
+            job_id: job_id.to_string(),
+            job_id_raw: job_id_raw.to_string(),
+            // squeue prints `(null)` for a job without a comment.
+            comment: if comment == "(null)" {
+                String::new()
+            } else {
+                comment
+            },
+        })
+    })
 }
 
 /// Parses `squeue --noheader --states=PENDING --format=<PENDING_FORMAT>` output.
 pub fn parse_pending(stdout: &str) -> Parsed<PendingRow> {
-    parse_lines(stdout, 3, |f, dependency| {
+    parse_lines(stdout, 3, Trailing::Text, |f, dependency| {
         let [job_id, job_id_raw, user] = f else {
             unreachable!("parse_lines hands over exactly 3 fields")
         };
@@ -135,10 +174,31 @@ pub fn show_config_value(text: &str, key: &str) -> Option<String> {
     })
 }
 
-/// One record of `scontrol show job -o` (`Key=value Key=value ...` on one line) as a map.
-/// A value runs until the next ` Key=`, so values with spaces (`JobName=my job`) survive;
-/// a value that itself contains ` Word=` cannot be told apart, as in scontrol's own output.
-pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, String> {
+/// [`parse_scontrol_record`], refusing a record that names a key twice: a value its owner
+/// wrote (a job name, comment, command or path) holds ` Key=`, so the record cannot be
+/// read as Slurm wrote it. Returns the key named twice.
+pub fn parse_scontrol_record_strict(
+    line: &str,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut seen = std::collections::HashSet::new();
+    for key in scontrol_keys(line) {
+        if !seen.insert(key) {
+            return Err(key.to_string());
+        }
+    }
+    Ok(parse_scontrol_record(line))
+}
+
+/// The keys of a `scontrol show job -o` record, in order (with repeats).
+fn scontrol_keys(line: &str) -> Vec<&str> {
+    scontrol_key_spans(line)
+        .into_iter()
+        .map(|(start, eq)| &line[start..eq])
+        .collect()
+}
+
+/// Where each ` Key=` of a record starts, and where its `=` is.
+fn scontrol_key_spans(line: &str) -> Vec<(usize, usize)> {
     let mut starts = Vec::new();
     let bytes = line.as_bytes();
     let mut i = 0;
@@ -159,6 +219,14 @@ pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, S
         }
         i += 1;
     }
+    starts
+}
+
+/// One record of `scontrol show job -o` (`Key=value Key=value ...` on one line) as a map.
+/// A value runs until the next ` Key=`, so values with spaces (`JobName=my job`) survive;
+/// a value that itself contains ` Word=` cannot be told apart, as in scontrol's own output.
+pub fn parse_scontrol_record(line: &str) -> std::collections::BTreeMap<String, String> {
+    let starts = scontrol_key_spans(line);
     let mut out = std::collections::BTreeMap::new();
     for (n, &(key_start, eq)) in starts.iter().enumerate() {
         let end = starts
@@ -349,11 +417,20 @@ pub fn format_time_limit(secs: u64) -> String {
 
 // ---- internals --------------------------------------------------------------------------
 
+/// Whether a row ends in a field that may hold `|` itself (joined back from every field
+/// past the fixed ones), or is exactly its fixed fields.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trailing {
+    None,
+    Text,
+}
+
 /// Splits output into lines, skips blank ones, and hands each line's fields to `row`
-/// (the fixed ones, then the rest joined back with `|` as the comment).
+/// (with [`Trailing::Text`], the fixed ones, then the rest joined back with `|`).
 fn parse_lines<T>(
     stdout: &str,
     fixed: usize,
+    trailing: Trailing,
     row: impl Fn(&[&str], String) -> Result<T, String>,
 ) -> Parsed<T> {
     let mut out = Parsed {
@@ -368,16 +445,19 @@ fn parse_lines<T>(
         let fields: Vec<&str> = line.split('|').collect();
         let first = fields[0];
         let job_id = looks_like_job_id(first).then(|| first.to_string());
-        let result = if fields.len() <= fixed {
-            Err(format!(
+        let result = match trailing {
+            Trailing::None if fields.len() != fixed => Err(format!(
+                "expected {fixed} fields separated by '|', found {}",
+                fields.len()
+            )),
+            Trailing::Text if fields.len() <= fixed => Err(format!(
                 "expected at least {} fields separated by '|', found {}",
                 fixed + 1,
                 fields.len()
-            ))
-        } else if job_id.is_none() {
-            Err(format!("{:?} is not a job id", truncate(first, 64)))
-        } else {
-            row(&fields[..fixed], fields[fixed..].join("|"))
+            )),
+            _ if job_id.is_none() => Err(format!("{:?} is not a job id", truncate(first, 64))),
+            Trailing::None => row(&fields, String::new()),
+            Trailing::Text => row(&fields[..fixed], fields[fixed..].join("|")),
         };
         match result {
             Ok(r) => out.rows.push(r),
@@ -392,11 +472,11 @@ fn parse_lines<T>(
     out
 }
 
-fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
-    let [job_id, job_id_raw, state, exit, nodes, max_rss, req_mem, timelimit, elapsed, partition] =
+fn sacct_row(f: &[&str]) -> Result<SacctRow, String> {
+    let [job_id, job_id_raw, state, exit, nodes, max_rss, req_mem, timelimit, elapsed, partition, uid, submit] =
         f
     else {
-        unreachable!("parse_lines hands over exactly SACCT_FIXED fields")
+        unreachable!("parse_lines hands over exactly SACCT_COLUMNS fields")
     };
     if !looks_like_job_id(job_id_raw) {
         return Err(format!(
@@ -428,6 +508,24 @@ fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
             ))
         }
     };
+    let uid = match *uid {
+        "" => None,
+        u => Some(parse_uid(u).ok_or_else(|| format!("UID {:?} is not a uid", truncate(u, 64)))?),
+    };
+    // A job that never got a submit time prints `Unknown` (`None` with %s).
+    let submit = match *submit {
+        "" | "Unknown" | "None" => None,
+        t => Some(
+            parse_digits_u64(t)
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "Submit {:?} is not seconds since the epoch (is SLURM_TIME_FORMAT=%s set?)",
+                        truncate(t, 64)
+                    )
+                })?,
+        ),
+    };
     Ok(SacctRow {
         job_id: job_id.to_string(),
         job_id_raw: job_id_raw.to_string(),
@@ -448,13 +546,14 @@ fn sacct_row(f: &[&str], comment: String) -> Result<SacctRow, String> {
         partition: partition.to_string(),
         // Not a sacct field in Slurm 22.05; see the module documentation.
         restarts: None,
-        comment,
+        uid,
+        submit,
     })
 }
 
-fn squeue_row(f: &[&str], comment: String) -> Result<SqueueRow, String> {
-    let [job_id, job_id_raw, state, reason, nodes] = f else {
-        unreachable!("parse_lines hands over exactly SQUEUE_FIXED fields")
+fn squeue_row(f: &[&str]) -> Result<SqueueRow, String> {
+    let [job_id, job_id_raw, state, reason, nodes, uid] = f else {
+        unreachable!("parse_lines hands over exactly SQUEUE_COLUMNS fields")
     };
     if !looks_like_job_id(job_id_raw) {
         return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
@@ -467,13 +566,13 @@ fn squeue_row(f: &[&str], comment: String) -> Result<SqueueRow, String> {
         state,
         reason: reason.to_string(),
         node_list: nodes.to_string(),
-        // squeue prints `(null)` for a job without a comment.
-        comment: if comment == "(null)" {
-            String::new()
-        } else {
-            comment
-        },
+        uid: parse_uid(uid).ok_or_else(|| format!("%U {:?} is not a uid", truncate(uid, 64)))?,
     })
+}
+
+/// A uid as Slurm prints one: digits that fit in 32 bits.
+fn parse_uid(s: &str) -> Option<u32> {
+    parse_digits_u64(s).and_then(|n| u32::try_from(n).ok())
 }
 
 /// `COMPLETED`, or `CANCELLED by 1000` (the uid of whoever cancelled).
@@ -583,7 +682,8 @@ MaxArraySize            = 1001\n";
             elapsed_secs: None,
             partition: String::new(),
             restarts: None,
-            comment: String::new(),
+            uid: None,
+            submit: None,
         }
     }
 
@@ -596,10 +696,29 @@ MaxArraySize            = 1001\n";
 
     #[test]
     fn fields_constant_matches_the_fixed_count() {
-        assert_eq!(SACCT_FIELDS.split(',').count(), SACCT_FIXED + 1);
-        assert_eq!(SACCT_FIELDS.rsplit(',').next(), Some("Comment"));
-        assert_eq!(SQUEUE_FORMAT.split('|').count(), SQUEUE_FIXED + 1);
-        assert!(SQUEUE_FORMAT.ends_with("%k"));
+        assert_eq!(SACCT_FIELDS.split(',').count(), SACCT_COLUMNS);
+        assert_eq!(SQUEUE_FORMAT.split('|').count(), SQUEUE_COLUMNS);
+        // The poll's queries cover every user's jobs: nothing a user writes is in them.
+        for user_text in [
+            "Comment",
+            "JobName",
+            "WorkDir",
+            "StdOut",
+            "StdErr",
+            "Reason",
+            "Constraints",
+        ] {
+            assert!(
+                !SACCT_FIELDS.split(',').any(|f| f == user_text),
+                "{user_text}"
+            );
+        }
+        for user_text in ["%k", "%j", "%Z", "%o", "%f", "%y"] {
+            assert!(!SQUEUE_FORMAT.contains(user_text), "{user_text}");
+        }
+        // The tag lookups read the comment, last.
+        assert!(TAG_SQUEUE_FORMAT.ends_with("|%k"));
+        assert!(TAG_SACCT_FIELDS.ends_with(",Comment"));
         assert!(
             !SACCT_FIELDS.contains("Restarts"),
             "sacct 22.05 rejects Restarts"
@@ -610,21 +729,21 @@ MaxArraySize            = 1001\n";
     #[test]
     fn sacct_failure_shapes_from_the_notes() {
         let out = "\
-1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|
-1.batch|1.batch|COMPLETED|0:0|n1|1024K|||00:00:01||
-2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|
-2.batch|2.batch|FAILED|1:0|n1|2048K|||00:00:01||
-3|3|FAILED|0:9|vm||100M|00:30:00|00:00:03|debug|
-3.batch|3.batch|CANCELLED by 0|0:9|vm|269648K|||00:00:03||
-8|8|TIMEOUT|0:0|vm||100M|00:01:00|00:01:27|debug|
-8.batch|8.batch|CANCELLED|0:15|vm|3132K|||00:01:27||
-4|4|PREEMPTED|0:0|n1||1000M|00:30:00|00:00:29|debug|
-4|4|PENDING|0:0|None assigned||1000M|00:30:00|00:00:00|debug|
-12|12|PREEMPTED|0:0|n2||1000M|Partition_Limit|00:00:01|debug|
-12.batch|12.batch|CANCELLED|0:15|n2|3168K|||00:00:01||
-7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|
-7.batch|7.batch|CANCELLED|0:15|n1|1024K|||00:00:20||
-5|5|CANCELLED by 1000|0:0|None assigned||1000M|01:40:00|00:00:00|debug|
+1|1|COMPLETED|0:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422
+1.batch|1.batch|COMPLETED|0:0|n1|1024K|||00:00:01|||1795611422
+2|2|FAILED|1:0|n1||100M|00:10:00|00:00:01|debug|1000|1795611422
+2.batch|2.batch|FAILED|1:0|n1|2048K|||00:00:01|||1795611422
+3|3|FAILED|0:9|vm||100M|00:30:00|00:00:03|debug|1000|1795611422
+3.batch|3.batch|CANCELLED by 0|0:9|vm|269648K|||00:00:03|||1795611422
+8|8|TIMEOUT|0:0|vm||100M|00:01:00|00:01:27|debug|1000|1795611422
+8.batch|8.batch|CANCELLED|0:15|vm|3132K|||00:01:27|||1795611422
+4|4|PREEMPTED|0:0|n1||1000M|00:30:00|00:00:29|debug|1000|1795611422
+4|4|PENDING|0:0|None assigned||1000M|00:30:00|00:00:00|debug|1000|1795611422
+12|12|PREEMPTED|0:0|n2||1000M|Partition_Limit|00:00:01|debug|1000|1795611422
+12.batch|12.batch|CANCELLED|0:15|n2|3168K|||00:00:01|||1795611422
+7|7|NODE_FAIL|0:0|n1||100M|00:10:00|00:00:20|debug|1000|1795611422
+7.batch|7.batch|CANCELLED|0:15|n1|1024K|||00:00:20|||1795611422
+5|5|CANCELLED by 1000|0:0|None assigned||1000M|01:40:00|00:00:00|debug|1000|1795611422
 ";
         let p = parse_sacct(out);
         assert!(p.errors.is_empty(), "{:?}", p.errors);
@@ -685,18 +804,18 @@ MaxArraySize            = 1001\n";
     #[test]
     fn sacct_rows_recorded_on_the_dev_cluster() {
         let out = "\
-133|133|NODE_FAIL|0:0|n1||1000M|00:30:00|00:00:02|debug|
-133.batch|133.batch|CANCELLED||n1||||00:00:02||
-108|108|FAILED|0:9|n2||100M|00:30:00|00:00:01|debug|
-108.batch|108.batch|CANCELLED by 0|0:9|n2|424496K|||00:00:01||
-110_[1-4%1]|110|PENDING|0:0|None assigned||1000M|Partition_Limit|00:00:00|debug|
-123_1|127|COMPLETED|0:0|n2||1000M|00:30:00|00:00:05|debug|
-123_1.batch|127.batch|COMPLETED|0:0|n2|3296K|||00:00:05||
-123_2.batch|128.batch|RUNNING|0:0|n2||||00:00:05||
-130|130|PREEMPTED|0:0|n1||1000M|Partition_Limit|00:00:01|debug|
-111|111|FAILED|1:0|None assigned||999999999M|Partition_Limit|00:00:00|debug|
-109|109|COMPLETED|0:0|n1||1000M|00:30:00|00:00:05|debug|hello \"world\" $(x) | pipe
-131|131|PENDING|0:0|n2||16?||00:00:02||
+133|133|NODE_FAIL|0:0|n1||1000M|00:30:00|00:00:02|debug|1000|1795611422
+133.batch|133.batch|CANCELLED||n1||||00:00:02|||1795611422
+108|108|FAILED|0:9|n2||100M|00:30:00|00:00:01|debug|1000|1795611422
+108.batch|108.batch|CANCELLED by 0|0:9|n2|424496K|||00:00:01|||1795611422
+110_[1-4%1]|110|PENDING|0:0|None assigned||1000M|Partition_Limit|00:00:00|debug|1000|1795611422
+123_1|127|COMPLETED|0:0|n2||1000M|00:30:00|00:00:05|debug|1000|1795611422
+123_1.batch|127.batch|COMPLETED|0:0|n2|3296K|||00:00:05|||1795611422
+123_2.batch|128.batch|RUNNING|0:0|n2||||00:00:05|||1795611422
+130|130|PREEMPTED|0:0|n1||1000M|Partition_Limit|00:00:01|debug|1000|1795611422
+111|111|FAILED|1:0|None assigned||999999999M|Partition_Limit|00:00:00|debug|1000|1795611422
+109|109|COMPLETED|0:0|n1||1000M|00:30:00|00:00:05|debug|1000|1795611422
+131|131|PENDING|0:0|n2||16?||00:00:02||1000|1795611422
 ";
         let p = parse_sacct(out);
         let got: Vec<(&str, &str, JobState, String)> = p
@@ -731,7 +850,11 @@ MaxArraySize            = 1001\n";
         assert_eq!(p.rows[3].max_rss_bytes, Some(424_496 * K));
         assert_eq!(p.rows[3].cancelled_by, Some(0));
         assert_eq!(p.rows[9].req_mem_bytes, Some(999_999_999 * M));
-        assert_eq!(p.rows[10].comment, "hello \"world\" $(x) | pipe");
+        assert_eq!(
+            (p.rows[10].uid, p.rows[10].submit),
+            (Some(1000), Some(1795611422))
+        );
+        assert_eq!((p.rows[1].uid, p.rows[1].submit), (None, Some(1795611422)));
         // The stub row sacct shows for a few seconds after a job starts or ends is not data.
         assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
         assert_eq!(
@@ -744,7 +867,8 @@ MaxArraySize            = 1001\n";
             p.errors[0].message
         );
         // A job row without an exit code is not given one.
-        let p = parse_sacct("133|133|NODE_FAIL||n1||1000M|00:30:00|00:00:02|debug|\n");
+        let p =
+            parse_sacct("133|133|NODE_FAIL||n1||1000M|00:30:00|00:00:02|debug|1000|1795611422\n");
         assert!(p.rows.is_empty());
         assert!(
             p.errors[0].message.contains("ExitCode"),
@@ -758,26 +882,26 @@ MaxArraySize            = 1001\n";
     #[test]
     fn sacct_rows_recorded_on_slurm_24_11() {
         let out = "\
-43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|
-43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00||
-53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|
-53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01||
-55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|
-55.batch|55.batch|CANCELLED||n1||||00:00:03||
-46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|
-46.batch|46.batch|CANCELLED||n1||||00:00:03||
-46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|
-46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05||
-20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|
-20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15||
-57|57|PENDING|0:0|None assigned||1000M|UNLIMITED|00:00:00|debug|
-22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|ssv-0a1b2c3d-L1-c1.1
-22.batch|22.batch|CANCELLED||n1||||00:00:00||
-23|23|COMPLETED|0:0|n2||7231M|365-00:00:00|00:00:05|debug|
-24|24|PENDING|0:0|None assigned||7231M|Partition_Limit|00:00:00|debug|
-49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|
-49_3|49|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|
-47|47|COMPLETED|0:0|n2||1000M|00:30:00|00:00:01|debug|hello \"world\" | pipe
+43|43|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|1000|1795611422
+43.batch|43.batch|COMPLETED|0:0|n1||||00:00:00|||1795611422
+53|53|FAILED|0:9|n1||100M|00:30:00|00:00:01|debug|1000|1795611422
+53.batch|53.batch|CANCELLED by 0|0:9|n1|163600K|||00:00:01|||1795611422
+55|55|NODE_FAIL|1:0|n1||1000M|00:30:00|00:00:03|debug|1000|1795611422
+55.batch|55.batch|CANCELLED||n1||||00:00:03|||1795611422
+46|46|NODE_FAIL|1:0|n1||1000M|00:01:00|00:00:03|debug|1000|1795611422
+46.batch|46.batch|CANCELLED||n1||||00:00:03|||1795611422
+46|46|TIMEOUT|0:0|n1||1000M|00:01:00|00:01:04|debug|1000|1795611422
+46.batch|46.batch|CANCELLED|0:15|n1|3328K|||00:01:05|||1795611422
+20|20|TIMEOUT|0:0|n1||7231M|00:01:00|00:01:15|debug|1000|1795611422
+20.batch|20.batch|COMPLETED|0:0|n1|3328K|||00:01:15|||1795611422
+57|57|PENDING|0:0|None assigned||1000M|UNLIMITED|00:00:00|debug|1000|1795611422
+22|22|NODE_FAIL|1:0|n1||7231M|UNLIMITED|00:00:00|debug|1000|1795611422
+22.batch|22.batch|CANCELLED||n1||||00:00:00|||1795611422
+23|23|COMPLETED|0:0|n2||7231M|365-00:00:00|00:00:05|debug|1000|1795611422
+24|24|PENDING|0:0|None assigned||7231M|Partition_Limit|00:00:00|debug|1000|1795611422
+49_2|51|FAILED|1:0|n2||1000M|00:30:00|00:00:00|debug|1000|1795611422
+49_3|49|COMPLETED|0:0|n1||1000M|00:30:00|00:00:00|debug|1000|1795611422
+47|47|COMPLETED|0:0|n2||1000M|00:30:00|00:00:01|debug|1000|1795611422
 ";
         let p = parse_sacct(out);
         assert!(p.errors.is_empty(), "{:?}", p.errors);
@@ -830,13 +954,11 @@ MaxArraySize            = 1001\n";
         );
         assert_eq!(p.rows[4].node_list, "n1");
         assert_eq!(p.rows[5].elapsed_secs, Some(3));
-        assert_eq!(p.rows[13].comment, "ssv-0a1b2c3d-L1-c1.1");
         assert_eq!(p.rows[17].job_id_raw, "51");
         assert_eq!(
             p.rows[18].job_id_raw, "49",
             "the last task carries the base id"
         );
-        assert_eq!(p.rows[19].comment, "hello \"world\" | pipe");
         for limit in ["UNLIMITED", "Partition_Limit"] {
             assert_eq!(parse_duration(limit), Ok(Duration::Unlimited), "{limit}");
         }
@@ -846,40 +968,27 @@ MaxArraySize            = 1001\n";
         );
     }
 
-    /// squeue 24.11 prints `(null)` for a job without a comment, as 22.05 does.
+    /// squeue 24.11 prints `(null)` for a job without a comment, as 22.05 does (the tag
+    /// lookups' format).
     #[test]
-    fn squeue_rows_recorded_on_slurm_24_11() {
-        let p = parse_squeue(
-            "57|57|PENDING|PartitionTimeLimit||(null)\n54|54|RUNNING|None|n1|(null)\n55|55|RUNNING|None|n1|ssv-0a1b2c3d-L1-c1.1\n",
-        );
+    fn tag_rows_recorded_on_slurm_24_11() {
+        let p = parse_tags("57|57|(null)\n54|54|(null)\n55|55|ssv-0a1b2c3d-L1-c1.1\n");
         assert!(p.errors.is_empty(), "{:?}", p.errors);
-        let got: Vec<(&str, JobState, &str, &str)> = p
+        let got: Vec<(&str, &str)> = p
             .rows
             .iter()
-            .map(|r| {
-                (
-                    r.job_id.as_str(),
-                    r.state,
-                    r.node_list.as_str(),
-                    r.comment.as_str(),
-                )
-            })
+            .map(|r| (r.job_id.as_str(), r.comment.as_str()))
             .collect();
         assert_eq!(
             got,
-            vec![
-                ("57", JobState::Pending, "", ""),
-                ("54", JobState::Running, "n1", ""),
-                ("55", JobState::Running, "n1", "ssv-0a1b2c3d-L1-c1.1"),
-            ]
+            vec![("57", ""), ("54", ""), ("55", "ssv-0a1b2c3d-L1-c1.1")]
         );
     }
 
     #[test]
     fn sacct_full_row_is_read_field_by_field() {
-        let r = one(
-            "14_3|17|FAILED|3:0|n[1-2]|1.5G|4000M|1-00:00:00|1-02:03:04|long|ssv-0a1b2c3d-L4-c5.2",
-        );
+        let r =
+            one("14_3|17|FAILED|3:0|n[1-2]|1.5G|4000M|1-00:00:00|1-02:03:04|long|1001|1795611422");
         let mut want = row("14_3", "17", JobState::Failed, (3, 0));
         want.node_list = "n[1-2]".into();
         want.max_rss_bytes = Some(3 * G / 2);
@@ -887,7 +996,8 @@ MaxArraySize            = 1001\n";
         want.timelimit_secs = Some(86_400);
         want.elapsed_secs = Some(86_400 + 2 * 3_600 + 3 * 60 + 4);
         want.partition = "long".into();
-        want.comment = "ssv-0a1b2c3d-L4-c5.2".into();
+        want.uid = Some(1001);
+        want.submit = Some(1_795_611_422);
         assert_eq!(r, want);
     }
 
@@ -895,13 +1005,13 @@ MaxArraySize            = 1001\n";
     #[test]
     fn sacct_cgroup_oom_on_a_step_row() {
         for job_line in [
-            "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|",
-            "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|",
+            "123|123|FAILED|1:0|n1||4G|01:00:00|00:10:00|debug|1000|1795611422",
+            "123|123|COMPLETED|0:0|n1||4G|01:00:00|00:10:00|debug|1000|1795611422",
         ] {
             let out = format!(
-                "{job_line}\n123.batch|123.batch|COMPLETED|0:0|n1|1024K|||00:10:00||\n\
-                 123.extern|123.extern|COMPLETED|0:0|n1|0|||00:10:00||\n\
-                 123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||00:09:59||\n"
+                "{job_line}\n123.batch|123.batch|COMPLETED|0:0|n1|1024K|||00:10:00|||1795611422\n\
+                 123.extern|123.extern|COMPLETED|0:0|n1|0|||00:10:00|||1795611422\n\
+                 123.0|123.0|OUT_OF_MEMORY|0:125|n1|4194304K|||00:09:59|||1795611422\n"
             );
             let p = parse_sacct(&out);
             assert!(p.errors.is_empty(), "{:?}", p.errors);
@@ -940,14 +1050,14 @@ MaxArraySize            = 1001\n";
             ("123+1.batch", "124.batch", "COMPLETED"),
         ];
         for (id, raw, state) in cases {
-            let r = one(&format!("{id}|{raw}|{state}|0:0|n1||||00:00:00||"));
+            let r = one(&format!("{id}|{raw}|{state}|0:0|n1||||00:00:00|||"));
             assert_eq!(
                 (r.job_id.as_str(), r.job_id_raw.as_str(), r.state.as_str()),
                 (id, raw, state)
             );
         }
         assert_eq!(
-            one("123_4.batch|127.batch|FAILED|0:0|||||||").job_part(),
+            one("123_4.batch|127.batch|FAILED|0:0||||||||1795611422").job_part(),
             "123_4"
         );
     }
@@ -1002,7 +1112,7 @@ MaxArraySize            = 1001\n";
         ];
         for (rss, req, tl, el, want) in cases {
             let r = one(&format!(
-                "1|1|COMPLETED|0:0|n1|{rss}|{req}|{tl}|{el}|debug|"
+                "1|1|COMPLETED|0:0|n1|{rss}|{req}|{tl}|{el}|debug|1000|1795611422"
             ));
             assert_eq!(
                 (
@@ -1018,31 +1128,50 @@ MaxArraySize            = 1001\n";
     }
 
     #[test]
-    fn sacct_comment_keeps_its_pipes_and_spaces() {
-        let r = one("9|9|FAILED|2:0|n1||1G|00:10:00|00:00:05|debug|a|b||c ssv-00000000-L1-c1.1 |");
-        assert_eq!(r.comment, "a|b||c ssv-00000000-L1-c1.1 |");
-        assert_eq!(r.partition, "debug");
-        assert_eq!(r.exit_code, ExitCode { code: 2, signal: 0 });
+    fn a_tag_lookups_comment_keeps_its_pipes_and_spaces() {
+        let p = parse_tags("9|9|a|b||c ssv-00000000-L1-c1.1 |\n10|10|(null)\n");
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.rows[0].comment, "a|b||c ssv-00000000-L1-c1.1 |");
+        assert_eq!(p.rows[1].comment, "");
+    }
+
+    /// The attack of issue 21: bob's comment holds a newline and rows of his own making
+    /// about alice's job. In the poll's queries there is no comment to hold it; in a tag
+    /// lookup the forged lines read as rows (candidates about any job), which is why those
+    /// are believed only through the poll's own rows (tests/security.rs).
+    #[test]
+    fn a_comment_with_a_newline_cannot_be_part_of_a_poll_row() {
+        let forged = "first\n999|999|RUNNING|None|n1|1000\n100|100|OUT_OF_MEMORY|0:125|n1||100M|01:00:00|00:00:05|debug|1000|1795611422";
+        // As squeue printed it on 22.05 with the comment last (the old format): the
+        // forged lines are rows of the tag format, never of the poll's.
+        let tags = parse_tags(&format!("5|5|{forged}\n"));
+        assert_eq!(tags.rows[0].job_id, "5");
+        assert_eq!(tags.rows[0].comment, "first");
+        // The poll's rows are exactly their fields: a real row has no room for text.
+        let sq = parse_squeue("5|5|RUNNING|None|n1|1001|first\n");
+        assert!(sq.rows.is_empty() && sq.errors.len() == 1, "{sq:?}");
+        let sa = parse_sacct("5|5|FAILED|1:0|n1||1G|00:10:00|00:00:05|debug|1001|1795611422|x\n");
+        assert!(sa.rows.is_empty() && sa.errors.len() == 1, "{sa:?}");
     }
 
     #[test]
     fn sacct_garbage_becomes_row_errors_not_rows() {
         let huge = format!(
-            "77|77|FAILED|1:0|n1||1G|00:10:00|{}|debug|",
+            "77|77|FAILED|1:0|n1||1G|00:10:00|{}|debug|1000|1795611422",
             "9".repeat(100_000)
         );
         let out = format!(
             "\n\
-             10|10|FROBNICATED|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
-             11|11|FAILED|one:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             10|10|FROBNICATED|0:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n\
+             11|11|FAILED|one:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n\
              12|12|FAILED\n\
              hello world\n\
-             13|13|FAILED|1:0|n1|lots|1G|00:10:00|00:00:01|debug|\n\
-             14|14|FAILED|1:0|n1||1G|soon|00:00:01|debug|\n\
-             15|15|CANCELLED by root|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
-             16|16|FAILED|-1:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             13|13|FAILED|1:0|n1|lots|1G|00:10:00|00:00:01|debug|1000|1795611422\n\
+             14|14|FAILED|1:0|n1||1G|soon|00:00:01|debug|1000|1795611422\n\
+             15|15|CANCELLED by root|0:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n\
+             16|16|FAILED|-1:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n\
              {huge}\n\
-             17|17|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|\n\
+             17|17|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n\
              \n"
         );
         let p = parse_sacct(&out);
@@ -1112,18 +1241,22 @@ MaxArraySize            = 1001\n";
 
     #[test]
     fn sacct_wrong_column_counts() {
-        // Too few fields is an error; an old fixture with an extra Restarts column reads
-        // the extra field into the comment, which is why the column set is fixed in one place.
+        // Too few or too many fields is an error: the column set is fixed in one place.
         let p = parse_sacct("1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug\n");
         assert_eq!(p.rows.len(), 0);
         assert_eq!(p.errors[0].job_id.as_deref(), Some("1"));
-        let r = one("1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|0|");
-        assert_eq!(r.comment, "0|");
+        let p = parse_sacct("1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|0|1|\n");
+        assert_eq!((p.rows.len(), p.errors.len()), (0, 1));
+        // An old row with the comment last is not read as a row with a uid.
+        let p = parse_sacct(
+            "1|1|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|ssv-0a1b2c3d-L1-c1.1|5\n",
+        );
+        assert_eq!((p.rows.len(), p.errors.len()), (0, 1));
     }
 
     #[test]
     fn sacct_bad_raw_id_is_an_error() {
-        let p = parse_sacct("1|x y|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|\n");
+        let p = parse_sacct("1|x y|COMPLETED|0:0|n1||1G|00:10:00|00:00:01|debug|1000|1795611422\n");
         assert!(p.rows.is_empty());
         assert_eq!(p.errors[0].job_id.as_deref(), Some("1"));
         assert!(p.errors[0].message.contains("JobIDRaw"));
@@ -1165,17 +1298,18 @@ MaxArraySize            = 1001\n";
     #[test]
     fn squeue_rows() {
         let out = "\
-117|117|RUNNING|None|n1|(null)
-14_[3-10%2]|14|PENDING|JobArrayTaskLimit||ssv-0a1b2c3d-L1-c1.1
-14_1|15|RUNNING|None|n2|ssv-0a1b2c3d-L1-c1.1
-20|20|PENDING|DependencyNeverSatisfied||a|b
-4|4|PENDING|BeginTime||
-21|21|COMPLETING|None|n[1-2]|x
-22|22|WEIRD|None|n1|
+117|117|RUNNING|None|n1|1000
+14_[3-10%2]|14|PENDING|JobArrayTaskLimit||1000
+14_1|15|RUNNING|None|n2|1000
+4|4|PENDING|BeginTime||1000
+21|21|COMPLETING|None|n[1-2]|1000
+22|22|WEIRD|None|n1|1000
 23|23|RUNNING
+24|24|RUNNING|None|n1|1000
+25|25|RUNNING|None|n1|1000|(null)
 ";
         let p = parse_squeue(out);
-        let got: Vec<(&str, &str, JobState, &str, &str, &str)> = p
+        let got: Vec<(&str, &str, JobState, &str, &str, u32)> = p
             .rows
             .iter()
             .map(|r| {
@@ -1185,7 +1319,7 @@ MaxArraySize            = 1001\n";
                     r.state,
                     r.reason.as_str(),
                     r.node_list.as_str(),
-                    r.comment.as_str(),
+                    r.uid,
                 )
             })
             .collect();
@@ -1193,19 +1327,11 @@ MaxArraySize            = 1001\n";
         assert_eq!(
             got,
             vec![
-                ("117", "117", Running, "None", "n1", ""),
-                (
-                    "14_[3-10%2]",
-                    "14",
-                    Pending,
-                    "JobArrayTaskLimit",
-                    "",
-                    "ssv-0a1b2c3d-L1-c1.1"
-                ),
-                ("14_1", "15", Running, "None", "n2", "ssv-0a1b2c3d-L1-c1.1"),
-                ("20", "20", Pending, "DependencyNeverSatisfied", "", "a|b"),
-                ("4", "4", Pending, "BeginTime", "", ""),
-                ("21", "21", Completing, "None", "n[1-2]", "x"),
+                ("117", "117", Running, "None", "n1", 1000),
+                ("14_[3-10%2]", "14", Pending, "JobArrayTaskLimit", "", 1000),
+                ("14_1", "15", Running, "None", "n2", 1001),
+                ("4", "4", Pending, "BeginTime", "", 0),
+                ("21", "21", Completing, "None", "n[1-2]", u32::MAX),
             ]
         );
         let errs: Vec<(usize, Option<&str>)> = p
@@ -1213,7 +1339,15 @@ MaxArraySize            = 1001\n";
             .iter()
             .map(|e| (e.line_no, e.job_id.as_deref()))
             .collect();
-        assert_eq!(errs, vec![(7, Some("22")), (8, Some("23"))]);
+        assert_eq!(
+            errs,
+            vec![
+                (6, Some("22")),
+                (7, Some("23")),
+                (8, Some("24")),
+                (9, Some("25"))
+            ]
+        );
     }
 
     #[test]

@@ -149,8 +149,12 @@ pub struct SacctRow {
     /// for `Restarts` makes it fail), so [`crate::slurm::parse::parse_sacct`] always leaves
     /// this `None`; `scontrol show job` reports it, and `--duplicates` shows each run.
     pub restarts: Option<u32>,
-    /// `Comment` as stored (the supervisor's tag lives here).
-    pub comment: String,
+    /// `UID`: the job's owner as Slurm recorded it; `None` on step rows, which print none.
+    pub uid: Option<u32>,
+    /// `Submit`, in seconds since the epoch (sacct runs with `SLURM_TIME_FORMAT=%s`): when
+    /// this run was submitted, or requeued (Slurm sets it anew on a requeue). `None` when
+    /// sacct printed none.
+    pub submit: Option<i64>,
 }
 
 impl SacctRow {
@@ -177,7 +181,23 @@ pub struct SqueueRow {
     pub reason: String,
     /// `%N`: nodes it runs on, empty while pending.
     pub node_list: String,
-    /// `%k`: the comment.
+    /// `%U`: the job's owner, as Slurm recorded it.
+    pub uid: u32,
+}
+
+/// A job and its comment, from the queries that look the supervisor's tags up among one
+/// user's jobs ([`crate::slurm::parse::TAG_SQUEUE_FORMAT`], [`crate::slurm::parse::TAG_SACCT_FIELDS`]).
+/// The comment is the job owner's text and may hold anything, a newline included: a
+/// line of it can look like a row of its own, about any job. Such rows are only ever
+/// candidates, believed for a chain only once the poll's own rows (which carry no text a
+/// user writes) show that job owned by the chain's owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagRow {
+    /// `%i` / `JobID`: `123`, `123_4`, or `123_[5-10%2]`.
+    pub job_id: String,
+    /// `%A` / `JobIDRaw`.
+    pub job_id_raw: String,
+    /// `%k` / `Comment`: empty when the job has none.
     pub comment: String,
 }
 

@@ -158,6 +158,8 @@ pub struct Attempt {
     /// The ended job of the attempt before, requeued in place under the same id
     /// (`[retry] in_place`), not a new sbatch.
     pub in_place: bool,
+    /// The uid of the chain's owner: the only owner Slurm may show for its job.
+    pub owner_uid: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,8 +262,9 @@ pub struct Store {
 }
 
 const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
-const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL";
-const ATTEMPT_FROM: &str = "attempts a JOIN launches l ON l.id = a.launch_id";
+const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid";
+const ATTEMPT_FROM: &str =
+    "attempts a JOIN launches l ON l.id = a.launch_id JOIN submissions s ON s.id = l.submission_id";
 const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor, reason_code";
 
 fn chain_from(row: &Row) -> rusqlite::Result<(Chain, String, Option<String>, String)> {
@@ -314,6 +317,7 @@ fn attempt_from(row: &Row) -> rusqlite::Result<RawAttempt> {
             tag: row.get(15)?,
             first_run: row.get(16)?,
             in_place: row.get(17)?,
+            owner_uid: row.get(18)?,
         },
         row.get(4)?,
         row.get(10)?,

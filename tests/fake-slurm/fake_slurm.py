@@ -7,6 +7,8 @@ State lives in state.json beside the links, under an flock. Tests drive it with
   ctl finish JOB STATE EXIT [STDERR_TEXT]   end a job (e.g. FAILED 1:0)
   ctl run JOB NODE                          mark a job RUNNING on NODE
   ctl lose JOB                              slurmctld forgets a running job (sacct still RUNNING)
+  ctl comment JOB TEXT                      the owner sets the job's comment (any text, newlines too)
+  ctl owner JOB UID                         Slurm shows the job owned by UID
   ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
                                             | stop (CMD@USER: only when run as USER, e.g. sbatch@bob)
                                             stop: the call stops itself (SIGSTOP) once logged, before
@@ -213,6 +215,8 @@ def sbatch(args):
         job = {
             "name": opt(args, "job-name") or "",
             "user": user(),
+            "uid": os.getuid(),
+            "submit": int(time.time()),
             "comment": opt(args, "comment") or "",
             "mem": opt(args, "mem") or "100M",
             "time": opt(args, "time") or "00:10:00",
@@ -255,9 +259,15 @@ def squeue(args):
                 if j["state"] == "PENDING" and j["user"] in users:
                     print(f"{k}|{j['raw']}|{j['user']}|{j.get('dependency') or '(null)'}")
             return
+        tags = "%k" in (opt(args, "format") or "")
         for k, j in selected(s, args):
             if j["state"] in ("PENDING", "RUNNING") and not j.get("lost"):
-                print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j['comment']}")
+                if tags:
+                    # A tag lookup (%i|%A|%k): the comment as given, newlines and all.
+                    print(f"{k}|{j['raw']}|{j['comment'] or '(null)'}")
+                else:
+                    # The poll (%i|%A|%T|%r|%N|%U): nothing a user wrote.
+                    print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j.get('uid', 0)}")
 
 
 def mem_field(m):
@@ -267,11 +277,21 @@ def mem_field(m):
 def sacct(args):
     with Locked() as s:
         misbehave(s, "sacct")
+        tags = "Comment" in (opt(args, "format") or "")
         for k, j in selected(s, args):
+            if tags:
+                # A tag lookup (JobID,JobIDRaw,Comment), job rows only (--allocations).
+                print(f"{k}|{j['raw']}|{j['comment']}")
+                continue
+            # The poll: Slurm's own fields, UID and Submit (SLURM_TIME_FORMAT=%s) last.
+            if os.environ.get("SLURM_TIME_FORMAT") != "%s":
+                sys.stderr.write("fake sacct: the poll's sacct must run with SLURM_TIME_FORMAT=%s\n")
+                sys.exit(1)
+            submit = j.get("submit", 0)
             rss = "262144K" if j["state"] != "PENDING" else ""
-            print(f"{k}|{j['raw']}|{j['state']}|{j['exit']}|{j['node'] or 'None assigned'}||{mem_field(j['mem'])}|{j['time']}|00:00:05|{j['partition']}|{j['comment']}")
+            print(f"{k}|{j['raw']}|{j['state']}|{j['exit']}|{j['node'] or 'None assigned'}||{mem_field(j['mem'])}|{j['time']}|00:00:05|{j['partition']}|{j.get('uid', 0)}|{submit}")
             if j["state"] not in ("PENDING", "RUNNING"):
-                print(f"{k}.batch|{j['raw']}.batch|{j['state'] if j['state'] != 'TIMEOUT' else 'CANCELLED'}|{j['exit']}|{j['node']}|{rss}|||||")
+                print(f"{k}.batch|{j['raw']}.batch|{j['state'] if j['state'] != 'TIMEOUT' else 'CANCELLED'}|{j['exit']}|{j['node']}|{rss}||||||{submit}")
 
 
 def scancel(args):
@@ -330,6 +350,12 @@ def ctl(args):
             # slurmctld forgets the job; accounting still says it runs.
             j = s["jobs"][args[1]]
             j["state"], j["node"], j["lost"] = "RUNNING", "n1", True
+        elif cmd == "comment":
+            # As `scontrol update jobid=J comment=TEXT` by the job's owner: any text.
+            s["jobs"][args[1]]["comment"] = args[2]
+        elif cmd == "owner":
+            # Slurm shows the job owned by this uid (someone else's job under this id).
+            s["jobs"][args[1]]["uid"] = int(args[2])
         elif cmd == "mode":
             s["modes"][args[1]] = args[2]
         elif cmd == "dump":

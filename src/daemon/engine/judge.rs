@@ -37,6 +37,12 @@ struct Ending {
     sub: Submission,
 }
 
+/// How far before this daemon's record of an sbatch Slurm's Submit time of the job it made
+/// may be and still count as that job's: the controller's clock may be behind the login
+/// node's. A job with the same id submitted earlier than that is an older job (job ids
+/// wrapped around, or the controller's state was reset).
+const ID_REUSE_MARGIN_SECS: i64 = 600;
+
 impl<S: Slurm> Engine<S> {
     /// Makes sure the MaxTime of `partitions` is known: one sinfo per refresh at most. A
     /// partition sinfo does not list is remembered as unlimited-or-unknown until the next
@@ -190,11 +196,16 @@ impl<S: Slurm> Engine<S> {
         let a = &f.attempt;
         let jid = a.slurm_job_id.clone().unwrap_or_default();
         // After Slurm's job ids wrap around (or its state is reset), an old job with the
-        // same id is in sacct too: when some runs carry this attempt's tag, only those are
-        // ours. (None carry it when the cluster keeps no comments, or the job was adopted.)
+        // same id is in sacct too: when some runs were submitted (or requeued) after this
+        // attempt's sbatch, only those are ours. Slurm's Submit time is used, not the tag
+        // in the comment: the comment is the owner's text, which the poll's sacct does not
+        // read. (None is later for an adopted job, submitted before it was adopted.)
         let tagged = |run: &&Vec<SacctRow>| {
-            run.iter()
-                .any(|r| !r.is_step() && r.comment.contains(&a.tag))
+            let submit = run.iter().find(|r| !r.is_step()).and_then(|r| r.submit);
+            match (a.submitted_at, submit) {
+                (Some(at), Some(submit)) => submit >= at - ID_REUSE_MARGIN_SECS,
+                _ => false,
+            }
         };
         // An attempt requeued in place shares its job id (and comment) with the attempts
         // before it: its runs are those after theirs.

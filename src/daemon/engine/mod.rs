@@ -42,6 +42,9 @@ pub struct Engine<S: Slurm> {
     partitions_read: Option<Instant>,
     /// Live attempts missing from squeue without an ending in sacct, and since when.
     missing: HashMap<(i64, u32), i64>,
+    /// Jobs Slurm shows owned by someone else than the chain that has them, already
+    /// logged (`poll`): each is logged once.
+    foreign: HashSet<String>,
     /// The Slurm command that is currently failing, so an outage is logged once.
     outage: Option<String>,
     consecutive_failures: u32,
@@ -111,6 +114,7 @@ impl<S: Slurm> Engine<S> {
             partitions: HashMap::new(),
             partitions_read: None,
             missing: HashMap::new(),
+            foreign: HashSet::new(),
             outage: None,
             consecutive_failures: 0,
             in_flight: HashMap::new(),
@@ -188,6 +192,21 @@ impl<S: Slurm> Engine<S> {
         id: &str,
     ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
         self.slurm.show_job(id).await
+    }
+
+    /// A job's owner and state as the poll's squeue shows them (for `adopt`): fields Slurm
+    /// writes, never the job's own text. `None` when squeue does not show exactly one row
+    /// for the job.
+    pub async fn job_owner(
+        &self,
+        id: &str,
+    ) -> Result<Option<(u32, crate::slurm::types::JobState)>, SlurmError> {
+        let p = self.slurm.squeue(&[id.to_string()]).await?;
+        let mut rows = p.rows.iter().filter(|r| r.job_id == id);
+        match (rows.next(), rows.next(), p.errors.is_empty()) {
+            (Some(r), None, true) => Ok(Some((r.uid, r.state))),
+            _ => Ok(None),
+        }
     }
 
     /// A job's batch script (for `adopt`).

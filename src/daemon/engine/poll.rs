@@ -7,7 +7,7 @@ use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
 use crate::slurm::types::JobState;
 use crate::slurm::Slurm;
 use crate::store::{Attempt, StoreError};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use tracing::{debug, error};
 
 impl<S: Slurm> Engine<S> {
@@ -25,13 +25,26 @@ impl<S: Slurm> Engine<S> {
             .collect();
         bases.sort();
         bases.dedup();
-        let sq = match self.slurm.squeue(&bases).await {
+        let mut sq = match self.slurm.squeue(&bases).await {
             Ok(p) => p,
             Err(e) => {
                 self.slurm_down("squeue", &e);
                 return Ok(false);
             }
         };
+        // Whose each job is: a job is watched for a chain only while Slurm shows it owned
+        // by the chain's owner. However a job id came to a chain (what sbatch printed, a
+        // tag found in a comment, which is its owner's text), a job of anyone else is
+        // never judged, retried, requeued or cancelled for it: to this chain it is a job
+        // Slurm does not show, and after `lost_job_after` the chain waits for a person.
+        let owners: HashMap<String, u32> = live
+            .iter()
+            .filter_map(|a| Some((base_job_id(a.slurm_job_id.as_deref()?), a.owner_uid)))
+            .collect();
+        sq.rows.retain(|r| {
+            let owner = owners.get(&base_job_id(&r.job_id)).copied();
+            owner == Some(r.uid) || self.foreign_job(&r.job_id, owner, r.uid)
+        });
         for e in &sq.errors {
             let _span = row_span(e).entered();
             error!(
@@ -112,7 +125,17 @@ impl<S: Slurm> Engine<S> {
             // clocks start again from the next complete answer.
             self.missing.clear();
         }
-        let runs = runs_by_job(&sa.rows);
+        let mut runs = runs_by_job(&sa.rows);
+        for (job, job_runs) in runs.iter_mut() {
+            let owner = owners.get(&base_job_id(job)).copied();
+            job_runs.retain(
+                |run| match run.iter().find(|r| !r.is_step()).and_then(|r| r.uid) {
+                    Some(uid) if Some(uid) != owner => self.foreign_job(job, owner, uid),
+                    _ => true,
+                },
+            );
+        }
+        runs.retain(|_, r| !r.is_empty());
         for (a, _requeue_suspected) in ask {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
             if bad_jobs.contains(&jid) {
@@ -141,6 +164,21 @@ impl<S: Slurm> Engine<S> {
             });
         }
         Ok(true)
+    }
+
+    /// Logs, once per job, that Slurm shows `job` owned by `uid` where the chain that has
+    /// it belongs to `owner`. Returns false: the row is not the chain's.
+    fn foreign_job(&mut self, job: &str, owner: Option<u32>, uid: u32) -> bool {
+        if self.foreign.len() < MAX_FOREIGN_LOGGED && self.foreign.insert(job.to_string()) {
+            let _span = tracing::error_span!("job", job = %job).entered();
+            match owner {
+                Some(owner) => error!(
+                    "Slurm shows this job owned by uid {uid}, but the chain that has it is uid {owner}'s: it is not watched for that chain (a job id taken from text its owner wrote, or printed by an sbatch its user changed)"
+                ),
+                None => error!("Slurm shows this job owned by uid {uid}, and no live attempt has it: ignored"),
+            }
+        }
+        false
     }
 
     /// A live attempt that squeue no longer shows and sacct shows no ending for: after
@@ -176,6 +214,9 @@ fn row_span(e: &crate::slurm::parse::RowError) -> tracing::Span {
         None => tracing::error_span!("row", line = e.line_no),
     }
 }
+
+/// At most this many foreign jobs are remembered as logged; past that, new ones are not logged.
+const MAX_FOREIGN_LOGGED: usize = 10_000;
 
 fn is_running_like(s: &str) -> bool {
     matches!(

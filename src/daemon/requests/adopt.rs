@@ -99,6 +99,10 @@ pub async fn adopt<S: Slurm>(
                 ErrorKind::NotFound,
                 format!("Slurm does not know a live job {id}: {e}"),
             ),
+            // A record that cannot be read as Slurm wrote it: asking again will not help.
+            e @ crate::slurm::SlurmError::Garbage { .. } => {
+                Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {e}"))
+            }
             e => Response::error(
                 ErrorKind::Unavailable,
                 format!("cannot ask Slurm about {id}: {e}"),
@@ -111,21 +115,46 @@ pub async fn adopt<S: Slurm>(
                 "array jobs cannot be adopted yet; submit arrays with supervisorctl submit".into(),
             ));
         }
-        let owner: Option<u32> = job
-            .get("UserId")
-            .and_then(|u| u.split_once('('))
-            .and_then(|(_, n)| n.trim_end_matches(')').parse().ok());
-        if !sees_all(uid) && owner != Some(uid) {
+        // Who owns it, and whether it is live, from squeue's fields, which Slurm writes:
+        // in `scontrol show job` the owner's own text (name, comment, command, paths) sits
+        // among the keys and can hold ` UserId=root(0)`. The user name is the owner uid's
+        // account, never a name read from text.
+        let (owner, state) = engine
+            .job_owner(id)
+            .await
+            .map_err(|e| {
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("cannot ask Slurm about {id}: {e}"),
+                )
+            })?
+            .ok_or_else(|| {
+                Response::error(
+                    ErrorKind::NotFound,
+                    format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
+                )
+            })?;
+        if !sees_all(uid) && owner != uid {
             return Err(Response::error(
                 ErrorKind::Forbidden,
                 format!("job {id} belongs to another user"),
             ));
         }
-        let state = job.get("JobState").cloned().unwrap_or_default();
-        if crate::slurm::types::JobState::parse(&state).is_none_or(|s| s.is_terminal()) {
+        if state.is_terminal() {
             return Err(usage(format!(
-                "it is {state}; only a pending or running job can be adopted"
+                "it is {}; only a pending or running job can be adopted",
+                state.as_str()
             )));
+        }
+        let user = crate::slurm::RunAs::lookup(owner)
+            .map(|a| a.user.to_string_lossy().into_owned())
+            .ok_or_else(|| {
+                usage(format!(
+                    "its owner, uid {owner}, has no account on this host; nothing is run on its behalf"
+                ))
+            })?;
+        if let Some(c) = job.get("Comment") {
+            crate::sbatch_args::check_comment(c).map_err(|e| usage(e.to_string()))?;
         }
         let argv = argv_from_scontrol(&job).map_err(usage)?;
         let script = engine.batch_script(id).await.map_err(|e| {
@@ -144,12 +173,8 @@ pub async fn adopt<S: Slurm>(
         let submitted =
             sbatch_args::Submitted::read(&argv, Some(&script)).map_err(|e| usage(e.to_string()))?;
         let new = NewSubmission {
-            owner_uid: owner.unwrap_or(uid),
-            user: job
-                .get("UserId")
-                .and_then(|u| u.split('(').next())
-                .unwrap_or_default()
-                .to_string(),
+            owner_uid: owner,
+            user,
             cwd: job.get("WorkDir").cloned().unwrap_or_else(|| "/".into()),
             env: Vec::new(),
             script_name: submitted

@@ -134,6 +134,9 @@ pub fn begin_submit<S: Slurm>(
     let submitted = sbatch_args::Submitted::read(&r.argv, r.script.as_deref())
         .map_err(|e| usage(format!("cannot understand the sbatch command: {e}")))?;
     let cmd = &submitted.cmd;
+    if let Some(c) = submitted.option("comment") {
+        sbatch_args::check_comment(c).map_err(|e| usage(e.to_string()))?;
+    }
     for (opt, why) in REFUSED_OPTIONS {
         if submitted.has(opt) {
             return Err(usage(format!("--{opt} is not supervised: {why}")));
