@@ -367,3 +367,86 @@ fn a_root_daemon_acts_for_each_user_as_that_user() {
     }
     run("scancel", &[&root_job]);
 }
+
+/// Issue 21, item 1, on the real Slurm: Slurm takes a newline in a comment
+/// (`scontrol update jobid=J comment=...` by the job's owner, confirmed on 22.05 and 24.11:
+/// squeue and sacct print it as is). bob writes rows about alice's running job into his own
+/// supervised job's comment, and his job ends, so the poll's sacct is asked about it too.
+/// alice's job is not judged, not resubmitted, and runs on as hers.
+#[test]
+fn a_newline_in_bobs_comment_forges_nothing_about_alices_job_on_real_slurm() {
+    require_slurm();
+    ensure_user("alice");
+    ensure_user("bob");
+    let (d, ctl) = root_daemon("ssv-forge-", "");
+    let config = d.config.clone();
+    let alice_home = home_of(&d, "alice", "#!/bin/bash\nsleep 120\n");
+    let bob_home = home_of(&d, "bob", "#!/bin/bash\nsleep 120\n");
+    let submit = |user: &str, home: &Path| {
+        let out = as_user(
+            user,
+            &ctl,
+            &config,
+            home,
+            &["submit", "--", "--job-name=ssv-forge", "job.sh"],
+        );
+        assert!(
+            out.status.success(),
+            "{user}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let a = submit("alice", &alice_home);
+    let b = submit("bob", &bob_home);
+    let alice_uid = run("id", &["-u", "alice"]).trim().to_string();
+    wait_for("both jobs running", Duration::from_secs(120), || {
+        d.status(&a)[0]["slurm_state"] == "RUNNING" && d.status(&b)[0]["slurm_state"] == "RUNNING"
+    });
+    let forged = format!(
+        "mine\n{a}|{a}|FAILED|None|n1|{alice_uid}\n\
+         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|{alice_uid}|1795611422\n\
+         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|forged"
+    );
+    // As bob, with Slurm's own scontrol: Slurm accepts it.
+    let out = Command::new("runuser")
+        .args(["-u", "bob", "--"])
+        .arg(slurm_cmd("scontrol"))
+        .args([
+            "update",
+            &format!("jobid={b}"),
+            &format!("comment={forged}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scontrol update comment as bob: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = run("squeue", &["--noheader", "-j", &b, "-o", "%k"]);
+    assert!(
+        shown.lines().count() > 1,
+        "Slurm {} no longer prints a comment's newline as is: {shown:?}",
+        slurm_version()
+    );
+    let cancel = Command::new("runuser")
+        .args(["-u", "bob", "--"])
+        .arg(slurm_cmd("scancel"))
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(cancel.status.success());
+    // bob's chain is recorded cancelled from the poll's sacct answer about his job: the
+    // answer that, with the comment in it, held the forged rows, judged in the same cycle.
+    d.wait_state(&b, "cancelled", Duration::from_secs(120));
+    let h = d.history(&a);
+    assert_eq!(h["state"], "active", "alice's job was judged: {h:#}");
+    assert!(decisions(&h).is_empty(), "{h:#}");
+    assert_eq!(attempts(&h).len(), 1, "{h:#}");
+    assert_eq!(
+        run("squeue", &["--noheader", "-j", &a, "-o", "%T"]).trim(),
+        "RUNNING"
+    );
+    let _ = as_user("alice", &ctl, &config, &alice_home, &["cancel", &a]);
+}
