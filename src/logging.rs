@@ -7,9 +7,9 @@
 //! `journalctl CHAIN=c7` or read everything with `-o verbose`; the level is the entry's
 //! `PRIORITY`. Where the journal's socket cannot be reached, the lines go to stderr (the
 //! journal's stream) as text, without colours or a timestamp of their own. Anywhere else
-//! they go to stderr as text, coloured only on a terminal.
+//! they go to stderr as text. Text lines are never coloured, and every control character
+//! in them is escaped (`EscapedLines`): one event is one line, whatever a user wrote.
 
-use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -64,24 +64,80 @@ pub fn init() -> Sink {
         }
         tracing_subscriber::fmt()
             .with_env_filter(filter())
-            .with_writer(std::io::stderr)
+            .with_writer(|| EscapedLines(std::io::stderr()))
             .with_ansi(false)
             .without_time()
             .init();
         return Sink::JournalStream;
     }
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // No colours even on a terminal: their escape sequences would be escaped like a
+    // user's (below), and telling the two apart is not worth a way to drive a terminal.
     tracing_subscriber::fmt()
         .with_env_filter(filter())
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
+        .with_writer(|| EscapedLines(std::io::stderr()))
+        .with_ansi(false)
         .init();
-    Sink::Stderr { ansi }
+    Sink::Stderr { ansi: false }
+}
+
+/// A text log where one event is one line, whatever its text holds. Much of what the
+/// daemon logs is a user's text (a job's stderr in a decision's reason, an sbatch's error
+/// output, a path, a job name): a newline there would start a line that looks like the
+/// daemon's own, a carriage return would hide what came before on a terminal, an escape
+/// sequence would drive one. Every control character of an event's text, but the newline
+/// that ends it, is written escaped (`\n`, `\r`, `\x1b`), and a backslash as `\\`.
+/// (The journal's native protocol carries each field whole, with no such confusion.)
+struct EscapedLines<W: std::io::Write>(W);
+
+impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
+    /// Takes the whole buffer: tracing-subscriber writes one formatted event at a time.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(&escape_line(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `event` with its control characters escaped, but a last newline.
+pub fn escape_line(event: &[u8]) -> Vec<u8> {
+    let (body, end): (&[u8], &[u8]) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, b"\n"),
+        None => (event, b""),
+    };
+    let mut out = Vec::with_capacity(event.len() + 8);
+    for &b in body {
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b if b < 0x20 || b == 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+            b => out.push(b),
+        }
+    }
+    out.extend_from_slice(end);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_users_text_cannot_make_a_line_of_its_own() {
+        let forged = b"decision: stderr says x\n2026-11-25T00:00:00Z  INFO forged: classify ALL\r\x1b[2J\t\n";
+        let out = escape_line(forged);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "decision: stderr says x\\n2026-11-25T00:00:00Z  INFO forged: classify ALL\\r\\x1b[2J\\t\n"
+        );
+        assert_eq!(escape_line(b"plain\n"), b"plain\n");
+        assert_eq!(escape_line(b"no end"), b"no end");
+        // Bytes past ASCII (a non-UTF-8 path shown lossily, or UTF-8) are left as they are.
+        assert_eq!(escape_line("é\n".as_bytes()), "é\n".as_bytes());
+    }
 
     #[test]
     fn journal_stream_must_name_stderr_itself() {

@@ -2336,3 +2336,47 @@ fn round2_item1_a_job_slurm_shows_owned_by_another_user_is_never_acted_on() {
         tail(&sys.d.log(), 30)
     );
 }
+
+/// Item 4: a resolution's text is bounded before anything is stored. Before, 20 classify
+/// requests with a 15 MiB `reason` each grew the state directory from 1 MB to 632 MB.
+#[test]
+fn round2_item4_a_huge_reason_is_refused_and_stores_nothing() {
+    let sys = System::start("", "");
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let job = sys.submit_as("bob", &["job.sh"]);
+    sys.fake
+        .ctl(&["finish", &job, "FAILED", "1:0", "something no rule knows\n"]);
+    sys.d
+        .wait_state(&job, "pending_failed", Duration::from_secs(30));
+    let db = sys.d.state_dir().join("supervisor.db");
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let wal = sys.d.state_dir().join("supervisor.db-wal");
+    let before = size(&db) + size(&wal);
+    let huge = "x".repeat(15 << 20);
+    for action in ["hold", "retry", "fail"] {
+        let answer = raw_json(
+            &sys,
+            "bob",
+            &json!({"cmd": "classify", "id": job, "action": action, "reason": huge}),
+        );
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(answer["error"]["kind"], "usage", "{action}: {message}");
+        assert!(message.contains("at most 4096"), "{message}");
+    }
+    let after = size(&db) + size(&wal);
+    assert!(
+        after < before + (1 << 20),
+        "the state grew from {before} to {after} bytes"
+    );
+    // A reason of the largest size kept is taken.
+    let out = sys.as_user(
+        "bob",
+        &["classify", &job, "--action", "hold", "--reason", &"y".repeat(4096)],
+    );
+    assert!(out.status.success(), "{}", err_text(&out));
+    let out = sys.as_user(
+        "bob",
+        &["recover", &job, "--reason", &"z".repeat(4097)],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", err_text(&out));
+}

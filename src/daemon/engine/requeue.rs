@@ -279,7 +279,15 @@ impl<S: Slurm> Engine<S> {
     ) -> Result<InPlace, StoreError> {
         let job = l.requeue_of.clone().unwrap_or_default();
         if live {
-            let who = sbatch::run_as(sub.owner_uid).ok().flatten();
+            // As its owner, never as root: an owner whose account cannot be looked up
+            // keeps the intent open until it can.
+            let who = match sbatch::run_as(sub.owner_uid) {
+                Ok(who) => who,
+                Err(e) => {
+                    super::launch_span(l).in_scope(|| warn!(requeue_of = %job, "cannot cancel the job held for an in-place requeue as its owner: {e}; trying again next cycle"));
+                    return Ok(InPlace::Handled);
+                }
+            };
             if let Err(e) = self
                 .slurm
                 .scancel(std::slice::from_ref(&job), who.as_ref())

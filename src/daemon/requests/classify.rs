@@ -15,6 +15,11 @@ pub(super) fn classify<S: Slurm>(
     r: Resolution,
     uid: u32,
 ) -> Handled<ClassifyReply> {
+    super::resolution::check_sizes(
+        Some(&r.reason),
+        &[r.mem.as_deref(), r.time.as_deref(), r.partition.as_deref()],
+        &r.exclude,
+    )?;
     if r.reason.trim().is_empty() {
         return Err(usage(
             "a resolution needs a --reason, which is recorded".into(),

@@ -13,6 +13,11 @@ pub(super) fn recover<S: Slurm>(
     r: RecoverRequest,
     uid: u32,
 ) -> Handled<RecoverReply> {
+    super::resolution::check_sizes(
+        r.reason.as_deref(),
+        &[r.mem.as_deref(), r.time.as_deref()],
+        &[],
+    )?;
     let chains = chains_for(engine.store(), &r.id, uid)?;
     let extra = plan_from(
         engine.config(),

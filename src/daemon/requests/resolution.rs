@@ -18,6 +18,45 @@ pub(super) fn usage(m: String) -> Response {
     Response::error(ErrorKind::Usage, m)
 }
 
+/// The longest `--reason` a resolution may give, in bytes: it is stored in the decision
+/// record for good (records are never edited), and shown in `history`, `pending` and the
+/// agent's prompt. A paragraph fits; a file pasted in does not.
+pub const MAX_REASON_BYTES: usize = 4096;
+
+/// The longest `--mem`, `--time`, `--partition` value, or node name in `--exclude`.
+const MAX_FIELD_BYTES: usize = 256;
+
+/// The most nodes one `--exclude` may name.
+const MAX_EXCLUDED: usize = 1024;
+
+/// Refuses a resolution whose text is larger than anything it needs to be: every string a
+/// user gives a resolution is stored, so each is bounded here, before anything is decided.
+pub(super) fn check_sizes(
+    reason: Option<&str>,
+    fields: &[Option<&str>],
+    exclude: &[String],
+) -> Result<(), Response> {
+    if let Some(r) = reason.filter(|r| r.len() > MAX_REASON_BYTES) {
+        return Err(usage(format!(
+            "the --reason is {} bytes; at most {MAX_REASON_BYTES} are kept in a decision record: say it in a paragraph, and point at a file for the rest",
+            r.len()
+        )));
+    }
+    if let Some(f) = fields.iter().flatten().find(|f| f.len() > MAX_FIELD_BYTES) {
+        return Err(usage(format!(
+            "a value of {} bytes is not a memory size, time, partition or node name (at most {MAX_FIELD_BYTES})",
+            f.len()
+        )));
+    }
+    if exclude.len() > MAX_EXCLUDED || exclude.iter().any(|n| n.len() > MAX_FIELD_BYTES) {
+        return Err(usage(format!(
+            "--exclude names {} nodes; at most {MAX_EXCLUDED}, each at most {MAX_FIELD_BYTES} bytes",
+            exclude.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The resources a resolver asked for, checked against the admin's caps.
 pub(super) fn plan_from(
     config: &crate::config::Config,
