@@ -338,11 +338,30 @@ impl Default for RawSlurm {
 /// The global breaker: when this many infrastructure failures (node_fail, boot_fail,
 /// transient) happen across all chains within `window`, automatic resubmission of such
 /// failures pauses and they are escalated instead. `threshold = 0` disables it.
+///
+/// A breaker must trip on a sick cluster, not on one user's jobs (whose stderr may match a
+/// transient rule as often as they like): in a daemon for several users (run as root),
+/// each user's failures count at most `threshold / min_users` (rounded up), so at least
+/// `min_users` users' jobs must fail to open it. A per-user daemon has one user: there
+/// its failures count whole.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     pub threshold: u32,
     pub window: Dur,
+    pub min_users: u32,
+}
+
+impl BreakerConfig {
+    /// `min_users` as this daemon applies it: a per-user daemon (not root) has one user,
+    /// whose failures count whole.
+    pub fn min_users_here(&self) -> u32 {
+        if nix::unistd::geteuid().is_root() {
+            self.min_users
+        } else {
+            1
+        }
+    }
 }
 
 impl Default for BreakerConfig {
@@ -350,6 +369,7 @@ impl Default for BreakerConfig {
         BreakerConfig {
             threshold: 10,
             window: Dur(Duration::from_secs(600)),
+            min_users: 2,
         }
     }
 }
@@ -835,6 +855,7 @@ impl Config {
                 16 << 20,
             ),
             ("escalation.mem_max", e.mem_max.0, 1 << 20, 1 << 50),
+            ("breaker.min_users", raw.breaker.min_users as u64, 1, 1000),
             (
                 "limits.connections_per_user",
                 raw.limits.connections_per_user as u64,

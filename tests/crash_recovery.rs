@@ -201,7 +201,7 @@ fn random_kills_never_duplicate_or_lose_work() {
 #[test]
 fn a_storm_of_node_failures_opens_the_breaker() {
     let (d, fake) = start(
-        "[breaker]\nthreshold = 3\nwindow = \"10m\"\n[quarantine]\nthreshold = 0\n",
+        "[breaker]\nthreshold = 3\nwindow = \"10m\"\nmin_users = 1\n[quarantine]\nthreshold = 0\n",
         &[],
     );
     d.write_script("job.sh", "echo hi");

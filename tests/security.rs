@@ -2371,12 +2371,55 @@ fn round2_item4_a_huge_reason_is_refused_and_stores_nothing() {
     // A reason of the largest size kept is taken.
     let out = sys.as_user(
         "bob",
-        &["classify", &job, "--action", "hold", "--reason", &"y".repeat(4096)],
+        &[
+            "classify",
+            &job,
+            "--action",
+            "hold",
+            "--reason",
+            &"y".repeat(4096),
+        ],
     );
     assert!(out.status.success(), "{}", err_text(&out));
-    let out = sys.as_user(
-        "bob",
-        &["recover", &job, "--reason", &"z".repeat(4097)],
-    );
+    let out = sys.as_user("bob", &["recover", &job, "--reason", &"z".repeat(4097)]);
     assert_eq!(out.status.code(), Some(2), "{}", err_text(&out));
+}
+
+/// Item 5: ten of bob's jobs failing with "Connection refused" (a transient rule, which his
+/// own stderr satisfies at will) used to open the breaker for everyone, and alice's node
+/// failure was escalated instead of retried. One user's failures now count at most
+/// threshold / min_users: alice's NODE_FAIL is retried.
+#[test]
+fn round2_item5_one_users_failures_do_not_open_the_breaker_for_another() {
+    let sys = System::start(
+        "",
+        "[breaker]\nthreshold = 10\nwindow = \"10m\"\n[quarantine]\nthreshold = 0\n\
+         [retry.budgets]\ntransient = 0\n",
+    );
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let bobs: Vec<String> = (0..10).map(|_| sys.submit_as("bob", &["job.sh"])).collect();
+    for j in &bobs {
+        // His job's output, his own file (sbatch's default slurm-%j.out).
+        sys.write_as("bob", &format!("slurm-{j}.out"), b"Connection refused\n");
+        sys.fake.ctl(&["finish", j, "FAILED", "1:0"]);
+    }
+    wait_until("bob's ten failures judged", Duration::from_secs(60), || {
+        bobs.iter()
+            .all(|j| sys.d.status(j)[0]["last_classification"] == "transient")
+    });
+    sys.write_as("alice", "job.sh", &script("sleep 100"));
+    let a = sys.submit_as("alice", &["job.sh"]);
+    sys.fake.ctl(&["run", &a, "n1"]);
+    sys.fake.ctl(&["finish", &a, "NODE_FAIL", "0:0"]);
+    wait_until(
+        "alice's node failure judged",
+        Duration::from_secs(30),
+        || sys.d.status(&a)[0]["last_classification"] == "node_fail",
+    );
+    let h = sys.d.history(&a);
+    let first = &h["decisions"][0];
+    assert_eq!(
+        first["action"], "resubmit",
+        "bob opened the breaker for alice: {h:#}"
+    );
 }

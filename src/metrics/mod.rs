@@ -248,8 +248,13 @@ impl Snapshot {
                     .chain_counts_by_state_of(&resubmitted)?
                     .into_iter()
                     .collect(),
-                infra_failures: store
-                    .infra_failures_since(now - config.breaker.window.0.as_secs() as i64)?,
+                infra_failures: crate::policy::breaker_failures(
+                    &store.infra_failures_by_owner_since(
+                        now - config.breaker.window.0.as_secs() as i64,
+                    )?,
+                    config.breaker.threshold,
+                    config.breaker.min_users_here(),
+                ),
                 quarantined: crate::policy::quarantined(&failures, config, now),
                 store_bytes: store_bytes(db_path),
             })
@@ -388,7 +393,7 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
     let b = &config.breaker;
     r.register(
         "breaker_infra_failures",
-        "Infrastructure failures (node_fail, boot_fail, transient) across all chains within breaker.window",
+        "Infrastructure failures (node_fail, boot_fail, transient) across all chains within breaker.window, each user's counted at most breaker.threshold / breaker.min_users in a daemon for several users",
         gauge(u64::from(snap.infra_failures)),
     );
     r.register(

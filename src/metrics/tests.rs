@@ -105,7 +105,7 @@ fn an_empty_store_has_every_state_at_zero() {
 #[test]
 fn the_breaker_and_quarantine_are_shown_as_policy_sees_them() {
     let config = Config::parse(
-        "[breaker]\nthreshold = 2\nwindow = \"10m\"\n[quarantine]\nthreshold = 2\n",
+        "[breaker]\nthreshold = 2\nwindow = \"10m\"\nmin_users = 1\n[quarantine]\nthreshold = 2\n",
         None,
     )
     .unwrap();

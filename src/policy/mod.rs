@@ -56,6 +56,22 @@ impl ChainHistory {
     }
 }
 
+/// The infrastructure failures the breaker weighs, from each owner's count in its window
+/// (see `config::BreakerConfig`): with `min_users` above 1 (a daemon for several users),
+/// an owner's failures count at most `threshold / min_users`, rounded up, so one user's
+/// jobs alone never open it. `min_users` is the daemon's: 1 for a per-user daemon.
+pub fn breaker_failures(by_owner: &[(u32, u32)], threshold: u32, min_users: u32) -> u32 {
+    let cap = if min_users <= 1 {
+        u32::MAX
+    } else {
+        threshold.div_ceil(min_users).max(1)
+    };
+    by_owner
+        .iter()
+        .map(|&(_, n)| n.min(cap))
+        .fold(0u32, u32::saturating_add)
+}
+
 /// What a decision needs to know beyond the chain itself. The daemon gathers it; the
 /// decision stays a pure function of it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -978,3 +978,25 @@ fn expiry_applies_only_to_a_chain_that_waited_long_enough() {
         Err(Refusal::NotPendingFailed(ChainState::Ready))
     );
 }
+
+/// Issue 21, item 5: one user's failures alone never open the breaker of a daemon for
+/// several users; a per-user daemon's one user counts whole.
+#[test]
+fn the_breaker_weighs_each_users_failures_at_most_threshold_over_min_users() {
+    use crate::policy::breaker_failures;
+    // bob's ten transient failures and one of alice's: 5 + 1 of a threshold of 10.
+    assert_eq!(breaker_failures(&[(1002, 10), (1001, 1)], 10, 2), 6);
+    // Failures across users: a sick cluster.
+    assert_eq!(breaker_failures(&[(1002, 6), (1001, 5)], 10, 2), 10);
+    assert_eq!(breaker_failures(&[(1, 4), (2, 4), (3, 4)], 10, 3), 12);
+    // A per-user daemon (min_users 1) counts every failure.
+    assert_eq!(breaker_failures(&[(1001, 10)], 10, 1), 10);
+    // An odd threshold rounds the share up; a threshold below min_users still counts one.
+    assert_eq!(breaker_failures(&[(1, 9), (2, 9)], 3, 2), 4);
+    assert_eq!(breaker_failures(&[(1, 9)], 1, 5), 1);
+    assert_eq!(breaker_failures(&[], 10, 2), 0);
+    assert_eq!(
+        breaker_failures(&[(1, u32::MAX), (2, u32::MAX)], 10, 1),
+        u32::MAX
+    );
+}

@@ -1552,6 +1552,18 @@ impl Store {
         )?)
     }
 
+    /// Infrastructure failures since `since`, counted per owner of the chain (what the
+    /// breaker weighs: `policy::breaker_failures`).
+    pub fn infra_failures_by_owner_since(&self, since: i64) -> Result<Vec<(u32, u32)>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT s.owner_uid, COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id \
+             JOIN submissions s ON s.id = c.submission_id \
+             WHERE d.at >= ?1 AND d.infra_failure = 1 GROUP BY s.owner_uid",
+        )?;
+        let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The nodes of node_fail/boot_fail endings since `since`, with when they were recorded.
     pub fn node_failures_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
         let mut q = self.conn.prepare_cached(

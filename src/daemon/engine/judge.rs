@@ -338,9 +338,13 @@ impl<S: Slurm> Engine<S> {
                 &self.config,
                 t,
             ),
-            recent_infra_failures: self
-                .store
-                .infra_failures_since(t - self.config.breaker.window.0.as_secs() as i64)?,
+            recent_infra_failures: policy::breaker_failures(
+                &self.store.infra_failures_by_owner_since(
+                    t - self.config.breaker.window.0.as_secs() as i64,
+                )?,
+                self.config.breaker.threshold,
+                self.config.breaker.min_users_here(),
+            ),
             now: t,
             jitter: rand::random::<f64>() * 2.0 - 1.0,
         };
