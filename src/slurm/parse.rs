@@ -1300,12 +1300,12 @@ MaxArraySize            = 1001\n";
         let out = "\
 117|117|RUNNING|None|n1|1000
 14_[3-10%2]|14|PENDING|JobArrayTaskLimit||1000
-14_1|15|RUNNING|None|n2|1000
-4|4|PENDING|BeginTime||1000
-21|21|COMPLETING|None|n[1-2]|1000
+14_1|15|RUNNING|None|n2|1001
+4|4|PENDING|BeginTime||0
+21|21|COMPLETING|None|n[1-2]|4294967295
 22|22|WEIRD|None|n1|1000
 23|23|RUNNING
-24|24|RUNNING|None|n1|1000
+24|24|RUNNING|None|n1|alice
 25|25|RUNNING|None|n1|1000|(null)
 ";
         let p = parse_squeue(out);
