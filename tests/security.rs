@@ -2423,3 +2423,72 @@ fn round2_item5_one_users_failures_do_not_open_the_breaker_for_another() {
         "bob opened the breaker for alice: {h:#}"
     );
 }
+
+/// Item 6: notifications used to go out one at a time for all users, so bob's stalled
+/// mail programs (each running as him up to `[notify] timeout`) held alice's mail behind
+/// every one of his. Owners are now delivered side by side, and an owner's turn in a batch
+/// starts nothing more once it has taken `notify.timeout`: alice's mail goes out before
+/// bob's third stalled one has even started.
+#[test]
+fn round2_item6_one_users_stalled_mail_does_not_hold_up_anothers() {
+    // The mail program: logs who ran it, and stalls for bob (killed at the timeout).
+    let tools = tempfile::Builder::new()
+        .prefix("ssv-mail-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    chmod(tools.path(), 0o777);
+    let log = tools.path().join("mail.log");
+    std::fs::write(&log, "").unwrap();
+    chmod(&log, 0o666);
+    let prog = tools.path().join("mail.sh");
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    chmod(&prog, 0o755);
+    let sys = System::start(
+        "",
+        &format!(
+            "[notify]\nmail_program = {:?}\ntimeout = \"2s\"\nmax_attempts = 1\n",
+            prog.display().to_string()
+        ),
+    );
+    let ended = |user: &str| -> String {
+        sys.write_as(user, "job.sh", &script("exit 1"));
+        let j = sys.submit_as(user, &["job.sh"]);
+        sys.fake.ctl(&["finish", &j, "FAILED", "1:0"]);
+        j
+    };
+    // Ten of bob's chains wait for a decision (a mail each: ten submissions), then alice's.
+    let bobs: Vec<String> = (0..10).map(|_| ended("bob")).collect();
+    for j in &bobs {
+        sys.d
+            .wait_state(j, "pending_failed", Duration::from_secs(30));
+    }
+    let a = ended("alice");
+    sys.d
+        .wait_state(&a, "pending_failed", Duration::from_secs(30));
+    // What had started by the time alice's notification was queued.
+    let queued = std::fs::read_to_string(&log).unwrap().lines().count();
+    wait_until("alice's mail", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("done alice")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let before_alice: Vec<&str> = text
+        .lines()
+        .skip(queued)
+        .take_while(|l| *l != "done alice")
+        .filter(|l| *l == "start bob")
+        .collect();
+    assert!(
+        before_alice.len() <= 2,
+        "alice's mail waited behind {} of bob's stalled ones:\n{text}",
+        before_alice.len()
+    );
+}

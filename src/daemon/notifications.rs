@@ -10,7 +10,11 @@
 //! on its own, so a failing command does not mail again on its retry.
 //!
 //! Delivery runs beside the loop, one batch at a time, each program with
-//! `notify.timeout` and bounded output: a stuck mail program holds up no decision. The
+//! `notify.timeout` and bounded output: a stuck mail program holds up no decision. A batch
+//! takes at most `PER_OWNER` of one owner's notifications, and delivers the owners side by
+//! side, each owner's one after another; an owner's turn starts nothing more once it has
+//! taken `notify.timeout` (the rest stay due), so one user's stalled programs delay
+//! another user's mail by about two timeouts at most. The
 //! loop picks the batch's outcome up after a later cycle and records it (the store has one
 //! writer). A failure is logged and retried with backoff up to `notify.max_attempts`.
 //!
@@ -26,6 +30,7 @@ use crate::notification::{self, Event, Kind};
 use crate::sbatch_args::Submitted;
 use crate::slurm::{spawn, RunAs, Slurm};
 use crate::store::{Notification, Store, StoreError};
+use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,6 +39,13 @@ use tracing::{debug, info, warn};
 
 /// Notifications taken in one batch.
 const BATCH: usize = 200;
+
+/// At most this many of one owner's notifications in a batch: a user with thousands due
+/// does not fill it ahead of everyone else's.
+const PER_OWNER: usize = 50;
+
+/// Owners whose deliveries run at once in a batch (each owner's one after another).
+const OWNERS_AT_ONCE: usize = 32;
 
 /// How long one turn of the loop may spend marking notifications with nothing to deliver
 /// (a burst of endings leaves thousands): the rest in the loop's next turns, which come
@@ -208,47 +220,88 @@ impl Notifier {
                 },
             };
             let timeout = cfg.timeout.0;
-            let mut outcomes = Vec::new();
+            // Each owner's deliveries one after another, as that owner; the owners side
+            // by side. An owner whose programs stall (each up to `notify.timeout`) starts
+            // nothing more once their turn has taken `notify.timeout`: the rest of theirs
+            // stay due for the next batch, so another user's mail waits at most about two
+            // timeouts, not the sum of everyone's.
+            let mut by_owner: BTreeMap<Option<u32>, Vec<Group>> = BTreeMap::new();
             for g in groups {
-                let mailed = match &g.mail {
-                    Some(m) => {
-                        let argv = vec![
-                            program.display().to_string(),
-                            "-s".to_string(),
-                            m.subject.clone(),
-                            m.to.clone(),
-                        ];
-                        let r = run(&argv, m.body.as_bytes(), &g, timeout).await;
-                        crate::metrics::notification("mail", r.is_ok());
-                        Some(r)
-                    }
-                    None => None,
-                };
-                for it in g.items.iter() {
-                    let command = match (&cfg.command, &it.command) {
-                        (Some(argv), Some(input)) => {
-                            let r = run(argv, input, &g, timeout).await;
-                            crate::metrics::notification("command", r.is_ok());
-                            Some(r)
-                        }
-                        _ => None,
-                    };
-                    outcomes.push(Outcome {
-                        id: it.id,
-                        chain: it.chain.clone(),
-                        kind: it.kind,
-                        tries: it.tries,
-                        mail: if it.mail { mailed.clone() } else { None },
-                        command,
-                    });
-                }
+                by_owner
+                    .entry(g.owner.as_ref().map(|o| o.uid))
+                    .or_default()
+                    .push(g);
             }
+            let turns = by_owner.into_values().map(|groups| {
+                let (program, cfg) = (&program, &cfg);
+                async move {
+                    let started = tokio::time::Instant::now();
+                    let mut outcomes = Vec::new();
+                    for g in groups {
+                        if started.elapsed() >= timeout {
+                            break;
+                        }
+                        outcomes.extend(deliver(program, cfg, &g, timeout).await);
+                    }
+                    outcomes
+                }
+            });
+            let outcomes: Vec<Outcome> = futures_util::stream::iter(turns)
+                .buffer_unordered(OWNERS_AT_ONCE)
+                .collect::<Vec<Vec<Outcome>>>()
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
             Finished {
                 outcomes,
                 slurm_mail_prog: found,
             }
         }));
     }
+}
+
+/// One group's mail and commands, as its owner: what came of each of its notifications.
+async fn deliver(
+    program: &std::path::Path,
+    cfg: &crate::config::NotifyConfig,
+    g: &Group,
+    timeout: Duration,
+) -> Vec<Outcome> {
+    let mailed = match &g.mail {
+        Some(m) => {
+            let argv = vec![
+                program.display().to_string(),
+                "-s".to_string(),
+                m.subject.clone(),
+                m.to.clone(),
+            ];
+            let r = run(&argv, m.body.as_bytes(), g, timeout).await;
+            crate::metrics::notification("mail", r.is_ok());
+            Some(r)
+        }
+        None => None,
+    };
+    let mut outcomes = Vec::new();
+    for it in g.items.iter() {
+        let command = match (&cfg.command, &it.command) {
+            (Some(argv), Some(input)) => {
+                let r = run(argv, input, g, timeout).await;
+                crate::metrics::notification("command", r.is_ok());
+                Some(r)
+            }
+            _ => None,
+        };
+        outcomes.push(Outcome {
+            id: it.id,
+            chain: it.chain.clone(),
+            kind: it.kind,
+            tries: it.tries,
+            mail: if it.mail { mailed.clone() } else { None },
+            command,
+        });
+    }
+    outcomes
 }
 
 /// slurm.conf's `MailProg`, if Slurm says and it is an absolute path.
@@ -267,8 +320,9 @@ async fn slurm_mail_prog<S: Slurm>(slurm: &S) -> Option<PathBuf> {
 /// Those with nothing to deliver (no mail wanted, no command) are marked sent here.
 fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), StoreError> {
     let t = now();
-    let due = engine.store().due_notifications(t, BATCH)?;
-    let full = due.len() == BATCH;
+    let due = engine.store().due_notifications_fair(t, BATCH, PER_OWNER)?;
+    // A page cut short by the per-owner share may still leave more due.
+    let full = due.len() == BATCH || due.len() >= PER_OWNER;
     let cfg = engine.config().notify.clone();
     let mut groups: BTreeMap<(i64, &'static str), Group> = BTreeMap::new();
     let mut mailed: BTreeMap<(i64, &'static str), Vec<Event>> = BTreeMap::new();

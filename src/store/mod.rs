@@ -1608,12 +1608,26 @@ impl Store {
 
     /// Notifications due at `now`, oldest first, at most `limit`.
     pub fn due_notifications(&self, now: i64, limit: usize) -> Result<Vec<Notification>> {
+        self.due_notifications_fair(now, limit, limit)
+    }
+
+    /// Due notifications, oldest first, at most `per_owner` of any one owner's chains: a
+    /// user with thousands due does not fill the page ahead of everyone else's.
+    pub fn due_notifications_fair(
+        &self,
+        now: i64,
+        limit: usize,
+        per_owner: usize,
+    ) -> Result<Vec<Notification>> {
         let mut q = self.conn.prepare_cached(
-            "SELECT id, chain_id, kind, decision_id, created_at, tries, mail_done, command_done FROM notifications
-             WHERE sent_at IS NULL AND gave_up_at IS NULL AND next_try <= ?1
+            "SELECT id, chain_id, kind, decision_id, created_at, tries, mail_done, command_done FROM (
+                 SELECT n.*, ROW_NUMBER() OVER (PARTITION BY c.owner_uid ORDER BY n.next_try, n.id) AS k
+                 FROM notifications n JOIN chains c ON c.id = n.chain_id
+                 WHERE n.sent_at IS NULL AND n.gave_up_at IS NULL AND n.next_try <= ?1)
+             WHERE k <= ?3
              ORDER BY next_try, id LIMIT ?2",
         )?;
-        let rows = q.query_map(params![now, limit as i64], |r| {
+        let rows = q.query_map(params![now, limit as i64, per_owner as i64], |r| {
             Ok(Notification {
                 id: r.get(0)?,
                 chain_id: r.get(1)?,
