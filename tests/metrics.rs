@@ -377,3 +377,65 @@ fn an_address_in_use_stops_the_daemon_naming_the_key() {
         "the control socket was left behind"
     );
 }
+
+/// Issue 21, item 7: any local user could blind the endpoint by holding its 8 connections
+/// (0 of 20 scrapes answered, a tripped breaker hidden with them). Connections are now
+/// shared out by who holds them: bob's idle ones get at most his share, and a scrape by
+/// another user (here root) is answered while he holds them.
+#[test]
+fn one_local_user_holding_connections_does_not_blind_the_endpoint() {
+    if !nix::unistd::geteuid().is_root() {
+        panic!("this test opens connections as the user bob: run it as root");
+    }
+    let port = free_port();
+    let (_d, _fake) = start(
+        &format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        &[],
+    );
+    assert_eq!(get(port, "/metrics").0, 200);
+    // bob opens 20 connections and sends nothing; he says how many the daemon closed
+    // (refused: the socket reads end-of-file) once at least 12 are (before, 8 were held
+    // and 12 refused; now he gets his share, 4), or after 20 s. The rest he holds idle
+    // until the daemon's header timeout.
+    let holder = format!(
+        "import socket, select, sys, time\n\
+         socks = [socket.create_connection(('127.0.0.1', {port})) for _ in range(20)]\n\
+         closed, end = set(), time.time() + 20\n\
+         while len(closed) < 12 and time.time() < end:\n    \
+             for s in select.select([s for s in socks if s not in closed], [], [], 0.2)[0]:\n        \
+                 if s.recv(1) == b'': closed.add(s)\n\
+         print(len(closed), flush=True)\n\
+         sys.stdin.read()\n"
+    );
+    let mut bob = Command::new("runuser")
+        .args(["-u", "bob", "--", "/usr/bin/python3", "-c", &holder])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(bob.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let closed: usize = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bob said {line:?}"));
+    // While bob still holds his: root is answered, every time.
+    for _ in 0..5 {
+        assert_eq!(
+            get(port, "/metrics").0,
+            200,
+            "a scrape was refused while bob held connections"
+        );
+    }
+    drop(bob.stdin.take());
+    let _ = bob.wait();
+    assert!(
+        closed >= 12,
+        "bob kept {} of 20 idle connections",
+        20 - closed
+    );
+}

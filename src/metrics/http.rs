@@ -4,6 +4,13 @@
 //! connections at once (more are closed unanswered), one request per connection, headers
 //! of at most `MAX_HEADER_BYTES` that must arrive within `HEADER_TIMEOUT`, and the whole
 //! exchange within `CONNECTION_TIMEOUT`. A request body is never read.
+//!
+//! The connections are shared out by who holds them, so that no one can take them all
+//! and blind the endpoint (a tripped breaker included) for the scraper: at most
+//! `MAX_PER_PEER` each. A connection from this host is counted against the local user
+//! that opened it (its uid, from the kernel's table of TCP sockets,
+//! `/proc/net/tcp` and `tcp6`), since every local user comes from the same address; one
+//! from elsewhere against its address.
 
 use super::Scraper;
 use bytes::Bytes;
@@ -12,15 +19,21 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-/// Connections served at once; a scraper needs one, a person with curl another.
-const MAX_CONNECTIONS: usize = 8;
+/// Connections served at once, everyone's together.
+const MAX_CONNECTIONS: usize = 64;
+
+/// Connections one peer (a local user, or a remote address) may hold at once: a scraper
+/// needs one, a person with curl another.
+const MAX_PER_PEER: usize = 4;
 
 /// The request line and headers together, in bytes (Prometheus sends about 300).
 const MAX_HEADER_BYTES: usize = 8 << 10;
@@ -43,9 +56,112 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// Who holds a connection: the local user that opened it, or the remote address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    LocalUser(u32),
+    Remote(IpAddr),
+}
+
+/// Connections held, by peer.
+#[derive(Default)]
+struct Held(Mutex<HashMap<Peer, usize>>);
+
+/// One peer's place, given back when the connection ends.
+struct PeerSlot {
+    held: Arc<Held>,
+    peer: Peer,
+}
+
+impl Held {
+    fn take(self: &Arc<Self>, peer: Peer) -> Option<PeerSlot> {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(peer).or_insert(0);
+        if *n >= MAX_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            held: self.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut m = self.held.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Who opened the connection from `peer` to `local`: the uid of the socket at `peer`
+/// whose other end is `local`, if it is on this host, else the remote address.
+fn peer_of(peer: SocketAddr, local: SocketAddr) -> Peer {
+    let peer = canonical(peer);
+    let local = canonical(local);
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = std::fs::read_to_string(table) {
+            if let Some(uid) = socket_owner(&text, peer, local) {
+                return Peer::LocalUser(uid);
+            }
+        }
+    }
+    Peer::Remote(peer.ip())
+}
+
+/// An IPv4 address that came as IPv6 (`::ffff:a.b.c.d`) as the IPv4 one.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
+            None => a,
+        },
+        IpAddr::V4(_) => a,
+    }
+}
+
+/// In a `/proc/net/tcp` (or `tcp6`) table, the uid of the socket whose local address is
+/// `local` and remote address `remote`.
+pub fn socket_owner(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u32> {
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (l, r, uid) = (f.get(1)?, f.get(2)?, f.get(7)?);
+        (proc_addr(l)? == local && proc_addr(r)? == remote)
+            .then(|| uid.parse().ok())
+            .flatten()
+    })
+}
+
+/// `0100007F:1F90`: the address as the kernel prints it (the in-memory bytes read as one
+/// native-endian u32 in hex, four of them for IPv6) and the port in hex.
+fn proc_addr(s: &str) -> Option<SocketAddr> {
+    let (addr, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::to_ne_bytes);
+    let ip = match addr.len() {
+        8 => IpAddr::V4(std::net::Ipv4Addr::from(word(addr)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(&addr[i * 8..i * 8 + 8])?);
+            }
+            IpAddr::V6(std::net::Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(canonical(SocketAddr::new(ip, port)))
+}
+
 /// Serves scrapes until the task is dropped.
 pub async fn serve(listener: TcpListener, scraper: Arc<Scraper>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let held = Arc::new(Held::default());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -59,9 +175,18 @@ pub async fn serve(listener: TcpListener, scraper: Arc<Scraper>) {
             debug!(%peer, "metrics connection refused: {MAX_CONNECTIONS} are being served");
             continue;
         };
+        let who = match stream.local_addr() {
+            Ok(local) => peer_of(peer, local),
+            Err(_) => Peer::Remote(peer.ip()),
+        };
+        let Some(place) = held.take(who) else {
+            debug!(%peer, ?who, "metrics connection refused: that peer holds {MAX_PER_PEER} already");
+            continue;
+        };
         let scraper = scraper.clone();
         tokio::spawn(async move {
             let _slot = slot;
+            let _place = place;
             let service = hyper::service::service_fn(move |req| answer(req, scraper.clone()));
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -130,4 +255,58 @@ async fn answer(
             &format!("the scrape did not finish: {e}"),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection made here is found in the kernel's table as this process's user's.
+    #[test]
+    fn a_local_connection_is_told_by_its_users_uid() {
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(listener) = std::net::TcpListener::bind(bind) else {
+                continue; // no IPv6 here
+            };
+            let server = listener.local_addr().unwrap();
+            let client = std::net::TcpStream::connect(server).unwrap();
+            let (accepted, peer) = listener.accept().unwrap();
+            assert_eq!(peer, client.local_addr().unwrap());
+            let me = nix::unistd::getuid().as_raw();
+            assert_eq!(
+                peer_of(peer, accepted.local_addr().unwrap()),
+                Peer::LocalUser(me),
+                "{bind}"
+            );
+        }
+        // An address no socket of this host has is a remote peer.
+        let far: SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let here: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(peer_of(far, here), Peer::Remote(far.ip()));
+    }
+
+    #[test]
+    fn proc_net_tcp_addresses_are_read() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   \
+             0: 0100007F:D431 0100007F:238C 01 00000000:00000000 00:00000000 00000000  1002        0 1 1 0 20 4 30 10 -1\n";
+        let local: SocketAddr = "127.0.0.1:54321".parse().unwrap();
+        let remote: SocketAddr = "127.0.0.1:9100".parse().unwrap();
+        if cfg!(target_endian = "little") {
+            assert_eq!(socket_owner(table, local, remote), Some(1002));
+            assert_eq!(socket_owner(table, remote, local), None);
+        }
+        assert_eq!(proc_addr("nonsense"), None);
+        assert_eq!(proc_addr("0100007F:XYZ"), None);
+    }
+
+    #[test]
+    fn each_peer_holds_at_most_its_share() {
+        let held = Arc::new(Held::default());
+        let bob = Peer::LocalUser(1002);
+        let mine: Vec<PeerSlot> = (0..MAX_PER_PEER).map(|_| held.take(bob).unwrap()).collect();
+        assert!(held.take(bob).is_none());
+        assert!(held.take(Peer::LocalUser(0)).is_some());
+        drop(mine);
+        assert!(held.take(bob).is_some());
+    }
 }
