@@ -450,3 +450,63 @@ fn a_newline_in_bobs_comment_forges_nothing_about_alices_job_on_real_slurm() {
     );
     let _ = as_user("alice", &ctl, &config, &alice_home, &["cancel", &a]);
 }
+
+/// Issue 21, items 2 and 3, on the real Slurm: in `scontrol show job` the owner's own text
+/// (job name, comment, command, paths) sits among the keys, so bob could write
+/// ` UserId=root(0)` there and a root `adopt` took the owner from it: his script would
+/// have been retried as root. The owner now comes from squeue's `%U` and the user name
+/// from that uid's account; a record that names a key twice is refused; and a plain job
+/// of bob's adopted by root is bob's, under his own name.
+#[test]
+fn adopt_takes_the_owner_from_slurm_never_from_the_jobs_text() {
+    require_slurm();
+    ensure_user("bob");
+    ensure_user("alice");
+    let (d, ctl) = root_daemon("ssv-adopt-owner-", "");
+    let config = d.config.clone();
+    let home = home_of(&d, "bob", "#!/bin/bash\nsleep 120\n");
+    let plain = |opts: &[&str]| -> String {
+        let out = Command::new("runuser")
+            .args(["-u", "bob", "--"])
+            .arg(slurm_cmd("sbatch"))
+            .args(["--parsable", "-o", "/dev/null"])
+            .args(opts)
+            .arg("job.sh")
+            .current_dir(&home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "bob's sbatch {opts:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let forged_comment = plain(&["--comment=mine UserId=root(0) GroupId=root(0)"]);
+    let forged_name = plain(&["--job-name=x UserId=root(0)"]);
+    let honest = plain(&["--job-name=ssv-bobs"]);
+    for job in [&forged_comment, &forged_name] {
+        let out = d.ctl(&["adopt", job]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "root adopted {job}: {err}");
+        assert!(err.contains("UserId= twice"), "{err}");
+    }
+    let out = d.ctl(&["adopt", &honest]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // bob's, and he sees it as his; root's adopt did not make it root's.
+    let rows = as_user("bob", &ctl, &config, &home, &["status", "--json", &honest]);
+    assert!(
+        rows.status.success(),
+        "bob cannot see the chain of his own job: {}",
+        String::from_utf8_lossy(&rows.stderr)
+    );
+    let alices = as_user("alice", &ctl, &config, Path::new("/"), &["status", &honest]);
+    assert_eq!(alices.status.code(), Some(77), "alice sees bob's adopted chain");
+    for job in [&forged_comment, &forged_name, &honest] {
+        let _ = slurm("scancel").arg(job.as_str()).output();
+    }
+}
