@@ -505,8 +505,103 @@ fn adopt_takes_the_owner_from_slurm_never_from_the_jobs_text() {
         String::from_utf8_lossy(&rows.stderr)
     );
     let alices = as_user("alice", &ctl, &config, Path::new("/"), &["status", &honest]);
-    assert_eq!(alices.status.code(), Some(77), "alice sees bob's adopted chain");
+    assert_eq!(
+        alices.status.code(),
+        Some(77),
+        "alice sees bob's adopted chain"
+    );
     for job in [&forged_comment, &forged_name, &honest] {
         let _ = slurm("scancel").arg(job.as_str()).output();
     }
+}
+
+/// The system-wide unit's `CapabilityBoundingSet=` is all a root daemon needs: under
+/// exactly that set (`setpriv --bounding-set`, as systemd applies it), alice's job that
+/// fails once with a transient error is read as evidence, retried as her with her script
+/// snapshot, and completes.
+#[test]
+fn the_units_capability_bounding_set_is_enough_for_the_root_daemon() {
+    require_slurm();
+    ensure_user("alice");
+    let unit = std::fs::read_to_string(format!(
+        "{}/systemd/slurm-supervisord.service",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit sets CapabilityBoundingSet=")
+        .split_whitespace()
+        .map(|c| c.to_lowercase())
+        .collect();
+    let set = std::iter::once("-all".to_string())
+        .chain(
+            caps.iter()
+                .map(|c| format!("+{}", c.trim_start_matches("cap_"))),
+        )
+        .collect::<Vec<_>>()
+        .join(",");
+    let (mut d, ctl) = root_daemon_under(
+        "ssv-caps-",
+        TRANSIENT_RULE,
+        &["setpriv", "--bounding-set", &set, "--"],
+    );
+    // The daemon really runs with that bounding set.
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let bnd = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    // capability(7) numbers: the bit of each in CapBnd.
+    let bits = [
+        "cap_chown",
+        "cap_dac_override",
+        "cap_dac_read_search",
+        "cap_fowner",
+        "cap_fsetid",
+        "cap_kill",
+        "cap_setgid",
+        "cap_setuid",
+    ];
+    let want: u64 = caps
+        .iter()
+        .map(|c| {
+            1u64 << bits
+                .iter()
+                .position(|n| n == c)
+                .expect("a known capability")
+        })
+        .sum();
+    assert_eq!(bnd, want, "the daemon's CapBnd is {bnd:#x}, not {want:#x}");
+    let config = d.config.clone();
+    let home = home_of(
+        &d,
+        "alice",
+        "#!/bin/bash\nif [ ! -e once ]; then touch once; echo 'Connection refused' >&2; exit 1; fi\necho ok\n",
+    );
+    let out = as_alice(
+        &ctl,
+        &config,
+        &home,
+        &["submit", "--", "--job-name=ssv-caps", "job.sh"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    d.wait_state(&job, "completed", 3 * Duration::from_secs(60));
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 2, "{h:#}");
+    assert_eq!(decisions(&h)[0]["classification"], "transient", "{h:#}");
+    assert!(
+        !d.log().contains("Operation not permitted"),
+        "{}",
+        tail(&d.log(), 40)
+    );
+    assert!(d.stop().success(), "{}", tail(&d.log(), 40));
 }

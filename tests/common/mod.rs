@@ -19,6 +19,9 @@ pub struct Daemon {
     pub config: PathBuf,
     pub child: Option<Child>,
     pub extra_env: Vec<(String, String)>,
+    /// A command the daemon is started under (e.g. `setpriv --bounding-set ...`), empty
+    /// for none.
+    pub launcher: Vec<String>,
 }
 
 impl Daemon {
@@ -63,6 +66,7 @@ impl Daemon {
             dir,
             config,
             child: None,
+            launcher: Vec::new(),
             extra_env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -89,7 +93,14 @@ impl Daemon {
             .append(true)
             .open(self.dir.path().join("daemon.log"))
             .unwrap();
-        let mut cmd = Command::new(DAEMON);
+        let mut cmd = match self.launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(DAEMON);
+                c
+            }
+            None => Command::new(DAEMON),
+        };
         cmd.arg("--config")
             .arg(&self.config)
             .env("SLURM_SUPERVISOR_LOG", "debug")
@@ -523,6 +534,11 @@ pub fn mcp_python() -> PathBuf {
 /// (`prefix` names it), with a copy of supervisorctl every user can run, and `extra`
 /// appended to its config. Returns it and that copy.
 pub fn root_daemon(prefix: &str, extra: &str) -> (Daemon, PathBuf) {
+    root_daemon_under(prefix, extra, &[])
+}
+
+/// [`root_daemon`], started under `launcher` (a command that then runs the daemon).
+pub fn root_daemon_under(prefix: &str, extra: &str, launcher: &[&str]) -> (Daemon, PathBuf) {
     use system::chmod;
     let dir = tempfile::Builder::new()
         .prefix(prefix)
@@ -554,6 +570,7 @@ pub fn root_daemon(prefix: &str, extra: &str) -> (Daemon, PathBuf) {
         config,
         child: None,
         extra_env: Vec::new(),
+        launcher: launcher.iter().map(|s| s.to_string()).collect(),
     };
     d.spawn();
     (d, ctl)

@@ -132,6 +132,7 @@ impl System {
                 config,
                 child: None,
                 extra_env: Vec::new(),
+                launcher: Vec::new(),
             },
             fake,
             ctl,
