@@ -406,6 +406,10 @@ pub struct AgentConfig {
     pub timeout: Dur,
     /// A resolution with a lower `confidence` is turned into `hold` for a person.
     pub min_confidence: f64,
+    /// Variables of the daemon's own environment the agent gets besides `PATH`, `HOME`,
+    /// `USER`, `LOGNAME`, `LANG`, `LC_ALL`, `TZ` and `SLURM_SUPERVISOR_CONFIG` (e.g. the
+    /// name of its API key's variable); nothing else of the daemon's is passed on.
+    pub env: Vec<String>,
 }
 
 impl Default for AgentConfig {
@@ -415,6 +419,7 @@ impl Default for AgentConfig {
             interval: Dur(Duration::from_secs(600)),
             timeout: Dur(Duration::from_secs(300)),
             min_confidence: 0.7,
+            env: Vec::new(),
         }
     }
 }

@@ -106,3 +106,77 @@ fn a_hanging_agent_is_killed_and_supervision_goes_on() {
         d.log().contains("was killed; supervision goes on")
     });
 }
+
+/// The agent gets only the environment it is given (a few variables, the config's path and
+/// what `[agent] env` names), none of the daemon's fds but 0-2, and at its timeout
+/// everything it started is killed with it.
+#[test]
+fn the_agent_gets_a_clean_environment_and_its_children_die_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("agent-env");
+    let pidfile = dir.path().join("child.pid");
+    let script = dir.path().join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nenv > {out:?}.tmp\nfor f in /proc/$$/fd/*; do echo \"$f $(readlink $f)\"; done >> {out:?}.fds\nmv {out:?}.tmp {out:?}\nsleep 1000 &\necho $! > {pidfile:?}\nwait\n"
+        ),
+    )
+    .unwrap();
+    let (d, fake) = start(
+        &format!(
+            "[agent]\ncommand = [\"/bin/sh\", {:?}]\ninterval = \"1s\"\ntimeout = \"3s\"\nenv = [\"SSV_AGENT_KEY\"]\n",
+            script.display().to_string()
+        ),
+        &[
+            ("SSV_AGENT_KEY", "for-the-agent"),
+            ("SSV_NOT_FOR_THE_AGENT", "secret"),
+            ("NOTIFY_SOCKET", "/nonexistent/notify"),
+        ],
+    );
+    d.write_script("job.sh", "echo hi");
+    let job = d.submit(&["job.sh"]);
+    fake.ctl(&["finish", &job, "FAILED", "1:0", "odd\n"]);
+    wait_until("the agent's environment", Duration::from_secs(30), || {
+        out.exists() && pidfile.exists()
+    });
+    let env = std::fs::read_to_string(&out).unwrap();
+    assert!(env.contains("SSV_AGENT_KEY=for-the-agent"), "{env}");
+    assert!(env.contains("SLURM_SUPERVISOR_CONFIG="), "{env}");
+    for absent in [
+        "SSV_NOT_FOR_THE_AGENT",
+        "NOTIFY_SOCKET",
+        "SLURM_SUPERVISOR_LOG",
+    ] {
+        assert!(!env.contains(absent), "{absent} reached the agent:\n{env}");
+    }
+    // Pipes, the shell's own script and this loop's output aside, nothing of the daemon's (its
+    // store, log, sockets, state) is open in it.
+    let fds = std::fs::read_to_string(format!("{}.fds", out.display())).unwrap();
+    for line in fds.lines() {
+        let target = line.split_once(' ').map(|(_, t)| t).unwrap_or("");
+        assert!(
+            target.starts_with("pipe:") || target.ends_with("agent.sh") || target.ends_with(".fds"),
+            "the agent has a fd of the daemon's: {line}\n{fds}"
+        );
+    }
+    let child: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until(
+        "the agent's child to be killed",
+        Duration::from_secs(30),
+        || {
+            !std::path::Path::new(&format!("/proc/{child}")).exists()
+                || std::fs::read_to_string(format!("/proc/{child}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        },
+    );
+    assert!(
+        d.log().contains("was killed; supervision goes on"),
+        "{}",
+        d.log()
+    );
+}

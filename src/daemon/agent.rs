@@ -6,15 +6,15 @@
 //! timeout: a slow, failing or hanging agent never holds up supervision.
 
 use super::engine::Engine;
+use super::program;
 use super::reads::views;
 use crate::model::{Action, ChainState};
 use crate::protocol::views::PendingChain;
+use crate::slurm::spawn;
 use crate::slurm::Slurm;
 use crate::store::{Store, StoreError};
 use serde::Serialize;
-use std::process::Stdio;
 use std::time::Instant;
-use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -107,32 +107,23 @@ impl Runner {
         let config_path = engine.config().path.clone();
         self.last_start = Some(Instant::now());
         info!(chains = pending.len(), command = ?argv, "starting the agent");
+        let env = agent_env(&cfg.env, config_path.as_deref());
         self.running = Some(tokio::spawn(async move {
-            let mut cmd = tokio::process::Command::new(&argv[0]);
-            cmd.args(&argv[1..])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
-            if let Some(p) = config_path {
-                cmd.env("SLURM_SUPERVISOR_CONFIG", p);
-            }
-            let mut child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(command = ?argv, "cannot start the agent: {e}");
-                    return;
-                }
+            // Started by `slurm::spawn` (no fd of the daemon's but 0-2), with only the
+            // environment it is given, in its own process group: a timeout kills what it
+            // started too.
+            let program = if argv[0].contains('/') {
+                std::path::PathBuf::from(&argv[0])
+            } else {
+                std::env::var_os("PATH")
+                    .and_then(|p| spawn::find_in(&argv[0], &p))
+                    .unwrap_or_else(|| std::path::PathBuf::from(&argv[0]))
             };
-            if let Some(mut stdin) = child.stdin.take() {
-                let _ = stdin.write_all(text.as_bytes()).await;
-            }
-            match tokio::time::timeout(timeout, child.wait_with_output()).await {
-                Err(_) => {
-                    warn!(command = ?argv, "the agent did not finish within {}s and was killed; supervision goes on", timeout.as_secs())
-                }
-                Ok(Err(e)) => warn!(command = ?argv, "the agent failed: {e}"),
-                Ok(Ok(out)) => {
+            let mut cmd = spawn::Command::new(&program);
+            cmd.args(&argv[1..]).env_clear_with(env);
+            match program::run(cmd, &argv[0], text.as_bytes(), timeout, MAX_AGENT_OUTPUT).await {
+                Err(e) => warn!(command = ?argv, "the agent: {e}; supervision goes on"),
+                Ok(out) => {
                     let tail = |b: &[u8]| {
                         let s = String::from_utf8_lossy(b);
                         let lines: Vec<&str> = s.lines().collect();
@@ -144,6 +135,32 @@ impl Runner {
         }));
     }
 }
+
+/// The variables the agent gets: a few of the daemon's (see `config::AgentConfig::env`)
+/// and the config's path. Not the rest (`NOTIFY_SOCKET`, through which it could speak to
+/// systemd for the daemon; `JOURNAL_STREAM`; anything of the service's own).
+fn agent_env(
+    extra: &[String],
+    config_path: Option<&std::path::Path>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = BASE_ENV
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .filter(|k| *k != "SLURM_SUPERVISOR_CONFIG")
+        .filter_map(|k| std::env::var_os(k).map(|v| (k.into(), v)))
+        .collect();
+    if let Some(p) = config_path {
+        env.push(("SLURM_SUPERVISOR_CONFIG".into(), p.as_os_str().to_owned()));
+    }
+    env
+}
+
+/// What the agent gets of the daemon's environment, always.
+const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ"];
+
+/// Output kept from the agent (for the log); past it, it is not read.
+const MAX_AGENT_OUTPUT: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

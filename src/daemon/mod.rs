@@ -10,6 +10,7 @@ pub mod agent;
 pub mod engine;
 pub mod evidence;
 pub mod notifications;
+pub mod program;
 pub mod reads;
 pub mod requests;
 pub mod sbatch;

@@ -34,7 +34,6 @@ use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 /// Notifications taken in one batch.
@@ -553,11 +552,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             .unwrap_or_else(|| PathBuf::from(&argv[0]))
     };
     let mut cmd = spawn::Command::new(&program);
-    cmd.args(&argv[1..])
-        .current_dir("/")
-        .stdin_piped()
-        // Its own process group: a timeout kills what it started too (sendmail).
-        .process_group();
+    cmd.args(&argv[1..]);
     if let Some(who) = &g.owner {
         let name = who.user.to_string_lossy().into_owned();
         cmd.env_clear_with([
@@ -572,70 +567,21 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
     }
     // The timeout bounds the whole wait, the start included: a start of the user's waits
     // its turn behind theirs under way (`spawn`: one at a time, each held up to
-    // EXEC_DEADLINE), and the batches of everyone else wait for this one.
-    let deadline = tokio::time::Instant::now() + timeout;
-    let late = || {
-        format!(
-            "{} did not finish within {}s and was killed",
+    // EXEC_DEADLINE), and the batches of everyone else wait for this one. Its own process
+    // group: a timeout kills what it started too (sendmail).
+    let ran = super::program::run(cmd, &argv[0], input, timeout, MAX_OUTPUT).await?;
+    if ran.status.success() {
+        if !ran.stderr.is_empty() {
+            debug!(program = %argv[0], stderr = %String::from_utf8_lossy(&ran.stderr), "notification program wrote to stderr");
+        }
+        Ok(())
+    } else {
+        Err(format!(
+            "{} failed ({}): {}",
             argv[0],
-            timeout.as_secs()
-        )
-    };
-    // Dropped before it was waited for, the child is killed and reaped.
-    let mut child = tokio::time::timeout_at(deadline, cmd.spawn())
-        .await
-        .map_err(|_| late())?
-        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-    let (mut stdin, mut out, mut err) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let work = async {
-        let feed = async {
-            if let Some(mut s) = stdin.take() {
-                // A program that exits without reading its stdin is judged by its status.
-                let _ = s.write_all(input).await;
-            }
-        };
-        let read = |p: Option<tokio::net::unix::pipe::Receiver>| async move {
-            let mut buf = Vec::new();
-            if let Some(p) = p {
-                let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf).await;
-            }
-            buf
-        };
-        let read_err = async {
-            let mut buf = Vec::new();
-            if let Some(p) = err.take() {
-                let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf).await;
-            }
-            buf
-        };
-        let ((), _stdout, stderr) = tokio::join!(feed, read(out.take()), read_err);
-        // Not reaped yet: its process group can still be killed (`kill_group`) without
-        // the risk of hitting a group that took its number since.
-        let status = child.exited().await;
-        (status, stderr)
-    };
-    match tokio::time::timeout_at(deadline, work).await {
-        Err(_) => {
-            child.kill_group();
-            Err(late())
-        }
-        Ok((Err(e), _)) => Err(format!("{}: {e}", argv[0])),
-        Ok((Ok(status), stderr)) if status.success() => {
-            let _ = child.wait().await;
-            if !stderr.is_empty() {
-                debug!(program = %argv[0], stderr = %String::from_utf8_lossy(&stderr), "notification program wrote to stderr");
-            }
-            Ok(())
-        }
-        Ok((Ok(status), stderr)) => {
-            child.kill_group();
-            Err(format!(
-                "{} failed ({status}): {}",
-                argv[0],
-                crate::osbytes::truncate(String::from_utf8_lossy(&stderr).trim(), 500)
-            ))
-        }
+            ran.status,
+            crate::osbytes::truncate(String::from_utf8_lossy(&ran.stderr).trim(), 500)
+        ))
     }
 }
 

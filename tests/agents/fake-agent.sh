@@ -1,10 +1,12 @@
 #!/bin/sh
-# A stand-in for an AI agent: reads the daemon's prompt on stdin, picks the first chain
-# in it, and resolves it with supervisorctl (whose config comes from the daemon in
+# A stand-in for an AI agent: takes the daemon's prompt on stdin, picks the first chain
+# that waits for an agent, and resolves it with supervisorctl (whose config comes from the daemon in
 # SLURM_SUPERVISOR_CONFIG). Usage: fake-agent.sh SUPERVISORCTL CONFIDENCE
 ctl=$1
 confidence=$2
-chain=$(grep -o '"id": "c[0-9]*"' | head -n 1 | grep -o 'c[0-9]*')
-[ -n "$chain" ] || { echo "no chain in the prompt" >&2; exit 1; }
+# The prompt names the chains; the agent asks for them as JSON, read by a JSON parser.
+cat > /dev/null
+chain=$("$ctl" pending --json | python3 -c 'import json, sys; print(next((c["id"] for c in json.load(sys.stdin) if not c["held"]), ""))')
+[ -n "$chain" ] || { echo "no chain waits for an agent" >&2; exit 1; }
 "$ctl" classify "$chain" --action retry --dry-run --reason "fake agent: looks transient" >/dev/null || exit 1
 "$ctl" classify "$chain" --action retry --mem 1G --confidence "$confidence" --reason "fake agent: looks transient"
