@@ -442,6 +442,9 @@ pub struct LimitsConfig {
     pub max_open_chains_per_user: usize,
     /// Submissions of one user whose sbatch is still running.
     pub submits_in_flight_per_user: usize,
+    /// What the submissions of one user's unfinished chains may take in the store
+    /// together (scripts, arguments, environments, working directories).
+    pub max_stored_bytes_per_user: MemSize,
 }
 
 impl Default for LimitsConfig {
@@ -453,6 +456,7 @@ impl Default for LimitsConfig {
             max_array_tasks: 10_000,
             max_open_chains_per_user: 10_000,
             submits_in_flight_per_user: 4,
+            max_stored_bytes_per_user: MemSize(1 << 30),
         }
     }
 }
@@ -872,6 +876,12 @@ impl Config {
                 raw.limits.max_script_size.0,
                 1024,
                 GIB,
+            ),
+            (
+                "limits.max_stored_bytes_per_user",
+                raw.limits.max_stored_bytes_per_user.0,
+                1 << 20,
+                1 << 40,
             ),
             (
                 "limits.max_array_tasks",

@@ -2492,3 +2492,38 @@ fn round2_item6_one_users_stalled_mail_does_not_hold_up_anothers() {
         before_alice.len()
     );
 }
+
+/// Item 4, the other half: what a user's unfinished work keeps in the store is counted
+/// against their own limit (`[limits] max_stored_bytes_per_user`): past it their submit is
+/// refused (75, naming the key), someone else's is not, and work that ends frees its share.
+#[test]
+fn round2_item4_what_a_user_stores_is_counted_against_their_own_limit() {
+    let sys = System::start(
+        "",
+        "[limits]\nmax_stored_bytes_per_user = \"1M\"\nmax_script_size = \"1M\"\n",
+    );
+    let big = {
+        let mut s = script("sleep 100");
+        s.extend(std::iter::repeat_n(b'#', 600 << 10));
+        s.push(b'\n');
+        s
+    };
+    sys.write_as("bob", "big.sh", &big);
+    sys.write_as("alice", "big.sh", &big);
+    let first = sys.submit_as("bob", &["big.sh"]);
+    let out = sys.as_user("bob", &["submit", "--", "big.sh"]);
+    assert_eq!(out.status.code(), Some(75), "{}", err_text(&out));
+    assert!(
+        err_text(&out).contains("limits.max_stored_bytes_per_user"),
+        "{}",
+        err_text(&out)
+    );
+    assert_eq!(sys.sbatch_calls_of("bob").len(), 1);
+    // alice has her own share.
+    sys.submit_as("alice", &["big.sh"]);
+    // bob's first chain ends: his share is free again.
+    sys.fake.ctl(&["finish", &first, "COMPLETED", "0:0"]);
+    sys.d
+        .wait_state(&first, "completed", Duration::from_secs(30));
+    sys.submit_as("bob", &["big.sh"]);
+}

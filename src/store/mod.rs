@@ -1230,6 +1230,20 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The bytes the submissions of a user's unfinished chains take (script, argv, env,
+    /// cwd), each submission once however many of its chains are open.
+    pub fn open_stored_bytes_of(&self, owner_uid: u32) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT COALESCE(SUM(COALESCE(octet_length(s.script), 0) + octet_length(s.argv) \
+                 + octet_length(s.env) + octet_length(s.cwd)), 0) FROM submissions s \
+                 WHERE s.id IN (SELECT submission_id FROM chains WHERE owner_uid = ?1 AND state IN ({}))",
+                open_states()
+            ))?
+            .query_row([owner_uid], |r| r.get(0))?)
+    }
+
     /// How many unfinished chains (active, ready, pending_failed) a user has.
     pub fn open_chains_of(&self, owner_uid: u32) -> Result<u64> {
         Ok(self

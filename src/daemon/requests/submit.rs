@@ -208,6 +208,24 @@ pub fn begin_submit<S: Slurm>(
             ),
         ));
     }
+    // What the store keeps for this user's unfinished work, this submission included.
+    let size = r.script.as_ref().map_or(0, Vec::len)
+        + r.cwd.len()
+        + r.argv.iter().map(|a| a.len() + 3).sum::<usize>()
+        + r.env
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 6)
+            .sum::<usize>();
+    let stored = engine.store().open_stored_bytes_of(uid)?;
+    let max = limits.max_stored_bytes_per_user.0;
+    if stored.saturating_add(size as u64) > max {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "your unfinished chains' submissions take {stored} bytes and this one {size}: more than limits.max_stored_bytes_per_user = {max}; wait for some to end"
+            ),
+        ));
+    }
     let new = NewSubmission {
         owner_uid: uid,
         user: crate::daemon::access::user_name(uid),
