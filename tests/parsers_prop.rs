@@ -17,7 +17,7 @@ use slurm_supervisor::sbatch_args::{
 };
 use slurm_supervisor::slurm::parse::{
     parse_duration_secs, parse_mem_bytes, parse_pending, parse_sacct, parse_sbatch_parsable,
-    parse_scontrol_record, parse_squeue, parse_tags, MAX_ERROR_LINE,
+    parse_scontrol_record, parse_scontrol_record_strict, parse_squeue, parse_tags, MAX_ERROR_LINE,
 };
 use slurm_supervisor::slurm::types::{ExitCode, JobState, SacctRow, SqueueRow, TagRow};
 
@@ -445,6 +445,28 @@ proptest! {
         // Every other row came from a line of the user's text.
         let lines = out.split('\n').count() - 1;
         prop_assert!(p.rows.len() + p.errors.len() <= lines);
+    }
+
+    /// A `scontrol show job -o` record with a user's text in its name, comment and paths
+    /// is either refused (a key named twice) or keeps the keys Slurm wrote: the owner read
+    /// from it is never one the user wrote. (`adopt` takes the owner from squeue anyway.)
+    #[test]
+    fn a_users_text_in_a_scontrol_record_never_changes_its_owner(
+        name in user_text(),
+        comment in user_text(),
+        dir in user_text(),
+    ) {
+        // scontrol -o prints one line a job; a line break is refused before this parser,
+        // so here it stands for a blank, which can start a key.
+        let one = |t: &str| t.replace(['\n', '\r'], " ");
+        let (name, comment, dir) = (one(&name), one(&comment), one(&dir));
+        let line = format!(
+            "JobId=5 JobName={name} UserId=bob(1002) GroupId=bob(1002) JobState=RUNNING Comment={comment} WorkDir={dir} StdOut={dir}/out"
+        );
+        if let Ok(m) = parse_scontrol_record_strict(&line) {
+            prop_assert_eq!(m.get("UserId").map(String::as_str), Some("bob(1002)"));
+            prop_assert_eq!(m.get("JobId").map(String::as_str), Some("5"));
+        }
     }
 
     /// The pending-jobs query's last field is Slurm's rendering of a dependency; a row is
