@@ -280,6 +280,19 @@ impl SlurmCli {
         }
     }
 
+    /// squeue with the tag lookups' format, for the jobs `filter` selects (`--user=`,
+    /// `--jobs=`).
+    async fn squeue_tags_of(&self, filter: String) -> Result<Parsed<TagRow>, SlurmError> {
+        let args = vec![
+            "--noheader".into(),
+            "--states=all".into(),
+            "--array".into(),
+            format!("--format={}", parse::TAG_SQUEUE_FORMAT),
+            filter,
+        ];
+        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
+    }
+
     /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`,
     /// whatever the daemon's own environment says), as [`parse::SACCT_FIELDS`] reads them.
     async fn query_epoch_times(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
@@ -451,25 +464,11 @@ impl Slurm for SlurmCli {
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
-        let args = vec![
-            "--noheader".into(),
-            "--states=all".into(),
-            "--array".into(),
-            format!("--format={}", parse::TAG_SQUEUE_FORMAT),
-            format!("--user={user}"),
-        ];
-        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
+        self.squeue_tags_of(format!("--user={user}")).await
     }
 
     async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError> {
-        let args = vec![
-            "--noheader".into(),
-            "--states=all".into(),
-            "--array".into(),
-            format!("--format={}", parse::TAG_SQUEUE_FORMAT),
-            format!("--jobs={job_id}"),
-        ];
-        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
+        self.squeue_tags_of(format!("--jobs={job_id}")).await
     }
 
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {
