@@ -2527,3 +2527,50 @@ fn round2_item4_what_a_user_stores_is_counted_against_their_own_limit() {
         .wait_state(&first, "completed", Duration::from_secs(30));
     sys.submit_as("bob", &["big.sh"]);
 }
+
+/// Item 8: a user's own sbatch runs their retry in their environment, so what it prints
+/// on stderr is theirs; it became the decision's reason and was logged as is, a newline
+/// starting a line that looked like the daemon's. Each logged event is now one line.
+#[test]
+fn round2_item8_a_users_sbatch_output_cannot_forge_a_log_line() {
+    let sys = System::start("", "");
+    // The fake sbatch is Python: sitecustomize on bob's PYTHONPATH stands for LD_PRELOAD.
+    // Once `refuse` exists, his sbatch prints a forged line and fails.
+    let evil = sys.home("bob").join("evil");
+    std::fs::create_dir(&evil).unwrap();
+    let marker = evil.join("refuse");
+    std::fs::write(
+        evil.join("sitecustomize.py"),
+        format!(
+            "import os, sys\nif os.path.basename(sys.argv[0]) == 'sbatch' and os.path.exists({marker:?}):\n    sys.stderr.write('sbatch: error: no\\n2026-01-01T00:00:00.000000Z  INFO forged: every chain is fine\\r\\x1b[2K\\n'); sys.stderr.flush(); os._exit(1)\n",
+            marker = marker.display().to_string()
+        ),
+    )
+    .unwrap();
+    chown(&evil, "bob");
+    chown(&evil.join("sitecustomize.py"), "bob");
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+    c.env("PYTHONPATH", &evil);
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", err_text(&out));
+    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    std::fs::write(&marker, "").unwrap();
+    // A transient failure: the retry's sbatch, in bob's environment, is refused.
+    sys.write_as("bob", &format!("slurm-{job}.out"), b"Connection refused\n");
+    sys.fake.ctl(&["finish", &job, "FAILED", "1:0"]);
+    wait_until(
+        "the refused retry to be logged",
+        Duration::from_secs(60),
+        || sys.d.log().contains("forged: every chain is fine"),
+    );
+    let log = sys.d.log();
+    for line in log.lines() {
+        assert!(
+            !line.starts_with("2026-01-01T00:00:00"),
+            "a line of bob's making in the log: {line:?}\n{}",
+            tail(&log, 20)
+        );
+        assert!(!line.contains('\r') && !line.contains('\x1b'), "{line:?}");
+    }
+}
