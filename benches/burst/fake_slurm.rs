@@ -6,8 +6,9 @@
 //!
 //! Everything lives in the symlinks' directory (found from `argv[0]`, since the daemon
 //! clears sbatch's environment):
-//! - `jobs.txt`, one job a line, `JOBID|STATE|EXIT|PARTITION|COMMENT`, which the bench
-//!   rewrites (write and rename) between phases; sbatch appends the jobs it creates;
+//! - `jobs.txt`, one job a line, `JOBID|STATE|EXIT|PARTITION|COMMENT[|UID]`, which the
+//!   bench rewrites (write and rename) between phases; sbatch appends the jobs it creates,
+//!   with the uid it ran as (a line without one is the built store's owner, uid 1000);
 //! - `calls.log`, where every call appends one line, `START_UNIX_SECS NAME IDS WALL_US`
 //!   (IDS: how many job ids the call was asked about), in one `O_APPEND` write;
 //! - `next_id`, sbatch's counter (under `flock`), and `sbatch_delay_ms`, an optional
@@ -89,12 +90,16 @@ struct Job<'a> {
     exit: &'a str,
     partition: &'a str,
     comment: &'a str,
+    uid: u32,
 }
+
+/// The owner of the bench's built store (`benches/common`), for lines without a uid.
+const STORE_OWNER: u32 = 1000;
 
 fn jobs(text: &str) -> HashMap<&str, Job<'_>> {
     text.lines()
         .filter_map(|l| {
-            let mut f = l.splitn(5, '|');
+            let mut f = l.splitn(6, '|');
             Some((
                 f.next()?,
                 Job {
@@ -102,6 +107,7 @@ fn jobs(text: &str) -> HashMap<&str, Job<'_>> {
                     exit: f.next()?,
                     partition: f.next()?,
                     comment: f.next().unwrap_or(""),
+                    uid: f.next().and_then(|u| u.parse().ok()).unwrap_or(STORE_OWNER),
                 },
             ))
         })
@@ -116,6 +122,7 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
     use std::fmt::Write;
     let text = std::fs::read_to_string(here.join("jobs.txt")).unwrap_or_default();
     let all = jobs(&text);
+    let tags = opt(args, "format").is_some_and(|f| f.contains("%k"));
     let row = |out: &mut String, id: &str, j: &Job| {
         let node = if j.state == "RUNNING" { "gpu017" } else { "" };
         let reason = if j.state == "RUNNING" {
@@ -123,7 +130,13 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
         } else {
             "Priority"
         };
-        let _ = writeln!(out, "{id}|{id}|{}|{reason}|{node}|{}", j.state, j.comment);
+        if tags {
+            // A tag lookup: `%i|%A|%k`.
+            let _ = writeln!(out, "{id}|{id}|{}", j.comment);
+        } else {
+            // The poll: `%i|%A|%T|%r|%N|%U`, nothing a user wrote.
+            let _ = writeln!(out, "{id}|{id}|{}|{reason}|{node}|{}", j.state, j.uid);
+        }
     };
     if opt(args, "states") == Some("PENDING") {
         // Pending jobs with their dependencies (rewiring after a retry): the bench's
@@ -156,6 +169,8 @@ fn sacct(here: &Path, args: &[String], out: &mut String) -> (i32, usize) {
         // By user since a time (a tag lookup): the bench's jobs are not looked up so.
         return (0, 0);
     };
+    // The poll's columns end in UID and Submit; the fake keeps no submit time (an empty
+    // one: every run of a job id is that job's).
     let text = std::fs::read_to_string(here.join("jobs.txt")).unwrap_or_default();
     let all = jobs(&text);
     let ids: Vec<&str> = ids.split(',').filter(|s| !s.is_empty()).collect();
@@ -163,8 +178,8 @@ fn sacct(here: &Path, args: &[String], out: &mut String) -> (i32, usize) {
         let Some(j) = all.get(id) else { continue };
         let _ = writeln!(
             out,
-            "{id}|{id}|{}|{}|gpu017||16G|04:00:00|01:00:00|{}|{}",
-            j.state, j.exit, j.partition, j.comment
+            "{id}|{id}|{}|{}|gpu017||16G|04:00:00|01:00:00|{}|{}|",
+            j.state, j.exit, j.partition, j.uid
         );
         if !queued(j.state) {
             // The batch step of a timed-out job is cancelled by the signal.
@@ -175,7 +190,7 @@ fn sacct(here: &Path, args: &[String], out: &mut String) -> (i32, usize) {
             };
             let _ = writeln!(
                 out,
-                "{id}.batch|{id}.batch|{state}|{exit}|gpu017|9437184K|||01:00:00||"
+                "{id}.batch|{id}.batch|{state}|{exit}|gpu017|9437184K|||01:00:00|||"
             );
         }
     }
@@ -205,7 +220,9 @@ fn sbatch(here: &Path, args: &[String], out: &mut String) -> (i32, usize) {
         .append(true)
         .open(here.join("jobs.txt"))
     {
-        let _ = f.write_all(format!("{id}|RUNNING|0:0|gpu|{comment}\n").as_bytes());
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let _ = f.write_all(format!("{id}|RUNNING|0:0|gpu|{comment}|{uid}\n").as_bytes());
     }
     drop(lock);
     let delay: u64 = std::fs::read_to_string(here.join("sbatch_delay_ms"))
