@@ -2247,17 +2247,27 @@ fn round2_item1_a_newline_in_bobs_comment_forges_nothing_about_alices_job() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    // Rows in every shape the daemon reads (squeue and sacct, old and new), about alice's
-    // job, with alice's uid where a uid goes.
+    // Rows about alice's job in the shapes the daemon read, with alice's uid where a uid
+    // goes and her tag where a comment goes (anyone can read it: `squeue -o %k`).
+    let tag = sys.d.history(&a)["attempts"][0]["tag"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A sacct row of the old shape (comment last) reads as a squeue row too, whose state
+    // is OUT_OF_MEMORY: before, one poll saw alice's job ended and judged the forged run.
     let forged = format!(
-        "mine\n{a}|{a}|FAILED|None|n1|{alice}\n{a}|{a}|FAILED|None|n1|ssv-00000000-L1-c1.1\n\
+        "mine\n\
+         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|{tag}\n\
+         {a}.batch|{a}.batch|OUT_OF_MEMORY|0:125|n1|300000K|||||\n\
          {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|{alice}|{now}\n\
-         {a}.batch|{a}.batch|OUT_OF_MEMORY|0:125|n1|300000K||||||{now}\n\
-         {a}|{a}|OUT_OF_MEMORY|0:125|n1||100M|00:10:00|00:00:05|debug|ssv-00000000-L1-c1.1"
+         {a}.batch|{a}.batch|OUT_OF_MEMORY|0:125|n1|300000K||||||{now}"
     );
     sys.fake.ctl(&["comment", &b, &forged]);
     polls_pass(&sys, 3);
-    // bob's job ends, so the poll's sacct asks about it (and, before, printed his comment).
+    // bob's job ends and stays in squeue for a while (MinJobAge), so one poll's squeue
+    // lists it, with his comment, beside alice's, and its sacct asks about it: before, a
+    // forged row said alice's job had ended, and the same sacct held the forged OOM run.
+    sys.fake.ctl(&["linger", &b]);
     sys.fake.ctl(&["finish", &b, "COMPLETED", "0:0"]);
     sys.d.wait_state(&b, "completed", Duration::from_secs(30));
     polls_pass(&sys, 3);
@@ -2274,6 +2284,14 @@ fn round2_item1_a_newline_in_bobs_comment_forges_nothing_about_alices_job() {
         1,
         "a second copy of alice's job was submitted"
     );
+    // And when alice's job really ends, its own ending is what is judged (before, bob's
+    // unreadable rows about it left it unjudged for as long as his job was listed).
+    sys.fake.ctl(&["finish", &a, "COMPLETED", "0:0"]);
+    sys.d.wait_state(&a, "completed", Duration::from_secs(30));
+    let h = sys.d.history(&a);
+    assert_eq!(h["last_classification"], "completed", "{h:#}");
+    assert!(h["decisions"].as_array().unwrap().is_empty(), "{h:#}");
+    assert_eq!(sys.sbatch_calls_of("alice").len(), 1);
 
     // Through the supervisor, such a comment is refused, on the command line or in the
     // script, with what to do.

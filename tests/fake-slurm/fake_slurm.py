@@ -9,6 +9,7 @@ State lives in state.json beside the links, under an flock. Tests drive it with
   ctl lose JOB                              slurmctld forgets a running job (sacct still RUNNING)
   ctl comment JOB TEXT                      the owner sets the job's comment (any text, newlines too)
   ctl owner JOB UID                         Slurm shows the job owned by UID
+  ctl linger JOB                            squeue keeps listing the job once it ended (MinJobAge)
   ctl mode CMD MODE                         make CMD misbehave: ok | down | garbage | huge | hang | reject | lost-reply
                                             | stop (CMD@USER: only when run as USER, e.g. sbatch@bob)
                                             stop: the call stops itself (SIGSTOP) once logged, before
@@ -261,7 +262,8 @@ def squeue(args):
             return
         tags = "%k" in (opt(args, "format") or "")
         for k, j in selected(s, args):
-            if j["state"] in ("PENDING", "RUNNING") and not j.get("lost"):
+            # An ended job stays listed while slurmctld keeps it (MinJobAge): `ctl linger`.
+            if (j["state"] in ("PENDING", "RUNNING") or j.get("linger")) and not j.get("lost"):
                 if tags:
                     # A tag lookup (%i|%A|%k): the comment as given, newlines and all.
                     print(f"{k}|{j['raw']}|{j['comment'] or '(null)'}")
@@ -353,6 +355,10 @@ def ctl(args):
         elif cmd == "comment":
             # As `scontrol update jobid=J comment=TEXT` by the job's owner: any text.
             s["jobs"][args[1]]["comment"] = args[2]
+        elif cmd == "linger":
+            # squeue --states=all keeps listing the job after it ends, as slurmctld does
+            # for MinJobAge.
+            s["jobs"][args[1]]["linger"] = True
         elif cmd == "owner":
             # Slurm shows the job owned by this uid (someone else's job under this id).
             s["jobs"][args[1]]["uid"] = int(args[2])
