@@ -2592,3 +2592,55 @@ fn round2_item8_a_users_sbatch_output_cannot_forge_a_log_line() {
         assert!(!line.contains('\r') && !line.contains('\x1b'), "{line:?}");
     }
 }
+
+/// The owner check is per attempt, not per job id (the review of round two): bob loses
+/// his sbatch's answer, then writes a line into his new job's comment that maps his
+/// launch's tag to alice's running job, so the tag lookup gives his chain her job id.
+/// Two live chains of two users then hold the same id: each sees only the rows Slurm
+/// shows owned by its owner. alice's chain is judged on her job as usual; bob's sees
+/// nothing of hers (no state, no ending) and, after `lost_job_after`, waits for a person.
+#[test]
+fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
+    let sys = System::start("lost_job_after = \"3s\"", "");
+    sys.write_as("alice", "job.sh", &script("sleep 100"));
+    sys.write_as("bob", "job.sh", &script("sleep 100"));
+    let a = sys.submit_as("alice", &["job.sh"]);
+    sys.fake.ctl(&["run", &a, "n1"]);
+    sys.fake.ctl(&["mode", "sbatch@bob", "lost-reply"]);
+    let out = sys.as_user("bob", &["submit", "--", "job.sh"]);
+    assert_eq!(out.status.code(), Some(75), "{}", err_text(&out));
+    // bob's job exists, with his launch's tag in its comment; he points the tag at alice's.
+    let jobs = sys.fake.jobs();
+    let (b, bjob) = jobs
+        .iter()
+        .find(|(_, j)| j["user"] == "bob")
+        .map(|(k, j)| (k.clone(), j.clone()))
+        .expect("bob's job");
+    let tag = bjob["comment"].as_str().unwrap().to_string();
+    sys.fake
+        .ctl(&["comment", &b, &format!("mine\n{a}|{a}|{tag}")]);
+    sys.fake.ctl(&["mode", "sbatch@bob", "ok"]);
+    let bobs = || sys.json_as("bob", &["status", "--json"]);
+    wait_until(
+        "bob's launch settled by its tag",
+        Duration::from_secs(60),
+        || bobs()[0]["slurm_job_id"] == a.as_str(),
+    );
+    // alice's job runs, then completes: her chain sees it; bob's sees none of it.
+    // (Root sees both chains under that id; each user sees their own.)
+    let alices = || sys.json_as("alice", &["status", "--json", &a]);
+    sys.fake.ctl(&["finish", &a, "COMPLETED", "0:0"]);
+    wait_until("alice's chain to complete", Duration::from_secs(30), || {
+        alices()[0]["state"] == "completed"
+    });
+    wait_until(
+        "bob's chain to wait for a person",
+        Duration::from_secs(60),
+        || bobs()[0]["state"] == "pending_failed",
+    );
+    let row = &bobs()[0];
+    assert_ne!(row["slurm_state"], "RUNNING", "{row:#}");
+    assert_ne!(row["slurm_state"], "COMPLETED", "{row:#}");
+    assert_ne!(row["last_classification"], "completed", "{row:#}");
+    assert_eq!(alices().as_array().unwrap().len(), 1);
+}

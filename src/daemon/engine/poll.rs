@@ -4,7 +4,7 @@
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
-use crate::slurm::types::JobState;
+use crate::slurm::types::{JobState, SacctRow, SqueueRow};
 use crate::slurm::Slurm;
 use crate::store::{Attempt, StoreError};
 use std::collections::{HashMap, HashSet};
@@ -25,26 +25,13 @@ impl<S: Slurm> Engine<S> {
             .collect();
         bases.sort();
         bases.dedup();
-        let mut sq = match self.slurm.squeue(&bases).await {
+        let sq = match self.slurm.squeue(&bases).await {
             Ok(p) => p,
             Err(e) => {
                 self.slurm_down("squeue", &e);
                 return Ok(false);
             }
         };
-        // Whose each job is: a job is watched for a chain only while Slurm shows it owned
-        // by the chain's owner. However a job id came to a chain (what sbatch printed, a
-        // tag found in a comment, which is its owner's text), a job of anyone else is
-        // never judged, retried, requeued or cancelled for it: to this chain it is a job
-        // Slurm does not show, and after `lost_job_after` the chain waits for a person.
-        let owners: HashMap<String, u32> = live
-            .iter()
-            .filter_map(|a| Some((base_job_id(a.slurm_job_id.as_deref()?), a.owner_uid)))
-            .collect();
-        sq.rows.retain(|r| {
-            let owner = owners.get(&base_job_id(&r.job_id)).copied();
-            owner == Some(r.uid) || self.foreign_job(&r.job_id, owner, r.uid)
-        });
         for e in &sq.errors {
             let _span = row_span(e).entered();
             error!(
@@ -55,7 +42,47 @@ impl<S: Slurm> Engine<S> {
         // A job's absence from squeue means something only when squeue's whole answer
         // could be read (see `watch_missing`).
         let mut complete = sq.errors.is_empty();
-        let queued = queued_states(&sq.rows);
+        // Whose each job is: an attempt sees only the rows Slurm shows owned by its
+        // chain's owner. However a job id came to a chain (what sbatch printed, a tag found
+        // in a comment, which is its owner's text), a job of anyone else is never judged,
+        // retried, requeued or cancelled for it, nor shown to it: to that chain it is a job
+        // Slurm does not show, and after `lost_job_after` the chain waits for a person.
+        // Two chains of two users holding the same id each see their own owner's rows.
+        let mut by_owner: HashMap<u32, Vec<SqueueRow>> = HashMap::new();
+        for r in sq.rows {
+            by_owner.entry(r.uid).or_default().push(r);
+        }
+        let queued: HashMap<u32, HashMap<String, JobState>> = by_owner
+            .iter()
+            .map(|(uid, rows)| {
+                let states = queued_states(rows)
+                    .into_iter()
+                    .map(|(job, state)| (job.to_string(), state))
+                    .collect();
+                (*uid, states)
+            })
+            .collect();
+        let queued_for = |a: &Attempt, jid: &str| -> Option<JobState> {
+            queued.get(&a.owner_uid)?.get(jid).copied()
+        };
+        // Logged once a job: a live attempt's job that Slurm lists as someone else's.
+        let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
+        for a in &live {
+            let Some(jid) = a.slurm_job_id.as_deref() else {
+                continue;
+            };
+            if queued_for(a, jid).is_none() {
+                if let Some((uid, _)) = queued
+                    .iter()
+                    .find(|(uid, q)| **uid != a.owner_uid && q.contains_key(jid))
+                {
+                    foreign_seen.push((jid.to_string(), a.owner_uid, *uid));
+                }
+            }
+        }
+        for (job, owner, uid) in foreign_seen {
+            self.foreign_job(&job, Some(owner), uid);
+        }
 
         let mut ask: Vec<(Attempt, bool)> = Vec::new();
         let mut seen: Vec<(i64, u32, &'static str)> = Vec::new();
@@ -70,7 +97,7 @@ impl<S: Slurm> Engine<S> {
             if self.cancelling.contains(&a.chain_id) {
                 continue;
             }
-            match queued.get(jid.as_str()) {
+            match queued_for(&a, &jid) {
                 Some(state) if !state.is_terminal() => {
                     let prev = a.last_seen.clone().unwrap_or_default();
                     let requeued = is_running_like(&prev)
@@ -125,25 +152,32 @@ impl<S: Slurm> Engine<S> {
             // clocks start again from the next complete answer.
             self.missing.clear();
         }
-        let mut runs = runs_by_job(&sa.rows);
-        for (job, job_runs) in runs.iter_mut() {
-            let owner = owners.get(&base_job_id(job)).copied();
-            job_runs.retain(
-                |run| match run.iter().find(|r| !r.is_step()).and_then(|r| r.uid) {
-                    Some(uid) if Some(uid) != owner => self.foreign_job(job, owner, uid),
-                    _ => true,
-                },
-            );
-        }
-        runs.retain(|_, r| !r.is_empty());
+        let runs = runs_by_job(&sa.rows);
         for (a, _requeue_suspected) in ask {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
             if bad_jobs.contains(&jid) {
                 continue;
             }
-            let still_queued = queued.get(jid.as_str()).is_some_and(|s| !s.is_terminal());
-            let ended = runs
+            // The runs Slurm records as the chain's owner's, and no others (a run whose
+            // job row names no owner is not taken either).
+            let (own, theirs): (Vec<Vec<SacctRow>>, Vec<Vec<SacctRow>>) = runs
                 .get(&jid)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .partition(|run| {
+                    run.iter().find(|r| !r.is_step()).and_then(|r| r.uid) == Some(a.owner_uid)
+                });
+            if let Some(uid) = theirs
+                .iter()
+                .find_map(|run| run.iter().find(|r| !r.is_step()).and_then(|r| r.uid))
+            {
+                self.foreign_job(&jid, Some(a.owner_uid), uid);
+            }
+            let job_runs = (!own.is_empty()).then_some(own);
+            let still_queued = queued_for(&a, &jid).is_some_and(|s| !s.is_terminal());
+            let ended = job_runs
+                .as_ref()
                 .and_then(|r| r.last())
                 .and_then(|run| run.iter().find(|r| !r.is_step()))
                 .is_some_and(|r| r.state.is_terminal());
@@ -152,14 +186,14 @@ impl<S: Slurm> Engine<S> {
             } else if complete {
                 self.watch_missing(&a, t)?;
             }
-            let Some(job_runs) = runs.get(&jid) else {
+            let Some(job_runs) = job_runs else {
                 let _span = super::attempt_span(a.chain_id, &jid).entered();
                 debug!("sacct has no record of the job yet; asking again next cycle");
                 continue;
             };
             self.backlog.push_back(Found {
                 attempt: a,
-                runs: job_runs.clone(),
+                runs: job_runs,
                 still_queued,
             });
         }
