@@ -101,24 +101,59 @@ impl<W: std::io::Write> std::io::Write for EscapedLines<W> {
     }
 }
 
-/// `event` with its control characters escaped, but a last newline.
+/// `event` with its control characters escaped, but a last newline: the ASCII ones and
+/// DEL as `\n`, `\r`, `\t`, `\x1b`; the others a terminal or a log viewer may act on (C1
+/// controls such as U+009B, an 8-bit CSI; line and paragraph separators; bidirectional
+/// overrides) as `\u{9b}`. An event that is not UTF-8 has its bytes of 0x80 and above
+/// left as they are.
 pub fn escape_line(event: &[u8]) -> Vec<u8> {
     let (body, end): (&[u8], &[u8]) = match event.strip_suffix(b"\n") {
         Some(body) => (body, b"\n"),
         None => (event, b""),
     };
     let mut out = Vec::with_capacity(event.len() + 8);
-    for &b in body {
-        match b {
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b if b < 0x20 || b == 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-            b => out.push(b),
+    match std::str::from_utf8(body) {
+        Ok(text) => {
+            for c in text.chars() {
+                match c {
+                    '\n' => out.extend_from_slice(b"\\n"),
+                    '\r' => out.extend_from_slice(b"\\r"),
+                    '\t' => out.extend_from_slice(b"\\t"),
+                    c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                        out.extend_from_slice(format!("\\x{:02x}", c as u32).as_bytes())
+                    }
+                    c if c.is_control() || is_invisible_format(c) => {
+                        out.extend_from_slice(format!("\\u{{{:x}}}", c as u32).as_bytes())
+                    }
+                    c => {
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for &b in body {
+                match b {
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    b if b < 0x20 || b == 0x7f => {
+                        out.extend_from_slice(format!("\\x{b:02x}").as_bytes())
+                    }
+                    b => out.push(b),
+                }
+            }
         }
     }
     out.extend_from_slice(end);
     out
+}
+
+/// Line and paragraph separators and bidirectional controls: not `char::is_control`, but
+/// a viewer may break a line or reorder text at them.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
 }
 
 #[cfg(test)]
@@ -135,8 +170,17 @@ mod tests {
         );
         assert_eq!(escape_line(b"plain\n"), b"plain\n");
         assert_eq!(escape_line(b"no end"), b"no end");
-        // Bytes past ASCII (a non-UTF-8 path shown lossily, or UTF-8) are left as they are.
+        // Text past ASCII is left as it is, but for the controls a viewer acts on.
         assert_eq!(escape_line("é\n".as_bytes()), "é\n".as_bytes());
+        assert_eq!(
+            String::from_utf8(escape_line(
+                "a\u{9b}2Jb\u{2028}c\u{202e}d\u{85}\n".as_bytes()
+            ))
+            .unwrap(),
+            "a\\u{9b}2Jb\\u{2028}c\\u{202e}d\\u{85}\n"
+        );
+        // Bytes that are not UTF-8 are kept, their ASCII controls escaped.
+        assert_eq!(escape_line(b"\xff\x1b\n"), b"\xff\\x1b\n");
     }
 
     #[test]
