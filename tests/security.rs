@@ -2644,3 +2644,72 @@ fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
     assert_ne!(row["last_classification"], "completed", "{row:#}");
     assert_eq!(alices().as_array().unwrap().len(), 1);
 }
+
+/// Item 6, with the review's case: one of bob's submissions is an array of 20 tasks that
+/// all wait for a decision, so one group of 20 events, each given to `[notify] command`,
+/// which stalls for him. His turn starts no program once it has taken `notify.timeout`
+/// (the rest of his stay due): alice's event goes out before his third command starts.
+#[test]
+fn round2_item6_one_users_many_stalled_commands_do_not_hold_up_anothers() {
+    let tools = tempfile::Builder::new()
+        .prefix("ssv-notify-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    chmod(tools.path(), 0o777);
+    let log = tools.path().join("command.log");
+    std::fs::write(&log, "").unwrap();
+    chmod(&log, 0o666);
+    let prog = tools.path().join("command.sh");
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    chmod(&prog, 0o755);
+    let sys = System::start(
+        "",
+        &format!(
+            "[notify]\nmail = false\ncommand = [{:?}]\ntimeout = \"2s\"\nmax_attempts = 1\n",
+            prog.display().to_string()
+        ),
+    );
+    sys.write_as("bob", "job.sh", &script("exit 1"));
+    let base = sys.submit_as("bob", &["--array=0-19", "job.sh"]);
+    for t in 0..20 {
+        sys.fake
+            .ctl(&["finish", &format!("{base}_{t}"), "FAILED", "1:0"]);
+    }
+    wait_until(
+        "bob's 20 tasks to wait for a decision",
+        Duration::from_secs(60),
+        || {
+            let rows = sys.d.status(&base);
+            rows.len() == 20 && rows.iter().all(|r| r["state"] == "pending_failed")
+        },
+    );
+    sys.write_as("alice", "job.sh", &script("exit 1"));
+    let a = sys.submit_as("alice", &["job.sh"]);
+    sys.fake.ctl(&["finish", &a, "FAILED", "1:0"]);
+    sys.d
+        .wait_state(&a, "pending_failed", Duration::from_secs(30));
+    let queued = std::fs::read_to_string(&log).unwrap().lines().count();
+    wait_until("alice's event", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("done alice")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let before_alice = text
+        .lines()
+        .skip(queued)
+        .take_while(|l| *l != "done alice")
+        .filter(|l| *l == "start bob")
+        .count();
+    assert!(
+        before_alice <= 2,
+        "alice's event waited behind {before_alice} of bob's stalled commands:\n{text}"
+    );
+}

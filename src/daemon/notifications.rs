@@ -12,9 +12,10 @@
 //! Delivery runs beside the loop, one batch at a time, each program with
 //! `notify.timeout` and bounded output: a stuck mail program holds up no decision. A batch
 //! takes at most `PER_OWNER` of one owner's notifications, and delivers the owners side by
-//! side, each owner's one after another; an owner's turn starts nothing more once it has
-//! taken `notify.timeout` (the rest stay due), so one user's stalled programs delay
-//! another user's mail by about two timeouts at most. The
+//! side, each owner's one after another; an owner's turn starts no program once it has
+//! taken `notify.timeout` (what it did not get to stays due, no try counted; a mail that
+//! went out is not sent again), so one user's stalled programs delay another user's mail
+//! by about two timeouts at most. The
 //! loop picks the batch's outcome up after a later cycle and records it (the store has one
 //! writer). A failure is logged and retried with backoff up to `notify.max_attempts`.
 //!
@@ -119,6 +120,8 @@ struct Outcome {
     tries: u32,
     mail: Option<Result<(), String>>,
     command: Option<Result<(), String>>,
+    /// Its command was not run: the owner's turn ran out of time. It stays due.
+    deferred: bool,
 }
 
 impl Notifier {
@@ -234,13 +237,13 @@ impl Notifier {
             let turns = by_owner.into_values().map(|groups| {
                 let (program, cfg) = (&program, &cfg);
                 async move {
-                    let started = tokio::time::Instant::now();
+                    let turn_ends = tokio::time::Instant::now() + timeout;
                     let mut outcomes = Vec::new();
                     for g in groups {
-                        if started.elapsed() >= timeout {
+                        if tokio::time::Instant::now() >= turn_ends {
                             break;
                         }
-                        outcomes.extend(deliver(program, cfg, &g, timeout).await);
+                        outcomes.extend(deliver(program, cfg, &g, timeout, turn_ends).await);
                     }
                     outcomes
                 }
@@ -261,11 +264,13 @@ impl Notifier {
 }
 
 /// One group's mail and commands, as its owner: what came of each of its notifications.
+/// Past `turn_ends` no command is started: those items come back `deferred`.
 async fn deliver(
     program: &std::path::Path,
     cfg: &crate::config::NotifyConfig,
     g: &Group,
     timeout: Duration,
+    turn_ends: tokio::time::Instant,
 ) -> Vec<Outcome> {
     let mailed = match &g.mail {
         Some(m) => {
@@ -283,7 +288,12 @@ async fn deliver(
     };
     let mut outcomes = Vec::new();
     for it in g.items.iter() {
+        let mut deferred = false;
         let command = match (&cfg.command, &it.command) {
+            (Some(_), Some(_)) if tokio::time::Instant::now() >= turn_ends => {
+                deferred = true;
+                None
+            }
             (Some(argv), Some(input)) => {
                 let r = run(argv, input, g, timeout).await;
                 crate::metrics::notification("command", r.is_ok());
@@ -298,6 +308,7 @@ async fn deliver(
             tries: it.tries,
             mail: if it.mail { mailed.clone() } else { None },
             command,
+            deferred,
         });
     }
     outcomes
@@ -483,6 +494,14 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
     let max = engine.config().notify.max_attempts;
     let mut sent = Vec::new();
     for o in outcomes {
+        // Not finished for want of time: a mail that went out is kept; the rest is done in
+        // a later batch, no try counted. (A failed mail is a failure like any other.)
+        if o.deferred && !matches!(o.mail, Some(Err(_))) {
+            if matches!(o.mail, Some(Ok(()))) {
+                engine.store_mut().notification_mailed(o.id)?;
+            }
+            continue;
+        }
         let failed: Vec<String> = [("mail", &o.mail), ("command", &o.command)]
             .into_iter()
             .filter_map(|(what, r)| match r {

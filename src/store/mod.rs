@@ -1700,6 +1700,16 @@ impl Store {
         Ok(())
     }
 
+    /// A notification whose mail went out and whose command was not run yet (its owner's
+    /// turn ran out of time): it stays due, no try counted.
+    pub fn notification_mailed(&mut self, id: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE notifications SET mail_done = 1 WHERE id = ?1 AND sent_at IS NULL",
+            params![id],
+        )?;
+        Ok(())
+    }
+
     /// Chains in `pending_failed` since `cutoff` or before, not reminded and not expired:
     /// an indexed read of the waiting chains only.
     pub fn chains_to_remind(&self, cutoff: i64) -> Result<Vec<i64>> {
