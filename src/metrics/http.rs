@@ -35,6 +35,12 @@ const MAX_CONNECTIONS: usize = 64;
 /// needs one, a person with curl another.
 const MAX_PER_PEER: usize = 4;
 
+/// Connections whose peer is being looked up at once; more are closed unanswered.
+const MAX_LOOKUPS: usize = 128;
+
+/// How long finding a local peer's uid in the kernel's TCP tables may take.
+const PEER_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The request line and headers together, in bytes (Prometheus sends about 300).
 const MAX_HEADER_BYTES: usize = 8 << 10;
 
@@ -161,6 +167,7 @@ fn proc_addr(s: &str) -> Option<SocketAddr> {
 /// Serves scrapes until the task is dropped.
 pub async fn serve(listener: TcpListener, scraper: Arc<Scraper>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let lookups = Arc::new(Semaphore::new(MAX_LOOKUPS));
     let held = Arc::new(Held::default());
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -171,22 +178,35 @@ pub async fn serve(listener: TcpListener, scraper: Arc<Scraper>) {
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            debug!(%peer, "metrics connection refused: {MAX_CONNECTIONS} are being served");
+        // Who it is, found beside the accept loop (which never waits for it): a few
+        // lookups at once, each off the runtime's threads (a user can make the kernel's
+        // tables long) and for at most `PEER_LOOKUP_TIMEOUT`, past which the peer counts
+        // by its address. Only then are its place and a connection slot taken.
+        let Ok(looking) = lookups.clone().try_acquire_owned() else {
+            debug!(%peer, "metrics connection refused: {MAX_LOOKUPS} are being looked up");
             continue;
         };
-        let who = match stream.local_addr() {
-            Ok(local) => peer_of(peer, local),
-            Err(_) => Peer::Remote(peer.ip()),
-        };
-        let Some(place) = held.take(who) else {
-            debug!(%peer, ?who, "metrics connection refused: that peer holds {MAX_PER_PEER} already");
-            continue;
-        };
-        let scraper = scraper.clone();
+        let (scraper, slots, held) = (scraper.clone(), slots.clone(), held.clone());
         tokio::spawn(async move {
-            let _slot = slot;
-            let _place = place;
+            let who = match stream.local_addr() {
+                Ok(local) => {
+                    let lookup = tokio::task::spawn_blocking(move || peer_of(peer, local));
+                    match tokio::time::timeout(PEER_LOOKUP_TIMEOUT, lookup).await {
+                        Ok(Ok(who)) => who,
+                        _ => Peer::Remote(peer.ip()),
+                    }
+                }
+                Err(_) => Peer::Remote(peer.ip()),
+            };
+            drop(looking);
+            let Some(_place) = held.take(who) else {
+                debug!(%peer, ?who, "metrics connection refused: that peer holds {MAX_PER_PEER} already");
+                return;
+            };
+            let Ok(_slot) = slots.try_acquire_owned() else {
+                debug!(%peer, "metrics connection refused: {MAX_CONNECTIONS} are being served");
+                return;
+            };
             let service = hyper::service::service_fn(move |req| answer(req, scraper.clone()));
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
