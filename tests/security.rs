@@ -2449,25 +2449,7 @@ fn round2_item5_one_users_failures_do_not_open_the_breaker_for_another() {
 /// bob's third stalled one has even started.
 #[test]
 fn round2_item6_one_users_stalled_mail_does_not_hold_up_anothers() {
-    // The mail program: logs who ran it, and stalls for bob (killed at the timeout).
-    let tools = tempfile::Builder::new()
-        .prefix("ssv-mail-")
-        .tempdir_in(scratch_root())
-        .unwrap();
-    chmod(tools.path(), 0o777);
-    let log = tools.path().join("mail.log");
-    std::fs::write(&log, "").unwrap();
-    chmod(&log, 0o666);
-    let prog = tools.path().join("mail.sh");
-    std::fs::write(
-        &prog,
-        format!(
-            "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
-            log = log.display()
-        ),
-    )
-    .unwrap();
-    chmod(&prog, 0o755);
+    let (_tools, prog, log) = stalling_program();
     let sys = System::start(
         "",
         &format!(
@@ -2491,24 +2473,7 @@ fn round2_item6_one_users_stalled_mail_does_not_hold_up_anothers() {
     sys.d
         .wait_state(&a, "pending_failed", Duration::from_secs(30));
     // What had started by the time alice's notification was queued.
-    let queued = std::fs::read_to_string(&log).unwrap().lines().count();
-    wait_until("alice's mail", Duration::from_secs(60), || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("done alice")
-    });
-    let text = std::fs::read_to_string(&log).unwrap();
-    let before_alice: Vec<&str> = text
-        .lines()
-        .skip(queued)
-        .take_while(|l| *l != "done alice")
-        .filter(|l| *l == "start bob")
-        .collect();
-    assert!(
-        before_alice.len() <= 2,
-        "alice's mail waited behind {} of bob's stalled ones:\n{text}",
-        before_alice.len()
-    );
+    assert_alice_waited_behind_at_most_two_of_bobs(&log);
 }
 
 /// Item 4, the other half: what a user's unfinished work keeps in the store is counted
@@ -2651,24 +2616,7 @@ fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
 /// (the rest of his stay due): alice's event goes out before his third command starts.
 #[test]
 fn round2_item6_one_users_many_stalled_commands_do_not_hold_up_anothers() {
-    let tools = tempfile::Builder::new()
-        .prefix("ssv-notify-")
-        .tempdir_in(scratch_root())
-        .unwrap();
-    chmod(tools.path(), 0o777);
-    let log = tools.path().join("command.log");
-    std::fs::write(&log, "").unwrap();
-    chmod(&log, 0o666);
-    let prog = tools.path().join("command.sh");
-    std::fs::write(
-        &prog,
-        format!(
-            "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
-            log = log.display()
-        ),
-    )
-    .unwrap();
-    chmod(&prog, 0o755);
+    let (_tools, prog, log) = stalling_program();
     let sys = System::start(
         "",
         &format!(
@@ -2695,13 +2643,41 @@ fn round2_item6_one_users_many_stalled_commands_do_not_hold_up_anothers() {
     sys.fake.ctl(&["finish", &a, "FAILED", "1:0"]);
     sys.d
         .wait_state(&a, "pending_failed", Duration::from_secs(30));
-    let queued = std::fs::read_to_string(&log).unwrap().lines().count();
-    wait_until("alice's event", Duration::from_secs(60), || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("done alice")
+    assert_alice_waited_behind_at_most_two_of_bobs(&log);
+}
+
+/// A program for `[notify]` that logs `start USER` and `done USER`, and stalls for bob
+/// (killed at the timeout): its folder (kept while the first value lives), path and log.
+fn stalling_program() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tools = tempfile::Builder::new()
+        .prefix("ssv-notify-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    chmod(tools.path(), 0o777);
+    let log = tools.path().join("program.log");
+    std::fs::write(&log, "").unwrap();
+    chmod(&log, 0o666);
+    let prog = tools.path().join("program.sh");
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    chmod(&prog, 0o755);
+    (tools, prog, log)
+}
+
+/// Called once alice's notification is queued: waits for it to be delivered, and checks
+/// that at most two of bob's stalled programs started meanwhile.
+fn assert_alice_waited_behind_at_most_two_of_bobs(log: &Path) {
+    let queued = std::fs::read_to_string(log).unwrap().lines().count();
+    wait_until("alice's notification", Duration::from_secs(60), || {
+        std::fs::read_to_string(log).unwrap().contains("done alice")
     });
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = std::fs::read_to_string(log).unwrap();
     let before_alice = text
         .lines()
         .skip(queued)
@@ -2710,6 +2686,6 @@ fn round2_item6_one_users_many_stalled_commands_do_not_hold_up_anothers() {
         .count();
     assert!(
         before_alice <= 2,
-        "alice's event waited behind {before_alice} of bob's stalled commands:\n{text}"
+        "alice's notification waited behind {before_alice} of bob's stalled programs:\n{text}"
     );
 }

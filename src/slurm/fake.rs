@@ -568,6 +568,26 @@ impl FakeSlurm {
         }
     }
 
+    /// The tag-format rows of the jobs squeue lists that `keep` selects (counted as `cmd`).
+    fn squeue_tag_rows(
+        &self,
+        cmd: Command,
+        keep: impl Fn(&FakeJob) -> bool,
+    ) -> Result<Parsed<TagRow>, SlurmError> {
+        let s = self.enter(cmd)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.is_live() || s.show_ended_in_squeue)
+            .filter(|j| keep(j))
+            .map(Self::tag_row)
+            .collect();
+        Ok(Parsed {
+            rows,
+            errors: Vec::new(),
+        })
+    }
+
     fn tag_row(j: &FakeJob) -> TagRow {
         TagRow {
             job_id: j.id.clone(),
@@ -798,32 +818,11 @@ impl Slurm for FakeSlurm {
     }
 
     async fn squeue_user(&self, _user: &str) -> Result<Parsed<TagRow>, SlurmError> {
-        let s = self.enter(Command::SqueueUser)?;
-        let rows = s
-            .jobs
-            .values()
-            .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .map(Self::tag_row)
-            .collect();
-        Ok(Parsed {
-            rows,
-            errors: Vec::new(),
-        })
+        self.squeue_tag_rows(Command::SqueueUser, |_| true)
     }
 
     async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError> {
-        let s = self.enter(Command::Squeue)?;
-        let rows = s
-            .jobs
-            .values()
-            .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .filter(|j| job_id == j.id || job_id == j.base_id())
-            .map(Self::tag_row)
-            .collect();
-        Ok(Parsed {
-            rows,
-            errors: Vec::new(),
-        })
+        self.squeue_tag_rows(Command::Squeue, |j| job_id == j.id || job_id == j.base_id())
     }
 
     async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {

@@ -81,7 +81,7 @@ impl<S: Slurm> Engine<S> {
             }
         }
         for (job, owner, uid) in foreign_seen {
-            self.foreign_job(&job, Some(owner), uid);
+            self.foreign_job(&job, owner, uid);
         }
 
         let mut ask: Vec<(Attempt, bool)> = Vec::new();
@@ -172,7 +172,7 @@ impl<S: Slurm> Engine<S> {
                 .iter()
                 .find_map(|run| run.iter().find(|r| !r.is_step()).and_then(|r| r.uid))
             {
-                self.foreign_job(&jid, Some(a.owner_uid), uid);
+                self.foreign_job(&jid, a.owner_uid, uid);
             }
             let job_runs = (!own.is_empty()).then_some(own);
             let still_queued = queued_for(&a, &jid).is_some_and(|s| !s.is_terminal());
@@ -201,18 +201,14 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Logs, once per job, that Slurm shows `job` owned by `uid` where the chain that has
-    /// it belongs to `owner`. Returns false: the row is not the chain's.
-    fn foreign_job(&mut self, job: &str, owner: Option<u32>, uid: u32) -> bool {
+    /// it belongs to `owner`.
+    fn foreign_job(&mut self, job: &str, owner: u32, uid: u32) {
         if self.foreign.len() < MAX_FOREIGN_LOGGED && self.foreign.insert(job.to_string()) {
             let _span = tracing::error_span!("job", job = %job).entered();
-            match owner {
-                Some(owner) => error!(
-                    "Slurm shows this job owned by uid {uid}, but the chain that has it is uid {owner}'s: it is not watched for that chain (a job id taken from text its owner wrote, or printed by an sbatch its user changed)"
-                ),
-                None => error!("Slurm shows this job owned by uid {uid}, and no live attempt has it: ignored"),
-            }
+            error!(
+                "Slurm shows this job owned by uid {uid}, but the chain that has it is uid {owner}'s: it is not watched for that chain (a job id taken from text its owner wrote, or printed by an sbatch its user changed)"
+            );
         }
-        false
     }
 
     /// A live attempt that squeue no longer shows and sacct shows no ending for: after
