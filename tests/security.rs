@@ -2558,12 +2558,13 @@ fn round2_item8_a_users_sbatch_output_cannot_forge_a_log_line() {
     }
 }
 
-/// The owner check is per attempt, not per job id (the review of round two): bob loses
-/// his sbatch's answer, then writes a line into his new job's comment that maps his
-/// launch's tag to alice's running job, so the tag lookup gives his chain her job id.
-/// Two live chains of two users then hold the same id: each sees only the rows Slurm
-/// shows owned by its owner. alice's chain is judged on her job as usual; bob's sees
-/// nothing of hers (no state, no ending) and, after `lost_job_after`, waits for a person.
+/// The owner check is per attempt, not per job id (the review of round two): bob's sbatch
+/// (his environment: sitecustomize stands for LD_PRELOAD) writes his job's comment with a
+/// line that maps his launch's tag to alice's running job, and its answer is lost, so the
+/// tag lookup gives his chain her job id. Two live chains of two users then hold the same
+/// id: each sees only the rows Slurm shows owned by its owner. alice's chain is judged on
+/// her job as usual; bob's sees nothing of hers (no state, no ending) and, after
+/// `lost_job_after`, waits for a person.
 #[test]
 fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
     let sys = System::start("lost_job_after = \"3s\"", "");
@@ -2571,19 +2572,23 @@ fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
     sys.write_as("bob", "job.sh", &script("sleep 100"));
     let a = sys.submit_as("alice", &["job.sh"]);
     sys.fake.ctl(&["run", &a, "n1"]);
+    // The comment is his from the job's first moment: no lookup can see it otherwise.
+    let evil = sys.home("bob").join("evil");
+    std::fs::create_dir(&evil).unwrap();
+    std::fs::write(
+        evil.join("sitecustomize.py"),
+        format!(
+            "import os, sys\nif os.path.basename(sys.argv[0]) == 'sbatch':\n    sys.argv = [('--comment=mine\\n{a}|{a}|' + x[len('--comment='):]) if x.startswith('--comment=') else x for x in sys.argv]\n"
+        ),
+    )
+    .unwrap();
+    chown(&evil, "bob");
+    chown(&evil.join("sitecustomize.py"), "bob");
     sys.fake.ctl(&["mode", "sbatch@bob", "lost-reply"]);
-    let out = sys.as_user("bob", &["submit", "--", "job.sh"]);
+    let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
+    c.env("PYTHONPATH", &evil);
+    let out = c.output().unwrap();
     assert_eq!(out.status.code(), Some(75), "{}", err_text(&out));
-    // bob's job exists, with his launch's tag in its comment; he points the tag at alice's.
-    let jobs = sys.fake.jobs();
-    let (b, bjob) = jobs
-        .iter()
-        .find(|(_, j)| j["user"] == "bob")
-        .map(|(k, j)| (k.clone(), j.clone()))
-        .expect("bob's job");
-    let tag = bjob["comment"].as_str().unwrap().to_string();
-    sys.fake
-        .ctl(&["comment", &b, &format!("mine\n{a}|{a}|{tag}")]);
     sys.fake.ctl(&["mode", "sbatch@bob", "ok"]);
     let bobs = || sys.json_as("bob", &["status", "--json"]);
     wait_until(
