@@ -40,7 +40,8 @@ mod fake_slurm;
 
 use fake_slurm::Call;
 use slurm_supervisor::model::{ChainState, Classification};
-use slurm_supervisor::store::{AttemptEnd, ChainUpdate, Store, Transition};
+use slurm_supervisor::policy::Judged;
+use slurm_supervisor::store::{AttemptChange, AttemptEnd, ChainUpdate, Store, Transition};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -877,31 +878,29 @@ fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
             "stderr_tail": null,
             "requeued_by_slurm": false,
         });
-        s.record_ending(
-            l.submission_id,
-            1,
-            &obs,
-            &AttemptEnd {
-                slurm_state: "COMPLETED".into(),
-                exit_code: "0:0".into(),
-                nodes: Some("gpu017".into()),
-                mem: Some("16G".into()),
-                time_limit: Some("04:00:00".into()),
-            },
-            &Transition {
-                from: ChainState::Active,
-                update: ChainUpdate {
-                    state: ChainState::Completed,
-                    last_classification: Some(Classification::Completed),
-                    plan: None,
-                    not_before: None,
+        let t_end = Transition {
+            attempt: Some(AttemptChange::Ended(Judged {
+                n: 1,
+                end: AttemptEnd {
+                    slurm_state: "COMPLETED".into(),
+                    exit_code: "0:0".into(),
+                    nodes: Some("gpu017".into()),
+                    mem: Some("16G".into()),
+                    time_limit: Some("04:00:00".into()),
                 },
-                record: None,
-                effects: Vec::new(),
-            },
-            t + 1200,
-        )
-        .unwrap();
+                observation: obs,
+            })),
+            ..Transition::of(
+                ChainState::Active,
+                ChainUpdate {
+                    last_classification: Some(Classification::Completed),
+                    ..ChainUpdate::to(ChainState::Completed)
+                },
+                None,
+            )
+        };
+        s.apply_one(l.submission_id, &t_end.finish(), t + 1200)
+            .unwrap();
     }
     out
 }

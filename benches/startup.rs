@@ -26,8 +26,9 @@ mod common;
 
 use serde_json::json;
 use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
+use slurm_supervisor::policy::Judged;
 use slurm_supervisor::policy::{Inputs, Reason};
-use slurm_supervisor::store::{AttemptEnd, ChainUpdate, Record, Store, Transition};
+use slurm_supervisor::store::{AttemptChange, AttemptEnd, ChainUpdate, Record, Store, Transition};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -231,21 +232,36 @@ fn decision(
 
 /// A transition of an active chain.
 fn tr(record: Option<Record>, update: ChainUpdate) -> Transition {
-    Transition {
-        from: ChainState::Active,
-        update,
-        record,
-        effects: Vec::new(),
-    }
+    Transition::of(ChainState::Active, update, record)
 }
 
 fn update(state: ChainState, c: Classification, not_before: Option<i64>) -> ChainUpdate {
     ChainUpdate {
-        state,
         last_classification: Some(c),
-        plan: None,
         not_before,
+        ..ChainUpdate::to(state)
     }
+}
+
+/// Records the ending of live attempt `n` with `t` (and what follows from it).
+fn record_ending(
+    s: &mut Store,
+    chain: i64,
+    n: u32,
+    observation: &serde_json::Value,
+    end: &AttemptEnd,
+    t: &Transition,
+    now: i64,
+) -> Result<bool, slurm_supervisor::store::StoreError> {
+    let t = Transition {
+        attempt: Some(AttemptChange::Ended(Judged {
+            n,
+            end: end.clone(),
+            observation: observation.clone(),
+        })),
+        ..t.clone()
+    };
+    s.apply_one(chain, &t.finish(), now)
 }
 
 /// Builds the store; returns a summary of what is in it.
@@ -283,7 +299,8 @@ fn build_store(path: &Path, chains: usize) -> String {
                     Action::Resubmit,
                     "node failure; resubmitting without gpu017",
                 );
-                s.record_ending(
+                record_ending(
+                    &mut s,
                     chain,
                     1,
                     &observation(&job, "NODE_FAIL"),
@@ -310,7 +327,8 @@ fn build_store(path: &Path, chains: usize) -> String {
                     Action::Escalate,
                     "FAILED 1:0 and no rule matches; waiting for an agent",
                 );
-                s.record_ending(
+                record_ending(
+                    &mut s,
                     chain,
                     1,
                     &observation(&job, "FAILED"),
@@ -336,7 +354,8 @@ fn build_store(path: &Path, chains: usize) -> String {
                 Action::Resubmit,
                 "out of memory; resubmitting with 32G",
             );
-            s.record_ending(
+            record_ending(
+                &mut s,
                 chain,
                 1,
                 &observation(&job, "OUT_OF_MEMORY"),
@@ -371,7 +390,8 @@ fn build_store(path: &Path, chains: usize) -> String {
                 Action::Fail,
                 "rule 'python error' says permanent",
             );
-            s.record_ending(
+            record_ending(
+                &mut s,
                 chain,
                 n,
                 &observation(&job, "FAILED"),
@@ -385,7 +405,8 @@ fn build_store(path: &Path, chains: usize) -> String {
             .unwrap();
         } else {
             completed += 1;
-            s.record_ending(
+            record_ending(
+                &mut s,
                 chain,
                 n,
                 &obs_ok,

@@ -9,7 +9,7 @@ use slurm_supervisor::model::ChainState;
 use slurm_supervisor::policy::{self, Context, Event};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
-use slurm_supervisor::store::Store;
+use slurm_supervisor::store::{Batch, Store};
 
 const CONFIG: &str = r#"
 poll_interval = "1s"
@@ -168,9 +168,9 @@ async fn a_chain_cancelled_between_two_batches_keeps_its_cancel() {
     let done = b
         .engine
         .store_mut()
-        .cancel_chains(&[(chain, Some(1), tr)], 1)
+        .apply(&Batch::each(vec![(chain, tr)]), 1)
         .unwrap();
-    assert_eq!(done, vec![chain]);
+    assert_eq!(done.chains, vec![chain]);
     b.settle().await;
     let store = b.engine.store();
     assert_eq!(

@@ -106,9 +106,15 @@ pub enum Event<'a> {
     Ended {
         verdict: &'a Verdict,
         history: &'a ChainHistory,
+        attempt: &'a Judged,
     },
-    /// Slurm requeued the attempt itself, under the same job id.
-    Requeued { verdict: &'a Verdict },
+    /// Slurm requeued live attempt `n` itself, under the same job id; `observation` is
+    /// the run that ended.
+    Requeued {
+        verdict: &'a Verdict,
+        n: u32,
+        observation: &'a serde_json::Value,
+    },
     /// An agent or a person resolved a `pending_failed` chain (`classify`).
     Resolved {
         resolution: &'a Resolution,
@@ -127,25 +133,36 @@ pub enum Event<'a> {
         job: Option<&'a str>,
         actor: &'a str,
     },
-    /// sbatch refused a retry for good.
+    /// sbatch refused a retry for good: its attempt `n` was never submitted.
     RetryRefused {
         code: i32,
         stderr: &'a str,
         argv: &'a [String],
+        n: u32,
     },
     /// A retry could not even be prepared.
     RetryUnprepared { error: &'a str },
-    /// An interrupted launch that may have created a job which cannot be found any more.
+    /// An interrupted launch (of attempt `n`) that may have created a job which cannot be
+    /// found any more.
     LaunchUnconfirmed {
         tag: &'a str,
         last_error: Option<&'a str>,
         argv: &'a [String],
+        n: u32,
     },
-    /// A live job left squeue and sacct shows no ending for it, for `lost_job_after`.
-    JobLost { job: &'a str, missing_since: i64 },
+    /// Live attempt `n`'s job left squeue and sacct shows no ending for it, for
+    /// `lost_job_after`.
+    JobLost {
+        job: &'a str,
+        missing_since: i64,
+        n: u32,
+    },
     /// The chain has waited in `pending_failed` since `pending_since` and the daemon found
     /// `escalation.expire_after` passed: `escalation.expire_action` resolves it.
     Expired { pending_since: i64 },
+    /// The chain has waited in `pending_failed` for `escalation.remind_after`: its
+    /// submitter is reminded, once.
+    RemindDue,
     /// This chain's waiting job `job` now follows the chains it waits on to their new
     /// attempts (upstream chain, earlier job, new job); `cause` is how the upstream's
     /// attempt ended.
@@ -164,10 +181,13 @@ pub enum Event<'a> {
     /// A job submitted with plain sbatch waits with `kind` (afterany, afternotok) on this
     /// chain's current job `attempt`: Slurm will start it when that attempt ends, not
     /// when the chain ends for good. The supervisor cannot hold it back; it says so here.
+    /// It is reported once, under `once_as` (the job's id without its array task, so an
+    /// array's tasks are one report).
     PlainJobNotHeld {
         job: &'a str,
         kind: &'a str,
         attempt: &'a str,
+        once_as: &'a str,
     },
     /// The chains a held job's afterany/afternotok wait on have ended for good (or one
     /// ended in a way that can never satisfy it): release it, or cancel it.
@@ -180,6 +200,7 @@ pub enum Event<'a> {
     KilledForDependency {
         verdict: &'a Verdict,
         upstreams: &'a [i64],
+        attempt: &'a Judged,
     },
     /// A chain this one waits on with afterok/aftercorr ended for good without
     /// completing: its job can never start.
@@ -189,8 +210,31 @@ pub enum Event<'a> {
         job: Option<&'a str>,
     },
     /// The ended job of a `ready` chain could not be requeued in place (`retry.in_place`):
-    /// Slurm refused a step, or it was undone.
-    InPlaceRefused { job: &'a str, error: &'a str },
+    /// Slurm refused a step, or it was undone. `n` is the attempt that was to run it.
+    InPlaceRefused {
+        job: &'a str,
+        error: &'a str,
+        n: u32,
+    },
+}
+
+/// An ended attempt as the daemon judged it: which one, how it ended, and the
+/// observation (sacct's rows, output tails) its verdict came from, stored unchanged.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Judged {
+    pub n: u32,
+    pub end: AttemptEnd,
+    pub observation: serde_json::Value,
+}
+
+/// How an attempt ended, as `history` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptEnd {
+    pub slurm_state: String,
+    pub exit_code: String,
+    pub nodes: Option<String>,
+    pub mem: Option<String>,
+    pub time_limit: Option<String>,
 }
 
 /// Whether a held job's gates let it go: `Some(true)` when every upstream has ended for
@@ -232,6 +276,8 @@ pub enum Refusal {
     AlreadyEnded,
     #[error("has not waited in pending_failed for escalation.expire_after (or expiry is off)")]
     NotExpired,
+    #[error("is {0}, not ready: its in-place retry is no longer the chain's next step")]
+    NotReady(ChainState),
 }
 
 /// What a decision was computed from, stored with the record as JSON.
@@ -328,6 +374,97 @@ pub struct ChainUpdate {
     pub plan: Option<RetryPlan>,
     /// For `ready`: not before this time (unix seconds).
     pub not_before: Option<i64>,
+    /// The chain's wait for a decision: when it began, and whether its reminder and its
+    /// expiry came.
+    pub clock: Clock,
+}
+
+impl ChainUpdate {
+    /// The chain enters (or stays in) `state`; everything else as it is.
+    pub fn to(state: ChainState) -> ChainUpdate {
+        ChainUpdate {
+            state,
+            last_classification: None,
+            plan: None,
+            not_before: None,
+            clock: Clock::Keep,
+        }
+    }
+}
+
+/// The clock of a chain's wait in `pending_failed` (reminders and expiry count from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Not waiting: no start, no reminder, no expiry.
+    Clear,
+    /// The wait starts now.
+    Start,
+    /// As it is.
+    Keep,
+    /// Its one reminder is queued (only if none was and it has not expired).
+    Remind,
+    /// Its expiry is recorded (only if it was not).
+    Expire,
+}
+
+impl Clock {
+    /// The clock of a move from `from` to `to`: a wait starts on entering
+    /// `pending_failed` and ends on leaving it.
+    fn of(from: ChainState, to: ChainState) -> Clock {
+        match (
+            from == ChainState::PendingFailed,
+            to == ChainState::PendingFailed,
+        ) {
+            (_, false) => Clock::Clear,
+            (false, true) => Clock::Start,
+            (true, true) => Clock::Keep,
+        }
+    }
+}
+
+/// What happens to one of the chain's attempts with a transition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptChange {
+    /// Live attempt `n` ended as judged; only while it is still live.
+    Ended(Judged),
+    /// Slurm requeued live attempt `n` itself and runs it again: the run that ended is
+    /// observed, the attempt stays live; only while it is live.
+    Requeued {
+        n: u32,
+        observation: serde_json::Value,
+    },
+    /// Live attempt `n` is lost to Slurm (`LOST`); only while it is still live.
+    Lost { n: u32 },
+    /// The chain's live attempt, if any, ends as `CANCELLED` (by the supervisor's scancel).
+    Cancelled,
+    /// Attempt `n`'s launch will not run: it was never submitted.
+    NotSubmitted { n: u32 },
+    /// Attempt `n`, an in-place requeue that did not happen, is withdrawn: nothing of it
+    /// ran.
+    Withdrawn { n: u32 },
+}
+
+impl AttemptChange {
+    /// The attempt the decision record is about (`None`: the chain's latest).
+    pub fn attempt(&self) -> Option<u32> {
+        match self {
+            AttemptChange::Ended(j) => Some(j.n),
+            AttemptChange::Requeued { n, .. }
+            | AttemptChange::Lost { n }
+            | AttemptChange::NotSubmitted { n } => Some(*n),
+            AttemptChange::Cancelled | AttemptChange::Withdrawn { .. } => None,
+        }
+    }
+}
+
+/// The notification a transition queues for the chain's submitter (delivered later, at
+/// least once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notify {
+    pub kind: crate::notification::Kind,
+    /// It is about the chain's latest decision (after this transition's record); a
+    /// completion is about none.
+    pub names_decision: bool,
 }
 
 /// What the daemon must do to carry a transition out.
@@ -336,12 +473,17 @@ pub enum Effect {
     /// Cancel this job in Slurm before the transition is recorded; if that fails, nothing
     /// is recorded.
     Scancel(String),
+    /// Release this held job in Slurm (its gates opened) before the transition is recorded.
+    Release(String),
     /// The chain failed for good: find the supervised chains that wait on it with
     /// `--dependency` (they will never start), warn, and [`Transition::set_dependents`].
     ListDependents,
 }
 
-/// The outcome of an event.
+/// The outcome of an event: everything that follows from it, as values. The store applies
+/// it in one transaction ([`crate::store::Store::apply`]), only if the chain is still in
+/// the state it was decided from (and the attempt change's own condition holds); the
+/// daemon carries out its effects.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
     /// The state it was decided from: the store applies it only if the chain is still there.
@@ -349,10 +491,39 @@ pub struct Transition {
     pub update: ChainUpdate,
     /// `None` only for a success, which gets no recovery record.
     pub record: Option<Record>,
+    pub attempt: Option<AttemptChange>,
+    pub notify: Option<Notify>,
+    /// A report made once per (job, chain): applied only if it was not made before.
+    pub report_once: Option<String>,
     pub effects: Vec<Effect>,
 }
 
 impl Transition {
+    /// A transition that leaves `chain` as it is and records nothing.
+    pub fn none(chain: &Chain) -> Transition {
+        Transition::of(
+            chain.state,
+            ChainUpdate {
+                not_before: chain.not_before,
+                ..ChainUpdate::to(chain.state)
+            },
+            None,
+        )
+    }
+
+    /// A transition from `from` with `update` and `record`, and nothing else yet.
+    pub fn of(from: ChainState, update: ChainUpdate, record: Option<Record>) -> Transition {
+        Transition {
+            from,
+            update,
+            record,
+            attempt: None,
+            notify: None,
+            report_once: None,
+            effects: Vec::new(),
+        }
+    }
+
     /// Notes the dependents an [`Effect::ListDependents`] found, in the record's inputs.
     pub fn set_dependents(&mut self, deps: Vec<String>) {
         if let Some(Record {
@@ -371,6 +542,55 @@ impl Transition {
     pub fn action(&self) -> Action {
         self.record.as_ref().map_or(Action::None, |r| r.action)
     }
+
+    /// Fills in what follows from the move itself, unless it says otherwise already: the
+    /// clock of a wait in `pending_failed` (started on entering it, cleared on leaving
+    /// it), and the notification of entering a state the submitter is told about.
+    pub fn finish(mut self) -> Transition {
+        if self.update.clock == Clock::Keep {
+            self.update.clock = Clock::of(self.from, self.update.state);
+        }
+        if self.notify.is_none() {
+            self.notify = notification_of(&self);
+        }
+        self
+    }
+
+    /// The jobs its effects cancel or release.
+    pub fn jobs(&self) -> impl Iterator<Item = &str> {
+        self.effects.iter().filter_map(|e| match e {
+            Effect::Scancel(j) | Effect::Release(j) => Some(j.as_str()),
+            Effect::ListDependents => None,
+        })
+    }
+}
+
+/// What the submitter is told of a transition, if anything: the state the chain enters,
+/// for the states they hear about, or that the supervisor cancelled it because a job it
+/// waits on failed for good (its dependency can never be satisfied).
+fn notification_of(t: &Transition) -> Option<Notify> {
+    use crate::notification::Kind;
+    let to = t.update.state;
+    if to == t.from {
+        return None;
+    }
+    let kind = match to {
+        ChainState::PendingFailed => Kind::PendingFailed,
+        ChainState::Completed => Kind::Completed,
+        ChainState::Failed => Kind::Failed,
+        ChainState::Cancelled
+            if t.record
+                .as_ref()
+                .is_some_and(|r| matches!(r.reason, Reason::DependencyNeverSatisfied { .. })) =>
+        {
+            Kind::DependencyNeverSatisfied
+        }
+        _ => return None,
+    };
+    Some(Notify {
+        kind,
+        names_decision: kind != Kind::Completed,
+    })
 }
 
 /// The delay before resubmission number `n` (0-based): `initial * multiplier^n`, capped,
@@ -418,30 +638,45 @@ pub fn transition(
     ctx: &Context,
 ) -> Result<Transition, Refusal> {
     let from = chain.state;
-    let t = match event {
-        Event::Ended { verdict, history } => ended(verdict, history, config, ctx),
-        Event::Requeued { verdict } => Transition {
-            from,
-            update: ChainUpdate {
-                state: from,
-                last_classification: Some(verdict.classification),
-                plan: None,
-                not_before: chain.not_before,
-            },
-            record: Some(Record {
-                reason: Reason::RequeuedBySlurm {
-                    verdict: verdict.reason.clone(),
-                },
-                ..supervisor(
-                    verdict,
-                    RecoveryClass::R1,
-                    Action::Watch,
-                    Inputs::Requeue {
-                        verdict: verdict.clone(),
-                    },
-                )
+    let mut t = match event {
+        Event::Ended {
+            verdict,
+            history,
+            attempt,
+        } => Transition {
+            attempt: Some(AttemptChange::Ended(attempt.clone())),
+            ..ended(verdict, history, config, ctx)
+        },
+        Event::Requeued {
+            verdict,
+            n,
+            observation,
+        } => Transition {
+            attempt: Some(AttemptChange::Requeued {
+                n,
+                observation: observation.clone(),
             }),
-            effects: Vec::new(),
+            ..Transition::of(
+                from,
+                ChainUpdate {
+                    last_classification: Some(verdict.classification),
+                    not_before: chain.not_before,
+                    ..ChainUpdate::to(from)
+                },
+                Some(Record {
+                    reason: Reason::RequeuedBySlurm {
+                        verdict: verdict.reason.clone(),
+                    },
+                    ..supervisor(
+                        verdict,
+                        RecoveryClass::R1,
+                        Action::Watch,
+                        Inputs::Requeue {
+                            verdict: verdict.clone(),
+                        },
+                    )
+                }),
+            )
         },
         Event::Resolved {
             resolution,
@@ -456,10 +691,10 @@ pub fn transition(
             if !matches!(from, ChainState::Failed | ChainState::PendingFailed) {
                 return Err(Refusal::NotRecoverable(from));
             }
-            Transition {
+            Transition::of(
                 from,
-                update: retry_now(chain, plan, ctx),
-                record: Some(Record {
+                retry_now(chain, plan, ctx),
+                Some(Record {
                     classification: chain
                         .last_classification
                         .unwrap_or(Classification::Ambiguous),
@@ -477,8 +712,7 @@ pub fn transition(
                     infra_failure: false,
                     failed_nodes: None,
                 }),
-                effects: Vec::new(),
-            }
+            )
         }
         Event::Cancelled { job, actor } => cancelled(
             chain,
@@ -489,18 +723,26 @@ pub fn transition(
                 job: job.map(str::to_string),
             },
         )?,
-        Event::RetryRefused { code, stderr, argv } => escalation(
-            from,
-            Reason::RetryRefused {
-                code,
-                stderr: stderr.to_string(),
-            },
-            Inputs::Refused {
-                argv: argv.to_vec(),
-                stderr: stderr.to_string(),
-                exit_code: code,
-            },
-        ),
+        Event::RetryRefused {
+            code,
+            stderr,
+            argv,
+            n,
+        } => Transition {
+            attempt: Some(AttemptChange::NotSubmitted { n }),
+            ..escalation(
+                from,
+                Reason::RetryRefused {
+                    code,
+                    stderr: stderr.to_string(),
+                },
+                Inputs::Refused {
+                    argv: argv.to_vec(),
+                    stderr: stderr.to_string(),
+                    exit_code: code,
+                },
+            )
+        },
         Event::RetryUnprepared { error } => escalation(
             from,
             Reason::RetryUnprepared {
@@ -512,18 +754,42 @@ pub fn transition(
             tag,
             last_error,
             argv,
-        } => escalation(
-            from,
-            Reason::LaunchUnconfirmed {
-                tag: tag.to_string(),
-                last_error: last_error.map(str::to_string),
-            },
-            Inputs::Unconfirmed {
-                argv: argv.to_vec(),
-                tag: tag.to_string(),
-            },
-        ),
+            n,
+        } => Transition {
+            attempt: Some(AttemptChange::NotSubmitted { n }),
+            ..escalation(
+                from,
+                Reason::LaunchUnconfirmed {
+                    tag: tag.to_string(),
+                    last_error: last_error.map(str::to_string),
+                },
+                Inputs::Unconfirmed {
+                    argv: argv.to_vec(),
+                    tag: tag.to_string(),
+                },
+            )
+        },
         Event::Expired { pending_since } => expired(chain, pending_since, config, ctx)?,
+        Event::RemindDue => {
+            if from != ChainState::PendingFailed {
+                return Err(Refusal::NotPendingFailed(from));
+            }
+            Transition {
+                notify: Some(Notify {
+                    kind: crate::notification::Kind::Reminder,
+                    names_decision: true,
+                }),
+                ..Transition::of(
+                    from,
+                    ChainUpdate {
+                        clock: Clock::Remind,
+                        not_before: chain.not_before,
+                        ..ChainUpdate::to(from)
+                    },
+                    None,
+                )
+            }
+        }
         Event::Rewired {
             job,
             changes,
@@ -568,18 +834,26 @@ pub fn transition(
                 to.to_string(),
             )],
         ),
-        Event::PlainJobNotHeld { job, kind, attempt } => plain_job_note(
-            chain,
+        Event::PlainJobNotHeld {
             job,
-            RecoveryClass::R3,
-            Action::None,
-            Reason::PlainJobNotHeld {
-                job: job.to_string(),
-                kind: kind.to_string(),
-                attempt: attempt.to_string(),
-            },
-            Vec::new(),
-        ),
+            kind,
+            attempt,
+            once_as,
+        } => Transition {
+            report_once: Some(once_as.to_string()),
+            ..plain_job_note(
+                chain,
+                job,
+                RecoveryClass::R3,
+                Action::None,
+                Reason::PlainJobNotHeld {
+                    job: job.to_string(),
+                    kind: kind.to_string(),
+                    attempt: attempt.to_string(),
+                },
+                Vec::new(),
+            )
+        },
         Event::GatesDecided { job, gates } => {
             let upstreams: Vec<String> = gates
                 .iter()
@@ -599,46 +873,57 @@ pub fn transition(
                     g.upstream_state,
                     inputs,
                 )?,
-                None => note(
-                    chain,
-                    Classification::Completed,
-                    RecoveryClass::R1,
-                    Action::Release,
-                    Reason::Released { upstreams },
-                    inputs,
-                ),
+                None => Transition {
+                    effects: job
+                        .map(|j| Effect::Release(j.to_string()))
+                        .into_iter()
+                        .collect(),
+                    ..note(
+                        chain,
+                        Classification::Completed,
+                        RecoveryClass::R1,
+                        Action::Release,
+                        Reason::Released { upstreams },
+                        inputs,
+                    )
+                },
             }
         }
-        Event::KilledForDependency { verdict, upstreams } => {
+        Event::KilledForDependency {
+            verdict,
+            upstreams,
+            attempt,
+        } => {
             let labels: Vec<String> = upstreams
                 .iter()
                 .map(|c| crate::store::chain_label(*c))
                 .collect();
             Transition {
-                from,
-                update: ChainUpdate {
-                    state: ChainState::Ready,
-                    last_classification: Some(verdict.classification),
-                    plan: None,
-                    not_before: Some(ctx.now),
-                },
-                record: Some(Record {
-                    reason: Reason::KilledForDependency {
-                        verdict: verdict.reason.clone(),
-                        upstreams: labels.clone(),
+                attempt: Some(AttemptChange::Ended(attempt.clone())),
+                ..Transition::of(
+                    from,
+                    ChainUpdate {
+                        last_classification: Some(verdict.classification),
+                        not_before: Some(ctx.now),
+                        ..ChainUpdate::to(ChainState::Ready)
                     },
-                    ..supervisor(
-                        verdict,
-                        RecoveryClass::R1,
-                        Action::Resubmit,
-                        Inputs::Dependency {
-                            job: None,
-                            upstreams: labels,
-                            rewired: Vec::new(),
+                    Some(Record {
+                        reason: Reason::KilledForDependency {
+                            verdict: verdict.reason.clone(),
+                            upstreams: labels.clone(),
                         },
-                    )
-                }),
-                effects: Vec::new(),
+                        ..supervisor(
+                            verdict,
+                            RecoveryClass::R1,
+                            Action::Resubmit,
+                            Inputs::Dependency {
+                                job: None,
+                                upstreams: labels,
+                                rewired: Vec::new(),
+                            },
+                        )
+                    }),
+                )
             }
         }
         Event::UpstreamBroken {
@@ -657,47 +942,60 @@ pub fn transition(
                 rewired: Vec::new(),
             },
         )?,
-        Event::JobLost { job, missing_since } => escalation(
-            from,
-            Reason::JobLost {
-                job: job.to_string(),
-                missing_secs: ctx.now - missing_since,
-            },
-            Inputs::Lost {
-                job: job.to_string(),
-                missing_since,
-            },
-        ),
-        Event::InPlaceRefused { job, error } => Transition {
-            from,
-            // The retry goes ahead as a resubmission, now.
-            update: ChainUpdate {
-                state: from,
-                last_classification: None,
-                plan: None,
-                not_before: Some(ctx.now),
-            },
-            // Not a second resubmission: the one already decided is carried out by sbatch
-            // instead (budgets count `resubmit` records).
-            record: Some(by_supervisor(
-                chain
-                    .last_classification
-                    .unwrap_or(Classification::Ambiguous),
-                RecoveryClass::R1,
-                Action::None,
-                Reason::InPlaceRefused {
+        Event::JobLost {
+            job,
+            missing_since,
+            n,
+        } => Transition {
+            attempt: Some(AttemptChange::Lost { n }),
+            ..escalation(
+                from,
+                Reason::JobLost {
                     job: job.to_string(),
-                    error: error.to_string(),
+                    missing_secs: ctx.now - missing_since,
                 },
-                Inputs::InPlace {
+                Inputs::Lost {
                     job: job.to_string(),
-                    error: error.to_string(),
+                    missing_since,
                 },
-            )),
-            effects: Vec::new(),
+            )
         },
+        Event::InPlaceRefused { job, error, n } => {
+            if from != ChainState::Ready {
+                return Err(Refusal::NotReady(from));
+            }
+            Transition {
+                attempt: Some(AttemptChange::Withdrawn { n }),
+                // The retry goes ahead as a resubmission, now.
+                ..Transition::of(
+                    from,
+                    ChainUpdate {
+                        not_before: Some(ctx.now),
+                        ..ChainUpdate::to(from)
+                    },
+                    // Not a second resubmission: the one already decided is carried out by
+                    // sbatch instead (budgets count `resubmit` records).
+                    Some(by_supervisor(
+                        chain
+                            .last_classification
+                            .unwrap_or(Classification::Ambiguous),
+                        RecoveryClass::R1,
+                        Action::None,
+                        Reason::InPlaceRefused {
+                            job: job.to_string(),
+                            error: error.to_string(),
+                        },
+                        Inputs::InPlace {
+                            job: job.to_string(),
+                            error: error.to_string(),
+                        },
+                    )),
+                )
+            }
+        }
     };
-    Ok(Transition { from, ..t })
+    t.from = from;
+    Ok(t.finish())
 }
 
 /// A record about a chain's waiting job that leaves its state as it is (a rewiring, a
@@ -710,17 +1008,14 @@ fn note(
     reason: Reason,
     inputs: Inputs,
 ) -> Transition {
-    Transition {
-        from: chain.state,
-        update: ChainUpdate {
-            state: chain.state,
-            last_classification: None,
-            plan: None,
+    Transition::of(
+        chain.state,
+        ChainUpdate {
             not_before: chain.not_before,
+            ..ChainUpdate::to(chain.state)
         },
-        record: Some(by_supervisor(classification, class, action, reason, inputs)),
-        effects: Vec::new(),
-    }
+        Some(by_supervisor(classification, class, action, reason, inputs)),
+    )
 }
 
 /// A record on an upstream chain about a job submitted with plain sbatch (it has no chain
@@ -778,28 +1073,29 @@ fn cancelled(
         return Err(Refusal::AlreadyEnded);
     }
     Ok(Transition {
-        from: chain.state,
-        update: ChainUpdate {
-            state: ChainState::Cancelled,
-            last_classification: Some(Classification::Cancelled),
-            plan: None,
-            not_before: None,
-        },
-        record: Some(Record {
-            classification: Classification::Cancelled,
-            class: RecoveryClass::R3,
-            action: Action::Cancel,
-            reason,
-            inputs,
-            resolves_latest: false,
-            actor: actor.to_string(),
-            infra_failure: false,
-            failed_nodes: None,
-        }),
+        attempt: Some(AttemptChange::Cancelled),
         effects: job
             .map(|j| Effect::Scancel(j.to_string()))
             .into_iter()
             .collect(),
+        ..Transition::of(
+            chain.state,
+            ChainUpdate {
+                last_classification: Some(Classification::Cancelled),
+                ..ChainUpdate::to(ChainState::Cancelled)
+            },
+            Some(Record {
+                classification: Classification::Cancelled,
+                class: RecoveryClass::R3,
+                action: Action::Cancel,
+                reason,
+                inputs,
+                resolves_latest: false,
+                actor: actor.to_string(),
+                infra_failure: false,
+                failed_nodes: None,
+            }),
+        )
     })
 }
 
@@ -850,23 +1146,17 @@ fn supervisor(verdict: &Verdict, class: RecoveryClass, action: Action, inputs: I
 /// An R2 escalation by the supervisor that is not about a job's ending: the chain waits
 /// in `pending_failed` for an agent or a person.
 fn escalation(from: ChainState, reason: Reason, inputs: Inputs) -> Transition {
-    Transition {
+    Transition::of(
         from,
-        update: ChainUpdate {
-            state: ChainState::PendingFailed,
-            last_classification: None,
-            plan: None,
-            not_before: None,
-        },
-        record: Some(by_supervisor(
+        ChainUpdate::to(ChainState::PendingFailed),
+        Some(by_supervisor(
             Classification::Ambiguous,
             RecoveryClass::R2,
             Action::Escalate,
             reason,
             inputs,
         )),
-        effects: Vec::new(),
-    }
+    )
 }
 
 /// A `pending_failed` chain nobody resolved within `escalation.expire_after`: resolved by
@@ -890,55 +1180,68 @@ fn expired(
     if waited < after as i64 {
         return Err(Refusal::NotExpired);
     }
-    let (action, state, effects) = match e.expire_action {
-        crate::config::ExpireAction::Hold => (Action::Hold, ChainState::PendingFailed, Vec::new()),
+    // A hold leaves the chain waiting: it is told as an `expired` notification, and the
+    // wait is marked expired. A fail is told as the chain's `failed` notification.
+    let (action, state, effects, clock, notify) = match e.expire_action {
+        crate::config::ExpireAction::Hold => (
+            Action::Hold,
+            ChainState::PendingFailed,
+            Vec::new(),
+            Clock::Expire,
+            Some(Notify {
+                kind: crate::notification::Kind::Expired,
+                names_decision: true,
+            }),
+        ),
         crate::config::ExpireAction::Fail => (
             Action::Fail,
             ChainState::Failed,
             vec![Effect::ListDependents],
+            Clock::Clear,
+            None,
         ),
     };
     Ok(Transition {
-        from: chain.state,
-        update: ChainUpdate {
-            state,
-            last_classification: None,
-            plan: None,
-            not_before: None,
-        },
-        record: Some(Record {
-            classification: chain
-                .last_classification
-                .unwrap_or(Classification::Ambiguous),
-            class: RecoveryClass::R3,
-            action,
-            reason: Reason::Expired {
-                waited_secs: waited,
-                expire_after_secs: after,
-                action: e.expire_action,
-            },
-            inputs: Inputs::Expiry {
-                pending_since,
-                expire_after_secs: after,
-                expire_action: e.expire_action,
-                dependents: None,
-            },
-            resolves_latest: true,
-            actor: EXPIRY.to_string(),
-            infra_failure: false,
-            failed_nodes: None,
-        }),
+        notify,
         effects,
+        ..Transition::of(
+            chain.state,
+            ChainUpdate {
+                clock,
+                ..ChainUpdate::to(state)
+            },
+            Some(Record {
+                classification: chain
+                    .last_classification
+                    .unwrap_or(Classification::Ambiguous),
+                class: RecoveryClass::R3,
+                action,
+                reason: Reason::Expired {
+                    waited_secs: waited,
+                    expire_after_secs: after,
+                    action: e.expire_action,
+                },
+                inputs: Inputs::Expiry {
+                    pending_since,
+                    expire_after_secs: after,
+                    expire_action: e.expire_action,
+                    dependents: None,
+                },
+                resolves_latest: true,
+                actor: EXPIRY.to_string(),
+                infra_failure: false,
+                failed_nodes: None,
+            }),
+        )
     })
 }
 
 /// A retry as soon as possible with `extra` on top of the chain's plan.
 fn retry_now(chain: &Chain, extra: &RetryPlan, ctx: &Context) -> ChainUpdate {
     ChainUpdate {
-        state: ChainState::Ready,
-        last_classification: None,
         plan: Some(chain.plan.merged(extra)),
         not_before: Some(ctx.now),
+        ..ChainUpdate::to(ChainState::Ready)
     }
 }
 
@@ -958,15 +1261,15 @@ fn ended(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Conte
             Vec::new()
         };
         Transition {
-            from: ChainState::Active,
-            update: ChainUpdate {
-                state,
-                last_classification: Some(c),
-                plan: None,
-                not_before: None,
-            },
-            record,
             effects,
+            ..Transition::of(
+                ChainState::Active,
+                ChainUpdate {
+                    last_classification: Some(c),
+                    ..ChainUpdate::to(state)
+                },
+                record,
+            )
         }
     };
     let ask_agent = |reason: Reason| {
@@ -1057,12 +1360,7 @@ fn resolved(
             },
         ),
     };
-    let keep = |state| ChainUpdate {
-        state,
-        last_classification: None,
-        plan: None,
-        not_before: None,
-    };
+    let keep = ChainUpdate::to;
     let (class, act, update, effects) = match action {
         ResolveAction::Retry => (
             RecoveryClass::R2,
@@ -1084,26 +1382,28 @@ fn resolved(
         ),
     };
     Ok(Transition {
-        from: chain.state,
-        update,
-        record: Some(Record {
-            classification: chain
-                .last_classification
-                .unwrap_or(Classification::Ambiguous),
-            class,
-            action: act,
-            reason,
-            inputs: Inputs::Resolution {
-                resolution: resolution.clone(),
-                plan: plan.clone(),
-                dependents: None,
-            },
-            resolves_latest: true,
-            actor: actor.to_string(),
-            infra_failure: false,
-            failed_nodes: None,
-        }),
         effects,
+        ..Transition::of(
+            chain.state,
+            update,
+            Some(Record {
+                classification: chain
+                    .last_classification
+                    .unwrap_or(Classification::Ambiguous),
+                class,
+                action: act,
+                reason,
+                inputs: Inputs::Resolution {
+                    resolution: resolution.clone(),
+                    plan: plan.clone(),
+                    dependents: None,
+                },
+                resolves_latest: true,
+                actor: actor.to_string(),
+                infra_failure: false,
+                failed_nodes: None,
+            }),
+        )
     })
 }
 

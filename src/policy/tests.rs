@@ -32,7 +32,11 @@ fn chain(state: ChainState) -> Chain {
 fn decide(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Context) -> D {
     let t = transition(
         &chain(ChainState::Active),
-        Event::Ended { verdict, history },
+        Event::Ended {
+            verdict,
+            history,
+            attempt: &Judged::default(),
+        },
         config,
         ctx,
     )
@@ -406,7 +410,11 @@ fn a_partial_execution_is_not_retried_unless_restartable() {
     };
     let t = transition(
         &chain(ChainState::Active),
-        Event::Requeued { verdict: &pv },
+        Event::Requeued {
+            verdict: &pv,
+            n: 1,
+            observation: &serde_json::Value::Null,
+        },
         &cfg(),
         &ctx(None, 0),
     )
@@ -433,6 +441,7 @@ fn a_refused_in_place_requeue_is_recorded_and_resubmitted_now() {
         Event::InPlaceRefused {
             job: "42",
             error: "scontrol was refused (exit code 1): Access/permission denied for job 42",
+            n: 2,
         },
         &cfg(),
         &ctx(None, 20),
@@ -562,7 +571,11 @@ fn a_requeue_is_watched_and_counts_for_the_breaker() {
     let v = verdict(Classification::NodeFail);
     let t = transition(
         &chain(ChainState::Active),
-        Event::Requeued { verdict: &v },
+        Event::Requeued {
+            verdict: &v,
+            n: 1,
+            observation: &serde_json::Value::Null,
+        },
         &cfg(),
         &ctx(None, 0),
     )
@@ -696,16 +709,19 @@ fn escalations_wait_for_an_agent() {
             code: 1,
             stderr: "bad",
             argv: &argv,
+            n: 1,
         },
         Event::RetryUnprepared { error: "bad" },
         Event::LaunchUnconfirmed {
             tag: "ssv-x-L1-c1.2",
             last_error: None,
             argv: &argv,
+            n: 1,
         },
         Event::JobLost {
             job: "12",
             missing_since: 10,
+            n: 1,
         },
     ] {
         let t = transition(&chain(ChainState::Ready), ev, &cfg(), &ctx(None, 100)).unwrap();

@@ -207,17 +207,7 @@ pub struct DecisionRecord {
     pub actor: String,
 }
 
-pub use crate::policy::{ChainUpdate, Record, Transition};
-
-/// How an attempt ended, as shown by `history`.
-#[derive(Debug, Clone, Default)]
-pub struct AttemptEnd {
-    pub slurm_state: String,
-    pub exit_code: String,
-    pub nodes: Option<String>,
-    pub mem: Option<String>,
-    pub time_limit: Option<String>,
-}
+pub use crate::policy::{AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, Transition};
 
 /// The new submission the daemon is about to launch.
 #[derive(Debug, Clone)]
@@ -403,16 +393,6 @@ fn insert_decision(
     Ok(tx.last_insert_rowid())
 }
 
-/// Queues a notification of `kind` about the chain's latest decision.
-fn insert_notification(tx: &Connection, chain_id: i64, kind: &str, now: i64) -> Result<()> {
-    tx.execute(
-        "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
-         VALUES (?1, ?2, (SELECT MAX(id) FROM decisions WHERE chain_id = ?1), ?3, ?3)",
-        params![chain_id, kind, now],
-    )?;
-    Ok(())
-}
-
 /// The attempts a launch covers: chain, attempt number, array task.
 fn launch_members(tx: &Connection, launch_id: i64) -> Result<Vec<(i64, u32, Option<u32>)>> {
     let mut q = tx.prepare_cached(
@@ -474,36 +454,226 @@ fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-/// Applies a transition to a chain still in the state it was decided from (compare-and-set
-/// inside the caller's transaction); false when it has moved on.
-fn decide_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
-    let (state, n): (String, u32) = tx.query_row(
-        "SELECT state, COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) FROM chains WHERE id = ?1",
-        [chain_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    let state: ChainState = parse_name(&state)?;
-    if state != t.from {
+/// Applies one transition in the caller's transaction, if its conditions hold (all read
+/// before anything is written): the chain is still in the state it was decided from, a
+/// reminder or expiry was not made before, a once-only report was not made before, and an
+/// attempt that must be live still is. False, and nothing written, otherwise.
+///
+/// This is the one way a chain's state changes. A transition with a notification gets
+/// its row here, in the transaction of the decision that asked for it: the notification
+/// can be delivered late, or twice after a crash, but never lost.
+fn apply_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
+    let (state, reminded, expired): (String, bool, bool) = tx
+        .prepare_cached("SELECT state, reminded, expired FROM chains WHERE id = ?1")?
+        .query_row([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    if parse_name::<ChainState>(&state)? != t.from {
         return Ok(false);
     }
-    if let Some(d) = &t.record {
-        insert_decision(tx, chain_id, n, None, now, d)?;
+    let clock_holds = match t.update.clock {
+        Clock::Remind => !reminded && !expired,
+        Clock::Expire => !expired,
+        Clock::Clear | Clock::Start | Clock::Keep => true,
+    };
+    if !clock_holds {
+        return Ok(false);
     }
-    update_chain(tx, chain_id, t, now)?;
+    if let Some(job) = &t.report_once {
+        let made: bool = tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM plain_waiters WHERE job_id = ?1 AND chain_id = ?2)",
+            )?
+            .query_row(params![job, chain_id], |r| r.get(0))?;
+        if made {
+            return Ok(false);
+        }
+    }
+    let live = |n: u32| -> Result<bool> {
+        Ok(tx
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM attempts WHERE chain_id = ?1 AND n = ?2 AND state = 'live')",
+            )?
+            .query_row(params![chain_id, n], |r| r.get(0))?)
+    };
+    let needs_live = match &t.attempt {
+        Some(AttemptChange::Ended(j)) => Some(j.n),
+        Some(AttemptChange::Requeued { n, .. } | AttemptChange::Lost { n }) => Some(*n),
+        _ => None,
+    };
+    if let Some(n) = needs_live {
+        if !live(n)? {
+            return Ok(false);
+        }
+    }
+    // Now the writes.
+    if let Some(job) = &t.report_once {
+        tx.prepare_cached(
+            "INSERT INTO plain_waiters (job_id, chain_id, noted_at) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![job, chain_id, now])?;
+    }
+    let observation = match &t.attempt {
+        Some(change) => change_attempt(tx, chain_id, change, now)?,
+        None => None,
+    };
+    if let Some(d) = &t.record {
+        let n = match t.attempt.as_ref().and_then(AttemptChange::attempt) {
+            Some(n) => n,
+            None => tx
+                .prepare_cached(
+                    "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0)",
+                )?
+                .query_row([chain_id], |r| r.get(0))?,
+        };
+        insert_decision(tx, chain_id, n, observation, now, d)?;
+    }
+    let u = &t.update;
+    let (since, reminded, expired) = match u.clock {
+        Clock::Clear => ("NULL", "0", "0"),
+        Clock::Start => ("?6", "0", "0"),
+        Clock::Keep => ("pending_since", "reminded", "expired"),
+        Clock::Remind => ("pending_since", "1", "expired"),
+        Clock::Expire => ("pending_since", "reminded", "1"),
+    };
+    tx.prepare_cached(&format!(
+        "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
+             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6,
+             pending_since = {since}, reminded = {reminded}, expired = {expired}
+         WHERE id = ?1"
+    ))?
+    .execute(params![
+        chain_id,
+        u.state.as_str(),
+        u.last_classification.map(|c| c.as_str()),
+        u.plan.as_ref().map(json),
+        u.not_before,
+        now
+    ])?;
+    if let Some(n) = &t.notify {
+        tx.prepare_cached(
+            "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
+             VALUES (?1, ?2, CASE WHEN ?3 THEN (SELECT MAX(id) FROM decisions WHERE chain_id = ?1) END, ?4, ?4)",
+        )?
+        .execute(params![chain_id, n.kind.as_str(), n.names_decision, now])?;
+    }
     Ok(true)
 }
 
-/// Every change of a chain's state goes through here. A chain that enters a state its
-/// submitter is told about (`pending_failed`, `completed`, `failed`) gets its notification
-/// row in the same transaction, naming the decision just recorded: the notification can
-/// be delivered late, or twice after a crash, but never lost. Entering `pending_failed`
-/// starts its age (`pending_since`, for reminders and expiry).
-/// The states whose entry the submitter is told about.
-const NOTIFYING_STATES: [ChainState; 3] = [
-    ChainState::PendingFailed,
-    ChainState::Completed,
-    ChainState::Failed,
-];
+/// Writes an attempt's change (its conditions were checked); returns the observation
+/// stored with it, if any.
+fn change_attempt(
+    tx: &Connection,
+    chain_id: i64,
+    change: &AttemptChange,
+    now: i64,
+) -> Result<Option<i64>> {
+    let observe = |n: u32, body: &serde_json::Value| -> Result<Option<i64>> {
+        tx.prepare_cached(
+            "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![chain_id, n, now, json(body)])?;
+        Ok(Some(tx.last_insert_rowid()))
+    };
+    match change {
+        AttemptChange::Ended(j) => {
+            let e = &j.end;
+            tx.prepare_cached(
+                "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
+                 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            )?
+            .execute(params![chain_id, j.n, e.slurm_state, e.exit_code, e.nodes, e.mem, e.time_limit, now])?;
+            observe(j.n, &j.observation)
+        }
+        AttemptChange::Requeued { n, observation } => {
+            tx.prepare_cached(
+                "UPDATE attempts SET restarts = restarts + 1 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            )?
+            .execute(params![chain_id, n])?;
+            observe(*n, observation)
+        }
+        AttemptChange::Lost { n } => {
+            tx.prepare_cached(
+                "UPDATE attempts SET state = 'ended', slurm_state = 'LOST', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
+            )?
+            .execute(params![chain_id, n, now])?;
+            Ok(None)
+        }
+        AttemptChange::Cancelled => {
+            tx.prepare_cached(
+                "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?2 WHERE chain_id = ?1 AND state = 'live'",
+            )?
+            .execute(params![chain_id, now])?;
+            Ok(None)
+        }
+        AttemptChange::NotSubmitted { n } => {
+            tx.prepare_cached(
+                "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
+            )?
+            .execute(params![chain_id, n, now])?;
+            Ok(None)
+        }
+        AttemptChange::Withdrawn { n } => {
+            tx.prepare_cached(
+                "DELETE FROM attempts WHERE chain_id = ?1 AND n = ?2 AND state = 'launching'",
+            )?
+            .execute(params![chain_id, n])?;
+            Ok(None)
+        }
+    }
+}
+
+/// Transitions to apply together, in one transaction ([`Store::apply`]).
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    /// Each chain with its transition, applied in order.
+    pub steps: Vec<(i64, Transition)>,
+    /// All or none: when one chain has moved on, nothing is applied and that chain is
+    /// returned. Otherwise a step whose conditions do not hold is left out.
+    pub all_or_none: bool,
+    /// A launch that will not run: it fails with this error (if it is still an intent).
+    pub failed_launch: Option<(i64, String)>,
+    /// A submission whose closed gates are settled: opened (true) or never (false).
+    pub settled_gates: Option<(i64, bool)>,
+}
+
+impl Batch {
+    /// Each step applied if its conditions hold.
+    pub fn each(steps: Vec<(i64, Transition)>) -> Batch {
+        Batch {
+            steps,
+            ..Batch::default()
+        }
+    }
+
+    /// All the steps, or none.
+    pub fn all(steps: Vec<(i64, Transition)>) -> Batch {
+        Batch {
+            steps,
+            all_or_none: true,
+            ..Batch::default()
+        }
+    }
+
+    /// One transition of one chain.
+    pub fn one(chain: i64, t: Transition) -> Batch {
+        Batch::each(vec![(chain, t)])
+    }
+}
+
+/// What [`Store::apply`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The chains whose transitions were applied, in order.
+    pub chains: Vec<i64>,
+    /// For an all-or-none batch that was not applied: the first chain that had moved on.
+    pub moved: Option<i64>,
+}
+
+impl Applied {
+    /// Whether the (one) step was applied.
+    pub fn any(&self) -> bool {
+        !self.chains.is_empty()
+    }
+}
 
 /// A notification waiting in the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,65 +698,6 @@ pub struct Notification {
 pub struct Waiting {
     pub chain: Chain,
     pub pending_since: i64,
-}
-
-/// A chain as the transaction sees it.
-fn chain_in(tx: &Connection, chain_id: i64) -> Result<Chain> {
-    tx.query_row(
-        &format!("SELECT {CHAIN_COLS} FROM chains WHERE id = ?1"),
-        [chain_id],
-        chain_from,
-    )
-    .map_err(StoreError::from)
-    .and_then(finish_chain)
-}
-
-/// What the submitter is told of a transition, if anything: the state the chain enters,
-/// for the states they hear about, or that the supervisor cancelled it because a job it
-/// waits on failed for good (its dependency can never be satisfied).
-fn notification_kind(t: &Transition) -> Option<&'static str> {
-    let u = &t.update;
-    if NOTIFYING_STATES.contains(&u.state) {
-        return Some(u.state.as_str());
-    }
-    let never = t.record.as_ref().is_some_and(|r| {
-        matches!(
-            r.reason,
-            crate::policy::Reason::DependencyNeverSatisfied { .. }
-        )
-    });
-    (u.state == ChainState::Cancelled && never)
-        .then_some(crate::notification::Kind::DependencyNeverSatisfied.as_str())
-}
-
-fn update_chain(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<()> {
-    let u = &t.update;
-    if let Some(kind) = notification_kind(t) {
-        tx.prepare_cached(
-            "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)
-             SELECT id, ?2, CASE WHEN ?2 != 'completed' THEN (SELECT MAX(d.id) FROM decisions d WHERE d.chain_id = ?1) END, ?3, ?3
-             FROM chains WHERE id = ?1 AND state != ?4",
-        )?
-        .execute(params![chain_id, kind, now, u.state.as_str()])?;
-    }
-    tx.execute(
-        "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
-             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6,
-             pending_since = CASE WHEN ?2 != 'pending_failed' THEN NULL
-                                  WHEN state = 'pending_failed' THEN pending_since ELSE ?6 END,
-             reminded = CASE WHEN ?2 = 'pending_failed' AND state = 'pending_failed' THEN reminded ELSE 0 END,
-             expired = CASE WHEN ?2 = 'pending_failed' AND state = 'pending_failed' THEN expired ELSE 0 END
-         WHERE id = ?1",
-        params![
-            chain_id,
-            u.state.as_str(),
-            u.last_classification.map(|c| c.as_str()),
-            u.plan.as_ref().map(json),
-            u.not_before,
-            now
-        ],
-    )?;
-    Ok(())
 }
 
 impl Store {
@@ -908,39 +1019,12 @@ impl Store {
         Ok(launch)
     }
 
-    /// An in-place requeue that did not happen (Slurm refused it, or it was undone): the
-    /// launch fails with `error`, its attempt is removed (nothing of it ran), and its chain
-    /// gets the transition `decide` gives it (a record saying why; the chain stays ready
-    /// for a resubmission), in one transaction.
-    pub fn requeue_refused(
-        &mut self,
-        launch_id: i64,
-        error: &str,
-        now: i64,
-        decide: impl Fn(&Chain, u32) -> Option<Transition>,
-    ) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        tx.execute(
-            "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1 AND state = 'intent'",
-            params![launch_id, error, now],
-        )?;
-        for (chain, n, _) in launch_members(&tx, launch_id)? {
-            tx.execute(
-                "DELETE FROM attempts WHERE chain_id = ?1 AND n = ?2 AND state = 'launching'",
-                params![chain, n],
-            )?;
-            let c = chain_in(&tx, chain)?;
-            if let Some(t) = decide(&c, n.saturating_sub(1)) {
-                if c.state == t.from {
-                    if let Some(d) = &t.record {
-                        insert_decision(&tx, chain, n.saturating_sub(1), None, now, d)?;
-                    }
-                    update_chain(&tx, chain, &t, now)?;
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(())
+    /// The attempts a launch covers: chain and attempt number.
+    pub fn launch_attempts(&self, launch_id: i64) -> Result<Vec<(i64, u32)>> {
+        Ok(launch_members(&self.conn, launch_id)?
+            .into_iter()
+            .map(|(c, n, _)| (c, n))
+            .collect())
     }
 
     /// The chains a launch covers.
@@ -1011,37 +1095,6 @@ impl Store {
         tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
         tx.execute("DELETE FROM chains WHERE submission_id = ?1", [sub])?;
         tx.execute("DELETE FROM submissions WHERE id = ?1", [sub])?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// sbatch definitively refused a retry (or it could not be confirmed): the attempts
-    /// are marked not submitted and each chain gets the transition `decide` gives it, in
-    /// one transaction.
-    pub fn relaunch_refused(
-        &mut self,
-        launch_id: i64,
-        error: &str,
-        now: i64,
-        decide: impl Fn(&Chain) -> Transition,
-    ) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        tx.execute(
-            "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
-            params![launch_id, error, now],
-        )?;
-        for (chain, n, _) in launch_members(&tx, launch_id)? {
-            tx.execute(
-                "UPDATE attempts SET state = 'not_submitted', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2",
-                params![chain, n, now],
-            )?;
-            let c = chain_in(&tx, chain)?;
-            let t = decide(&c);
-            if let Some(d) = &t.record {
-                insert_decision(&tx, chain, n, None, now, d)?;
-            }
-            update_chain(&tx, chain, &t, now)?;
-        }
         tx.commit()?;
         Ok(())
     }
@@ -1405,112 +1458,46 @@ impl Store {
         Ok(())
     }
 
-    /// Records that Slurm requeued a live attempt itself: the observation of the run
-    /// that ended, its decision, and the restart count; the attempt stays live.
-    pub fn record_requeue(
-        &mut self,
-        chain_id: i64,
-        n: u32,
-        observation: &serde_json::Value,
-        decision: &Record,
-        now: i64,
-    ) -> Result<bool> {
+    /// Applies one chain's transition ([`Store::apply`] of a batch of one); true when its
+    /// conditions held and it was applied.
+    pub fn apply_one(&mut self, chain: i64, t: &Transition, now: i64) -> Result<bool> {
         let tx = self.conn.savepoint()?;
-        if tx.execute(
-            "UPDATE attempts SET restarts = restarts + 1 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
-            params![chain_id, n],
-        )? == 0
-        {
-            return Ok(false);
-        }
-        tx.execute(
-            "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
-            params![chain_id, n, now, json(observation)],
-        )?;
-        let obs = tx.last_insert_rowid();
-        insert_decision(&tx, chain_id, n, Some(obs), now, decision)?;
-        tx.execute(
-            "UPDATE chains SET last_classification = ?2, updated_at = ?3 WHERE id = ?1",
-            params![chain_id, decision.classification.as_str(), now],
-        )?;
+        let applied = apply_in(&tx, chain, t, now)?;
         tx.commit()?;
-        Ok(true)
+        Ok(applied)
     }
 
-    /// Records the end of an attempt: the observation unchanged, how it ended, the
-    /// decision (none for a success), and the chain's new state, in one transaction.
-    /// Only for an attempt still live (compare-and-set, as for requeues and lost jobs):
-    /// false, and nothing recorded, when something else ended it meanwhile (a cancel).
-    pub fn record_ending(
-        &mut self,
-        chain_id: i64,
-        n: u32,
-        observation: &serde_json::Value,
-        end: &AttemptEnd,
-        t: &Transition,
-        now: i64,
-    ) -> Result<bool> {
+    /// Applies a batch of transitions in one transaction: the store's one writer of
+    /// decisions, chain states, attempt endings, observations and notifications (see
+    /// [`apply_in`] for each step's conditions), with the launch and gates they settle.
+    pub fn apply(&mut self, batch: &Batch, now: i64) -> Result<Applied> {
         let tx = self.conn.savepoint()?;
-        if tx.execute(
-            "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
-             WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
-            params![chain_id, n, end.slurm_state, end.exit_code, end.nodes, end.mem, end.time_limit, now],
-        )? == 0
-        {
-            return Ok(false);
+        if let Some((launch, error)) = &batch.failed_launch {
+            tx.execute(
+                "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1 AND state = 'intent'",
+                params![launch, error, now],
+            )?;
         }
-        tx.execute(
-            "INSERT INTO observations (chain_id, attempt_n, observed_at, body) VALUES (?1, ?2, ?3, ?4)",
-            params![chain_id, n, now, json(observation)],
-        )?;
-        let obs = tx.last_insert_rowid();
-        if let Some(d) = &t.record {
-            insert_decision(&tx, chain_id, n, Some(obs), now, d)?;
-        }
-        update_chain(&tx, chain_id, t, now)?;
-        tx.commit()?;
-        Ok(true)
-    }
-
-    /// Applies transitions not tied to a new ending (resolutions, recovers, escalations)
-    /// to several chains as one transaction: each only if its chain is still in the state
-    /// it was decided from. Either all are recorded, or none is and the first chain that
-    /// moved on meanwhile is returned.
-    pub fn decide_chains(&mut self, items: &[(i64, Transition)], now: i64) -> Result<Option<i64>> {
-        let tx = self.conn.savepoint()?;
-        for (chain, t) in items {
-            if !decide_in(&tx, *chain, t, now)? {
-                return Ok(Some(*chain));
+        let mut applied = Applied::default();
+        for (chain, t) in &batch.steps {
+            if apply_in(&tx, *chain, t, now)? {
+                applied.chains.push(*chain);
+            } else if batch.all_or_none {
+                // Dropping the savepoint rolls it back.
+                return Ok(Applied {
+                    chains: Vec::new(),
+                    moved: Some(*chain),
+                });
             }
         }
-        tx.commit()?;
-        Ok(None)
-    }
-
-    /// Cancels several chains in one transaction: for each, its live attempt (if any) is
-    /// ended as CANCELLED and, if the chain is still in the state its transition was
-    /// decided from, the transition recorded. Either all of it is recorded or none.
-    /// Returns the chains changed.
-    pub fn cancel_chains(
-        &mut self,
-        items: &[(i64, Option<u32>, Transition)],
-        now: i64,
-    ) -> Result<Vec<i64>> {
-        let tx = self.conn.savepoint()?;
-        let mut done = Vec::new();
-        for (chain, live, t) in items {
-            if let Some(n) = live {
-                tx.execute(
-                    "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
-                    params![chain, n, now],
-                )?;
-            }
-            if decide_in(&tx, *chain, t, now)? {
-                done.push(*chain);
-            }
+        if let Some((submission, opened)) = batch.settled_gates {
+            tx.execute(
+                "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
+                params![submission, if opened { "opened" } else { "never" }],
+            )?;
         }
         tx.commit()?;
-        Ok(done)
+        Ok(applied)
     }
 
     /// The unfinished chains (other than `chain_id`) of the same owner whose submission
@@ -1738,38 +1725,6 @@ impl Store {
         .collect()
     }
 
-    /// Queues a chain's one reminder, if it still waits unreminded; false otherwise.
-    pub fn remind(&mut self, chain_id: i64, now: i64) -> Result<bool> {
-        let tx = self.conn.savepoint()?;
-        if tx.execute(
-            "UPDATE chains SET reminded = 1 WHERE id = ?1 AND state = 'pending_failed' AND reminded = 0 AND expired = 0",
-            [chain_id],
-        )? == 0
-        {
-            return Ok(false);
-        }
-        insert_notification(&tx, chain_id, "reminder", now)?;
-        tx.commit()?;
-        Ok(true)
-    }
-
-    /// Records an expiry (a transition from [`crate::policy::Event::Expired`]), marks the
-    /// chain expired, and queues its notification, in one transaction; false when the
-    /// chain moved on meanwhile. A fail is told as the chain's `failed` notification; a
-    /// hold, which leaves it in `pending_failed`, as an `expired` one.
-    pub fn record_expiry(&mut self, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
-        let tx = self.conn.savepoint()?;
-        if !decide_in(&tx, chain_id, t, now)? {
-            return Ok(false);
-        }
-        tx.execute("UPDATE chains SET expired = 1 WHERE id = ?1", [chain_id])?;
-        if t.update.state == ChainState::PendingFailed {
-            insert_notification(&tx, chain_id, "expired", now)?;
-        }
-        tx.commit()?;
-        Ok(true)
-    }
-
     /// The latest decision of a chain, if any.
     /// The latest decision of a chain, if any. A note that an in-place requeue was refused
     /// (`in_place_refused`) only says how the decision before it is carried out, so it is
@@ -1784,47 +1739,6 @@ impl Store {
             )
             .optional()?;
         raw.map(finish_decision).transpose()
-    }
-
-    /// Slurm lost track of a live attempt (not in squeue, never ending in sacct): the
-    /// attempt ends as `LOST` and the chain gets `decision`, in one transaction.
-    pub fn attempt_lost(
-        &mut self,
-        chain_id: i64,
-        n: u32,
-        t: &Transition,
-        now: i64,
-    ) -> Result<bool> {
-        let tx = self.conn.savepoint()?;
-        let changed = tx.execute(
-            "UPDATE attempts SET state = 'ended', slurm_state = 'LOST', ended_at = ?3 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
-            params![chain_id, n, now],
-        )?;
-        if changed == 0 {
-            return Ok(false);
-        }
-        if let Some(d) = &t.record {
-            insert_decision(&tx, chain_id, n, None, now, d)?;
-        }
-        update_chain(&tx, chain_id, t, now)?;
-        tx.commit()?;
-        Ok(true)
-    }
-
-    /// Marks a live attempt ended without an observation (cancelled by the supervisor on
-    /// a user's request).
-    pub fn end_attempt(
-        &mut self,
-        chain_id: i64,
-        n: u32,
-        slurm_state: &str,
-        now: i64,
-    ) -> Result<()> {
-        self.conn.execute(
-            "UPDATE attempts SET state = 'ended', slurm_state = ?3, ended_at = ?4 WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
-            params![chain_id, n, slurm_state, now],
-        )?;
-        Ok(())
     }
 }
 

@@ -4,7 +4,6 @@
 use super::{open_states, parse_name, Result, Store};
 use crate::dependency::{Edge, Facts, Kind, Upstream};
 use crate::model::ChainState;
-use crate::policy::Transition;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashSet;
 
@@ -243,35 +242,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Settles a submission's closed gates (`opened` or `never`) and records its chains'
-    /// transitions, in one transaction. A chain no longer in the state its transition
-    /// was decided from is left out; the gates are settled all the same.
-    pub fn settle_gates(
-        &mut self,
-        submission_id: i64,
-        opened: bool,
-        items: &[(i64, Transition)],
-        now: i64,
-    ) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        for (chain, t) in items {
-            // A cancelled waiting job's attempt ends with it (its cancel is not the
-            // user's: the next poll must not judge it again).
-            if super::decide_in(&tx, *chain, t, now)? && t.update.state == ChainState::Cancelled {
-                tx.execute(
-                    "UPDATE attempts SET state = 'ended', slurm_state = 'CANCELLED', ended_at = ?2 WHERE chain_id = ?1 AND state = 'live'",
-                    params![chain, now],
-                )?;
-            }
-        }
-        tx.execute(
-            "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
-            params![submission_id, if opened { "opened" } else { "never" }],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
     /// Whether a submission is held by a gate still closed.
     pub fn is_gated(&self, submission_id: i64) -> Result<bool> {
         Ok(self.conn.prepare_cached(
@@ -397,38 +367,5 @@ impl Store {
             .query_row([job], |_| Ok(()))
             .optional()?
             .is_some())
-    }
-
-    /// Records the reports of plain-sbatch jobs (their ids without an array task) on the
-    /// chains they wait on, each once: a (job, chain) reported before, or a chain no
-    /// longer in the state its report was decided from, is skipped. One transaction;
-    /// returns how many were recorded.
-    pub fn note_plain_waiters(
-        &mut self,
-        items: &[(i64, String, Transition)],
-        now: i64,
-    ) -> Result<usize> {
-        let tx = self.conn.savepoint()?;
-        let mut noted = 0;
-        for (chain, job, t) in items {
-            let fresh = tx.execute(
-                "INSERT OR IGNORE INTO plain_waiters (job_id, chain_id, noted_at) VALUES (?1, ?2, ?3)",
-                params![job, chain, now],
-            )? == 1;
-            if !fresh {
-                continue;
-            }
-            if super::decide_in(&tx, *chain, t, now)? {
-                noted += 1;
-            } else {
-                // Decided again, from the chain's new state, next time.
-                tx.execute(
-                    "DELETE FROM plain_waiters WHERE job_id = ?1 AND chain_id = ?2",
-                    params![job, chain],
-                )?;
-            }
-        }
-        tx.commit()?;
-        Ok(noted)
     }
 }

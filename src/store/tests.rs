@@ -33,12 +33,38 @@ fn decision(c: Classification, action: Action) -> Record {
 
 /// A transition from `from` with `record`.
 fn tr(from: ChainState, update: &ChainUpdate, record: Record) -> Transition {
-    Transition {
-        from,
-        update: update.clone(),
-        record: Some(record),
-        effects: Vec::new(),
-    }
+    Transition::of(from, update.clone(), Some(record)).finish()
+}
+
+/// Records the ending of live attempt `n` with `t`.
+fn record_ending(s: &mut Store, chain: i64, n: u32, t: Transition, now: i64) -> Result<bool> {
+    let t = Transition {
+        attempt: Some(AttemptChange::Ended(crate::policy::Judged {
+            n,
+            ..Default::default()
+        })),
+        ..t
+    };
+    s.apply_one(chain, &t, now)
+}
+
+/// Applies transitions to several chains, all or none; the chain that moved on, if one did.
+fn decide_chains(s: &mut Store, items: &[(i64, Transition)], now: i64) -> Result<Option<i64>> {
+    Ok(s.apply(&Batch::all(items.to_vec()), now)?.moved)
+}
+
+/// Queues a chain's reminder as the loop does.
+fn remind(s: &mut Store, chain: i64, now: i64) -> Result<bool> {
+    let c = s.chain(chain)?.unwrap();
+    let config = crate::config::Config::defaults();
+    let t = crate::policy::transition(
+        &c,
+        crate::policy::Event::RemindDue,
+        &config,
+        &crate::policy::Context::at(now),
+    )
+    .unwrap();
+    s.apply_one(chain, &t, now)
 }
 
 #[test]
@@ -104,13 +130,13 @@ fn relaunch_takes_next_attempt_number_and_plan() {
         last_classification: Some(Classification::Oom),
         plan: Some(plan.clone()),
         not_before: Some(200),
+        clock: Clock::Keep,
     };
-    s.record_ending(
+    record_ending(
+        &mut s,
         1,
         1,
-        &serde_json::json!({}),
-        &AttemptEnd::default(),
-        &tr(
+        tr(
             ChainState::Active,
             &update,
             decision(Classification::Oom, Action::Resubmit),
@@ -146,13 +172,13 @@ fn decisions_are_append_only() {
         last_classification: Some(Classification::Ambiguous),
         plan: None,
         not_before: None,
+        clock: Clock::Keep,
     };
-    s.record_ending(
+    record_ending(
+        &mut s,
         1,
         1,
-        &serde_json::json!({}),
-        &AttemptEnd::default(),
-        &tr(
+        tr(
             ChainState::Active,
             &update,
             decision(Classification::Ambiguous, Action::Escalate),
@@ -179,13 +205,13 @@ fn a_resolution_races_safely() {
         last_classification: Some(Classification::Ambiguous),
         plan: None,
         not_before: None,
+        clock: Clock::Keep,
     };
-    s.record_ending(
+    record_ending(
+        &mut s,
         1,
         1,
-        &serde_json::json!({}),
-        &AttemptEnd::default(),
-        &tr(
+        tr(
             ChainState::Active,
             &pf,
             decision(Classification::Ambiguous, Action::Escalate),
@@ -198,14 +224,15 @@ fn a_resolution_races_safely() {
         last_classification: None,
         plan: None,
         not_before: None,
+        clock: Clock::Keep,
     };
     let resolution = Record {
         resolves_latest: true,
         ..decision(Classification::Ambiguous, Action::Fail)
     };
     let t = tr(ChainState::PendingFailed, &fail, resolution);
-    assert_eq!(s.decide_chains(&[(1, t.clone())], 160).unwrap(), None);
-    assert_eq!(s.decide_chains(&[(1, t)], 161).unwrap(), Some(1));
+    assert_eq!(decide_chains(&mut s, &[(1, t.clone())], 160).unwrap(), None);
+    assert_eq!(decide_chains(&mut s, &[(1, t)], 161).unwrap(), Some(1));
     let ds = s.decisions(1).unwrap();
     assert_eq!(ds.len(), 2);
     assert_eq!(ds[1].resolves, Some(ds[0].id), "points at what it resolves");
@@ -249,6 +276,7 @@ fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
         last_classification: None,
         plan: None,
         not_before: None,
+        clock: Clock::Keep,
     };
     let d = || decision(Classification::Ambiguous, Action::Fail);
     // Chain 2 is active, not pending_failed as the second transition expects.
@@ -256,7 +284,7 @@ fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
         (1, tr(ChainState::Active, &fail, d())),
         (2, tr(ChainState::PendingFailed, &fail, d())),
     ];
-    assert_eq!(s.decide_chains(&items, 150).unwrap(), Some(2));
+    assert_eq!(decide_chains(&mut s, &items, 150).unwrap(), Some(2));
     assert_eq!(s.chain(1).unwrap().unwrap().state, ChainState::Active);
     assert!(s.decisions(1).unwrap().is_empty(), "nothing of it is kept");
 }
@@ -271,21 +299,14 @@ fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
         last_classification: Some(Classification::NodeFail),
         plan: None,
         not_before: Some(200),
+        clock: Clock::Keep,
     };
     let rec = Record {
         infra_failure: true,
         failed_nodes: Some("n1".into()),
         ..decision(Classification::NodeFail, Action::Resubmit)
     };
-    s.record_ending(
-        1,
-        1,
-        &serde_json::json!({}),
-        &AttemptEnd::default(),
-        &tr(ChainState::Active, &ready, rec),
-        150,
-    )
-    .unwrap();
+    record_ending(&mut s, 1, 1, tr(ChainState::Active, &ready, rec), 150).unwrap();
     assert_eq!(s.infra_failures_since(100).unwrap(), 1);
     assert_eq!(s.infra_failures_since(151).unwrap(), 0);
     assert_eq!(
@@ -334,11 +355,16 @@ fn notifications_are_queued_with_the_state_change() {
         last_classification: Some(Classification::Ambiguous),
         plan: None,
         not_before: None,
+        clock: Clock::Keep,
     };
     let d = decision(Classification::Ambiguous, Action::Escalate);
     assert_eq!(
-        s.decide_chains(&[(1, tr(ChainState::Active, &pending, d.clone()))], 200)
-            .unwrap(),
+        decide_chains(
+            &mut s,
+            &[(1, tr(ChainState::Active, &pending, d.clone()))],
+            200
+        )
+        .unwrap(),
         None
     );
     let due = s.due_notifications(200, 10).unwrap();
@@ -351,8 +377,12 @@ fn notifications_are_queued_with_the_state_change() {
     assert_eq!(due[0].decision_id, Some(latest.id));
     // A hold keeps it waiting: no second notification, its age goes on.
     let hold = decision(Classification::Ambiguous, Action::Hold);
-    s.decide_chains(&[(1, tr(ChainState::PendingFailed, &pending, hold))], 250)
-        .unwrap();
+    decide_chains(
+        &mut s,
+        &[(1, tr(ChainState::PendingFailed, &pending, hold))],
+        250,
+    )
+    .unwrap();
     assert_eq!(s.due_notifications(300, 10).unwrap().len(), 1);
     let w = s.chains_to_expire(200).unwrap();
     assert_eq!((w.len(), w[0].pending_since), (1, 200));
@@ -367,17 +397,25 @@ fn notifications_are_queued_with_the_state_change() {
     assert!(s.due_notifications(10_000, 10).unwrap().is_empty());
     // One reminder.
     assert_eq!(s.chains_to_remind(300).unwrap(), vec![1]);
-    assert!(s.remind(1, 300).unwrap());
-    assert!(!s.remind(1, 301).unwrap());
+    assert!(remind(&mut s, 1, 300).unwrap());
+    assert!(!remind(&mut s, 1, 301).unwrap());
     assert!(s.chains_to_remind(10_000).unwrap().is_empty());
     // An expiry that holds: recorded, marked, told once; never found again.
     let expiry = Transition {
-        from: ChainState::PendingFailed,
-        update: pending.clone(),
-        record: Some(decision(Classification::Ambiguous, Action::Hold)),
-        effects: Vec::new(),
+        notify: Some(crate::policy::Notify {
+            kind: crate::notification::Kind::Expired,
+            names_decision: true,
+        }),
+        ..Transition::of(
+            ChainState::PendingFailed,
+            ChainUpdate {
+                clock: Clock::Expire,
+                ..pending.clone()
+            },
+            Some(decision(Classification::Ambiguous, Action::Hold)),
+        )
     };
-    assert!(s.record_expiry(1, &expiry, 500).unwrap());
+    assert!(s.apply_one(1, &expiry, 500).unwrap());
     assert!(s.chains_to_expire(10_000).unwrap().is_empty());
     let kinds: Vec<String> = s
         .due_notifications(10_000, 10)
@@ -391,7 +429,8 @@ fn notifications_are_queued_with_the_state_change() {
         state: ChainState::Failed,
         ..pending.clone()
     };
-    s.decide_chains(
+    decide_chains(
+        &mut s,
         &[(
             1,
             tr(

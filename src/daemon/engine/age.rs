@@ -37,7 +37,7 @@ impl<S: Slurm> Engine<S> {
                     }
                 };
                 let tr = self.with_dependents(w.chain.id, tr)?;
-                if self.store.record_expiry(w.chain.id, &tr, t)? {
+                if self.store.apply_one(w.chain.id, &tr, t)? {
                     if let Some(r) = &tr.record {
                         super::chain_span(w.chain.id).in_scope(
                             || warn!(class = %r.class, action = %r.action, "{}", r.reason),
@@ -48,7 +48,11 @@ impl<S: Slurm> Engine<S> {
         }
         if let Some(after) = remind {
             for id in self.store.chains_to_remind(t - after.as_secs() as i64)? {
-                if self.store.remind(id, t)? {
+                let Some(chain) = self.store.chain(id)? else {
+                    continue;
+                };
+                let tr = self.decide(&chain, Event::RemindDue, &policy::Context::at(t));
+                if self.store.apply_one(id, &tr, t)? {
                     super::chain_span(id).in_scope(|| {
                         info!(
                             "still waiting in pending_failed after {}s; reminding its submitter",

@@ -8,6 +8,7 @@
 use super::{log_transition, Engine, Found};
 use crate::classify::{self, Observation};
 use crate::model::Action;
+use crate::policy::Judged;
 use crate::policy::{self, ChainHistory, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
@@ -232,22 +233,19 @@ impl<S: Slurm> Engine<S> {
             let Some(chain) = self.store.chain(a.chain_id)? else {
                 continue;
             };
-            let tr = self.decide(
-                &chain,
-                Event::Requeued { verdict: &v },
-                &policy::Context::at(t),
-            );
-            let Some(rec) = &tr.record else { continue };
+            let observation = serde_json::to_value(&obs).unwrap_or_default();
+            let event = Event::Requeued {
+                verdict: &v,
+                n: a.n,
+                observation: &observation,
+            };
+            let tr = self.decide(&chain, event, &policy::Context::at(t));
+            if tr.record.is_none() {
+                continue;
+            }
             // The loop answered requests since the poll found this (a burst is judged
             // over several turns): an attempt a cancel ended meanwhile is left as it is.
-            let recorded = self.store.record_requeue(
-                a.chain_id,
-                a.n,
-                &serde_json::to_value(&obs).unwrap_or_default(),
-                rec,
-                t,
-            )?;
-            if !recorded {
+            if !self.store.apply_one(a.chain_id, &tr, t)? {
                 return Ok(None);
             }
             log_transition(&tr);
@@ -364,35 +362,34 @@ impl<S: Slurm> Engine<S> {
         } else {
             Vec::new()
         };
+        let judged = Judged {
+            n: a.n,
+            end: AttemptEnd {
+                slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
+                exit_code: v.exit_code.clone(),
+                nodes: v.nodes.clone(),
+                mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
+                time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
+            },
+            observation: serde_json::to_value(&obs).unwrap_or_default(),
+        };
         let event = if upstreams.is_empty() {
             Event::Ended {
                 verdict: &v,
                 history: &history,
+                attempt: &judged,
             }
         } else {
             Event::KilledForDependency {
                 verdict: &v,
                 upstreams: &upstreams,
+                attempt: &judged,
             }
         };
         let tr = self.decide(&chain, event, &ctx);
-        let end = AttemptEnd {
-            slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
-            exit_code: v.exit_code.clone(),
-            nodes: v.nodes.clone(),
-            mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
-            time_limit: v.timelimit_secs.map(crate::slurm::parse::format_time_limit),
-        };
         let tr = self.with_dependents(a.chain_id, tr)?;
         // Only a still live attempt: one a cancel ended between two turns keeps its cancel.
-        let recorded = self.store.record_ending(
-            a.chain_id,
-            a.n,
-            &serde_json::to_value(&obs).unwrap_or_default(),
-            &end,
-            &tr,
-            t,
-        )?;
+        let recorded = self.store.apply_one(a.chain_id, &tr, t)?;
         if recorded {
             log_transition(&tr);
         }

@@ -7,7 +7,7 @@ use crate::daemon::sbatch::{self, LaunchOutcome};
 use crate::model::ChainState;
 use crate::policy::{self, Event};
 use crate::slurm::Slurm;
-use crate::store::StoreError;
+use crate::store::{Batch, StoreError};
 use std::collections::{BTreeMap, HashSet};
 use tracing::{error, info, Instrument};
 
@@ -189,32 +189,41 @@ impl<S: Slurm> Engine<S> {
         stderr: &str,
         t: i64,
     ) -> Result<(), StoreError> {
-        let event = Event::RetryRefused {
+        let event = |n| Event::RetryRefused {
             code,
             stderr,
             argv: &l.argv,
+            n,
         };
         self.escalate_launch(l, stderr, event, t)
     }
 
     /// Ends a launch that will not run (`error` is noted on it) and gives each of its
-    /// chains the transition of `event`, in one transaction.
-    pub(super) fn escalate_launch(
+    /// chains the transition of its attempt's `event`, in one transaction.
+    pub(super) fn escalate_launch<'e>(
         &mut self,
         l: &crate::store::Launch,
         error: &str,
-        event: Event,
+        event: impl Fn(u32) -> Event<'e>,
         t: i64,
     ) -> Result<(), StoreError> {
         let ctx = policy::Context::at(t);
-        let config = &self.config;
-        self.store.relaunch_refused(l.id, error, t, |chain| {
-            let tr = policy::transition(chain, event, config, &ctx)
+        let mut steps = Vec::new();
+        for (c, n) in self.store.launch_attempts(l.id)? {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            let tr = policy::transition(&chain, event(n), &self.config, &ctx)
                 .expect("an escalation applies to any chain");
-            let _span = super::chain_span(chain.id).entered();
-            log_transition(&tr);
-            tr
-        })
+            super::chain_span(c).in_scope(|| log_transition(&tr));
+            steps.push((c, tr));
+        }
+        let batch = Batch {
+            failed_launch: Some((l.id, error.to_string())),
+            ..Batch::each(steps)
+        };
+        self.store.apply(&batch, t)?;
+        Ok(())
     }
 
     /// Retries that could not be prepared: their chains (still `ready`) wait for an
@@ -234,7 +243,7 @@ impl<S: Slurm> Engine<S> {
             log_transition(&tr);
             items.push((c, tr));
         }
-        self.store.decide_chains(&items, t)?;
+        self.store.apply(&Batch::all(items), t)?;
         Ok(())
     }
 }

@@ -337,17 +337,7 @@ impl<S: Slurm> Engine<S> {
     ) -> Transition {
         policy::transition(chain, event, &self.config, ctx).unwrap_or_else(|r| {
             error!("an event the loop saw does not apply to the chain ({r}); leaving it as it is");
-            Transition {
-                from: chain.state,
-                update: policy::ChainUpdate {
-                    state: chain.state,
-                    last_classification: None,
-                    plan: None,
-                    not_before: chain.not_before,
-                },
-                record: None,
-                effects: Vec::new(),
-            }
+            Transition::none(chain)
         })
     }
 

@@ -8,11 +8,11 @@
 use super::{log_transition, Engine};
 use crate::dependency::{self, Expr};
 use crate::model::ChainState;
-use crate::policy::{self, Effect, Event};
+use crate::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, JobId};
 use crate::slurm::types::PendingRow;
 use crate::slurm::{Slurm, SlurmError};
-use crate::store::StoreError;
+use crate::store::{Batch, StoreError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tracing::{debug, error, info, warn};
 
@@ -211,7 +211,7 @@ impl<S: Slurm> Engine<S> {
                 // Recorded at once: a rewiring is never left without its record.
                 Set::Done => {
                     let records = self.rewired_records(row, uid, &changes)?;
-                    self.store.decide_chains(&records, t)?;
+                    self.store.apply(&Batch::all(records), t)?;
                 }
                 Set::Skipped => {}
                 Set::SlurmDown => return Ok(false),
@@ -322,13 +322,15 @@ impl<S: Slurm> Engine<S> {
                 job: &row.job_id,
                 kind: kind.as_str(),
                 attempt: &target.job,
+                once_as: &noted_as,
             };
             let tr = self.decide(&chain, event, &ctx);
             super::attempt_span(up, &row.job_id).in_scope(|| log_transition(&tr));
             items.push((up, noted_as, tr));
         }
         if !items.is_empty() {
-            self.store.note_plain_waiters(&items, t)?;
+            let steps = items.into_iter().map(|(up, _, tr)| (up, tr)).collect();
+            self.store.apply(&Batch::each(steps), t)?;
         }
         Ok(())
     }
@@ -516,18 +518,12 @@ impl<S: Slurm> Engine<S> {
                 };
                 items.push((*c, self.decide(&chain, event, &policy::Context::at(t))));
             }
-            let jobs = if open {
-                chains.iter().filter_map(|(_, j)| j.clone()).collect()
-            } else {
-                items
-                    .iter()
-                    .flat_map(|(_, tr)| tr.effects.iter())
-                    .filter_map(|e| match e {
-                        Effect::Scancel(j) => Some(j.clone()),
-                        _ => None,
-                    })
-                    .collect()
-            };
+            // Released when the gates opened, cancelled when they never will.
+            let jobs = items
+                .iter()
+                .flat_map(|(_, tr)| tr.jobs())
+                .map(str::to_string)
+                .collect();
             plans.push(Settle {
                 sub: sub_id,
                 owner: self.store.submission(sub_id)?.owner_uid,
@@ -577,11 +573,18 @@ impl<S: Slurm> Engine<S> {
                 }
             }
         }
-        for p in plans.iter().filter(|p| !unreachable.contains(&p.owner)) {
+        for p in plans
+            .into_iter()
+            .filter(|p| !unreachable.contains(&p.owner))
+        {
             for (c, tr) in &p.items {
                 super::chain_span(*c).in_scope(|| log_transition(tr));
             }
-            self.store.settle_gates(p.sub, p.open, &p.items, t)?;
+            let batch = Batch {
+                settled_gates: Some((p.sub, p.open)),
+                ..Batch::each(p.items)
+            };
+            self.store.apply(&batch, t)?;
         }
         Ok(true)
     }
@@ -622,8 +625,9 @@ impl<S: Slurm> Engine<S> {
             super::chain_span(c).in_scope(|| log_transition(&tr));
             items.push((c, tr));
         }
-        self.store.decide_chains(&items, t)?;
-        Ok(items.into_iter().map(|(c, _)| c).collect())
+        let chains = items.iter().map(|(c, _)| *c).collect();
+        self.store.apply(&Batch::all(items), t)?;
+        Ok(chains)
     }
 }
 

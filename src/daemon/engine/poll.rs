@@ -227,10 +227,11 @@ impl<S: Slurm> Engine<S> {
         let event = Event::JobLost {
             job: &job,
             missing_since: since,
+            n: a.n,
         };
         let tr = self.decide(&chain, event, &policy::Context::at(t));
         log_transition(&tr);
-        self.store.attempt_lost(a.chain_id, a.n, &tr, t)?;
+        self.store.apply_one(a.chain_id, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
     }

@@ -72,10 +72,11 @@ impl<S: Slurm> Engine<S> {
                 // duplicate it, so a person or agent decides.
                 let unreached = l.error.as_deref().is_some_and(|e| e.starts_with(UNREACHED));
                 if !unreached && t - l.created_at > UNCONFIRMED_AFTER_SECS {
-                    let event = Event::LaunchUnconfirmed {
+                    let event = |n| Event::LaunchUnconfirmed {
                         tag: &l.tag,
                         last_error: l.error.as_deref(),
                         argv: &l.argv,
+                        n,
                     };
                     span.in_scope(|| self.escalate_launch(&l, "unconfirmed", event, t))?;
                     continue;

@@ -17,10 +17,10 @@
 use super::{log_transition, Engine};
 use crate::daemon::sbatch::{self, PrepareError};
 use crate::model::ChainState;
-use crate::policy::{self, Event};
+use crate::policy::{self, AttemptChange, Event, Transition};
 use crate::slurm::types::{JobState, SqueueRow};
 use crate::slurm::{Slurm, SlurmError};
-use crate::store::{AttemptState, Chain, Launch, StoreError, Submission};
+use crate::store::{AttemptState, Batch, Chain, Launch, StoreError, Submission};
 use tracing::{info, warn};
 
 /// Where an in-place requeue stands in Slurm.
@@ -301,21 +301,35 @@ impl<S: Slurm> Engine<S> {
             || warn!(requeue_of = %job, "no in-place requeue: {error}; resubmitting instead"),
         );
         let ctx = policy::Context::at(t);
-        let config = &self.config;
-        self.store.requeue_refused(l.id, error, t, |chain, _| {
-            if chain.state != ChainState::Ready {
-                return None;
-            }
-            let tr = policy::transition(
-                chain,
-                Event::InPlaceRefused { job: &job, error },
-                config,
-                &ctx,
-            )
-            .ok()?;
-            super::attempt_span(chain.id, &job).in_scope(|| log_transition(&tr));
-            Some(tr)
-        })?;
+        let mut steps = Vec::new();
+        for (c, n) in self.store.launch_attempts(l.id)? {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            let event = Event::InPlaceRefused {
+                job: &job,
+                error,
+                n,
+            };
+            // A chain that is no longer ready keeps its state; the attempt that was to run
+            // the requeue goes all the same (nothing of it ran).
+            let tr = match policy::transition(&chain, event, &self.config, &ctx) {
+                Ok(tr) => {
+                    super::attempt_span(c, &job).in_scope(|| log_transition(&tr));
+                    tr
+                }
+                Err(_) => Transition {
+                    attempt: Some(AttemptChange::Withdrawn { n }),
+                    ..Transition::none(&chain)
+                },
+            };
+            steps.push((c, tr));
+        }
+        let batch = Batch {
+            failed_launch: Some((l.id, error.to_string())),
+            ..Batch::each(steps)
+        };
+        self.store.apply(&batch, t)?;
         Ok(InPlace::FellBack)
     }
 }

@@ -143,26 +143,28 @@ mod tests {
         s.set_last_seen(&[(1, 1, "RUNNING")]).unwrap();
         // The first fails for good (so the third's dependency failed), an array task
         // waits for a retry.
-        let to = |state, not_before| crate::store::Transition {
-            from: crate::model::ChainState::Active,
-            update: crate::store::ChainUpdate {
-                state,
-                last_classification: Some(crate::model::Classification::Oom),
-                plan: None,
-                not_before,
-            },
-            record: None,
-            effects: Vec::new(),
+        let to = |state, not_before| {
+            crate::store::Transition::of(
+                crate::model::ChainState::Active,
+                crate::store::ChainUpdate {
+                    last_classification: Some(crate::model::Classification::Oom),
+                    not_before,
+                    ..crate::store::ChainUpdate::to(state)
+                },
+                None,
+            )
+            .finish()
         };
         let moved = s
-            .decide_chains(
-                &[
+            .apply(
+                &crate::store::Batch::all(vec![
                     (1, to(crate::model::ChainState::Failed, None)),
                     (2, to(crate::model::ChainState::Ready, Some(99))),
-                ],
+                ]),
                 15,
             )
-            .unwrap();
+            .unwrap()
+            .moved;
         assert_eq!(moved, None);
         let rows = status(&s, None, 0).unwrap();
         assert_eq!(rows[3].chain.dependency_failed, vec!["c1"]);

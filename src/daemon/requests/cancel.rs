@@ -15,7 +15,7 @@ use crate::daemon::engine::{now, Engine};
 use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Response};
 use crate::slurm::{RunAs, Slurm, SlurmError};
-use crate::store::{chain_label, Chain};
+use crate::store::{chain_label, Batch, Chain};
 use std::collections::BTreeMap;
 
 /// A cancel whose scancel is to run (beside the loop, in the daemon).
@@ -41,10 +41,10 @@ pub enum BegunCancel {
     Scancel(PendingCancel),
 }
 
-/// What a cancel would record now: each open chain's transition (with its live attempt),
-/// and the live jobs to scancel, by owner.
+/// What a cancel would record now: each open chain's transition (its live attempt ends
+/// with it), and the live jobs to scancel, by owner.
 type Plan = (
-    Vec<(i64, Option<u32>, crate::policy::Transition)>,
+    Vec<(i64, crate::policy::Transition)>,
     BTreeMap<u32, Vec<String>>,
 );
 
@@ -75,7 +75,7 @@ fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Han
                     .push(j.clone());
             }
         }
-        items.push((c.id, live.map(|a| a.n), tr));
+        items.push((c.id, tr));
     }
     Ok((items, live_by_owner))
 }
@@ -139,8 +139,8 @@ pub fn begin_cancel<S: Slurm>(
         return Err(ended(id));
     }
     if live_by_owner.is_empty() {
-        let done = engine.store_mut().cancel_chains(&items, t)?;
-        return Ok(BegunCancel::Done(answer(done)));
+        let done = engine.store_mut().apply(&Batch::each(items), t)?;
+        return Ok(BegunCancel::Done(answer(done.chains)));
     }
     let mut scancels = Vec::with_capacity(live_by_owner.len());
     for (owner, jobs) in live_by_owner {
@@ -151,7 +151,7 @@ pub fn begin_cancel<S: Slurm>(
     Ok(BegunCancel::Scancel(PendingCancel {
         id: id.to_string(),
         uid,
-        chains: items.iter().map(|(c, _, _)| *c).collect(),
+        chains: items.iter().map(|(c, _)| *c).collect(),
         scancels,
         span,
     }))
@@ -227,7 +227,9 @@ pub fn finish_cancel<S: Slurm>(
         if items.is_empty() {
             return Err(ended(&p.id));
         }
-        Ok(answer_of(engine.store_mut().cancel_chains(&items, t)?))
+        Ok(answer_of(
+            engine.store_mut().apply(&Batch::each(items), t)?.chains,
+        ))
     })();
     result.map(|a| Response::answer(&a)).unwrap_or_else(|e| e)
 }

@@ -161,11 +161,16 @@ pub(super) fn commit<S: Slurm>(
             super::super::engine::chain_span(c).in_scope(|| engine.with_dependents(c, tr))?;
         ready.push((c, with));
     }
-    if let Some(c) = engine.store_mut().decide_chains(&ready, t)? {
+    let ready = crate::store::Batch::all(ready);
+    if let Some(c) = engine.store_mut().apply(&ready, t)?.moved {
         return Err(Response::error(
             ErrorKind::Conflict,
             format!("{} {moved}", chain_label(c)),
         ));
     }
-    Ok(ready.into_iter().map(|(c, _)| chain_label(c)).collect())
+    Ok(ready
+        .steps
+        .into_iter()
+        .map(|(c, _)| chain_label(c))
+        .collect())
 }
