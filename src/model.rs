@@ -167,6 +167,11 @@ pub struct Chain {
     pub updated_at: i64,
 }
 
+/// The user-facing chain id: `c` and the row id.
+pub fn chain_label(id: i64) -> String {
+    format!("c{id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

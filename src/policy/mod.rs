@@ -20,7 +20,10 @@ pub use table::{disposition, is_infrastructure, Disposition, Never, Resources};
 
 use crate::classify::Verdict;
 use crate::config::Config;
-use crate::model::{Action, Chain, ChainState, Classification, RecoveryClass, RetryPlan};
+use crate::dependency::Kind;
+use crate::model::{
+    chain_label, Action, Chain, ChainState, Classification, RecoveryClass, RetryPlan,
+};
 use crate::protocol::{RecoverRequest, Resolution, ResolveAction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -193,7 +196,7 @@ pub enum Event<'a> {
     /// ended in a way that can never satisfy it): release it, or cancel it.
     GatesDecided {
         job: Option<&'a str>,
-        gates: &'a [crate::store::Gate],
+        gates: &'a [Gate],
     },
     /// Slurm cancelled this chain's waiting job because the attempt it waited on failed
     /// (`kill_invalid_depend`), and the chains it waits on are still being retried.
@@ -237,10 +240,20 @@ pub struct AttemptEnd {
     pub time_limit: Option<String>,
 }
 
+/// A gate of a held submission: `kind` on `upstream`, which is now in `upstream_state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gate {
+    pub upstream: i64,
+    pub kind: Kind,
+    /// The job as named: the gates of one target are one condition.
+    pub target: String,
+    pub upstream_state: ChainState,
+}
+
 /// Whether a held job's gates let it go: `Some(true)` when every upstream has ended for
 /// good and each condition holds, `Some(false)` when one can never hold, `None` while an
 /// upstream is still open.
-pub fn gates_open(gates: &[crate::store::Gate]) -> Option<bool> {
+pub fn gates_open(gates: &[Gate]) -> Option<bool> {
     if never_gate(gates).is_some() {
         return Some(false);
     }
@@ -253,8 +266,7 @@ pub fn gates_open(gates: &[crate::store::Gate]) -> Option<bool> {
 /// A gate of a condition that can never hold: `afternotok` on a job (an array: all its
 /// tasks) whose chains all ended for good and all completed. As in Slurm, afternotok on
 /// an array holds when any task did not complete.
-fn never_gate(gates: &[crate::store::Gate]) -> Option<&crate::store::Gate> {
-    use crate::dependency::Kind;
+fn never_gate(gates: &[Gate]) -> Option<&Gate> {
     gates.iter().find(|g| {
         g.kind == Kind::AfterNotOk
             && gates
@@ -481,7 +493,7 @@ pub enum Effect {
 }
 
 /// The outcome of an event: everything that follows from it, as values. The store applies
-/// it in one transaction ([`crate::store::Store::apply`]), only if the chain is still in
+/// it in one transaction (the store's `apply`), only if the chain is still in
 /// the state it was decided from (and the attempt change's own condition holds); the
 /// daemon carries out its effects.
 #[derive(Debug, Clone, PartialEq)]
@@ -803,18 +815,15 @@ pub fn transition(
                 job: job.to_string(),
                 changes: changes
                     .iter()
-                    .map(|(c, f, t)| (crate::store::chain_label(*c), f.clone(), t.clone()))
+                    .map(|(c, f, t)| (chain_label(*c), f.clone(), t.clone()))
                     .collect(),
             },
             Inputs::Dependency {
                 job: Some(job.to_string()),
-                upstreams: changes
-                    .iter()
-                    .map(|(c, ..)| crate::store::chain_label(*c))
-                    .collect(),
+                upstreams: changes.iter().map(|(c, ..)| chain_label(*c)).collect(),
                 rewired: changes
                     .iter()
-                    .map(|(c, f, t)| (crate::store::chain_label(*c), f.clone(), t.clone()))
+                    .map(|(c, f, t)| (chain_label(*c), f.clone(), t.clone()))
                     .collect(),
             },
         ),
@@ -828,11 +837,7 @@ pub fn transition(
                 from: from.to_string(),
                 to: to.to_string(),
             },
-            vec![(
-                crate::store::chain_label(chain.id),
-                from.to_string(),
-                to.to_string(),
-            )],
+            vec![(chain_label(chain.id), from.to_string(), to.to_string())],
         ),
         Event::PlainJobNotHeld {
             job,
@@ -855,10 +860,7 @@ pub fn transition(
             )
         },
         Event::GatesDecided { job, gates } => {
-            let upstreams: Vec<String> = gates
-                .iter()
-                .map(|g| crate::store::chain_label(g.upstream))
-                .collect();
+            let upstreams: Vec<String> = gates.iter().map(|g| chain_label(g.upstream)).collect();
             let inputs = Inputs::Dependency {
                 job: job.map(str::to_string),
                 upstreams: upstreams.clone(),
@@ -894,10 +896,7 @@ pub fn transition(
             upstreams,
             attempt,
         } => {
-            let labels: Vec<String> = upstreams
-                .iter()
-                .map(|c| crate::store::chain_label(*c))
-                .collect();
+            let labels: Vec<String> = upstreams.iter().map(|c| chain_label(*c)).collect();
             Transition {
                 attempt: Some(AttemptChange::Ended(attempt.clone())),
                 ..Transition::of(
@@ -938,7 +937,7 @@ pub fn transition(
             upstream_state,
             Inputs::Dependency {
                 job: job.map(str::to_string),
-                upstreams: vec![crate::store::chain_label(upstream)],
+                upstreams: vec![chain_label(upstream)],
                 rewired: Vec::new(),
             },
         )?,
@@ -1038,7 +1037,7 @@ fn plain_job_note(
         reason,
         Inputs::Dependency {
             job: Some(job.to_string()),
-            upstreams: vec![crate::store::chain_label(chain.id)],
+            upstreams: vec![chain_label(chain.id)],
             rewired,
         },
     )
@@ -1055,7 +1054,7 @@ fn never_satisfied(
 ) -> Result<Transition, Refusal> {
     let reason = Reason::DependencyNeverSatisfied {
         kind: kind.to_string(),
-        upstream: crate::store::chain_label(upstream),
+        upstream: chain_label(upstream),
         upstream_state: upstream_state.to_string(),
     };
     cancelled(chain, job, SUPERVISOR, reason, inputs)

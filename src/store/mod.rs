@@ -71,10 +71,7 @@ fn open_states() -> String {
         .join(", ")
 }
 
-/// The user-facing chain id: `c` and the row id.
-pub fn chain_label(id: i64) -> String {
-    format!("c{id}")
-}
+pub use crate::model::chain_label;
 
 /// Chains read per page by [`Store::each_chain_summary`].
 const SUMMARY_PAGE: usize = 1000;

@@ -4,6 +4,7 @@
 use super::{open_states, parse_name, Result, Store};
 use crate::dependency::{Edge, Facts, Kind, Upstream};
 use crate::model::ChainState;
+pub use crate::policy::Gate;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashSet;
 
@@ -13,16 +14,6 @@ pub const MAX_UPSTREAM_CHAINS: usize = 10_000;
 
 /// How long a finished chain's Slurm job ids still name it in a dependency.
 pub const JOB_IDS_NAME_CHAINS_FOR: i64 = 7 * 24 * 3600;
-
-/// A gate of a held submission: `kind` on `upstream`, which is now in `upstream_state`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Gate {
-    pub upstream: i64,
-    pub kind: Kind,
-    /// The job as named: the gates of one target are one condition.
-    pub target: String,
-    pub upstream_state: ChainState,
-}
 
 /// A launch that gave chains a new job, and whose owner's waiting jobs may name the
 /// chains' earlier attempts.
