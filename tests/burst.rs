@@ -219,3 +219,34 @@ async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
     assert!(!notifier.busy(), "nothing to deliver");
     assert_eq!(due(&b), 0, "all marked in {turns} turns");
 }
+
+/// A chain a cancel holds between two batches (its scancel runs beside the loop) is the
+/// cancel's to record: its ending waiting in the backlog is not judged meanwhile. If the
+/// scancel then fails, nothing was lost: the next poll finds the ending again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_chain_held_between_two_batches_is_judged_only_after_its_release() {
+    let mut b = Burst::new(1_200, "debug").await;
+    for j in &b.jobs[..1_000] {
+        assert!(b.engine.slurm().end(j, Ending::Failed(78)));
+    }
+    b.engine.cycle().await.unwrap();
+    assert!(b.engine.has_backlog());
+    let last = b.jobs[999].clone();
+    let chain = b.engine.store().resolve(&last).unwrap()[0];
+    b.engine.hold(&[chain]);
+    b.settle().await;
+    assert_eq!(
+        b.engine.store().chain(chain).unwrap().unwrap().state,
+        ChainState::Active,
+        "held: its ending waits for the cancel"
+    );
+    assert!(b.engine.store().decisions(chain).unwrap().is_empty());
+    assert_eq!(b.in_state(ChainState::Failed), 999);
+    // The cancel's scancel failed: the chain is the cycle's again.
+    b.engine.release(&[chain]);
+    b.settle().await;
+    let ds = b.engine.store().decisions(chain).unwrap();
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].reason_code.as_deref(), Some("permanent_not_retried"));
+    assert_eq!(b.in_state(ChainState::Failed), 1_000);
+}

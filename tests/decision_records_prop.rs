@@ -1096,7 +1096,7 @@ impl Harness {
                         return self.after_cycle();
                     }
                 };
-                self.engine.start_cancel(&p.chains);
+                self.engine.hold(&p.chains);
                 if let Some((j, ending)) = ends {
                     let live = self.fake().live_jobs();
                     if !live.is_empty() {
@@ -1121,7 +1121,7 @@ impl Harness {
                     "a chain of cancel {id} ({:?}) got a new attempt while its scancel ran",
                     p.chains
                 );
-                self.engine.end_cancel(&p.chains);
+                self.engine.release(&p.chains);
                 let r = requests::finish_cancel(&mut self.engine, &p, scancelled.clone());
                 let ok = matches!(r, Response::Ok(_));
                 self.log.push(format!(
@@ -1316,7 +1316,7 @@ async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<
         Ok(requests::BegunCancel::Scancel(p)) => p,
         other => panic!("{other:?}"),
     };
-    h.engine.start_cancel(&p.chains);
+    h.engine.hold(&p.chains);
     h.fake().set_unavailable(Command::Scancel, true);
     if let Some(job) = requeue {
         assert!(h.fake().requeue(job, JobState::NodeFail));
@@ -1324,7 +1324,7 @@ async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<
     let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
     assert!(scancelled.is_err());
     h.cycle().await.unwrap();
-    h.engine.end_cancel(&p.chains);
+    h.engine.release(&p.chains);
     let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
     assert!(matches!(r, Response::Error(_)), "{r:?}");
     h.fake().set_unavailable(Command::Scancel, false);
@@ -1405,7 +1405,7 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
         Ok(requests::BegunCancel::Scancel(p)) => p,
         other => panic!("{other:?}"),
     };
-    h.engine.start_cancel(&p.chains);
+    h.engine.hold(&p.chains);
     let count = h.store().decisions(waiting).unwrap().len();
     let r = Resolution {
         id: format!("c{waiting}"),
@@ -1427,7 +1427,7 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
     }
     assert_eq!(h.store().decisions(waiting).unwrap().len(), count);
     let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
-    h.engine.end_cancel(&p.chains);
+    h.engine.release(&p.chains);
     let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     for c in h.chains().unwrap() {

@@ -571,7 +571,7 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         Ok(requests::BegunCancel::Scancel(pending)) => pending,
         other => panic!("{other:?}"),
     };
-    p.engine.start_cancel(&pending.chains);
+    p.engine.hold(&pending.chains);
     // Its dependency can never hold now, while its scancel runs.
     assert!(p.engine.slurm().end(&up, Ending::Completed));
     for _ in 0..3 {
@@ -583,7 +583,7 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         p.notified(c)
     );
     let scancelled = requests::run_scancels(p.engine.slurm(), &pending).await;
-    p.engine.end_cancel(&pending.chains);
+    p.engine.release(&pending.chains);
     let r = requests::finish_cancel(&mut p.engine, &pending, scancelled);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     assert_eq!(p.state(c), ChainState::Cancelled);

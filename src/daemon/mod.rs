@@ -275,7 +275,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
                 Landing::Cancel(p, scancelled, reply) => {
                     let _span = p.span.clone().entered();
-                    engine.end_cancel(&p.chains);
+                    engine.release(&p.chains);
                     let response = requests::finish_cancel(&mut engine, &p, scancelled);
                     let _ = reply.send(response);
                 }
@@ -318,7 +318,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     match span.in_scope(|| requests::begin_cancel(&mut engine, id, ctl.uid, span.clone())) {
                         Err(response) | Ok(requests::BegunCancel::Done(response)) => { let _ = ctl.reply.send(response); }
                         Ok(requests::BegunCancel::Scancel(p)) => {
-                            engine.start_cancel(&p.chains);
+                            engine.hold(&p.chains);
                             let (slurm, reply) = (engine.slurm().clone(), ctl.reply);
                             in_flight.push(Box::pin(async move {
                                 let scancelled = requests::run_scancels(&slurm, &p).await;

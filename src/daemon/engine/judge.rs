@@ -88,16 +88,8 @@ impl<S: Slurm> Engine<S> {
         if n == 0 {
             return Ok(());
         }
-        // A chain whose cancel began since the poll is the cancel's to record; its
-        // ending is found again by the next poll if the cancel's scancel fails. A job still
-        // in the queue has no ending, only the requeues Slurm made, which are recorded: the
-        // next poll would not see them again (it tells a requeue by the state last seen).
-        let cancelling = &self.cancelling;
-        let batch: Vec<Found> = self
-            .backlog
-            .drain(..n)
-            .filter(|f| f.still_queued || !cancelling.contains(&f.attempt.chain_id))
-            .collect();
+        // (A chain held since the poll left the backlog then: `Engine::hold`.)
+        let batch: Vec<Found> = self.backlog.drain(..n).collect();
         let mut endings = Vec::new();
         let mut partitions = Vec::new();
         self.store.begin_batch()?;

@@ -32,12 +32,12 @@ impl<S: Slurm> Engine<S> {
             .iter()
             .map(|l| l.submission_id)
             .collect();
+        // A held chain gets no new attempt while its holder's command runs.
         let mut ready: Vec<_> = self
-            .store
-            .chains_in_state(ChainState::Ready)?
+            .held
+            .free(self.store.chains_in_state(ChainState::Ready)?, |c| c.id)
             .into_iter()
-            // A chain being cancelled gets no new attempt while its scancel runs.
-            .filter(|c| !unsettled.contains(&c.submission_id) && !self.cancelling.contains(&c.id))
+            .filter(|c| !unsettled.contains(&c.submission_id))
             .collect();
         // A chain whose job Slurm cancelled for its dependency waits for the chains it
         // waits on to have a live attempt, and ends if one of them failed for good.

@@ -10,6 +10,7 @@
 //! daemon) and records what sbatch answered.
 
 mod age;
+mod held;
 mod judge;
 mod launch;
 mod pipeline;
@@ -52,9 +53,9 @@ pub struct Engine<S: Slurm> {
     /// submit (true) or a retry. Reconciliation leaves them alone: their fate is about to
     /// be known.
     in_flight: HashMap<i64, (u32, bool)>,
-    /// Chains whose `cancel` has its scancel running beside the loop: none of them gets a
-    /// new attempt or a second cancel meanwhile.
-    cancelling: HashSet<i64>,
+    /// Chains a request holds while its Slurm command runs beside the loop (a cancel's
+    /// scancel): the cycle leaves them alone meanwhile (see `held`).
+    held: held::Held,
     /// Whether retries' sbatch runs beside the loop (the daemon) or is awaited in place
     /// (the in-process tests, which drive cycles one by one).
     defer: bool,
@@ -118,7 +119,7 @@ impl<S: Slurm> Engine<S> {
             outage: None,
             consecutive_failures: 0,
             in_flight: HashMap::new(),
-            cancelling: HashSet::new(),
+            held: held::Held::default(),
             defer: false,
             takeoff: Vec::new(),
             backlog: Default::default(),
@@ -169,21 +170,25 @@ impl<S: Slurm> Engine<S> {
         sbatch::begin_submission(&mut self.store, &self.config, new, submitted, t)
     }
 
-    /// Marks chains as being cancelled (their scancel runs beside the loop).
-    pub fn start_cancel(&mut self, chains: &[i64]) {
-        self.cancelling.extend(chains);
+    /// Holds chains for a request whose Slurm command runs beside the loop (a cancel's
+    /// scancel): the cycle leaves them alone until [`Engine::release`]. Their endings
+    /// waiting to be judged are the request's to record (the next poll finds them again
+    /// if its command fails); the requeues Slurm made of a job still queued stay.
+    pub fn hold(&mut self, chains: &[i64]) {
+        self.held.hold(chains);
+        let held = &self.held;
+        self.backlog
+            .retain(|f| f.still_queued || !held.contains(f.attempt.chain_id));
     }
 
-    /// Their scancel has answered.
-    pub fn end_cancel(&mut self, chains: &[i64]) {
-        for c in chains {
-            self.cancelling.remove(c);
-        }
+    /// The request's command has answered: the cycle acts on its chains again.
+    pub fn release(&mut self, chains: &[i64]) {
+        self.held.release(chains);
     }
 
-    /// Whether a chain's cancel is waiting for its scancel.
-    pub fn is_cancelling(&self, chain: i64) -> bool {
-        self.cancelling.contains(&chain)
+    /// Whether a request holds the chain (its cancel's scancel has not answered yet).
+    pub fn is_held(&self, chain: i64) -> bool {
+        self.held.contains(chain)
     }
 
     /// What `scontrol show job` says of a job (for `adopt`).

@@ -504,7 +504,7 @@ impl<S: Slurm> Engine<S> {
             let chains = self.store.open_chains_of_submission(sub_id)?;
             // A chain its user is cancelling is the cancel's to record: the submission's
             // gates are settled next cycle, once the cancel is recorded or has failed.
-            if chains.iter().any(|(c, _)| self.cancelling.contains(c)) {
+            if self.held.any(chains.iter().map(|(c, _)| *c)) {
                 continue;
             }
             let mut items = Vec::new();

@@ -14,7 +14,8 @@ impl<S: Slurm> Engine<S> {
     /// Watches every live attempt: one squeue for all, sacct for those that left the
     /// queue or were requeued. Returns false when Slurm did not answer.
     pub async fn poll(&mut self, t: i64) -> Result<bool, StoreError> {
-        let live = self.store.live_attempts()?;
+        // A held chain's job is its holder's (a cancel's scancel ends it).
+        let live = self.held.free(self.store.live_attempts()?, |a| a.chain_id);
         if live.is_empty() {
             return Ok(true);
         }
@@ -90,13 +91,6 @@ impl<S: Slurm> Engine<S> {
             let Some(jid) = a.slurm_job_id.clone() else {
                 continue;
             };
-            // A chain whose cancel is scancelling its job is the cancel's to record (its job
-            // ends by that scancel). Nothing of it is noted either, not even the state seen:
-            // if the scancel fails, the next poll finds what happened meanwhile (a requeue
-            // is told by the state it was last seen in).
-            if self.cancelling.contains(&a.chain_id) {
-                continue;
-            }
             match queued_for(&a, &jid) {
                 Some(state) if !state.is_terminal() => {
                     let prev = a.last_seen.clone().unwrap_or_default();

@@ -80,8 +80,20 @@ fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Han
     Ok((items, live_by_owner))
 }
 
+/// Refuses a request that would change a chain a cancel holds (its scancel has not
+/// answered yet): the one check of every request that changes chains.
+pub(super) fn refuse_held<'c, S: Slurm>(
+    engine: &Engine<S>,
+    chains: impl IntoIterator<Item = &'c Chain>,
+) -> Result<(), Response> {
+    match chains.into_iter().find(|c| engine.is_held(c.id)) {
+        Some(c) => Err(being_cancelled(c.id)),
+        None => Ok(()),
+    }
+}
+
 /// The answer to a request about a chain whose cancel waits for its scancel.
-pub(super) fn being_cancelled(chain: i64) -> Response {
+fn being_cancelled(chain: i64) -> Response {
     let c = chain_label(chain);
     Response::error(
         ErrorKind::Unavailable,
@@ -107,10 +119,8 @@ pub fn begin_cancel<S: Slurm>(
     span: tracing::Span,
 ) -> Handled<BegunCancel> {
     let chains = chains_for(engine.store(), id, uid)?;
+    refuse_held(engine, chains.iter().filter(|c| c.state.is_open()))?;
     for c in chains.iter().filter(|c| c.state.is_open()) {
-        if engine.is_cancelling(c.id) {
-            return Err(being_cancelled(c.id));
-        }
         // A launch whose sbatch gave no answer may have created a job that the next cycle
         // will find by its tag and adopt; cancelling the chain now would leave that job
         // running and the chain brought back to `active` by the adoption.
@@ -250,9 +260,9 @@ pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32)
         Err(e) => e,
         Ok(BegunCancel::Done(r)) => r,
         Ok(BegunCancel::Scancel(p)) => {
-            engine.start_cancel(&p.chains);
+            engine.hold(&p.chains);
             let scancelled = run_scancels(engine.slurm(), &p).await;
-            engine.end_cancel(&p.chains);
+            engine.release(&p.chains);
             finish_cancel(engine, &p, scancelled)
         }
     }

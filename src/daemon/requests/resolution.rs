@@ -131,9 +131,7 @@ pub(super) fn transitions<S: Slurm>(
     event: Event,
     t: i64,
 ) -> Result<Vec<(i64, Transition)>, Response> {
-    if let Some(c) = chains.iter().find(|c| engine.is_cancelling(c.id)) {
-        return Err(super::cancel::being_cancelled(c.id));
-    }
+    super::cancel::refuse_held(engine, chains)?;
     let ctx = policy::Context::at(t);
     chains
         .iter()
