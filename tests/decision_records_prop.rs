@@ -397,6 +397,21 @@ impl Harness {
         out
     }
 
+    /// Begins a cancel of `id` as the daemon's loop does, expecting scancels to run.
+    async fn begin_scancel(&mut self, id: &str) -> requests::Beside {
+        let request = Request::Cancel { id: id.to_string() };
+        match requests::begin(&mut self.engine, request, self.uid, tracing::Span::none()).await {
+            requests::Plan::Beside(c) => c,
+            requests::Plan::Done(r) => panic!("no scancel: {r:?}"),
+        }
+    }
+
+    /// Runs a request's Slurm command as the daemon does beside its loop.
+    async fn carry_out(&self, command: requests::Beside) -> requests::Landed {
+        let dir = self.engine.config().state_dir.clone();
+        requests::carry_out(self.engine.slurm(), &dir, command).await
+    }
+
     /// Runs one cycle and checks what must hold after every cycle.
     async fn cycle(&mut self) -> Checked {
         self.engine
@@ -1086,17 +1101,18 @@ impl Harness {
                     Some(j) if *by_job => j,
                     _ => format!("c{}", c.id),
                 };
+                let request = Request::Cancel { id: id.clone() };
                 let begun =
-                    requests::begin_cancel(&mut self.engine, &id, self.uid, tracing::Span::none());
-                let p = match begun {
-                    Ok(requests::BegunCancel::Scancel(p)) => p,
-                    other => {
-                        self.log
-                            .push(format!("cancel {id} (no scancel: {other:?})"));
+                    requests::begin(&mut self.engine, request, self.uid, tracing::Span::none())
+                        .await;
+                let command = match begun {
+                    requests::Plan::Beside(c) => c,
+                    requests::Plan::Done(r) => {
+                        self.log.push(format!("cancel {id} (no scancel: {r:?})"));
                         return self.after_cycle();
                     }
                 };
-                self.engine.hold(&p.chains);
+                let held = command.chains().to_vec();
                 if let Some((j, ending)) = ends {
                     let live = self.fake().live_jobs();
                     if !live.is_empty() {
@@ -1105,10 +1121,11 @@ impl Harness {
                         self.fake().end(&job, *ending);
                     }
                 }
-                let scancelled = requests::run_scancels(self.engine.slurm(), &p).await;
+                let landed = self.carry_out(command).await;
+                let scancelled_ok = matches!(landed, requests::Landed::Cancel(_, Ok(())));
                 let attempts = |h: &Self| -> Result<usize, TestCaseError> {
                     let mut n = 0;
-                    for &c in &p.chains {
+                    for &c in &held {
                         n += h.store().attempts(c).map_err(store_err)?.len();
                     }
                     Ok(n)
@@ -1118,25 +1135,23 @@ impl Harness {
                 // No retry of a chain being cancelled is launched beside its scancel.
                 ensure!(
                     attempts(self)? == before,
-                    "a chain of cancel {id} ({:?}) got a new attempt while its scancel ran",
-                    p.chains
+                    "a chain of cancel {id} ({held:?}) got a new attempt while its scancel ran",
                 );
-                self.engine.release(&p.chains);
-                let r = requests::finish_cancel(&mut self.engine, &p, scancelled.clone());
+                let r = requests::finish(&mut self.engine, landed);
                 let ok = matches!(r, Response::Ok(_));
                 self.log.push(format!(
                     "cancel {id} beside a cycle (scancel {}, {})",
-                    if scancelled.is_ok() { "ok" } else { "failed" },
+                    if scancelled_ok { "ok" } else { "failed" },
                     if ok { "ok" } else { "refused" }
                 ));
                 // A scancel that went through is recorded as the user's cancel, never
                 // taken by the cycle beside it for an ending of the job's own.
                 ensure!(
-                    ok == scancelled.is_ok(),
-                    "cancel of {id}: scancel {scancelled:?}, answered {r:?}"
+                    ok == scancelled_ok,
+                    "cancel of {id}: scancel ok {scancelled_ok}, answered {r:?}"
                 );
                 if ok {
-                    for &c in &p.chains {
+                    for &c in &held {
                         let now = self.store().chain(c).map_err(store_err)?.expect("exists");
                         ensure!(
                             now.state == ChainState::Cancelled,
@@ -1307,25 +1322,15 @@ fn a_task_ready_for_a_retry_is_not_relaunched_beside_its_arrays_cancel() {
 /// runs) with a cycle beside it; then, the cancel answered, the next poll records the
 /// chain's one requeue.
 async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<&str>) {
-    let p = match requests::begin_cancel(
-        &mut h.engine,
-        &format!("c{c}"),
-        h.uid,
-        tracing::Span::none(),
-    ) {
-        Ok(requests::BegunCancel::Scancel(p)) => p,
-        other => panic!("{other:?}"),
-    };
-    h.engine.hold(&p.chains);
+    let command = h.begin_scancel(&format!("c{c}")).await;
     h.fake().set_unavailable(Command::Scancel, true);
     if let Some(job) = requeue {
         assert!(h.fake().requeue(job, JobState::NodeFail));
     }
-    let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
-    assert!(scancelled.is_err());
+    let landed = h.carry_out(command).await;
+    assert!(matches!(landed, requests::Landed::Cancel(_, Err(_))));
     h.cycle().await.unwrap();
-    h.engine.release(&p.chains);
-    let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+    let r = requests::finish(&mut h.engine, landed);
     assert!(matches!(r, Response::Error(_)), "{r:?}");
     h.fake().set_unavailable(Command::Scancel, false);
     h.cycle().await.unwrap();
@@ -1401,11 +1406,7 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
         .expect("a task waits for a person")
         .id;
     let array = slurm_supervisor::slurm::jobid::base_job_id(&jobs[0]);
-    let p = match requests::begin_cancel(&mut h.engine, &array, h.uid, tracing::Span::none()) {
-        Ok(requests::BegunCancel::Scancel(p)) => p,
-        other => panic!("{other:?}"),
-    };
-    h.engine.hold(&p.chains);
+    let command = h.begin_scancel(&array).await;
     let count = h.store().decisions(waiting).unwrap().len();
     let r = Resolution {
         id: format!("c{waiting}"),
@@ -1426,9 +1427,8 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
         other => panic!("resolved while being cancelled: {other:?}"),
     }
     assert_eq!(h.store().decisions(waiting).unwrap().len(), count);
-    let scancelled = requests::run_scancels(h.engine.slurm(), &p).await;
-    h.engine.release(&p.chains);
-    let r = requests::finish_cancel(&mut h.engine, &p, scancelled);
+    let landed = h.carry_out(command).await;
+    let r = requests::finish(&mut h.engine, landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     for c in h.chains().unwrap() {
         assert_eq!(c.state, ChainState::Cancelled, "c{}", c.id);

@@ -416,12 +416,21 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         max_retries: None,
         restartable: false,
     };
-    let pend = requests::begin_submit(&mut p.engine, req, p.uid, tracing::Span::none()).unwrap();
-    p.engine.start_flight(pend.launch.id, p.uid);
+    let command = match requests::begin(
+        &mut p.engine,
+        Request::Submit(req),
+        p.uid,
+        tracing::Span::none(),
+    )
+    .await
+    {
+        requests::Plan::Beside(c) => c,
+        requests::Plan::Done(r) => panic!("{r:?}"),
+    };
     let c_down = p
         .engine
         .store()
-        .open_chains_of_submission(pend.launch.submission_id)
+        .open_chains_of_submission(command.submission().unwrap().id)
         .unwrap()[0]
         .0;
     // The upstream completes while the downstream's sbatch is in flight.
@@ -429,9 +438,9 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
     p.cycle().await;
     p.cycle().await;
     assert_eq!(p.state(c_down), ChainState::Active, "not decided yet");
-    let outcome = p.engine.sbatch(&pend.launch, &pend.sub).await;
-    p.engine.end_flight(pend.launch.id);
-    let job = match requests::finish_submit(&mut p.engine, &pend, outcome) {
+    let dir = p.engine.config().state_dir.clone();
+    let landed = requests::carry_out(p.engine.slurm(), &dir, command).await;
+    let job = match requests::finish(&mut p.engine, landed) {
         Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
         Response::Error(e) => panic!("{e:?}"),
     };
@@ -562,16 +571,14 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         .submit(&[&format!("--dependency=afternotok:c{c_up}")])
         .await;
     let c = p.chain_of(&notok);
-    let pending = match requests::begin_cancel(
-        &mut p.engine,
-        &format!("c{c}"),
-        p.uid,
-        tracing::Span::none(),
-    ) {
-        Ok(requests::BegunCancel::Scancel(pending)) => pending,
-        other => panic!("{other:?}"),
+    let request = Request::Cancel {
+        id: format!("c{c}"),
     };
-    p.engine.hold(&pending.chains);
+    let command = match requests::begin(&mut p.engine, request, p.uid, tracing::Span::none()).await
+    {
+        requests::Plan::Beside(c) => c,
+        requests::Plan::Done(r) => panic!("{r:?}"),
+    };
     // Its dependency can never hold now, while its scancel runs.
     assert!(p.engine.slurm().end(&up, Ending::Completed));
     for _ in 0..3 {
@@ -582,9 +589,9 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         "nothing is told of a chain being cancelled: {:?}",
         p.notified(c)
     );
-    let scancelled = requests::run_scancels(p.engine.slurm(), &pending).await;
-    p.engine.release(&pending.chains);
-    let r = requests::finish_cancel(&mut p.engine, &pending, scancelled);
+    let dir = p.engine.config().state_dir.clone();
+    let landed = requests::carry_out(p.engine.slurm(), &dir, command).await;
+    let r = requests::finish(&mut p.engine, landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     assert_eq!(p.state(c), ChainState::Cancelled);
     let actors: Vec<String> = p

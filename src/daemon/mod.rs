@@ -137,22 +137,16 @@ fn lock_state_dir(config: &Config) -> Result<std::fs::File, DaemonError> {
     Ok(f)
 }
 
-/// An sbatch that ran beside the loop, back with its answer.
+/// A Slurm command that ran beside the loop, back with its answer.
 enum Landing {
-    /// A user's submit, whose client waits for the answer.
-    Submit(
-        requests::PendingSubmit,
-        sbatch::LaunchOutcome,
+    /// A user's request (a submit's sbatch, a cancel's scancels), whose client waits for
+    /// the answer.
+    Request(
+        requests::Landed,
         tokio::sync::oneshot::Sender<crate::protocol::Response>,
     ),
     /// A retry (or a launch repeated after a crash).
-    Retry(engine::Flight, sbatch::LaunchOutcome),
-    /// A user's cancel, whose scancel has answered.
-    Cancel(
-        requests::PendingCancel,
-        Result<(), String>,
-        tokio::sync::oneshot::Sender<crate::protocol::Response>,
-    ),
+    Retry(Box<engine::Flight>, sbatch::LaunchOutcome),
 }
 
 type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Landing>>>;
@@ -166,7 +160,7 @@ fn dispatch<S: Slurm + Clone + 'static>(
         let (slurm, dir) = (engine.slurm().clone(), engine.config().state_dir.clone());
         in_flight.push(Box::pin(async move {
             let outcome = sbatch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
-            Landing::Retry(f, outcome)
+            Landing::Retry(Box::new(f), outcome)
         }));
     }
 }
@@ -267,17 +261,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 Some(Event::Shutdown) | None => break Ok(()),
             },
             Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
-                Landing::Submit(p, outcome, reply) => {
-                    let _span = p.span.clone().entered();
-                    engine.end_flight(p.launch.id);
-                    let response = requests::finish_submit(&mut engine, &p, outcome);
-                    let _ = reply.send(response);
-                }
-                Landing::Cancel(p, scancelled, reply) => {
-                    let _span = p.span.clone().entered();
-                    engine.release(&p.chains);
-                    let response = requests::finish_cancel(&mut engine, &p, scancelled);
-                    let _ = reply.send(response);
+                Landing::Request(landed, reply) => {
+                    let _ = reply.send(requests::finish(&mut engine, landed));
                 }
                 Landing::Retry(f, outcome) => {
                     if let Err(e) = engine.land(&f, outcome) {
@@ -296,42 +281,22 @@ pub async fn run<S: Slurm + Clone + 'static>(
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
                 let span = requests::span(&ctl.request, ctl.uid);
-                if let crate::protocol::Request::Submit(r) = ctl.request {
-                    // The sbatch runs beside the loop: a slow one (a busy controller, or
-                    // a user's environment that makes it wait) holds up no one else.
-                    match span.in_scope(|| requests::begin_submit(&mut engine, r, ctl.uid, span.clone())) {
-                        Err(response) => { let _ = ctl.reply.send(response); }
-                        Ok(p) => {
-                            engine.start_flight(p.launch.id, p.uid);
-                            let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
-                            in_flight.push(Box::pin(async move {
-                                let outcome = sbatch::sbatch(&slurm, &dir, &p.launch, &p.sub).await;
-                                Landing::Submit(p, outcome, reply)
-                            }.instrument(span)));
-                        }
-                    }
-                    continue;
-                }
-                if let crate::protocol::Request::Cancel { id } = &ctl.request {
-                    // scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their
-                    // own process) until the command's timeout: beside the loop too.
-                    match span.in_scope(|| requests::begin_cancel(&mut engine, id, ctl.uid, span.clone())) {
-                        Err(response) | Ok(requests::BegunCancel::Done(response)) => { let _ = ctl.reply.send(response); }
-                        Ok(requests::BegunCancel::Scancel(p)) => {
-                            engine.hold(&p.chains);
-                            let (slurm, reply) = (engine.slurm().clone(), ctl.reply);
-                            in_flight.push(Box::pin(async move {
-                                let scancelled = requests::run_scancels(&slurm, &p).await;
-                                Landing::Cancel(p, scancelled, reply)
-                            }.instrument(span)));
-                        }
-                    }
-                    continue;
-                }
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
                 let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
-                let response = requests::handle(&mut engine, ctl.request, ctl.uid).instrument(span).await;
+                let response = match requests::begin(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await {
+                    requests::Plan::Done(response) => response,
+                    // A submit's sbatch, a cancel's scancels: as the user, who could hold
+                    // them (a slow controller, a SIGSTOP to their own process), so beside
+                    // the loop, holding up no one else.
+                    requests::Plan::Beside(command) => {
+                        let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
+                        in_flight.push(Box::pin(async move {
+                            Landing::Request(requests::carry_out(&slurm, &dir, command).await, reply)
+                        }.instrument(span)));
+                        continue;
+                    }
+                };
                 let _ = ctl.reply.send(response);
                 if may_launch {
                     if let Err(e) = engine.launch_ready(engine::now()).await {

@@ -6,9 +6,10 @@
 //! A cancel of live jobs is cut in two, as a submit is, so that its scancel never holds up
 //! the loop: scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their own
 //! process) until `[slurm] command_timeout`. `begin_cancel` checks the request and decides
-//! which jobs to cancel; while the scancel runs beside the loop the chains are marked
-//! cancelling (no retry of theirs is launched, no second cancel begins); `finish_cancel`
-//! decides again from the chains as they are then and records it.
+//! which jobs to cancel; while the scancel runs beside the loop the chains are held
+//! (`Engine::hold`: the cycle leaves them alone, and `refuse_held` refuses a second
+//! cancel or a resolution); `finish_cancel` decides again from the chains as they are
+//! then and records it.
 
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::{now, Engine};
@@ -24,7 +25,7 @@ pub struct PendingCancel {
     /// What the caller named, for the answer.
     id: String,
     uid: u32,
-    /// The chains the cancel is for, marked cancelling until `finish_cancel`.
+    /// The chains the cancel is for, held until `finish_cancel`.
     pub chains: Vec<i64>,
     /// One scancel per owner: as whom, and the live jobs (an array's tasks together).
     scancels: Vec<(Option<RunAs>, Vec<String>)>,
@@ -252,18 +253,4 @@ fn answer_of(done: Vec<i64>) -> CancelAnswer {
 
 fn answer(done: Vec<i64>) -> Response {
     Response::answer(&answer_of(done))
-}
-
-/// A whole cancel, its scancel awaited in place (the in-process tests).
-pub(super) async fn cancel<S: Slurm>(engine: &mut Engine<S>, id: &str, uid: u32) -> Response {
-    match begin_cancel(engine, id, uid, tracing::Span::current()) {
-        Err(e) => e,
-        Ok(BegunCancel::Done(r)) => r,
-        Ok(BegunCancel::Scancel(p)) => {
-            engine.hold(&p.chains);
-            let scancelled = run_scancels(engine.slurm(), &p).await;
-            engine.release(&p.chains);
-            finish_cancel(engine, &p, scancelled)
-        }
-    }
 }

@@ -1,13 +1,14 @@
 //! Control requests that change something, handled on the daemon's loop (reads are
-//! answered by `reads`, off the loop). One file per request kind; `handle` only dispatches.
+//! answered by `reads`, off the loop). One file per request kind.
 //!
-//! A submit is cut in two so that its sbatch never holds up the loop: `submit::begin`
-//! checks the request and records the launch's intent, the daemon runs the sbatch beside
-//! the loop, and `submit::finish` records what came of it and builds the answer. The
-//! answer is the truth: a submission the client is told failed is never submitted later.
-//! A cancel of live jobs is cut in two the same way (`cancel::begin_cancel`, its scancel
-//! beside the loop, `cancel::finish_cancel`): the scancel runs as the jobs' owner, who
-//! could otherwise hold the loop with it.
+//! One path for every such request, the daemon's and the tests' alike, as mini-redis
+//! parses a command once and applies it: [`begin`] checks it and does what can be done on
+//! the loop, and comes back with a [`Plan`]: answered now, or a Slurm command to run
+//! beside the loop ([`Beside`]: a submit's sbatch, a cancel's scancels, run as the
+//! caller, who could hold them), whose answer [`finish`] records and turns into the
+//! answer. The daemon runs [`carry_out`] beside its loop; [`handle`] (the in-process
+//! tests) awaits it in place. The answer is the truth: a submission the client is told
+//! failed is never submitted later.
 
 mod adopt;
 pub mod cancel;
@@ -17,11 +18,15 @@ mod resolution;
 pub mod submit;
 
 use super::engine::Engine;
+use super::sbatch::{self, LaunchOutcome};
 use crate::protocol::{Request, Response};
 use crate::slurm::Slurm;
+use std::path::Path;
 
-pub use cancel::{begin_cancel, finish_cancel, run_scancels, BegunCancel, PendingCancel};
-pub use submit::{begin_submit, finish_submit, PendingSubmit};
+pub use cancel::PendingCancel;
+use cancel::{begin_cancel, finish_cancel, run_scancels, BegunCancel};
+pub use submit::PendingSubmit;
+use submit::{begin_submit, finish_submit};
 
 /// The span of one control request handled on the loop: its `cmd`, the caller's uid, the
 /// chain or job it names as given (`subject`), and the `chain` and `job` a submit made once
@@ -41,25 +46,144 @@ pub fn span(request: &Request, uid: u32) -> tracing::Span {
     span
 }
 
-/// Handles one request to completion (reads too), as the in-process tests drive it. The
-/// daemon's loop uses `begin_submit`/`finish_submit` for submits instead.
-pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
-    if let Some(r) = super::reads::handle(engine.store(), &request, uid) {
-        return r;
+/// What a request that changes something comes to on the loop, as mini-redis applies a
+/// parsed command: answered now, or a Slurm command to run beside the loop (as the
+/// caller's user, who could hold it) whose answer [`finish`] then records. The chains or
+/// launch it concerns are marked meanwhile (a submit's launch in flight, a cancel's chains
+/// held), so the cycle leaves them alone.
+#[derive(Debug)]
+pub enum Plan {
+    /// Answered now.
+    Done(Response),
+    /// A Slurm command to run beside the loop.
+    Beside(Beside),
+}
+
+/// A request's Slurm command, to run beside the loop.
+#[derive(Debug)]
+pub enum Beside {
+    /// A submission whose intent is recorded: its sbatch is to run.
+    Submit(Box<PendingSubmit>),
+    /// A cancel of live jobs: its scancels are to run.
+    Cancel(PendingCancel),
+}
+
+impl Beside {
+    /// The chains it holds (a cancel's), for the cycle to leave alone.
+    pub fn chains(&self) -> &[i64] {
+        match self {
+            Beside::Cancel(p) => &p.chains,
+            Beside::Submit(_) => &[],
+        }
     }
-    let result = match request {
-        Request::Submit(r) => return submit::submit(engine, r, uid).await,
-        Request::Classify(r) => classify::classify(engine, r, uid).map(|a| Response::answer(&a)),
-        Request::Recover(r) => recover::recover(engine, r, uid).map(|a| Response::answer(&a)),
-        Request::Cancel { id } => return cancel::cancel(engine, &id, uid).await,
-        Request::Adopt { job_ids } => adopt::adopt(engine, &job_ids, uid)
-            .await
-            .map(|a| Response::answer(&a)),
+
+    /// The submission whose sbatch it is to run, if it is a submit's.
+    pub fn submission(&self) -> Option<&crate::store::Submission> {
+        match self {
+            Beside::Submit(p) => Some(&p.sub),
+            Beside::Cancel(_) => None,
+        }
+    }
+}
+
+/// A plan's Slurm command, answered.
+#[derive(Debug)]
+pub enum Landed {
+    Submit(Box<PendingSubmit>, LaunchOutcome),
+    Cancel(PendingCancel, Result<(), String>),
+}
+
+/// Checks a request that changes something and does what can be done on the loop. The
+/// one entry for such requests, the daemon's and the tests' alike; reads are answered off
+/// the loop (`reads`).
+pub async fn begin<S: Slurm>(
+    engine: &mut Engine<S>,
+    request: Request,
+    uid: u32,
+    span: tracing::Span,
+) -> Plan {
+    let answered = |r: Result<Response, Response>| Plan::Done(r.unwrap_or_else(|e| e));
+    match request {
+        Request::Submit(r) => match begin_submit(engine, r, uid, span) {
+            Ok(p) => {
+                engine.start_flight(p.launch.id, p.uid);
+                Plan::Beside(Beside::Submit(Box::new(p)))
+            }
+            Err(e) => Plan::Done(e),
+        },
+        Request::Cancel { id } => match begin_cancel(engine, &id, uid, span) {
+            Ok(BegunCancel::Scancel(p)) => {
+                engine.hold(&p.chains);
+                Plan::Beside(Beside::Cancel(p))
+            }
+            Ok(BegunCancel::Done(r)) | Err(r) => Plan::Done(r),
+        },
+        Request::Classify(r) => {
+            answered(classify::classify(engine, r, uid).map(|a| Response::answer(&a)))
+        }
+        Request::Recover(r) => {
+            answered(recover::recover(engine, r, uid).map(|a| Response::answer(&a)))
+        }
+        Request::Adopt { job_ids } => answered(
+            adopt::adopt(engine, &job_ids, uid)
+                .await
+                .map(|a| Response::answer(&a)),
+        ),
         Request::Ping
         | Request::Status { .. }
         | Request::History { .. }
         | Request::Pending
-        | Request::Stats { .. } => unreachable!("reads are answered above"),
-    };
-    result.unwrap_or_else(|e| e)
+        | Request::Stats { .. } => {
+            match crate::daemon::reads::handle(engine.store(), &request, uid) {
+                Some(r) => Plan::Done(r),
+                None => unreachable!("a read is answered by reads::handle"),
+            }
+        }
+    }
+}
+
+/// Runs a request's Slurm command (beside the loop, in the daemon).
+pub async fn carry_out<S: Slurm>(slurm: &S, state_dir: &Path, command: Beside) -> Landed {
+    match command {
+        Beside::Submit(p) => {
+            let outcome = sbatch::sbatch(slurm, state_dir, &p.launch, &p.sub).await;
+            Landed::Submit(p, outcome)
+        }
+        Beside::Cancel(p) => {
+            let scancelled = run_scancels(slurm, &p).await;
+            Landed::Cancel(p, scancelled)
+        }
+    }
+}
+
+/// Records what a plan's Slurm command answered, and makes the answer (in the request's
+/// span); the launch or chains it marked are the cycle's again.
+pub fn finish<S: Slurm>(engine: &mut Engine<S>, landed: Landed) -> Response {
+    match landed {
+        Landed::Submit(p, outcome) => {
+            let _span = p.span.clone().entered();
+            engine.end_flight(p.launch.id);
+            finish_submit(engine, &p, outcome)
+        }
+        Landed::Cancel(p, scancelled) => {
+            let _span = p.span.clone().entered();
+            engine.release(&p.chains);
+            finish_cancel(engine, &p, scancelled)
+        }
+    }
+}
+
+/// Handles one request to completion (reads too), through the same [`begin`], [`carry_out`]
+/// and [`finish`] as the daemon's loop, with the Slurm command awaited in place: the
+/// in-process tests drive it.
+pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
+    let span = tracing::Span::current();
+    match begin(engine, request, uid, span).await {
+        Plan::Done(answered) => answered,
+        Plan::Beside(command) => {
+            let dir = engine.config().state_dir.clone();
+            let landed = carry_out(engine.slurm(), &dir, command).await;
+            finish(engine, landed)
+        }
+    }
 }

@@ -30,19 +30,6 @@ pub struct PendingSubmit {
     pub span: tracing::Span,
 }
 
-pub(super) async fn submit<S: Slurm>(
-    engine: &mut Engine<S>,
-    r: SubmitRequest,
-    uid: u32,
-) -> Response {
-    let p = match begin_submit(engine, r, uid, tracing::Span::current()) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    let outcome = engine.sbatch(&p.launch, &p.sub).await;
-    finish_submit(engine, &p, outcome)
-}
-
 fn usage(m: impl Into<String>) -> Response {
     Response::error(ErrorKind::Usage, m)
 }
