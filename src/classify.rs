@@ -234,7 +234,7 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         let text_ok = rule.stderr.as_ref().is_none_or(|re| re.is_match(stderr));
         if code_ok && text_ok {
             return Ok(verdict(
-                rule.kind.classification(),
+                rule.kind,
                 format!(
                     "{} {} matched rule {:?}",
                     job.state, job.exit_code, rule.name

@@ -121,85 +121,40 @@ pub fn parse_mem_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult).ok_or_else(bad)
 }
 
-/// Whether a failure matched by a rule is worth retrying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RuleKind {
-    Transient,
-    Permanent,
-}
-
-impl RuleKind {
-    pub fn classification(self) -> Classification {
-        match self {
-            RuleKind::Transient => Classification::Transient,
-            RuleKind::Permanent => Classification::Permanent,
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: String,
-    kind: RuleKind,
+    kind: toml::Spanned<Classification>,
     #[serde(default)]
     exit_codes: Vec<i32>,
     stderr: Option<toml::Spanned<String>>,
 }
 
 /// A failure rule: a FAILED attempt whose exit code is listed (if any are) and whose
-/// stderr tail matches the regex (if one is given) is transient or permanent.
+/// stderr tail matches the regex (if one is given) gets the rule's classification:
+/// `transient`, `permanent`, or another the classification table lets rules give
+/// (`Row::by_rule`).
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub name: String,
-    pub kind: RuleKind,
+    pub kind: Classification,
     pub exit_codes: Vec<i32>,
     pub stderr: Option<Regex>,
 }
 
-/// Per-classification retry budgets: how many automatic resubmissions one chain may get
-/// for each kind of failure before it is escalated to an agent.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Budgets {
-    pub preempted: u32,
-    pub node_fail: u32,
-    pub boot_fail: u32,
-    pub oom: u32,
-    pub timeout: u32,
-    pub transient: u32,
-}
-
-impl Default for Budgets {
-    fn default() -> Self {
-        Budgets {
-            preempted: 10,
-            node_fail: 3,
-            boot_fail: 3,
-            oom: 3,
-            timeout: 3,
-            transient: 3,
-        }
-    }
-}
+/// Per-classification retry budgets the admin set (`[retry.budgets]`): how many automatic
+/// resubmissions one chain may get for each kind of failure before it is escalated to an
+/// agent. A kind not listed keeps the classification table's default
+/// (`Classification::row`); only kinds retried automatically have one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Budgets(std::collections::BTreeMap<Classification, u32>);
 
 impl Budgets {
-    pub fn for_class(&self, c: Classification) -> u32 {
-        match c {
-            Classification::Preempted => self.preempted,
-            Classification::NodeFail => self.node_fail,
-            Classification::BootFail => self.boot_fail,
-            Classification::Oom => self.oom,
-            Classification::Timeout => self.timeout,
-            Classification::Transient => self.transient,
-            // Never retried automatically, so no budget.
-            Classification::Completed
-            | Classification::Cancelled
-            | Classification::Deadline
-            | Classification::Permanent
-            | Classification::Ambiguous => 0,
-        }
+    /// The admin's budget for `c`, if they set one.
+    pub fn get(&self, c: Classification) -> Option<u32> {
+        self.0.get(&c).copied()
     }
 }
 
@@ -708,12 +663,43 @@ impl Config {
                     "a rule has an empty name: give every rule a name".into(),
                 ));
             }
+            let kind = *r.kind.get_ref();
+            if !kind.row().by_rule {
+                let may: Vec<&str> = Classification::ALL
+                    .iter()
+                    .filter(|c| c.row().by_rule)
+                    .map(|c| c.as_str())
+                    .collect();
+                return Err(invalid(
+                    Some(r.kind.span()),
+                    format!(
+                        "rule {:?}: kind = {:?} is not one a rule can give; a rule gives one of {}",
+                        r.name,
+                        kind.as_str(),
+                        may.join(", ")
+                    ),
+                ));
+            }
             rules.push(Rule {
                 name: r.name,
-                kind: r.kind,
+                kind,
                 exit_codes: r.exit_codes,
                 stderr,
             });
+        }
+
+        for c in raw.retry.budgets.0.keys() {
+            if !c.is_retried() {
+                let retried: Vec<&str> = Classification::ALL
+                    .iter()
+                    .filter(|c| c.is_retried())
+                    .map(|c| c.as_str())
+                    .collect();
+                return Err(semantic(format!(
+                    "retry.budgets.{c}: {c} is never retried automatically, so it has no budget; budgets are for {}",
+                    retried.join(", ")
+                )));
+            }
         }
 
         let poll_interval = raw
@@ -999,8 +985,8 @@ mod tests {
     fn example_config_is_valid() {
         let text = include_str!("../config/supervisor.toml");
         let c = Config::parse(text, Some(Path::new("supervisor.toml"))).unwrap();
-        assert!(c.rules.iter().any(|r| r.kind == RuleKind::Permanent));
-        assert!(c.rules.iter().any(|r| r.kind == RuleKind::Transient));
+        assert!(c.rules.iter().any(|r| r.kind == Classification::Permanent));
+        assert!(c.rules.iter().any(|r| r.kind == Classification::Transient));
     }
 
     #[test]
@@ -1067,6 +1053,15 @@ mod tests {
                 "unknown variant",
             ),
             ("[retry.budgets]\noom = -1", "invalid value"),
+            ("[retry.budgets]\noom_killer = 3", "unknown variant"),
+            (
+                "[retry.budgets]\npermanent = 3",
+                "never retried automatically",
+            ),
+            (
+                "[[rules]]\nname = \"x\"\nkind = \"oom\"\nexit_codes = [1]",
+                "not one a rule can give",
+            ),
             ("poll_interval = \"10000000000000000000s\"", "poll_interval"),
             (
                 "[slurm]\nlost_job_after = \"100000000d\"",

@@ -10,7 +10,7 @@ use std::str::FromStr;
 macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         pub enum $name { $($(#[$vm])* #[serde(rename = $text)] $variant),+ }
 
         impl $name {
@@ -80,6 +80,119 @@ string_enum! {
         Transient => "transient",
         Permanent => "permanent",
         Ambiguous => "ambiguous",
+    }
+}
+
+/// The classification table: what an ending of each classification gets by default, one
+/// row per classification, as docs/design.md's table reads ("Classification"). Policy
+/// reads it (`policy::transition`); the config takes each retried kind's default budget
+/// from it and lets `[[rules]]` give the kinds it marks. A new kind of failure is a new
+/// `Classification` and its row here; a kind that site rules recognise needs nothing
+/// else (ARCHITECTURE.md, "Where to change what").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub disposition: Disposition,
+    /// It points at the cluster rather than the job: a burst of them across chains opens
+    /// the breaker.
+    pub infrastructure: bool,
+    /// Automatic resubmissions one chain gets for it by default (`[retry.budgets]`); 0 for
+    /// a kind never retried automatically.
+    pub budget: u32,
+    /// A `[[rules]]` entry may give it to a FAILED attempt the site recognises.
+    pub by_rule: bool,
+}
+
+/// The default answer to an ending of one classification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The work is done: no record, the chain completes.
+    Done,
+    /// Never retried (R3): the chain ends in `state` with `action`, for `why`.
+    Stop {
+        action: Action,
+        state: ChainState,
+        why: Never,
+    },
+    /// An agent decides (R2, `pending_failed`).
+    AskAgent,
+    /// Resubmitted automatically (R1), after the guards, with `resources` changed.
+    Retry { resources: Resources },
+}
+
+/// Why an ending is never retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Never {
+    /// Someone cancelled it.
+    Cancelled,
+    /// Its deadline passed.
+    Deadline,
+    /// A rule says the error is permanent.
+    Permanent,
+}
+
+/// Which resources a retry of a classification changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resources {
+    /// The same resources (preemption, a transient failure a rule recognised).
+    Unchanged,
+    /// More memory (OOM).
+    MoreMemory,
+    /// A longer time limit, never above the partition's MaxTime (TIMEOUT).
+    MoreTime,
+    /// The failed node(s) excluded (NODE_FAIL, BOOT_FAIL).
+    ExcludeNode,
+}
+
+impl Classification {
+    /// Its row of the classification table.
+    pub fn row(self) -> Row {
+        use Classification as C;
+        use Disposition::*;
+        let retry = |resources, infrastructure, budget| Row {
+            disposition: Retry { resources },
+            infrastructure,
+            budget,
+            by_rule: false,
+        };
+        let stop = |action, state, why| Row {
+            disposition: Stop { action, state, why },
+            infrastructure: false,
+            budget: 0,
+            by_rule: false,
+        };
+        match self {
+            C::Completed => Row {
+                disposition: Done,
+                infrastructure: false,
+                budget: 0,
+                by_rule: false,
+            },
+            C::Preempted => retry(Resources::Unchanged, false, 10),
+            C::NodeFail | C::BootFail => retry(Resources::ExcludeNode, true, 3),
+            C::Oom => retry(Resources::MoreMemory, false, 3),
+            C::Timeout => retry(Resources::MoreTime, false, 3),
+            C::Cancelled => stop(Action::Cancel, ChainState::Cancelled, Never::Cancelled),
+            C::Deadline => stop(Action::Fail, ChainState::Failed, Never::Deadline),
+            C::Permanent => Row {
+                by_rule: true,
+                ..stop(Action::Fail, ChainState::Failed, Never::Permanent)
+            },
+            C::Transient => Row {
+                by_rule: true,
+                ..retry(Resources::Unchanged, true, 3)
+            },
+            C::Ambiguous => Row {
+                disposition: AskAgent,
+                infrastructure: false,
+                budget: 0,
+                by_rule: false,
+            },
+        }
+    }
+
+    /// Whether it is retried automatically (it has a budget).
+    pub fn is_retried(self) -> bool {
+        matches!(self.row().disposition, Disposition::Retry { .. })
     }
 }
 

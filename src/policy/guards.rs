@@ -71,7 +71,7 @@ fn breaker(f: &Facts) -> Option<Reason> {
 /// The per-classification budget (`retry.budgets`).
 fn class_budget(f: &Facts) -> Option<Reason> {
     let c = f.verdict.classification;
-    let budget = f.config.retry.budgets.for_class(c);
+    let budget = super::table::budget(f.config, c);
     let used = f.history.used(c);
     (used >= budget).then(|| Reason::ClassBudgetSpent {
         verdict: f.verdict.reason.clone(),

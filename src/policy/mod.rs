@@ -5,8 +5,8 @@
 //! daemon must carry out ([`Effect`]). The daemon gathers the facts, calls it, and does
 //! what it says; no other module builds a decision record.
 //!
-//! Inside: the disposition table (`table`, one row per classification, as
-//! docs/design.md's table), the guards against an automatic retry in order (`guards`),
+//! Inside: the disposition table's readings (`table`; its rows are the model's, one per
+//! classification, as docs/design.md's table), the guards against an automatic retry in order (`guards`),
 //! resource escalation (`escalation`), and the reasons, an enum rendered to prose in one
 //! place (`reason`).
 
@@ -16,7 +16,7 @@ mod reason;
 mod table;
 
 pub use reason::{Change, Reason};
-pub use table::{disposition, is_infrastructure, Disposition, Never, Resources};
+pub use table::{budget, disposition, is_infrastructure, Disposition, Never, Resources};
 
 use crate::classify::Verdict;
 use crate::config::Config;
@@ -1317,7 +1317,7 @@ fn ended(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Conte
             delay_secs: delay,
             classification: c,
             retry: history.used(c) + 1,
-            budget: config.retry.budgets.for_class(c),
+            budget: budget(config, c),
             changes,
         },
         ..supervisor(verdict, RecoveryClass::R1, Action::Resubmit, inputs.clone())
