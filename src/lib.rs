@@ -32,3 +32,4 @@ pub mod protocol;
 pub mod sbatch_args;
 pub mod slurm;
 pub mod store;
+pub mod syntax;

@@ -33,8 +33,14 @@
 //!   lines and are overridden by the command line; this module sees neither environment nor
 //!   site defaults, so an "effective" value here is only what the argv and script say.
 
-use crate::slurm::parse::{parse_duration, Duration};
-use std::fmt::Write as _;
+use crate::syntax::{parse_duration, Duration};
+
+// The array syntax is Slurm's as much as sbatch's (squeue prints pending task lists in it),
+// so it lives in `crate::syntax`; an `--array` value is read through these names here.
+pub use crate::syntax::{
+    array_throttle, format_array_list, parse_array_spec, parse_array_spec_limited, MAX_ARRAY_INDEX,
+    MAX_ARRAY_TASKS,
+};
 
 /// How an option takes a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,14 +188,6 @@ const OPTIONS: &[Spec] = &[
 /// The memory options of which sbatch allows only one (see the module docs).
 pub const MEM_OPTIONS: [&str; 3] = ["mem", "mem-per-cpu", "mem-per-gpu"];
 
-/// No more tasks than this in one `--array` spec. Slurm's own ceiling is the site's
-/// MaxArraySize (at most 4000001); a million tasks is already far past any sane use, and
-/// the limit keeps a typo (`1-100000000`) from allocating gigabytes here.
-pub const MAX_ARRAY_TASKS: usize = 1_000_000;
-
-/// The largest array index Slurm can accept: MaxArraySize is at most 4000001.
-pub const MAX_ARRAY_INDEX: u32 = 4_000_000;
-
 /// Why an sbatch command line (or `#SBATCH` block, or override) cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgsError {
@@ -212,8 +210,8 @@ pub enum ArgsError {
     InvalidDirective(String),
     #[error("#SBATCH line {line}: unmatched {quote} quote (sbatch rejects the script)")]
     UnmatchedQuote { line: usize, quote: char },
-    #[error("invalid array spec {spec:?}: {reason}")]
-    BadArray { spec: String, reason: String },
+    #[error(transparent)]
+    BadArray(#[from] crate::syntax::BadArray),
     #[error("invalid override: {0}")]
     BadOverride(String),
 }
@@ -652,110 +650,6 @@ fn directive_tokens(line: &str) -> Result<Vec<String>, char> {
     }
 }
 
-/// The task ids of an `--array` spec: `1-10`, `0,6,16-32`, `0-15:4`, `1-10%2` (the `%N`
-/// throttle is dropped here; read it with [`array_throttle`]). Sorted, without duplicates.
-pub fn parse_array_spec(spec: &str) -> Result<Vec<u32>, ArgsError> {
-    parse_array_spec_limited(spec, MAX_ARRAY_TASKS)
-}
-
-/// `parse_array_spec` with at most `max_tasks` tasks; the count is checked before any
-/// task list is built, so a huge spec costs nothing.
-pub fn parse_array_spec_limited(spec: &str, max_tasks: usize) -> Result<Vec<u32>, ArgsError> {
-    let max_tasks = max_tasks.min(MAX_ARRAY_TASKS);
-    let bad = |reason: &str| ArgsError::BadArray {
-        spec: spec.to_string(),
-        reason: reason.to_string(),
-    };
-    let body = match spec.split_once('%') {
-        Some((body, throttle)) => {
-            digits(throttle).ok_or_else(|| bad("the throttle after % must be a number"))?;
-            body
-        }
-        None => spec,
-    };
-    if body.is_empty() {
-        return Err(bad("no task ids"));
-    }
-    let mut ranges = Vec::new();
-    let mut total = 0usize;
-    for part in body.split(',') {
-        let (range, step) = match part.split_once(':') {
-            Some((r, s)) => (
-                r,
-                Some(
-                    digits(s)
-                        .filter(|s| *s > 0)
-                        .ok_or_else(|| bad("a step must be a number above 0"))?,
-                ),
-            ),
-            None => (part, None),
-        };
-        let (first, last) = match range.split_once('-') {
-            Some((a, b)) => (a, b),
-            None if step.is_some() => return Err(bad("a step needs a range, e.g. 0-15:4")),
-            None => (range, range),
-        };
-        let first = digits(first).ok_or_else(|| bad("task ids must be numbers"))?;
-        let last = digits(last).ok_or_else(|| bad("task ids must be numbers"))?;
-        if first > last {
-            return Err(bad("a range must go upwards"));
-        }
-        if last > MAX_ARRAY_INDEX {
-            return Err(bad(&format!(
-                "task ids above {MAX_ARRAY_INDEX} are beyond any Slurm's MaxArraySize"
-            )));
-        }
-        let step = step.unwrap_or(1);
-        total += ((last - first) / step) as usize + 1;
-        if total > max_tasks {
-            return Err(bad(&format!("more than {max_tasks} tasks")));
-        }
-        ranges.push((first, last, step));
-    }
-    let mut tasks = Vec::with_capacity(total);
-    for (first, last, step) in ranges {
-        tasks.extend((first..=last).step_by(step as usize));
-    }
-    tasks.sort_unstable();
-    tasks.dedup();
-    Ok(tasks)
-}
-
-/// The `%N` throttle of an array spec (`1-10%2` gives 2); `None` without one or when it
-/// is not a number.
-pub fn array_throttle(spec: &str) -> Option<u32> {
-    spec.split_once('%').and_then(|(_, t)| digits(t))
-}
-
-/// A compact `--array` list for task ids: `[1, 2, 3, 5]` gives `1-3,5`. The input need not
-/// be sorted; duplicates are dropped. An empty input gives an empty string, which is not a
-/// valid spec: there is nothing to submit.
-pub fn format_array_list(tasks: &[u32]) -> String {
-    let mut sorted = tasks.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let start = sorted[i];
-        let mut end = start;
-        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
-            i += 1;
-            end = sorted[i];
-        }
-        if !out.is_empty() {
-            out.push(',');
-        }
-        if start == end {
-            let _ = write!(out, "{start}");
-        } else {
-            let _ = write!(out, "{start}-{end}");
-        }
-        i += 1;
-    }
-    out
-}
-
 /// What a resubmission changes. `None`/empty means "as the user gave it".
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Overrides {
@@ -763,7 +657,7 @@ pub struct Overrides {
     /// `--mem-per-cpu` and `--mem-per-gpu` of the command line. Zero would mean "all of
     /// each node's memory" to Slurm; [`check_overrides`] refuses it.
     pub mem_mb: Option<u64>,
-    /// New `--time`, already formatted ([`crate::slurm::parse::format_time_limit`]).
+    /// New `--time`, already formatted ([`crate::syntax::format_time_limit`]).
     pub time_limit: Option<String>,
     /// Node names (or hostlist expressions such as `n[1-2]`) to exclude, in addition to the
     /// user's own `-x/--exclude`.
@@ -947,14 +841,6 @@ pub fn merge_node_lists(existing: Option<&str>, new: &[String]) -> String {
         push(n);
     }
     names.join(",")
-}
-
-/// ASCII digits only, as a u32.
-fn digits(s: &str) -> Option<u32> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 /// The dependency kinds sbatch knows (`singleton` names no job).
@@ -1502,74 +1388,6 @@ mod tests {
         );
         let cmd = parse_script("#!/bin/sh\n#SBATCH --mem=1G\ntrue\n").unwrap();
         assert_eq!(script_mem_conflict(&cmd), None);
-    }
-
-    #[test]
-    fn array_specs() {
-        let cases: &[(&str, Result<Vec<u32>, &str>)] = &[
-            ("1-10", Ok((1..=10).collect())),
-            ("0,6,16-32", Ok([0, 6].into_iter().chain(16..=32).collect())),
-            ("0-15:4", Ok(vec![0, 4, 8, 12])),
-            ("1-10%2", Ok((1..=10).collect())),
-            ("3-10%0", Ok((3..=10).collect())),
-            ("7", Ok(vec![7])),
-            ("5,1,3,1", Ok(vec![1, 3, 5])),
-            (
-                "0-4000000:1000000",
-                Ok(vec![0, 1_000_000, 2_000_000, 3_000_000, 4_000_000]),
-            ),
-            ("0-999999", Ok((0..=999_999).collect())),
-            ("", Err("no task ids")),
-            ("%2", Err("no task ids")),
-            ("1-10%", Err("throttle")),
-            ("1-10%x", Err("throttle")),
-            ("1-10%2%3", Err("throttle")),
-            ("10-1", Err("upwards")),
-            ("1-", Err("numbers")),
-            ("a-b", Err("numbers")),
-            ("1,,2", Err("numbers")),
-            ("1 -3", Err("numbers")),
-            ("-1", Err("numbers")),
-            ("0-15:0", Err("step")),
-            ("0-15:", Err("step")),
-            ("5:2", Err("range")),
-            ("0-1000000", Err("more than")),
-            ("0-600000,0-600000", Err("more than")),
-            ("4000001", Err("MaxArraySize")),
-            ("0-99999999999", Err("numbers")),
-        ];
-        for (spec, want) in cases {
-            match (parse_array_spec(spec), want) {
-                (Ok(got), Ok(w)) => assert_eq!(&got, w, "{spec:?}"),
-                (Err(ArgsError::BadArray { spec: s, reason }), Err(w)) => {
-                    assert_eq!(&s, spec);
-                    assert!(reason.contains(w), "{spec:?}: {reason}");
-                }
-                (got, _) => panic!("{spec:?}: unexpected {got:?}"),
-            }
-        }
-        assert_eq!(array_throttle("1-10%2"), Some(2));
-        assert_eq!(array_throttle("1-10"), None);
-        assert_eq!(array_throttle("1-10%x"), None);
-    }
-
-    #[test]
-    fn array_lists() {
-        let cases: &[(&[u32], &str)] = &[
-            (&[1, 2, 3, 5], "1-3,5"),
-            (&[], ""),
-            (&[7], "7"),
-            (&[4, 5], "4-5"),
-            (&[5, 3, 4, 4, 10, 1], "1,3-5,10"),
-            (&[0, 2, 4], "0,2,4"),
-            (&[u32::MAX - 1, u32::MAX], "4294967294-4294967295"),
-        ];
-        for (tasks, want) in cases {
-            assert_eq!(format_array_list(tasks), *want, "{tasks:?}");
-        }
-        // It reads back as the same set.
-        let tasks = vec![0, 1, 2, 9, 11, 12, 100];
-        assert_eq!(parse_array_spec(&format_array_list(&tasks)).unwrap(), tasks);
     }
 
     fn rebuilt(args: &[&str], o: &Overrides) -> Vec<String> {
