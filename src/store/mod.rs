@@ -429,7 +429,7 @@ fn insert_dependencies(
     argv: &[String],
     script: Option<&[u8]>,
 ) -> Result<()> {
-    let edges = crate::sbatch_args::submission_dependencies(argv, script);
+    let edges = crate::dependency::submission_dependencies(argv, script);
     if edges.is_empty() {
         return Ok(());
     }
