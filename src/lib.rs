@@ -14,6 +14,7 @@
 //! `store` holds the only SQL; `daemon` carries out what the decisions say.
 
 pub mod classify;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;

@@ -482,7 +482,7 @@ impl Scraper {
             &mut state.totals,
             &config,
             &self.db_path,
-            crate::daemon::engine::now(),
+            crate::clock::now(),
         );
         // A connection that failed is opened anew next time.
         if snap.is_ok() {
