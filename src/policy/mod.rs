@@ -20,8 +20,10 @@ pub use table::{disposition, is_infrastructure, Disposition, Never, Resources};
 
 use crate::classify::Verdict;
 use crate::config::Config;
-use crate::model::{Action, Chain, ChainState, Classification, RecoveryClass, RetryPlan};
-use crate::protocol::{RecoverRequest, Resolution, ResolveAction};
+use crate::model::{
+    Action, Chain, ChainState, Classification, RecoverRequest, RecoveryClass, Resolution,
+    ResolveAction, RetryPlan,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
