@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod daemon_main;
 pub mod dependency;
 pub mod failpoint;
+pub mod ids;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;

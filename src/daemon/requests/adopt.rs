@@ -77,7 +77,7 @@ pub async fn adopt<S: Slurm>(
         ));
     }
     for id in job_ids {
-        if !matches!(parse_id(id)?, crate::model::IdRef::Job(_)) {
+        if !matches!(parse_id(id)?, crate::ids::IdRef::Job(_)) {
             return Err(Response::error(
                 ErrorKind::Usage,
                 format!("cannot adopt {id:?}: give the job id of a plain job, e.g. 12345"),
