@@ -14,6 +14,7 @@
 //! `store` holds the only SQL; `daemon` carries out what the decisions say.
 
 pub mod classify;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod ctl;
