@@ -8,7 +8,7 @@
 //!
 //! **Architecture Invariant:** this module imports nothing of the crate but
 //! `osbytes::truncate` (itself a leaf), so anything may use it and it can never be part
-//! of a circle.
+//! of a circle. `tests/architecture.rs` checks.
 
 use std::fmt::Write as _;
 use std::str::FromStr;

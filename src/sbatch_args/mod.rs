@@ -32,6 +32,10 @@
 //! - Environment variables (`SBATCH_TIMELIMIT`, `SBATCH_PARTITION`, ...) override `#SBATCH`
 //!   lines and are overridden by the command line; this module sees neither environment nor
 //!   site defaults, so an "effective" value here is only what the argv and script say.
+//!
+//! **Architecture Invariant:** sbatch_args imports nothing of the crate but `syntax`: it
+//! knows sbatch's command line, not the jobs it makes (job ids, dependencies, the store
+//! and the chains are others'). `tests/architecture.rs` checks.
 
 mod directives;
 mod getopt;
