@@ -850,7 +850,7 @@ fn unix_now() -> f64 {
 /// live jobs, in chain order.
 fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
     let mut s = Store::open(path).expect("create the store");
-    let now = slurm_supervisor::daemon::engine::now();
+    let now = slurm_supervisor::clock::now();
     let start = now - chains as i64 * 30;
     let step = (chains / live.max(1)).max(1);
     let mut out = Vec::new();

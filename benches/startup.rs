@@ -149,7 +149,7 @@ fn main() {
     // (create_submission, on disk with its fsync) and marking it submitted.
     let mut store = Store::open(&db).unwrap();
     let (mut create, mut submitted) = (Vec::new(), Vec::new());
-    let now = slurm_supervisor::daemon::engine::now();
+    let now = slurm_supervisor::clock::now();
     for k in 0..REPEATS {
         let t = Instant::now();
         let l = store
@@ -267,7 +267,7 @@ fn record_ending(
 /// Builds the store; returns a summary of what is in it.
 fn build_store(path: &Path, chains: usize) -> String {
     let mut s = Store::open(path).expect("create the store");
-    let now = slurm_supervisor::daemon::engine::now();
+    let now = slurm_supervisor::clock::now();
     let start = now - chains as i64 * 30;
     let (mut active, mut ready, mut pending, mut retried, mut failed, mut completed) =
         (0, 0, 0, 0, 0, 0);

@@ -214,7 +214,7 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
             format!(
                 "hit its time limit ({})",
                 job.timelimit_secs
-                    .map(crate::slurm::parse::format_time_limit)
+                    .map(crate::syntax::format_time_limit)
                     .unwrap_or_else(|| "unknown".into())
             ),
         )),

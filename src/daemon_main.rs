@@ -86,7 +86,8 @@ pub fn main(args: Args) -> i32 {
             }
         };
         tokio::spawn(signals);
-        let slurm = SlurmCli::new(&config.slurm);
+        // Every Slurm command the daemon runs is counted for its metrics.
+        let slurm = SlurmCli::new(&config.slurm).observed_by(crate::metrics::slurm_command);
         match daemon::run(config, slurm, rx).await {
             Ok(()) => 0,
             Err(e) => {

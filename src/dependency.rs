@@ -1,6 +1,8 @@
 //! Slurm dependency expressions (`--dependency`), read and written back, without running
 //! anything: the supervisor rewires a waiting job to a chain's new attempt by rewriting
-//! its expression, and resolves chain ids (`afterok:c12`) in a submission's.
+//! its expression, and resolves chain ids (`afterok:c12`) in a submission's. It also
+//! lists the jobs a submission's dependency names ([`submission_dependencies`], found in
+//! its argv or `#SBATCH` lines), which the store keeps.
 //!
 //! The forms sbatch takes (checked on 22.05.8 and in sbatch(1)):
 //! - `kind:job[:job...]`, kinds `after`, `afterany`, `afterburstbuffer`, `aftercorr`,
@@ -14,6 +16,8 @@
 //! and `(null)` for none: [`Expr::parse`] reads both.
 
 use crate::model::ChainState;
+use crate::sbatch_args;
+use crate::slurm::jobid::JobId;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -123,7 +127,7 @@ pub enum DepError {
     TooLong,
 }
 
-/// The most jobs an expression may name here (as `sbatch_args::MAX_DEPENDENCY_EDGES`):
+/// The most jobs an expression may name here (as [`MAX_DEPENDENCY_EDGES`]):
 /// a hostile value cannot become an unbounded amount of work.
 pub const MAX_TARGETS: usize = 1000;
 
@@ -258,6 +262,68 @@ impl fmt::Display for Expr {
         Ok(())
     }
 }
+
+// ---- the edges a submission keeps ------------------------------------------------------
+//
+// The store keeps every job a submission's `--dependency` names as a `dependencies` row,
+// so that who waits on a chain is one indexed read. Unlike `Expr::parse`, which refuses
+// what it could not write back, this reads leniently: whatever names a job is kept.
+
+/// One edge of a `--dependency` value: the kind (`afterok`, `afterany`, `aftercorr`, ...)
+/// and the job it names (`12`, or `12_3` for one array task).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyEdge {
+    pub kind: String,
+    pub job: String,
+}
+
+/// The jobs a `--dependency` value names, with their kinds
+/// (`afterok:12:13,afterany:14_2?singleton`, `after:12+30`). `singleton` names no job;
+/// tokens that are not job ids (steps, ranges, garbage) are left out.
+pub fn dependency_edges(dependency: &str) -> Vec<DependencyEdge> {
+    let mut out = Vec::new();
+    for group in dependency.split([',', '?']) {
+        let mut tokens = group.split(':');
+        let kind = tokens.next().unwrap_or_default().trim();
+        // Only Slurm's own kinds: anything else names nothing (and a hostile "kind" is
+        // never copied into every edge).
+        if Kind::from_name(kind).is_none() {
+            continue;
+        }
+        for t in tokens {
+            if out.len() >= MAX_DEPENDENCY_EDGES {
+                return out;
+            }
+            // `+` here starts a time (`after:12+30`), not a heterogeneous component.
+            let t = t.split('+').next().unwrap_or(t).trim();
+            let ok = JobId::parse(t).is_ok_and(|j| j.attempt_key().is_some() && !j.is_step());
+            if ok {
+                out.push(DependencyEdge {
+                    kind: kind.to_string(),
+                    job: t.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The most dependency edges kept for one submission. A `--dependency` naming more jobs
+/// still reaches sbatch as given; only the first ones are kept as rows, so a hostile
+/// submission (a 2 MiB list of ids) cannot turn into millions of rows.
+pub const MAX_DEPENDENCY_EDGES: usize = 1000;
+
+/// The dependency edges of a submission: its `--dependency` (command line first, else
+/// its script's `#SBATCH` line), at most `MAX_DEPENDENCY_EDGES`. Nothing when it cannot be
+/// read.
+pub fn submission_dependencies(argv: &[String], script: Option<&[u8]>) -> Vec<DependencyEdge> {
+    sbatch_args::Submitted::read(argv, script)
+        .ok()
+        .and_then(|s| s.option("dependency").map(dependency_edges))
+        .unwrap_or_default()
+}
+
+// ---- supervised upstreams ---------------------------------------------------------------
 
 /// A supervised chain that a dependency names, as the store knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -525,6 +591,38 @@ pub fn whole_array_base(job: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependency_values_name_their_jobs() {
+        let jobs = |d: &str| {
+            dependency_edges(d)
+                .into_iter()
+                .map(|e| e.job)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            jobs("afterok:12:13,afterany:14_2"),
+            vec!["12", "13", "14_2"]
+        );
+        assert_eq!(jobs("afterok:12?afternotok:15"), vec!["12", "15"]);
+        assert!(jobs("singleton").is_empty());
+        let huge = format!("--dependency=afterok:{}", vec!["12"; 100_000].join(":"));
+        assert_eq!(
+            submission_dependencies(&[huge, "--wrap=true".into()], None).len(),
+            MAX_DEPENDENCY_EDGES
+        );
+        // A "kind" that is not one is no dependency (and is never copied per token).
+        let hostile = format!("{}:1:1:1", "a".repeat(1 << 20));
+        assert!(dependency_edges(&hostile).is_empty());
+        assert_eq!(jobs("after:12+5"), vec!["12"]);
+        assert_eq!(
+            dependency_edges("afterok:12,afternotok:13")
+                .into_iter()
+                .map(|e| e.kind)
+                .collect::<Vec<_>>(),
+            vec!["afterok", "afternotok"]
+        );
+    }
 
     fn round(s: &str) -> String {
         Expr::parse(s).unwrap().to_string()

@@ -14,12 +14,15 @@
 //! `store` holds the only SQL; `daemon` carries out what the decisions say.
 
 pub mod classify;
+pub mod client;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;
 pub mod dependency;
 pub mod failpoint;
+pub mod ids;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;
@@ -32,3 +35,4 @@ pub mod protocol;
 pub mod sbatch_args;
 pub mod slurm;
 pub mod store;
+pub mod syntax;

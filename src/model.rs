@@ -1,8 +1,11 @@
-//! The supervisor's own vocabulary: chain states, classifications, recovery classes.
+//! The supervisor's own vocabulary: chain states, classifications, recovery classes, and
+//! what an agent or a person may decide on a failed chain (`Resolution`, `RecoverRequest`,
+//! `ResolveAction`, which the control protocol carries as they are).
 //!
 //! The string forms are part of the JSON contract (`status --json`, `history --json`)
 //! that users' scripts and agents depend on; change them only with a deprecation path.
 
+use rmcp::schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -285,6 +288,79 @@ pub fn chain_label(id: i64) -> String {
     format!("c{id}")
 }
 
+// What to do with a `pending_failed` chain: the one type behind the control request,
+// `supervisorctl classify --action` and the MCP tool's parameter. The variants' doc comments
+// are the JSON Schema descriptions an agent reads through MCP, so they are written for it;
+// the type itself has none (and keeps the schema name `Action`) so that the schema the
+// MCP tools publish is what it was before the three action types became one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars", rename = "Action")]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveAction {
+    /// Resubmit the work (transient failure), optionally with new `mem` / `time`.
+    Retry,
+    /// End the chain for good (permanent failure); it is never retried.
+    Fail,
+    /// Leave it for a person: you are not sure, or it needs a fix outside the job.
+    Hold,
+}
+
+impl ResolveAction {
+    pub const ALL: [ResolveAction; 3] = [
+        ResolveAction::Retry,
+        ResolveAction::Fail,
+        ResolveAction::Hold,
+    ];
+
+    /// The name on the wire and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResolveAction::Retry => "retry",
+            ResolveAction::Fail => "fail",
+            ResolveAction::Hold => "hold",
+        }
+    }
+}
+
+/// An agent's (or a person's) decision on a `pending_failed` chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resolution {
+    pub id: String,
+    pub action: ResolveAction,
+    #[serde(default)]
+    pub mem: Option<String>,
+    #[serde(default)]
+    pub time: Option<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Nodes to keep the retry off.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub reason: String,
+    /// How sure the resolver is, 0.0 to 1.0; below the config's `agent.min_confidence`
+    /// the resolution becomes `hold`.
+    #[serde(default)]
+    pub confidence: Option<f64>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoverRequest {
+    pub id: String,
+    #[serde(default)]
+    pub mem: Option<String>,
+    #[serde(default)]
+    pub time: Option<String>,
+    /// Why; recorded (default: "manual recover").
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,69 +390,5 @@ mod tests {
         let m = a.merged(&b);
         assert_eq!(m.exclude, vec!["n1", "n2"]);
         assert_eq!(m.mem_mb, Some(100));
-    }
-}
-
-/// An id a user gave for a chain: `c17`, a job id `123` (a job, or every task of array
-/// 123) or an array task `123_4`. Parsed strictly, so an id can never act as a pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IdRef {
-    Chain(i64),
-    Job(String),
-    Task(String),
-}
-
-/// The longest id accepted (Slurm's job ids are 32-bit, array tasks too).
-const MAX_ID_LEN: usize = 32;
-
-impl IdRef {
-    pub fn parse(id: &str) -> Result<IdRef, String> {
-        let id = id.trim();
-        let bad = || {
-            let shown: String = id.chars().take(40).collect();
-            let more = if id.chars().count() > 40 { "..." } else { "" };
-            format!("{shown:?}{more} is not a chain id (c17) or a Slurm job id (123, or 123_4 for an array task)")
-        };
-        let digits =
-            |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-        if id.len() > MAX_ID_LEN {
-            return Err(bad());
-        }
-        if let Some(n) = id.strip_prefix('c') {
-            return match n.parse::<i64>() {
-                Ok(v) if digits(n) => Ok(IdRef::Chain(v)),
-                _ => Err(bad()),
-            };
-        }
-        use crate::slurm::jobid::{JobId, Names};
-        match JobId::parse(id) {
-            Ok(j) if j.is_step() => Err(bad()),
-            Ok(j) => match j.names() {
-                Names::Job => Ok(IdRef::Job(id.to_string())),
-                Names::Task(_) => Ok(IdRef::Task(id.to_string())),
-                Names::PendingTasks(_) | Names::HetComponent(_) => Err(bad()),
-            },
-            Err(_) => Err(bad()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod id_tests {
-    use super::IdRef;
-
-    #[test]
-    fn ids_are_parsed_strictly() {
-        assert_eq!(IdRef::parse("c17"), Ok(IdRef::Chain(17)));
-        assert_eq!(IdRef::parse(" 123 "), Ok(IdRef::Job("123".into())));
-        assert_eq!(IdRef::parse("123_4"), Ok(IdRef::Task("123_4".into())));
-        for bad in [
-            "1%", "1_", "%", "_", "c", "c-1", "c1x", "12_3_4", "", "1 2", "c+1",
-        ] {
-            assert!(IdRef::parse(bad).is_err(), "{bad:?}");
-        }
-        let huge = "9".repeat(100_000);
-        let err = IdRef::parse(&huge).unwrap_err();
-        assert!(err.len() < 200, "{err}");
     }
 }

@@ -5,7 +5,10 @@
 
 pub mod views;
 
-use rmcp::schemars::JsonSchema;
+// A resolution, a recover and the resolve action are the product's vocabulary (policy
+// decides on them): they live in `crate::model` and travel here as they are.
+pub use crate::model::{RecoverRequest, Resolution, ResolveAction};
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -70,79 +73,6 @@ pub struct SubmitRequest {
     /// (`submit --restartable`); false leaves it to the config's `retry.restartable`.
     #[serde(default)]
     pub restartable: bool,
-}
-
-// What to do with a `pending_failed` chain: the one type behind the control request,
-// `supervisorctl classify --action` and the MCP tool's parameter. The variants' doc comments
-// are the JSON Schema descriptions an agent reads through MCP, so they are written for it;
-// the type itself has none (and keeps the schema name `Action`) so that the schema the
-// MCP tools publish is what it was before the three action types became one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(crate = "rmcp::schemars", rename = "Action")]
-#[serde(rename_all = "snake_case")]
-pub enum ResolveAction {
-    /// Resubmit the work (transient failure), optionally with new `mem` / `time`.
-    Retry,
-    /// End the chain for good (permanent failure); it is never retried.
-    Fail,
-    /// Leave it for a person: you are not sure, or it needs a fix outside the job.
-    Hold,
-}
-
-impl ResolveAction {
-    pub const ALL: [ResolveAction; 3] = [
-        ResolveAction::Retry,
-        ResolveAction::Fail,
-        ResolveAction::Hold,
-    ];
-
-    /// The name on the wire and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResolveAction::Retry => "retry",
-            ResolveAction::Fail => "fail",
-            ResolveAction::Hold => "hold",
-        }
-    }
-}
-
-/// An agent's (or a person's) decision on a `pending_failed` chain.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Resolution {
-    pub id: String,
-    pub action: ResolveAction,
-    #[serde(default)]
-    pub mem: Option<String>,
-    #[serde(default)]
-    pub time: Option<String>,
-    #[serde(default)]
-    pub partition: Option<String>,
-    /// Nodes to keep the retry off.
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    pub reason: String,
-    /// How sure the resolver is, 0.0 to 1.0; below the config's `agent.min_confidence`
-    /// the resolution becomes `hold`.
-    #[serde(default)]
-    pub confidence: Option<f64>,
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecoverRequest {
-    pub id: String,
-    #[serde(default)]
-    pub mem: Option<String>,
-    #[serde(default)]
-    pub time: Option<String>,
-    /// Why; recorded (default: "manual recover").
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub dry_run: bool,
 }
 
 /// The daemon's answer.

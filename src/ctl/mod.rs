@@ -5,10 +5,10 @@
 //! chain's state; 70 internal error; 75 Slurm or the daemon unavailable, try again;
 //! 77 not your chain; 78 bad config.
 
-pub mod client;
 pub mod render;
 pub mod wait;
 
+use crate::client;
 use crate::config::ClientConfig;
 use crate::model::ChainState;
 use crate::protocol::views::{

@@ -7,8 +7,8 @@
 //! question is asked with `status` requests, so `wait` needs no request of its own and
 //! sees exactly what `status` shows.
 
-use super::client::{self, ClientError};
 use super::render;
+use crate::client::{self, ClientError};
 use crate::model::ChainState;
 use crate::protocol::views::ChainRow;
 use crate::protocol::{decode, ErrorBody, ErrorKind, Request, Response};

@@ -299,7 +299,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 };
                 let _ = ctl.reply.send(response);
                 if may_launch {
-                    if let Err(e) = engine.launch_ready(engine::now()).await {
+                    if let Err(e) = engine.launch_ready(crate::clock::now()).await {
                         error!("launching due retries failed: {e}");
                     }
                     dispatch(&mut engine, &mut in_flight);

@@ -25,8 +25,9 @@
 //! used (the owner's name is). The mail program is called as Slurm calls its `MailProg`:
 //! `PROG -s SUBJECT RECIPIENT`, the body on stdin.
 
-use super::engine::{now, Engine};
+use super::engine::Engine;
 use super::sbatch::run_as;
+use crate::clock::now;
 use crate::notification::{self, Event, Kind};
 use crate::sbatch_args::Submitted;
 use crate::slurm::{spawn, RunAs, Slurm};

@@ -423,13 +423,7 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
-        resolve_dependency(
-            store,
-            sub.owner_uid,
-            &submitted,
-            crate::daemon::engine::now(),
-        )?
-        .as_ref(),
+        resolve_dependency(store, sub.owner_uid, &submitted, crate::clock::now())?.as_ref(),
         config.notify.mail,
     );
     check(&submitted, &o)?;

@@ -8,7 +8,7 @@
 mod params;
 mod text;
 
-use crate::ctl::client;
+use crate::client;
 use crate::protocol::views::{
     ChainRow, ClassifyAnswer, ClassifyDryRun, HistoryAnswer, PendingChain, RecoverAnswer,
     RecoverDryRun,

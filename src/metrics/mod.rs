@@ -1,10 +1,11 @@
 //! Metrics for Prometheus: `GET /metrics` on `[metrics] listen` (off by default).
 //!
 //! Two kinds of values are served:
-//! - counted in this process as things happen: every Slurm command run (`slurm::cli`
-//!   calls [`slurm_command`]) and every poll cycle's duration (the daemon's loop calls
-//!   [`observe_cycle`]). They live in process-wide statics because the code that runs
-//!   Slurm commands is built far from the daemon and called from the engine; a
+//! - counted in this process as things happen: every Slurm command run (the daemon's
+//!   `slurm::cli::SlurmCli` is built observed by [`slurm_command`]) and every poll
+//!   cycle's duration (the daemon's loop calls [`observe_cycle`]). They live in
+//!   process-wide statics because a command observer is a plain `fn`, called from
+//!   wherever the engine runs a command; a
 //!   histogram's update is a few atomic additions, never a lock held across I/O;
 //! - read from the store when a scrape comes, on a blocking thread, over the scraper's
 //!   own read-only connection (never the loop's writer): chains by state, the breaker's
@@ -482,7 +483,7 @@ impl Scraper {
             &mut state.totals,
             &config,
             &self.db_path,
-            crate::daemon::engine::now(),
+            crate::clock::now(),
         );
         // A connection that failed is opened anew next time.
         if snap.is_ok() {

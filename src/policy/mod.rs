@@ -22,9 +22,9 @@ use crate::classify::Verdict;
 use crate::config::Config;
 use crate::dependency::Kind;
 use crate::model::{
-    chain_label, Action, Chain, ChainState, Classification, RecoveryClass, RetryPlan,
+    chain_label, Action, Chain, ChainState, Classification, RecoverRequest, RecoveryClass,
+    Resolution, ResolveAction, RetryPlan,
 };
-use crate::protocol::{RecoverRequest, Resolution, ResolveAction};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

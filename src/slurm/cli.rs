@@ -74,6 +74,15 @@ fn id_chunks(ids: &[String], max_ids: usize) -> Vec<&[String]> {
     out
 }
 
+/// Told of every Slurm command [`SlurmCli`] ran, as it ends: the command's name
+/// (`sbatch`), whether it exited 0 (false for a non-zero exit, a signal, a timeout or a
+/// failure to start it), and how long it took. The daemon passes its metrics' counter
+/// (`daemon_main`); the slurm layer knows nothing of who listens.
+pub type CommandObserver = fn(command: &str, ok: bool, elapsed: Duration);
+
+/// The observer of a [`SlurmCli`] no one observes.
+fn unobserved(_command: &str, _ok: bool, _elapsed: Duration) {}
+
 /// Runs Slurm's own commands.
 #[derive(Debug, Clone)]
 pub struct SlurmCli {
@@ -81,6 +90,7 @@ pub struct SlurmCli {
     timeout: Duration,
     sbatch_timeout: Duration,
     sacct_chunk: usize,
+    observer: CommandObserver,
 }
 
 struct Ran {
@@ -118,7 +128,13 @@ impl SlurmCli {
             timeout: config.command_timeout,
             sbatch_timeout: config.sbatch_timeout,
             sacct_chunk: config.sacct_chunk,
+            observer: unobserved,
         }
+    }
+
+    /// The same, telling `observer` of every command it runs.
+    pub fn observed_by(self, observer: CommandObserver) -> Self {
+        SlurmCli { observer, ..self }
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -128,8 +144,8 @@ impl SlurmCli {
         }
     }
 
-    /// Runs one Slurm command, and counts it for the metrics (`crate::metrics`): every
-    /// command goes through here.
+    /// Runs one Slurm command, and tells the observer of it (the daemon counts it for its
+    /// metrics): every command goes through here.
     async fn run(
         &self,
         name: &str,
@@ -141,7 +157,7 @@ impl SlurmCli {
         let start = std::time::Instant::now();
         let ran = self.run_unmetered(name, args, timeout, setup, stdin).await;
         let ok = matches!(&ran, Ok(r) if r.code == Some(0));
-        crate::metrics::slurm_command(name, ok, start.elapsed());
+        (self.observer)(name, ok, start.elapsed());
         ran
     }
 
@@ -736,6 +752,7 @@ mod tests {
             timeout: Duration::from_millis(200),
             sbatch_timeout: Duration::from_millis(200),
             sacct_chunk: 100,
+            observer: unobserved,
         };
         let who = RunAs {
             uid,

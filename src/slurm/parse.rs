@@ -26,6 +26,11 @@ use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+// Slurm's durations are read by `sbatch_args` too, so they live in `crate::syntax`.
+pub use crate::syntax::{
+    format_time_limit, parse_duration, parse_duration_secs, BadDuration, Duration,
+};
+
 /// The sacct columns of the poll, in the order [`parse_sacct`] reads them. One sacct covers
 /// the jobs of every user, so none of its columns is text a user writes (no `Comment`,
 /// `JobName`, `WorkDir`): each field is Slurm's own and holds no `|` and no newline, and a
@@ -328,91 +333,6 @@ pub fn parse_mem_bytes(s: &str) -> Option<u64> {
     // whole * scale + frac fits in u128 (below 2^64 * 10^9); times the unit it may not.
     let bytes = (whole * scale + frac).checked_mul(mult)?.div_ceil(scale);
     u64::try_from(bytes).ok()
-}
-
-/// Seconds in a Slurm duration. `None` for a value that means "no limit" (`UNLIMITED`,
-/// `INFINITE`, `Partition_Limit`, any case) and for anything unreadable; use
-/// [`parse_duration`] to tell those apart.
-///
-/// The forms are Slurm's (sbatch `--time`): `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`,
-/// `D-H:M:S`. Note that a bare number is **minutes** (`--time=90` is 90 minutes) and that
-/// two fields without a day are **minutes:seconds** (`30:00` is 30 minutes). sacct's
-/// Elapsed and Timelimit are normally `[D-]HH:MM:SS`, which the same rules read. Fields are
-/// not range-checked, as Slurm does not check them (`0:0:90` is 90 seconds).
-///
-/// `0` is returned as `Some(0)`; as a *limit* Slurm reads zero as unlimited, which the
-/// caller of a limit must keep in mind.
-pub fn parse_duration_secs(s: &str) -> Option<u64> {
-    match parse_duration(s) {
-        Ok(Duration::Secs(n)) => Some(n),
-        _ => None,
-    }
-}
-
-/// A Slurm duration read by [`parse_duration`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Duration {
-    Secs(u64),
-    /// `UNLIMITED`, `INFINITE` or `Partition_Limit`: no limit of the job's own.
-    Unlimited,
-}
-
-/// The text was not a Slurm duration.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a Slurm time (use minutes, M:S, H:M:S or D-H:M:S)")]
-pub struct BadDuration(pub String);
-
-/// Like [`parse_duration_secs`], but says whether the text meant "no limit" or was not a
-/// duration at all.
-pub fn parse_duration(s: &str) -> Result<Duration, BadDuration> {
-    let bad = || BadDuration(truncate(s, 64));
-    if ["UNLIMITED", "INFINITE", "Partition_Limit"]
-        .iter()
-        .any(|w| w.eq_ignore_ascii_case(s))
-    {
-        return Ok(Duration::Unlimited);
-    }
-    let (days, rest) = match s.split_once('-') {
-        Some((d, rest)) => (Some(parse_digits_u64(d).ok_or_else(bad)?), rest),
-        None => (None, s),
-    };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(parse_digits_u64)
-        .collect::<Option<_>>()
-        .ok_or_else(bad)?;
-    let (h, m, sec) = match (days, parts.as_slice()) {
-        (None, [m]) => (0, *m, 0),
-        (None, [m, s]) => (0, *m, *s),
-        (_, [h, m, s]) => (*h, *m, *s),
-        (Some(_), [h]) => (*h, 0, 0),
-        (Some(_), [h, m]) => (*h, *m, 0),
-        _ => return Err(bad()),
-    };
-    let total = days
-        .unwrap_or(0)
-        .checked_mul(86_400)
-        .and_then(|d| d.checked_add(h.checked_mul(3_600)?))
-        .and_then(|t| t.checked_add(m.checked_mul(60)?))
-        .and_then(|t| t.checked_add(sec))
-        .ok_or_else(bad)?;
-    Ok(Duration::Secs(total))
-}
-
-/// A time limit as sbatch `--time` takes it: `HH:MM:SS`, or `D-HH:MM:SS` from one day on.
-///
-/// Slurm keeps limits in whole minutes, so seconds are rounded **up** to the next minute
-/// (never give a job less than asked). A limit of zero minutes means UNLIMITED to Slurm,
-/// so anything under a minute, zero included, becomes one minute.
-pub fn format_time_limit(secs: u64) -> String {
-    let minutes = secs.div_ceil(60).max(1);
-    let (days, rem) = (minutes / 1_440, minutes % 1_440);
-    let (h, m) = (rem / 60, rem % 60);
-    if days > 0 {
-        format!("{days}-{h:02}:{m:02}:00")
-    } else {
-        format!("{h:02}:{m:02}:00")
-    }
 }
 
 // ---- internals --------------------------------------------------------------------------
@@ -1463,69 +1383,6 @@ MaxArraySize            = 1001\n";
             parse_mem_bytes("16383.999999999P"),
             Some(18_446_744_073_708_425_717)
         );
-    }
-
-    #[test]
-    fn durations() {
-        let cases: &[(&str, Option<u64>)] = &[
-            ("5", Some(300)),       // minutes
-            ("90", Some(5_400)),    // minutes
-            ("30:00", Some(1_800)), // minutes:seconds
-            ("0:90", Some(90)),     // fields are not range-checked
-            ("00:01:00", Some(60)), // hours:minutes:seconds
-            ("00:01:27", Some(87)),
-            ("25:00:00", Some(90_000)),
-            ("1-2", Some(93_600)),        // days-hours
-            ("1-2:3", Some(93_780)),      // days-hours:minutes
-            ("1-02:03:04", Some(93_784)), // days-hours:minutes:seconds
-            ("1-00:00:00", Some(86_400)),
-            ("0", Some(0)),
-            ("UNLIMITED", None),
-            ("infinite", None),
-            ("INFINITE", None),
-            ("Partition_Limit", None),
-            ("", None),
-            ("1:2:3:4", None),
-            ("1-2:3:4:5", None),
-            ("-5", None),
-            ("5m", None),
-            (" 5", None),
-            ("1--2", None),
-            ("a:b", None),
-            ("99999999999999999999", None),
-        ];
-        for (s, want) in cases {
-            assert_eq!(parse_duration_secs(s), *want, "{s:?}");
-        }
-        assert_eq!(parse_duration("UNLIMITED"), Ok(Duration::Unlimited));
-        assert_eq!(parse_duration("Partition_Limit"), Ok(Duration::Unlimited));
-        assert!(parse_duration("soon").is_err());
-    }
-
-    #[test]
-    fn time_limits_for_sbatch() {
-        let cases: &[(u64, &str)] = &[
-            (0, "00:01:00"), // zero would mean UNLIMITED to Slurm
-            (1, "00:01:00"),
-            (59, "00:01:00"),
-            (60, "00:01:00"),
-            (61, "00:02:00"),
-            (87, "00:02:00"),
-            (3_600, "01:00:00"),
-            (86_399, "1-00:00:00"),
-            (86_400, "1-00:00:00"),
-            (93_784, "1-02:04:00"),
-            (10 * 86_400 + 5 * 3_600, "10-05:00:00"),
-        ];
-        for (secs, want) in cases {
-            assert_eq!(format_time_limit(*secs), *want, "{secs}");
-            // What is printed reads back as at least what was asked.
-            let back = parse_duration_secs(want).unwrap();
-            assert!(
-                back >= *secs && back < secs + 60 || *secs == 0,
-                "{secs} -> {want} -> {back}"
-            );
-        }
     }
 
     #[test]

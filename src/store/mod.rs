@@ -406,7 +406,7 @@ fn insert_dependencies(
     argv: &[String],
     script: Option<&[u8]>,
 ) -> Result<()> {
-    let edges = crate::sbatch_args::submission_dependencies(argv, script);
+    let edges = crate::dependency::submission_dependencies(argv, script);
     if edges.is_empty() {
         return Ok(());
     }
@@ -1326,19 +1326,19 @@ impl Store {
     /// Every lookup is an exact, indexed match; an id that is not one of those forms
     /// names nothing.
     pub fn resolve(&self, id: &str) -> Result<Vec<i64>> {
-        let sql = match crate::model::IdRef::parse(id) {
+        let sql = match crate::ids::IdRef::parse(id) {
             Err(_) => return Ok(Vec::new()),
-            Ok(crate::model::IdRef::Chain(n)) => {
+            Ok(crate::ids::IdRef::Chain(n)) => {
                 let found: Option<i64> = self
                     .conn
                     .query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0))
                     .optional()?;
                 return Ok(found.into_iter().collect());
             }
-            Ok(crate::model::IdRef::Task(_)) => {
+            Ok(crate::ids::IdRef::Task(_)) => {
                 "SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1 ORDER BY chain_id"
             }
-            Ok(crate::model::IdRef::Job(_)) => {
+            Ok(crate::ids::IdRef::Job(_)) => {
                 "SELECT chain_id FROM attempts WHERE slurm_job_id = ?1
                  UNION SELECT chain_id FROM attempts WHERE slurm_base_id = ?1 ORDER BY chain_id"
             }

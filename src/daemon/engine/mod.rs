@@ -19,6 +19,7 @@ mod reconcile;
 mod requeue;
 
 use super::sbatch::{self, LaunchOutcome};
+use crate::clock::now;
 use crate::config::Config;
 use crate::policy::{self, Effect, Event, Transition};
 use crate::slurm::{Slurm, SlurmError};
@@ -97,14 +98,6 @@ const MAX_RETRY_FLIGHTS: usize = 16;
 /// not answer; each waits for the one before, up to 10 s) cannot take every place and
 /// hold back everyone else's retries.
 const MAX_RETRY_FLIGHTS_PER_USER: usize = 4;
-
-/// Unix time in seconds.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
 
 impl<S: Slurm> Engine<S> {
     pub fn new(config: Config, store: Store, slurm: S) -> Self {

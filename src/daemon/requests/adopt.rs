@@ -1,8 +1,9 @@
 //! Adopting a job that was submitted with plain sbatch: its submission is rebuilt from
 //! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`).
 
+use crate::clock::now;
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
-use crate::daemon::engine::{now, Engine};
+use crate::daemon::engine::Engine;
 
 use crate::protocol::views::AdoptAnswer;
 use crate::protocol::{ErrorKind, Response};
@@ -76,7 +77,7 @@ pub async fn adopt<S: Slurm>(
         ));
     }
     for id in job_ids {
-        if !matches!(parse_id(id)?, crate::model::IdRef::Job(_)) {
+        if !matches!(parse_id(id)?, crate::ids::IdRef::Job(_)) {
             return Err(Response::error(
                 ErrorKind::Usage,
                 format!("cannot adopt {id:?}: give the job id of a plain job, e.g. 12345"),

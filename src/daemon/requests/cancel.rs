@@ -11,8 +11,9 @@
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
+use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::{now, Engine};
+use crate::daemon::engine::Engine;
 use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Response};
 use crate::slurm::{RunAs, Slurm, SlurmError};

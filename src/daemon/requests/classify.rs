@@ -2,8 +2,9 @@
 //! (with resources of their choice), fail, or hold for a person.
 
 use super::resolution::{commit, plan_from, preview, transitions, usage};
+use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::{now, Engine};
+use crate::daemon::engine::Engine;
 use crate::policy::{self, Event};
 use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
 use crate::protocol::{Resolution, ResolveAction};

@@ -1,8 +1,9 @@
 //! `recover`: a person asks for a failed or `pending_failed` chain to be retried.
 
 use super::resolution::{commit, plan_from, preview, transitions};
+use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::{now, Engine};
+use crate::daemon::engine::Engine;
 use crate::policy::Event;
 use crate::protocol::views::{RecoverAnswer, RecoverDryRun, RecoverReply, SbatchPreview};
 use crate::protocol::{RecoverRequest, Response};

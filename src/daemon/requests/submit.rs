@@ -1,8 +1,9 @@
 //! `submit`: checks a submission, records its intent, and after its sbatch (run beside
 //! the loop) records what came of it and answers.
 
+use crate::clock::now;
 use crate::daemon::access::internal;
-use crate::daemon::engine::{now, Engine};
+use crate::daemon::engine::Engine;
 use crate::daemon::sbatch::LaunchOutcome;
 use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};

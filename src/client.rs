@@ -1,4 +1,5 @@
-//! Talking to the daemon over its Unix socket.
+//! Talking to the daemon over its Unix socket: one request, one answer. Both clients use
+//! it, `supervisorctl` (`ctl`) and its MCP server (`mcp`), which `ctl` starts.
 
 use crate::protocol::{Request, Response};
 use std::io::{BufRead, BufReader, Read, Write};
