@@ -103,6 +103,17 @@ pub fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// `s` cut to `max` bytes (at a character boundary), with `...` when something was cut:
+/// how a value is shown in a message.
+pub fn shortened(s: &str, max: usize) -> String {
+    let cut = truncate(s, max);
+    if cut.len() == s.len() {
+        s.to_string()
+    } else {
+        format!("{cut}...")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 //! `osbytes::truncate` (itself a leaf), so anything may use it and it can never be part
 //! of a circle. `tests/architecture.rs` checks.
 
+use crate::osbytes::shortened as truncate;
 use std::fmt::Write as _;
 use std::str::FromStr;
 
@@ -230,16 +231,6 @@ fn digits<T: FromStr>(s: &str) -> Option<T> {
         return None;
     }
     s.parse().ok()
-}
-
-/// `s` cut to `max` bytes (at a character boundary), with `...` when something was cut.
-fn truncate(s: &str, max: usize) -> String {
-    let cut = crate::osbytes::truncate(s, max);
-    if cut.len() == s.len() {
-        s.to_string()
-    } else {
-        format!("{cut}...")
-    }
 }
 
 #[cfg(test)]

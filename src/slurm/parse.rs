@@ -23,6 +23,7 @@
 
 use super::jobid;
 use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
+use crate::osbytes::shortened as truncate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -548,16 +549,6 @@ fn looks_like_job_id(s: &str) -> bool {
         && s.starts_with(|c: char| c.is_ascii_digit())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_.+[]-%,".contains(c))
-}
-
-/// The first `max` bytes of `s`, cut at a character boundary, with `...` when cut.
-fn truncate(s: &str, max: usize) -> String {
-    let cut = crate::osbytes::truncate(s, max);
-    if cut.len() == s.len() {
-        s.to_string()
-    } else {
-        format!("{cut}...")
-    }
 }
 
 #[cfg(test)]
