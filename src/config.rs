@@ -125,7 +125,7 @@ pub fn parse_mem_size(s: &str) -> Result<u64, String> {
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: String,
-    kind: toml::Spanned<Classification>,
+    kind: toml::Spanned<String>,
     #[serde(default)]
     exit_codes: Vec<i32>,
     stderr: Option<toml::Spanned<String>>,
@@ -147,8 +147,7 @@ pub struct Rule {
 /// resubmissions one chain may get for each kind of failure before it is escalated to an
 /// agent. A kind not listed keeps the classification table's default
 /// (`Classification::row`); only kinds retried automatically have one.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, Default)]
 pub struct Budgets(std::collections::BTreeMap<Classification, u32>);
 
 impl Budgets {
@@ -162,7 +161,7 @@ impl Budgets {
 #[serde(deny_unknown_fields, default)]
 struct RawRetry {
     max_retries: u32,
-    budgets: Budgets,
+    budgets: std::collections::BTreeMap<String, u32>,
     backoff_initial: Dur,
     backoff_multiplier: f64,
     backoff_max: Dur,
@@ -175,7 +174,7 @@ impl Default for RawRetry {
     fn default() -> Self {
         RawRetry {
             max_retries: 5,
-            budgets: Budgets::default(),
+            budgets: Default::default(),
             backoff_initial: Dur(Duration::from_secs(10)),
             backoff_multiplier: 2.0,
             backoff_max: Dur(Duration::from_secs(600)),
@@ -663,23 +662,25 @@ impl Config {
                     "a rule has an empty name: give every rule a name".into(),
                 ));
             }
-            let kind = *r.kind.get_ref();
-            if !kind.row().by_rule {
-                let may: Vec<&str> = Classification::ALL
-                    .iter()
-                    .filter(|c| c.row().by_rule)
-                    .map(|c| c.as_str())
-                    .collect();
-                return Err(invalid(
-                    Some(r.kind.span()),
-                    format!(
-                        "rule {:?}: kind = {:?} is not one a rule can give; a rule gives one of {}",
-                        r.name,
-                        kind.as_str(),
-                        may.join(", ")
-                    ),
-                ));
-            }
+            let kind = match r.kind.get_ref().parse::<Classification>() {
+                Ok(k) if k.row().by_rule => k,
+                _ => {
+                    let may: Vec<&str> = Classification::ALL
+                        .iter()
+                        .filter(|c| c.row().by_rule)
+                        .map(|c| c.as_str())
+                        .collect();
+                    return Err(invalid(
+                        Some(r.kind.span()),
+                        format!(
+                            "rule {:?}: kind = {:?} is not one a rule can give; write one of {}",
+                            r.name,
+                            r.kind.get_ref(),
+                            may.join(", ")
+                        ),
+                    ));
+                }
+            };
             rules.push(Rule {
                 name: r.name,
                 kind,
@@ -688,17 +689,23 @@ impl Config {
             });
         }
 
-        for c in raw.retry.budgets.0.keys() {
-            if !c.is_retried() {
-                let retried: Vec<&str> = Classification::ALL
-                    .iter()
-                    .filter(|c| c.is_retried())
-                    .map(|c| c.as_str())
-                    .collect();
-                return Err(semantic(format!(
-                    "retry.budgets.{c}: {c} is never retried automatically, so it has no budget; budgets are for {}",
-                    retried.join(", ")
-                )));
+        let mut budgets = Budgets::default();
+        for (name, &n) in &raw.retry.budgets {
+            match name.parse::<Classification>() {
+                Ok(c) if c.is_retried() => {
+                    budgets.0.insert(c, n);
+                }
+                _ => {
+                    let retried: Vec<&str> = Classification::ALL
+                        .iter()
+                        .filter(|c| c.is_retried())
+                        .map(|c| c.as_str())
+                        .collect();
+                    return Err(semantic(format!(
+                        "retry.budgets.{name}: only kinds retried automatically have a budget; write one of {}",
+                        retried.join(", ")
+                    )));
+                }
             }
         }
 
@@ -941,7 +948,7 @@ impl Config {
             },
             retry: RetryConfig {
                 max_retries: raw.retry.max_retries,
-                budgets: raw.retry.budgets,
+                budgets,
                 backoff_initial: raw.retry.backoff_initial.0,
                 backoff_multiplier: raw.retry.backoff_multiplier,
                 backoff_max: raw.retry.backoff_max.0,
@@ -1050,17 +1057,20 @@ mod tests {
             ),
             (
                 "[[rules]]\nname = \"x\"\nkind = \"maybe\"\nexit_codes = [1]",
-                "unknown variant",
+                "kind = \"maybe\" is not one a rule can give; write one of transient, permanent",
             ),
             ("[retry.budgets]\noom = -1", "invalid value"),
-            ("[retry.budgets]\noom_killer = 3", "unknown variant"),
+            (
+                "[retry.budgets]\noom_killer = 3",
+                "write one of preempted, node_fail, boot_fail, oom, timeout, transient",
+            ),
             (
                 "[retry.budgets]\npermanent = 3",
-                "never retried automatically",
+                "only kinds retried automatically have a budget",
             ),
             (
                 "[[rules]]\nname = \"x\"\nkind = \"oom\"\nexit_codes = [1]",
-                "not one a rule can give",
+                "write one of transient, permanent",
             ),
             ("poll_interval = \"10000000000000000000s\"", "poll_interval"),
             (

@@ -221,6 +221,39 @@ pub enum Event<'a> {
     },
 }
 
+impl Event<'_> {
+    /// What the event does to one of the chain's attempts, whatever is decided: an ending
+    /// is recorded even when the decision is nothing (the daemon's fallback for an event
+    /// that does not apply keeps it, so the attempt is not judged again).
+    pub fn attempt_change(&self) -> Option<AttemptChange> {
+        match *self {
+            Event::Ended { attempt, .. } | Event::KilledForDependency { attempt, .. } => {
+                Some(AttemptChange::Ended(attempt.clone()))
+            }
+            Event::Requeued { n, observation, .. } => Some(AttemptChange::Requeued {
+                n,
+                observation: observation.clone(),
+            }),
+            Event::JobLost { n, .. } => Some(AttemptChange::Lost { n }),
+            Event::RetryRefused { n, .. } | Event::LaunchUnconfirmed { n, .. } => {
+                Some(AttemptChange::NotSubmitted { n })
+            }
+            Event::InPlaceRefused { n, .. } => Some(AttemptChange::Withdrawn { n }),
+            Event::Cancelled { .. } => Some(AttemptChange::Cancelled),
+            Event::Resolved { .. }
+            | Event::Recovered { .. }
+            | Event::RetryUnprepared { .. }
+            | Event::Expired { .. }
+            | Event::RemindDue
+            | Event::Rewired { .. }
+            | Event::PlainJobRewired { .. }
+            | Event::PlainJobNotHeld { .. }
+            | Event::GatesDecided { .. }
+            | Event::UpstreamBroken { .. } => None,
+        }
+    }
+}
+
 /// An ended attempt as the daemon judged it: which one, how it ended, and the
 /// observation (sacct's rows, output tails) its verdict came from, stored unchanged.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -389,6 +422,9 @@ pub struct ChainUpdate {
     /// The chain's wait for a decision: when it began, and whether its reminder and its
     /// expiry came.
     pub clock: Clock,
+    /// False when nothing of the chain changes but its clock's marks (a reminder) or
+    /// nothing at all: its row is left as it is, `updated_at` too.
+    pub changes_chain: bool,
 }
 
 impl ChainUpdate {
@@ -400,6 +436,7 @@ impl ChainUpdate {
             plan: None,
             not_before: None,
             clock: Clock::Keep,
+            changes_chain: true,
         }
     }
 }
@@ -517,6 +554,7 @@ impl Transition {
             chain.state,
             ChainUpdate {
                 not_before: chain.not_before,
+                changes_chain: false,
                 ..ChainUpdate::to(chain.state)
             },
             None,
@@ -652,44 +690,29 @@ pub fn transition(
     let from = chain.state;
     let mut t = match event {
         Event::Ended {
-            verdict,
-            history,
-            attempt,
-        } => Transition {
-            attempt: Some(AttemptChange::Ended(attempt.clone())),
-            ..ended(verdict, history, config, ctx)
-        },
-        Event::Requeued {
-            verdict,
-            n,
-            observation,
-        } => Transition {
-            attempt: Some(AttemptChange::Requeued {
-                n,
-                observation: observation.clone(),
-            }),
-            ..Transition::of(
-                from,
-                ChainUpdate {
-                    last_classification: Some(verdict.classification),
-                    not_before: chain.not_before,
-                    ..ChainUpdate::to(from)
+            verdict, history, ..
+        } => ended(verdict, history, config, ctx),
+        Event::Requeued { verdict, .. } => Transition::of(
+            from,
+            ChainUpdate {
+                last_classification: Some(verdict.classification),
+                not_before: chain.not_before,
+                ..ChainUpdate::to(from)
+            },
+            Some(Record {
+                reason: Reason::RequeuedBySlurm {
+                    verdict: verdict.reason.clone(),
                 },
-                Some(Record {
-                    reason: Reason::RequeuedBySlurm {
-                        verdict: verdict.reason.clone(),
+                ..supervisor(
+                    verdict,
+                    RecoveryClass::R1,
+                    Action::Watch,
+                    Inputs::Requeue {
+                        verdict: verdict.clone(),
                     },
-                    ..supervisor(
-                        verdict,
-                        RecoveryClass::R1,
-                        Action::Watch,
-                        Inputs::Requeue {
-                            verdict: verdict.clone(),
-                        },
-                    )
-                }),
-            )
-        },
+                )
+            }),
+        ),
         Event::Resolved {
             resolution,
             plan,
@@ -736,25 +759,19 @@ pub fn transition(
             },
         )?,
         Event::RetryRefused {
-            code,
-            stderr,
-            argv,
-            n,
-        } => Transition {
-            attempt: Some(AttemptChange::NotSubmitted { n }),
-            ..escalation(
-                from,
-                Reason::RetryRefused {
-                    code,
-                    stderr: stderr.to_string(),
-                },
-                Inputs::Refused {
-                    argv: argv.to_vec(),
-                    stderr: stderr.to_string(),
-                    exit_code: code,
-                },
-            )
-        },
+            code, stderr, argv, ..
+        } => escalation(
+            from,
+            Reason::RetryRefused {
+                code,
+                stderr: stderr.to_string(),
+            },
+            Inputs::Refused {
+                argv: argv.to_vec(),
+                stderr: stderr.to_string(),
+                exit_code: code,
+            },
+        ),
         Event::RetryUnprepared { error } => escalation(
             from,
             Reason::RetryUnprepared {
@@ -766,21 +783,18 @@ pub fn transition(
             tag,
             last_error,
             argv,
-            n,
-        } => Transition {
-            attempt: Some(AttemptChange::NotSubmitted { n }),
-            ..escalation(
-                from,
-                Reason::LaunchUnconfirmed {
-                    tag: tag.to_string(),
-                    last_error: last_error.map(str::to_string),
-                },
-                Inputs::Unconfirmed {
-                    argv: argv.to_vec(),
-                    tag: tag.to_string(),
-                },
-            )
-        },
+            ..
+        } => escalation(
+            from,
+            Reason::LaunchUnconfirmed {
+                tag: tag.to_string(),
+                last_error: last_error.map(str::to_string),
+            },
+            Inputs::Unconfirmed {
+                argv: argv.to_vec(),
+                tag: tag.to_string(),
+            },
+        ),
         Event::Expired { pending_since } => expired(chain, pending_since, config, ctx)?,
         Event::RemindDue => {
             if from != ChainState::PendingFailed {
@@ -796,6 +810,7 @@ pub fn transition(
                     ChainUpdate {
                         clock: Clock::Remind,
                         not_before: chain.not_before,
+                        changes_chain: false,
                         ..ChainUpdate::to(from)
                     },
                     None,
@@ -892,38 +907,33 @@ pub fn transition(
             }
         }
         Event::KilledForDependency {
-            verdict,
-            upstreams,
-            attempt,
+            verdict, upstreams, ..
         } => {
             let labels: Vec<String> = upstreams.iter().map(|c| chain_label(*c)).collect();
-            Transition {
-                attempt: Some(AttemptChange::Ended(attempt.clone())),
-                ..Transition::of(
-                    from,
-                    ChainUpdate {
-                        last_classification: Some(verdict.classification),
-                        not_before: Some(ctx.now),
-                        ..ChainUpdate::to(ChainState::Ready)
+            Transition::of(
+                from,
+                ChainUpdate {
+                    last_classification: Some(verdict.classification),
+                    not_before: Some(ctx.now),
+                    ..ChainUpdate::to(ChainState::Ready)
+                },
+                Some(Record {
+                    reason: Reason::KilledForDependency {
+                        verdict: verdict.reason.clone(),
+                        upstreams: labels.clone(),
                     },
-                    Some(Record {
-                        reason: Reason::KilledForDependency {
-                            verdict: verdict.reason.clone(),
-                            upstreams: labels.clone(),
+                    ..supervisor(
+                        verdict,
+                        RecoveryClass::R1,
+                        Action::Resubmit,
+                        Inputs::Dependency {
+                            job: None,
+                            upstreams: labels,
+                            rewired: Vec::new(),
                         },
-                        ..supervisor(
-                            verdict,
-                            RecoveryClass::R1,
-                            Action::Resubmit,
-                            Inputs::Dependency {
-                                job: None,
-                                upstreams: labels,
-                                rewired: Vec::new(),
-                            },
-                        )
-                    }),
-                )
-            }
+                    )
+                }),
+            )
         }
         Event::UpstreamBroken {
             upstream,
@@ -942,58 +952,53 @@ pub fn transition(
             },
         )?,
         Event::JobLost {
-            job,
-            missing_since,
-            n,
-        } => Transition {
-            attempt: Some(AttemptChange::Lost { n }),
-            ..escalation(
-                from,
-                Reason::JobLost {
-                    job: job.to_string(),
-                    missing_secs: ctx.now - missing_since,
-                },
-                Inputs::Lost {
-                    job: job.to_string(),
-                    missing_since,
-                },
-            )
-        },
-        Event::InPlaceRefused { job, error, n } => {
+            job, missing_since, ..
+        } => escalation(
+            from,
+            Reason::JobLost {
+                job: job.to_string(),
+                missing_secs: ctx.now - missing_since,
+            },
+            Inputs::Lost {
+                job: job.to_string(),
+                missing_since,
+            },
+        ),
+        Event::InPlaceRefused { job, error, .. } => {
             if from != ChainState::Ready {
                 return Err(Refusal::NotReady(from));
             }
-            Transition {
-                attempt: Some(AttemptChange::Withdrawn { n }),
-                // The retry goes ahead as a resubmission, now.
-                ..Transition::of(
-                    from,
-                    ChainUpdate {
-                        not_before: Some(ctx.now),
-                        ..ChainUpdate::to(from)
+            // The retry goes ahead as a resubmission, now.
+            Transition::of(
+                from,
+                ChainUpdate {
+                    not_before: Some(ctx.now),
+                    ..ChainUpdate::to(from)
+                },
+                // Not a second resubmission: the one already decided is carried out by
+                // sbatch instead (budgets count `resubmit` records).
+                Some(by_supervisor(
+                    chain
+                        .last_classification
+                        .unwrap_or(Classification::Ambiguous),
+                    RecoveryClass::R1,
+                    Action::None,
+                    Reason::InPlaceRefused {
+                        job: job.to_string(),
+                        error: error.to_string(),
                     },
-                    // Not a second resubmission: the one already decided is carried out by
-                    // sbatch instead (budgets count `resubmit` records).
-                    Some(by_supervisor(
-                        chain
-                            .last_classification
-                            .unwrap_or(Classification::Ambiguous),
-                        RecoveryClass::R1,
-                        Action::None,
-                        Reason::InPlaceRefused {
-                            job: job.to_string(),
-                            error: error.to_string(),
-                        },
-                        Inputs::InPlace {
-                            job: job.to_string(),
-                            error: error.to_string(),
-                        },
-                    )),
-                )
-            }
+                    Inputs::InPlace {
+                        job: job.to_string(),
+                        error: error.to_string(),
+                    },
+                )),
+            )
         }
     };
     t.from = from;
+    if t.attempt.is_none() {
+        t.attempt = event.attempt_change();
+    }
     Ok(t.finish())
 }
 

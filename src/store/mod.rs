@@ -531,20 +531,28 @@ fn apply_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<
         Clock::Remind => ("pending_since", "1", "expired"),
         Clock::Expire => ("pending_since", "reminded", "1"),
     };
-    tx.prepare_cached(&format!(
-        "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
-             plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6,
-             pending_since = {since}, reminded = {reminded}, expired = {expired}
-         WHERE id = ?1"
-    ))?
-    .execute(params![
-        chain_id,
-        u.state.as_str(),
-        u.last_classification.map(|c| c.as_str()),
-        u.plan.as_ref().map(json),
-        u.not_before,
-        now
-    ])?;
+    if u.changes_chain {
+        tx.prepare_cached(&format!(
+            "UPDATE chains SET state = ?2, last_classification = COALESCE(?3, last_classification),
+                 plan = COALESCE(?4, plan), not_before = ?5, updated_at = ?6,
+                 pending_since = {since}, reminded = {reminded}, expired = {expired}
+             WHERE id = ?1"
+        ))?
+        .execute(params![
+            chain_id,
+            u.state.as_str(),
+            u.last_classification.map(|c| c.as_str()),
+            u.plan.as_ref().map(json),
+            u.not_before,
+            now
+        ])?;
+    } else if u.clock != Clock::Keep {
+        // Only the clock's marks (a reminder queued); the wait's start stays.
+        tx.prepare_cached(&format!(
+            "UPDATE chains SET reminded = {reminded}, expired = {expired} WHERE id = ?1"
+        ))?
+        .execute([chain_id])?;
+    }
     if let Some(n) = &t.notify {
         tx.prepare_cached(
             "INSERT INTO notifications (chain_id, kind, decision_id, created_at, next_try)

@@ -131,6 +131,7 @@ fn relaunch_takes_next_attempt_number_and_plan() {
         plan: Some(plan.clone()),
         not_before: Some(200),
         clock: Clock::Keep,
+        changes_chain: true,
     };
     record_ending(
         &mut s,
@@ -173,6 +174,7 @@ fn decisions_are_append_only() {
         plan: None,
         not_before: None,
         clock: Clock::Keep,
+        changes_chain: true,
     };
     record_ending(
         &mut s,
@@ -206,6 +208,7 @@ fn a_resolution_races_safely() {
         plan: None,
         not_before: None,
         clock: Clock::Keep,
+        changes_chain: true,
     };
     record_ending(
         &mut s,
@@ -225,6 +228,7 @@ fn a_resolution_races_safely() {
         plan: None,
         not_before: None,
         clock: Clock::Keep,
+        changes_chain: true,
     };
     let resolution = Record {
         resolves_latest: true,
@@ -277,6 +281,7 @@ fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
         plan: None,
         not_before: None,
         clock: Clock::Keep,
+        changes_chain: true,
     };
     let d = || decision(Classification::Ambiguous, Action::Fail);
     // Chain 2 is active, not pending_failed as the second transition expects.
@@ -300,6 +305,7 @@ fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
         plan: None,
         not_before: Some(200),
         clock: Clock::Keep,
+        changes_chain: true,
     };
     let rec = Record {
         infra_failure: true,
@@ -356,6 +362,7 @@ fn notifications_are_queued_with_the_state_change() {
         plan: None,
         not_before: None,
         clock: Clock::Keep,
+        changes_chain: true,
     };
     let d = decision(Classification::Ambiguous, Action::Escalate);
     assert_eq!(
@@ -537,4 +544,56 @@ fn a_new_submission_is_what_reading_it_back_gives() {
         .unwrap();
     let read = s.submission(l.submission_id).unwrap();
     assert_eq!(new.stored_as(l.submission_id, 1234), read);
+}
+
+/// A chain waiting in `pending_failed` since 200.
+fn waiting_chain(s: &mut Store) {
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let pending = ChainUpdate {
+        last_classification: Some(Classification::Ambiguous),
+        ..ChainUpdate::to(ChainState::PendingFailed)
+    };
+    let d = decision(Classification::Ambiguous, Action::Escalate);
+    let t = tr(ChainState::Active, &pending, d);
+    assert_eq!(decide_chains(s, &[(1, t)], 200).unwrap(), None);
+}
+
+/// A reminder changes nothing of the chain but its mark: `updated_at` says when it last
+/// changed.
+#[test]
+fn a_reminder_leaves_the_chain_as_it_is() {
+    let mut s = Store::in_memory().unwrap();
+    waiting_chain(&mut s);
+    assert!(remind(&mut s, 1, 300).unwrap());
+    assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 200);
+    assert!(s.chains_to_remind(10_000).unwrap().is_empty());
+}
+
+/// The attempt of an in-place requeue that did not happen goes, and a chain that has moved
+/// on meanwhile is left as it is (its job ids keep naming it for as long as they did).
+#[test]
+fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let c = s.chain(1).unwrap().unwrap();
+    let cancel = crate::policy::transition(
+        &c,
+        crate::policy::Event::Cancelled {
+            job: Some("42"),
+            actor: "alice",
+        },
+        &crate::config::Config::defaults(),
+        &crate::policy::Context::at(150),
+    )
+    .unwrap();
+    assert!(s.apply_one(1, &cancel, 150).unwrap());
+    let c = s.chain(1).unwrap().unwrap();
+    let t = Transition {
+        attempt: Some(AttemptChange::Withdrawn { n: 2 }),
+        ..Transition::none(&c)
+    };
+    assert!(s.apply_one(1, &t, 10_000_000).unwrap());
+    assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 150);
 }

@@ -3,13 +3,16 @@
 //! asks here which those are; a request that would change a held chain is refused
 //! (`requests::refuse_held`).
 //!
-//! Holding a chain takes it out of every phase: the poll notes nothing of it (not even the
+//! Holding a chain takes it out of the phases that would record its ending or start its
+//! next attempt: the poll notes nothing of it (not even the
 //! state seen: if the holder's command fails, the next poll finds what happened
 //! meanwhile, and tells a requeue by the state last seen), its ending waiting in the
 //! backlog is the holder's to record (found again by the next poll if the holder's
 //! command fails), it gets no new attempt, and its submission's gates wait. Only the
 //! requeues Slurm made of a job still in the queue are recorded all the same: the next
-//! poll would not see them again.
+//! poll would not see them again. The ageing of a `pending_failed` chain (reminder,
+//! expiry) and the notes on waiting jobs go on: the cancel decides again from the chain
+//! as it finds it when its scancel answers.
 
 use std::collections::HashSet;
 

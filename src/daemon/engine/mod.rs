@@ -335,7 +335,12 @@ impl<S: Slurm> Engine<S> {
     ) -> Transition {
         policy::transition(chain, event, &self.config, ctx).unwrap_or_else(|r| {
             error!("an event the loop saw does not apply to the chain ({r}); leaving it as it is");
-            Transition::none(chain)
+            // What the event did to its attempt is recorded all the same, so the attempt
+            // is not judged again every cycle.
+            Transition {
+                attempt: event.attempt_change(),
+                ..Transition::none(chain)
+            }
         })
     }
 
