@@ -5,12 +5,13 @@
 //! concurrently (a child that fills one pipe cannot block), and stderr is kept as
 //! evidence in every error.
 
+use super::jobid;
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
 use super::types::{PendingRow, SacctRow, SqueueRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,8 +49,8 @@ pub(crate) const INVALID_JOB_ID: &str = "Invalid job id specified";
 /// The most a Slurm command may print on stdout or stderr before it is stopped.
 const MAX_OUTPUT: u64 = 64 << 20;
 
-/// Job ids per squeue call; squeue filters client-side, so this only bounds argv length.
-const SQUEUE_CHUNK: usize = 5000;
+/// Job ids per `scontrol release` call: bounds argv length.
+const RELEASE_CHUNK: usize = 5000;
 
 /// The longest `--jobs=` list one query is given, in bytes: far below what a command line
 /// may hold, so a chunk is a few thousand ids whatever their length.
@@ -460,23 +461,40 @@ impl Slurm for SlurmCli {
     }
 
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
-        let mut all = Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
+        // One controller query, whatever the number of jobs. A squeue of several `--jobs`
+        // is not a lookup: it loads every job (REQUEST_JOB_INFO) and filters on the client,
+        // so a list cut in chunks cost one full dump of the controller's jobs per chunk.
+        // One full listing (`--all`: hidden partitions too) costs one dump, filtered here.
+        // One id is a lookup (REQUEST_JOB_INFO_SINGLE). `--local`: no federation query.
+        let filter = match job_ids {
+            [] => {
+                return Ok(Parsed {
+                    rows: Vec::new(),
+                    errors: Vec::new(),
+                })
+            }
+            [one] => format!("--jobs={one}"),
+            _ => "--all".to_string(),
         };
-        for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
-            let args = vec![
-                "--noheader".into(),
-                "--states=all".into(),
-                "--array".into(),
-                format!("--format={}", parse::SQUEUE_FORMAT),
-                format!("--jobs={}", chunk.join(",")),
-            ];
-            let p = check_squeue(self.query("squeue", args).await?)?;
-            all.rows.extend(p.rows);
-            all.errors.extend(p.errors);
+        let args = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            "--array".into(),
+            format!("--format={}", parse::SQUEUE_FORMAT),
+            filter,
+        ];
+        let mut p = check_squeue(self.query("squeue", args).await?)?;
+        if job_ids.len() > 1 {
+            // Only the jobs asked about (their rows carry no user text; another user's
+            // jobs are left out here, as a `--jobs` list left them out).
+            let asked: HashSet<&str> = job_ids.iter().map(String::as_str).collect();
+            let ours =
+                |id: &str| asked.contains(id) || asked.contains(jobid::base_job_id(id).as_str());
+            p.rows.retain(|r| ours(&r.job_id));
+            p.errors.retain(|e| e.job_id.as_deref().is_none_or(&ours));
         }
-        Ok(all)
+        Ok(p)
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
@@ -656,7 +674,7 @@ impl Slurm for SlurmCli {
         // Every chunk is tried: one refused job (released by its owner already) does not
         // keep the others held. The first failure is reported.
         let mut first = None;
-        for chunk in id_chunks(job_ids, SQUEUE_CHUNK) {
+        for chunk in id_chunks(job_ids, RELEASE_CHUNK) {
             let args = vec!["release".to_string(), chunk.join(",")];
             if let Err(e) = self.scontrol_as(&args, run_as).await {
                 first.get_or_insert(e);
@@ -773,6 +791,65 @@ mod tests {
     }
 
     use super::*;
+
+    /// The poll's squeue costs the controller one query whatever the number of jobs: 100,000
+    /// live jobs are one full listing (not 20 chunks of `--jobs`, each a full dump), cut
+    /// down here to the jobs asked about; one job is a lookup by its id.
+    #[tokio::test]
+    async fn the_polls_squeue_is_one_call_at_any_scale() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        // A squeue that notes each call and lists 150,000 jobs (another user's among them),
+        // or, asked for one job, that one.
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in\n  *--jobs=*) echo \"7|7|RUNNING|None|n1|1000\" ;;\n  *) seq 1 150000 | sed 's/.*/&|&|RUNNING|None|n1|1000/' ; echo '5_[1-3]|5|PENDING|Priority||1001' ;;\nesac\n",
+            log = log.display()
+        );
+        let squeue = dir.path().join("squeue");
+        std::fs::write(&squeue, script).unwrap();
+        std::fs::set_permissions(&squeue, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let cli = SlurmCli {
+            bin_dir: Some(dir.path().to_path_buf()),
+            timeout: Duration::from_secs(60),
+            sbatch_timeout: Duration::from_secs(60),
+            sacct_chunk: 5000,
+            observer: unobserved,
+        };
+        let ids: Vec<String> = (1..=100_000).map(|i| (i * 3 / 2).to_string()).collect();
+        let p = cli.squeue(&ids).await.unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(calls.lines().count(), 1, "{calls}");
+        assert!(
+            calls.contains("--all") && calls.contains("--local"),
+            "{calls}"
+        );
+        assert!(!calls.contains("--jobs"), "{calls}");
+        assert!(
+            p.errors.is_empty(),
+            "{:?}",
+            &p.errors[..p.errors.len().min(3)]
+        );
+        // Only the jobs asked about: every id of `ids` that the listing has, none other.
+        let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        assert!(p.rows.iter().all(|r| want.contains(r.job_id.as_str())));
+        assert_eq!(
+            p.rows.len(),
+            want.iter()
+                .filter(|i| i.parse::<u32>().unwrap() <= 150_000)
+                .count()
+        );
+        // One job: a lookup by its id, still one call.
+        std::fs::remove_file(&log).unwrap();
+        let p = cli.squeue(&["7".to_string()]).await.unwrap();
+        assert_eq!(p.rows.len(), 1);
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(calls.lines().count(), 1);
+        assert!(
+            calls.contains("--jobs=7") && calls.contains("--local"),
+            "{calls}"
+        );
+    }
 
     #[test]
     fn job_id_lists_are_cut_by_count_and_by_length() {
