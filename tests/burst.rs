@@ -101,8 +101,9 @@ impl Burst {
 #[tokio::test(flavor = "current_thread")]
 async fn a_burst_of_endings_costs_one_squeue_and_one_sacct() {
     let mut b = Burst::new(1_200, "debug").await;
-    let (squeue, sacct, sinfo) = (
+    let (squeue, states, sacct, sinfo) = (
         b.calls(Command::Squeue),
+        b.calls(Command::JobStates),
         b.calls(Command::Sacct),
         b.calls(Command::PartitionLimits),
     );
@@ -111,7 +112,10 @@ async fn a_burst_of_endings_costs_one_squeue_and_one_sacct() {
     }
     let turns = b.settle().await;
     // One poll found them all; the rest of the burst was judged without asking Slurm.
-    assert_eq!(b.calls(Command::Squeue) - squeue, 1);
+    // Every job's owner was seen in the first cycle, so the poll's one squeue asked for
+    // the states alone (`--only-job-state`).
+    assert_eq!(b.calls(Command::JobStates) - states, 1);
+    assert_eq!(b.calls(Command::Squeue) - squeue, 0);
     assert_eq!(b.calls(Command::Sacct) - sacct, 1);
     assert!(b.calls(Command::PartitionLimits) - sinfo <= 1);
     assert!(turns >= 2, "judged in batches, the loop free in between");
@@ -249,4 +253,100 @@ async fn a_chain_held_between_two_batches_is_judged_only_after_its_release() {
     assert_eq!(ds.len(), 1, "{ds:?}");
     assert_eq!(ds[0].reason_code.as_deref(), Some("permanent_not_retried"));
     assert_eq!(b.in_state(ChainState::Failed), 1_000);
+}
+
+/// The poll's one controller query a cycle: the full listing (each job with its owner)
+/// while a live job's owner has not been seen, the states alone after; with a Slurm
+/// whose squeue has no `--only-job-state` (22.05), the full listing every cycle.
+#[tokio::test(flavor = "current_thread")]
+async fn the_poll_asks_for_states_alone_once_every_owner_was_seen() {
+    for only_state in [true, false] {
+        let mut b = Burst::new(20, "debug").await;
+        b.engine.slurm().set_only_job_state(only_state);
+        let calls = |b: &Burst| (b.calls(Command::Squeue), b.calls(Command::JobStates));
+        let (squeue, states) = calls(&b);
+        for _ in 0..3 {
+            b.engine.cycle().await.unwrap();
+        }
+        let (q, s) = calls(&b);
+        if only_state {
+            assert_eq!(
+                (q - squeue, s - states),
+                (0, 3),
+                "owners seen: states alone"
+            );
+        } else {
+            assert_eq!((q - squeue, s - states), (3, 0), "22.05: the full listing");
+        }
+        // A new job (its owner not seen yet) brings the full listing back for one cycle.
+        let req = slurm_supervisor::protocol::SubmitRequest {
+            argv: vec!["--mem=100M".into(), "--wrap=true".into()],
+            cwd: b._dir.path().display().to_string(),
+            env: Vec::new(),
+            script: None,
+            max_retries: None,
+            restartable: false,
+        };
+        let uid = nix::unistd::getuid().as_raw();
+        let job = match requests::handle(&mut b.engine, Request::Submit(req), uid).await {
+            Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
+            Response::Error(e) => panic!("submit: {e:?}"),
+        };
+        assert!(b.engine.slurm().start(&job));
+        let (squeue, states) = calls(&b);
+        for _ in 0..2 {
+            b.engine.cycle().await.unwrap();
+        }
+        let (q, s) = calls(&b);
+        if only_state {
+            assert_eq!(
+                (q - squeue, s - states),
+                (1, 1),
+                "one full listing, then states"
+            );
+        } else {
+            assert_eq!((q - squeue, s - states), (2, 0));
+        }
+        assert_eq!(b.in_state(ChainState::Active), 21);
+    }
+}
+
+/// A job Slurm shows owned by someone else than its chain's owner is never seen as the
+/// chain's: the poll keeps asking for the full listing (each job's owner) while it is
+/// live, never the states alone, so nothing of another user's job is taken for the chain.
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_shown_as_another_users_keeps_the_full_listing() {
+    let mut b = Burst::new(5, "debug").await;
+    let uid = nix::unistd::getuid().as_raw();
+    // Before its first poll: the chain's job is someone else's in Slurm.
+    let req = slurm_supervisor::protocol::SubmitRequest {
+        argv: vec!["--mem=100M".into(), "--wrap=true".into()],
+        cwd: b._dir.path().display().to_string(),
+        env: Vec::new(),
+        script: None,
+        max_retries: None,
+        restartable: false,
+    };
+    let job = match requests::handle(&mut b.engine, Request::Submit(req), uid).await {
+        Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
+        Response::Error(e) => panic!("submit: {e:?}"),
+    };
+    assert!(b.engine.slurm().start(&job));
+    assert!(b.engine.slurm().set_owner(&job, uid + 1));
+    let (squeue, states) = (b.calls(Command::Squeue), b.calls(Command::JobStates));
+    for _ in 0..3 {
+        b.engine.cycle().await.unwrap();
+    }
+    assert_eq!(
+        (
+            b.calls(Command::Squeue) - squeue,
+            b.calls(Command::JobStates) - states
+        ),
+        (3, 0)
+    );
+    // Its ending is not the chain's either.
+    assert!(b.engine.slurm().end(&job, Ending::Failed(78)));
+    b.engine.cycle().await.unwrap();
+    let chain = b.engine.store().resolve(&job).unwrap()[0];
+    assert!(b.engine.store().decisions(chain).unwrap().is_empty());
 }

@@ -123,7 +123,13 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
     let text = std::fs::read_to_string(here.join("jobs.txt")).unwrap_or_default();
     let all = jobs(&text);
     let tags = opt(args, "format").is_some_and(|f| f.contains("%k"));
+    // `--only-job-state` (Slurm 23.11.5 on): ids and state alone.
+    let only_state = args.iter().any(|a| a == "--only-job-state");
     let row = |out: &mut String, id: &str, j: &Job| {
+        if only_state {
+            let _ = writeln!(out, "{id}|{id}|{}", j.state);
+            return;
+        }
         let node = if j.state == "RUNNING" { "gpu017" } else { "" };
         let reason = if j.state == "RUNNING" {
             "None"

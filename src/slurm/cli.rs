@@ -8,7 +8,7 @@
 use super::jobid;
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
-use super::types::{PendingRow, SacctRow, SqueueRow, TagRow};
+use super::types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::{HashMap, HashSet};
@@ -92,7 +92,15 @@ pub struct SlurmCli {
     sbatch_timeout: Duration,
     sacct_chunk: usize,
     observer: CommandObserver,
+    /// Whether this squeue has `--only-job-state` (Slurm 23.11.5 on): unknown until the
+    /// first try, which a squeue without it refuses (`unrecognized option`). Shared by
+    /// the clones (the same commands).
+    only_state: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
+
+// 0: not known yet.
+const ONLY_STATE_YES: u8 = 1;
+const ONLY_STATE_NO: u8 = 2;
 
 struct Ran {
     code: Option<i32>,
@@ -130,6 +138,7 @@ impl SlurmCli {
             sbatch_timeout: config.sbatch_timeout,
             sacct_chunk: config.sacct_chunk,
             observer: unobserved,
+            only_state: Default::default(),
         }
     }
 
@@ -497,6 +506,58 @@ impl Slurm for SlurmCli {
         Ok(p)
     }
 
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+        use std::sync::atomic::Ordering;
+        if self.only_state.load(Ordering::Relaxed) == ONLY_STATE_NO {
+            return Ok(None);
+        }
+        if job_ids.is_empty() {
+            return Ok(Some(Parsed {
+                rows: Vec::new(),
+                errors: Vec::new(),
+            }));
+        }
+        // One REQUEST_JOB_STATE: the controller looks each id up (a list too long for one
+        // argument asks for every job's state, filtered here).
+        let list = job_ids.join(",");
+        let mut args: Vec<String> = vec![
+            "--only-job-state".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            "--array".into(),
+            format!("--format={}", parse::STATE_FORMAT),
+        ];
+        let listed = list.len() <= MAX_JOBS_ARG;
+        if listed {
+            args.push(format!("--jobs={list}"));
+        }
+        let ran = self.query("squeue", args).await?;
+        if ran.code != Some(0) && ran.stderr.contains("unrecognized option") {
+            self.only_state.store(ONLY_STATE_NO, Ordering::Relaxed);
+            return Ok(None);
+        }
+        if ran.code != Some(0) {
+            // An unknown id is absent, not an error, in this mode: a failure is no answer
+            // (the controller's error comes with an empty stderr, or "Unable to query jobs
+            // state").
+            return Err(SlurmError::Unavailable {
+                command: "squeue".into(),
+                status: ran.status(),
+                stderr: trim_evidence(&ran.stderr),
+            });
+        }
+        self.only_state.store(ONLY_STATE_YES, Ordering::Relaxed);
+        let mut p = parse::parse_states(&ran.stdout);
+        if !listed {
+            let asked: HashSet<&str> = job_ids.iter().map(String::as_str).collect();
+            let ours =
+                |id: &str| asked.contains(id) || asked.contains(jobid::base_job_id(id).as_str());
+            p.rows.retain(|r| ours(&r.job_id));
+            p.errors.retain(|e| e.job_id.as_deref().is_none_or(&ours));
+        }
+        Ok(Some(p))
+    }
+
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
         self.squeue_tags_of(format!("--user={user}")).await
     }
@@ -771,6 +832,7 @@ mod tests {
             sbatch_timeout: Duration::from_millis(200),
             sacct_chunk: 100,
             observer: unobserved,
+            only_state: Default::default(),
         };
         let who = RunAs {
             uid,
@@ -815,6 +877,7 @@ mod tests {
             sbatch_timeout: Duration::from_secs(60),
             sacct_chunk: 5000,
             observer: unobserved,
+            only_state: Default::default(),
         };
         let ids: Vec<String> = (1..=100_000).map(|i| (i * 3 / 2).to_string()).collect();
         let p = cli.squeue(&ids).await.unwrap();

@@ -17,7 +17,7 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -38,6 +38,8 @@ pub const DEFAULT_MEM_BYTES: u64 = 1000 << 20;
 pub enum Command {
     Sbatch,
     Squeue,
+    /// `squeue --only-job-state`: the poll's state-only query.
+    JobStates,
     SqueueUser,
     Sacct,
     SacctUserSince,
@@ -53,9 +55,10 @@ pub enum Command {
 }
 
 impl Command {
-    pub const ALL: [Command; 14] = [
+    pub const ALL: [Command; 15] = [
         Command::Sbatch,
         Command::Squeue,
+        Command::JobStates,
         Command::SqueueUser,
         Command::Sacct,
         Command::SacctUserSince,
@@ -74,7 +77,10 @@ impl Command {
     pub fn program(self) -> &'static str {
         match self {
             Command::Sbatch => "sbatch",
-            Command::Squeue | Command::SqueueUser | Command::PendingOfUsers => "squeue",
+            Command::Squeue
+            | Command::JobStates
+            | Command::SqueueUser
+            | Command::PendingOfUsers => "squeue",
             Command::Sacct | Command::SacctUserSince => "sacct",
             Command::Scancel => "scancel",
             Command::ShowJob
@@ -258,6 +264,8 @@ struct State {
     /// `scontrol update` of a job refuses fields starting with this (`TimeLimit=`).
     refuse_update: Option<(String, String)>,
     show_ended_in_squeue: bool,
+    /// squeue has `--only-job-state` (Slurm 23.11.5 on); on unless switched off.
+    only_job_state: bool,
     partitions: HashMap<String, Option<u64>>,
     /// Partitions sinfo does not show.
     unlisted: std::collections::HashSet<String>,
@@ -311,6 +319,7 @@ impl FakeSlurm {
             state: std::sync::Arc::new(Mutex::new(State {
                 next_id: 100,
                 partitions,
+                only_job_state: true,
                 ..State::default()
             })),
         }
@@ -365,6 +374,11 @@ impl FakeSlurm {
         self.lock().refuse_update = Some((field.to_string(), stderr.to_string()));
     }
 
+    /// Whether squeue has `--only-job-state` (on by default, as 24.11's; off: as 22.05's).
+    pub fn set_only_job_state(&self, on: bool) {
+        self.lock().only_job_state = on;
+    }
+
     /// Whether squeue still lists ended jobs with their final state, as it does within
     /// MinJobAge (`--states=all`). Off by default: ended jobs are simply absent.
     pub fn show_ended_in_squeue(&self, on: bool) {
@@ -408,6 +422,17 @@ impl FakeSlurm {
         let mut ids: Vec<&FakeJob> = s.jobs.values().filter(|j| j.is_live()).collect();
         ids.sort_by_key(|j| (j.raw_id.parse::<u64>().unwrap_or(0), j.id.clone()));
         ids.into_iter().map(|j| j.id.clone()).collect()
+    }
+
+    /// Slurm shows the job owned by `uid` (another user's job under this id, as when a job
+    /// id came to a chain from text its owner wrote). False if the job is unknown.
+    pub fn set_owner(&self, id: &str, uid: u32) -> bool {
+        let mut s = self.lock();
+        let Some(j) = s.jobs.get_mut(id) else {
+            return false;
+        };
+        j.uid = uid;
+        true
     }
 
     /// Starts a pending job on the first node it does not exclude. False if it is not pending.
@@ -815,6 +840,28 @@ impl Slurm for FakeSlurm {
             rows,
             errors: Vec::new(),
         })
+    }
+
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+        if !self.lock().only_job_state {
+            return Ok(None);
+        }
+        let s = self.enter(Command::JobStates)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.is_live() || s.show_ended_in_squeue)
+            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
+            .map(|j| StateRow {
+                job_id: j.id.clone(),
+                job_id_raw: j.raw_id.clone(),
+                state: j.state,
+            })
+            .collect();
+        Ok(Some(Parsed {
+            rows,
+            errors: Vec::new(),
+        }))
     }
 
     async fn squeue_user(&self, _user: &str) -> Result<Parsed<TagRow>, SlurmError> {

@@ -29,7 +29,7 @@
 //! The module also holds the two groupings of query output by id that the engine uses:
 //! [`queued_states`] (squeue) and [`runs_by_job`] (sacct `--duplicates`).
 
-use super::types::{JobState, SacctRow, SqueueRow};
+use super::types::{JobState, SacctRow};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -311,17 +311,19 @@ pub fn is_step(id: &str) -> bool {
 
 /// The state squeue shows for each attempt id. Rows for array tasks that have not
 /// started yet may come as a range (`14_[3-10%2]`); they are expanded.
-pub fn queued_states(rows: &[SqueueRow]) -> HashMap<String, JobState> {
+pub fn queued_states<'a>(
+    rows: impl IntoIterator<Item = (&'a str, JobState)>,
+) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
-    for r in rows {
-        match JobId::parse(&r.job_id) {
+    for (job_id, state) in rows {
+        match JobId::parse(job_id) {
             Ok(id) if matches!(id.names(), Names::PendingTasks(_)) => {
                 for t in id.pending_task_ids() {
-                    out.insert(t.to_string(), r.state);
+                    out.insert(t.to_string(), state);
                 }
             }
             _ => {
-                out.insert(r.job_id.clone(), r.state);
+                out.insert(job_id.to_string(), state);
             }
         }
     }
@@ -557,7 +559,7 @@ mod tests {
             "14_[3-4%1]|14|PENDING|JobArrayTaskLimit||1000\n14_1|15|RUNNING|None|n1|1000\n20|20|PENDING|Priority||1000\n",
         )
         .rows;
-        let q = queued_states(&rows);
+        let q = queued_states(rows.iter().map(|r| (r.job_id.as_str(), r.state)));
         let mut got: Vec<(&str, JobState)> = q.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         got.sort_by_key(|(k, _)| *k);
         assert_eq!(

@@ -18,7 +18,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{PendingRow, SacctRow, SqueueRow, TagRow};
+use types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
@@ -166,6 +166,10 @@ pub trait Slurm {
     /// The live view of these jobs (base ids; array tasks are listed one per row).
     /// Jobs squeue no longer knows are simply absent.
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError>;
+    /// The states alone of these jobs (base ids; array tasks one per row), one controller
+    /// query that carries nothing else (`squeue --only-job-state`); `None` when this
+    /// Slurm's squeue cannot (before 23.11.5): ask [`Slurm::squeue`] instead.
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError>;
     /// Every job of one user that squeue knows, with its comment, to look submissions up
     /// by their tag. The rows are candidates only (see [`TagRow`]).
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError>;

@@ -22,7 +22,7 @@
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
 use super::jobid;
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, TagRow};
+use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::osbytes::shortened as truncate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -51,6 +51,10 @@ pub const SQUEUE_FORMAT: &str = "%i|%A|%T|%r|%N|%U";
 
 /// How many `|`-separated fields a squeue row has.
 const SQUEUE_COLUMNS: usize = 6;
+
+/// The squeue `--format` of the poll's state-only query (`--only-job-state`, Slurm 23.11.5
+/// and later): job id, raw id, long state. The controller keeps nothing else for it.
+pub const STATE_FORMAT: &str = "%i|%A|%T";
 
 /// The squeue `--format` of a tag lookup among one user's jobs (or of one job just
 /// submitted): job id, raw id, and the comment, last because it is the owner's text. Read
@@ -120,6 +124,26 @@ pub fn parse_sacct(stdout: &str) -> Parsed<SacctRow> {
 /// Parses `squeue --noheader --states=all --array --format=<SQUEUE_FORMAT>` output.
 pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
     parse_lines(stdout, SQUEUE_COLUMNS, Trailing::None, |f, _| squeue_row(f))
+}
+
+/// Parses `squeue --only-job-state --noheader --states=all --array --format=<STATE_FORMAT>`
+/// output.
+pub fn parse_states(stdout: &str) -> Parsed<StateRow> {
+    parse_lines(stdout, 3, Trailing::None, |f, _| {
+        let [job_id, job_id_raw, state] = f else {
+            unreachable!("parse_lines hands over exactly 3 fields")
+        };
+        if !looks_like_job_id(job_id_raw) {
+            return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
+        }
+        let state = JobState::parse(state)
+            .ok_or_else(|| format!("unknown job state {:?}", truncate(state, 64)))?;
+        Ok(StateRow {
+            job_id: job_id.to_string(),
+            job_id_raw: job_id_raw.to_string(),
+            state,
+        })
+    })
 }
 
 /// Parses the output of a tag lookup: squeue with [`TAG_SQUEUE_FORMAT`] or sacct

@@ -185,6 +185,17 @@ pub struct SqueueRow {
     pub uid: u32,
 }
 
+/// A job's state alone (`squeue --only-job-state`, [`crate::slurm::parse::STATE_FORMAT`]):
+/// no owner, reason or nodes. Asked only for jobs whose owner Slurm has shown before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRow {
+    /// `%i`, as in [`SqueueRow`].
+    pub job_id: String,
+    /// `%A`.
+    pub job_id_raw: String,
+    pub state: JobState,
+}
+
 /// A job and its comment, from the queries that look the supervisor's tags up among one
 /// user's jobs ([`crate::slurm::parse::TAG_SQUEUE_FORMAT`], [`crate::slurm::parse::TAG_SACCT_FIELDS`]).
 /// The comment is the job owner's text and may hold anything, a newline included: a

@@ -157,6 +157,9 @@ pub struct Attempt {
     pub in_place: bool,
     /// The uid of the chain's owner: the only owner Slurm may show for its job.
     pub owner_uid: u32,
+    /// Slurm has shown its job owned by the chain's owner (a job's owner never changes):
+    /// the poll may ask for its state alone.
+    pub owner_seen: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,7 +252,7 @@ pub struct Store {
 }
 
 const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
-const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid";
+const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid, a.owner_seen";
 const ATTEMPT_FROM: &str =
     "attempts a JOIN launches l ON l.id = a.launch_id JOIN submissions s ON s.id = l.submission_id";
 const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor, reason_code";
@@ -305,6 +308,7 @@ fn attempt_from(row: &Row) -> rusqlite::Result<RawAttempt> {
             first_run: row.get(16)?,
             in_place: row.get(17)?,
             owner_uid: row.get(18)?,
+            owner_seen: row.get(19)?,
         },
         row.get(4)?,
         row.get(10)?,
@@ -1403,10 +1407,11 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The last squeue states seen for live attempts (chain, attempt, state), in one
-    /// transaction.
-    pub fn set_last_seen(&mut self, seen: &[(i64, u32, &str)]) -> Result<()> {
-        if seen.is_empty() {
+    /// What the poll saw of live attempts, in one transaction: the last squeue state
+    /// (chain, attempt, state), and the attempts whose job Slurm showed owned by their
+    /// chain's owner.
+    pub fn set_last_seen(&mut self, seen: &[(i64, u32, &str)], owned: &[(i64, u32)]) -> Result<()> {
+        if seen.is_empty() && owned.is_empty() {
             return Ok(());
         }
         let tx = self.conn.savepoint()?;
@@ -1416,6 +1421,12 @@ impl Store {
             )?;
             for (chain_id, n, state) in seen {
                 q.execute(params![chain_id, n, state])?;
+            }
+            let mut q = tx.prepare_cached(
+                "UPDATE attempts SET owner_seen = 1 WHERE chain_id = ?1 AND n = ?2",
+            )?;
+            for (chain_id, n) in owned {
+                q.execute(params![chain_id, n])?;
             }
         }
         tx.commit()?;

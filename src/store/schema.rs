@@ -249,4 +249,10 @@ CREATE TABLE plain_waiters (
     PRIMARY KEY (job_id, chain_id)
 ) WITHOUT ROWID;
 "#,
+    // 10: whether Slurm has shown the attempt's job owned by the chain's owner (the poll's
+    // full squeue, `%U`). A job's owner never changes, so from then on the poll may ask
+    // only for its state (`squeue --only-job-state`, which shows no owner).
+    r#"
+ALTER TABLE attempts ADD COLUMN owner_seen INTEGER NOT NULL DEFAULT 0;
+"#,
 ];

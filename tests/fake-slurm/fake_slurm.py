@@ -251,6 +251,11 @@ def selected(s, args):
 
 
 def squeue(args):
+    if "--only-job-state" in args:
+        # As 22.05's squeue (the option came with 23.11.5): the daemon falls back to the
+        # full listing. The in-process fake and the 24.11 dev cluster have it.
+        sys.stderr.write("squeue: unrecognized option '--only-job-state'\nTry \"squeue --help\" for more information\n")
+        sys.exit(1)
     with Locked() as s:
         misbehave(s, "squeue")
         if opt(args, "states") == "PENDING":

@@ -4,7 +4,8 @@
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
-use crate::slurm::types::{JobState, SacctRow, SqueueRow};
+use crate::slurm::parse::{Parsed, RowError};
+use crate::slurm::types::{JobState, SacctRow, SqueueRow, StateRow};
 use crate::slurm::Slurm;
 use crate::store::{Attempt, StoreError};
 use std::collections::{HashMap, HashSet};
@@ -26,14 +27,33 @@ impl<S: Slurm> Engine<S> {
             .collect();
         bases.sort();
         bases.dedup();
-        let sq = match self.slurm.squeue(&bases).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.slurm_down("squeue", &e);
-                return Ok(false);
+        // One controller query. Once Slurm has shown every live attempt's job owned by its
+        // chain's owner (a job's owner never changes), the states alone will do: one
+        // REQUEST_JOB_STATE (`squeue --only-job-state`, Slurm 23.11.5 on), which carries
+        // nothing else. Otherwise (a job not seen yet, or an older Slurm) the full listing,
+        // whose `%U` each attempt is checked against.
+        let mut view = None;
+        if live.iter().all(|a| a.owner_seen) {
+            match self.slurm.job_states(&bases).await {
+                Ok(Some(p)) => view = Some(View::States(p)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.slurm_down("squeue", &e);
+                    return Ok(false);
+                }
             }
+        }
+        let view = match view {
+            Some(v) => v,
+            None => match self.slurm.squeue(&bases).await {
+                Ok(p) => View::Owned(p),
+                Err(e) => {
+                    self.slurm_down("squeue", &e);
+                    return Ok(false);
+                }
+            },
         };
-        for e in &sq.errors {
+        for e in view.errors() {
             let _span = row_span(e).entered();
             error!(
                 "squeue printed a row that cannot be read, ignoring it: {} ({:?})",
@@ -42,42 +62,23 @@ impl<S: Slurm> Engine<S> {
         }
         // A job's absence from squeue means something only when squeue's whole answer
         // could be read (see `watch_missing`).
-        let mut complete = sq.errors.is_empty();
-        // Whose each job is: an attempt sees only the rows Slurm shows owned by its
-        // chain's owner. However a job id came to a chain (what sbatch printed, a tag found
-        // in a comment, which is its owner's text), a job of anyone else is never judged,
-        // retried, requeued or cancelled for it, nor shown to it: to that chain it is a job
-        // Slurm does not show, and after `lost_job_after` the chain waits for a person.
-        // Two chains of two users holding the same id each see their own owner's rows.
-        let mut by_owner: HashMap<u32, Vec<SqueueRow>> = HashMap::new();
-        for r in sq.rows {
-            by_owner.entry(r.uid).or_default().push(r);
-        }
-        let queued: HashMap<u32, HashMap<String, JobState>> = by_owner
-            .iter()
-            .map(|(uid, rows)| {
-                let states = queued_states(rows)
-                    .into_iter()
-                    .map(|(job, state)| (job.to_string(), state))
-                    .collect();
-                (*uid, states)
-            })
-            .collect();
-        let queued_for = |a: &Attempt, jid: &str| -> Option<JobState> {
-            queued.get(&a.owner_uid)?.get(jid).copied()
-        };
+        let mut complete = view.errors().is_empty();
+        let queued = Queued::of(view);
+        let queued_for = |a: &Attempt, jid: &str| queued.state(a, jid);
         // Logged once a job: a live attempt's job that Slurm lists as someone else's.
         let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
+        let mut owned: Vec<(i64, u32)> = Vec::new();
         for a in &live {
             let Some(jid) = a.slurm_job_id.as_deref() else {
                 continue;
             };
-            if queued_for(a, jid).is_none() {
-                if let Some((uid, _)) = queued
-                    .iter()
-                    .find(|(uid, q)| **uid != a.owner_uid && q.contains_key(jid))
-                {
-                    foreign_seen.push((jid.to_string(), a.owner_uid, *uid));
+            match queued_for(a, jid) {
+                Some(_) if !a.owner_seen => owned.push((a.chain_id, a.n)),
+                Some(_) => {}
+                None => {
+                    if let Some(uid) = queued.other_owner(a.owner_uid, jid) {
+                        foreign_seen.push((jid.to_string(), a.owner_uid, uid));
+                    }
                 }
             }
         }
@@ -113,7 +114,7 @@ impl<S: Slurm> Engine<S> {
             }
         }
         // Every state change of the cycle in one transaction.
-        self.store.set_last_seen(&seen)?;
+        self.store.set_last_seen(&seen, &owned)?;
         if ask.is_empty() {
             self.slurm_up();
             return Ok(true);
@@ -228,6 +229,88 @@ impl<S: Slurm> Engine<S> {
         self.store.apply_one(a.chain_id, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
+    }
+}
+
+/// What the cycle's one squeue showed.
+enum View {
+    /// The full listing: each job with its owner.
+    Owned(Parsed<SqueueRow>),
+    /// The states alone, of jobs whose owner Slurm has shown before.
+    States(Parsed<StateRow>),
+}
+
+impl View {
+    fn errors(&self) -> &[RowError] {
+        match self {
+            View::Owned(p) => &p.errors,
+            View::States(p) => &p.errors,
+        }
+    }
+}
+
+/// The queued states the cycle's squeue showed, by job.
+enum Queued {
+    /// Whose each job is: an attempt sees only the rows Slurm shows owned by its chain's
+    /// owner. However a job id came to a chain (what sbatch printed, a tag found in a
+    /// comment, which is its owner's text), a job of anyone else is never judged,
+    /// retried, requeued or cancelled for it, nor shown to it: to that chain it is a job
+    /// Slurm does not show, and after `lost_job_after` the chain waits for a person. Two
+    /// chains of two users holding the same id each see their own owner's rows.
+    Owned(HashMap<u32, HashMap<String, JobState>>),
+    /// States alone: asked only when every live attempt's job was shown owned by its
+    /// chain's owner before.
+    States(HashMap<String, JobState>),
+}
+
+impl Queued {
+    fn of(view: View) -> Queued {
+        match view {
+            View::Owned(p) => {
+                let mut by_owner: HashMap<u32, Vec<SqueueRow>> = HashMap::new();
+                for r in p.rows {
+                    by_owner.entry(r.uid).or_default().push(r);
+                }
+                Queued::Owned(
+                    by_owner
+                        .into_iter()
+                        .map(|(uid, rows)| {
+                            let states =
+                                queued_states(rows.iter().map(|r| (r.job_id.as_str(), r.state)))
+                                    .into_iter()
+                                    .map(|(job, state)| (job.to_string(), state))
+                                    .collect();
+                            (uid, states)
+                        })
+                        .collect(),
+                )
+            }
+            View::States(p) => Queued::States(
+                queued_states(p.rows.iter().map(|r| (r.job_id.as_str(), r.state)))
+                    .into_iter()
+                    .map(|(job, state)| (job.to_string(), state))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The state Slurm shows for attempt `a`'s job `jid`, if it shows it as the attempt's.
+    fn state(&self, a: &Attempt, jid: &str) -> Option<JobState> {
+        match self {
+            Queued::Owned(by_owner) => by_owner.get(&a.owner_uid)?.get(jid).copied(),
+            Queued::States(states) => states.get(jid).copied(),
+        }
+    }
+
+    /// Another owner Slurm shows job `jid` as, if any (only the full listing tells).
+    fn other_owner(&self, owner: u32, jid: &str) -> Option<u32> {
+        match self {
+            Queued::Owned(by_owner) => by_owner
+                .iter()
+                .find(|(uid, q)| **uid != owner && q.contains_key(jid))
+                .map(|(uid, _)| *uid),
+            Queued::States(_) => None,
+        }
     }
 }
 

@@ -140,7 +140,7 @@ mod tests {
             |_| vec![],
         )
         .unwrap();
-        s.set_last_seen(&[(1, 1, "RUNNING")]).unwrap();
+        s.set_last_seen(&[(1, 1, "RUNNING")], &[]).unwrap();
         // The first fails for good (so the third's dependency failed), an array task
         // waits for a retry.
         let to = |state, not_before| {
