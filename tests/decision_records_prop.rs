@@ -997,6 +997,7 @@ impl Harness {
                     Outage::All => &Command::ALL,
                     Outage::Queries => &[
                         Command::Squeue,
+                        Command::JobStates,
                         Command::SqueueUser,
                         Command::Sacct,
                         Command::SacctUserSince,

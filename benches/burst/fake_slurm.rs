@@ -157,7 +157,8 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
         return (0, 0);
     };
     let ids: Vec<&str> = ids.split(',').filter(|s| !s.is_empty()).collect();
-    if ids.len() == 1 && !all.get(ids[0]).is_some_and(|j| queued(j.state)) {
+    // (With --only-job-state an unknown id is simply absent.)
+    if ids.len() == 1 && !only_state && !all.get(ids[0]).is_some_and(|j| queued(j.state)) {
         err.push_str("slurm_load_jobs error: Invalid job id specified\n");
         return (1, 1);
     }

@@ -5,13 +5,12 @@
 //! concurrently (a child that fills one pipe cannot block), and stderr is kept as
 //! evidence in every error.
 
-use super::jobid;
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
 use super::types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -92,15 +91,14 @@ pub struct SlurmCli {
     sbatch_timeout: Duration,
     sacct_chunk: usize,
     observer: CommandObserver,
-    /// Whether this squeue has `--only-job-state` (Slurm 23.11.5 on): unknown until the
-    /// first try, which a squeue without it refuses (`unrecognized option`). Shared by
-    /// the clones (the same commands).
+    /// Whether this squeue's `--only-job-state` (Slurm 23.11.5 on) is used: the failures in
+    /// a row so far, or [`ONLY_STATE_NO`] once a squeue refused it (`unrecognized option`)
+    /// or it failed that many times in a row. Shared by the clones (the same commands).
     only_state: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
-// 0: not known yet.
-const ONLY_STATE_YES: u8 = 1;
-const ONLY_STATE_NO: u8 = 2;
+/// `SlurmCli::only_state` at which the full listing is used for good.
+const ONLY_STATE_NO: u8 = 3;
 
 struct Ran {
     code: Option<i32>,
@@ -470,92 +468,83 @@ impl Slurm for SlurmCli {
     }
 
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
-        // One controller query, whatever the number of jobs. A squeue of several `--jobs`
-        // is not a lookup: it loads every job (REQUEST_JOB_INFO) and filters on the client,
-        // so a list cut in chunks cost one full dump of the controller's jobs per chunk.
-        // One full listing (`--all`: hidden partitions too) costs one dump, filtered here.
-        // One id is a lookup (REQUEST_JOB_INFO_SINGLE). `--local`: no federation query.
-        let filter = match job_ids {
-            [] => {
-                return Ok(Parsed {
-                    rows: Vec::new(),
-                    errors: Vec::new(),
-                })
-            }
-            [one] => format!("--jobs={one}"),
-            _ => "--all".to_string(),
+        // A squeue of several `--jobs` loads every job (REQUEST_JOB_INFO) and filters before
+        // printing: so each call is one controller dump, and its output only the jobs
+        // asked about (a listing of every job, `--all --array`, would print one line per
+        // pending task of every user's arrays: anyone could make it too big to read).
+        // The ids go in as few calls as their length allows (64 KiB of ids, about 8,000
+        // jobs, a call); past that, the state-only query (`job_states`) is the one that
+        // stays one controller query. One id is a lookup (REQUEST_JOB_INFO_SINGLE).
+        // `--local`: no federation query.
+        let mut all = Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
         };
-        let args = vec![
-            "--local".into(),
-            "--noheader".into(),
-            "--states=all".into(),
-            "--array".into(),
-            format!("--format={}", parse::SQUEUE_FORMAT),
-            filter,
-        ];
-        let mut p = check_squeue(self.query("squeue", args).await?)?;
-        if job_ids.len() > 1 {
-            // Only the jobs asked about (their rows carry no user text; another user's
-            // jobs are left out here, as a `--jobs` list left them out).
-            let asked: HashSet<&str> = job_ids.iter().map(String::as_str).collect();
-            let ours =
-                |id: &str| asked.contains(id) || asked.contains(jobid::base_job_id(id).as_str());
-            p.rows.retain(|r| ours(&r.job_id));
-            p.errors.retain(|e| e.job_id.as_deref().is_none_or(&ours));
+        for chunk in id_chunks(job_ids, usize::MAX) {
+            let args = vec![
+                "--local".into(),
+                "--noheader".into(),
+                "--states=all".into(),
+                "--array".into(),
+                format!("--format={}", parse::SQUEUE_FORMAT),
+                format!("--jobs={}", chunk.join(",")),
+            ];
+            let p = check_squeue(self.query("squeue", args).await?)?;
+            all.rows.extend(p.rows);
+            all.errors.extend(p.errors);
         }
-        Ok(p)
+        Ok(all)
     }
 
     async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
         use std::sync::atomic::Ordering;
-        if self.only_state.load(Ordering::Relaxed) == ONLY_STATE_NO {
+        if self.only_state.load(Ordering::Relaxed) >= ONLY_STATE_NO {
             return Ok(None);
         }
-        if job_ids.is_empty() {
-            return Ok(Some(Parsed {
-                rows: Vec::new(),
-                errors: Vec::new(),
-            }));
+        // One REQUEST_JOB_STATE a call: the controller looks each id up, so a list cut in
+        // calls of 64 KiB costs what the ids cost.
+        let mut all = Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        };
+        for chunk in id_chunks(job_ids, usize::MAX) {
+            let args: Vec<String> = vec![
+                "--only-job-state".into(),
+                "--noheader".into(),
+                "--states=all".into(),
+                "--array".into(),
+                format!("--format={}", parse::STATE_FORMAT),
+                format!("--jobs={}", chunk.join(",")),
+            ];
+            let ran = self.query("squeue", args).await?;
+            if ran.code != Some(0) && ran.stderr.contains("unrecognized option") {
+                // A squeue from before 23.11.5: the full listing from now on.
+                self.only_state.store(ONLY_STATE_NO, Ordering::Relaxed);
+                return Ok(None);
+            }
+            if ran.code != Some(0) {
+                // An unknown id is absent, not an error, in this mode: a failure is no
+                // answer (the controller's error comes with an empty stderr, or "Unable to
+                // query jobs state"). The caller asks for the full listing instead; after a
+                // few failures in a row, the full listing is kept.
+                let failed = self.only_state.fetch_add(1, Ordering::Relaxed) + 1;
+                if failed >= ONLY_STATE_NO {
+                    tracing::warn!(
+                        "squeue --only-job-state failed {failed} times in a row; the poll asks for the full listing from now on"
+                    );
+                }
+                return Err(SlurmError::Unavailable {
+                    command: "squeue".into(),
+                    status: ran.status(),
+                    stderr: trim_evidence(&ran.stderr),
+                });
+            }
+            self.only_state.store(0, Ordering::Relaxed);
+            let p = parse::parse_states(&ran.stdout);
+            all.rows.extend(p.rows);
+            all.errors.extend(p.errors);
         }
-        // One REQUEST_JOB_STATE: the controller looks each id up (a list too long for one
-        // argument asks for every job's state, filtered here).
-        let list = job_ids.join(",");
-        let mut args: Vec<String> = vec![
-            "--only-job-state".into(),
-            "--noheader".into(),
-            "--states=all".into(),
-            "--array".into(),
-            format!("--format={}", parse::STATE_FORMAT),
-        ];
-        let listed = list.len() <= MAX_JOBS_ARG;
-        if listed {
-            args.push(format!("--jobs={list}"));
-        }
-        let ran = self.query("squeue", args).await?;
-        if ran.code != Some(0) && ran.stderr.contains("unrecognized option") {
-            self.only_state.store(ONLY_STATE_NO, Ordering::Relaxed);
-            return Ok(None);
-        }
-        if ran.code != Some(0) {
-            // An unknown id is absent, not an error, in this mode: a failure is no answer
-            // (the controller's error comes with an empty stderr, or "Unable to query jobs
-            // state").
-            return Err(SlurmError::Unavailable {
-                command: "squeue".into(),
-                status: ran.status(),
-                stderr: trim_evidence(&ran.stderr),
-            });
-        }
-        self.only_state.store(ONLY_STATE_YES, Ordering::Relaxed);
-        let mut p = parse::parse_states(&ran.stdout);
-        if !listed {
-            let asked: HashSet<&str> = job_ids.iter().map(String::as_str).collect();
-            let ours =
-                |id: &str| asked.contains(id) || asked.contains(jobid::base_job_id(id).as_str());
-            p.rows.retain(|r| ours(&r.job_id));
-            p.errors.retain(|e| e.job_id.as_deref().is_none_or(&ours));
-        }
-        Ok(Some(p))
+        Ok(Some(all))
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
@@ -854,18 +843,13 @@ mod tests {
 
     use super::*;
 
-    /// The poll's squeue costs the controller one query whatever the number of jobs: 100,000
-    /// live jobs are one full listing (not 20 chunks of `--jobs`, each a full dump), cut
-    /// down here to the jobs asked about; one job is a lookup by its id.
-    #[tokio::test]
-    async fn the_polls_squeue_is_one_call_at_any_scale() {
+    /// A fake `squeue` in a folder of its own: notes each call's arguments in `calls`, and
+    /// answers with `body` (a shell `case` on the arguments).
+    fn fake_squeue(body: &str) -> (tempfile::TempDir, SlurmCli) {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("calls");
-        // A squeue that notes each call and lists 150,000 jobs (another user's among them),
-        // or, asked for one job, that one.
         let script = format!(
-            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in\n  *--jobs=*) echo \"7|7|RUNNING|None|n1|1000\" ;;\n  *) seq 1 150000 | sed 's/.*/&|&|RUNNING|None|n1|1000/' ; echo '5_[1-3]|5|PENDING|Priority||1001' ;;\nesac\n",
-            log = log.display()
+            "#!/bin/sh\necho \"$*\" >> {}/calls\n{body}\n",
+            dir.path().display()
         );
         let squeue = dir.path().join("squeue");
         std::fs::write(&squeue, script).unwrap();
@@ -879,39 +863,69 @@ mod tests {
             observer: unobserved,
             only_state: Default::default(),
         };
-        let ids: Vec<String> = (1..=100_000).map(|i| (i * 3 / 2).to_string()).collect();
+        (dir, cli)
+    }
+
+    fn calls(dir: &tempfile::TempDir) -> Vec<String> {
+        std::fs::read_to_string(dir.path().join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The poll's squeue names the jobs it asks about (squeue filters before printing, so
+    /// another user's arrays never reach the daemon), in as few calls as 64 KiB of ids a
+    /// call allows; the state-only query is cut the same way (the controller looks each id
+    /// up).
+    #[tokio::test]
+    async fn the_polls_squeue_names_its_jobs_in_calls_of_64_kib() {
+        let (dir, cli) = fake_squeue(
+            "case \"$*\" in\n  *--only-job-state*) echo '7|7|RUNNING' ;;\n  *) echo '7|7|RUNNING|None|n1|1000' ;;\nesac",
+        );
+        let ids: Vec<String> = (1..=100_000).map(|i| (1_000_000 + i).to_string()).collect();
         let p = cli.squeue(&ids).await.unwrap();
-        let calls = std::fs::read_to_string(&log).unwrap();
-        assert_eq!(calls.lines().count(), 1, "{calls}");
+        let listing = calls(&dir);
+        let expected = ids
+            .iter()
+            .map(|i| i.len() + 1)
+            .sum::<usize>()
+            .div_ceil(MAX_JOBS_ARG);
         assert!(
-            calls.contains("--all") && calls.contains("--local"),
-            "{calls}"
+            (expected..=expected + 1).contains(&listing.len()),
+            "{}",
+            listing.len()
         );
-        assert!(!calls.contains("--jobs"), "{calls}");
-        assert!(
-            p.errors.is_empty(),
-            "{:?}",
-            &p.errors[..p.errors.len().min(3)]
-        );
-        // Only the jobs asked about: every id of `ids` that the listing has, none other.
-        let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
-        assert!(p.rows.iter().all(|r| want.contains(r.job_id.as_str())));
-        assert_eq!(
-            p.rows.len(),
-            want.iter()
-                .filter(|i| i.parse::<u32>().unwrap() <= 150_000)
-                .count()
-        );
-        // One job: a lookup by its id, still one call.
-        std::fs::remove_file(&log).unwrap();
-        let p = cli.squeue(&["7".to_string()]).await.unwrap();
-        assert_eq!(p.rows.len(), 1);
-        let calls = std::fs::read_to_string(&log).unwrap();
-        assert_eq!(calls.lines().count(), 1);
-        assert!(
-            calls.contains("--jobs=7") && calls.contains("--local"),
-            "{calls}"
-        );
+        assert!(listing
+            .iter()
+            .all(|c| c.contains("--local") && c.contains("--jobs=")));
+        assert_eq!(p.rows.len(), listing.len());
+        let p = cli.job_states(&ids).await.unwrap().expect("supported");
+        let all = calls(&dir);
+        assert_eq!(all.len(), 2 * listing.len());
+        assert!(all[listing.len()..]
+            .iter()
+            .all(|c| c.contains("--only-job-state") && c.contains("--jobs=")));
+        assert_eq!(p.rows[0].state, crate::slurm::types::JobState::Running);
+    }
+
+    /// A squeue without `--only-job-state` (22.05) refuses it once, and is not asked again;
+    /// one whose state-only query fails is asked again until it has failed three times in a
+    /// row (the poll takes the full listing meanwhile).
+    #[tokio::test]
+    async fn a_squeue_without_the_state_only_query_is_asked_once() {
+        let (dir, cli) =
+            fake_squeue("echo \"squeue: unrecognized option '--only-job-state'\" >&2\nexit 1");
+        let ids = vec!["7".to_string(), "8".to_string()];
+        assert!(cli.job_states(&ids).await.unwrap().is_none());
+        assert!(cli.job_states(&ids).await.unwrap().is_none());
+        assert_eq!(calls(&dir).len(), 1);
+        let (dir, cli) = fake_squeue("exit 1");
+        for _ in 0..3 {
+            assert!(cli.job_states(&ids).await.is_err());
+        }
+        assert!(cli.job_states(&ids).await.unwrap().is_none());
+        assert_eq!(calls(&dir).len(), 3);
     }
 
     #[test]

@@ -1408,9 +1408,13 @@ impl Store {
     }
 
     /// What the poll saw of live attempts, in one transaction: the last squeue state
-    /// (chain, attempt, state), and the attempts whose job Slurm showed owned by their
-    /// chain's owner.
-    pub fn set_last_seen(&mut self, seen: &[(i64, u32, &str)], owned: &[(i64, u32)]) -> Result<()> {
+    /// (chain, attempt, state), and whether Slurm has shown each attempt's job owned by
+    /// its chain's owner (set when it did, cleared when the job left the queue).
+    pub fn set_last_seen(
+        &mut self,
+        seen: &[(i64, u32, &str)],
+        owned: &[(i64, u32, bool)],
+    ) -> Result<()> {
         if seen.is_empty() && owned.is_empty() {
             return Ok(());
         }
@@ -1423,10 +1427,10 @@ impl Store {
                 q.execute(params![chain_id, n, state])?;
             }
             let mut q = tx.prepare_cached(
-                "UPDATE attempts SET owner_seen = 1 WHERE chain_id = ?1 AND n = ?2",
+                "UPDATE attempts SET owner_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
             )?;
-            for (chain_id, n) in owned {
-                q.execute(params![chain_id, n])?;
+            for (chain_id, n, seen) in owned {
+                q.execute(params![chain_id, n, seen])?;
             }
         }
         tx.commit()?;

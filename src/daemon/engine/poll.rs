@@ -9,7 +9,7 @@ use crate::slurm::types::{JobState, SacctRow, SqueueRow, StateRow};
 use crate::slurm::Slurm;
 use crate::store::{Attempt, StoreError};
 use std::collections::{HashMap, HashSet};
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 impl<S: Slurm> Engine<S> {
     /// Watches every live attempt: one squeue for all, sacct for those that left the
@@ -37,10 +37,11 @@ impl<S: Slurm> Engine<S> {
             match self.slurm.job_states(&bases).await {
                 Ok(Some(p)) => view = Some(View::States(p)),
                 Ok(None) => {}
-                Err(e) => {
-                    self.slurm_down("squeue", &e);
-                    return Ok(false);
-                }
+                // The full listing instead: one that answers keeps the poll going (a
+                // controller or a squeue whose state-only query fails).
+                Err(e) => warn!(
+                    "squeue --only-job-state gave no answer ({e}); asking for the full listing"
+                ),
             }
         }
         let view = match view {
@@ -67,14 +68,17 @@ impl<S: Slurm> Engine<S> {
         let queued_for = |a: &Attempt, jid: &str| queued.state(a, jid);
         // Logged once a job: a live attempt's job that Slurm lists as someone else's.
         let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
-        let mut owned: Vec<(i64, u32)> = Vec::new();
+        let mut owned: Vec<(i64, u32, bool)> = Vec::new();
         for a in &live {
             let Some(jid) = a.slurm_job_id.as_deref() else {
                 continue;
             };
             match queued_for(a, jid) {
-                Some(_) if !a.owner_seen => owned.push((a.chain_id, a.n)),
+                Some(_) if !a.owner_seen => owned.push((a.chain_id, a.n, true)),
                 Some(_) => {}
+                // Gone from the queue: should its id ever come back (ids wrap around, a
+                // controller starts afresh), its owner is checked again.
+                None if a.owner_seen && complete => owned.push((a.chain_id, a.n, false)),
                 None => {
                     if let Some(uid) = queued.other_owner(a.owner_uid, jid) {
                         foreign_seen.push((jid.to_string(), a.owner_uid, uid));
