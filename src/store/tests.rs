@@ -597,3 +597,20 @@ fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row() {
     assert!(s.apply_one(1, &t, 10_000_000).unwrap());
     assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 150);
 }
+
+/// Whether Slurm has shown an attempt's job owned by its chain's owner is kept with the
+/// attempt, set and cleared with the cycle's last-seen states.
+#[test]
+fn an_attempts_owner_seen_is_set_and_cleared() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    assert!(!s.live_attempts().unwrap()[0].owner_seen);
+    s.set_last_seen(&[(1, 1, "RUNNING")], &[(1, 1, true)])
+        .unwrap();
+    let a = &s.live_attempts().unwrap()[0];
+    assert!(a.owner_seen);
+    assert_eq!(a.last_seen.as_deref(), Some("RUNNING"));
+    s.set_last_seen(&[], &[(1, 1, false)]).unwrap();
+    assert!(!s.live_attempts().unwrap()[0].owner_seen);
+}
