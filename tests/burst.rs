@@ -76,6 +76,23 @@ impl Burst {
         }
     }
 
+    /// One more supervised job, submitted (not started).
+    async fn submit_one(&mut self) -> String {
+        let req = SubmitRequest {
+            argv: vec!["--mem=100M".into(), "--wrap=true".into()],
+            cwd: self._dir.path().display().to_string(),
+            env: Vec::new(),
+            script: None,
+            max_retries: None,
+            restartable: false,
+        };
+        let uid = nix::unistd::getuid().as_raw();
+        match requests::handle(&mut self.engine, Request::Submit(req), uid).await {
+            Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
+            Response::Error(e) => panic!("submit: {e:?}"),
+        }
+    }
+
     fn calls(&self, c: Command) -> u32 {
         self.engine.slurm().calls(c)
     }
@@ -279,19 +296,7 @@ async fn the_poll_asks_for_states_alone_once_every_owner_was_seen() {
             assert_eq!((q - squeue, s - states), (3, 0), "22.05: the full listing");
         }
         // A new job (its owner not seen yet) brings the full listing back for one cycle.
-        let req = slurm_supervisor::protocol::SubmitRequest {
-            argv: vec!["--mem=100M".into(), "--wrap=true".into()],
-            cwd: b._dir.path().display().to_string(),
-            env: Vec::new(),
-            script: None,
-            max_retries: None,
-            restartable: false,
-        };
-        let uid = nix::unistd::getuid().as_raw();
-        let job = match requests::handle(&mut b.engine, Request::Submit(req), uid).await {
-            Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
-            Response::Error(e) => panic!("submit: {e:?}"),
-        };
+        let job = b.submit_one().await;
         assert!(b.engine.slurm().start(&job));
         let (squeue, states) = calls(&b);
         for _ in 0..2 {
@@ -319,18 +324,7 @@ async fn a_job_shown_as_another_users_keeps_the_full_listing() {
     let mut b = Burst::new(5, "debug").await;
     let uid = nix::unistd::getuid().as_raw();
     // Before its first poll: the chain's job is someone else's in Slurm.
-    let req = slurm_supervisor::protocol::SubmitRequest {
-        argv: vec!["--mem=100M".into(), "--wrap=true".into()],
-        cwd: b._dir.path().display().to_string(),
-        env: Vec::new(),
-        script: None,
-        max_retries: None,
-        restartable: false,
-    };
-    let job = match requests::handle(&mut b.engine, Request::Submit(req), uid).await {
-        Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
-        Response::Error(e) => panic!("submit: {e:?}"),
-    };
+    let job = b.submit_one().await;
     assert!(b.engine.slurm().start(&job));
     assert!(b.engine.slurm().set_owner(&job, uid + 1));
     let (squeue, states) = (b.calls(Command::Squeue), b.calls(Command::JobStates));

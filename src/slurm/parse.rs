@@ -133,11 +133,7 @@ pub fn parse_states(stdout: &str) -> Parsed<StateRow> {
         let [job_id, job_id_raw, state] = f else {
             unreachable!("parse_lines hands over exactly 3 fields")
         };
-        if !looks_like_job_id(job_id_raw) {
-            return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
-        }
-        let state = JobState::parse(state)
-            .ok_or_else(|| format!("unknown job state {:?}", truncate(state, 64)))?;
+        let state = queued_job_state(job_id_raw, state)?;
         Ok(StateRow {
             job_id: job_id.to_string(),
             job_id_raw: job_id_raw.to_string(),
@@ -496,15 +492,19 @@ fn sacct_row(f: &[&str]) -> Result<SacctRow, String> {
     })
 }
 
+/// A squeue row's `%A` checked to be a job id, and its `%T` read.
+fn queued_job_state(job_id_raw: &str, state: &str) -> Result<JobState, String> {
+    if !looks_like_job_id(job_id_raw) {
+        return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
+    }
+    JobState::parse(state).ok_or_else(|| format!("unknown job state {:?}", truncate(state, 64)))
+}
+
 fn squeue_row(f: &[&str]) -> Result<SqueueRow, String> {
     let [job_id, job_id_raw, state, reason, nodes, uid] = f else {
         unreachable!("parse_lines hands over exactly SQUEUE_COLUMNS fields")
     };
-    if !looks_like_job_id(job_id_raw) {
-        return Err(format!("%A {:?} is not a job id", truncate(job_id_raw, 64)));
-    }
-    let state = JobState::parse(state)
-        .ok_or_else(|| format!("unknown job state {:?}", truncate(state, 64)))?;
+    let state = queued_job_state(job_id_raw, state)?;
     Ok(SqueueRow {
         job_id: job_id.to_string(),
         job_id_raw: job_id_raw.to_string(),
