@@ -1230,6 +1230,28 @@ MaxArraySize            = 1001\n";
         );
     }
 
+    /// `--only-job-state` rows (24.11, `%i|%A|%T`): ids and state alone; a row with
+    /// another number of fields, or a raw id that is not one, is not read.
+    #[test]
+    fn state_rows() {
+        let p = parse_states(
+            "117|117|RUNNING\n14_[3-10%2]|14|PENDING\n23|23\n24|x|RUNNING\n25|25|RUNNING|None\n",
+        );
+        let got: Vec<(&str, &str, JobState)> = p
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.job_id_raw.as_str(), r.state))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("117", "117", JobState::Running),
+                ("14_[3-10%2]", "14", JobState::Pending)
+            ]
+        );
+        assert_eq!(p.errors.len(), 3, "{:?}", p.errors);
+    }
+
     #[test]
     fn squeue_rows() {
         let out = "\
