@@ -271,6 +271,16 @@ struct State {
     unlisted: std::collections::HashSet<String>,
 }
 
+impl State {
+    /// The jobs squeue shows of `job_ids` (ids or base ids).
+    fn queued<'a>(&'a self, job_ids: &'a [String]) -> impl Iterator<Item = &'a FakeJob> + 'a {
+        self.jobs
+            .values()
+            .filter(|j| j.is_live() || self.show_ended_in_squeue)
+            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
+    }
+}
+
 /// The fake batch system. It is `Sync` (a `Mutex` inside) but meant to be driven from one
 /// thread, as the engine is. A clone is the same batch system (as `SlurmCli`'s clones
 /// run the same commands).
@@ -829,13 +839,7 @@ impl Slurm for FakeSlurm {
 
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
         let s = self.enter(Command::Squeue)?;
-        let rows = s
-            .jobs
-            .values()
-            .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
-            .map(Self::squeue_row)
-            .collect();
+        let rows = s.queued(job_ids).map(Self::squeue_row).collect();
         Ok(Parsed {
             rows,
             errors: Vec::new(),
@@ -848,10 +852,7 @@ impl Slurm for FakeSlurm {
         }
         let s = self.enter(Command::JobStates)?;
         let rows = s
-            .jobs
-            .values()
-            .filter(|j| j.is_live() || s.show_ended_in_squeue)
-            .filter(|j| job_ids.iter().any(|id| *id == j.id || *id == j.base_id()))
+            .queued(job_ids)
             .map(|j| StateRow {
                 job_id: j.id.clone(),
                 job_id_raw: j.raw_id.clone(),
