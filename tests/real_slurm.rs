@@ -828,3 +828,127 @@ fn the_job_gets_the_submitters_umask_not_the_daemons() {
     let got = std::fs::read_to_string(d.work_dir().join("umask.out")).unwrap();
     assert_eq!(got.trim(), "0027", "the job's umask");
 }
+
+/// Held jobs of a test, cancelled when it ends however it ends.
+struct Held(Vec<String>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = slurm("scancel").args(&self.0).output();
+    }
+}
+
+/// The poll's one query a cycle, on the real squeue: past 64 KiB of job ids (about 8,000
+/// jobs) it lists every job and keeps the lines of the jobs asked about. That listing
+/// shows those jobs as naming them does, each task of a pending array whose task list is
+/// irregular and long (`SLURM_BITSTR_LEN=0`: whole, not cut at 64 bytes), and nothing of
+/// anyone else's jobs. The state-only query the same where Slurm has it (24.11).
+#[test]
+fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
+    use slurm_supervisor::slurm::cli::SlurmCli;
+    use slurm_supervisor::slurm::jobid::queued_states;
+    use slurm_supervisor::slurm::Slurm;
+    use std::collections::HashMap;
+    require_slurm();
+    let tasks: Vec<u32> = (1..30).map(|i| i * i).collect();
+    let list = tasks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(list.len() > 64, "longer than squeue prints by default");
+    let held = |extra: &str| {
+        run(
+            "sbatch",
+            &[
+                "--parsable",
+                "--hold",
+                "--wrap=true",
+                "--output=/dev/null",
+                extra,
+            ],
+        )
+        .trim()
+        .to_string()
+    };
+    let array = held(&format!("--array={list}"));
+    let single = held("--job-name=ssv-listing");
+    let other = held("--job-name=ssv-not-asked");
+    let _cancel = Held(vec![array.clone(), single.clone(), other.clone()]);
+
+    let mut sc = slurm_supervisor::config::Config::parse("", None)
+        .unwrap()
+        .slurm;
+    sc.bin_dir = slurm_bin_dir();
+    let named = SlurmCli::new(&sc);
+    let every = SlurmCli::new(&sc).naming_jobs_up_to(0);
+    let ids = vec![array.clone(), single.clone()];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut expected: Vec<String> = tasks.iter().map(|t| format!("{array}_{t}")).collect();
+    expected.push(single.clone());
+    expected.sort();
+    let states = |rows: Vec<(&str, _)>| -> HashMap<String, _> { queued_states(rows) };
+    let keys = |m: &HashMap<String, _>| {
+        let mut k: Vec<String> = m.keys().cloned().collect();
+        k.sort();
+        k
+    };
+
+    let by_name = rt.block_on(named.squeue(&ids)).unwrap();
+    let listed = rt.block_on(every.squeue(&ids)).unwrap();
+    assert!(listed.errors.is_empty(), "{:?}", listed.errors);
+    assert!(
+        listed.rows.iter().all(|r| !r.job_id.starts_with(&other)),
+        "{:?}",
+        listed.rows
+    );
+    let a = states(
+        by_name
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.state))
+            .collect(),
+    );
+    let b = states(
+        listed
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.state))
+            .collect(),
+    );
+    assert_eq!(keys(&b), expected, "{:?}", listed.rows);
+    assert_eq!(a, b);
+
+    let by_name = rt.block_on(named.job_states(&ids)).unwrap();
+    let listed = rt.block_on(every.job_states(&ids)).unwrap();
+    match (slurm_version(), by_name, listed) {
+        ("22.05", None, None) => {}
+        ("24.11", Some(by_name), Some(listed)) => {
+            assert!(listed.errors.is_empty(), "{:?}", listed.errors);
+            let a = states(
+                by_name
+                    .rows
+                    .iter()
+                    .map(|r| (r.job_id.as_str(), r.state))
+                    .collect(),
+            );
+            let b = states(
+                listed
+                    .rows
+                    .iter()
+                    .map(|r| (r.job_id.as_str(), r.state))
+                    .collect(),
+            );
+            assert_eq!(keys(&b), expected, "{:?}", listed.rows);
+            assert_eq!(a, b);
+        }
+        (v, a, b) => panic!(
+            "Slurm {v}: state-only query {:?} / {:?}",
+            a.is_some(),
+            b.is_some()
+        ),
+    }
+}

@@ -95,6 +95,9 @@ pub struct SlurmCli {
     /// a row so far, or [`ONLY_STATE_NO`] once a squeue refused it (`unrecognized option`)
     /// or it failed that many times in a row. Shared by the clones (the same commands).
     only_state: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    /// The longest list of job ids the poll's query names (`--jobs=`, in bytes, commas
+    /// counted); more are asked for as a listing of every job, filtered by the daemon.
+    named_up_to: usize,
 }
 
 /// `SlurmCli::only_state` at which the full listing is used for good.
@@ -137,12 +140,22 @@ impl SlurmCli {
             sacct_chunk: config.sacct_chunk,
             observer: unobserved,
             only_state: Default::default(),
+            named_up_to: MAX_JOBS_ARG,
         }
     }
 
     /// The same, telling `observer` of every command it runs.
     pub fn observed_by(self, observer: CommandObserver) -> Self {
         SlurmCli { observer, ..self }
+    }
+
+    /// The same, with the poll's query naming its jobs only up to `bytes` of ids (64 KiB
+    /// by default): for tests and benchmarks that try the listing of every job with a few.
+    pub fn naming_jobs_up_to(self, bytes: usize) -> Self {
+        SlurmCli {
+            named_up_to: bytes,
+            ..self
+        }
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -161,9 +174,12 @@ impl SlurmCli {
         timeout: Duration,
         setup: impl FnOnce(&mut Command) -> std::io::Result<()>,
         stdin: Option<&[u8]>,
+        keep: Keep<'_>,
     ) -> Result<Ran, SlurmError> {
         let start = std::time::Instant::now();
-        let ran = self.run_unmetered(name, args, timeout, setup, stdin).await;
+        let ran = self
+            .run_unmetered(name, args, timeout, setup, stdin, keep)
+            .await;
         let ok = matches!(&ran, Ok(r) if r.code == Some(0));
         (self.observer)(name, ok, start.elapsed());
         ran
@@ -176,6 +192,7 @@ impl SlurmCli {
         timeout: Duration,
         setup: impl FnOnce(&mut Command) -> std::io::Result<()>,
         stdin: Option<&[u8]>,
+        keep: Keep<'_>,
     ) -> Result<Ran, SlurmError> {
         let program = self.program(name);
         let spawn_error = |source| SlurmError::Spawn {
@@ -224,16 +241,24 @@ impl SlurmCli {
                 let _ = pipe.write_all(data).await;
             }
         };
-        // Both pipes are read at once, each only up to MAX_OUTPUT: a command that prints
-        // without end cannot exhaust the daemon's memory. Past the limit the child is
-        // killed, so the other pipe closes and reading ends.
+        // Both pipes are read at once, each only up to MAX_OUTPUT kept: a command that
+        // prints without end cannot exhaust the daemon's memory. Past the limit the child
+        // is killed, so the other pipe closes and reading ends.
         let collect = async {
             let mut out = Vec::new();
             let mut err = Vec::new();
             let stop = || child.kill();
             let read_out = async {
                 if let Some(p) = out_pipe.as_mut() {
-                    p.take(MAX_OUTPUT + 1).read_to_end(&mut out).await?;
+                    match keep {
+                        Keep::All => {
+                            p.take(MAX_OUTPUT + 1).read_to_end(&mut out).await?;
+                        }
+                        Keep::Lines(wanted) => {
+                            let mut p = tokio::io::BufReader::with_capacity(64 << 10, p);
+                            read_wanted_lines(&mut p, wanted, &mut out, MAX_OUTPUT).await?;
+                        }
+                    }
                     if out.len() as u64 > MAX_OUTPUT {
                         stop();
                     }
@@ -317,13 +342,10 @@ impl SlurmCli {
         check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
     }
 
-    /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`,
-    /// whatever the daemon's own environment says), as [`parse::SACCT_FIELDS`] reads them.
+    /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`),
+    /// as [`parse::SACCT_FIELDS`] reads them.
     async fn query_epoch_times(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
-        let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
-            .filter(|(k, _)| k != "SLURM_TIME_FORMAT")
-            .chain([("SLURM_TIME_FORMAT".into(), "%s".into())])
-            .collect();
+        let env = own_env(&[("SLURM_TIME_FORMAT", "%s")]);
         self.run(
             name,
             &args,
@@ -333,16 +355,159 @@ impl SlurmCli {
                 Ok(())
             },
             None,
+            Keep::All,
         )
         .await
     }
 
     async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
-        let ran = self
-            .run(name, &args, self.timeout, |_| Ok(()), None)
-            .await?;
-        Ok(ran)
+        self.query_keeping(name, args, Keep::All, &[]).await
     }
+
+    /// A query, with `set` in its environment, of which only the stdout lines `keep` wants
+    /// are read into memory.
+    async fn query_keeping(
+        &self,
+        name: &str,
+        args: Vec<String>,
+        keep: Keep<'_>,
+        set: &[(&str, &str)],
+    ) -> Result<Ran, SlurmError> {
+        let env = own_env(set);
+        self.run(
+            name,
+            &args,
+            self.timeout,
+            |cmd| {
+                cmd.env_clear_with(env);
+                Ok(())
+            },
+            None,
+            keep,
+        )
+        .await
+    }
+}
+
+/// The job id a line of squeue begins with, up to the first character that is not a
+/// digit: the array's or heterogeneous job's own id for a task or a component.
+fn leading_digits(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    &s[..n]
+}
+
+/// What of a command's stdout is read into memory.
+#[derive(Clone, Copy)]
+enum Keep<'a> {
+    /// All of it (up to [`MAX_OUTPUT`]).
+    All,
+    /// The lines whose beginning (their first [`LINE_HEAD`] bytes, or the whole line if
+    /// shorter, without its newline) this says yes to; the rest of the output is read and
+    /// dropped as it comes, so it may be of any length (a listing of every user's jobs).
+    Lines(&'a (dyn Fn(&[u8]) -> bool + Sync)),
+}
+
+/// How much of a line [`Keep::Lines`] judges it by: more than any job id but a pending
+/// task list's.
+const LINE_HEAD: usize = 32;
+
+/// Reads `r` to its end, appending to `out` the lines `wanted` says yes to (with their
+/// newlines), until `out` holds more than `limit` bytes. Memory: what is kept, plus
+/// [`LINE_HEAD`] and the reader's buffer.
+async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    wanted: &(dyn Fn(&[u8]) -> bool + Sync),
+    out: &mut Vec<u8>,
+    limit: u64,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncBufReadExt;
+    enum Line {
+        /// Its beginning is being read (in `head`).
+        Head,
+        Kept,
+        Dropped,
+    }
+    let mut head: Vec<u8> = Vec::with_capacity(LINE_HEAD);
+    let mut line = Line::Head;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            // A last line without a newline.
+            if matches!(line, Line::Head) && !head.is_empty() && wanted(&head) {
+                out.extend_from_slice(&head);
+            }
+            return Ok(());
+        }
+        let n = buf.len();
+        let mut i = 0;
+        while i < n {
+            let rest = &buf[i..];
+            let nl = rest.iter().position(|&b| b == b'\n');
+            match line {
+                Line::Head => {
+                    let room = LINE_HEAD - head.len();
+                    let take = nl.map_or(rest.len(), |p| p).min(room);
+                    head.extend_from_slice(&rest[..take]);
+                    i += take;
+                    if nl == Some(take) {
+                        // The whole line is in `head`.
+                        if wanted(&head) {
+                            out.extend_from_slice(&head);
+                            out.push(b'\n');
+                        }
+                        head.clear();
+                        i += 1;
+                    } else if head.len() == LINE_HEAD {
+                        line = if wanted(&head) {
+                            out.extend_from_slice(&head);
+                            Line::Kept
+                        } else {
+                            Line::Dropped
+                        };
+                        head.clear();
+                    }
+                }
+                Line::Kept | Line::Dropped => {
+                    let end = nl.map_or(rest.len(), |p| p + 1);
+                    if matches!(line, Line::Kept) {
+                        out.extend_from_slice(&rest[..end]);
+                    }
+                    i += end;
+                    if nl.is_some() {
+                        line = Line::Head;
+                    }
+                }
+            }
+        }
+        r.consume(n);
+        if out.len() as u64 > limit {
+            return Ok(());
+        }
+    }
+}
+
+/// The daemon's environment for its own Slurm commands, with `set` added: without what
+/// would change what the commands print or ask (`SQUEUE_*` such as `SQUEUE_USERS` or
+/// `SQUEUE_ALL`, `SACCT_*`, `SCONTROL_*`, `SCANCEL_*`, `SLURM_TIME_FORMAT`,
+/// `SLURM_BITSTR_LEN`, `SLURM_CLUSTERS`): their output is read in the daemon's formats
+/// whatever environment it was started with. `SLURM_CONF` stays.
+fn own_env(set: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    own_env_of(std::env::vars_os(), set)
+}
+
+/// [`own_env`] of the environment `vars`.
+fn own_env_of(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    set: &[(&str, &str)],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    const PREFIXES: &[&str] = &["SQUEUE_", "SACCT_", "SCONTROL_", "SCANCEL_"];
+    const NAMES: &[&str] = &["SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN", "SLURM_CLUSTERS"];
+    vars.filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        !PREFIXES.iter().any(|p| k.starts_with(p)) && !NAMES.contains(&k.as_ref())
+    })
+    .chain(set.iter().map(|(k, v)| ((*k).into(), (*v).into())))
+    .collect()
 }
 
 /// A start that may have reached the program after all: the watchdog killed a child held
@@ -456,6 +621,7 @@ impl Slurm for SlurmCli {
                     Ok(())
                 },
                 req.stdin.as_deref(),
+                Keep::All,
             )
             .await?;
         if ran.code != Some(0) {
@@ -468,32 +634,21 @@ impl Slurm for SlurmCli {
     }
 
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
-        // A squeue of several `--jobs` loads every job (REQUEST_JOB_INFO) and filters before
-        // printing: so each call is one controller dump, and its output only the jobs
-        // asked about (a listing of every job, `--all --array`, would print one line per
-        // pending task of every user's arrays: anyone could make it too big to read).
-        // The ids go in as few calls as their length allows (64 KiB of ids, about 8,000
-        // jobs, a call); past that, the state-only query (`job_states`) is the one that
-        // stays one controller query. One id is a lookup (REQUEST_JOB_INFO_SINGLE).
-        // `--local`: no federation query.
-        let mut all = Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
-        };
-        for chunk in id_chunks(job_ids, usize::MAX) {
-            let args = vec![
-                "--local".into(),
-                "--noheader".into(),
-                "--states=all".into(),
-                "--array".into(),
-                format!("--format={}", parse::SQUEUE_FORMAT),
-                format!("--jobs={}", chunk.join(",")),
-            ];
-            let p = check_squeue(self.query("squeue", args).await?)?;
-            all.rows.extend(p.rows);
-            all.errors.extend(p.errors);
-        }
-        Ok(all)
+        // One REQUEST_JOB_INFO (the whole job table) and one REQUEST_PARTITION_INFO
+        // whatever is asked, so one call: the jobs named when their ids fit one argument
+        // (squeue filters, `--array` shows each of their tasks), else every job, read a
+        // line at a time and kept only for the jobs asked about. That listing has no
+        // `--array`: a pending array is one line whatever its size (its task list whole,
+        // `SLURM_BITSTR_LEN=0`), so no user's arrays can make it long; one id alone is a
+        // lookup (REQUEST_JOB_INFO_SINGLE). `--local`: no federation query.
+        let mut args: Vec<String> = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--format={}", parse::SQUEUE_FORMAT),
+        ];
+        let ran = self.poll_query(job_ids, &mut args).await?;
+        check_squeue(ran)
     }
 
     async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
@@ -501,50 +656,40 @@ impl Slurm for SlurmCli {
         if self.only_state.load(Ordering::Relaxed) >= ONLY_STATE_NO {
             return Ok(None);
         }
-        // One REQUEST_JOB_STATE a call: the controller looks each id up, so a list cut in
-        // calls of 64 KiB costs what the ids cost.
-        let mut all = Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
-        };
-        for chunk in id_chunks(job_ids, usize::MAX) {
-            let args: Vec<String> = vec![
-                "--only-job-state".into(),
-                "--noheader".into(),
-                "--states=all".into(),
-                "--array".into(),
-                format!("--format={}", parse::STATE_FORMAT),
-                format!("--jobs={}", chunk.join(",")),
-            ];
-            let ran = self.query("squeue", args).await?;
-            if ran.code != Some(0) && ran.stderr.contains("unrecognized option") {
-                // A squeue from before 23.11.5: the full listing from now on.
-                self.only_state.store(ONLY_STATE_NO, Ordering::Relaxed);
-                return Ok(None);
-            }
-            if ran.code != Some(0) {
-                // An unknown id is absent, not an error, in this mode: a failure is no
-                // answer (the controller's error comes with an empty stderr, or "Unable to
-                // query jobs state"). The caller asks for the full listing instead; after a
-                // few failures in a row, the full listing is kept.
-                let failed = self.only_state.fetch_add(1, Ordering::Relaxed) + 1;
-                if failed >= ONLY_STATE_NO {
-                    tracing::warn!(
-                        "squeue --only-job-state failed {failed} times in a row; the poll asks for the full listing from now on"
-                    );
-                }
-                return Err(SlurmError::Unavailable {
-                    command: "squeue".into(),
-                    status: ran.status(),
-                    stderr: trim_evidence(&ran.stderr),
-                });
-            }
-            self.only_state.store(0, Ordering::Relaxed);
-            let p = parse::parse_states(&ran.stdout);
-            all.rows.extend(p.rows);
-            all.errors.extend(p.errors);
+        // One REQUEST_JOB_STATE: the jobs named, or every job's id and state (what the
+        // controller keeps for this query alone) kept for the jobs asked about, as for
+        // `squeue`.
+        let mut args: Vec<String> = vec![
+            "--only-job-state".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--format={}", parse::STATE_FORMAT),
+        ];
+        let ran = self.poll_query(job_ids, &mut args).await?;
+        if ran.code != Some(0) && ran.stderr.contains("unrecognized option") {
+            // A squeue from before 23.11.5: the full listing from now on.
+            self.only_state.store(ONLY_STATE_NO, Ordering::Relaxed);
+            return Ok(None);
         }
-        Ok(Some(all))
+        if ran.code != Some(0) {
+            // An unknown id is absent, not an error, in this mode: a failure is no answer
+            // (the controller's error comes with an empty stderr, or "Unable to query jobs
+            // state"). The caller asks for the full listing instead; after a few failures
+            // in a row, the full listing is kept.
+            let failed = self.only_state.fetch_add(1, Ordering::Relaxed) + 1;
+            if failed >= ONLY_STATE_NO {
+                tracing::warn!(
+                    "squeue --only-job-state failed {failed} times in a row; the poll asks for the full listing from now on"
+                );
+            }
+            return Err(SlurmError::Unavailable {
+                command: "squeue".into(),
+                status: ran.status(),
+                stderr: trim_evidence(&ran.stderr),
+            });
+        }
+        self.only_state.store(0, Ordering::Relaxed);
+        Ok(Some(parse::parse_states(&ran.stdout)))
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
@@ -653,9 +798,7 @@ impl Slurm for SlurmCli {
             job_id.to_string(),
             "-".into(),
         ];
-        let ran = self
-            .run("scontrol", &args, self.timeout, |_| Ok(()), None)
-            .await?;
+        let ran = self.query("scontrol", args).await?;
         if ran.code != Some(0) {
             return Err(Self::failure("scontrol", &ran));
         }
@@ -735,6 +878,37 @@ impl Slurm for SlurmCli {
 }
 
 impl SlurmCli {
+    /// Runs the poll's one squeue with `args`, for `job_ids` (base ids): naming them
+    /// (`--array --jobs=`) when they fit [`SlurmCli::named_up_to`] bytes, else listing
+    /// every job (`--all`) and keeping only the lines of the jobs asked about.
+    async fn poll_query(
+        &self,
+        job_ids: &[String],
+        args: &mut Vec<String>,
+    ) -> Result<Ran, SlurmError> {
+        let named: usize = job_ids.iter().map(|i| i.len() + 1).sum();
+        if named <= self.named_up_to {
+            args.push("--array".into());
+            args.push(format!("--jobs={}", job_ids.join(",")));
+            return self.query("squeue", std::mem::take(args)).await;
+        }
+        args.push("--all".into());
+        let asked: std::collections::HashSet<&[u8]> = job_ids
+            .iter()
+            .map(|i| leading_digits(i.as_bytes()))
+            .collect();
+        // A line that does not begin with a job id is kept, to be reported as unreadable.
+        let wanted = |head: &[u8]| {
+            let base = leading_digits(head);
+            base.is_empty() || asked.contains(base)
+        };
+        // Every pending task list whole (`SLURM_BITSTR_LEN=0`; 64 bytes and `...` by
+        // default), so the line of a pending array of the daemon's shows each of its tasks.
+        let set = [("SLURM_BITSTR_LEN", "0")];
+        self.query_keeping("squeue", std::mem::take(args), Keep::Lines(&wanted), &set)
+            .await
+    }
+
     /// Runs a command that changes a user's jobs, as that user when given.
     async fn run_as_user(
         &self,
@@ -751,9 +925,11 @@ impl SlurmCli {
                 if let Some(who) = &who {
                     drop_to(cmd, who, None);
                 }
+                cmd.env_clear_with(own_env(&[]));
                 Ok(())
             },
             None,
+            Keep::All,
         )
         .await
     }
@@ -822,6 +998,7 @@ mod tests {
             sacct_chunk: 100,
             observer: unobserved,
             only_state: Default::default(),
+            named_up_to: MAX_JOBS_ARG,
         };
         let who = RunAs {
             uid,
@@ -862,6 +1039,7 @@ mod tests {
             sacct_chunk: 5000,
             observer: unobserved,
             only_state: Default::default(),
+            named_up_to: MAX_JOBS_ARG,
         };
         (dir, cli)
     }
@@ -874,39 +1052,105 @@ mod tests {
             .collect()
     }
 
-    /// The poll's squeue names the jobs it asks about (squeue filters before printing, so
-    /// another user's arrays never reach the daemon), in as few calls as 64 KiB of ids a
-    /// call allows; the state-only query is cut the same way (the controller looks each id
-    /// up).
+    /// The poll's squeue is one call whatever the number of jobs: it names them (squeue
+    /// filters before printing, `--array` shows their tasks) while 64 KiB of ids will do,
+    /// and past that lists every job (one line a job record, no `--array`) and keeps the
+    /// lines of the jobs asked about. The state-only query the same.
     #[tokio::test]
-    async fn the_polls_squeue_names_its_jobs_in_calls_of_64_kib() {
+    async fn the_polls_squeue_is_one_call_at_any_scale() {
+        // Every job of the controller, ours (1_000_001..) among 200,000 of other users, a
+        // pending array of ours with its task list whole, and one of someone else's whose
+        // line is 4 MiB long.
         let (dir, cli) = fake_squeue(
-            "case \"$*\" in\n  *--only-job-state*) echo '7|7|RUNNING' ;;\n  *) echo '7|7|RUNNING|None|n1|1000' ;;\nesac",
+            "case \"$*\" in\n  *--only-job-state*) echo '7|7|RUNNING' ;;\n  *--all*) seq 2000001 2200000 | sed 's/$/|1|PENDING|None||1001/'; printf '3000000_[%s]|3000000|PENDING|None||1001\\n' \"$(seq -s, 1 2 1200000)\"; seq 1000001 1100000 | sed 's/$/|1|RUNNING|None|n1|1000/'; echo '1000005_[2,4,9]|5|PENDING|None||1000' ;;\n  *) echo '7|7|RUNNING|None|n1|1000' ;;\nesac",
         );
         let ids: Vec<String> = (1..=100_000).map(|i| (1_000_000 + i).to_string()).collect();
         let p = cli.squeue(&ids).await.unwrap();
         let listing = calls(&dir);
-        let expected = ids
-            .iter()
-            .map(|i| i.len() + 1)
-            .sum::<usize>()
-            .div_ceil(MAX_JOBS_ARG);
-        assert!(
-            (expected..=expected + 1).contains(&listing.len()),
-            "{}",
-            listing.len()
+        assert_eq!(listing.len(), 1, "{listing:?}");
+        assert!(listing[0].contains("--local") && listing[0].contains("--all"));
+        assert!(!listing[0].contains("--jobs") && !listing[0].contains("--array"));
+        assert!(p.errors.is_empty(), "{:?}", &p.errors[..1]);
+        assert_eq!(
+            p.rows.len(),
+            100_001,
+            "ours only, the array's line among them"
         );
-        assert!(listing
-            .iter()
-            .all(|c| c.contains("--local") && c.contains("--jobs=")));
-        assert_eq!(p.rows.len(), listing.len());
-        let p = cli.job_states(&ids).await.unwrap().expect("supported");
+        assert!(p.rows.iter().all(|r| r.uid == 1000));
+        assert_eq!(p.rows.last().unwrap().job_id, "1000005_[2,4,9]");
+
+        let p = cli.job_states(&ids[..3]).await.unwrap().expect("supported");
         let all = calls(&dir);
-        assert_eq!(all.len(), 2 * listing.len());
-        assert!(all[listing.len()..]
-            .iter()
-            .all(|c| c.contains("--only-job-state") && c.contains("--jobs=")));
+        assert_eq!(all.len(), 2);
+        assert!(all[1].contains("--only-job-state") && all[1].contains("--array"));
+        assert!(all[1].ends_with("--jobs=1000001,1000002,1000003"));
         assert_eq!(p.rows[0].state, crate::slurm::types::JobState::Running);
+        cli.job_states(&ids).await.unwrap().expect("supported");
+        let all = calls(&dir);
+        assert_eq!(all.len(), 3);
+        assert!(all[2].contains("--only-job-state") && !all[2].contains("--jobs"));
+        cli.squeue(&ids[..2]).await.unwrap();
+        assert!(calls(&dir)[3].ends_with("--array --jobs=1000001,1000002"));
+    }
+
+    /// The lines of a listing are kept by the job id they begin with, whatever their
+    /// length and however the output is cut into reads.
+    #[tokio::test]
+    async fn wanted_lines_are_kept_whole_and_the_others_dropped() {
+        let long = format!("12_[{}]|x", "1,".repeat(10_000));
+        let input = format!("7|a\n{long}\n77|b\n12|c\n\nzz|d\n{}7|e", "8".repeat(40));
+        let wanted = |head: &[u8]| {
+            let b = leading_digits(head);
+            b.is_empty() || b == b"12" || b == b"7"
+        };
+        for cap in [1, 3, 31, 32, 33, 4096] {
+            let mut r = tokio::io::BufReader::with_capacity(cap, input.as_bytes());
+            let mut out = Vec::new();
+            read_wanted_lines(&mut r, &wanted, &mut out, MAX_OUTPUT)
+                .await
+                .unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("7|a\n{long}\n12|c\n\nzz|d\n"),
+                "buffer of {cap}"
+            );
+        }
+        let mut out = Vec::new();
+        read_wanted_lines(&mut "7|a\n7|b".as_bytes(), &wanted, &mut out, MAX_OUTPUT)
+            .await
+            .unwrap();
+        assert_eq!(out, b"7|a\n7|b", "a last line without its newline");
+    }
+
+    #[test]
+    fn the_daemons_queries_do_not_take_its_environments_formats() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("SLURM_CONF", "/etc/slurm/slurm.conf"),
+            ("SQUEUE_USERS", "alice"),
+            ("SQUEUE_ALL", "1"),
+            ("SQUEUE_FORMAT2", "name"),
+            ("SACCT_FEDERATION", "1"),
+            ("SCANCEL_INTERACTIVE", "1"),
+            ("SCONTROL_LOCAL", "1"),
+            ("SLURM_TIME_FORMAT", "relative"),
+            ("SLURM_BITSTR_LEN", "8"),
+            ("SLURM_CLUSTERS", "other"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let env = own_env_of(vars.into_iter(), &[("SLURM_BITSTR_LEN", "0")]);
+        let names: Vec<String> = env
+            .iter()
+            .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "PATH=/usr/bin",
+                "SLURM_CONF=/etc/slurm/slurm.conf",
+                "SLURM_BITSTR_LEN=0"
+            ]
+        );
     }
 
     /// A squeue without `--only-job-state` (22.05) refuses it once, and is not asked again;

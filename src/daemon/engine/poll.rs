@@ -27,10 +27,12 @@ impl<S: Slurm> Engine<S> {
             .collect();
         bases.sort();
         bases.dedup();
-        // One controller query. Once Slurm has shown every live attempt's job owned by its
-        // chain's owner (a job's owner never changes), the states alone will do: one
-        // REQUEST_JOB_STATE (`squeue --only-job-state`, Slurm 23.11.5 on), which carries
-        // nothing else. Otherwise (a job not seen yet, or an older Slurm) the full listing,
+        // One controller query, one squeue, at any scale (the jobs named while their ids
+        // fit 64 KiB, else every job listed and filtered as it is read: `SlurmCli`). Once
+        // Slurm has shown every live attempt's job owned by its chain's owner (a job's
+        // owner never changes), the states alone will do: one REQUEST_JOB_STATE (`squeue
+        // --only-job-state`, Slurm 23.11.5 on), which carries nothing else. Otherwise (a
+        // job not seen yet, or an older Slurm) the full listing, one REQUEST_JOB_INFO,
         // whose `%U` each attempt is checked against.
         let mut view = None;
         if live.iter().all(|a| a.owner_seen) {
