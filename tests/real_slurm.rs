@@ -838,9 +838,9 @@ impl Drop for Held {
     }
 }
 
-/// The poll's one query a cycle, on the real squeue: past 64 KiB of job ids (about 8,000
-/// jobs) it lists every job and keeps the lines of the jobs asked about. That listing
-/// shows those jobs as naming them does, each task of a pending array whose task list is
+/// The poll's one query a cycle, on the real squeue: for more than one job it lists every
+/// job and keeps the lines of the jobs asked about. That listing shows those jobs as
+/// naming them does, each task of a pending array whose task list is
 /// irregular and long (`SLURM_BITSTR_LEN=0`: whole, not cut at 64 bytes), and nothing of
 /// anyone else's jobs. The state-only query the same where Slurm has it (24.11).
 #[test]
@@ -880,8 +880,8 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
         .unwrap()
         .slurm;
     sc.bin_dir = slurm_bin_dir();
-    let named = SlurmCli::new(&sc);
-    let every = SlurmCli::new(&sc).naming_jobs_up_to(0);
+    let named = SlurmCli::new(&sc).naming_jobs_up_to(2);
+    let every = SlurmCli::new(&sc);
     let ids = vec![array.clone(), single.clone()];
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -27,8 +27,8 @@ impl<S: Slurm> Engine<S> {
             .collect();
         bases.sort();
         bases.dedup();
-        // One controller query, one squeue, at any scale (the jobs named while their ids
-        // fit 64 KiB, else every job listed and filtered as it is read: `SlurmCli`). Once
+        // One controller query, one squeue, at any scale (one job named, more as a listing
+        // of every job filtered as it is read: `SlurmCli::poll_query`). Once
         // Slurm has shown every live attempt's job owned by its chain's owner (a job's
         // owner never changes), the states alone will do: one REQUEST_JOB_STATE (`squeue
         // --only-job-state`, Slurm 23.11.5 on), which carries nothing else. Otherwise (a
