@@ -51,7 +51,7 @@ pub struct Timing {
 pub enum TimingError {
     #[error(
         "a lease of {lease:?} with a margin of {margin:?} leaves no time to act: \
-         make the lease at least three times the margin"
+         make the lease at least twice the margin, and the margin above zero"
     )]
     NoTimeToAct { lease: Duration, margin: Duration },
 }
@@ -59,12 +59,14 @@ pub enum TimingError {
 impl Timing {
     /// `lease`: how long the server grants the lease from each acquisition or renewal.
     /// `margin`: how long before the lease's end (on the local clock) this daemon stops
-    /// starting anything, at least the longest Slurm command it runs while active.
+    /// acting: the time between a check of its role and the step it guards (a store
+    /// transaction, the start of a Slurm command). A command that runs longer is started
+    /// only if it fits ([`Election::may_start`] with its timeout).
     ///
-    /// The lease must be at least three times the margin, so that after a renewal at a
-    /// third of the usable time two more tries fit before the deadline.
+    /// The margin must be above zero and at most half the lease, so that at least half
+    /// of every grant is usable.
     pub fn new(lease: Duration, margin: Duration) -> Result<Timing, TimingError> {
-        if margin.is_zero() || lease < margin.saturating_mul(3) {
+        if margin.is_zero() || margin.saturating_mul(2) > lease {
             return Err(TimingError::NoTimeToAct { lease, margin });
         }
         Ok(Timing { lease, margin })
@@ -272,14 +274,14 @@ mod tests {
     #[test]
     fn a_lease_too_short_for_its_margin_is_refused() {
         assert_eq!(
-            Timing::new(10 * S, 4 * S),
+            Timing::new(10 * S, 6 * S),
             Err(TimingError::NoTimeToAct {
                 lease: 10 * S,
-                margin: 4 * S
+                margin: 6 * S
             })
         );
         assert!(Timing::new(10 * S, Duration::ZERO).is_err());
-        assert!(Timing::new(12 * S, 4 * S).is_ok());
+        assert!(Timing::new(10 * S, 5 * S).is_ok());
     }
 
     #[test]
