@@ -151,8 +151,12 @@ fn granted(tx: &mut Transaction<'_>) -> Result<Grant> {
     })
 }
 
+/// The lease row's columns as [`view`] reads them: holder, epoch, and the acquisition's
+/// time and the time left, in microseconds by the server's clock.
+type ViewRow = (Option<String>, u64, Option<i64>, Option<i64>);
+
 fn view(q: &mut impl Queryable) -> Result<LeaseView> {
-    let row: Option<(Option<String>, u64, Option<i64>, Option<i64>)> = q.exec_first(
+    let row: Option<ViewRow> = q.exec_first(
         "SELECT holder, epoch,
              TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', acquired_at),
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
