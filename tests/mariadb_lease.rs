@@ -366,3 +366,9 @@ fn the_grants_are_those_the_docs_give_and_reach_no_other_database() {
     let e = conn.query_drop("CREATE TABLE other.t (x INT)").unwrap_err();
     assert!(e.to_string().contains("denied"), "{e}");
 }
+
+#[test]
+#[should_panic(expected = "install Debian's mariadb-server (`apt-get install mariadb-server`")]
+fn a_missing_server_program_fails_the_test_saying_what_to_install() {
+    mariadb::program("mariadbd-that-is-not-there");
+}

@@ -90,10 +90,15 @@ impl MariaDb {
             .tempdir()
             .unwrap();
         let data = dir.path().join("data");
+        // A temporary folder of its own: servers bootstrapped side by side in one /tmp
+        // collide on their temporary tables' names ("Unknown table 'mysql.tmp_user_sys'").
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
         let mut install = Command::new(program("mariadb-install-db"));
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--user={admin}"))
             .args([
                 "--auth-root-authentication-method=socket",
@@ -132,6 +137,7 @@ impl MariaDb {
         let mut cmd = Command::new(program("mariadbd"));
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("pid").display()))
             .arg(format!("--log-error={}", log.display()))
