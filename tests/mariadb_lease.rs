@@ -110,7 +110,7 @@ fn contenders_started_at_the_same_instant_elect_exactly_one() {
     let mut dbs: Vec<ClusterDb> = (0..CONTENDERS).map(|_| site.db()).collect();
     for round in 1..=ROUNDS {
         let barrier = Arc::new(Barrier::new(CONTENDERS));
-        let results: Vec<(String, Acquisition)> = std::thread::scope(|s| {
+        let results: Vec<(usize, String, Acquisition)> = std::thread::scope(|s| {
             let threads: Vec<_> = dbs
                 .iter_mut()
                 .enumerate()
@@ -120,7 +120,7 @@ fn contenders_started_at_the_same_instant_elect_exactly_one() {
                         let me = format!("login{i}:{round}");
                         barrier.wait();
                         let got = db.try_acquire(&me, LONG).unwrap();
-                        (me, got)
+                        (i, me, got)
                     })
                 })
                 .collect();
@@ -128,23 +128,22 @@ fn contenders_started_at_the_same_instant_elect_exactly_one() {
         });
         let winners: Vec<_> = results
             .iter()
-            .filter_map(|(me, a)| match a {
-                Acquisition::Won(g) => Some((me.clone(), *g)),
+            .filter_map(|(i, me, a)| match a {
+                Acquisition::Won(g) => Some((*i, me.clone(), *g)),
                 Acquisition::Held(_) => None,
             })
             .collect();
         assert_eq!(winners.len(), 1, "round {round}: {results:?}");
-        let (winner, grant) = &winners[0];
+        let (i, winner, grant) = &winners[0];
         // Every round is one acquisition: the epoch counts them.
         assert_eq!(grant.epoch, Epoch(round), "round {round}");
-        for (_, a) in &results {
+        for (_, _, a) in &results {
             if let Acquisition::Held(view) = a {
                 assert_eq!(view.active(), Some(winner.as_str()), "round {round}");
                 assert_eq!(view.epoch, Epoch(round));
             }
         }
-        let i: usize = winner[5..winner.find(':').unwrap()].parse().unwrap();
-        assert!(dbs[i].release(winner, grant.epoch).unwrap());
+        assert!(dbs[*i].release(winner, grant.epoch).unwrap());
     }
 }
 
