@@ -11,7 +11,9 @@
 //!   (R1 applied automatically, R2 escalated to an agent, R3 forbidden).
 //!
 //! `classify` and `policy` are pure; `slurm` is the only code that runs Slurm commands;
-//! `store` holds the only SQL; `daemon` carries out what the decisions say.
+//! `store` holds the only SQL; `daemon` carries out what the decisions say. In cluster
+//! mode, `election` (pure) says whether this daemon may act, from what the lease in the
+//! shared database (`store::cluster`) answered.
 
 pub mod classify;
 pub mod client;
@@ -21,6 +23,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;
 pub mod dependency;
+pub mod election;
 pub mod failpoint;
 pub mod ids;
 pub mod logging;

@@ -58,6 +58,13 @@ const RULES: &[Rule] = &[
         why: "leaves: raw bytes in strings and the wall clock are used everywhere",
     },
     Rule {
+        from: &["election"],
+        never: &["*"],
+        but: &[],
+        why: "election decides from the lease's answers and the monotonic time it is \
+              given: it reads no database, no clock and knows no other part",
+    },
+    Rule {
         from: &["sbatch_args"],
         never: &["*"],
         but: &["syntax"],

@@ -2,7 +2,11 @@
 //!
 //! Every state change that must survive a crash is one transaction. The write-ahead
 //! intent of a launch (see `schema.rs`) is committed before sbatch runs.
+//!
+//! `cluster/` is cluster mode's shared database (MariaDB/MySQL): for now its connection
+//! and the lease that elects the one daemon that acts.
 
+pub mod cluster;
 mod metrics;
 mod pipeline;
 mod schema;
@@ -29,6 +33,15 @@ pub enum StoreError {
     TooNew { found: i64, known: i64 },
     #[error("{path} is not a healthy slurm-supervisor store: {why}; it was left as it is: restore it from a backup, or move it away to start with an empty store")]
     NotAStore { path: String, why: String },
+    #[error("shared database error: {0}")]
+    Mysql(#[from] mysql::Error),
+    /// The lease of `epoch` is not this daemon's any more: the write transaction that
+    /// found it was rolled back, and the daemon must stop acting (`election`).
+    #[error("this daemon is not the active one any more: its lease of epoch {epoch} {why}; nothing of the transaction was written")]
+    Fenced {
+        epoch: crate::election::Epoch,
+        why: cluster::Fence,
+    },
 }
 
 impl StoreError {
