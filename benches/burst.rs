@@ -208,6 +208,30 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
         target: "<= 64 MiB".into(),
     });
 
+    // (8) A cycle's CPU with nothing ending: one squeue (the state-only query once every
+    // owner was seen), read and compared with the live attempts.
+    let (cpu0, calls0) = (d.cpu().0, fake_slurm::calls(&d.bin).len());
+    for _ in 0..5 {
+        d.after_cycle(s.limit);
+    }
+    let (cpu1, calls) = (d.cpu().0, fake_slurm::calls(&d.bin));
+    let squeues = calls[calls0..]
+        .iter()
+        .filter(|c| c.name == "squeue")
+        .count()
+        .max(1);
+    let per_cycle = (cpu1 - cpu0) / squeues as u32;
+    println!(
+        "  (8) daemon CPU a cycle, nothing ending: {} ({} over {squeues} cycles of one squeue each)",
+        common::secs(per_cycle),
+        common::secs(cpu1 - cpu0)
+    );
+    rows.push(Row {
+        what: format!("(8) daemon CPU a cycle, {} live, nothing ending", s.live),
+        measured: common::secs(per_cycle),
+        target: "<= 300 ms".into(),
+    });
+
     // (4) status --json of every chain.
     let mut times = Vec::new();
     let (mut client_rss, mut bytes) = (0, 0);

@@ -316,18 +316,28 @@ pub fn queued_states<'a>(
 ) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
     for (job_id, state) in rows {
-        match JobId::parse(job_id) {
-            Ok(id) if matches!(id.names(), Names::PendingTasks(_)) => {
-                for t in id.pending_task_ids() {
-                    out.insert(t.to_string(), state);
-                }
-            }
-            _ => {
-                out.insert(job_id.to_string(), state);
-            }
-        }
+        queued_state_into(&mut out, job_id, state);
     }
     out
+}
+
+/// Adds what one squeue row shows to `out` (see [`queued_states`]).
+pub fn queued_state_into(out: &mut HashMap<String, JobState>, job_id: &str, state: JobState) {
+    if !job_id.contains('[') {
+        // No task list: the row's own job (most rows, read without parsing).
+        out.insert(job_id.to_string(), state);
+        return;
+    }
+    match JobId::parse(job_id) {
+        Ok(id) if matches!(id.names(), Names::PendingTasks(_)) => {
+            for t in id.pending_task_ids() {
+                out.insert(t.to_string(), state);
+            }
+        }
+        _ => {
+            out.insert(job_id.to_string(), state);
+        }
+    }
 }
 
 /// The runs of each job in sacct `--duplicates` output: a job row starts a run, its step

@@ -14,6 +14,7 @@ mod schema;
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::path::Path;
 
 pub use metrics::DecisionTally;
@@ -172,6 +173,22 @@ pub struct Attempt {
     pub owner_uid: u32,
     /// Slurm has shown its job owned by the chain's owner (a job's owner never changes):
     /// the poll may ask for its state alone.
+    pub owner_seen: bool,
+}
+
+/// What the poll needs of a live attempt every cycle, and no more: at 100,000 live jobs a
+/// cycle with nothing ending reads these alone ([`Store::live_jobs`]); an attempt is read
+/// whole only when it must be judged ([`Store::live_attempts_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveJob {
+    pub chain_id: i64,
+    pub n: u32,
+    pub slurm_job_id: Option<String>,
+    /// As [`Attempt::last_seen`].
+    pub last_seen: Option<String>,
+    /// As [`Attempt::owner_uid`].
+    pub owner_uid: u32,
+    /// As [`Attempt::owner_seen`].
     pub owner_seen: bool,
 }
 
@@ -1382,6 +1399,45 @@ impl Store {
     }
 
     /// Every attempt Slurm is running or holding for us.
+    /// What the poll reads of every live attempt each cycle (see [`LiveJob`]), in chain
+    /// order.
+    pub fn live_jobs(&self) -> Result<Vec<LiveJob>> {
+        let mut q = self.conn.prepare_cached(&format!(
+            "SELECT a.chain_id, a.n, a.slurm_job_id, a.last_seen, s.owner_uid, a.owner_seen \
+             FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
+        ))?;
+        let rows = q.query_map([], |r| {
+            Ok(LiveJob {
+                chain_id: r.get(0)?,
+                n: r.get(1)?,
+                slurm_job_id: r.get(2)?,
+                last_seen: r.get(3)?,
+                owner_uid: r.get(4)?,
+                owner_seen: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The live attempts among `which` (chain, attempt number), whole, in chain order:
+    /// the ones a poll must judge. Only those are kept in memory (and their plans read).
+    pub fn live_attempts_of(&self, which: &HashSet<(i64, u32)>) -> Result<Vec<Attempt>> {
+        if which.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = self.conn.prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
+        ))?;
+        let mut rows = q.query([])?;
+        let mut out = Vec::with_capacity(which.len());
+        while let Some(row) = rows.next()? {
+            if which.contains(&(row.get(0)?, row.get(1)?)) {
+                out.push(finish_attempt(attempt_from(row)?)?);
+            }
+        }
+        Ok(out)
+    }
+
     pub fn live_attempts(&self) -> Result<Vec<Attempt>> {
         let mut q = self.conn.prepare_cached(&format!(
             "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"

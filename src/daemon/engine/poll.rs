@@ -3,11 +3,11 @@
 
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
-use crate::slurm::jobid::{base_job_id, job_part, queued_states, runs_by_job};
+use crate::slurm::jobid::{base_job_id, job_part, queued_state_into, runs_by_job};
 use crate::slurm::parse::{Parsed, RowError};
 use crate::slurm::types::{JobState, SacctRow, SqueueRow, StateRow};
 use crate::slurm::Slurm;
-use crate::store::{Attempt, StoreError};
+use crate::store::{Attempt, LiveJob, StoreError};
 use std::collections::{HashMap, HashSet};
 use tracing::{debug, error, warn};
 
@@ -15,8 +15,10 @@ impl<S: Slurm> Engine<S> {
     /// Watches every live attempt: one squeue for all, sacct for those that left the
     /// queue or were requeued. Returns false when Slurm did not answer.
     pub async fn poll(&mut self, t: i64) -> Result<bool, StoreError> {
-        // A held chain's job is its holder's (a cancel's scancel ends it).
-        let live = self.held.free(self.store.live_attempts()?, |a| a.chain_id);
+        // A held chain's job is its holder's (a cancel's scancel ends it). What every live
+        // attempt is read for each cycle is little (`LiveJob`); the attempts to judge are
+        // read whole below.
+        let live = self.held.free(self.store.live_jobs()?, |a| a.chain_id);
         if live.is_empty() {
             return Ok(true);
         }
@@ -67,7 +69,7 @@ impl<S: Slurm> Engine<S> {
         // could be read (see `watch_missing`).
         let mut complete = view.errors().is_empty();
         let queued = Queued::of(view);
-        let queued_for = |a: &Attempt, jid: &str| queued.state(a, jid);
+        let queued_for = |owner: u32, jid: &str| queued.state(owner, jid);
         // Logged once a job: a live attempt's job that Slurm lists as someone else's.
         let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
         let mut owned: Vec<(i64, u32, bool)> = Vec::new();
@@ -75,7 +77,7 @@ impl<S: Slurm> Engine<S> {
             let Some(jid) = a.slurm_job_id.as_deref() else {
                 continue;
             };
-            match queued_for(a, jid) {
+            match queued_for(a.owner_uid, jid) {
                 Some(_) if !a.owner_seen => owned.push((a.chain_id, a.n, true)),
                 Some(_) => {}
                 // Gone from the queue: should its id ever come back (ids wrap around, a
@@ -92,13 +94,15 @@ impl<S: Slurm> Engine<S> {
             self.foreign_job(&job, owner, uid);
         }
 
-        let mut ask: Vec<(Attempt, bool)> = Vec::new();
+        // The attempts whose jobs left the queue, ended in it, or were requeued: sacct
+        // tells how.
+        let mut ask: Vec<LiveJob> = Vec::new();
         let mut seen: Vec<(i64, u32, &'static str)> = Vec::new();
         for a in live {
-            let Some(jid) = a.slurm_job_id.clone() else {
+            let Some(jid) = a.slurm_job_id.as_deref() else {
                 continue;
             };
-            match queued_for(&a, &jid) {
+            match queued_for(a.owner_uid, jid) {
                 Some(state) if !state.is_terminal() => {
                     let prev = a.last_seen.clone().unwrap_or_default();
                     let requeued = is_running_like(&prev)
@@ -113,10 +117,10 @@ impl<S: Slurm> Engine<S> {
                         seen.push((a.chain_id, a.n, state.as_str()));
                     }
                     if requeued {
-                        ask.push((a, true));
+                        ask.push(a);
                     }
                 }
-                _ => ask.push((a, false)),
+                _ => ask.push(a),
             }
         }
         // Every state change of the cycle in one transaction.
@@ -125,10 +129,7 @@ impl<S: Slurm> Engine<S> {
             self.slurm_up();
             return Ok(true);
         }
-        let ids: Vec<String> = ask
-            .iter()
-            .filter_map(|(a, _)| a.slurm_job_id.clone())
-            .collect();
+        let ids: Vec<String> = ask.iter().filter_map(|a| a.slurm_job_id.clone()).collect();
         let sa = match self.slurm.sacct(&ids).await {
             Ok(p) => p,
             Err(e) => {
@@ -154,7 +155,8 @@ impl<S: Slurm> Engine<S> {
             self.missing.clear();
         }
         let runs = runs_by_job(&sa.rows);
-        for (a, _requeue_suspected) in ask {
+        let ask: HashSet<(i64, u32)> = ask.iter().map(|a| (a.chain_id, a.n)).collect();
+        for a in self.store.live_attempts_of(&ask)? {
             let jid = a.slurm_job_id.clone().unwrap_or_default();
             if bad_jobs.contains(&jid) {
                 continue;
@@ -176,7 +178,7 @@ impl<S: Slurm> Engine<S> {
                 self.foreign_job(&jid, a.owner_uid, uid);
             }
             let job_runs = (!own.is_empty()).then_some(own);
-            let still_queued = queued_for(&a, &jid).is_some_and(|s| !s.is_terminal());
+            let still_queued = queued_for(a.owner_uid, &jid).is_some_and(|s| !s.is_terminal());
             let ended = job_runs
                 .as_ref()
                 .and_then(|r| r.last())
@@ -273,37 +275,27 @@ impl Queued {
     fn of(view: View) -> Queued {
         match view {
             View::Owned(p) => {
-                let mut by_owner: HashMap<u32, Vec<SqueueRow>> = HashMap::new();
+                let mut by_owner: HashMap<u32, HashMap<String, JobState>> = HashMap::new();
                 for r in p.rows {
-                    by_owner.entry(r.uid).or_default().push(r);
+                    queued_state_into(by_owner.entry(r.uid).or_default(), &r.job_id, r.state);
                 }
-                Queued::Owned(
-                    by_owner
-                        .into_iter()
-                        .map(|(uid, rows)| {
-                            let states =
-                                queued_states(rows.iter().map(|r| (r.job_id.as_str(), r.state)))
-                                    .into_iter()
-                                    .map(|(job, state)| (job.to_string(), state))
-                                    .collect();
-                            (uid, states)
-                        })
-                        .collect(),
-                )
+                Queued::Owned(by_owner)
             }
-            View::States(p) => Queued::States(
-                queued_states(p.rows.iter().map(|r| (r.job_id.as_str(), r.state)))
-                    .into_iter()
-                    .map(|(job, state)| (job.to_string(), state))
-                    .collect(),
-            ),
+            View::States(p) => {
+                let mut states = HashMap::with_capacity(p.rows.len());
+                for r in p.rows {
+                    queued_state_into(&mut states, &r.job_id, r.state);
+                }
+                Queued::States(states)
+            }
         }
     }
 
-    /// The state Slurm shows for attempt `a`'s job `jid`, if it shows it as the attempt's.
-    fn state(&self, a: &Attempt, jid: &str) -> Option<JobState> {
+    /// The state Slurm shows for job `jid` of an attempt whose chain is `owner`'s, if it
+    /// shows it as the attempt's.
+    fn state(&self, owner: u32, jid: &str) -> Option<JobState> {
         match self {
-            Queued::Owned(by_owner) => by_owner.get(&a.owner_uid)?.get(jid).copied(),
+            Queued::Owned(by_owner) => by_owner.get(&owner)?.get(jid).copied(),
             Queued::States(states) => states.get(jid).copied(),
         }
     }
