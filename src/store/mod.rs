@@ -279,6 +279,18 @@ impl NewSubmission {
 pub struct Store {
     conn: Connection,
     instance: String,
+    /// The last [`Store::live_jobs`], and the store's version it was read at.
+    live: Option<(Version, std::sync::Arc<[LiveJob]>)>,
+}
+
+/// What changed in the store, as far as this connection can tell: its own changed rows
+/// (`sqlite3_total_changes`, which counts every row an INSERT, UPDATE or DELETE changed,
+/// in transactions rolled back too) and other connections' commits (`PRAGMA
+/// data_version`). Equal versions, equal contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    own: u64,
+    others: i64,
 }
 
 const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
@@ -808,7 +820,11 @@ impl Store {
             })
             .optional()?
             .unwrap_or_default();
-        Ok(Store { conn, instance })
+        Ok(Store {
+            conn,
+            instance,
+            live: None,
+        })
     }
 
     /// An in-memory store, for tests.
@@ -858,7 +874,11 @@ impl Store {
                 i
             }
         };
-        Ok(Store { conn, instance })
+        Ok(Store {
+            conn,
+            instance,
+            live: None,
+        })
     }
 
     /// A random id of this store, part of every tag so two stores never share one.
@@ -1400,23 +1420,39 @@ impl Store {
 
     /// Every attempt Slurm is running or holding for us.
     /// What the poll reads of every live attempt each cycle (see [`LiveJob`]), in chain
-    /// order.
-    pub fn live_jobs(&self) -> Result<Vec<LiveJob>> {
-        let mut q = self.conn.prepare_cached(&format!(
-            "SELECT a.chain_id, a.n, a.slurm_job_id, a.last_seen, s.owner_uid, a.owner_seen \
-             FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
-        ))?;
-        let rows = q.query_map([], |r| {
-            Ok(LiveJob {
-                chain_id: r.get(0)?,
-                n: r.get(1)?,
-                slurm_job_id: r.get(2)?,
-                last_seen: r.get(3)?,
-                owner_uid: r.get(4)?,
-                owner_seen: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    /// order. Read again only when the store changed since the last call: a cycle in
+    /// which nothing changed reads nothing.
+    pub fn live_jobs(&mut self) -> Result<std::sync::Arc<[LiveJob]>> {
+        let version = Version {
+            own: self.conn.total_changes(),
+            others: self
+                .conn
+                .query_row("PRAGMA data_version", [], |r| r.get(0))?,
+        };
+        if let Some((at, jobs)) = &self.live {
+            if *at == version {
+                return Ok(jobs.clone());
+            }
+        }
+        let jobs: std::sync::Arc<[LiveJob]> = {
+            let mut q = self.conn.prepare_cached(&format!(
+                "SELECT a.chain_id, a.n, a.slurm_job_id, a.last_seen, s.owner_uid, a.owner_seen \
+                 FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
+            ))?;
+            let rows = q.query_map([], |r| {
+                Ok(LiveJob {
+                    chain_id: r.get(0)?,
+                    n: r.get(1)?,
+                    slurm_job_id: r.get(2)?,
+                    last_seen: r.get(3)?,
+                    owner_uid: r.get(4)?,
+                    owner_seen: r.get(5)?,
+                })
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?.into()
+        };
+        self.live = Some((version, jobs.clone()));
+        Ok(jobs)
     }
 
     /// The live attempts among `which` (chain, attempt number), whole, in chain order:

@@ -614,3 +614,40 @@ fn an_attempts_owner_seen_is_set_and_cleared() {
     s.set_last_seen(&[], &[(1, 1, false)]).unwrap();
     assert!(!s.live_attempts().unwrap()[0].owner_seen);
 }
+
+/// The poll's read of the live attempts is kept while the store is unchanged, and read
+/// again after any change: its own writes, a write that changed nothing it shows, and
+/// another connection's commit.
+#[test]
+fn the_live_jobs_are_read_again_whenever_the_store_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("supervisor.db");
+    let mut s = Store::open(&path).unwrap();
+    assert!(s.live_jobs().unwrap().is_empty());
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let first = s.live_jobs().unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].slurm_job_id.as_deref(), Some("42"));
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &s.live_jobs().unwrap()),
+        "nothing changed: not read again"
+    );
+    s.set_last_seen(&[(1, 1, "RUNNING")], &[(1, 1, true)])
+        .unwrap();
+    let seen = s.live_jobs().unwrap();
+    assert_eq!(seen[0].last_seen.as_deref(), Some("RUNNING"));
+    assert!(seen[0].owner_seen);
+    // Another connection (another process) changes the store: read again.
+    let mut other = Store::open(&path).unwrap();
+    other.set_last_seen(&[(1, 1, "PENDING")], &[]).unwrap();
+    assert_eq!(
+        s.live_jobs().unwrap()[0].last_seen.as_deref(),
+        Some("PENDING")
+    );
+    let l2 = other
+        .create_submission(&sub(None), 200, |_| vec![])
+        .unwrap();
+    other.launch_submitted(l2.id, "43", 201).unwrap();
+    assert_eq!(s.live_jobs().unwrap().len(), 2);
+}

@@ -18,7 +18,11 @@ impl<S: Slurm> Engine<S> {
         // A held chain's job is its holder's (a cancel's scancel ends it). What every live
         // attempt is read for each cycle is little (`LiveJob`); the attempts to judge are
         // read whole below.
-        let live = self.held.free(self.store.live_jobs()?, |a| a.chain_id);
+        let all = self.store.live_jobs()?;
+        let live: Vec<&LiveJob> = all
+            .iter()
+            .filter(|a| !self.held.contains(a.chain_id))
+            .collect();
         if live.is_empty() {
             return Ok(true);
         }
@@ -96,7 +100,7 @@ impl<S: Slurm> Engine<S> {
 
         // The attempts whose jobs left the queue, ended in it, or were requeued: sacct
         // tells how.
-        let mut ask: Vec<LiveJob> = Vec::new();
+        let mut ask: Vec<&LiveJob> = Vec::new();
         let mut seen: Vec<(i64, u32, &'static str)> = Vec::new();
         for a in live {
             let Some(jid) = a.slurm_job_id.as_deref() else {
