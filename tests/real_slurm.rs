@@ -922,6 +922,37 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
     assert_eq!(keys(&b), expected, "{:?}", listed.rows);
     assert_eq!(a, b);
 
+    // The same listing, reading the pending jobs of their owner too (the waiters' report
+    // and rewiring, on the cycles that need them): one squeue for both.
+    let owner = run("id", &["-un"]).trim().to_string();
+    let (queue, pending) = rt
+        .block_on(every.squeue_with_pending(&ids, std::slice::from_ref(&owner)))
+        .unwrap();
+    let pending = pending.unwrap();
+    assert!(queue.errors.is_empty() && pending.errors.is_empty());
+    let c = states(
+        queue
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.state))
+            .collect(),
+    );
+    assert_eq!(c, b);
+    let mut waiting: Vec<&str> = pending
+        .rows
+        .iter()
+        .map(|r| r.job_id_raw.as_str())
+        .filter(|j| [&array, &single, &other].contains(&&j.to_string()))
+        .collect();
+    waiting.sort();
+    let mut held_ids = vec![array.as_str(), single.as_str(), other.as_str()];
+    held_ids.sort();
+    assert_eq!(waiting, held_ids, "{:?}", pending.rows);
+    assert!(pending
+        .rows
+        .iter()
+        .all(|r| r.user == owner && r.dependency.is_empty()));
+
     let by_name = rt.block_on(named.job_states(&ids)).unwrap();
     let listed = rt.block_on(every.job_states(&ids)).unwrap();
     match (slurm_version(), by_name, listed) {

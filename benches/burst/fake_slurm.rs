@@ -123,6 +123,7 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
     let text = std::fs::read_to_string(here.join("jobs.txt")).unwrap_or_default();
     let all = jobs(&text);
     let tags = opt(args, "format").is_some_and(|f| f.contains("%k"));
+    let pending_too = opt(args, "format").is_some_and(|f| f.contains("%E"));
     // `--only-job-state` (Slurm 23.11.5 on): ids and state alone.
     let only_state = args.iter().any(|a| a == "--only-job-state");
     let row = |out: &mut String, id: &str, j: &Job| {
@@ -139,6 +140,14 @@ fn squeue(here: &Path, args: &[String], out: &mut String, err: &mut String) -> (
         if tags {
             // A tag lookup: `%i|%A|%k`.
             let _ = writeln!(out, "{id}|{id}|{}", j.comment);
+        } else if pending_too {
+            // The poll that reads pending jobs too: `%i|%A|%T|%r|%N|%U|%u|%E`; the
+            // bench's jobs wait on nothing.
+            let _ = writeln!(
+                out,
+                "{id}|{id}|{}|{reason}|{node}|{}|alice|(null)",
+                j.state, j.uid
+            );
         } else {
             // The poll: `%i|%A|%T|%r|%N|%U`, nothing a user wrote.
             let _ = writeln!(out, "{id}|{id}|{}|{reason}|{node}|{}", j.state, j.uid);

@@ -403,40 +403,109 @@ fn leading_digits(s: &[u8]) -> &[u8] {
 enum Keep<'a> {
     /// All of it (up to [`MAX_OUTPUT`]).
     All,
-    /// The lines whose beginning (their first [`LINE_HEAD`] bytes, or the whole line if
-    /// shorter, without its newline) this says yes to; the rest of the output is read and
-    /// dropped as it comes, so it may be of any length (a listing of every user's jobs).
-    Lines(&'a (dyn Fn(&[u8]) -> bool + Sync)),
+    /// The lines of a listing of every job this filter keeps; the rest of the output is
+    /// read and dropped as it comes, so it may be of any length.
+    Lines(&'a LineFilter<'a>),
 }
 
-/// How much of a line [`Keep::Lines`] judges it by: more than any job id but a pending
-/// task list's.
-const LINE_HEAD: usize = 32;
+/// Which lines of a listing of every job (`|`-separated fields, the job id first) are
+/// kept, line by line as they are read.
+struct LineFilter<'a> {
+    /// Whether the job id a line begins with (its leading digits: the array's or
+    /// heterogeneous job's own id) is one asked about: such a line is kept whole. A line
+    /// that does not begin with a digit is kept too, to be reported as unreadable.
+    asked: &'a (dyn Fn(&[u8]) -> bool + Sync),
+    /// Whether another line is kept, given its fields. It is read with its first field
+    /// cut to about [`FIRST_FIELD`] bytes (a pending task list `12_[1,5,...]`, as Slurm
+    /// cuts it by default) and dropped unread if the rest is longer than [`LINE_REST`]:
+    /// nobody's pending arrays can make it big.
+    other: &'a (dyn Fn(&[&[u8]]) -> bool + Sync),
+}
 
-/// Reads `r` to its end, appending to `out` the lines `wanted` says yes to (with their
-/// newlines), until `out` holds more than `limit` bytes. Memory: what is kept, plus
-/// [`LINE_HEAD`] and the reader's buffer.
+/// How much of another job's id a kept line keeps (see [`LineFilter::other`]).
+const FIRST_FIELD: usize = 64;
+
+/// The longest line of another job kept, after its id (see [`LineFilter::other`]).
+const LINE_REST: usize = 4 << 10;
+
+/// Where [`read_wanted_lines`] is in a line.
+enum At {
+    /// Its leading digits (in `line`).
+    Digits,
+    /// A line asked about, copied to the output as it comes.
+    Whole,
+    /// Another job's id, past its leading digits (in `line`, up to [`FIRST_FIELD`],
+    /// then skipped).
+    Id,
+    /// Another job's fields after its id (in `line`).
+    Rest,
+    /// A line dropped: skipped to its end.
+    Dropped,
+}
+
+/// `id` (a job id cut short at [`FIRST_FIELD`] bytes) as a whole pending task list:
+/// `12_[1,5,...]`, cut after the last whole task.
+fn cut_task_list(id: &mut Vec<u8>) {
+    if let Some(open) = id.iter().position(|&b| b == b'[') {
+        let keep = id[open..]
+            .iter()
+            .rposition(|&b| b == b',')
+            .map_or(open + 1, |p| open + p + 1);
+        id.truncate(keep);
+        id.extend_from_slice(b"...]");
+    }
+}
+
+/// Reads `r` to its end, appending to `out` the lines `filter` keeps (with their
+/// newlines), until `out` holds more than `limit` bytes. Memory: what is kept, one
+/// line of another job's (at most [`FIRST_FIELD`] and [`LINE_REST`]), and the reader's
+/// buffer.
 async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
-    wanted: &(dyn Fn(&[u8]) -> bool + Sync),
+    filter: &LineFilter<'_>,
     out: &mut Vec<u8>,
     limit: u64,
 ) -> std::io::Result<()> {
     use tokio::io::AsyncBufReadExt;
-    enum Line {
-        /// Its beginning is being read (in `head`).
-        Head,
-        Kept,
-        Dropped,
-    }
-    let mut head: Vec<u8> = Vec::with_capacity(LINE_HEAD);
-    let mut line = Line::Head;
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    let mut at = At::Digits;
+    // Whether the current line's id was cut.
+    let mut cut = false;
+    // The end of a line: keep it or not.
+    let end_line = |at: &At, line: &mut Vec<u8>, cut: bool, out: &mut Vec<u8>| {
+        match at {
+            At::Digits => {
+                if line.is_empty() || (filter.asked)(line) {
+                    out.extend_from_slice(line);
+                    out.push(b'\n');
+                }
+            }
+            At::Whole => out.push(b'\n'),
+            At::Id | At::Rest => {
+                if cut && matches!(at, At::Id) {
+                    cut_task_list(line);
+                }
+                let fields: Vec<&[u8]> = line.split(|&b| b == b'|').collect();
+                if (filter.other)(&fields) {
+                    out.extend_from_slice(line);
+                    out.push(b'\n');
+                }
+            }
+            At::Dropped => {}
+        }
+        line.clear();
+    };
     loop {
         let buf = r.fill_buf().await?;
         if buf.is_empty() {
             // A last line without a newline.
-            if matches!(line, Line::Head) && !head.is_empty() && wanted(&head) {
-                out.extend_from_slice(&head);
+            if !line.is_empty() || matches!(at, At::Whole) {
+                let before = out.len();
+                end_line(&at, &mut line, cut, out);
+                // No newline was read: none is added.
+                if out.len() > before {
+                    out.pop();
+                }
             }
             return Ok(());
         }
@@ -444,39 +513,74 @@ async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
         let mut i = 0;
         while i < n {
             let rest = &buf[i..];
-            let nl = rest.iter().position(|&b| b == b'\n');
-            match line {
-                Line::Head => {
-                    let room = LINE_HEAD - head.len();
-                    let take = nl.map_or(rest.len(), |p| p).min(room);
-                    head.extend_from_slice(&rest[..take]);
-                    i += take;
-                    if nl == Some(take) {
-                        // The whole line is in `head`.
-                        if wanted(&head) {
-                            out.extend_from_slice(&head);
-                            out.push(b'\n');
-                        }
-                        head.clear();
+            match at {
+                At::Digits => {
+                    let d = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+                    line.extend_from_slice(&rest[..d]);
+                    i += d;
+                    if i == n {
+                        break;
+                    }
+                    if buf[i] == b'\n' {
+                        end_line(&at, &mut line, cut, out);
                         i += 1;
-                    } else if head.len() == LINE_HEAD {
-                        line = if wanted(&head) {
-                            out.extend_from_slice(&head);
-                            Line::Kept
-                        } else {
-                            Line::Dropped
-                        };
-                        head.clear();
+                    } else if line.is_empty() || (filter.asked)(&line) {
+                        out.extend_from_slice(&line);
+                        line.clear();
+                        at = At::Whole;
+                    } else {
+                        at = At::Id;
                     }
                 }
-                Line::Kept | Line::Dropped => {
-                    let end = nl.map_or(rest.len(), |p| p + 1);
-                    if matches!(line, Line::Kept) {
+                At::Whole | At::Dropped => {
+                    let nl = rest.iter().position(|&b| b == b'\n');
+                    let end = nl.unwrap_or(rest.len());
+                    if matches!(at, At::Whole) {
                         out.extend_from_slice(&rest[..end]);
                     }
                     i += end;
                     if nl.is_some() {
-                        line = Line::Head;
+                        end_line(&at, &mut line, cut, out);
+                        (at, cut) = (At::Digits, false);
+                        i += 1;
+                    }
+                }
+                At::Id => {
+                    let stop = rest.iter().position(|&b| b == b'|' || b == b'\n');
+                    let end = stop.unwrap_or(rest.len());
+                    let room = FIRST_FIELD.saturating_sub(line.len());
+                    line.extend_from_slice(&rest[..end.min(room)]);
+                    cut |= end > room;
+                    i += end;
+                    match stop.map(|p| rest[p]) {
+                        Some(b'|') => {
+                            if cut {
+                                cut_task_list(&mut line);
+                            }
+                            line.push(b'|');
+                            at = At::Rest;
+                            i += 1;
+                        }
+                        Some(_) => {
+                            end_line(&at, &mut line, cut, out);
+                            (at, cut) = (At::Digits, false);
+                            i += 1;
+                        }
+                        None => {}
+                    }
+                }
+                At::Rest => {
+                    let nl = rest.iter().position(|&b| b == b'\n');
+                    let end = nl.unwrap_or(rest.len());
+                    line.extend_from_slice(&rest[..end]);
+                    i += end;
+                    if line.len() > FIRST_FIELD + 8 + LINE_REST {
+                        line.clear();
+                        at = At::Dropped;
+                    } else if nl.is_some() {
+                        end_line(&at, &mut line, false, out);
+                        (at, cut) = (At::Digits, false);
+                        i += 1;
                     }
                 }
             }
@@ -836,6 +940,55 @@ impl Slurm for SlurmCli {
         Ok(out)
     }
 
+    async fn squeue_with_pending(
+        &self,
+        job_ids: &[String],
+        users: &[String],
+    ) -> Result<super::PolledWithPending, SlurmError> {
+        // One squeue of every job (one REQUEST_JOB_INFO, one REQUEST_PARTITION_INFO) for
+        // both: the lines of the jobs asked about, and the pending lines of these users
+        // (a pending array's task list of theirs cut as Slurm cuts it by default).
+        let mut args: Vec<String> = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--format={}", parse::SQUEUE_PENDING_FORMAT),
+        ];
+        let names: std::collections::HashSet<&[u8]> = users.iter().map(|u| u.as_bytes()).collect();
+        let pending_of_theirs =
+            |f: &[&[u8]]| f.len() >= 8 && f[2] == b"PENDING" && names.contains(f[6]);
+        let ran = self
+            .list_every_job(job_ids, &mut args, &pending_of_theirs)
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("squeue", &ran));
+        }
+        let both = parse::parse_squeue_pending(&ran.stdout);
+        let asked: std::collections::HashSet<String> = job_ids
+            .iter()
+            .map(|i| crate::slurm::jobid::base_job_id(i))
+            .collect();
+        let mut queue = Parsed {
+            rows: Vec::new(),
+            // A line that cannot be read may be one asked about: the poll's answer is
+            // then incomplete, as with the listing alone.
+            errors: both.errors,
+        };
+        let mut pending = Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        };
+        for (row, p) in both.rows {
+            if row.state == super::types::JobState::Pending && users.contains(&p.user) {
+                pending.rows.push(p);
+            }
+            if asked.contains(&crate::slurm::jobid::base_job_id(&row.job_id)) {
+                queue.rows.push(row);
+            }
+        }
+        Ok((queue, Ok(pending)))
+    }
+
     async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError> {
         // `--local`: no federation query.
         let args = vec![
@@ -901,20 +1054,32 @@ impl SlurmCli {
             args.push(format!("--jobs={}", job_ids.join(",")));
             return self.query("squeue", std::mem::take(args)).await;
         }
+        self.list_every_job(job_ids, args, &|_| false).await
+    }
+
+    /// Runs squeue with `args` and `--all` (every job, no `--array`), keeping only the
+    /// lines of `job_ids` (base ids) and the whole lines `also` wants (given their fields,
+    /// split on `|`).
+    async fn list_every_job(
+        &self,
+        job_ids: &[String],
+        args: &mut Vec<String>,
+        also: &(dyn Fn(&[&[u8]]) -> bool + Sync),
+    ) -> Result<Ran, SlurmError> {
         args.push("--all".into());
         let asked: std::collections::HashSet<&[u8]> = job_ids
             .iter()
             .map(|i| leading_digits(i.as_bytes()))
             .collect();
-        // A line that does not begin with a job id is kept, to be reported as unreadable.
-        let wanted = |head: &[u8]| {
-            let base = leading_digits(head);
-            base.is_empty() || asked.contains(base)
+        let is_asked = |id: &[u8]| asked.contains(id);
+        let filter = LineFilter {
+            asked: &is_asked,
+            other: also,
         };
         // Every pending task list whole (`SLURM_BITSTR_LEN=0`; 64 bytes and `...` by
         // default), so the line of a pending array of the daemon's shows each of its tasks.
         let set = [("SLURM_BITSTR_LEN", "0")];
-        self.query_keeping("squeue", std::mem::take(args), Keep::Lines(&wanted), &set)
+        self.query_keeping("squeue", std::mem::take(args), Keep::Lines(&filter), &set)
             .await
     }
 
@@ -1107,33 +1272,84 @@ mod tests {
         assert!(!calls(&dir)[5].contains("--jobs"), "never past 64 KiB");
     }
 
-    /// The lines of a listing are kept by the job id they begin with, whatever their
-    /// length and however the output is cut into reads.
+    /// The poll that reads some users' pending jobs too is one squeue: the jobs asked
+    /// about, and those users' pending lines; nobody else's, however long.
     #[tokio::test]
-    async fn wanted_lines_are_kept_whole_and_the_others_dropped() {
-        let long = format!("12_[{}]|x", "1,".repeat(10_000));
-        let input = format!("7|a\n{long}\n77|b\n12|c\n\nzz|d\n{}7|e", "8".repeat(40));
-        let wanted = |head: &[u8]| {
-            let b = leading_digits(head);
-            b.is_empty() || b == b"12" || b == b"7"
+    async fn the_poll_with_pending_jobs_is_one_call() {
+        let (dir, cli) = fake_squeue(
+            "echo '7|7|RUNNING|None|n1|1000|alice|(null)'\n\
+             echo '8|8|PENDING|Dependency||1000|alice|afterany:7(unfulfilled)'\n\
+             echo '9|9|PENDING|Dependency||1001|bob|afterany:7(unfulfilled)'\n\
+             printf '10_[%s]|10|PENDING|None||1000|alice|(null)\\n' \"$(seq -s, 1 2 20000)\"\n\
+             echo '11|11|RUNNING|None|n1|1000|alice|(null)'",
+        );
+        let ids = vec!["7".to_string(), "12".to_string()];
+        let (queue, pending) = cli
+            .squeue_with_pending(&ids, &["alice".to_string()])
+            .await
+            .unwrap();
+        let pending = pending.unwrap();
+        assert_eq!(calls(&dir).len(), 1);
+        assert!(calls(&dir)[0].contains("--all") && calls(&dir)[0].contains("%u|%E"));
+        let jobs: Vec<&str> = queue.rows.iter().map(|r| r.job_id.as_str()).collect();
+        assert_eq!(jobs, ["7"]);
+        let waiting: Vec<(&str, &str)> = pending
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.dependency.as_str()))
+            .collect();
+        // The first 64 bytes of the id, cut after its last whole task.
+        let cut = "10_[1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31,33,35,37,39,41,...]";
+        assert_eq!(
+            waiting,
+            [("8", "afterany:7(unfulfilled)"), (cut, "")],
+            "alice's pending jobs (a long task list cut as Slurm does), and no one else's"
+        );
+    }
+
+    /// The lines of a listing are kept by the job id they begin with, whole whatever their
+    /// length; another job's line is judged on its fields, its task list cut short, and
+    /// dropped unread past 4 KiB; however the output is cut into reads.
+    #[tokio::test]
+    async fn wanted_lines_are_kept_whole_and_the_others_cut_or_dropped() {
+        let long_list = "1,".repeat(10_000);
+        let ours = format!("12_[{long_list}3]|x");
+        let theirs = format!("13_[{long_list}3]|keep");
+        let too_long = format!("14|keep{}", "y".repeat(5000));
+        let input = format!(
+            "7|a\n{ours}\n77|b\n77|keep\n{theirs}\n{too_long}\n12|c\n\nzz|d\n{}7|e\n7",
+            "8".repeat(40)
+        );
+        let asked = |id: &[u8]| id == b"12" || id == b"7";
+        let other = |f: &[&[u8]]| f.get(1) == Some(&&b"keep"[..]) || f[1].starts_with(b"keepy");
+        let filter = LineFilter {
+            asked: &asked,
+            other: &other,
         };
-        for cap in [1, 3, 31, 32, 33, 4096] {
+        // The first 64 bytes of the id, cut after its last whole task.
+        let cut = format!("13_[{}...]|keep", "1,".repeat(30));
+        for cap in [1, 3, 31, 32, 33, 4096, 1 << 16] {
             let mut r = tokio::io::BufReader::with_capacity(cap, input.as_bytes());
             let mut out = Vec::new();
-            read_wanted_lines(&mut r, &wanted, &mut out, MAX_OUTPUT)
+            read_wanted_lines(&mut r, &filter, &mut out, MAX_OUTPUT)
                 .await
                 .unwrap();
             assert_eq!(
                 String::from_utf8(out).unwrap(),
-                format!("7|a\n{long}\n12|c\n\nzz|d\n"),
+                format!("7|a\n{ours}\n77|keep\n{cut}\n12|c\n\nzz|d\n7"),
                 "buffer of {cap}"
             );
         }
         let mut out = Vec::new();
-        read_wanted_lines(&mut "7|a\n7|b".as_bytes(), &wanted, &mut out, MAX_OUTPUT)
+        read_wanted_lines(&mut "7|a\n7|b".as_bytes(), &filter, &mut out, MAX_OUTPUT)
             .await
             .unwrap();
         assert_eq!(out, b"7|a\n7|b", "a last line without its newline");
+        let mut out = Vec::new();
+        read_wanted_lines(&mut "7|a\n8|b".as_bytes(), &filter, &mut out, MAX_OUTPUT)
+            .await
+            .unwrap();
+        assert_eq!(out, b"7|a\n", "a last line dropped");
     }
 
     #[test]

@@ -158,6 +158,13 @@ impl SlurmError {
     }
 }
 
+/// What [`Slurm::squeue_with_pending`] read: the jobs asked about, and the users'
+/// pending jobs (or why they could not be read).
+pub type PolledWithPending = (Parsed<SqueueRow>, PendingAnswer);
+
+/// Some users' pending jobs, or why they could not be read.
+pub type PendingAnswer = Result<Parsed<PendingRow>, SlurmError>;
+
 /// The batch system, as the supervisor uses it.
 #[allow(async_fn_in_trait)]
 pub trait Slurm {
@@ -196,6 +203,18 @@ pub trait Slurm {
     /// These users' pending jobs with what they still wait on (`--dependency`), in one
     /// squeue: where the jobs that wait on a chain's earlier attempt are found.
     async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError>;
+    /// [`Slurm::squeue`] of `job_ids` and [`Slurm::pending_of_users`] of `users`, in one
+    /// controller query where Slurm allows (the real one: one squeue of every job, whose
+    /// pending part then never fails alone).
+    async fn squeue_with_pending(
+        &self,
+        job_ids: &[String],
+        users: &[String],
+    ) -> Result<PolledWithPending, SlurmError> {
+        let queue = self.squeue(job_ids).await?;
+        let pending = self.pending_of_users(users).await;
+        Ok((queue, pending))
+    }
     /// `scontrol update JobId=<job> Dependency=<dependency>` (as `run_as`, when given).
     async fn set_dependency(
         &self,

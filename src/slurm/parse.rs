@@ -168,6 +168,33 @@ pub fn parse_tags(stdout: &str) -> Parsed<TagRow> {
     })
 }
 
+/// The squeue `--format` of a poll that also reads some users' pending jobs (the
+/// waiters' report, rewiring): [`SQUEUE_FORMAT`]'s fields, then [`PENDING_FORMAT`]'s `%u`
+/// and `%E` (Slurm's rendering of the dependency, last).
+pub const SQUEUE_PENDING_FORMAT: &str = "%i|%A|%T|%r|%N|%U|%u|%E";
+
+/// A line of [`SQUEUE_PENDING_FORMAT`] output, read both ways: as the poll's row
+/// ([`SQUEUE_FORMAT`]'s fields) and as a pending row ([`PENDING_FORMAT`]'s).
+pub fn parse_squeue_pending(stdout: &str) -> Parsed<(SqueueRow, PendingRow)> {
+    parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
+        let [job_id, job_id_raw, state, reason, nodes, uid, user] = f else {
+            unreachable!("parse_lines hands over exactly 7 fields")
+        };
+        let row = squeue_row(&[job_id, job_id_raw, state, reason, nodes, uid])?;
+        let pending = PendingRow {
+            job_id: job_id.to_string(),
+            job_id_raw: job_id_raw.to_string(),
+            user: user.to_string(),
+            dependency: if dependency == "(null)" {
+                String::new()
+            } else {
+                dependency
+            },
+        };
+        Ok((row, pending))
+    })
+}
+
 /// Parses `squeue --noheader --states=PENDING --format=<PENDING_FORMAT>` output.
 pub fn parse_pending(stdout: &str) -> Parsed<PendingRow> {
     parse_lines(stdout, 3, Trailing::Text, |f, dependency| {

@@ -266,12 +266,16 @@ def squeue(args):
                     print(f"{k}|{j['raw']}|{j['user']}|{j.get('dependency') or '(null)'}")
             return
         tags = "%k" in (opt(args, "format") or "")
+        # The poll that also reads pending jobs (%i|%A|%T|%r|%N|%U|%u|%E).
+        with_pending = "%E" in (opt(args, "format") or "")
         for k, j in selected(s, args):
             # An ended job stays listed while slurmctld keeps it (MinJobAge): `ctl linger`.
             if (j["state"] in ("PENDING", "RUNNING") or j.get("linger")) and not j.get("lost"):
                 if tags:
                     # A tag lookup (%i|%A|%k): the comment as given, newlines and all.
                     print(f"{k}|{j['raw']}|{j['comment'] or '(null)'}")
+                elif with_pending:
+                    print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j.get('uid', 0)}|{j['user']}|{j.get('dependency') or '(null)'}")
                 else:
                     # The poll (%i|%A|%T|%r|%N|%U): nothing a user wrote.
                     print(f"{k}|{j['raw']}|{j['state']}|None|{j['node']}|{j.get('uid', 0)}")

@@ -72,6 +72,9 @@ pub struct Engine<S: Slurm> {
     /// The last pending row the report looked at when its budget ran out: the next look
     /// starts after it (`pipeline::report_plain_waiters`).
     waiters_after: Option<(u64, String)>,
+    /// The pending jobs of these users (sorted), read by this cycle's poll in its one
+    /// squeue, for `pipeline::watch_pending` later in the same cycle.
+    polled_pending: Option<(Vec<String>, crate::slurm::PendingAnswer)>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -118,6 +121,7 @@ impl<S: Slurm> Engine<S> {
             backlog: Default::default(),
             waiters_seen: None,
             waiters_after: None,
+            polled_pending: None,
         }
     }
 
@@ -304,6 +308,8 @@ impl<S: Slurm> Engine<S> {
     /// loop comes back at once after answering what waits for it.
     pub async fn cycle(&mut self) -> Result<(), StoreError> {
         let t = now();
+        // What an earlier cycle's poll read of pending jobs is not this cycle's.
+        self.polled_pending = None;
         self.age_pending(t)?;
         if self.has_backlog() {
             return self.judge_backlog(t).await;

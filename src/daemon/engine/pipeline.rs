@@ -87,22 +87,29 @@ fn rearm(row: &PendingRow, expr: &Expr, facts: &dependency::Facts) -> Option<Rew
     (!changes.is_empty()).then(|| (expr.clone(), changes))
 }
 
+/// What [`Engine::watch_pending`] reads this cycle, if anything.
+pub(super) struct PendingAsk {
+    /// The launches whose earlier attempts' waiting jobs are to be rewired.
+    pending: Vec<crate::store::Rewire>,
+    /// Whether the waiters' report is due.
+    watch: bool,
+    /// Whose pending jobs are read, by name.
+    owners: HashMap<String, u32>,
+    /// The same names, sorted.
+    pub(super) users: Vec<String>,
+}
+
 impl<S: Slurm> Engine<S> {
-    /// One `squeue --states=PENDING --user=<owners>`: every [`waiters_every`] for the
-    /// owners of the unfinished chains, and in a cycle after a retry was launched for the
-    /// owners of the retried chains (all of them if the interval is up too). It is read
-    /// twice: the jobs that wait on an earlier attempt of a chain that got a new one are
-    /// rewired to it, and the plain-sbatch jobs that wait afterany/afternotok on a chain's
-    /// current job are reported on that chain. Returns false when Slurm did not answer a
-    /// rewiring (it waits for the next cycle; nothing is lost). A failed answer that only
-    /// the report asked for holds nothing back: the report waits one interval.
-    pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
+    /// Whose pending jobs [`Engine::watch_pending`] reads this cycle: the retried chains'
+    /// owners when a rewiring waits, every open chain's owner when the waiters' report is
+    /// due; `None` when neither.
+    pub(super) fn pending_ask(&self) -> Result<Option<PendingAsk>, StoreError> {
         let pending = self.store.pending_rewires()?;
         let watch = self
             .waiters_seen
             .is_none_or(|at| at.elapsed() >= waiters_every(self.config.poll_interval));
         if pending.is_empty() && !watch {
-            return Ok(true);
+            return Ok(None);
         }
         let mut owners: HashMap<String, u32> = HashMap::new();
         for r in &pending {
@@ -116,12 +123,48 @@ impl<S: Slurm> Engine<S> {
             }
         }
         if owners.is_empty() {
-            return Ok(true);
+            return Ok(None);
         }
-        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
         let mut users: Vec<String> = owners.keys().cloned().collect();
         users.sort();
-        let rows = match self.slurm.pending_of_users(&users).await {
+        Ok(Some(PendingAsk {
+            pending,
+            watch,
+            owners,
+            users,
+        }))
+    }
+
+    /// One `squeue --states=PENDING --user=<owners>` (or the cycle's poll, which read
+    /// them too): every [`waiters_every`] for the
+    /// owners of the unfinished chains, and in a cycle after a retry was launched for the
+    /// owners of the retried chains (all of them if the interval is up too). It is read
+    /// twice: the jobs that wait on an earlier attempt of a chain that got a new one are
+    /// rewired to it, and the plain-sbatch jobs that wait afterany/afternotok on a chain's
+    /// current job are reported on that chain. Returns false when Slurm did not answer a
+    /// rewiring (it waits for the next cycle; nothing is lost). A failed answer that only
+    /// the report asked for holds nothing back: the report waits one interval.
+    pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
+        let Some(PendingAsk {
+            pending,
+            watch,
+            owners,
+            users,
+        }) = self.pending_ask()?
+        else {
+            return Ok(true);
+        };
+        let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
+        // Read with the cycle's poll when it could (one squeue for both), else now.
+        let polled = match self.polled_pending.take() {
+            Some((asked, rows)) if asked == users => Some(rows),
+            _ => None,
+        };
+        let answer = match polled {
+            Some(answer) => answer,
+            None => self.slurm.pending_of_users(&users).await,
+        };
+        let rows = match answer {
             Ok(p) => p,
             Err(e) if watch => {
                 // The report waits one interval. Nothing else is held back for it, and a

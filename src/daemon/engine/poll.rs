@@ -41,7 +41,21 @@ impl<S: Slurm> Engine<S> {
         // job not seen yet, or an older Slurm) the full listing, one REQUEST_JOB_INFO,
         // whose `%U` each attempt is checked against.
         let mut view = None;
-        if live.iter().all(|a| a.owner_seen) {
+        // When the owners' pending jobs are to be read this cycle (the waiters' report,
+        // a rewiring), the full listing reads them too: still one query.
+        let pending_of = self.pending_ask()?.map(|ask| ask.users);
+        if let Some(users) = pending_of {
+            match self.slurm.squeue_with_pending(&bases, &users).await {
+                Ok((queue, pending)) => {
+                    self.polled_pending = Some((users, pending));
+                    view = Some(View::Owned(queue));
+                }
+                Err(e) => {
+                    self.slurm_down("squeue", &e);
+                    return Ok(false);
+                }
+            }
+        } else if live.iter().all(|a| a.owner_seen) {
             match self.slurm.job_states(&bases).await {
                 Ok(Some(p)) => view = Some(View::States(p)),
                 Ok(None) => {}
