@@ -371,3 +371,26 @@ fn the_grants_are_those_the_docs_give_and_reach_no_other_database() {
 fn a_missing_server_program_fails_the_test_saying_what_to_install() {
     mariadb::program("mariadbd-that-is-not-there");
 }
+
+/// A fenced write that outlives its lease (the daemon paused between the fence and the
+/// commit) is rolled back at the commit: what a fenced write commits, it commits while
+/// its lease lives.
+#[test]
+fn a_fenced_write_that_outlives_its_lease_commits_nothing() {
+    let site = Site::new();
+    let (mut a, mut b) = (site.db(), site.db());
+    let grant = won(a.try_acquire("login1:100", SHORT).unwrap());
+    let r = a.fenced(grant.epoch, |tx| {
+        write_probe(tx, grant.epoch)?;
+        // Paused past the lease, by the server's clock (read on another connection:
+        // the lease row is this transaction's, but a plain read does not wait for it).
+        wait_for(
+            "the lease to expire by the server's clock",
+            Duration::from_secs(30),
+            || b.read().unwrap().left.is_zero(),
+        );
+        Ok(())
+    });
+    assert_eq!(fenced_why(r), Fence::Expired);
+    assert_eq!(site.probe(), "", "nothing was committed");
+}

@@ -108,6 +108,9 @@ struct Ran {
     code: Option<i32>,
     stdout: String,
     stderr: String,
+    /// A listing's other lines took more than their budget: some were not kept
+    /// ([`OtherLines::budget`]).
+    others_over: bool,
 }
 
 impl Ran {
@@ -309,6 +312,7 @@ impl SlurmCli {
             code: status.code(),
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            others_over: false,
         })
     }
 
@@ -415,17 +419,33 @@ struct LineFilter<'a> {
     /// heterogeneous job's own id) is one asked about: such a line is kept whole. A line
     /// that does not begin with a digit is kept too, to be reported as unreadable.
     asked: &'a (dyn Fn(&[u8]) -> bool + Sync),
-    /// Whether another line is kept, given its fields. It is read with its first field
-    /// cut to about [`FIRST_FIELD`] bytes (a pending task list `12_[1,5,...]`, as Slurm
-    /// cuts it by default) and dropped unread if the rest is longer than [`LINE_REST`]:
-    /// nobody's pending arrays can make it big.
-    other: &'a (dyn Fn(&[&[u8]]) -> bool + Sync),
+    /// Which other lines are kept; none without.
+    other: Option<OtherLines<'a>>,
 }
 
-/// How much of another job's id a kept line keeps (see [`LineFilter::other`]).
+/// Lines of jobs not asked about that are kept (see [`LineFilter::other`]).
+struct OtherLines<'a> {
+    /// Whether the line is kept, given its first `fields` fields (fewer if the line has
+    /// fewer), its id cut to about [`FIRST_FIELD`] bytes (a pending task list
+    /// `12_[1,5,...]`, as Slurm cuts it by default). A line whose first fields take more
+    /// than [`LINE_REST`] is dropped unread; a kept line is kept whole.
+    keep: &'a (dyn Fn(&[&[u8]]) -> bool + Sync),
+    fields: usize,
+    /// The most bytes all kept lines may take together: past it, no other line is kept
+    /// (the ones kept so far stay) and `over` is set.
+    budget: usize,
+    over: std::sync::atomic::AtomicBool,
+}
+
+/// The most the supervised users' pending jobs may take of the poll's listing
+/// ([`Slurm::squeue_with_pending`]): past it they are not read that cycle, and the poll's
+/// own jobs are.
+const PENDING_BUDGET: usize = 16 << 20;
+
+/// How much of another job's id a kept line keeps (see [`OtherLines::keep`]).
 const FIRST_FIELD: usize = 64;
 
-/// The longest line of another job kept, after its id (see [`LineFilter::other`]).
+/// The most another job's line may take before it is judged (see [`OtherLines::keep`]).
 const LINE_REST: usize = 4 << 10;
 
 /// Where [`read_wanted_lines`] is in a line.
@@ -437,8 +457,11 @@ enum At {
     /// Another job's id, past its leading digits (in `line`, up to [`FIRST_FIELD`],
     /// then skipped).
     Id,
-    /// Another job's fields after its id (in `line`).
-    Rest,
+    /// Another job's fields after its id, up to those it is judged on (in `line`;
+    /// `seps` separators so far).
+    Rest { seps: usize },
+    /// Another job's line that is kept, copied to the output as it comes from `start`.
+    Kept { start: usize },
     /// A line dropped: skipped to its end.
     Dropped,
 }
@@ -458,54 +481,62 @@ fn cut_task_list(id: &mut Vec<u8>) {
 
 /// Reads `r` to its end, appending to `out` the lines `filter` keeps (with their
 /// newlines), until `out` holds more than `limit` bytes. Memory: what is kept, one
-/// line of another job's (at most [`FIRST_FIELD`] and [`LINE_REST`]), and the reader's
-/// buffer.
+/// line of another job's up to where it is judged (at most [`FIRST_FIELD`] and
+/// [`LINE_REST`]), and the reader's buffer.
 async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     filter: &LineFilter<'_>,
     out: &mut Vec<u8>,
     limit: u64,
 ) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
     use tokio::io::AsyncBufReadExt;
     let mut line: Vec<u8> = Vec::with_capacity(256);
     let mut at = At::Digits;
     // Whether the current line's id was cut.
     let mut cut = false;
-    // The end of a line: keep it or not.
-    let end_line = |at: &At, line: &mut Vec<u8>, cut: bool, out: &mut Vec<u8>| {
-        match at {
-            At::Digits => {
-                if line.is_empty() || (filter.asked)(line) {
-                    out.extend_from_slice(line);
-                    out.push(b'\n');
-                }
-            }
-            At::Whole => out.push(b'\n'),
-            At::Id | At::Rest => {
-                if cut && matches!(at, At::Id) {
-                    cut_task_list(line);
-                }
-                let fields: Vec<&[u8]> = line.split(|&b| b == b'|').collect();
-                if (filter.other)(&fields) {
-                    out.extend_from_slice(line);
-                    out.push(b'\n');
-                }
-            }
-            At::Dropped => {}
+    // Bytes of other jobs' lines kept so far.
+    let mut others = 0usize;
+    // Whether another line is kept, judged on `line` (its first fields); charged to the
+    // budget when it is.
+    let judge = |line: &[u8], others: &mut usize| -> bool {
+        let Some(o) = &filter.other else {
+            return false;
+        };
+        if o.over.load(Ordering::Relaxed) {
+            return false;
         }
-        line.clear();
+        let fields: Vec<&[u8]> = line.split(|&b| b == b'|').take(o.fields).collect();
+        if !(o.keep)(&fields) {
+            return false;
+        }
+        if *others + line.len() > o.budget {
+            o.over.store(true, Ordering::Relaxed);
+            return false;
+        }
+        *others += line.len();
+        true
     };
+    // Past the budget while a kept line is copied: it is taken out again.
+    let over_budget = |others: usize| filter.other.as_ref().is_some_and(|o| others > o.budget);
     loop {
         let buf = r.fill_buf().await?;
         if buf.is_empty() {
-            // A last line without a newline.
-            if !line.is_empty() || matches!(at, At::Whole) {
-                let before = out.len();
-                end_line(&at, &mut line, cut, out);
-                // No newline was read: none is added.
-                if out.len() > before {
-                    out.pop();
+            // A last line without a newline: kept as one with a newline would be, without
+            // the newline.
+            match at {
+                At::Digits if !line.is_empty() && (filter.asked)(&line) => {
+                    out.extend_from_slice(&line);
                 }
+                At::Id | At::Rest { .. } => {
+                    if cut && matches!(at, At::Id) {
+                        cut_task_list(&mut line);
+                    }
+                    if judge(&line, &mut others) {
+                        out.extend_from_slice(&line);
+                    }
+                }
+                _ => {}
             }
             return Ok(());
         }
@@ -521,28 +552,38 @@ async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
                     if i == n {
                         break;
                     }
-                    if buf[i] == b'\n' {
-                        end_line(&at, &mut line, cut, out);
-                        i += 1;
-                    } else if line.is_empty() || (filter.asked)(&line) {
+                    if line.is_empty() || (filter.asked)(&line) {
                         out.extend_from_slice(&line);
                         line.clear();
                         at = At::Whole;
+                    } else if filter.other.is_none() {
+                        line.clear();
+                        at = At::Dropped;
                     } else {
                         at = At::Id;
                     }
                 }
-                At::Whole | At::Dropped => {
+                At::Whole | At::Dropped | At::Kept { .. } => {
                     let nl = rest.iter().position(|&b| b == b'\n');
-                    let end = nl.unwrap_or(rest.len());
-                    if matches!(at, At::Whole) {
-                        out.extend_from_slice(&rest[..end]);
+                    let end = nl.map_or(rest.len(), |p| p + 1);
+                    match at {
+                        At::Whole => out.extend_from_slice(&rest[..end]),
+                        At::Kept { start } => {
+                            out.extend_from_slice(&rest[..end]);
+                            others += end;
+                            if over_budget(others) {
+                                if let Some(o) = &filter.other {
+                                    o.over.store(true, Ordering::Relaxed);
+                                }
+                                out.truncate(start);
+                                at = At::Dropped;
+                            }
+                        }
+                        _ => {}
                     }
                     i += end;
                     if nl.is_some() {
-                        end_line(&at, &mut line, cut, out);
                         (at, cut) = (At::Digits, false);
-                        i += 1;
                     }
                 }
                 At::Id => {
@@ -552,35 +593,61 @@ async fn read_wanted_lines<R: tokio::io::AsyncBufRead + Unpin>(
                     line.extend_from_slice(&rest[..end.min(room)]);
                     cut |= end > room;
                     i += end;
-                    match stop.map(|p| rest[p]) {
-                        Some(b'|') => {
-                            if cut {
-                                cut_task_list(&mut line);
-                            }
-                            line.push(b'|');
-                            at = At::Rest;
-                            i += 1;
-                        }
-                        Some(_) => {
-                            end_line(&at, &mut line, cut, out);
-                            (at, cut) = (At::Digits, false);
-                            i += 1;
-                        }
-                        None => {}
+                    if stop.is_none() {
+                        continue;
                     }
+                    if cut {
+                        cut_task_list(&mut line);
+                    }
+                    if rest[end] == b'|' {
+                        line.push(b'|');
+                        at = At::Rest { seps: 1 };
+                    } else {
+                        if judge(&line, &mut others) {
+                            out.extend_from_slice(&line);
+                            out.push(b'\n');
+                        }
+                        line.clear();
+                        (at, cut) = (At::Digits, false);
+                    }
+                    i += 1;
                 }
-                At::Rest => {
-                    let nl = rest.iter().position(|&b| b == b'\n');
-                    let end = nl.unwrap_or(rest.len());
+                At::Rest { seps } => {
+                    let fields = filter.other.as_ref().map_or(0, |o| o.fields);
+                    let stop = rest.iter().position(|&b| b == b'|' || b == b'\n');
+                    let end = stop.unwrap_or(rest.len());
                     line.extend_from_slice(&rest[..end]);
                     i += end;
                     if line.len() > FIRST_FIELD + 8 + LINE_REST {
                         line.clear();
                         at = At::Dropped;
-                    } else if nl.is_some() {
-                        end_line(&at, &mut line, false, out);
+                        continue;
+                    }
+                    let Some(p) = stop else {
+                        continue;
+                    };
+                    i += 1;
+                    if rest[p] == b'\n' {
+                        if judge(&line, &mut others) {
+                            out.extend_from_slice(&line);
+                            out.push(b'\n');
+                        }
+                        line.clear();
                         (at, cut) = (At::Digits, false);
-                        i += 1;
+                    } else if seps + 1 >= fields {
+                        // Its first fields are read: judged now, the rest copied or skipped.
+                        line.push(b'|');
+                        at = if judge(&line, &mut others) {
+                            let start = out.len();
+                            out.extend_from_slice(&line);
+                            At::Kept { start }
+                        } else {
+                            At::Dropped
+                        };
+                        line.clear();
+                    } else {
+                        line.push(b'|');
+                        at = At::Rest { seps: seps + 1 };
                     }
                 }
             }
@@ -606,8 +673,17 @@ fn own_env_of(
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
     set: &[(&str, &str)],
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    const PREFIXES: &[&str] = &["SQUEUE_", "SACCT_", "SCONTROL_", "SCANCEL_"];
-    const NAMES: &[&str] = &["SLURM_TIME_FORMAT", "SLURM_BITSTR_LEN", "SLURM_CLUSTERS"];
+    const PREFIXES: &[&str] = &["SQUEUE_", "SACCT_", "SCONTROL_", "SCANCEL_", "SINFO_"];
+    const NAMES: &[&str] = &[
+        "SLURM_TIME_FORMAT",
+        "SLURM_BITSTR_LEN",
+        "SLURM_CLUSTERS",
+        // Which controller is asked, and as whom: the daemon's own config and MUNGE.
+        "SLURM_CONF_SERVER",
+        "SLURM_JWT",
+        "SLURM_SACK_KEY",
+        "SLURM_SACK_JWKS",
+    ];
     vars.filter(|(k, _)| {
         let k = k.to_string_lossy();
         !PREFIXES.iter().any(|p| k.starts_with(p)) && !NAMES.contains(&k.as_ref())
@@ -955,36 +1031,58 @@ impl Slurm for SlurmCli {
             format!("--format={}", parse::SQUEUE_PENDING_FORMAT),
         ];
         let names: std::collections::HashSet<&[u8]> = users.iter().map(|u| u.as_bytes()).collect();
+        // Judged on `%i` to `%u`; the dependency, last, comes whole with a line kept.
         let pending_of_theirs =
-            |f: &[&[u8]]| f.len() >= 8 && f[2] == b"PENDING" && names.contains(f[6]);
-        let ran = self
-            .list_every_job(job_ids, &mut args, &pending_of_theirs)
-            .await?;
+            |f: &[&[u8]]| f.len() >= 7 && f[2] == b"PENDING" && names.contains(f[6]);
+        let other = OtherLines {
+            keep: &pending_of_theirs,
+            fields: 7,
+            budget: PENDING_BUDGET,
+            over: Default::default(),
+        };
+        let ran = self.list_every_job(job_ids, &mut args, Some(other)).await?;
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
-        let both = parse::parse_squeue_pending(&ran.stdout);
-        let asked: std::collections::HashSet<String> = job_ids
+        let both = parse::parse_squeue_pending(&ran.stdout, |u| names.contains(u.as_bytes()));
+        let asked: std::collections::HashSet<&[u8]> = job_ids
             .iter()
-            .map(|i| crate::slurm::jobid::base_job_id(i))
+            .map(|i| leading_digits(i.as_bytes()))
             .collect();
+        let ours = |job: &str| asked.contains(leading_digits(job.as_bytes()));
         let mut queue = Parsed {
             rows: Vec::new(),
-            // A line that cannot be read may be one asked about: the poll's answer is
-            // then incomplete, as with the listing alone.
-            errors: both.errors,
+            errors: Vec::new(),
         };
         let mut pending = Parsed {
             rows: Vec::new(),
             errors: Vec::new(),
         };
-        for (row, p) in both.rows {
-            if row.state == super::types::JobState::Pending && users.contains(&p.user) {
-                pending.rows.push(p);
+        // A line that cannot be read may be one asked about (unless it names another
+        // job): the poll's answer is then incomplete, as with the listing alone.
+        for e in both.errors {
+            match &e.job_id {
+                Some(job) if !ours(job) => pending.errors.push(e),
+                _ => queue.errors.push(e),
             }
-            if asked.contains(&crate::slurm::jobid::base_job_id(&row.job_id)) {
+        }
+        for (row, p) in both.rows {
+            pending.rows.extend(p);
+            if ours(&row.job_id) {
                 queue.rows.push(row);
             }
+        }
+        if ran.others_over {
+            return Ok((
+                queue,
+                Err(SlurmError::Garbage {
+                    command: "squeue".into(),
+                    message: format!(
+                        "the pending jobs of the supervised users take more than {} MiB of squeue's listing; they were not all read",
+                        PENDING_BUDGET >> 20
+                    ),
+                }),
+            ));
         }
         Ok((queue, Ok(pending)))
     }
@@ -1054,17 +1152,16 @@ impl SlurmCli {
             args.push(format!("--jobs={}", job_ids.join(",")));
             return self.query("squeue", std::mem::take(args)).await;
         }
-        self.list_every_job(job_ids, args, &|_| false).await
+        self.list_every_job(job_ids, args, None).await
     }
 
     /// Runs squeue with `args` and `--all` (every job, no `--array`), keeping only the
-    /// lines of `job_ids` (base ids) and the whole lines `also` wants (given their fields,
-    /// split on `|`).
+    /// lines of `job_ids` (base ids) and the ones `other` keeps.
     async fn list_every_job(
         &self,
         job_ids: &[String],
         args: &mut Vec<String>,
-        also: &(dyn Fn(&[&[u8]]) -> bool + Sync),
+        other: Option<OtherLines<'_>>,
     ) -> Result<Ran, SlurmError> {
         args.push("--all".into());
         let asked: std::collections::HashSet<&[u8]> = job_ids
@@ -1074,13 +1171,18 @@ impl SlurmCli {
         let is_asked = |id: &[u8]| asked.contains(id);
         let filter = LineFilter {
             asked: &is_asked,
-            other: also,
+            other,
         };
         // Every pending task list whole (`SLURM_BITSTR_LEN=0`; 64 bytes and `...` by
         // default), so the line of a pending array of the daemon's shows each of its tasks.
         let set = [("SLURM_BITSTR_LEN", "0")];
-        self.query_keeping("squeue", std::mem::take(args), Keep::Lines(&filter), &set)
-            .await
+        let mut ran = self
+            .query_keeping("squeue", std::mem::take(args), Keep::Lines(&filter), &set)
+            .await?;
+        ran.others_over = filter
+            .other
+            .is_some_and(|o| o.over.load(std::sync::atomic::Ordering::Relaxed));
+        Ok(ran)
     }
 
     /// Runs a command that changes a user's jobs, as that user when given.
@@ -1280,6 +1382,7 @@ mod tests {
             "echo '7|7|RUNNING|None|n1|1000|alice|(null)'\n\
              echo '8|8|PENDING|Dependency||1000|alice|afterany:7(unfulfilled)'\n\
              echo '9|9|PENDING|Dependency||1001|bob|afterany:7(unfulfilled)'\n\
+             printf '13|13|PENDING|Dependency||1000|alice|%s\\n' \"$(seq -s, 100000 100700 | sed 's/,/(unfulfilled),afterany:/g')\"\n\
              printf '10_[%s]|10|PENDING|None||1000|alice|(null)\\n' \"$(seq -s, 1 2 20000)\"\n\
              echo '11|11|RUNNING|None|n1|1000|alice|(null)'",
         );
@@ -1300,56 +1403,87 @@ mod tests {
             .collect();
         // The first 64 bytes of the id, cut after its last whole task.
         let cut = "10_[1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31,33,35,37,39,41,...]";
+        assert_eq!(waiting[1].0, "13");
+        assert!(
+            waiting[1].1.len() > 10_000 && waiting[1].1.ends_with("afterany:100700"),
+            "an owner's long dependency is read whole"
+        );
         assert_eq!(
-            waiting,
+            [waiting[0], waiting[2]],
             [("8", "afterany:7(unfulfilled)"), (cut, "")],
             "alice's pending jobs (a long task list cut as Slurm does), and no one else's"
         );
     }
 
     /// The lines of a listing are kept by the job id they begin with, whole whatever their
-    /// length; another job's line is judged on its fields, its task list cut short, and
-    /// dropped unread past 4 KiB; however the output is cut into reads.
+    /// length; another job's line is judged on its first fields, its task list cut short,
+    /// dropped unread if those take more than 4 KiB, kept whole (a long last field too)
+    /// within its budget; however the output is cut into reads.
     #[tokio::test]
     async fn wanted_lines_are_kept_whole_and_the_others_cut_or_dropped() {
         let long_list = "1,".repeat(10_000);
-        let ours = format!("12_[{long_list}3]|x");
-        let theirs = format!("13_[{long_list}3]|keep");
-        let too_long = format!("14|keep{}", "y".repeat(5000));
+        let ours = format!("12_[{long_list}3]|x|y");
+        let theirs = format!("13_[{long_list}3]|keep|z");
+        let too_long = format!("14|keep{}|z", "y".repeat(5000));
+        let long_last = format!("15|keep|{}", "d,".repeat(5000));
         let input = format!(
-            "7|a\n{ours}\n77|b\n77|keep\n{theirs}\n{too_long}\n12|c\n\nzz|d\n{}7|e\n7",
+            "7|a|b\n{ours}\n77|b|c\n77|keep|c\n{theirs}\n{too_long}\n{long_last}\n16|keep\n12|c|d\n\nzz|d\n{}7|e|f\n7",
             "8".repeat(40)
         );
         let asked = |id: &[u8]| id == b"12" || id == b"7";
-        let other = |f: &[&[u8]]| f.get(1) == Some(&&b"keep"[..]) || f[1].starts_with(b"keepy");
-        let filter = LineFilter {
+        let keep = |f: &[&[u8]]| f.len() >= 2 && f[1] == b"keep" && f.len() <= 2;
+        let filter = |budget: usize| LineFilter {
             asked: &asked,
-            other: &other,
+            other: Some(OtherLines {
+                keep: &keep,
+                fields: 2,
+                budget,
+                over: Default::default(),
+            }),
         };
         // The first 64 bytes of the id, cut after its last whole task.
-        let cut = format!("13_[{}...]|keep", "1,".repeat(30));
+        let cut = format!("13_[{}...]|keep|z", "1,".repeat(30));
         for cap in [1, 3, 31, 32, 33, 4096, 1 << 16] {
             let mut r = tokio::io::BufReader::with_capacity(cap, input.as_bytes());
             let mut out = Vec::new();
-            read_wanted_lines(&mut r, &filter, &mut out, MAX_OUTPUT)
+            let f = filter(1 << 20);
+            read_wanted_lines(&mut r, &f, &mut out, MAX_OUTPUT)
                 .await
                 .unwrap();
             assert_eq!(
                 String::from_utf8(out).unwrap(),
-                format!("7|a\n{ours}\n77|keep\n{cut}\n12|c\n\nzz|d\n7"),
+                format!("7|a|b\n{ours}\n77|keep|c\n{cut}\n{long_last}\n16|keep\n12|c|d\n\nzz|d\n7"),
                 "buffer of {cap}"
             );
+            assert!(!f.other.unwrap().over.into_inner());
         }
+        // Past the budget, no other line is kept, and it is said; the asked ones are.
+        let mut r = tokio::io::BufReader::with_capacity(7, input.as_bytes());
         let mut out = Vec::new();
-        read_wanted_lines(&mut "7|a\n7|b".as_bytes(), &filter, &mut out, MAX_OUTPUT)
+        let f = filter(200);
+        read_wanted_lines(&mut r, &f, &mut out, MAX_OUTPUT)
             .await
             .unwrap();
-        assert_eq!(out, b"7|a\n7|b", "a last line without its newline");
-        let mut out = Vec::new();
-        read_wanted_lines(&mut "7|a\n8|b".as_bytes(), &filter, &mut out, MAX_OUTPUT)
-            .await
-            .unwrap();
-        assert_eq!(out, b"7|a\n", "a last line dropped");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("7|a|b\n{ours}\n77|keep|c\n{cut}\n12|c|d\n\nzz|d\n7")
+        );
+        assert!(f.other.unwrap().over.into_inner());
+        let only_asked = LineFilter {
+            asked: &asked,
+            other: None,
+        };
+        for (input, kept) in [
+            ("7|a\n7|b", "7|a\n7|b"),
+            ("7|a\n8|b", "7|a\n"),
+            ("7|a\n77|keep", "7|a\n"),
+        ] {
+            let mut out = Vec::new();
+            read_wanted_lines(&mut input.as_bytes(), &only_asked, &mut out, MAX_OUTPUT)
+                .await
+                .unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), kept, "{input:?}");
+        }
     }
 
     #[test]
@@ -1366,6 +1500,9 @@ mod tests {
             ("SLURM_TIME_FORMAT", "relative"),
             ("SLURM_BITSTR_LEN", "8"),
             ("SLURM_CLUSTERS", "other"),
+            ("SINFO_PARTITION", "nosuch"),
+            ("SLURM_CONF_SERVER", "elsewhere"),
+            ("SLURM_JWT", "token"),
         ]
         .map(|(k, v)| (k.into(), v.into()));
         let env = own_env_of(vars.into_iter(), &[("SLURM_BITSTR_LEN", "0")]);
@@ -1425,6 +1562,7 @@ mod tests {
             code: Some(1),
             stdout: String::new(),
             stderr: stderr.into(),
+            others_over: false,
         };
         SlurmCli::failure("sacct", &ran)
     }

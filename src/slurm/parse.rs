@@ -173,15 +173,19 @@ pub fn parse_tags(stdout: &str) -> Parsed<TagRow> {
 /// and `%E` (Slurm's rendering of the dependency, last).
 pub const SQUEUE_PENDING_FORMAT: &str = "%i|%A|%T|%r|%N|%U|%u|%E";
 
-/// A line of [`SQUEUE_PENDING_FORMAT`] output, read both ways: as the poll's row
-/// ([`SQUEUE_FORMAT`]'s fields) and as a pending row ([`PENDING_FORMAT`]'s).
-pub fn parse_squeue_pending(stdout: &str) -> Parsed<(SqueueRow, PendingRow)> {
+/// Lines of [`SQUEUE_PENDING_FORMAT`] output, each read as the poll's row
+/// ([`SQUEUE_FORMAT`]'s fields) and, when it is pending and `pending_of(user)` says so,
+/// also as a pending row ([`PENDING_FORMAT`]'s).
+pub fn parse_squeue_pending(
+    stdout: &str,
+    pending_of: impl Fn(&str) -> bool,
+) -> Parsed<(SqueueRow, Option<PendingRow>)> {
     parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
         let [job_id, job_id_raw, state, reason, nodes, uid, user] = f else {
             unreachable!("parse_lines hands over exactly 7 fields")
         };
         let row = squeue_row(&[job_id, job_id_raw, state, reason, nodes, uid])?;
-        let pending = PendingRow {
+        let pending = (row.state == JobState::Pending && pending_of(user)).then(|| PendingRow {
             job_id: job_id.to_string(),
             job_id_raw: job_id_raw.to_string(),
             user: user.to_string(),
@@ -190,7 +194,7 @@ pub fn parse_squeue_pending(stdout: &str) -> Parsed<(SqueueRow, PendingRow)> {
             } else {
                 dependency
             },
-        };
+        });
         Ok((row, pending))
     })
 }

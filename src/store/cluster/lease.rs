@@ -254,6 +254,10 @@ impl ClusterDb {
         let mut tx = self.conn.start_transaction(tx_options())?;
         fence(&mut tx, epoch)?;
         let out = write(&mut tx)?;
+        // Checked again just before the commit (the row is still this transaction's):
+        // a write that took longer than the lease (the daemon paused in between) is
+        // rolled back, so what a fenced write commits, it commits while its lease lives.
+        fence(&mut tx, epoch)?;
         tx.commit()?;
         Ok(out)
     }

@@ -103,6 +103,10 @@ impl ClusterDb {
             .init(vec![
                 "SET SESSION sql_mode = 'TRADITIONAL'".to_string(),
                 format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+                // A transaction left open by a daemon that stopped (SIGSTOP, a cut
+                // network) is rolled back by the server, so it holds the lease row's
+                // lock no longer than this, and a standby can take over.
+                format!("SET SESSION idle_transaction_timeout = {lock_wait}"),
             ]);
         Ok(ClusterDb {
             conn: mysql::Conn::new(opts)?,
