@@ -1044,34 +1044,15 @@ impl Slurm for SlurmCli {
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
-        let both = parse::parse_squeue_pending(&ran.stdout, |u| names.contains(u.as_bytes()));
         let asked: std::collections::HashSet<&[u8]> = job_ids
             .iter()
             .map(|i| leading_digits(i.as_bytes()))
             .collect();
-        let ours = |job: &str| asked.contains(leading_digits(job.as_bytes()));
-        let mut queue = Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
-        };
-        let mut pending = Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
-        };
-        // A line that cannot be read may be one asked about (unless it names another
-        // job): the poll's answer is then incomplete, as with the listing alone.
-        for e in both.errors {
-            match &e.job_id {
-                Some(job) if !ours(job) => pending.errors.push(e),
-                _ => queue.errors.push(e),
-            }
-        }
-        for (row, p) in both.rows {
-            pending.rows.extend(p);
-            if ours(&row.job_id) {
-                queue.rows.push(row);
-            }
-        }
+        let (queue, pending) = parse::parse_squeue_pending(
+            &ran.stdout,
+            |job| asked.contains(leading_digits(job.as_bytes())),
+            |user| names.contains(user.as_bytes()),
+        );
         if ran.others_over {
             return Ok((
                 queue,

@@ -173,30 +173,57 @@ pub fn parse_tags(stdout: &str) -> Parsed<TagRow> {
 /// and `%E` (Slurm's rendering of the dependency, last).
 pub const SQUEUE_PENDING_FORMAT: &str = "%i|%A|%T|%r|%N|%U|%u|%E";
 
-/// Lines of [`SQUEUE_PENDING_FORMAT`] output, each read as the poll's row
-/// ([`SQUEUE_FORMAT`]'s fields) and, when it is pending and `pending_of(user)` says so,
-/// also as a pending row ([`PENDING_FORMAT`]'s).
+/// Parses [`SQUEUE_PENDING_FORMAT`] output: the rows of the jobs `ours(job id)` says
+/// were asked about, as the poll's ([`SQUEUE_FORMAT`]'s fields), and the pending rows of
+/// the users `pending_of(user)` names ([`PENDING_FORMAT`]'s). Each line is read once, into
+/// what it is kept as; a line that cannot be read is the poll's unless its job id is
+/// another's.
 pub fn parse_squeue_pending(
     stdout: &str,
+    ours: impl Fn(&str) -> bool,
     pending_of: impl Fn(&str) -> bool,
-) -> Parsed<(SqueueRow, Option<PendingRow>)> {
-    parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
+) -> (Parsed<SqueueRow>, Parsed<PendingRow>) {
+    let queue = std::cell::RefCell::new(Vec::new());
+    let pending = std::cell::RefCell::new(Vec::new());
+    let read = parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
         let [job_id, job_id_raw, state, reason, nodes, uid, user] = f else {
             unreachable!("parse_lines hands over exactly 7 fields")
         };
         let row = squeue_row(&[job_id, job_id_raw, state, reason, nodes, uid])?;
-        let pending = (row.state == JobState::Pending && pending_of(user)).then(|| PendingRow {
-            job_id: job_id.to_string(),
-            job_id_raw: job_id_raw.to_string(),
-            user: user.to_string(),
-            dependency: if dependency == "(null)" {
-                String::new()
-            } else {
-                dependency
-            },
-        });
-        Ok((row, pending))
-    })
+        if row.state == JobState::Pending && pending_of(user) {
+            pending.borrow_mut().push(PendingRow {
+                job_id: job_id.to_string(),
+                job_id_raw: job_id_raw.to_string(),
+                user: user.to_string(),
+                dependency: if dependency == "(null)" {
+                    String::new()
+                } else {
+                    dependency
+                },
+            });
+        }
+        if ours(job_id) {
+            queue.borrow_mut().push(row);
+        }
+        Ok(())
+    });
+    let (mut queue_errors, mut pending_errors) = (Vec::new(), Vec::new());
+    for e in read.errors {
+        match &e.job_id {
+            Some(job) if !ours(job) => pending_errors.push(e),
+            _ => queue_errors.push(e),
+        }
+    }
+    (
+        Parsed {
+            rows: queue.into_inner(),
+            errors: queue_errors,
+        },
+        Parsed {
+            rows: pending.into_inner(),
+            errors: pending_errors,
+        },
+    )
 }
 
 /// Parses `squeue --noheader --states=PENDING --format=<PENDING_FORMAT>` output.
