@@ -3,7 +3,9 @@
 //! smoke version. The rows are the shapes real Slurm prints (docs/slurm-observed.md): a job
 //! row with the supervisor's tag in its comment, then its `.batch` and `.extern` steps.
 
-use slurm_supervisor::slurm::parse::{parse_sacct, parse_squeue};
+use slurm_supervisor::slurm::parse::{
+    parse_sacct, parse_squeue, parse_squeue_pending, parse_states,
+};
 use std::time::Instant;
 
 fn sacct_output(jobs: usize) -> String {
@@ -31,6 +33,37 @@ fn squeue_output(jobs: usize) -> String {
     for i in 0..jobs {
         let id = 1_000_000 + i;
         out.push_str(&format!("{id}|{id}|RUNNING|None|n{}|1000\n", i % 64));
+    }
+    out
+}
+
+/// The poll's state-only query (`%i|%A|%T`).
+fn states_output(jobs: usize) -> String {
+    let mut out = String::with_capacity(jobs * 30);
+    for i in 0..jobs {
+        let id = 1_000_000 + i;
+        out.push_str(&format!("{id}|{id}|RUNNING\n"));
+    }
+    out
+}
+
+/// The poll's listing that reads the owners' pending jobs too (`%i|%A|%T|%r|%N|%U|%u|%E`):
+/// every tenth job pending on a dependency.
+fn pending_output(jobs: usize) -> String {
+    let mut out = String::with_capacity(jobs * 80);
+    for i in 0..jobs {
+        let id = 1_000_000 + i;
+        if i % 10 == 0 {
+            out.push_str(&format!(
+                "{id}|{id}|PENDING|Dependency||1000|alice|afterok:{}(unfulfilled)\n",
+                id - 1
+            ));
+        } else {
+            out.push_str(&format!(
+                "{id}|{id}|RUNNING|None|n{}|1000|alice|(null)\n",
+                i % 64
+            ));
+        }
     }
     out
 }
@@ -76,6 +109,35 @@ fn main() {
     println!(
         "squeue: {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
         squeue.len() as f64 / (1 << 20) as f64,
+        secs * 1e3,
+        rows as f64 / secs / 1e6
+    );
+
+    let states = states_output(jobs);
+    let (secs, rows) = best(repeats, || {
+        let p = parse_states(&states);
+        assert!(p.errors.is_empty(), "{:?}", p.errors.first());
+        p.rows.len()
+    });
+    assert_eq!(rows, jobs);
+    println!(
+        "squeue --only-job-state: {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
+        states.len() as f64 / (1 << 20) as f64,
+        secs * 1e3,
+        rows as f64 / secs / 1e6
+    );
+
+    let pending = pending_output(jobs);
+    let (secs, rows) = best(repeats, || {
+        let (q, p) = parse_squeue_pending(&pending, |_| true, |u| u == "alice");
+        assert!(q.errors.is_empty() && p.errors.is_empty());
+        assert_eq!(p.rows.len(), jobs.div_ceil(10));
+        q.rows.len()
+    });
+    assert_eq!(rows, jobs);
+    println!(
+        "squeue with pending jobs: {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
+        pending.len() as f64 / (1 << 20) as f64,
         secs * 1e3,
         rows as f64 / secs / 1e6
     );
