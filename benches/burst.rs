@@ -691,35 +691,12 @@ impl Daemon {
 
     /// (VmRSS, VmHWM) in bytes.
     fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        common::memory(self.child.id())
     }
 
     /// (own, reaped children's) CPU time, user plus system.
     fn cpu(&self) -> (Duration, Duration) {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<u64> = after
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let ticks = |a: usize, b: usize| {
-            Duration::from_secs_f64((f.get(a).unwrap_or(&0) + f.get(b).unwrap_or(&0)) as f64 / hz)
-        };
-        // Fields 14-17 of stat(5), counted from the state (field 3) at index 0.
-        (ticks(11, 12), ticks(13, 14))
+        common::cpu(self.child.id())
     }
 
     /// Swaps the fake's job list, and measures until `expect` more chains are in `state`.

@@ -114,14 +114,14 @@ fn main() {
     sdiag(&bin_dir, &["-r"]);
     let start = cycles_done().unwrap();
     let squeue0 = squeues();
-    let cpu0 = cpu(d.0.id());
+    let cpu0 = common::cpu(d.0.id());
     wait_for(&mut d, &log, limit, || {
         cycles_done() >= Some(start + cycles as f64)
     });
     let stats = rpc_stats(&sdiag(&bin_dir, &[]));
-    let cpu1 = cpu(d.0.id());
+    let cpu1 = common::cpu(d.0.id());
     let done = cycles_done().unwrap() - start;
-    let (rss, hwm) = memory(d.0.id());
+    let (rss, hwm) = common::memory(d.0.id());
     let squeue1 = squeues();
     let failed = metric(
         port,
@@ -301,34 +301,4 @@ fn wait_for(d: &mut Running, log: &Path, limit: Duration, mut f: impl FnMut() ->
         // Each look is a scrape, which the daemon pays for: once a second.
         std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-/// (own, reaped children's) CPU time, user plus system.
-fn cpu(pid: u32) -> (Duration, Duration) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let ticks = |a: usize, b: usize| {
-        Duration::from_secs_f64((f.get(a).unwrap_or(&0) + f.get(b).unwrap_or(&0)) as f64 / hz)
-    };
-    (ticks(11, 12), ticks(13, 14))
-}
-
-/// (VmRSS, VmHWM) in bytes.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }

@@ -847,6 +847,7 @@ impl Drop for Held {
 fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
     use slurm_supervisor::slurm::cli::SlurmCli;
     use slurm_supervisor::slurm::jobid::queued_states;
+    use slurm_supervisor::slurm::types::{SqueueRow, StateRow};
     use slurm_supervisor::slurm::Slurm;
     use std::collections::HashMap;
     require_slurm();
@@ -890,7 +891,10 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
     let mut expected: Vec<String> = tasks.iter().map(|t| format!("{array}_{t}")).collect();
     expected.push(single.clone());
     expected.sort();
-    let states = |rows: Vec<(&str, _)>| -> HashMap<String, _> { queued_states(rows) };
+    let states =
+        |rows: &[SqueueRow]| queued_states(rows.iter().map(|r| (r.job_id.as_str(), r.state)));
+    let only_states =
+        |rows: &[StateRow]| queued_states(rows.iter().map(|r| (r.job_id.as_str(), r.state)));
     let keys = |m: &HashMap<String, _>| {
         let mut k: Vec<String> = m.keys().cloned().collect();
         k.sort();
@@ -905,20 +909,7 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
         "{:?}",
         listed.rows
     );
-    let a = states(
-        by_name
-            .rows
-            .iter()
-            .map(|r| (r.job_id.as_str(), r.state))
-            .collect(),
-    );
-    let b = states(
-        listed
-            .rows
-            .iter()
-            .map(|r| (r.job_id.as_str(), r.state))
-            .collect(),
-    );
+    let (a, b) = (states(&by_name.rows), states(&listed.rows));
     assert_eq!(keys(&b), expected, "{:?}", listed.rows);
     assert_eq!(a, b);
 
@@ -930,14 +921,7 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
         .unwrap();
     let pending = pending.unwrap();
     assert!(queue.errors.is_empty() && pending.errors.is_empty());
-    let c = states(
-        queue
-            .rows
-            .iter()
-            .map(|r| (r.job_id.as_str(), r.state))
-            .collect(),
-    );
-    assert_eq!(c, b);
+    assert_eq!(states(&queue.rows), b);
     let mut waiting: Vec<&str> = pending
         .rows
         .iter()
@@ -959,20 +943,7 @@ fn the_listing_of_every_job_shows_the_jobs_asked_about_as_naming_them_does() {
         ("22.05", None, None) => {}
         ("24.11", Some(by_name), Some(listed)) => {
             assert!(listed.errors.is_empty(), "{:?}", listed.errors);
-            let a = states(
-                by_name
-                    .rows
-                    .iter()
-                    .map(|r| (r.job_id.as_str(), r.state))
-                    .collect(),
-            );
-            let b = states(
-                listed
-                    .rows
-                    .iter()
-                    .map(|r| (r.job_id.as_str(), r.state))
-                    .collect(),
-            );
+            let (a, b) = (only_states(&by_name.rows), only_states(&listed.rows));
             assert_eq!(keys(&b), expected, "{:?}", listed.rows);
             assert_eq!(a, b);
         }

@@ -112,3 +112,35 @@ pub fn secs(d: Duration) -> String {
         format!("{:.1} s", d.as_secs_f64())
     }
 }
+
+/// (own, reaped children's) CPU time, user plus system.
+#[allow(dead_code)] // burst and controller; not startup
+pub fn cpu(pid: u32) -> (Duration, Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ticks = |a: usize, b: usize| {
+        Duration::from_secs_f64((f.get(a).unwrap_or(&0) + f.get(b).unwrap_or(&0)) as f64 / hz)
+    };
+    (ticks(11, 12), ticks(13, 14))
+}
+
+/// (VmRSS, VmHWM) in bytes.
+#[allow(dead_code)] // burst and controller; not startup
+pub fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

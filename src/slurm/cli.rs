@@ -351,19 +351,8 @@ impl SlurmCli {
     /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`),
     /// as [`parse::SACCT_FIELDS`] reads them.
     async fn query_epoch_times(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
-        let env = own_env(&[("SLURM_TIME_FORMAT", "%s")]);
-        self.run(
-            name,
-            &args,
-            self.timeout,
-            |cmd| {
-                cmd.env_clear_with(env);
-                Ok(())
-            },
-            None,
-            Keep::All,
-        )
-        .await
+        self.query_keeping(name, args, Keep::All, &[("SLURM_TIME_FORMAT", "%s")])
+            .await
     }
 
     async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {

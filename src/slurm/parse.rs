@@ -195,11 +195,7 @@ pub fn parse_squeue_pending(
                 job_id: job_id.to_string(),
                 job_id_raw: job_id_raw.to_string(),
                 user: user.to_string(),
-                dependency: if dependency == "(null)" {
-                    String::new()
-                } else {
-                    dependency
-                },
+                dependency: no_null(dependency),
             });
         }
         if ours(job_id) {
@@ -226,6 +222,15 @@ pub fn parse_squeue_pending(
     )
 }
 
+/// A dependency as squeue prints it (`%E`), empty for none (`(null)`).
+fn no_null(dependency: String) -> String {
+    if dependency == "(null)" {
+        String::new()
+    } else {
+        dependency
+    }
+}
+
 /// Parses `squeue --noheader --states=PENDING --format=<PENDING_FORMAT>` output.
 pub fn parse_pending(stdout: &str) -> Parsed<PendingRow> {
     parse_lines(stdout, 3, Trailing::Text, |f, dependency| {
@@ -239,11 +244,7 @@ pub fn parse_pending(stdout: &str) -> Parsed<PendingRow> {
             job_id: job_id.to_string(),
             job_id_raw: job_id_raw.to_string(),
             user: user.to_string(),
-            dependency: if dependency == "(null)" {
-                String::new()
-            } else {
-                dependency
-            },
+            dependency: no_null(dependency),
         })
     })
 }
