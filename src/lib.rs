@@ -30,6 +30,7 @@ pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod munge;
 pub mod notification;
 pub mod notify;
 pub mod osbytes;

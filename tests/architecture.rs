@@ -65,6 +65,13 @@ const RULES: &[Rule] = &[
               given: it reads no database, no clock and knows no other part",
     },
     Rule {
+        from: &["munge"],
+        never: &["*"],
+        but: &[],
+        why: "munge speaks to libmunge and knows nothing of the supervisor: what a \
+              credential's payload means and who may do what are above it",
+    },
+    Rule {
         from: &["sbatch_args"],
         never: &["*"],
         but: &["syntax"],
