@@ -36,6 +36,7 @@ pub mod notify;
 pub mod osbytes;
 pub mod policy;
 pub mod protocol;
+pub mod request_binding;
 pub mod sbatch_args;
 pub mod slurm;
 pub mod store;

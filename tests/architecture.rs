@@ -72,6 +72,13 @@ const RULES: &[Rule] = &[
               credential's payload means and who may do what are above it",
     },
     Rule {
+        from: &["request_binding"],
+        never: &["*"],
+        but: &[],
+        why: "a request binding is bytes and hashes: it obtains no credential (munge), \
+              reads no protocol and issues no nonce",
+    },
+    Rule {
         from: &["sbatch_args"],
         never: &["*"],
         but: &["syntax"],
