@@ -178,9 +178,10 @@ fn dlerror(fallback: &str) -> String {
 }
 
 impl Lib {
-    fn load() -> Result<Lib, MungeError> {
-        // SAFETY: dlopen with a constant name; libmunge's initialisers have no preconditions.
-        let handle = unsafe { libc::dlopen(c"libmunge.so.2".as_ptr(), libc::RTLD_NOW) };
+    /// Opens `name` (libmunge.so.2) and reads its functions.
+    fn load(name: &CStr) -> Result<Lib, MungeError> {
+        // SAFETY: dlopen of a library whose initialisers have no preconditions.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) };
         if handle.is_null() {
             return Err(MungeError::Library {
                 detail: dlerror("dlopen failed"),
@@ -219,7 +220,9 @@ impl Lib {
 
     fn get() -> Result<&'static Lib, MungeError> {
         static LIB: OnceLock<Result<Lib, MungeError>> = OnceLock::new();
-        LIB.get_or_init(Lib::load).as_ref().map_err(Clone::clone)
+        LIB.get_or_init(|| Lib::load(c"libmunge.so.2"))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 }
 
@@ -422,5 +425,24 @@ impl Munge {
             (false, Ok(n)) => unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }.to_vec(),
         };
         Ok(Decoded { uid, gid, payload })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_says_which_package_to_install() {
+        let Err(e) = Lib::load(c"libmunge-not-here.so.2") else {
+            panic!("loaded a library that does not exist")
+        };
+        assert_eq!(e.code(), "library");
+        let text = e.to_string();
+        assert!(
+            text.contains("install Debian's libmunge2 package"),
+            "{text}"
+        );
+        assert!(text.contains("libmunge-not-here.so.2"), "{text}");
     }
 }
