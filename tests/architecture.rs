@@ -65,6 +65,20 @@ const RULES: &[Rule] = &[
               given: it reads no database, no clock and knows no other part",
     },
     Rule {
+        from: &["munge"],
+        never: &["*"],
+        but: &[],
+        why: "munge speaks to libmunge and knows nothing of the supervisor: what a \
+              credential's payload means and who may do what are above it",
+    },
+    Rule {
+        from: &["request_binding"],
+        never: &["*"],
+        but: &[],
+        why: "a request binding is bytes and hashes: it obtains no credential (munge), \
+              reads no protocol and issues no nonce",
+    },
+    Rule {
         from: &["sbatch_args"],
         never: &["*"],
         but: &["syntax"],

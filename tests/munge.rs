@@ -1,0 +1,417 @@
+//! The MUNGE binding (`src/munge.rs`) against a real munged: Debian's, started by each test
+//! with its own key (1024 random bytes, mode 0400), socket, pid, log and seed files in a
+//! temporary folder, and stopped when the test ends. The host's munged, and the dev
+//! clusters', are never touched.
+//!
+//! Covered: a credential decodes to its maker's uid and gid and carries any payload bytes
+//! exactly; one restricted to a uid is decoded by that uid only, not even by root; one made
+//! by another user (alice, through the `munge` command) decodes to that user; a
+//! second decode is a replay; a credential past its time to live is expired; one made
+//! with another key is invalid; garbage, NULs and oversized input are refused without a
+//! panic; no munged at the socket is a socket error; a client serves threads at once; no
+//! buffer leaks.
+//!
+//! Needs root (to act as alice and bob, created with `useradd -m` if missing, as
+//! tests/security.rs does). Without munged or libmunge the tests fail, saying what to install (a test that skips
+//! would pass having tested nothing). `scripts/test` installs Debian's munge, which brings
+//! libmunge2.
+
+mod common;
+
+use common::system::User;
+use slurm_supervisor::munge::{Decoded, Munge, MungeError, MAX_CREDENTIAL, MAX_PAYLOAD};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a munged may take to answer after it starts (it takes a few milliseconds).
+const START_WITHIN: Duration = Duration::from_secs(30);
+/// How long a munged may take to stop on SIGTERM before it is killed.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
+
+/// A program of Debian's munge, found where Debian puts it or on PATH; the test fails
+/// naming the package when it is missing.
+fn program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    [PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")]
+        .into_iter()
+        .chain(std::env::split_paths(&path))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing: these tests start a private munged; install Debian's \
+                 munge (`apt-get install munge`, which scripts/test does) and run them again"
+            )
+        })
+}
+
+/// Waits until `f` holds, looking every 20 ms; panics naming `what` after `within`.
+fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A private munged with its own key, answering on its own socket.
+struct Munged {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Munged {
+    fn start() -> Munged {
+        let munged = program("munged");
+        let dir = tempfile::Builder::new()
+            .prefix("ssv-munged-")
+            .tempdir()
+            .unwrap();
+        // Other users (alice, bob) reach the socket through the folder; munged accepts a
+        // folder that only its owner may write.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.path().join("munge.key");
+        let mut bytes = [0u8; 1024];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .unwrap();
+        std::fs::write(&key, bytes).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let log = std::fs::File::create(dir.path().join("stderr")).unwrap();
+        let mut cmd = Command::new(munged);
+        cmd.arg("--foreground")
+            .arg(format!("--socket={}", dir.path().join("socket").display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--log-file={}", dir.path().join("log").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(format!("--seed-file={}", dir.path().join("seed").display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        // Killed with the test's thread, should the test be killed before `Drop` runs.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start munged: {e}"));
+        let mut m = Munged { child, dir };
+        let client = m.client();
+        wait_for("munged to answer on its socket", START_WITHIN, || {
+            if let Some(status) = m.child.try_wait().unwrap() {
+                panic!(
+                    "munged stopped at start ({status}): {}",
+                    std::fs::read_to_string(m.dir.path().join("stderr")).unwrap_or_default()
+                );
+            }
+            match client.encode(b"", None, None) {
+                Ok(_) => true,
+                Err(MungeError::Socket { .. }) => false,
+                Err(e) => panic!("munged answered with an error: {e}"),
+            }
+        });
+        m
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("socket")
+    }
+
+    /// This process's client of this munged.
+    fn client(&self) -> Munge {
+        Munge::open(Some(&self.socket())).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs one of munge's commands as `user` (with `user`'s group, or `group` as primary
+    /// group) against this munged, `input` on its stdin.
+    fn run_as(
+        &self,
+        (user, group): (&str, Option<&str>),
+        program_name: &str,
+        args: &[&str],
+        input: &[u8],
+    ) -> Output {
+        let mut runuser = Command::new("runuser");
+        runuser.args(["-u", user]);
+        if let Some(group) = group {
+            runuser.args(["-g", group]);
+        }
+        let mut child = runuser
+            .arg("--")
+            .arg(program(program_name))
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {program_name} as {user}: {e}"));
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_WITHIN;
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, MungeError>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(e) => e.code(),
+    }
+}
+
+#[test]
+fn a_credential_decodes_to_its_maker_and_carries_any_bytes_exactly() {
+    let m = Munged::start();
+    let c = m.client();
+    let payload: Vec<u8> = [b"ok\0".as_slice(), &[0xff, 0xfe, 0x80, 0xc3], b"\0tail"]
+        .concat()
+        .into_iter()
+        .chain(0..=255)
+        .collect();
+    assert!(std::str::from_utf8(&payload).is_err());
+    let cred = c.encode(&payload, None, None).unwrap();
+    assert!(cred.starts_with("MUNGE:") && cred.ends_with(':'), "{cred}");
+    let me = Decoded {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+        payload,
+    };
+    assert_eq!(c.decode(&cred).unwrap(), me);
+    // The largest payload the binding signs, and no payload at all.
+    let big = vec![0xa5; MAX_PAYLOAD];
+    let cred = c.encode(&big, None, Some(60)).unwrap();
+    assert!(cred.len() <= MAX_CREDENTIAL, "{} bytes", cred.len());
+    assert_eq!(c.decode(cred.as_bytes()).unwrap().payload, big);
+    let cred = c.encode(b"", None, None).unwrap();
+    assert_eq!(c.decode(&cred).unwrap().payload, b"");
+}
+
+#[test]
+fn a_credential_restricted_to_alice_is_decoded_by_alice_only_not_even_by_root() {
+    let (alice, bob) = (User::get("alice"), User::get("bob"));
+    let m = Munged::start();
+    let cred = m
+        .client()
+        .encode(b"for alice", Some(alice.uid), None)
+        .unwrap();
+    assert_eq!(code(m.client().decode(&cred)), "unauthorized");
+    let by_bob = m.run_as(("bob", None), "unmunge", &[], cred.as_bytes());
+    assert!(!by_bob.status.success(), "bob decoded alice's credential");
+    assert!(
+        String::from_utf8_lossy(&by_bob.stderr).contains(&format!("UID={}", bob.uid)),
+        "{by_bob:?}"
+    );
+    let by_alice = m.run_as(("alice", None), "unmunge", &[], cred.as_bytes());
+    assert!(by_alice.status.success(), "{by_alice:?}");
+    let out = String::from_utf8_lossy(&by_alice.stdout);
+    assert!(
+        out.contains(&format!("UID_RESTRICTION: alice ({})", alice.uid)),
+        "{out}"
+    );
+    assert!(out.ends_with("\nfor alice"), "{out}");
+    // Alice's decode is the first: the refusals above did not consume the credential.
+    assert!(out.contains("Success"), "{out}");
+}
+
+#[test]
+fn a_credential_alice_made_decodes_to_her_uid_and_gid() {
+    let (alice, bob) = (User::get("alice"), User::get("bob"));
+    let m = Munged::start();
+    // With bob's group as her primary group, so that a uid read as a gid shows.
+    let out = m.run_as(
+        ("alice", Some("bob")),
+        "munge",
+        &["--string=from alice"],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The credential as bytes, as it would come off the network (with munge's newline).
+    let d = m.client().decode(&out.stdout).unwrap();
+    assert_eq!(
+        d,
+        Decoded {
+            uid: alice.uid,
+            gid: bob.gid,
+            payload: b"from alice".to_vec()
+        }
+    );
+}
+
+#[test]
+fn a_credential_decoded_twice_is_replayed() {
+    let m = Munged::start();
+    let c = m.client();
+    let cred = c.encode(b"once", None, None).unwrap();
+    assert_eq!(c.decode(&cred).unwrap().payload, b"once");
+    assert_eq!(c.decode(&cred), Err(MungeError::Replayed));
+    // Another client of the same munged sees the same replay cache.
+    assert_eq!(m.client().decode(&cred), Err(MungeError::Replayed));
+}
+
+#[test]
+fn a_credential_past_its_time_to_live_is_expired() {
+    let m = Munged::start();
+    let c = m.client();
+    let made = Instant::now();
+    let cred = c.encode(b"short", None, Some(1)).unwrap();
+    let mut answers = vec![code(c.decode(&cred))];
+    // munged counts whole seconds: a credential made at second t with a time to live of 1
+    // is expired from second t + 2, so within three seconds; munged checks the time before
+    // the replay cache, so each look after the first says replayed until then.
+    wait_for("the credential to expire", Duration::from_secs(10), || {
+        answers.push(code(c.decode(&cred)));
+        answers.last() == Some(&"expired")
+    });
+    answers.dedup();
+    assert_eq!(answers, ["ok", "replayed", "expired"]);
+    assert!(
+        made.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        made.elapsed()
+    );
+}
+
+#[test]
+fn a_credential_of_another_key_is_invalid() {
+    let a = Munged::start();
+    let b = Munged::start();
+    let from_b = b.client().encode(b"other site", None, None).unwrap();
+    match a.client().decode(&from_b) {
+        Err(MungeError::Invalid { code, .. }) => assert_eq!(code, 14, "EMUNGE_CRED_INVALID"),
+        other => panic!("{other:?}"),
+    }
+    // The credential itself is good: b decodes it.
+    assert_eq!(b.client().decode(&from_b).unwrap().payload, b"other site");
+}
+
+#[test]
+fn garbage_nul_and_oversized_input_are_refused_without_a_panic() {
+    let m = Munged::start();
+    let c = m.client();
+    let good = c.encode(b"payload", None, None).unwrap();
+    // One character of the armoured body changed: the MAC no longer matches.
+    let mut tampered = good.clone().into_bytes();
+    let mid = tampered.len() / 2;
+    tampered[mid] = if tampered[mid] == b'A' { b'B' } else { b'A' };
+    let garbage: &[(&[u8], &str)] = &[
+        (b"", "other"),
+        (b"   ", "other"),
+        (b"hello", "invalid"),
+        (b"MUNGE:", "invalid"),
+        (b"MUNGE::", "invalid"),
+        (b"MUNGE:AAAA:", "invalid"),
+        (b"MUNGE:\xff\xfe\x80:", "invalid"),
+        (&[0xff; 300], "invalid"),
+        (&tampered, "invalid"),
+        (b"MUNGE:\0:", "nul"),
+        (&[b'A'; MAX_CREDENTIAL + 1], "too_long"),
+    ];
+    for (input, want) in garbage {
+        let got = c.decode(input);
+        assert_eq!(
+            code(got.clone()),
+            *want,
+            "{:?}: {got:?}",
+            String::from_utf8_lossy(&input[..input.len().min(40)])
+        );
+    }
+    // Refusals do not use the good credential up.
+    assert_eq!(c.decode(&good).unwrap().payload, b"payload");
+    assert_eq!(
+        code(c.encode(&vec![0; MAX_PAYLOAD + 1], None, None)),
+        "too_long"
+    );
+}
+
+#[test]
+fn no_munged_at_the_socket_is_a_socket_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Munge::open(Some(&dir.path().join("no-socket"))).unwrap();
+    assert_eq!(code(c.encode(b"", None, None)), "socket");
+    assert_eq!(code(c.decode("MUNGE:AAAA:")), "socket");
+    assert_eq!(
+        code(Munge::open(Some(Path::new("/a\0b")))),
+        "nul",
+        "a path with a NUL"
+    );
+}
+
+#[test]
+fn a_client_is_shared_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Munge>();
+    let m = Munged::start();
+    let c = m.client();
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let c = &c;
+            s.spawn(move || {
+                for i in 0..25u8 {
+                    let cred = c.encode(&[t, i], None, None).unwrap();
+                    assert_eq!(c.decode(&cred).unwrap().payload, [t, i]);
+                }
+            });
+        }
+    });
+}
+
+/// Every buffer libmunge returns is freed: the credential, the payload of a good decode and
+/// that of a replayed one (which libmunge returns too). Leaking them would cost some 14 KiB
+/// a round, 55 MiB over the rounds below; the process's resident size may move by a few
+/// pages only (other tests run in this process at the same time, hence the margin).
+#[test]
+fn encoding_and_decoding_leak_no_memory() {
+    fn resident_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+    let m = Munged::start();
+    let c = m.client();
+    let payload = vec![0x5a; MAX_PAYLOAD];
+    let rounds = |n: usize| {
+        for _ in 0..n {
+            let cred = c.encode(&payload, None, None).unwrap();
+            assert_eq!(c.decode(&cred).unwrap().payload.len(), MAX_PAYLOAD);
+            assert_eq!(c.decode(&cred), Err(MungeError::Replayed));
+            assert_eq!(code(c.decode("MUNGE:AAAA:")), "invalid");
+        }
+    };
+    // Warm up: the allocator's arenas and the library's own first allocations.
+    rounds(500);
+    let before = resident_kib();
+    rounds(4000);
+    let after = resident_kib();
+    assert!(
+        after < before + 16 * 1024,
+        "resident size grew from {before} KiB to {after} KiB over 4000 rounds"
+    );
+}
