@@ -6,6 +6,7 @@
 //! takeover waits for a fenced write in flight; the password file must be private; the
 //! grants the tests give are those docs/cluster.md gives.
 
+mod common;
 mod mariadb;
 
 use mariadb::{wait_for, MariaDb, GRANTS};

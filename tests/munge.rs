@@ -50,15 +50,8 @@ fn program(name: &str) -> PathBuf {
 }
 
 /// Waits until `f` holds, looking every 20 ms; panics naming `what` after `within`.
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    common::wait_for_every(what, within, Duration::from_millis(20), f)
 }
 
 /// A private munged with its own key, answering on its own socket.

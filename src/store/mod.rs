@@ -1474,6 +1474,8 @@ impl Store {
         Ok(out)
     }
 
+    /// Every live attempt, whole (the start-up bench, the store's tests; the poll reads
+    /// `live_jobs`).
     pub fn live_attempts(&self) -> Result<Vec<Attempt>> {
         let mut q = self.conn.prepare_cached(&format!(
             "SELECT {ATTEMPT_COLS} FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"

@@ -291,14 +291,19 @@ impl Drop for Daemon {
 }
 
 /// Waits until `f` holds (a fact: a state, a row, a file); panics naming `what` after `within`.
-pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    wait_for_every(what, within, Duration::from_millis(300), f)
+}
+
+/// [`wait_for`], looking every `every` (a local server's answer: often).
+pub fn wait_for_every(what: &str, within: Duration, every: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !f() {
         assert!(
             Instant::now() < deadline,
             "timed out after {within:?} waiting for {what}"
         );
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(every);
     }
 }
 

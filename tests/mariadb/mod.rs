@@ -46,15 +46,8 @@ pub fn program(name: &str) -> PathBuf {
 
 /// Waits until `f` holds (a fact: a server answering, a lease expired by the server's
 /// clock), looking every 20 ms; panics naming `what` after `within`.
-pub fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    crate::common::wait_for_every(what, within, Duration::from_millis(20), f)
 }
 
 fn output(cmd: &mut Command) -> Output {

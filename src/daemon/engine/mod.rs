@@ -72,9 +72,9 @@ pub struct Engine<S: Slurm> {
     /// The last pending row the report looked at when its budget ran out: the next look
     /// starts after it (`pipeline::report_plain_waiters`).
     waiters_after: Option<(u64, String)>,
-    /// The pending jobs of these users (sorted), read by this cycle's poll in its one
-    /// squeue, for `pipeline::watch_pending` later in the same cycle.
-    polled_pending: Option<(Vec<String>, crate::slurm::PendingAnswer)>,
+    /// What `pipeline::watch_pending` asks this cycle and the answer, read by this
+    /// cycle's poll in its one squeue.
+    polled_pending: Option<(pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.

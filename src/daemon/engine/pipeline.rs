@@ -96,7 +96,14 @@ pub(super) struct PendingAsk {
     /// Whose pending jobs are read, by name.
     owners: HashMap<String, u32>,
     /// The same names, sorted.
-    pub(super) users: Vec<String>,
+    users: Vec<String>,
+}
+
+impl PendingAsk {
+    /// Whose pending jobs are read, by name, sorted.
+    pub(super) fn users(&self) -> &[String] {
+        &self.users
+    }
 }
 
 impl<S: Slurm> Engine<S> {
@@ -145,21 +152,21 @@ impl<S: Slurm> Engine<S> {
     /// rewiring (it waits for the next cycle; nothing is lost). A failed answer that only
     /// the report asked for holds nothing back: the report waits one interval.
     pub(super) async fn watch_pending(&mut self, t: i64) -> Result<bool, StoreError> {
-        let Some(PendingAsk {
+        // What the cycle's poll asked and read (one squeue for both), else asked now.
+        let (ask, polled) = match self.polled_pending.take() {
+            Some((ask, answer)) => (ask, Some(answer)),
+            None => match self.pending_ask()? {
+                Some(ask) => (ask, None),
+                None => return Ok(true),
+            },
+        };
+        let PendingAsk {
             pending,
             watch,
             owners,
             users,
-        }) = self.pending_ask()?
-        else {
-            return Ok(true);
-        };
+        } = ask;
         let launches: Vec<i64> = pending.iter().map(|r| r.launch_id).collect();
-        // Read with the cycle's poll when it could (one squeue for both), else now.
-        let polled = match self.polled_pending.take() {
-            Some((asked, rows)) if asked == users => Some(rows),
-            _ => None,
-        };
         let answer = match polled {
             Some(answer) => answer,
             None => self.slurm.pending_of_users(&users).await,

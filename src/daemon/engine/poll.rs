@@ -43,11 +43,10 @@ impl<S: Slurm> Engine<S> {
         let mut view = None;
         // When the owners' pending jobs are to be read this cycle (the waiters' report,
         // a rewiring), the full listing reads them too: still one query.
-        let pending_of = self.pending_ask()?.map(|ask| ask.users);
-        if let Some(users) = pending_of {
-            match self.slurm.squeue_with_pending(&bases, &users).await {
+        if let Some(ask) = self.pending_ask()? {
+            match self.slurm.squeue_with_pending(&bases, ask.users()).await {
                 Ok((queue, pending)) => {
-                    self.polled_pending = Some((users, pending));
+                    self.polled_pending = Some((ask, pending));
                     view = Some(View::Owned(queue));
                 }
                 Err(e) => {
