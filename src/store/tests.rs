@@ -1,4 +1,77 @@
 use super::*;
+use journal::MemoryJournal;
+
+/// A store whose every write goes through an in-memory journal (cluster mode's path).
+/// When the test ends, a new replica made from the journal alone must hold exactly the
+/// rows the store holds: every store test is also a test that the journal replays.
+struct Journaled {
+    store: Store,
+    journal: MemoryJournal,
+}
+
+fn journaled() -> Journaled {
+    let journal = MemoryJournal::default();
+    Journaled {
+        store: Store::in_memory_replica("0a1b2c3d", Box::new(journal.clone())).unwrap(),
+        journal,
+    }
+}
+
+impl std::ops::Deref for Journaled {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl std::ops::DerefMut for Journaled {
+    fn deref_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+}
+
+impl Drop for Journaled {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let replica = Store::in_memory_replica("0a1b2c3d", Box::new(self.journal.clone())).unwrap();
+        assert_eq!(replica.journal_seq(), self.store.journal_seq());
+        assert_eq!(
+            dump(&replica.conn),
+            dump(&self.store.conn),
+            "a replica of the journal differs from the store that wrote it"
+        );
+    }
+}
+
+/// Every row of every table, in row order.
+fn dump(conn: &Connection) -> Vec<(String, Vec<Vec<rusqlite::types::Value>>)> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    tables
+        .into_iter()
+        .map(|t| {
+            let mut q = conn.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
+            let n = q.column_count();
+            let rows = q
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| r.get::<_, rusqlite::types::Value>(i))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap();
+            (t, rows)
+        })
+        .collect()
+}
 
 fn sub(tasks: Option<Vec<u32>>) -> NewSubmission {
     NewSubmission {
@@ -69,7 +142,7 @@ fn remind(s: &mut Store, chain: i64, now: i64) -> Result<bool> {
 
 #[test]
 fn submission_launch_and_lookup() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s
         .create_submission(&sub(None), 100, |tag| {
             vec![format!("--comment={tag}"), "job.sh".into()]
@@ -98,7 +171,7 @@ fn submission_launch_and_lookup() {
 
 #[test]
 fn arrays_get_a_chain_per_task() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s
         .create_submission(&sub(Some(vec![1, 2, 5])), 100, |_| vec![])
         .unwrap();
@@ -118,7 +191,7 @@ fn arrays_get_a_chain_per_task() {
 
 #[test]
 fn relaunch_takes_next_attempt_number_and_plan() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let plan = RetryPlan {
@@ -165,7 +238,7 @@ fn relaunch_takes_next_attempt_number_and_plan() {
 
 #[test]
 fn decisions_are_append_only() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let update = ChainUpdate {
@@ -199,7 +272,7 @@ fn decisions_are_append_only() {
 
 #[test]
 fn a_resolution_races_safely() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let pf = ChainUpdate {
@@ -259,7 +332,7 @@ fn reopening_keeps_everything() {
 
 #[test]
 fn discard_removes_a_refused_first_submission() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s
         .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
         .unwrap();
@@ -270,7 +343,7 @@ fn discard_removes_a_refused_first_submission() {
 
 #[test]
 fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s
         .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
         .unwrap();
@@ -296,7 +369,7 @@ fn an_operation_on_an_arrays_chains_commits_all_or_nothing() {
 
 #[test]
 fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let ready = ChainUpdate {
@@ -323,7 +396,7 @@ fn the_breaker_and_quarantine_count_columns_written_with_the_record() {
 
 #[test]
 fn every_chain_summary_is_read_once_in_order_across_pages() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     for i in 0..2_500 {
         let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
         if i % 2 == 0 {
@@ -353,7 +426,7 @@ fn every_chain_summary_is_read_once_in_order_across_pages() {
 /// reminder and an expiry are queued once.
 #[test]
 fn notifications_are_queued_with_the_state_change() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let pending = ChainUpdate {
@@ -461,6 +534,7 @@ fn notifications_are_queued_with_the_state_change() {
 
 #[test]
 fn open_chains_are_counted_per_owner_from_the_partial_index() {
+    // It writes rows by hand: not a journaled store.
     let mut s = Store::in_memory().unwrap();
     s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec!["job.sh".into()])
         .unwrap();
@@ -531,7 +605,7 @@ fn the_owner_migration_fills_in_the_owners_of_existing_chains() {
 fn a_new_submission_is_what_reading_it_back_gives() {
     // `begin_submit` hands sbatch `stored_as` instead of reading the row back: the two
     // must not differ, whatever the strings hold.
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let mut new = sub(None);
     new.env.push((
         "ODD".into(),
@@ -563,7 +637,7 @@ fn waiting_chain(s: &mut Store) {
 /// changed.
 #[test]
 fn a_reminder_leaves_the_chain_as_it_is() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     waiting_chain(&mut s);
     assert!(remind(&mut s, 1, 300).unwrap());
     assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 200);
@@ -574,7 +648,7 @@ fn a_reminder_leaves_the_chain_as_it_is() {
 /// on meanwhile is left as it is (its job ids keep naming it for as long as they did).
 #[test]
 fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let c = s.chain(1).unwrap().unwrap();
@@ -602,7 +676,7 @@ fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row() {
 /// attempt, set and cleared with the cycle's last-seen states.
 #[test]
 fn an_attempts_owner_seen_is_set_and_cleared() {
-    let mut s = Store::in_memory().unwrap();
+    let mut s = journaled();
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     assert!(!s.live_attempts().unwrap()[0].owner_seen);
@@ -650,4 +724,132 @@ fn the_live_jobs_are_read_again_whenever_the_store_changed() {
         .unwrap();
     other.launch_submitted(l2.id, "43", 201).unwrap();
     assert_eq!(s.live_jobs().unwrap().len(), 2);
+}
+
+fn entries(j: &MemoryJournal) -> usize {
+    j.entries.lock().unwrap().len()
+}
+
+#[test]
+fn a_write_the_journal_refuses_is_rolled_back() {
+    use std::sync::atomic::Ordering;
+    let mut s = journaled();
+    let launch = s
+        .create_submission(&sub(None), 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    assert_eq!(entries(&s.journal), 1);
+    s.journal.fenced.store(true, Ordering::SeqCst);
+    let e = s.launch_submitted(launch.id, "77", 101).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    // Nothing of it was kept: the launch is still an intent, the journal as it was.
+    assert_eq!(s.launch(launch.id).unwrap().state, LaunchState::Intent);
+    assert_eq!(entries(&s.journal), 1);
+    assert_eq!(s.journal_seq(), 1);
+    s.journal.fenced.store(false, Ordering::SeqCst);
+    s.launch_submitted(launch.id, "77", 102).unwrap();
+    assert_eq!(s.launch(launch.id).unwrap().job_id.as_deref(), Some("77"));
+    assert_eq!((entries(&s.journal), s.journal_seq()), (2, 2));
+}
+
+#[test]
+fn a_write_whose_append_answer_was_lost_is_read_back_before_the_next_write() {
+    use std::sync::atomic::Ordering;
+    let mut s = journaled();
+    let launch = s
+        .create_submission(&sub(None), 100, |_| vec!["job.sh".into()])
+        .unwrap();
+    s.journal.lose_answers.store(true, Ordering::SeqCst);
+    assert!(s.launch_submitted(launch.id, "77", 101).is_err());
+    // The journal has it, the replica rolled it back...
+    assert_eq!(entries(&s.journal), 2);
+    assert_eq!(s.launch(launch.id).unwrap().state, LaunchState::Intent);
+    s.journal.lose_answers.store(false, Ordering::SeqCst);
+    // ...and reads it back before it writes again, so the next entry follows it.
+    s.note_launch_error(launch.id, "late", false).unwrap();
+    assert_eq!(s.launch(launch.id).unwrap().job_id.as_deref(), Some("77"));
+    assert_eq!((entries(&s.journal), s.journal_seq()), (3, 3));
+}
+
+#[test]
+fn a_batch_is_one_entry_and_a_batch_the_journal_refuses_keeps_nothing() {
+    use std::sync::atomic::Ordering;
+    let mut s = journaled();
+    let a = s
+        .create_submission(&sub(None), 100, |_| vec!["a.sh".into()])
+        .unwrap();
+    let b = s
+        .create_submission(&sub(None), 100, |_| vec!["b.sh".into()])
+        .unwrap();
+    s.begin_batch().unwrap();
+    s.launch_submitted(a.id, "10", 101).unwrap();
+    s.launch_submitted(b.id, "11", 101).unwrap();
+    s.end_batch(true).unwrap();
+    assert_eq!(entries(&s.journal), 3, "two submissions and one batch");
+    s.begin_batch().unwrap();
+    s.note_launch_error(a.id, "x", false).unwrap();
+    s.journal.fenced.store(true, Ordering::SeqCst);
+    assert!(matches!(s.end_batch(true), Err(StoreError::Fenced { .. })));
+    s.journal.fenced.store(false, Ordering::SeqCst);
+    assert_eq!(s.launch(a.id).unwrap().error, None);
+    assert_eq!(s.journal_seq(), 3);
+    // A batch rolled back by the daemon appends nothing either.
+    s.begin_batch().unwrap();
+    s.note_launch_error(a.id, "y", false).unwrap();
+    s.end_batch(false).unwrap();
+    assert_eq!(entries(&s.journal), 3);
+    s.note_launch_error(b.id, "z", false).unwrap();
+    assert_eq!(entries(&s.journal), 4);
+}
+
+#[test]
+fn a_standby_replica_follows_the_writer_entry_by_entry() {
+    let mut s = journaled();
+    let mut standby = Store::in_memory_replica("0a1b2c3d", Box::new(s.journal.clone())).unwrap();
+    let launch = s
+        .create_submission(&sub(Some(vec![1, 2])), 100, |tag| {
+            vec![format!("--comment={tag}"), "job.sh".into()]
+        })
+        .unwrap();
+    s.launch_submitted(launch.id, "40", 101).unwrap();
+    assert_eq!(standby.catch_up().unwrap(), 2);
+    assert_eq!(standby.catch_up().unwrap(), 0);
+    assert_eq!(dump(&standby.conn), dump(&s.conn));
+    // The tag names the shared instance on every replica.
+    assert_eq!(standby.launch(launch.id).unwrap().tag, launch.tag);
+    assert!(launch.tag.starts_with("ssv-0a1b2c3d-"), "{}", launch.tag);
+}
+
+#[test]
+fn an_entry_of_a_later_format_is_refused_whole() {
+    let journal = MemoryJournal::default();
+    journal
+        .entries
+        .lock()
+        .unwrap()
+        .push((journal::FORMAT + 1, b"[]".to_vec()));
+    let e = match Store::in_memory_replica("0a1b2c3d", Box::new(journal)) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica applied an entry of a later format"),
+    };
+    assert!(matches!(e, StoreError::JournalTooNew { seq: 1, .. }), "{e}");
+    assert!(e.to_string().contains("upgrade slurm-supervisor"), "{e}");
+}
+
+#[test]
+fn a_replica_of_another_shared_database_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("replica.db");
+    drop(Store::open_replica(&p, "0a1b2c3d", Box::new(MemoryJournal::default())).unwrap());
+    let before = std::fs::read(&p).unwrap();
+    let e = match Store::open_replica(&p, "ffffffff", Box::new(MemoryJournal::default())) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica of another database was opened"),
+    };
+    assert!(matches!(e, StoreError::NotAStore { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("not a replica of this shared database"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), before);
 }
