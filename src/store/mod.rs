@@ -2376,5 +2376,7 @@ impl Store {
     }
 }
 
+#[cfg(any(test, feature = "test-suites"))]
+pub mod suite;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@
 //! from an earlier statement.
 
 mod config;
+pub mod journal;
 pub mod lease;
 
 use crate::election::Epoch;
@@ -27,6 +28,7 @@ pub use config::{
     read_password_file, Password, PasswordFileError, StoreConfig, StoreUrl, UrlError,
     DEFAULT_PASSWORD_FILE, DEFAULT_PORT,
 };
+pub use journal::{EpochCell, Identity, Refusal, SharedJournal};
 pub use lease::{fence, Acquisition, Grant, LeaseView};
 
 /// Why a lease is not the caller's any more (in [`StoreError::Fenced`]).
@@ -63,7 +65,7 @@ impl fmt::Display for Fence {
 
 /// One connection to the shared database.
 pub struct ClusterDb {
-    conn: mysql::Conn,
+    pub(super) conn: mysql::Conn,
 }
 
 impl fmt::Debug for ClusterDb {
