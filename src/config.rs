@@ -465,6 +465,7 @@ struct RawConfig {
     metrics: RawMetrics,
     #[serde(default)]
     rules: Vec<RawRule>,
+    store: Option<crate::store::cluster::StoreConfig>,
 }
 
 /// Slurm command settings.
@@ -534,7 +535,30 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
     pub rules: Vec<Rule>,
+    /// Cluster mode (`[store]`): the shared database and the lease; `None` runs on the
+    /// SQLite store alone.
+    pub cluster: Option<ClusterConfig>,
 }
+
+/// Cluster mode's settings (docs/cluster.md), from `[store]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub url: crate::store::cluster::StoreUrl,
+    pub password_file: PathBuf,
+    /// The lease's length and the margin before its end (checked together).
+    pub timing: crate::election::Timing,
+    /// The bound on every call to the database.
+    pub timeout: Duration,
+    /// This node's name, as the other nodes' users are told it.
+    pub node: String,
+}
+
+/// The lease's default length: a daemon that stops is replaced within it and a poll.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default margin before a lease's end.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+/// The default bound on a call to the shared database.
+pub const DEFAULT_DB_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `supervisorctl` needs of the config: where the socket is and how big a script
 /// may be. The file is checked as the daemon checks it (every key, type and bound), except
@@ -928,6 +952,51 @@ impl Config {
             }
         };
 
+        let cluster = match raw.store {
+            None => None,
+            Some(st) => {
+                let dur = |key: &str, v: &Option<String>, default: Duration| match v {
+                    None => Ok(default),
+                    Some(text) => parse_duration(text)
+                        .map_err(|e| semantic(format!("store.{key}: {e}"))),
+                };
+                let lease = dur("lease", &st.lease, DEFAULT_LEASE)?;
+                let margin = dur("margin", &st.margin, DEFAULT_MARGIN)?;
+                let timeout = dur("timeout", &st.timeout, DEFAULT_DB_TIMEOUT)?;
+                let timing = crate::election::Timing::new(lease, margin)
+                    .map_err(|e| semantic(format!("store.lease and store.margin: {e}")))?;
+                if timeout.is_zero() || timeout.saturating_mul(3) > lease {
+                    return Err(semantic(format!(
+                        "store.timeout = {timeout:?} must be above zero and at most a third of store.lease ({lease:?}): a renewal that times out must leave time for two more"
+                    )));
+                }
+                let node = match st.node {
+                    Some(n) => n,
+                    None => nix::unistd::gethostname()
+                        .ok()
+                        .and_then(|h| h.into_string().ok())
+                        .unwrap_or_else(|| "localhost".into()),
+                };
+                if node.is_empty()
+                    || node.len() > 200
+                    || !node
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+                {
+                    return Err(semantic(format!(
+                        "store.node = {node:?}: write this node's host name (letters, digits, '-', '.', '_', ':', at most 200)"
+                    )));
+                }
+                Some(ClusterConfig {
+                    url: st.url,
+                    password_file: st.password_file,
+                    timing,
+                    timeout,
+                    node,
+                })
+            }
+        };
+
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
         let socket = raw
             .socket
@@ -975,12 +1044,18 @@ impl Config {
                 listen: metrics_listen,
             },
             rules,
+            cluster,
         })
     }
 
-    /// The SQLite file.
+    /// The SQLite file: in cluster mode, this node's replica of the shared journal (never
+    /// the file of the single-node store, which stays as it was).
     pub fn db_path(&self) -> PathBuf {
-        self.state_dir.join("supervisor.db")
+        if self.cluster.is_some() {
+            self.state_dir.join("replica.db")
+        } else {
+            self.state_dir.join("supervisor.db")
+        }
     }
 }
 

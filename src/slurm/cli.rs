@@ -985,6 +985,16 @@ impl Slurm for SlurmCli {
         Ok(parse::show_config_value(&ran.stdout, "MailProg"))
     }
 
+    async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
+        let ran = self
+            .query("scontrol", vec!["show".into(), "config".into()])
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("scontrol", &ran));
+        }
+        Ok(parse::show_config_value(&ran.stdout, "ClusterName"))
+    }
+
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
         let ran = self
             .query("sinfo", vec!["--noheader".into(), "--format=%R|%l".into()])

@@ -1,0 +1,147 @@
+//! Cluster mode end to end (docs/cluster.md): two daemons, as on two login nodes, on one
+//! real MariaDB (a private server, `tests/mariadb/mod.rs`) beside the dev cluster's real
+//! Slurm. Exactly one acts; the other answers reads from its replica and refuses writes
+//! naming the active node. The active one killed while its chain's job runs is replaced
+//! within a lease and a poll, and the chain goes on to complete; the active one stopped
+//! (SIGSTOP) past its lease and continued does not act again. Ground truth is Slurm's
+//! accounting: each attempt has exactly one job.
+
+mod common;
+mod mariadb;
+
+use common::{require_slurm, sacct_jobs_with_comment, wait_for, Daemon};
+use mariadb::MariaDb;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PASSWORD: &str = "cluster-test-pw";
+
+/// A shared database, and the `[store]` section that names it.
+struct Shared {
+    server: MariaDb,
+    password_file: PathBuf,
+    url: String,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let server = MariaDb::start();
+        let url = server.supervisor_database("supervisor", "ssv", PASSWORD);
+        let password_file = server.dir().join("db-password");
+        std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+        std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let url = format!("mysql://{}@{}:{}/{}", url.user, url.host, url.port, url.database);
+        Shared {
+            server,
+            password_file,
+            url,
+        }
+    }
+
+    /// A daemon of node `node` on this database: a 6 s lease, polling every second.
+    fn daemon(&self, node: &str) -> Daemon {
+        Daemon::start(&format!(
+            "[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"6s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n",
+            self.url,
+            self.password_file.display().to_string()
+        ))
+    }
+
+    /// The store's instance: every job's tag names it.
+    fn instance(&self) -> String {
+        self.server
+            .admin_sql("SELECT instance FROM supervisor.cluster")
+    }
+
+    /// Who holds the lease, by the server's clock.
+    fn holder(&self) -> String {
+        self.server.admin_sql(
+            "SELECT COALESCE(holder, '') FROM supervisor.lease WHERE expires_at > UTC_TIMESTAMP(6)",
+        )
+    }
+}
+
+fn active(d: &Daemon) -> bool {
+    d.log().contains("this daemon is the active one now")
+}
+
+/// A script that fails the first time with an error a rule calls transient, once `go`
+/// exists in `dir`, and completes the second time.
+fn fail_once_when_told(d: &Daemon, dir: &Path) -> PathBuf {
+    d.write_script(
+        "once.sh",
+        &format!(
+            "while [ ! -e {dir}/go ]; do sleep 0.2; done\n\
+             if [ -e {dir}/failed-once ]; then exit 0; fi\n\
+             touch {dir}/failed-once\necho 'connection refused' >&2\nexit 1",
+            dir = dir.display()
+        ),
+    )
+}
+
+#[test]
+fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_one_job_per_attempt(
+) {
+    require_slurm();
+    let shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    assert!(shared.holder().starts_with("loginA:"), "{}", shared.holder());
+
+    let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let script = fail_once_when_told(&a, flags.path());
+    let job = a.submit(&["--time=2", "--mem=50M", script.to_str().unwrap()]);
+    a.wait_seen_running(&job, Duration::from_secs(120));
+
+    // The standby answers reads from its replica, and refuses writes naming the active node.
+    wait_for("loginB's replica to show the chain", Duration::from_secs(30), || {
+        !b.status(&job).is_empty()
+    });
+    let refused = b.ctl(&["cancel", &job]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("the active daemon is on loginA"), "{said}");
+    assert!(!b.log().contains("squeue"), "a standby ran a Slurm query");
+
+    // loginA dies; loginB takes over within the lease and a poll.
+    a.kill();
+    wait_for("loginB to take over", Duration::from_secs(30), || active(&b));
+    std::fs::write(flags.path().join("go"), "").unwrap();
+    let rows = b.wait_state(&job, "completed", Duration::from_secs(240));
+    assert_eq!(rows.len(), 1);
+    let h = b.history(&job);
+    let attempts = common::attempts(&h);
+    assert_eq!(attempts.len(), 2, "{h:#}");
+
+    // Slurm's accounting: exactly one job for each attempt.
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+}
+
+#[test]
+fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
+    require_slurm();
+    let shared = Shared::new();
+    let a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let pid = nix::unistd::Pid::from_raw(a.child.as_ref().unwrap().id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_for("loginB to take over", Duration::from_secs(30), || active(&b));
+    assert!(shared.holder().starts_with("loginB:"), "{}", shared.holder());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_for("loginA to stand by", Duration::from_secs(30), || {
+        a.log().contains("not the active one any more")
+    });
+    // loginA refuses writes and names loginB; loginB acts.
+    let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("the active daemon is on loginB"), "{said}");
+    let job = b.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    b.wait_state(&job, "completed", Duration::from_secs(120));
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
