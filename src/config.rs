@@ -554,7 +554,7 @@ pub struct ClusterConfig {
 }
 
 /// The lease's default length: a daemon that stops is replaced within it and a poll.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// The default margin before a lease's end.
 pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
 /// The default bound on a call to the shared database.
@@ -957,14 +957,26 @@ impl Config {
             Some(st) => {
                 let dur = |key: &str, v: &Option<String>, default: Duration| match v {
                     None => Ok(default),
-                    Some(text) => parse_duration(text)
-                        .map_err(|e| semantic(format!("store.{key}: {e}"))),
+                    Some(text) => {
+                        parse_duration(text).map_err(|e| semantic(format!("store.{key}: {e}")))
+                    }
                 };
                 let lease = dur("lease", &st.lease, DEFAULT_LEASE)?;
                 let margin = dur("margin", &st.margin, DEFAULT_MARGIN)?;
                 let timeout = dur("timeout", &st.timeout, DEFAULT_DB_TIMEOUT)?;
                 let timing = crate::election::Timing::new(lease, margin)
                     .map_err(|e| semantic(format!("store.lease and store.margin: {e}")))?;
+                // A command that changes Slurm starts only if its timeout ends before the
+                // lease's local deadline, which a renewal moves every third of the usable
+                // time: two thirds of it must hold the longest such command.
+                let room = timing.usable(lease) * 2 / 3;
+                if room <= raw.slurm.command_timeout.0 {
+                    return Err(semantic(format!(
+                        "store.lease = {lease:?} leaves {room:?} for a Slurm command, and slurm.command_timeout is {:?}: make the lease at least {:?}, or the timeout shorter",
+                        raw.slurm.command_timeout.0,
+                        (raw.slurm.command_timeout.0 * 3 / 2 + margin) * 11 / 10
+                    )));
+                }
                 if timeout.is_zero() || timeout.saturating_mul(3) > lease {
                     return Err(semantic(format!(
                         "store.timeout = {timeout:?} must be above zero and at most a third of store.lease ({lease:?}): a renewal that times out must leave time for two more"
@@ -1069,6 +1081,45 @@ mod tests {
         let c = Config::parse(text, Some(Path::new("supervisor.toml"))).unwrap();
         assert!(c.rules.iter().any(|r| r.kind == Classification::Permanent));
         assert!(c.rules.iter().any(|r| r.kind == Classification::Transient));
+    }
+
+    #[test]
+    fn the_store_section_turns_cluster_mode_on_with_checked_timings() {
+        let c = Config::parse("", None).unwrap();
+        assert!(c.cluster.is_none());
+        assert!(c.db_path().ends_with("supervisor.db"));
+        let c = Config::parse(
+            "[store]\nurl = \"mysql://ssv@db1:3306/supervisor\"\nnode = \"login1\"\n",
+            None,
+        )
+        .unwrap();
+        let cc = c.cluster.as_ref().unwrap();
+        assert_eq!(cc.timing.lease(), DEFAULT_LEASE);
+        assert_eq!(cc.timing.margin(), DEFAULT_MARGIN);
+        assert_eq!(cc.timeout, DEFAULT_DB_TIMEOUT);
+        assert_eq!(cc.node, "login1");
+        assert_eq!(cc.url.host, "db1");
+        // Its own file: the single node's store is never taken for a replica.
+        assert!(c.db_path().ends_with("replica.db"));
+        let refused = |text: &str| Config::parse(text, None).unwrap_err().to_string();
+        let url = "[store]\nurl = \"mysql://ssv@db1/supervisor\"\n";
+        let e = refused(&format!("{url}lease = \"20s\"\n"));
+        assert!(e.contains("slurm.command_timeout is 30s"), "{e}");
+        assert!(Config::parse(
+            &format!("[slurm]\ncommand_timeout = \"5s\"\n{url}lease = \"20s\"\n"),
+            None
+        )
+        .is_ok());
+        let e = refused(&format!("{url}margin = \"40s\"\n"));
+        assert!(e.contains("store.lease and store.margin"), "{e}");
+        let e = refused(&format!("{url}timeout = \"30s\"\n"));
+        assert!(e.contains("at most a third of store.lease"), "{e}");
+        let e = refused(&format!("{url}node = \"a b\"\n"));
+        assert!(e.contains("store.node"), "{e}");
+        let e = refused(&format!("{url}lease = \"soon\"\n"));
+        assert!(e.contains("store.lease: invalid duration"), "{e}");
+        let e = refused("[store]\nurl = \"mysql://ssv:pw@db1/supervisor\"\n");
+        assert!(e.contains("it holds a password"), "{e}");
     }
 
     #[test]

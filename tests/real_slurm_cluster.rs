@@ -31,7 +31,10 @@ impl Shared {
         let password_file = server.dir().join("db-password");
         std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
         std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let url = format!("mysql://{}@{}:{}/{}", url.user, url.host, url.port, url.database);
+        let url = format!(
+            "mysql://{}@{}:{}/{}",
+            url.user, url.host, url.port, url.database
+        );
         Shared {
             server,
             password_file,
@@ -39,10 +42,11 @@ impl Shared {
         }
     }
 
-    /// A daemon of node `node` on this database: a 6 s lease, polling every second.
+    /// A daemon of node `node` on this database: a 12 s lease (Slurm commands that change
+    /// something may take 5 s), polling every second.
     fn daemon(&self, node: &str) -> Daemon {
         Daemon::start(&format!(
-            "[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"6s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n",
+            "[slurm]\ncommand_timeout = \"5s\"\n[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n",
             self.url,
             self.password_file.display().to_string()
         ))
@@ -81,14 +85,18 @@ fn fail_once_when_told(d: &Daemon, dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_one_job_per_attempt(
-) {
+fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_one_job_per_attempt()
+{
     require_slurm();
     let shared = Shared::new();
     let mut a = shared.daemon("loginA");
     wait_for("loginA to act", Duration::from_secs(30), || active(&a));
     let b = shared.daemon("loginB");
-    assert!(shared.holder().starts_with("loginA:"), "{}", shared.holder());
+    assert!(
+        shared.holder().starts_with("loginA:"),
+        "{}",
+        shared.holder()
+    );
 
     let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
     let script = fail_once_when_told(&a, flags.path());
@@ -96,9 +104,11 @@ fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_o
     a.wait_seen_running(&job, Duration::from_secs(120));
 
     // The standby answers reads from its replica, and refuses writes naming the active node.
-    wait_for("loginB's replica to show the chain", Duration::from_secs(30), || {
-        !b.status(&job).is_empty()
-    });
+    wait_for(
+        "loginB's replica to show the chain",
+        Duration::from_secs(30),
+        || !b.status(&job).is_empty(),
+    );
     let refused = b.ctl(&["cancel", &job]);
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
@@ -107,7 +117,9 @@ fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_o
 
     // loginA dies; loginB takes over within the lease and a poll.
     a.kill();
-    wait_for("loginB to take over", Duration::from_secs(30), || active(&b));
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
     std::fs::write(flags.path().join("go"), "").unwrap();
     let rows = b.wait_state(&job, "completed", Duration::from_secs(240));
     assert_eq!(rows.len(), 1);
@@ -129,8 +141,14 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
     let b = shared.daemon("loginB");
     let pid = nix::unistd::Pid::from_raw(a.child.as_ref().unwrap().id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    wait_for("loginB to take over", Duration::from_secs(30), || active(&b));
-    assert!(shared.holder().starts_with("loginB:"), "{}", shared.holder());
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
+    assert!(
+        shared.holder().starts_with("loginB:"),
+        "{}",
+        shared.holder()
+    );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     wait_for("loginA to stand by", Duration::from_secs(30), || {
         a.log().contains("not the active one any more")

@@ -70,6 +70,7 @@ pub struct Cluster {
     acting: Option<Epoch>,
     /// Times this daemon took the lease (for the metrics).
     pub takeovers: u64,
+    fence_check: FenceCheck,
 }
 
 fn connector(
@@ -92,14 +93,15 @@ impl Cluster {
     ) -> Result<(Store, Cluster), ClusterError> {
         let password = read_password_file(&config.password_file)
             .map_err(|e| ClusterError::Config(e.to_string()))?;
-        let mut connect = connector(config, password.clone());
+        let mut first = connector(config, password.clone());
         let identity: Identity = {
-            let mut db = connect()?;
+            let mut db = first()?;
             db.prepare(cluster_name)?
                 .map_err(|e| ClusterError::Config(e.to_string()))?
         };
         let epoch = EpochCell::default();
-        let journal = SharedJournal::new(Box::new(connector(config, password.clone())), epoch.clone());
+        let journal =
+            SharedJournal::new(Box::new(connector(config, password.clone())), epoch.clone());
         let store = Store::open_replica(replica, &identity.instance, Box::new(journal))?;
         let holder = format!(
             "{}:{}:{:04x}",
@@ -113,12 +115,36 @@ impl Cluster {
         let thread = {
             let (election, seen, stop, holder) =
                 (election.clone(), seen.clone(), stop.clone(), holder.clone());
-            let connect = connector(config, password);
+            let connect = connector(config, password.clone());
             let lease = config.timing.lease();
             std::thread::Builder::new()
                 .name("lease".into())
                 .spawn(move || lease_thread(connect, holder, lease, election, seen, stop))
-                .map_err(|e| ClusterError::Config(format!("cannot start the lease's thread: {e}")))?
+                .map_err(|e| {
+                    ClusterError::Config(format!("cannot start the lease's thread: {e}"))
+                })?
+        };
+        let fence_check: FenceCheck = {
+            let db: Mutex<Option<ClusterDb>> = Mutex::new(None);
+            let connect = Mutex::new(connector(config, password.clone()));
+            let epoch = epoch.clone();
+            Arc::new(move || {
+                let Some(e) = epoch.get() else {
+                    return Err(StoreError::Fenced {
+                        epoch: Epoch(0),
+                        why: crate::store::cluster::Fence::Released,
+                    });
+                };
+                let mut db = lock(&db);
+                if db.is_none() {
+                    *db = Some((lock(&connect))()?);
+                }
+                let out = db.as_mut().expect("connected above").fenced(e, |_| Ok(()));
+                if matches!(out, Err(StoreError::Mysql(_))) {
+                    *db = None;
+                }
+                out
+            })
         };
         info!(
             holder = %holder,
@@ -137,6 +163,7 @@ impl Cluster {
                 thread: Some(thread),
                 acting: None,
                 takeovers: 0,
+                fence_check,
             },
         ))
     }
@@ -148,7 +175,7 @@ impl Cluster {
 
     /// A handle for [`Guarded`].
     pub fn guard(&self) -> Guard {
-        Guard(self.election.clone())
+        Guard(self.election.clone(), self.fence_check.clone())
     }
 
     /// What the lease thread last saw.
@@ -169,9 +196,9 @@ impl Cluster {
     /// The answer to a request that changes something, while this daemon does not act.
     pub fn not_active(&self) -> String {
         match self.active_node() {
-            Some(node) => format!(
-                "not active; the active daemon is on {node}: run supervisorctl there"
-            ),
+            Some(node) => {
+                format!("not active; the active daemon is on {node}: run supervisorctl there")
+            }
             None => {
                 let why = self
                     .seen()
@@ -291,7 +318,7 @@ fn lease_thread(
             }
         }
         let answer = match db.as_mut() {
-            None => unreachable!("connected above"),
+            None => Answer::NoAnswer,
             Some(conn) => {
                 let answer = match held {
                     Some(epoch) => match conn.renew(&holder, epoch, lease) {
@@ -344,9 +371,13 @@ fn lease_thread(
     }
 }
 
-/// The election, as the Slurm commands ask it.
+/// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
+type FenceCheck = Arc<dyn Fn() -> Result<(), StoreError> + Send + Sync>;
+
+/// The election, as the Slurm commands ask it, and the fence check a held job's release
+/// waits for.
 #[derive(Clone)]
-pub struct Guard(Arc<Mutex<Election>>);
+pub struct Guard(Arc<Mutex<Election>>, FenceCheck);
 
 impl Guard {
     fn may_query(&self) -> bool {
@@ -364,7 +395,8 @@ impl Guard {
 pub struct Guarded<S> {
     inner: S,
     guard: Option<Guard>,
-    /// The longest a command that changes Slurm may take (the sbatch timeout, the largest).
+    /// The longest a command that changes Slurm may take (`slurm.command_timeout`; an
+    /// sbatch is held, so a late one changes nothing).
     takes: Duration,
 }
 
@@ -401,9 +433,48 @@ impl<S> Guarded<S> {
 }
 
 impl<S: Slurm> Slurm for Guarded<S> {
+    /// In cluster mode a job is submitted held (`--hold`), and released only once a
+    /// transaction fenced by this daemon's epoch has shown it still holds the lease: the
+    /// sbatch of a daemon deposed meanwhile (stopped, cut off) leaves a held job that never
+    /// runs, which the active daemon finds by its tag (docs/cluster.md). A job the argv
+    /// holds already (a gate, the user's own `--hold`) is submitted as it is.
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
-        self.change("sbatch")?;
-        self.inner.sbatch(req).await
+        let Some(guard) = &self.guard else {
+            return self.inner.sbatch(req).await;
+        };
+        self.query("sbatch")?;
+        let held_already = crate::sbatch_args::parse(&req.argv)
+            .map(|c| c.has("hold"))
+            .unwrap_or(true);
+        if held_already {
+            return self.inner.sbatch(req).await;
+        }
+        let mut held = req.clone();
+        held.argv.insert(0, "--hold".into());
+        let id = self.inner.sbatch(&held).await?;
+        let check = guard.1.clone();
+        let fenced = tokio::task::spawn_blocking(move || check())
+            .await
+            .unwrap_or_else(|e| {
+                Err(StoreError::Busy(format!(
+                    "the fence check did not finish: {e}"
+                )))
+            });
+        let base = id.split(';').next().unwrap_or(&id).to_string();
+        match fenced {
+            Ok(()) if guard.may_change(self.takes) => {
+                if let Err(e) = self
+                    .inner
+                    .release(std::slice::from_ref(&base), req.run_as.as_ref())
+                    .await
+                {
+                    warn!(job = %base, "the held job was not released: {e}");
+                }
+            }
+            Ok(()) => warn!(job = %base, "the job stays held: this daemon's lease is about to end"),
+            Err(e) => warn!(job = %base, "the job stays held: {e}"),
+        }
+        Ok(id)
     }
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
         self.query("squeue")?;

@@ -203,7 +203,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let slurm = cluster::Guarded::new(
         slurm,
         cluster.as_ref().map(cluster::Cluster::guard),
-        config.slurm.sbatch_timeout.max(config.slurm.command_timeout),
+        config.slurm.command_timeout,
     );
     // The metrics endpoint, if asked for, beside the control socket: scrapes read the
     // store over their own read-only connection and never wait for this loop. Bound
@@ -262,9 +262,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
     info!(socket = %socket_path.display(), poll_interval = ?engine.config().poll_interval, "slurm-supervisord ready");
 
     let mut agent = agent::Runner::default();
-    agent.maybe_start(&engine);
     let mut notifier = notifications::Notifier::default();
-    notifier.tick(&mut engine);
+    if acting(&cluster) {
+        agent.maybe_start(&engine);
+        notifier.tick(&mut engine);
+    }
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
     // controller, or anything in their own environment) holds up no one else.
     engine.defer_launches();
@@ -303,10 +305,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             done = notifier.done(), if notifier.busy() => {
                 notifier.finish(&mut engine, done);
-                notifier.tick(&mut engine);
+                if acting(&cluster) {
+                    notifier.tick(&mut engine);
+                }
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
-                if let Some(c) = cluster.as_ref().filter(|c| c.acting().is_none() || !c.role().is_active()) {
+                if let Some(c) = cluster.as_ref().filter(|_| !acting(&cluster)) {
                     let _ = ctl.reply.send(crate::protocol::Response::error(crate::protocol::ErrorKind::Unavailable, c.not_active()));
                     continue;
                 }
@@ -352,7 +356,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             }
             // Last: a backlog of notifications is marked a turn at a time, after
             // everything above that is ready.
-            _ = std::future::ready(()), if notifier.has_more() => {
+            _ = std::future::ready(()), if notifier.has_more() && acting(&cluster) => {
                 notifier.tick(&mut engine);
             }
         }
@@ -388,6 +392,13 @@ fn acts<S: Slurm>(cluster: &mut Option<cluster::Cluster>, engine: &mut Engine<S>
             }
         },
     }
+}
+
+/// Whether this daemon acts now (always on a single node).
+fn acting(cluster: &Option<cluster::Cluster>) -> bool {
+    cluster
+        .as_ref()
+        .is_none_or(|c| c.acting().is_some() && c.role().is_active())
 }
 
 /// A write refused by the fence: this daemon is not the active one any more.

@@ -147,9 +147,9 @@ impl SlurmError {
             SlurmError::Unavailable { stderr, .. } => {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
-            SlurmError::Spawn { .. } | SlurmError::Rejected { .. } | SlurmError::NotActive { .. } => {
-                false
-            }
+            SlurmError::Spawn { .. }
+            | SlurmError::Rejected { .. }
+            | SlurmError::NotActive { .. } => false,
             SlurmError::Timeout { .. }
             | SlurmError::Held { .. }
             | SlurmError::Garbage { .. }
