@@ -107,7 +107,7 @@ fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_o
     wait_for(
         "loginB's replica to show the chain",
         Duration::from_secs(30),
-        || !b.status(&job).is_empty(),
+        || b.ctl(&["status", "--json", &job]).status.success(),
     );
     let refused = b.ctl(&["cancel", &job]);
     assert!(!refused.status.success());
@@ -162,4 +162,89 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
     b.wait_state(&job, "completed", Duration::from_secs(120));
     let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
+
+/// What squeue says a job waits for (`%r`), empty once it is not pending.
+fn reason(job: &str) -> String {
+    common::run("squeue", &["--noheader", "--jobs", job, "--format=%T|%r"])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorded_one_left_held() {
+    require_slurm();
+    let shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let script = a.write_script("sleepy.sh", "sleep 120");
+    // Pending (it may start in an hour), so a hold keeps it from running.
+    let job = a.submit(&[
+        "--time=3",
+        "--mem=50M",
+        "--begin=now+1hour",
+        script.to_str().unwrap(),
+    ]);
+    let comment = common::run("squeue", &["--noheader", "--jobs", &job, "--format=%k"]);
+    let tag = comment
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
+        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
+        .to_string();
+    // What a deposed daemon leaves when its sbatch outlived its lease: a job with the
+    // launch's tag, submitted held, that nobody recorded.
+    let stray = common::run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--time=1",
+            "--mem=50M",
+            &format!("--comment={tag}"),
+            "--wrap=true",
+        ],
+    )
+    .trim()
+    .to_string();
+    // And the recorded job held again, as when its release failed.
+    common::run("scontrol", &["uhold", &job]);
+    assert!(
+        reason(&stray).ends_with("|JobHeldUser"),
+        "{}",
+        reason(&stray)
+    );
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
+
+    a.kill();
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
+    wait_for(
+        "the stray job to be cancelled",
+        Duration::from_secs(60),
+        || common::sacct_state(&stray).starts_with("CANCELLED"),
+    );
+    wait_for(
+        "the recorded job to be released",
+        Duration::from_secs(60),
+        || !reason(&job).ends_with("|JobHeldUser"),
+    );
+    assert!(
+        b.log().contains("cancelled a held job nobody recorded"),
+        "{}",
+        common::tail(&b.log(), 30)
+    );
+    // The stray never ran.
+    assert_eq!(
+        common::sacct_field(&stray, "Elapsed"),
+        "00:00:00",
+        "{stray}"
+    );
+    let start = common::sacct_field(&stray, "Start");
+    assert!(
+        ["None", "Unknown"].contains(&start.as_str()),
+        "{stray} started at {start}"
+    );
+    common::run("scancel", &[&job]);
 }

@@ -25,7 +25,7 @@
 use crate::config::ClusterConfig;
 use crate::election::{Answer, Election, Epoch, Role};
 use crate::slurm::parse::Parsed;
-use crate::slurm::types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
     read_password_file, Acquisition, ClusterDb, EpochCell, Identity, LeaseView, Password,
@@ -71,6 +71,9 @@ pub struct Cluster {
     /// Times this daemon took the lease (for the metrics).
     pub takeovers: u64,
     fence_check: FenceCheck,
+    /// When the last sweep of held jobs ran (`None`: due at the next cycle).
+    last_sweep: Option<Instant>,
+    lease: Duration,
 }
 
 fn connector(
@@ -164,6 +167,8 @@ impl Cluster {
                 acting: None,
                 takeovers: 0,
                 fence_check,
+                last_sweep: None,
+                lease: config.timing.lease(),
             },
         ))
     }
@@ -222,6 +227,7 @@ impl Cluster {
                     self.epoch.set(Some(epoch));
                     self.acting = Some(epoch);
                     self.takeovers += 1;
+                    self.last_sweep = None;
                     info!(
                         epoch = epoch.0,
                         applied,
@@ -252,6 +258,21 @@ impl Cluster {
         let now = Instant::now();
         lock(&self.election).observe(now, now, Answer::Lost);
         self.epoch.set(None);
+    }
+
+    /// Whether the sweep of held jobs is due (at the first cycle of each tenure, then
+    /// once a lease); marks it done.
+    pub fn sweep_due(&mut self) -> bool {
+        let due = self.last_sweep.is_none_or(|at| at.elapsed() >= self.lease);
+        if due {
+            self.last_sweep = Some(Instant::now());
+        }
+        due
+    }
+
+    /// The lease's length.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// The epoch this daemon acts under, if it does.
@@ -371,6 +392,17 @@ fn lease_thread(
     }
 }
 
+/// How many times a held job's release is asked for.
+const RELEASE_TRIES: u32 = 3;
+
+/// Whether an sbatch argv holds its job already (a gate's `--hold`, the user's own).
+/// Unreadable counts as held: such a job is left as sbatch makes it.
+pub fn holds(argv: &[String]) -> bool {
+    crate::sbatch_args::parse(argv)
+        .map(|c| c.has("hold"))
+        .unwrap_or(true)
+}
+
 /// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
 type FenceCheck = Arc<dyn Fn() -> Result<(), StoreError> + Send + Sync>;
 
@@ -443,10 +475,7 @@ impl<S: Slurm> Slurm for Guarded<S> {
             return self.inner.sbatch(req).await;
         };
         self.query("sbatch")?;
-        let held_already = crate::sbatch_args::parse(&req.argv)
-            .map(|c| c.has("hold"))
-            .unwrap_or(true);
-        if held_already {
+        if holds(&req.argv) {
             return self.inner.sbatch(req).await;
         }
         let mut held = req.clone();
@@ -463,12 +492,23 @@ impl<S: Slurm> Slurm for Guarded<S> {
         let base = id.split(';').next().unwrap_or(&id).to_string();
         match fenced {
             Ok(()) if guard.may_change(self.takes) => {
-                if let Err(e) = self
-                    .inner
-                    .release(std::slice::from_ref(&base), req.run_as.as_ref())
-                    .await
-                {
-                    warn!(job = %base, "the held job was not released: {e}");
+                // `scontrol release` of a released job changes nothing: a release whose
+                // answer was lost is asked again.
+                for n in 1..=RELEASE_TRIES {
+                    match self
+                        .inner
+                        .release(std::slice::from_ref(&base), req.run_as.as_ref())
+                        .await
+                    {
+                        Ok(()) => break,
+                        Err(e) if n < RELEASE_TRIES && self.change("scontrol").is_ok() => {
+                            warn!(job = %base, "releasing the held job failed ({e}); asking again");
+                        }
+                        Err(e) => {
+                            warn!(job = %base, "the held job was not released: {e}; the next takeover or restart releases it");
+                            break;
+                        }
+                    }
                 }
             }
             Ok(()) => warn!(job = %base, "the job stays held: this daemon's lease is about to end"),
@@ -549,6 +589,10 @@ impl<S: Slurm> Slurm for Guarded<S> {
     }
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
         self.inner.cluster_name().await
+    }
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.held_with(needle).await
     }
     async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         self.change("scontrol")?;

@@ -348,6 +348,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
                             break Err(e.into());
                         }
                     }
+                    let sweep = cluster.as_mut().and_then(|c| c.sweep_due().then(|| c.lease()));
+                    if let Some(lease) = sweep {
+                        let recent = (engine.config().slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
+                        if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
+                            warn!("the sweep of held jobs failed: {e}");
+                            note_fenced(&mut cluster, &e);
+                        }
+                    }
                     dispatch(&mut engine, &mut in_flight);
                     agent.maybe_start(&engine);
                     notifier.tick(&mut engine);

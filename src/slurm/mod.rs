@@ -18,7 +18,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
@@ -234,6 +234,16 @@ pub trait Slurm {
     /// fake has none.
     async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
         Ok(None)
+    }
+    /// Every job its owner holds (`JobHeldUser`) whose comment holds `needle`, in one
+    /// squeue of the pending jobs: cluster mode's sweep (a job submitted held by a daemon
+    /// that was deposed before it could record it). The in-process fake has none.
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        let _ = needle;
+        Ok(Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        })
     }
     /// slurm.conf's `ClusterName` (`scontrol show config`): cluster mode's shared database
     /// belongs to one cluster. The in-process fake's is `fake`.

@@ -1681,6 +1681,16 @@ impl Store {
         })
     }
 
+    /// The launch with this tag, if there is one.
+    pub fn launch_by_tag(&self, tag: &str) -> Result<Option<Launch>> {
+        let id: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT id FROM launches WHERE tag = ?1")?
+            .query_row([tag], |r| r.get(0))
+            .optional()?;
+        id.map(|id| self.launch(id)).transpose()
+    }
+
     /// Launches whose sbatch may or may not have happened (the daemon died, or sbatch's
     /// answer was lost).
     pub fn open_launches(&self) -> Result<Vec<Launch>> {
