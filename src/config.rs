@@ -465,7 +465,7 @@ struct RawConfig {
     metrics: RawMetrics,
     #[serde(default)]
     rules: Vec<RawRule>,
-    store: Option<crate::store::cluster::StoreConfig>,
+    store: Option<crate::dbconfig::StoreConfig>,
 }
 
 /// Slurm command settings.
@@ -543,7 +543,7 @@ pub struct Config {
 /// Cluster mode's settings (docs/cluster.md), from `[store]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
-    pub url: crate::store::cluster::StoreUrl,
+    pub url: crate::dbconfig::StoreUrl,
     pub password_file: PathBuf,
     /// The lease's length and the margin before its end (checked together).
     pub timing: crate::election::Timing,

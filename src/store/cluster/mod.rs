@@ -13,7 +13,6 @@
 //! writes it), and a plain read sees what was committed before it, never a snapshot kept
 //! from an earlier statement.
 
-mod config;
 pub mod journal;
 pub mod lease;
 
@@ -24,7 +23,7 @@ use mysql::{IsolationLevel, OptsBuilder, TxOpts};
 use std::fmt;
 use std::time::Duration;
 
-pub use config::{
+pub use crate::dbconfig::{
     read_password_file, Password, PasswordFileError, StoreConfig, StoreUrl, UrlError,
     DEFAULT_PASSWORD_FILE, DEFAULT_PORT,
 };

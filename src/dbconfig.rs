@@ -1,4 +1,5 @@
-//! The shared database's address and password: `[store] url` and `password_file`.
+//! The shared database's address and password (`[store] url` and `password_file`), read by
+//! the config loader and by `store::cluster`; it imports nothing of the crate.
 //!
 //! The URL names the user, the server and the database, never the password: the config
 //! file is readable by every user of a login node (supervisorctl reads it), so the
