@@ -228,6 +228,7 @@ impl Cluster {
                     self.acting = Some(epoch);
                     self.takeovers += 1;
                     self.last_sweep = None;
+                    crate::metrics::cluster_takeover();
                     info!(
                         epoch = epoch.0,
                         applied,
@@ -235,6 +236,7 @@ impl Cluster {
                         "this daemon is the active one now (epoch {epoch}): it reconciles and acts"
                     );
                 }
+                crate::metrics::cluster_role(Some(epoch.0), store.journal_seq());
                 Ok(true)
             }
             role => {
@@ -246,7 +248,9 @@ impl Cluster {
                     );
                 }
                 self.epoch.set(None);
-                store.catch_up()?;
+                let caught_up = store.catch_up();
+                crate::metrics::cluster_role(None, store.journal_seq());
+                caught_up?;
                 Ok(false)
             }
         }
