@@ -248,3 +248,72 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
     );
     common::run("scancel", &[&job]);
 }
+
+#[test]
+fn a_daemon_whose_database_does_not_answer_at_start_stands_by_on_its_replica_and_says_why() {
+    require_slurm();
+    let mut shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let job = a.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    a.wait_state(&job, "completed", Duration::from_secs(120));
+    assert!(a.stop().success());
+    // The database stops answering; the daemon starts again on the replica it made.
+    shared.server.stop();
+    a.spawn();
+    wait_for(
+        "loginA to say why it stands by",
+        Duration::from_secs(30),
+        || a.log().contains("cannot reach the shared database"),
+    );
+    // Reads from the replica; writes refused, saying why.
+    assert_eq!(a.status(&job)[0]["state"], "completed");
+    let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("not active, and no daemon acts right now (the shared database:"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_daemon_without_a_replica_whose_database_does_not_answer_does_not_start_and_says_why() {
+    require_slurm();
+    // Nothing listens on this port: bound and closed by this test.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let password_file = dir.path().join("db-password");
+    std::fs::write(&password_file, "pw\n").unwrap();
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {:?}\n[slurm]\nbin_dir = {:?}\ncommand_timeout = \"5s\"\n[store]\nurl = \"mysql://ssv@127.0.0.1:{port}/supervisor\"\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\n",
+            dir.path().join("state").display().to_string(),
+            common::slurm_bin_dir()
+                .unwrap_or_else(|| "/usr/bin".into())
+                .display()
+                .to_string(),
+            password_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::DAEMON)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("cannot reach the shared database at 127.0.0.1")
+            && said.contains("this node has no replica of it yet"),
+        "{said}"
+    );
+}

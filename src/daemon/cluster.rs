@@ -28,8 +28,7 @@ use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
-    read_password_file, Acquisition, ClusterDb, EpochCell, Identity, LeaseView, Password,
-    SharedJournal,
+    read_password_file, Acquisition, ClusterDb, EpochCell, LeaseView, Password, SharedJournal,
 };
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
@@ -97,15 +96,31 @@ impl Cluster {
         let password = read_password_file(&config.password_file)
             .map_err(|e| ClusterError::Config(e.to_string()))?;
         let mut first = connector(config, password.clone());
-        let identity: Identity = {
-            let mut db = first()?;
-            db.prepare(cluster_name)?
-                .map_err(|e| ClusterError::Config(e.to_string()))?
-        };
+        let prepared = first().and_then(|mut db| db.prepare(cluster_name));
         let epoch = EpochCell::default();
         let journal =
             SharedJournal::new(Box::new(connector(config, password.clone())), epoch.clone());
-        let store = Store::open_replica(replica, &identity.instance, Box::new(journal))?;
+        let store = match prepared {
+            Ok(Ok(identity)) => {
+                Store::open_replica(replica, &identity.instance, Box::new(journal))?
+            }
+            Ok(Err(refusal)) => return Err(ClusterError::Config(refusal.to_string())),
+            // The database does not answer: a replica this node made before lets it start
+            // as a standby (it answers reads, and acts once the database answers and it
+            // holds the lease); without one there is nothing to serve.
+            Err(e) => match Store::instance_of(replica)? {
+                Some(instance) => {
+                    warn!("cannot reach the shared database ({e}): standing by on this node's replica until it answers");
+                    Store::open_replica_as_it_is(replica, &instance, Box::new(journal))?
+                }
+                None => {
+                    return Err(ClusterError::Config(format!(
+                        "cannot reach the shared database at {}:{} ({e}), and this node has no replica of it yet: check [store] url, the server and the network (the daemon tries again when restarted)",
+                        config.url.host, config.url.port
+                    )))
+                }
+            },
+        };
         let holder = format!(
             "{}:{}:{:04x}",
             config.node,
@@ -151,7 +166,7 @@ impl Cluster {
         };
         info!(
             holder = %holder,
-            instance = %identity.instance,
+            instance = %store.instance(),
             journal = store.journal_seq(),
             "cluster mode: replica of the shared store opened; standing by until this daemon holds the lease"
         );

@@ -1129,9 +1129,21 @@ impl Store {
     /// shared database whose store instance is `instance`, and applies what it has not
     /// applied yet. A replica of another shared database is refused and left as it is.
     pub fn open_replica(path: &Path, instance: &str, journal: Box<dyn Journal>) -> Result<Store> {
+        let mut store = Self::open_replica_as_it_is(path, instance, journal)?;
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    /// [`Store::open_replica`] without applying the journal (the caller does, when the
+    /// shared database answers).
+    pub fn open_replica_as_it_is(
+        path: &Path,
+        instance: &str,
+        journal: Box<dyn Journal>,
+    ) -> Result<Store> {
         Self::check_existing(path)?;
         let conn = Connection::open(path)?;
-        Self::replica(conn, instance, journal).map_err(|e| match e {
+        Self::replica_as_it_is(conn, instance, journal).map_err(|e| match e {
             StoreError::Corrupt(why) => StoreError::NotAStore {
                 path: path.display().to_string(),
                 why,
@@ -1146,6 +1158,27 @@ impl Store {
     }
 
     fn replica(conn: Connection, instance: &str, journal: Box<dyn Journal>) -> Result<Store> {
+        let mut store = Self::replica_as_it_is(conn, instance, journal)?;
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    /// The instance of the store in the file at `path`, if there is a healthy one (a
+    /// replica made before, when the shared database does not answer).
+    pub fn instance_of(path: &Path) -> Result<Option<String>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        Self::check_existing(path)?;
+        let reader = Store::open_reader(path)?;
+        Ok(Some(reader.instance).filter(|i| !i.is_empty()))
+    }
+
+    fn replica_as_it_is(
+        conn: Connection,
+        instance: &str,
+        journal: Box<dyn Journal>,
+    ) -> Result<Store> {
         let mut store = Store::init_as(conn, Some(instance))?;
         if store.instance != instance {
             return Err(StoreError::Corrupt(format!(
@@ -1162,7 +1195,6 @@ impl Store {
             seq,
             unsure: false,
         });
-        store.catch_up()?;
         Ok(store)
     }
 

@@ -239,6 +239,14 @@ impl MariaDb {
 
 impl Drop for MariaDb {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl MariaDb {
+    /// Stops the server (SIGTERM; SIGKILL after a while), keeping its folder: a database
+    /// that stopped answering.
+    pub fn stop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.server.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + STOP_WITHIN;
