@@ -317,3 +317,90 @@ fn a_daemon_without_a_replica_whose_database_does_not_answer_does_not_start_and_
         "{said}"
     );
 }
+
+#[test]
+fn while_the_database_is_down_nobody_acts_and_afterwards_the_chain_goes_on_with_nothing_lost() {
+    require_slurm();
+    let mut shared = Shared::new();
+    let a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let script = fail_once_when_told(&a, flags.path());
+    let job = a.submit(&["--time=2", "--mem=50M", script.to_str().unwrap()]);
+    a.wait_seen_running(&job, Duration::from_secs(120));
+    let tag = format!("ssv-{}-", shared.instance());
+
+    shared.server.stop();
+    // Within its lease the active daemon stops acting; the attempt then fails, and nobody
+    // may retry it while the database is down.
+    wait_for("loginA to stop acting", Duration::from_secs(30), || {
+        a.log().contains("not the active one any more")
+    });
+    std::fs::write(flags.path().join("go"), "").unwrap();
+    wait_for(
+        "the first attempt to fail in Slurm",
+        Duration::from_secs(60),
+        || common::sacct_state(&job).starts_with("FAILED"),
+    );
+    // Two more cycles on each node, after the failure, with the database down...
+    let stale = |d: &Daemon| {
+        d.log()
+            .matches("cannot bring this node's replica up to date")
+            .count()
+    };
+    let (a0, b0) = (stale(&a), stale(&b));
+    wait_for(
+        "two more cycles on each node",
+        Duration::from_secs(60),
+        || stale(&a) >= a0 + 2 && stale(&b) >= b0 + 2,
+    );
+    // ...and no retry was submitted.
+    let jobs = sacct_jobs_with_comment(&tag);
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+
+    shared.server.restart();
+    // Someone acts again, and the chain is retried once and completes.
+    wait_for("a daemon to act again", Duration::from_secs(60), || {
+        shared.holder().len() > 1
+    });
+    let who = if shared.holder().starts_with("loginA:") {
+        &a
+    } else {
+        &b
+    };
+    who.wait_state(&job, "completed", Duration::from_secs(240));
+    let jobs = sacct_jobs_with_comment(&tag);
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+}
+
+#[test]
+fn two_daemons_started_at_the_same_instant_elect_one_and_only_it_acts() {
+    require_slurm();
+    let shared = Shared::new();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| shared.daemon("loginA"));
+        let b = s.spawn(|| shared.daemon("loginB"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    wait_for("one of them to act", Duration::from_secs(30), || {
+        active(&a) || active(&b)
+    });
+    let (acting, standing) = if active(&a) { (&a, &b) } else { (&b, &a) };
+    // A submission to each: one is taken, the other refused naming the active node.
+    let job = acting.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    let refused = standing.ctl_in(&["submit", "--", "--wrap=true"], &standing.work_dir());
+    assert!(!refused.status.success());
+    acting.wait_state(&job, "completed", Duration::from_secs(120));
+    wait_for(
+        "the standby's replica to show it completed",
+        Duration::from_secs(30),
+        || {
+            standing.ctl(&["status", "--json", &job]).status.success()
+                && standing.status(&job)[0]["state"] == "completed"
+        },
+    );
+    assert!(!active(standing), "both daemons acted:\n{}", standing.log());
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}

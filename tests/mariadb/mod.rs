@@ -244,6 +244,14 @@ impl Drop for MariaDb {
 }
 
 impl MariaDb {
+    /// Starts the stopped server again, on the same data and port.
+    pub fn restart(&mut self) {
+        let (_, root) = me();
+        let data = self.dir.path().join("data");
+        self.server = Self::spawn(self.dir.path(), &data, self.port, root)
+            .unwrap_or_else(|| panic!("mariadbd could not have its port {} again", self.port));
+    }
+
     /// Stops the server (SIGTERM; SIGKILL after a while), keeping its folder: a database
     /// that stopped answering.
     pub fn stop(&mut self) {
