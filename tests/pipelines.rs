@@ -83,6 +83,7 @@ impl Pipe {
                 env: Vec::new(),
                 stdin: None,
                 run_as: None,
+                held: false,
             })
             .await
             .unwrap()
@@ -642,6 +643,7 @@ async fn plain_afterany_jobs_are_reported_on_the_upstream_chain_once() {
                 gid: 4242,
                 user: std::ffi::CString::new("mallory").unwrap(),
             }),
+            held: false,
         })
         .await
         .unwrap();

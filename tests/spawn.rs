@@ -84,6 +84,7 @@ fn request(u: &User, cwd: PathBuf) -> SbatchRequest {
             gid: u.gid,
             user: std::ffi::CString::new(u.name.clone()).unwrap(),
         }),
+        held: false,
     }
 }
 

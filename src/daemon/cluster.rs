@@ -414,14 +414,6 @@ fn lease_thread(
 /// How many times a held job's release is asked for.
 const RELEASE_TRIES: u32 = 3;
 
-/// Whether an sbatch argv holds its job already (a gate's `--hold`, the user's own).
-/// Unreadable counts as held: such a job is left as sbatch makes it.
-pub fn holds(argv: &[String]) -> bool {
-    crate::sbatch_args::parse(argv)
-        .map(|c| c.has("hold"))
-        .unwrap_or(true)
-}
-
 /// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
 type FenceCheck = Arc<dyn Fn() -> Result<(), StoreError> + Send + Sync>;
 
@@ -494,7 +486,7 @@ impl<S: Slurm> Slurm for Guarded<S> {
             return self.inner.sbatch(req).await;
         };
         self.query("sbatch")?;
-        if holds(&req.argv) {
+        if req.held {
             return self.inner.sbatch(req).await;
         }
         let mut held = req.clone();
@@ -612,6 +604,14 @@ impl<S: Slurm> Slurm for Guarded<S> {
     async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
         self.query("squeue")?;
         self.inner.held_with(needle).await
+    }
+    async fn held_job(&self, job_id: &str) -> Result<Option<HeldRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.held_job(job_id).await
+    }
+    async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.change("scancel")?;
+        self.inner.cancel_pending(job_id, run_as).await
     }
     async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         self.change("scontrol")?;

@@ -430,6 +430,15 @@ pub fn preview_argv(
     Ok(sbatch_args::rebuild(&submitted.cmd, &o))
 }
 
+/// Whether a launch's job is held by what it is submitted with: `--hold` in its argv (a
+/// gate's, the user's own) or in its script's `#SBATCH` lines. Unreadable counts as held:
+/// cluster mode then leaves the job as sbatch makes it.
+pub fn holds(argv: &[String], script: Option<&[u8]>) -> bool {
+    Submitted::read(argv, script)
+        .map(|s| s.has("hold"))
+        .unwrap_or(true)
+}
+
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
 /// launch repeated after a crash finds it too, and removed once Slurm has its own copy.
 pub async fn sbatch<S: Slurm>(
@@ -474,6 +483,7 @@ pub async fn sbatch<S: Slurm>(
         env: sbatch_env(&sub.env),
         stdin,
         run_as: owner,
+        held: holds(&l.argv, sub.script.as_deref()),
     };
     let confirm = req.run_as.is_some();
     let result = slurm.sbatch(&req).await;

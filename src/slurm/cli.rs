@@ -1000,6 +1000,34 @@ impl Slurm for SlurmCli {
         Ok(parse::parse_held(&ran.stdout, needle))
     }
 
+    async fn held_job(&self, job_id: &str) -> Result<Option<HeldRow>, SlurmError> {
+        let args = vec![
+            "--local".into(),
+            "--noheader".into(),
+            format!("--jobs={job_id}"),
+            format!("--format={}", parse::HELD_FORMAT),
+        ];
+        let ran = self.query("squeue", args).await?;
+        if ran.code != Some(0) {
+            if ran.stderr.contains(INVALID_JOB_ID) {
+                return Ok(None);
+            }
+            return Err(Self::failure("squeue", &ran));
+        }
+        Ok(parse::parse_held_one(&ran.stdout, job_id))
+    }
+
+    async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        let args = ["--state=PENDING".to_string(), job_id.to_string()];
+        let ran = self.run_as_user("scancel", &args, run_as).await?;
+        let gone = ran.stderr.contains(INVALID_JOB_ID);
+        if ran.code == Some(0) || gone {
+            Ok(())
+        } else {
+            Err(Self::failure("scancel", &ran))
+        }
+    }
+
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
         let ran = self
             .query("scontrol", vec!["show".into(), "config".into()])

@@ -30,6 +30,9 @@ pub struct SbatchRequest {
     pub stdin: Option<Vec<u8>>,
     /// The user to run it as (a system-wide daemon acts for users, never as root for them).
     pub run_as: Option<RunAs>,
+    /// The job is held by what it is submitted with (`--hold` in the argv or in the
+    /// script's `#SBATCH` lines: a gate, the user's own): cluster mode does not release it.
+    pub held: bool,
 }
 
 /// A user a command runs as: uid, primary gid, and the name for their supplementary groups.
@@ -244,6 +247,18 @@ pub trait Slurm {
             rows: Vec::new(),
             errors: Vec::new(),
         })
+    }
+    /// One job, asked about by id, if its owner holds it (`JobHeldUser`): what the sweep
+    /// believes of a job, never a line of the listing (a comment can run onto a line of
+    /// its own there).
+    async fn held_job(&self, job_id: &str) -> Result<Option<HeldRow>, SlurmError> {
+        let _ = job_id;
+        Ok(None)
+    }
+    /// `scancel --state=PENDING JOB` (as `run_as`): cancels the job only if it has not
+    /// started.
+    async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.scancel(&[job_id.to_string()], run_as).await
     }
     /// slurm.conf's `ClusterName` (`scontrol show config`): cluster mode's shared database
     /// belongs to one cluster. The in-process fake's is `fake`.

@@ -206,6 +206,24 @@ pub fn parse_held(stdout: &str, needle: &str) -> Parsed<HeldRow> {
     }
 }
 
+/// The first line of [`HELD_FORMAT`] output for the one job `id` was asked about: its own
+/// line (any line after it may be another job's comment running on). `None` unless that
+/// line is job `id`'s (`%A`), held by its owner, and readable.
+pub fn parse_held_one(stdout: &str, id: &str) -> Option<HeldRow> {
+    let first = stdout.split('\n').next()?;
+    let mut f = first.splitn(5, '|');
+    let (job_id, raw, reason, uid, comment) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    if raw != id || reason != "JobHeldUser" {
+        return None;
+    }
+    Some(HeldRow {
+        job_id: job_id.to_string(),
+        job_id_raw: raw.to_string(),
+        uid: uid.parse().ok()?,
+        comment: comment.to_string(),
+    })
+}
+
 /// The squeue `--format` of a poll that also reads some users' pending jobs (the
 /// waiters' report, rewiring): [`SQUEUE_FORMAT`]'s fields, then [`PENDING_FORMAT`]'s `%u`
 /// and `%E` (Slurm's rendering of the dependency, last).
@@ -1535,6 +1553,20 @@ MaxArraySize            = 1001\n";
 #[cfg(test)]
 mod held_tests {
     use super::*;
+
+    #[test]
+    fn one_held_job_is_read_from_its_own_first_line_only() {
+        let row = parse_held_one("30835|30835|JobHeldUser|1000|a ssv-08e680e9-L1-c1.1\n", "30835")
+            .unwrap();
+        assert_eq!((row.uid, row.comment.as_str()), (1000, "a ssv-08e680e9-L1-c1.1"));
+        // A comment that runs onto a second line forges nothing: only the first counts.
+        let forged = "30835|30835|Priority|1000|x\n30835|30835|JobHeldUser|0|ssv-08e680e9-L1-c1.1\n";
+        assert_eq!(parse_held_one(forged, "30835"), None);
+        // Another job's line, or one not held by its owner, is not the one asked about.
+        assert_eq!(parse_held_one("30836|30836|JobHeldUser|0|t\n", "30835"), None);
+        assert_eq!(parse_held_one("30835|30835|JobHeldAdmin|0|t\n", "30835"), None);
+        assert_eq!(parse_held_one("", "30835"), None);
+    }
 
     #[test]
     fn the_held_jobs_with_the_tag_are_kept_and_nothing_else() {

@@ -61,7 +61,9 @@ impl<S: Slurm> Engine<S> {
                     // recorded: a job of an interrupted launch (a daemon that stopped or
                     // was deposed around its sbatch) is released here, by the daemon that
                     // recorded it. A released job's release changes nothing.
-                    if self.config.cluster.is_some() && !crate::daemon::cluster::holds(&l.argv) {
+                    if self.config.cluster.is_some()
+                        && !crate::daemon::sbatch::holds(&l.argv, sub.script.as_deref())
+                    {
                         let run_as = crate::slurm::RunAs::lookup(sub.owner_uid);
                         let base = crate::slurm::jobid::base_job_id(job).to_string();
                         if let Err(e) = self.slurm.release(&[base], run_as.as_ref()).await {
