@@ -175,6 +175,14 @@ fn a_deposed_writer_appends_nothing_and_the_new_writer_carries_on_from_every_ent
     );
     assert_eq!(suite::dump(&login1), suite::dump(&login2));
     assert_eq!(db.connect().journal_head().unwrap(), 2);
+    // An entry that does not follow the last one is refused, even from the lease's holder
+    // (a replica ahead of a database restored from a backup).
+    let e = db.connect().append(second, 5, FORMAT, b"[]").unwrap_err();
+    assert!(
+        e.to_string().contains("the shared journal ends at entry 2"),
+        "{e}"
+    );
+    assert_eq!(db.connect().journal_head().unwrap(), 2);
 }
 
 #[test]

@@ -72,6 +72,14 @@ pub struct Cluster {
     fence_check: FenceCheck,
     /// When the last sweep of held jobs ran (`None`: due at the next cycle).
     last_sweep: Option<Instant>,
+    /// Whether this node can act: its replica caught up at the last try (and the shared
+    /// database was checked to be this cluster's). The lease thread acquires and renews
+    /// only while it can: a node that cannot apply the journal (a full disk, an entry of
+    /// a later format) gives the lease up to one that can.
+    healthy: Arc<AtomicBool>,
+    /// The shared database was not reached at start: its `cluster` row is checked when it
+    /// answers, before this node may act.
+    unchecked: Option<(String, crate::config::ClusterConfig)>,
     lease: Duration,
 }
 
@@ -96,13 +104,26 @@ impl Cluster {
         let password = read_password_file(&config.password_file)
             .map_err(|e| ClusterError::Config(e.to_string()))?;
         let mut first = connector(config, password.clone());
-        let prepared = first().and_then(|mut db| db.prepare(cluster_name));
+        let prepared = first().and_then(|mut db| {
+            let id = db.prepare(cluster_name)?;
+            Ok(id.map(|id| (id, db.journal_head())))
+        });
         let epoch = EpochCell::default();
         let journal =
             SharedJournal::new(Box::new(connector(config, password.clone())), epoch.clone());
+        let mut unchecked = None;
         let store = match prepared {
-            Ok(Ok(identity)) => {
-                Store::open_replica(replica, &identity.instance, Box::new(journal))?
+            Ok(Ok((identity, head))) => {
+                let store = Store::open_replica(replica, &identity.instance, Box::new(journal))?;
+                let head = head?;
+                if store.journal_seq() > head {
+                    return Err(ClusterError::Config(format!(
+                        "this node's replica has applied journal entry {}, and the shared journal ends at {head}: the database is older than the replica (restored from a backup?); move {} away to make a new replica from the database",
+                        store.journal_seq(),
+                        replica.display()
+                    )));
+                }
+                store
             }
             Ok(Err(refusal)) => return Err(ClusterError::Config(refusal.to_string())),
             // The database does not answer: a replica this node made before lets it start
@@ -111,6 +132,7 @@ impl Cluster {
             Err(e) => match Store::instance_of(replica)? {
                 Some(instance) => {
                     warn!("cannot reach the shared database ({e}): standing by on this node's replica until it answers");
+                    unchecked = Some((cluster_name.to_string(), config.clone()));
                     Store::open_replica_as_it_is(replica, &instance, Box::new(journal))?
                 }
                 None => {
@@ -128,16 +150,22 @@ impl Cluster {
             rand::random::<u16>()
         );
         let election = Arc::new(Mutex::new(Election::new(config.timing)));
+        let healthy = Arc::new(AtomicBool::new(unchecked.is_none()));
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (election, seen, stop, holder) =
-                (election.clone(), seen.clone(), stop.clone(), holder.clone());
+            let (election, seen, stop, holder, healthy) = (
+                election.clone(),
+                seen.clone(),
+                stop.clone(),
+                holder.clone(),
+                healthy.clone(),
+            );
             let connect = connector(config, password.clone());
             let lease = config.timing.lease();
             std::thread::Builder::new()
                 .name("lease".into())
-                .spawn(move || lease_thread(connect, holder, lease, election, seen, stop))
+                .spawn(move || lease_thread(connect, holder, lease, election, seen, stop, healthy))
                 .map_err(|e| {
                     ClusterError::Config(format!("cannot start the lease's thread: {e}"))
                 })?
@@ -145,14 +173,7 @@ impl Cluster {
         let fence_check: FenceCheck = {
             let db: Mutex<Option<ClusterDb>> = Mutex::new(None);
             let connect = Mutex::new(connector(config, password.clone()));
-            let epoch = epoch.clone();
-            Arc::new(move || {
-                let Some(e) = epoch.get() else {
-                    return Err(StoreError::Fenced {
-                        epoch: Epoch(0),
-                        why: crate::store::cluster::Fence::Released,
-                    });
-                };
+            Arc::new(move |e: Epoch| {
                 let mut db = lock(&db);
                 if db.is_none() {
                     *db = Some((lock(&connect))()?);
@@ -184,6 +205,8 @@ impl Cluster {
                 fence_check,
                 last_sweep: None,
                 lease: config.timing.lease(),
+                healthy,
+                unchecked,
             },
         ))
     }
@@ -195,7 +218,11 @@ impl Cluster {
 
     /// A handle for [`Guarded`].
     pub fn guard(&self) -> Guard {
-        Guard(self.election.clone(), self.fence_check.clone())
+        Guard(
+            self.election.clone(),
+            self.fence_check.clone(),
+            self.epoch.clone(),
+        )
     }
 
     /// What the lease thread last saw.
@@ -234,6 +261,17 @@ impl Cluster {
     /// that has just become active applies the rest of the journal first; a standby
     /// applies what was appended since.
     pub fn before_cycle(&mut self, store: &mut Store) -> Result<bool, StoreError> {
+        let ready = self.check(store);
+        self.healthy.store(ready.is_ok(), Ordering::SeqCst);
+        if let Err(e) = ready {
+            lock(&self.seen).error = Some(e.to_string());
+            if let Some(epoch) = self.acting.take() {
+                warn!(epoch = epoch.0, "this daemon is not the active one any more: it cannot act on its replica ({e})");
+            }
+            self.epoch.set(None);
+            crate::metrics::cluster_role(None, store.journal_seq());
+            return Err(e);
+        }
         match self.role() {
             Role::Active { epoch, .. } => {
                 if self.acting != Some(epoch) {
@@ -263,12 +301,36 @@ impl Cluster {
                     );
                 }
                 self.epoch.set(None);
-                let caught_up = store.catch_up();
                 crate::metrics::cluster_role(None, store.journal_seq());
-                caught_up?;
                 Ok(false)
             }
         }
+    }
+
+    /// Whether this node's replica may be acted on: the shared database checked to be
+    /// this cluster's (once, if it was not reached at start), and every entry applied
+    /// (an append whose fate was not known is settled here too).
+    fn check(&mut self, store: &mut Store) -> Result<(), StoreError> {
+        if let Some((cluster_name, config)) = &self.unchecked {
+            let password = read_password_file(&config.password_file)
+                .map_err(|e| StoreError::Busy(e.to_string()))?;
+            let identity = connector(config, password)()?.prepare(cluster_name)?;
+            match identity {
+                Ok(id) if id.instance == store.instance() => {}
+                Ok(id) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "this node's replica is of store instance {}, and the shared database's is {}: it is not a replica of this database (move {} away and restart to make a new one)",
+                        store.instance(),
+                        id.instance,
+                        "state_dir/replica.db"
+                    )))
+                }
+                Err(refusal) => return Err(StoreError::Busy(refusal.to_string())),
+            }
+            info!("the shared database answers again, and is this cluster's");
+            self.unchecked = None;
+        }
+        store.catch_up().map(|_| ())
     }
 
     /// A write was refused by the fence: this daemon stops acting now, without waiting for
@@ -294,9 +356,13 @@ impl Cluster {
         self.lease
     }
 
-    /// The epoch this daemon acts under, if it does.
+    /// The epoch this daemon acts under, if it does: it holds the lease under that epoch
+    /// now, and its replica caught up under it.
     pub fn acting(&self) -> Option<Epoch> {
-        self.acting
+        match (self.role(), self.acting) {
+            (Role::Active { epoch, .. }, Some(acting)) if epoch == acting => Some(acting),
+            _ => None,
+        }
     }
 }
 
@@ -326,6 +392,7 @@ fn lease_thread(
     election: Arc<Mutex<Election>>,
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
+    healthy: Arc<AtomicBool>,
 ) {
     let mut db: Option<ClusterDb> = None;
     let mut first = true;
@@ -342,6 +409,22 @@ fn lease_thread(
         first = false;
         let sent = Instant::now();
         let held = lock(&election).epoch();
+        // A node that cannot act on its replica does not hold the lease: it gives it up
+        // (another node takes over at once) and does not take it.
+        if !healthy.load(Ordering::SeqCst) {
+            if let (Some(epoch), Some(conn)) = (held, db.as_mut()) {
+                if conn.release(&holder, epoch).unwrap_or(false) {
+                    warn!(
+                        epoch = epoch.0,
+                        "gave the lease up: this node cannot act on its replica"
+                    );
+                }
+            }
+            if held.is_some() {
+                lock(&election).observe(sent, Instant::now(), Answer::Lost);
+            }
+            continue;
+        }
         let failed = |db: &mut Option<ClusterDb>, e: StoreError| {
             lock(&seen).error = Some(e.to_string());
             *db = None;
@@ -415,12 +498,12 @@ fn lease_thread(
 const RELEASE_TRIES: u32 = 3;
 
 /// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
-type FenceCheck = Arc<dyn Fn() -> Result<(), StoreError> + Send + Sync>;
+type FenceCheck = Arc<dyn Fn(Epoch) -> Result<(), StoreError> + Send + Sync>;
 
 /// The election, as the Slurm commands ask it, and the fence check a held job's release
 /// waits for.
 #[derive(Clone)]
-pub struct Guard(Arc<Mutex<Election>>, FenceCheck);
+pub struct Guard(Arc<Mutex<Election>>, FenceCheck, EpochCell);
 
 impl Guard {
     fn may_query(&self) -> bool {
@@ -486,6 +569,13 @@ impl<S: Slurm> Slurm for Guarded<S> {
             return self.inner.sbatch(req).await;
         };
         self.query("sbatch")?;
+        // The tenure the sbatch starts in: its job is released only if that tenure still
+        // holds the lease when sbatch has answered (not a later one of this daemon's).
+        let Some(tenure) = guard.2.get() else {
+            return Err(SlurmError::NotActive {
+                command: "sbatch".into(),
+            });
+        };
         if req.held {
             return self.inner.sbatch(req).await;
         }
@@ -493,7 +583,7 @@ impl<S: Slurm> Slurm for Guarded<S> {
         held.argv.insert(0, "--hold".into());
         let id = self.inner.sbatch(&held).await?;
         let check = guard.1.clone();
-        let fenced = tokio::task::spawn_blocking(move || check())
+        let fenced = tokio::task::spawn_blocking(move || check(tenure))
             .await
             .unwrap_or_else(|e| {
                 Err(StoreError::Busy(format!(

@@ -314,6 +314,13 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     let _ = ctl.reply.send(crate::protocol::Response::error(crate::protocol::ErrorKind::Unavailable, c.not_active()));
                     continue;
                 }
+                // An append whose fate is not known yet: settled before any request decides.
+                if engine.store_mut().journal_unsure() {
+                    if let Err(e) = engine.store_mut().catch_up() {
+                        let _ = ctl.reply.send(crate::protocol::Response::error(crate::protocol::ErrorKind::Unavailable, format!("the shared database does not answer ({e}); try again in a minute")));
+                        continue;
+                    }
+                }
                 let span = requests::span(&ctl.request, ctl.uid);
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.

@@ -212,7 +212,8 @@ pub fn parse_held(stdout: &str, needle: &str) -> Parsed<HeldRow> {
 pub fn parse_held_one(stdout: &str, id: &str) -> Option<HeldRow> {
     let first = stdout.split('\n').next()?;
     let mut f = first.splitn(5, '|');
-    let (job_id, raw, reason, uid, comment) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let (job_id, raw, reason, uid, comment) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
     if raw != id || reason != "JobHeldUser" {
         return None;
     }
@@ -1556,15 +1557,28 @@ mod held_tests {
 
     #[test]
     fn one_held_job_is_read_from_its_own_first_line_only() {
-        let row = parse_held_one("30835|30835|JobHeldUser|1000|a ssv-08e680e9-L1-c1.1\n", "30835")
-            .unwrap();
-        assert_eq!((row.uid, row.comment.as_str()), (1000, "a ssv-08e680e9-L1-c1.1"));
+        let row = parse_held_one(
+            "30835|30835|JobHeldUser|1000|a ssv-08e680e9-L1-c1.1\n",
+            "30835",
+        )
+        .unwrap();
+        assert_eq!(
+            (row.uid, row.comment.as_str()),
+            (1000, "a ssv-08e680e9-L1-c1.1")
+        );
         // A comment that runs onto a second line forges nothing: only the first counts.
-        let forged = "30835|30835|Priority|1000|x\n30835|30835|JobHeldUser|0|ssv-08e680e9-L1-c1.1\n";
+        let forged =
+            "30835|30835|Priority|1000|x\n30835|30835|JobHeldUser|0|ssv-08e680e9-L1-c1.1\n";
         assert_eq!(parse_held_one(forged, "30835"), None);
         // Another job's line, or one not held by its owner, is not the one asked about.
-        assert_eq!(parse_held_one("30836|30836|JobHeldUser|0|t\n", "30835"), None);
-        assert_eq!(parse_held_one("30835|30835|JobHeldAdmin|0|t\n", "30835"), None);
+        assert_eq!(
+            parse_held_one("30836|30836|JobHeldUser|0|t\n", "30835"),
+            None
+        );
+        assert_eq!(
+            parse_held_one("30835|30835|JobHeldAdmin|0|t\n", "30835"),
+            None
+        );
         assert_eq!(parse_held_one("", "30835"), None);
     }
 

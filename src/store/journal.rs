@@ -258,6 +258,8 @@ pub struct MemoryJournal {
     pub fenced: Arc<AtomicBool>,
     /// Append, then answer with an error (an answer lost on the network).
     pub lose_answers: Arc<AtomicBool>,
+    /// Every read fails (the database does not answer reads).
+    pub unreadable: Arc<AtomicBool>,
 }
 
 impl Journal for MemoryJournal {
@@ -277,6 +279,9 @@ impl Journal for MemoryJournal {
     }
 
     fn read_after(&mut self, seq: u64, max: usize) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+        if self.unreadable.load(Ordering::SeqCst) {
+            return Err(StoreError::Busy("the journal cannot be read".into()));
+        }
         let entries = self.entries.lock().expect("journal lock");
         Ok(entries
             .iter()

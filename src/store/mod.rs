@@ -39,6 +39,8 @@ pub enum StoreError {
     NotAStore { path: String, why: String },
     #[error("shared database error: {0}")]
     Mysql(#[from] mysql::Error),
+    #[error("chain c{chain} has a launch in flight already; nothing was recorded")]
+    InFlight { chain: i64 },
     #[error("journal entry {seq} is of format {found}, newer than this program knows ({known}); upgrade slurm-supervisor on this node")]
     JournalTooNew { seq: u64, found: u32, known: u32 },
     /// The lease of `epoch` is not this daemon's any more: the write transaction that
@@ -303,8 +305,34 @@ struct Journaling {
     unsure: bool,
 }
 
-/// Entries read from the journal per query while catching up.
-const CATCH_UP_PAGE: usize = 256;
+/// Entries read from the journal per query while catching up (an entry may be several
+/// MiB: a submission's script).
+const CATCH_UP_PAGE: usize = 16;
+
+impl Journaling {
+    /// Appends entry `seq`. When the answer is lost (the network, a timeout), the journal
+    /// is read back at once: an entry `seq` with this body is this write's, appended after
+    /// all, and it counts as done (the caller then commits it); otherwise the write failed,
+    /// and the journal is read before the next write (`unsure`), in case its append still
+    /// lands. A refusal by the fence is an answer: nothing was appended.
+    fn append(&mut self, seq: u64, body: &[u8]) -> Result<()> {
+        let e = match self.sink.append(seq, journal::FORMAT, body) {
+            Ok(()) => return Ok(()),
+            Err(e @ StoreError::Fenced { .. }) => return Err(e),
+            Err(e) => e,
+        };
+        self.unsure = true;
+        if let Ok(entries) = self.sink.read_after(seq - 1, 1) {
+            if let Some((s, _, b)) = entries.first() {
+                if *s == seq && b.as_slice() == body {
+                    self.unsure = false;
+                    return Ok(());
+                }
+            }
+        }
+        Err(e)
+    }
+}
 
 fn set_journal_seq(tx: &Connection, seq: u64) -> Result<()> {
     tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)")?
@@ -802,11 +830,31 @@ fn change_attempt(
     }
 }
 
+/// A chain has one launch in flight at most: a second intent while one is open (a decision
+/// taken on a replica that lacked a write) is refused.
+fn refuse_launch_in_flight(tx: &Connection, chain_id: i64) -> Result<()> {
+    let open: bool = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM attempts WHERE chain_id = ?1 AND state = 'launching')",
+        )?
+        .query_row([chain_id], |r| r.get(0))?;
+    if open {
+        return Err(StoreError::InFlight { chain: chain_id });
+    }
+    Ok(())
+}
+
 fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
-    tx.prepare_cached(
-        "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
-    )?
-    .execute(params![launch_id, job_id, now])?;
+    // Only an intent: a launch settled meanwhile (by reconciliation, by another daemon in
+    // cluster mode) keeps the job it has.
+    let changed = tx
+        .prepare_cached(
+            "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1 AND state = 'intent'",
+        )?
+        .execute(params![launch_id, job_id, now])?;
+    if changed == 0 {
+        return Ok(());
+    }
     for (chain, n, task) in launch_members(tx, launch_id)? {
         let jid = match task {
             Some(t) => format!("{job_id}_{t}"),
@@ -1273,13 +1321,10 @@ impl Store {
             record(&out, &mut j.pending);
             if outermost && !j.pending.is_empty() {
                 let seq = j.seq + 1;
-                set_journal_seq(&tx, seq)?;
                 let body = j.pending.take();
-                if let Err(e) = j.sink.append(seq, journal::FORMAT, &body) {
-                    // Dropping the savepoint rolls the write back.
-                    j.unsure = true;
-                    return Err(e);
-                }
+                set_journal_seq(&tx, seq)?;
+                // An error drops the savepoint, which rolls the write back.
+                j.append(seq, &body)?;
                 if let Err(e) = tx.commit() {
                     j.unsure = true;
                     return Err(e.into());
@@ -1521,6 +1566,7 @@ impl Store {
     ) -> Result<Launch> {
         let mut members = Vec::with_capacity(chain_ids.len());
         for &c in chain_ids {
+            refuse_launch_in_flight(tx, c)?;
             let (n, plan): (u32, String) = tx.query_row(
                 "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
                 [c],
@@ -1576,6 +1622,7 @@ impl Store {
         fields: &[String],
         now: i64,
     ) -> Result<Launch> {
+        refuse_launch_in_flight(tx, chain_id)?;
         let (n, plan): (u32, String) = tx.query_row(
             "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
             [chain_id],
@@ -2074,8 +2121,18 @@ impl Store {
     /// (one sync to disk for a whole burst of endings). Each operation inside still
     /// applies all or nothing (a savepoint); a crash before the end keeps none of the batch.
     pub fn begin_batch(&mut self) -> Result<()> {
+        if self.journal_unsure() {
+            self.catch_up()?;
+        }
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         Ok(())
+    }
+
+    /// Cluster mode: an append's fate is not known yet (its answer was lost and the journal
+    /// could not be read back): this replica may lack a write the journal has. Nothing
+    /// should be decided on it until [`Store::catch_up`] succeeds.
+    pub fn journal_unsure(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.unsure)
     }
 
     /// Ends a batch: commits it, or (`commit` false, after an error) rolls it back. In
@@ -2092,10 +2149,8 @@ impl Store {
             } else if !j.pending.is_empty() {
                 let seq = j.seq + 1;
                 let body = j.pending.take();
-                let append = set_journal_seq(&self.conn, seq)
-                    .and_then(|()| j.sink.append(seq, journal::FORMAT, &body));
+                let append = set_journal_seq(&self.conn, seq).and_then(|()| j.append(seq, &body));
                 if let Err(e) = append {
-                    j.unsure = true;
                     let _ = self.conn.execute_batch("ROLLBACK");
                     return Err(e);
                 }

@@ -149,23 +149,51 @@ fn a_write_the_journal_refuses_is_rolled_back() {
 }
 
 #[test]
-fn a_write_whose_append_answer_was_lost_is_read_back_before_the_next_write() {
+fn a_write_whose_append_answer_was_lost_is_settled_by_reading_the_journal_back() {
     use std::sync::atomic::Ordering;
     let journal = MemoryJournal::default();
     let mut s = memory_with(journal.clone());
     let launch = s
         .create_submission(&sub(None), 100, |_| vec!["job.sh".into()])
         .unwrap();
+    // The answer is lost, and the journal, read back at once, has the entry: done.
     journal.lose_answers.store(true, Ordering::SeqCst);
-    assert!(s.launch_submitted(launch.id, "77", 101).is_err());
-    // The journal has it, the replica rolled it back...
-    assert_eq!(entries(&journal), 2);
-    assert_eq!(s.launch(launch.id).unwrap().state, LaunchState::Intent);
-    journal.lose_answers.store(false, Ordering::SeqCst);
-    // ...and reads it back before it writes again, so the next entry follows it.
-    s.note_launch_error(launch.id, "late", false).unwrap();
+    s.launch_submitted(launch.id, "77", 101).unwrap();
     assert_eq!(s.launch(launch.id).unwrap().job_id.as_deref(), Some("77"));
-    assert_eq!((entries(&journal), s.journal_seq()), (3, 3));
+    assert!(!s.journal_unsure());
+    // Lost, and the journal cannot be read back: the write fails, and nothing is decided
+    // on this replica until the journal is read...
+    journal.unreadable.store(true, Ordering::SeqCst);
+    assert!(s.note_launch_error(launch.id, "late", false).is_err());
+    assert!(s.journal_unsure());
+    assert_eq!(s.launch(launch.id).unwrap().error, None);
+    assert_eq!(entries(&journal), 3);
+    journal.lose_answers.store(false, Ordering::SeqCst);
+    journal.unreadable.store(false, Ordering::SeqCst);
+    // ...which the next write does first, so the entry it failed to confirm is applied
+    // and the next one follows it.
+    s.note_launch_error(launch.id, "later", false).unwrap();
+    assert!(!s.journal_unsure());
+    assert_eq!((entries(&journal), s.journal_seq()), (4, 4));
+}
+
+#[test]
+fn a_chain_with_a_launch_in_flight_gets_no_second_one_and_a_settled_launch_keeps_its_job() {
+    let mut s = memory();
+    let first = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    // The first launch is still an intent: no relaunch of its chain.
+    let e = s
+        .begin_relaunch(first.submission_id, &[1], 101, |_| vec![])
+        .unwrap_err();
+    assert!(matches!(e, StoreError::InFlight { chain: 1 }), "{e}");
+    s.launch_submitted(first.id, "10", 102).unwrap();
+    // A late answer for a launch settled meanwhile changes nothing.
+    s.launch_submitted(first.id, "99", 103).unwrap();
+    assert_eq!(s.launch(first.id).unwrap().job_id.as_deref(), Some("10"));
+    assert_eq!(
+        s.attempts(1).unwrap()[0].slurm_job_id.as_deref(),
+        Some("10")
+    );
 }
 
 #[test]

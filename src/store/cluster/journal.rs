@@ -130,6 +130,15 @@ impl ClusterDb {
         };
         let count = parts.len() as u32;
         self.fenced(epoch, |tx| {
+            // Entry `seq` follows the last one, or is not written (a replica ahead of its
+            // journal: a database restored from a backup).
+            let head: Option<Option<u64>> = tx.query_first("SELECT MAX(seq) FROM journal")?;
+            let head = head.flatten().unwrap_or(0);
+            if head + 1 != seq {
+                return Err(StoreError::Corrupt(format!(
+                    "the shared journal ends at entry {head}, and this node's replica would write entry {seq}: the database and the replica do not agree (was the database restored from a backup?)"
+                )));
+            }
             // The newest format written: an older daemon reads it and does not act.
             tx.exec_drop(
                 "UPDATE cluster SET format = GREATEST(format, ?) WHERE id = 1",
