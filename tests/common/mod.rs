@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod munged;
 pub mod system;
 
 use serde_json::Value;
