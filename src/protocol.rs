@@ -3,6 +3,7 @@
 //! what `--json` prints, so their field names are a stable contract
 //! (docs/json-schemas.md).
 
+pub mod net;
 pub mod views;
 
 // A resolution, a recover and the resolve action are the product's vocabulary (policy

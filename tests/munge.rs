@@ -24,7 +24,6 @@ use slurm_supervisor::munge::{Decoded, Munge, MungeError, MAX_CREDENTIAL, MAX_PA
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-
 fn code<T: std::fmt::Debug>(r: Result<T, MungeError>) -> &'static str {
     match r {
         Ok(_) => "ok",
