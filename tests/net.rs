@@ -469,7 +469,7 @@ fn garbage_huge_and_slow_lines_are_refused_without_holding_anyone_up() {
         std::thread::sleep(Duration::from_millis(100));
         let mut probe = [0u8; 1];
         s.set_nonblocking(true).unwrap();
-        let closed = matches!(s.peek(&mut probe), Ok(_));
+        let closed = s.peek(&mut probe).is_ok();
         s.set_nonblocking(false).unwrap();
         if closed {
             cut_off = true;
