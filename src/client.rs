@@ -74,6 +74,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The request went out and its answer did not come back (the connection broke or
+    /// closed first): the request may or may not have been acted on.
+    pub fn answer_lost(&self) -> bool {
+        matches!(self, ClientError::Io(_)) && !self.timed_out()
+    }
+
     /// The daemon is there but did not answer in time (it may still act on the request).
     pub fn timed_out(&self) -> bool {
         matches!(self, ClientError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
@@ -120,14 +126,44 @@ fn send_unix(
     Ok((BufReader::new(stream), sent))
 }
 
+/// How many times a network request whose answer was lost is sent again: a submit with a
+/// request id (the daemon answers a retry with the first one's job) and the reads.
+const NETWORK_RETRIES: usize = 2;
+
 /// Sends one request and returns the daemon's response.
 pub fn call(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientError> {
+    let retries = match (endpoint, request) {
+        (Endpoint::Network(_), Request::Submit(s)) if s.request_id.is_some() => NETWORK_RETRIES,
+        (
+            Endpoint::Network(_),
+            Request::Status { .. }
+            | Request::History { .. }
+            | Request::Pending
+            | Request::Stats { .. }
+            | Request::Ping,
+        ) => NETWORK_RETRIES,
+        _ => 0,
+    };
+    let mut tries = 0;
+    loop {
+        match call_once(endpoint, request) {
+            Err(e) if tries < retries && e.answer_lost() => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+fn call_once(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientError> {
     let (mut reader, sent) = send(endpoint, request)?;
     let mut answer = String::new();
     let read = reader.read_line(&mut answer);
     if answer.is_empty() {
         sent?;
         read?;
+        return Err(ClientError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection without answering",
+        )));
     }
     Ok(serde_json::from_str(&answer)?)
 }

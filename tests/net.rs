@@ -567,3 +567,45 @@ fn a_user_holding_connections_he_never_finishes_fills_only_his_own_share() {
         n.sys.as_user("bob", &["status", "--json"]).status.success()
     });
 }
+
+/// A submit sent again with its request id (its answer lost) is answered with the first
+/// one's job; the same id from another user is another user's submission, which neither
+/// sees nor meets the first.
+#[test]
+fn a_retried_submit_submits_once_and_a_request_id_is_its_owners_alone() {
+    let n = Net::start("");
+    let body = |user: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "cmd": "submit",
+            "argv": ["job.sh"],
+            "cwd": n.sys.home(user).display().to_string(),
+            "env": [],
+            "script": b"#!/bin/sh\nsleep 600\n",
+            "max_retries": null,
+            "request_id": "retry-1",
+        }))
+        .unwrap()
+    };
+    let submit = |user: &str| {
+        let (s, r, hello) = n.connect();
+        let b = body(user);
+        let cred = n.cred_for(user, &hello, &b);
+        let answer = Net::send((s, r), &cred, &b);
+        let v: serde_json::Value = serde_json::from_str(answer.trim())
+            .unwrap_or_else(|e| panic!("{user}'s submit: {e}: {answer}"));
+        v["ok"]["job_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{user}'s submit: {answer}"))
+            .to_string()
+    };
+    let first = submit("alice");
+    let again = submit("alice");
+    assert_eq!(first, again);
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    let bobs = submit("bob");
+    assert_ne!(bobs, first);
+    assert_eq!(n.sys.sbatch_calls_of("bob").len(), 1);
+    // And bob's retry is his own job again.
+    assert_eq!(submit("bob"), bobs);
+    assert_eq!(n.sys.fake.sbatch_calls().len(), 2);
+}

@@ -312,7 +312,10 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
         "the package does not recommend libmunge2: {recommends:?}"
     );
     let depends = must("dpkg-deb", &["-f", deb.to_str().unwrap(), "Depends"]);
-    assert!(!depends.contains("munge"), "libmunge is a dependency: {depends:?}");
+    assert!(
+        !depends.contains("munge"),
+        "libmunge is a dependency: {depends:?}"
+    );
     let conffiles = must("dpkg-query", &["-W", "-f=${Conffiles}", PACKAGE]);
     assert!(
         conffiles.contains(CONFFILE),

@@ -306,6 +306,14 @@ fn submit_request(
         script,
         max_retries,
         restartable,
+        // A retry of this request (the network client's, when an answer is lost) is
+        // answered with the job it made, never a second one.
+        request_id: Some(
+            rand::random::<[u8; 16]>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        ),
     })
 }
 
