@@ -29,6 +29,8 @@ pub struct NetTarget {
     pub servers: Vec<String>,
     /// munged's socket, when not libmunge's default.
     pub munge_socket: Option<PathBuf>,
+    /// The CA certificates (PEM) to check servers against; `Some`: TLS to every server.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Endpoint {
@@ -40,6 +42,7 @@ impl Endpoint {
             Endpoint::Network(NetTarget {
                 servers: config.net.servers.clone(),
                 munge_socket: config.net.munge_socket.clone(),
+                tls_ca: config.net.tls_ca.clone(),
             })
         }
     }
@@ -71,6 +74,8 @@ pub enum ClientError {
     Network(String),
     #[error("cannot make a MUNGE credential: {0}")]
     Munge(#[from] crate::munge::MungeError),
+    #[error("[client] tls_ca: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl ClientError {

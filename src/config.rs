@@ -447,6 +447,8 @@ struct RawServer {
     id: Option<String>,
     munge_socket: Option<PathBuf>,
     root_nodes: Vec<toml::Spanned<String>>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 /// How `supervisorctl` finds the cluster's daemon over the network.
@@ -455,6 +457,7 @@ struct RawServer {
 struct RawClient {
     servers: Vec<toml::Spanned<String>>,
     munge_socket: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
 }
 
 /// The TCP listener for clients on other login nodes (docs/security.md, "Network
@@ -471,6 +474,16 @@ pub struct ServerConfig {
     /// The origin addresses (as MUNGE states them) whose root is an administrator of this
     /// daemon over the network. Empty by default: root on another node is no one here.
     pub root_nodes: Vec<std::net::Ipv4Addr>,
+    /// TLS: the certificate chain and the private key (PEM) the listener presents; when
+    /// set, every network connection is TLS.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A TLS server's certificate chain and key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// Where `supervisorctl` sends requests over the network; empty (the default) means the
@@ -480,6 +493,9 @@ pub struct NetClientConfig {
     /// `host:port` of each login node's daemon, tried in order.
     pub servers: Vec<String>,
     pub munge_socket: Option<PathBuf>,
+    /// TLS: the CA certificates (PEM) the servers' certificates are checked against; when
+    /// set, the client speaks TLS to every server.
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// The environment variable that replaces `[client] servers` (comma-separated).
@@ -1136,6 +1152,14 @@ impl Config {
                 )
             })?);
         }
+        let tls = match (raw.server.tls_cert, raw.server.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            _ => return Err(semantic(
+                "server.tls_cert and server.tls_key go together: give both (PEM files) or neither"
+                    .into(),
+            )),
+        };
         let mut servers = Vec::new();
         for s in &raw.client.servers {
             check_server_address(s.get_ref().trim())
@@ -1194,10 +1218,12 @@ impl Config {
                 id: raw.server.id,
                 munge_socket: raw.server.munge_socket,
                 root_nodes,
+                tls,
             },
             client: NetClientConfig {
                 servers,
                 munge_socket: raw.client.munge_socket,
+                tls_ca: raw.client.tls_ca,
             },
             rules,
             cluster,
@@ -1323,6 +1349,7 @@ mod tests {
                 "unknown field",
             ),
             ("[server]\nid = \"\"\n", "c.toml", "server.id"),
+            ("[server]\ntls_cert = \"/c.pem\"\n", "c.toml", "go together"),
         ];
         for (text, at, says) in table {
             let err = Config::parse(text, Some(Path::new("c.toml")))

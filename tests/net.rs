@@ -59,6 +59,11 @@ impl Net {
     }
 
     fn start_with(server_extra: &str, request_timeout: &str) -> Net {
+        Net::start_full(server_extra, request_timeout, "")
+    }
+
+    /// `client_extra` goes into the client config's `[client]`.
+    fn start_full(server_extra: &str, request_timeout: &str, client_extra: &str) -> Net {
         let munged = Munged::start();
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -83,7 +88,7 @@ impl Net {
         std::fs::write(
             &client_config,
             format!(
-                "[client]\nservers = [{addr:?}]\nmunge_socket = {:?}\n",
+                "[client]\nservers = [{addr:?}]\nmunge_socket = {:?}\n{client_extra}\n",
                 munged.socket().display().to_string()
             ),
         )
@@ -608,4 +613,157 @@ fn a_retried_submit_submits_once_and_a_request_id_is_its_owners_alone() {
     // And bob's retry is his own job again.
     assert_eq!(submit("bob"), bobs);
     assert_eq!(n.sys.fake.sbatch_calls().len(), 2);
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl command in
+/// `dir`; returns (ca.pem, cert.pem, key.pem).
+fn certificates(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command (Debian's openssl)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ca_key = format!("{name}-ca.key");
+    let ca = format!("{name}-ca.pem");
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca,
+        "-days",
+        "1",
+        "-subj",
+        &format!("/CN={name} test CA"),
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=login1",
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    for f in [&ca, "server.pem"] {
+        chmod(&dir.join(f), 0o644);
+    }
+    (
+        dir.join(&ca),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
+
+/// With `tls_cert` and `tls_key` every connection is TLS: a client with the site's CA is
+/// served, the daemon says nothing in clear, and a client without TLS, or trusting
+/// another CA, gets nothing.
+#[test]
+fn with_tls_the_wire_is_encrypted_and_only_a_client_trusting_the_site_ca_is_served() {
+    let dir = tempfile::Builder::new()
+        .prefix("ssv-tls-")
+        .tempdir_in(common::scratch_root())
+        .unwrap();
+    chmod(dir.path(), 0o755);
+    let (ca, cert, key) = certificates(dir.path(), "site");
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    chmod(&other, 0o755);
+    let (other_ca, _, _) = certificates(&other, "other");
+    let n = Net::start_full(
+        &format!(
+            "tls_cert = {:?}\ntls_key = {:?}\n",
+            cert.display().to_string(),
+            key.display().to_string()
+        ),
+        "1s",
+        &format!("tls_ca = {:?}\n", ca.display().to_string()),
+    );
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let status: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("alice", &["status", "--json"])).unwrap();
+    assert_eq!(status[0]["slurm_job_id"], job.as_str());
+    // A plain connection hears no hello in clear; its garbage is a failed handshake.
+    let mut s = TcpStream::connect(&n.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"{\"cmd\":\"ping\"}\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"{"),
+        "a plain client was answered in clear: {got:?}"
+    );
+    n.logged_refusal("tls");
+    // A client without TLS: the daemon's bytes are not a hello.
+    let plain = n.sys.root().join("plain.toml");
+    std::fs::write(
+        &plain,
+        format!(
+            "[client]\nservers = [{:?}]\nmunge_socket = {:?}\n",
+            n.addr,
+            n.munged.socket().display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&plain, 0o644);
+    // A client that trusts another CA refuses the daemon's certificate.
+    let wrong = n.sys.root().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        format!(
+            "[client]\nservers = [{:?}]\nmunge_socket = {:?}\ntls_ca = {:?}\n",
+            n.addr,
+            n.munged.socket().display().to_string(),
+            other_ca.display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&wrong, 0o644);
+    for config in [&plain, &wrong] {
+        let mut cmd = n.sys.user_command("alice", &n.sys.ctl);
+        cmd.arg("--config").arg(config).args(["status", "--json"]);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(75), "{config:?}: {out:?}");
+    }
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
 }

@@ -32,8 +32,12 @@ pub fn send(
     target: &NetTarget,
     line: &[u8],
     answer_timeout: Duration,
-) -> Result<(BufReader<TcpStream>, std::io::Result<()>), ClientError> {
+) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
     let munge = Munge::open(target.munge_socket.as_deref())?;
+    let tls = match &target.tls_ca {
+        None => None,
+        Some(ca) => Some(crate::tls::client_config(ca)?),
+    };
     let me = nix::unistd::geteuid().as_raw();
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let mut queue: VecDeque<String> = target.servers.iter().cloned().collect();
@@ -44,7 +48,7 @@ pub fn send(
             continue;
         }
         tried.push(addr.clone());
-        let (mut reader, hello) = match hello_from(&addr) {
+        let (mut reader, hello) = match hello_from(&addr, tls.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 reasons.push(format!("{addr}: {e}"));
@@ -89,22 +93,74 @@ pub fn send(
         };
         let payload = request_binding::bind(body, &hello.daemon, &nonce);
         let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
-        let stream = reader.get_mut();
-        stream.set_read_timeout(Some(answer_timeout))?;
+        let conn = reader.get_mut();
+        conn.tcp().set_read_timeout(Some(answer_timeout))?;
         let mut out = Vec::with_capacity(cred.len() + 1 + line.len());
         out.extend_from_slice(cred.as_bytes());
         out.push(b'\n');
         out.extend_from_slice(line);
-        let sent = stream
-            .write_all(&out)
-            .and_then(|()| stream.shutdown(std::net::Shutdown::Write));
+        let sent = conn.write_all(&out).and_then(|()| conn.end_request());
         return Ok((reader, sent));
     }
     Err(ClientError::Network(reasons.join("; ")))
 }
 
-/// Connects to `addr` and reads its hello.
-fn hello_from(addr: &str) -> std::io::Result<(BufReader<TcpStream>, Hello)> {
+/// A connection to a daemon: plain TCP, or TLS over it.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(t) => &t.sock,
+        }
+    }
+
+    /// Says the request is complete: the write side is shut (plain TCP). Over TLS the
+    /// daemon reads the request by its newline, and the connection stays whole for the
+    /// answer.
+    fn end_request(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.shutdown(std::net::Shutdown::Write),
+            Conn::Tls(t) => t.flush(),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(t) => t.flush(),
+        }
+    }
+}
+
+/// Connects to `addr` (`host:port`; over TLS the certificate must name `host`) and reads
+/// its hello.
+fn hello_from(
+    addr: &str,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> std::io::Result<(BufReader<Conn>, Hello)> {
     let mut last = None;
     for a in addr.to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
@@ -112,7 +168,21 @@ fn hello_from(addr: &str) -> std::io::Result<(BufReader<TcpStream>, Hello)> {
                 stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
                 stream.set_write_timeout(Some(HELLO_TIMEOUT))?;
                 let _ = stream.set_nodelay(true);
-                let mut reader = BufReader::new(stream);
+                let conn = match tls {
+                    None => Conn::Plain(stream),
+                    Some(config) => {
+                        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                        let host = host.trim_start_matches('[').trim_end_matches(']');
+                        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                            .map_err(|e| {
+                                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+                            })?;
+                        let c = rustls::ClientConnection::new(config.clone(), name)
+                            .map_err(std::io::Error::other)?;
+                        Conn::Tls(Box::new(rustls::StreamOwned::new(c, stream)))
+                    }
+                };
+                let mut reader = BufReader::new(conn);
                 let mut line = Vec::new();
                 (&mut reader)
                     .take(MAX_HELLO as u64)
@@ -175,6 +245,7 @@ mod tests {
             servers: servers.iter().map(|s| s.to_string()).collect(),
             // No munged is needed: nothing here gets as far as a credential.
             munge_socket: Some("/nonexistent/munge.socket".into()),
+            tls_ca: None,
         }
     }
 

@@ -67,6 +67,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("server.tls_cert, server.tls_key: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("server.listen needs MUNGE to authenticate network clients: {0}")]
     Munge(#[from] crate::munge::MungeError),
     #[error(transparent)]
@@ -232,10 +234,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
         None => None,
         Some(addr) => {
             let munge = crate::munge::Munge::open(config.server.munge_socket.as_deref())?;
+            let tls = match &config.server.tls {
+                None => None,
+                Some(f) => Some(crate::tls::server_config(&f.cert, &f.key)?),
+            };
             let listener = net::bind(addr)
                 .await
                 .map_err(|source| DaemonError::Listen { addr, source })?;
-            Some((addr, munge, listener))
+            Some((addr, munge, tls, listener))
         }
     };
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
@@ -246,19 +252,20 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
     let shared = server::Shared::new(ctl_tx, config.limits.clone(), config.db_path());
     let server = tokio::spawn(server::serve(listener, shared.clone()));
-    let net_server = net_listener.map(|(addr, munge, listener)| {
+    let net_server = net_listener.map(|(addr, munge, tls, listener)| {
         let id = config
             .server
             .id
             .clone()
             .unwrap_or_else(|| net::default_id(addr.port()));
-        info!(%addr, daemon = %id, "serving network clients (MUNGE)");
+        info!(%addr, daemon = %id, tls = tls.is_some(), "serving network clients (MUNGE)");
         let served = net::NetServer::new(
             shared.clone(),
             munge,
             id,
             config.server.root_nodes.clone(),
             std::sync::Arc::new(net::AlwaysActive),
+            tls,
         );
         tokio::spawn(net::serve(listener, served))
     });

@@ -71,6 +71,8 @@ pub struct NetServer {
     /// The origins (as MUNGE states them) whose root is an administrator here.
     pub root_nodes: Vec<Ipv4Addr>,
     pub activity: Arc<dyn Activity>,
+    /// TLS around every connection, when `[server] tls_cert` is set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     pool: Arc<PreAuth>,
 }
 
@@ -81,6 +83,7 @@ impl NetServer {
         id: String,
         root_nodes: Vec<Ipv4Addr>,
         activity: Arc<dyn Activity>,
+        tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Arc<NetServer> {
         Arc::new(NetServer {
             shared,
@@ -89,6 +92,7 @@ impl NetServer {
             uid: nix::unistd::geteuid().as_raw(),
             root_nodes,
             activity,
+            tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
         })
     }
@@ -206,19 +210,43 @@ struct Authenticated {
 }
 
 async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std::io::Result<()> {
-    connection_on(stream, peer, net).await
+    // The TLS handshake is part of the anonymous wait: in the pool, and bounded in time.
+    let (ticket, mut pushed_out) = net.pool.enter();
+    let Some(acceptor) = &net.tls else {
+        return connection_on(stream, peer, net, ticket, pushed_out).await;
+    };
+    let within = net.shared.limits.request_timeout.0;
+    let accepted = tokio::select! {
+        a = tokio::time::timeout(within, acceptor.accept(stream)) => a,
+        _ = &mut pushed_out => {
+            debug!("pushed out of the pre-authentication pool by newer connections");
+            return Ok(());
+        }
+    };
+    match accepted {
+        Err(_) => {
+            warn!(%peer, reason = "slow", "network request refused: no TLS handshake within {within:?} (limits.request_timeout)");
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            warn!(%peer, reason = "tls", "network request refused: TLS handshake failed: {e}");
+            Ok(())
+        }
+        Ok(Ok(tls)) => connection_on(tls, peer, net, ticket, pushed_out).await,
+    }
 }
 
-/// Serves one connection on any byte stream (plain TCP today; TLS is a stream too).
+/// Serves one connection on any byte stream (plain TCP, or TLS over it).
 async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     stream: S,
     peer: SocketAddr,
     net: &NetServer,
+    ticket: Ticket,
+    pushed_out: oneshot::Receiver<()>,
 ) -> std::io::Result<()> {
     let (read, mut write) = tokio::io::split(stream);
     let mut reader = BufReader::new(read);
     let nonce: Nonce = rand::random();
-    let (ticket, pushed_out) = net.pool.enter();
     let authenticated = tokio::select! {
         a = handshake(&mut reader, &mut write, &nonce, net) => a,
         _ = pushed_out => {
