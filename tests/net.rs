@@ -39,14 +39,14 @@ struct Net {
 
 /// A free port of loopback, outside the range the kernel hands out to outgoing
 /// connections (so no client of another test takes it meanwhile).
-fn free_port() -> u16 {
+fn free_port(ip: &str) -> u16 {
     let base = 20_000 + (std::process::id() % 500) as u16 * 20;
     static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     loop {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         assert!(n < 2000, "no free port found");
         let port = base + n % 10_000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
             return port;
         }
     }
@@ -64,9 +64,27 @@ impl Net {
 
     /// `client_extra` goes into the client config's `[client]`.
     fn start_full(server_extra: &str, request_timeout: &str, client_extra: &str) -> Net {
+        Net::start_on(
+            ("127.0.0.1", 0),
+            &[],
+            server_extra,
+            request_timeout,
+            client_extra,
+        )
+    }
+
+    /// The daemon listening on `ip` (an address of this host), at `port` (0: a free one),
+    /// started under `launcher`.
+    fn start_on(
+        (ip, port): (&str, u16),
+        launcher: &[String],
+        server_extra: &str,
+        request_timeout: &str,
+        client_extra: &str,
+    ) -> Net {
         let munged = Munged::start();
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
+        let port = if port == 0 { free_port(ip) } else { port };
+        let addr = format!("{ip}:{port}");
         let extra = format!(
             "[server]\nlisten = {addr:?}\nid = \"login1\"\nmunge_socket = {:?}\n{server_extra}\n",
             munged.socket().display().to_string()
@@ -83,6 +101,7 @@ impl Net {
             format!("{text}\n[limits]\nrequest_timeout = {request_timeout:?}\n")
         };
         std::fs::write(&sys.d.config, text).unwrap();
+        sys.d.launcher = launcher.to_vec();
         sys.spawn();
         let client_config = sys.root().join("client.toml");
         std::fs::write(
@@ -492,7 +511,9 @@ fn garbage_huge_and_slow_lines_are_refused_without_holding_anyone_up() {
 
 #[test]
 fn a_thousand_idle_connections_hold_up_no_one() {
-    let n = Net::start("");
+    // Idle connections that are not cut off by time while the thousand arrive, however
+    // slowly the daemon accepts them: the pool alone must make room.
+    let n = Net::start_with("", "30s");
     // Room for the thousand connections in this process.
     let lim = libc::rlimit {
         rlim_cur: 8192,
@@ -766,4 +787,69 @@ fn with_tls_the_wire_is_encrypted_and_only_a_client_trusting_the_site_ca_is_serv
         assert_eq!(out.status.code(), Some(75), "{config:?}: {out:?}");
     }
     assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+}
+
+/// Two login nodes as network namespaces: alice submits on one, and follows and cancels
+/// the chain from the other; bob, on the other, sees and cancels nothing of hers. The
+/// daemon's log shows each request came from its node's address.
+#[test]
+fn two_login_nodes_a_user_submits_on_one_and_follows_and_cancels_from_the_other() {
+    let nodes = common::netns::Nodes::two();
+    // login1's daemon, in login1's namespace: the port is its own.
+    let n = Net::start_on(
+        (&nodes.nodes[0].addr, 6827),
+        &nodes.prefix(0, "root"),
+        "",
+        "5s",
+        "",
+    );
+    let ctl = |node: usize, user: &str, args: &[&str]| {
+        let mut cmd = nodes.command(node, user, &n.sys.home(user));
+        cmd.env("HOME", n.sys.home(user));
+        cmd.arg(&n.sys.ctl)
+            .arg("--config")
+            .arg(&n.client_config)
+            .args(args);
+        cmd.output().unwrap()
+    };
+    let ok = |node: usize, user: &str, args: &[&str]| {
+        let out = ctl(node, user, args);
+        assert!(
+            out.status.success(),
+            "{user} on node {node}: {args:?}: {out:?}\nlog:\n{}",
+            common::tail(&n.sys.d.log(), 30)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = ok(0, "alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(1, "alice", &["status", "--json"])).unwrap();
+    assert_eq!(status[0]["slurm_job_id"], job.as_str(), "{status}");
+    let history: serde_json::Value =
+        serde_json::from_str(&ok(1, "alice", &["history", "--json", &job])).unwrap();
+    assert_eq!(history["attempts"][0]["slurm_job_id"], job.as_str());
+    let bobs: serde_json::Value =
+        serde_json::from_str(&ok(1, "bob", &["status", "--json"])).unwrap();
+    assert_eq!(bobs, serde_json::json!([]));
+    assert_eq!(ctl(1, "bob", &["cancel", &job]).status.code(), Some(77));
+    ok(1, "alice", &["cancel", &job]);
+    wait_for("alice's chain cancelled", Duration::from_secs(30), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&ok(1, "alice", &["status", "--json"])).unwrap();
+        s[0]["state"] == "cancelled"
+    });
+    // Each node's requests came over its own address: login2's over the link.
+    let log = n.sys.d.log();
+    for node in &nodes.nodes {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("network request authenticated")
+                    && l.contains(&format!("peer={}:", node.addr))),
+            "no request from {} in the log",
+            node.addr
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod fake;
 pub mod munged;
+pub mod netns;
 pub mod system;
 
 use serde_json::Value;
