@@ -264,7 +264,13 @@ pub async fn run<S: Slurm + Clone + 'static>(
             munge,
             id,
             config.server.root_nodes.clone(),
-            std::sync::Arc::new(net::AlwaysActive),
+            match &cluster {
+                None => std::sync::Arc::new(net::AlwaysActive) as std::sync::Arc<dyn net::Activity>,
+                Some(c) => std::sync::Arc::new(net::ClusterActivity {
+                    cluster: c.activity(),
+                    port: addr.port(),
+                }),
+            },
             tls,
         );
         tokio::spawn(net::serve(listener, served))

@@ -51,6 +51,36 @@ impl Activity for AlwaysActive {
     }
 }
 
+/// Cluster mode's answer: active while this daemon holds the lease; otherwise a standby
+/// that names the active daemon's node with this daemon's own port (every login node's
+/// daemon listens on the same port; a client follows only to an address of its list, and
+/// tries the rest of its list in order anyway).
+pub struct ClusterActivity {
+    pub cluster: super::cluster::Activity,
+    pub port: u16,
+}
+
+impl Activity for ClusterActivity {
+    fn now(&self) -> Role {
+        role_of(
+            self.cluster.is_active(),
+            || self.cluster.active_node(),
+            self.port,
+        )
+    }
+}
+
+/// The role a hello states: active, or a standby naming `node:port`.
+fn role_of(active: bool, node: impl FnOnce() -> Option<String>, port: u16) -> Role {
+    if active {
+        Role::Active
+    } else {
+        Role::Standby {
+            active_at: node().map(|n| format!("{n}:{port}")),
+        }
+    }
+}
+
 /// Connections that have not yet shown a credential, all peers together.
 pub const PRE_AUTH_MAX: usize = 256;
 
@@ -432,6 +462,21 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_standby_names_the_active_node_with_its_own_port() {
+        assert_eq!(role_of(true, || Some("login2".into()), 6827), Role::Active);
+        assert_eq!(
+            role_of(false, || Some("login2".into()), 6827),
+            Role::Standby {
+                active_at: Some("login2:6827".into())
+            }
+        );
+        assert_eq!(
+            role_of(false, || None, 6827),
+            Role::Standby { active_at: None }
+        );
+    }
 
     #[test]
     fn a_full_pool_pushes_out_the_longest_waiting_connection() {
