@@ -252,6 +252,7 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
         "{stray} started at {start}"
     );
     common::run("scancel", &[&job]);
+}
 
 /// The hello of the daemon at `addr` (`protocol::net`).
 fn hello(addr: &str) -> slurm_supervisor::protocol::net::Hello {
