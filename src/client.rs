@@ -1,11 +1,61 @@
-//! Talking to the daemon over its Unix socket: one request, one answer. Both clients use
-//! it, `supervisorctl` (`ctl`) and its MCP server (`mcp`), which `ctl` starts.
+//! Talking to the daemon over its Unix socket, or over the network to the cluster's
+//! active daemon (`net`): one request, one answer. Both clients use it, `supervisorctl`
+//! (`ctl`) and its MCP server (`mcp`), which `ctl` starts.
 
+mod net;
+
+use crate::config::ClientConfig;
 use crate::protocol::{Request, Response};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// The daemon's Unix socket on this node.
+    Unix(PathBuf),
+    /// The cluster's daemons over TCP, tried in order, each request with a MUNGE
+    /// credential.
+    Network(NetTarget),
+}
+
+/// The daemons a network client may talk to.
+#[derive(Debug, Clone)]
+pub struct NetTarget {
+    /// `host:port`, in the order they are tried; a standby's redirect is followed only to
+    /// one of these.
+    pub servers: Vec<String>,
+    /// munged's socket, when not libmunge's default.
+    pub munge_socket: Option<PathBuf>,
+    /// The CA certificates (PEM) to check servers against; `Some`: TLS to every server.
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl Endpoint {
+    /// The network when the config lists servers, else the Unix socket.
+    pub fn of(config: &ClientConfig) -> Endpoint {
+        if config.net.servers.is_empty() {
+            Endpoint::Unix(config.socket.clone())
+        } else {
+            Endpoint::Network(NetTarget {
+                servers: config.net.servers.clone(),
+                munge_socket: config.net.munge_socket.clone(),
+                tls_ca: config.net.tls_ca.clone(),
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "{}", p.display()),
+            Endpoint::Network(t) => write!(f, "{}", t.servers.join(", ")),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -19,9 +69,22 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     #[error("slurm-supervisord sent an answer that cannot be read: {0}")]
     Garbage(#[from] serde_json::Error),
+    /// No daemon of the list took the request; each one's reason.
+    #[error("no active slurm-supervisord took the request: {0}")]
+    Network(String),
+    #[error("cannot make a MUNGE credential: {0}")]
+    Munge(#[from] crate::munge::MungeError),
+    #[error("[client] tls_ca: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl ClientError {
+    /// The request went out and its answer did not come back (the connection broke or
+    /// closed first): the request may or may not have been acted on.
+    pub fn answer_lost(&self) -> bool {
+        matches!(self, ClientError::Io(_)) && !self.timed_out()
+    }
+
     /// The daemon is there but did not answer in time (it may still act on the request).
     pub fn timed_out(&self) -> bool {
         matches!(self, ClientError::Io(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
@@ -34,33 +97,78 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 /// Sends one request; returns the connection to read the answer from, and how sending
 /// went. The daemon may answer before it has read everything (a request over its size
 /// limit) and close: its answer is still there to read, so a failed write is not the end.
-fn send(
-    socket: &Path,
-    request: &Request,
-) -> Result<(BufReader<UnixStream>, std::io::Result<()>), ClientError> {
+type Answer = (Box<dyn BufRead + Send>, std::io::Result<()>);
+
+fn send(endpoint: &Endpoint, request: &Request) -> Result<Answer, ClientError> {
     // The request is ready before the connection is made: the daemon gives a connection
     // only a few seconds to deliver it.
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
+    match endpoint {
+        Endpoint::Unix(socket) => {
+            let (r, sent) = send_unix(socket, &line)?;
+            Ok((Box::new(r), sent))
+        }
+        Endpoint::Network(target) => {
+            let (r, sent) = net::send(target, &line, ANSWER_TIMEOUT)?;
+            Ok((Box::new(r), sent))
+        }
+    }
+}
+
+fn send_unix(
+    socket: &std::path::Path,
+    line: &[u8],
+) -> Result<(BufReader<UnixStream>, std::io::Result<()>), ClientError> {
     let mut stream = UnixStream::connect(socket).map_err(|source| ClientError::Connect {
         path: socket.display().to_string(),
         source,
     })?;
     stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     let sent = stream
-        .write_all(&line)
+        .write_all(line)
         .and_then(|()| stream.shutdown(std::net::Shutdown::Write));
     Ok((BufReader::new(stream), sent))
 }
 
+/// How many times a network request whose answer was lost is sent again: a submit with a
+/// request id (the daemon answers a retry with the first one's job) and the reads.
+const NETWORK_RETRIES: usize = 2;
+
 /// Sends one request and returns the daemon's response.
-pub fn call(socket: &Path, request: &Request) -> Result<Response, ClientError> {
-    let (mut reader, sent) = send(socket, request)?;
+pub fn call(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientError> {
+    let retries = match (endpoint, request) {
+        (Endpoint::Network(_), Request::Submit(s)) if s.request_id.is_some() => NETWORK_RETRIES,
+        (
+            Endpoint::Network(_),
+            Request::Status { .. }
+            | Request::History { .. }
+            | Request::Pending
+            | Request::Stats { .. }
+            | Request::Ping,
+        ) => NETWORK_RETRIES,
+        _ => 0,
+    };
+    let mut tries = 0;
+    loop {
+        match call_once(endpoint, request) {
+            Err(e) if tries < retries && e.answer_lost() => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+fn call_once(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientError> {
+    let (mut reader, sent) = send(endpoint, request)?;
     let mut answer = String::new();
     let read = reader.read_line(&mut answer);
     if answer.is_empty() {
         sent?;
         read?;
+        return Err(ClientError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection without answering",
+        )));
     }
     Ok(serde_json::from_str(&answer)?)
 }
@@ -85,11 +193,11 @@ const OK_PREFIX: &[u8] = b"{\"ok\":";
 /// the daemon's whole answer, docs/benchmarks.md). An error answer is returned whole. An
 /// answer cut short is an error, after what came of it was written.
 pub fn call_streamed(
-    socket: &Path,
+    endpoint: &Endpoint,
     request: &Request,
     out: &mut dyn Write,
 ) -> Result<Streamed, ClientError> {
-    let (mut reader, sent) = send(socket, request)?;
+    let (mut reader, sent) = send(endpoint, request)?;
     let mut head = Vec::with_capacity(OK_PREFIX.len());
     let read = (&mut reader)
         .take(OK_PREFIX.len() as u64)
@@ -224,6 +332,7 @@ mod tests {
             }
         });
         let request = Request::Status { id: None };
+        let socket = Endpoint::Unix(socket);
         let mut out = Vec::new();
         assert!(matches!(
             call_streamed(&socket, &request, &mut out),

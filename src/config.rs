@@ -439,6 +439,79 @@ pub struct MetricsConfig {
     pub listen: Option<std::net::SocketAddr>,
 }
 
+/// The network listener and what it trusts (off unless `listen` is set).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawServer {
+    listen: Option<toml::Spanned<String>>,
+    id: Option<String>,
+    munge_socket: Option<PathBuf>,
+    root_nodes: Vec<toml::Spanned<String>>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+/// How `supervisorctl` finds the cluster's daemon over the network.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawClient {
+    servers: Vec<toml::Spanned<String>>,
+    munge_socket: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+}
+
+/// The TCP listener for clients on other login nodes (docs/security.md, "Network
+/// clients"). `listen` is `None` by default: nothing is served over the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// An IP address and a port, e.g. `0.0.0.0:6827`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// The daemon's identity, bound into every credential sent to it: by default the
+    /// host name and the listening port, `login1:6827`.
+    pub id: Option<String>,
+    /// munged's socket, when not libmunge's default.
+    pub munge_socket: Option<PathBuf>,
+    /// The origin addresses (as MUNGE states them) whose root is an administrator of this
+    /// daemon over the network. Empty by default: root on another node is no one here.
+    pub root_nodes: Vec<std::net::Ipv4Addr>,
+    /// TLS: the certificate chain and the private key (PEM) the listener presents; when
+    /// set, every network connection is TLS.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A TLS server's certificate chain and key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Where `supervisorctl` sends requests over the network; empty (the default) means the
+/// Unix socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetClientConfig {
+    /// `host:port` of each login node's daemon, tried in order.
+    pub servers: Vec<String>,
+    pub munge_socket: Option<PathBuf>,
+    /// TLS: the CA certificates (PEM) the servers' certificates are checked against; when
+    /// set, the client speaks TLS to every server.
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// The environment variable that replaces `[client] servers` (comma-separated).
+pub const SERVERS_ENV: &str = "SLURM_SUPERVISOR_SERVERS";
+
+/// Checks one `host:port` of a servers list.
+pub fn check_server_address(s: &str) -> Result<(), String> {
+    let bad =
+        || format!("{s:?} is not a server address: write a host and a port, e.g. \"login1:6827\"");
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 && !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+        _ => Err(bad()),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -463,6 +536,10 @@ struct RawConfig {
     limits: LimitsConfig,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    client: RawClient,
     #[serde(default)]
     rules: Vec<RawRule>,
     store: Option<crate::dbconfig::StoreConfig>,
@@ -534,6 +611,8 @@ pub struct Config {
     pub notify: NotifyConfig,
     pub limits: LimitsConfig,
     pub metrics: MetricsConfig,
+    pub server: ServerConfig,
+    pub client: NetClientConfig,
     pub rules: Vec<Rule>,
     /// Cluster mode (`[store]`): the shared database and the lease; `None` runs on the
     /// SQLite store alone.
@@ -570,6 +649,8 @@ pub const DEFAULT_DB_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct ClientConfig {
     pub socket: PathBuf,
     pub max_script_size: u64,
+    /// The daemons to reach over the network, in order; empty: the Unix socket.
+    pub net: NetClientConfig,
 }
 
 impl ClientConfig {
@@ -588,7 +669,26 @@ impl ClientConfig {
         Ok(ClientConfig {
             socket: c.socket,
             max_script_size: c.limits.max_script_size.0,
+            net: c.client,
         })
+    }
+
+    /// `SLURM_SUPERVISOR_SERVERS`, when set, replaces `[client] servers`: a comma-separated
+    /// list of `host:port`, or empty for the Unix socket.
+    pub fn with_servers_env(mut self, value: Option<&str>) -> Result<ClientConfig, String> {
+        if let Some(v) = value {
+            let servers: Vec<String> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            for s in &servers {
+                check_server_address(s).map_err(|e| format!("{SERVERS_ENV}: {e}"))?;
+            }
+            self.net.servers = servers;
+        }
+        Ok(self)
     }
 }
 
@@ -1008,6 +1108,64 @@ impl Config {
                 })
             }
         };
+        let server_listen = match &raw.server.listen {
+            None => None,
+            Some(s) => {
+                let addr: std::net::SocketAddr = s.get_ref().trim().parse().map_err(|_| {
+                    invalid(
+                        Some(s.span()),
+                        format!(
+                            "server.listen = {:?} is not a socket address: write an IP address and a port, e.g. \"0.0.0.0:6827\"",
+                            s.get_ref()
+                        ),
+                    )
+                })?;
+                if addr.port() == 0 {
+                    return Err(invalid(
+                        Some(s.span()),
+                        "server.listen must name a port between 1 and 65535, e.g. \"0.0.0.0:6827\""
+                            .into(),
+                    ));
+                }
+                Some(addr)
+            }
+        };
+        if raw
+            .server
+            .id
+            .as_ref()
+            .is_some_and(|i| i.trim().is_empty() || i.len() > 255)
+        {
+            return Err(semantic(
+                "server.id must be a name of 1 to 255 bytes, e.g. \"login1\"".into(),
+            ));
+        }
+        let mut root_nodes = Vec::new();
+        for n in &raw.server.root_nodes {
+            root_nodes.push(n.get_ref().trim().parse::<std::net::Ipv4Addr>().map_err(|_| {
+                invalid(
+                    Some(n.span()),
+                    format!(
+                        "server.root_nodes: {:?} is not an IPv4 address: write the address MUNGE states for that node (`unmunge` prints it as ENCODE_HOST)",
+                        n.get_ref()
+                    ),
+                )
+            })?);
+        }
+        let tls = match (raw.server.tls_cert, raw.server.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            _ => return Err(semantic(
+                "server.tls_cert and server.tls_key go together: give both (PEM files) or neither"
+                    .into(),
+            )),
+        };
+        let mut servers = Vec::new();
+        for s in &raw.client.servers {
+            check_server_address(s.get_ref().trim())
+                .map_err(|e| invalid(Some(s.span()), format!("client.servers: {e}")))?;
+            servers.push(s.get_ref().trim().to_string());
+        }
 
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
         let socket = raw
@@ -1054,6 +1212,18 @@ impl Config {
             limits: raw.limits,
             metrics: MetricsConfig {
                 listen: metrics_listen,
+            },
+            server: ServerConfig {
+                listen: server_listen,
+                id: raw.server.id,
+                munge_socket: raw.server.munge_socket,
+                root_nodes,
+                tls,
+            },
+            client: NetClientConfig {
+                servers,
+                munge_socket: raw.client.munge_socket,
+                tls_ca: raw.client.tls_ca,
             },
             rules,
             cluster,
@@ -1132,6 +1302,74 @@ mod tests {
             err.starts_with("c.toml:3:1: unknown field `pol_interval`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_network_is_off_by_default_and_its_keys_are_checked() {
+        let c = Config::defaults();
+        assert_eq!(c.server, ServerConfig::default());
+        assert!(c.client.servers.is_empty());
+        let c = Config::parse(
+            "[server]\nlisten = \"0.0.0.0:6827\"\nid = \"login1\"\nroot_nodes = [\"10.1.0.2\"]\n\
+             [client]\nservers = [\"login1:6827\", \"10.1.0.3:6827\"]\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, Some("0.0.0.0:6827".parse().unwrap()));
+        assert_eq!(
+            c.server.root_nodes,
+            vec![std::net::Ipv4Addr::new(10, 1, 0, 2)]
+        );
+        assert_eq!(c.client.servers, ["login1:6827", "10.1.0.3:6827"]);
+        let table = [
+            (
+                "[server]\nlisten = \"login1\"\n",
+                "c.toml:2:",
+                "not a socket address",
+            ),
+            ("[server]\nlisten = \"0.0.0.0:0\"\n", "c.toml:2:", "port"),
+            (
+                "[server]\nroot_nodes = [\"login2\"]\n",
+                "c.toml:2:",
+                "not an IPv4 address",
+            ),
+            (
+                "[client]\nservers = [\"login1\"]\n",
+                "c.toml:2:",
+                "not a server address",
+            ),
+            (
+                "[client]\nservers = [\"login1:0\"]\n",
+                "c.toml:2:",
+                "not a server address",
+            ),
+            (
+                "[server]\nlistne = \"0.0.0.0:1\"\n",
+                "c.toml:2:",
+                "unknown field",
+            ),
+            ("[server]\nid = \"\"\n", "c.toml", "server.id"),
+            ("[server]\ntls_cert = \"/c.pem\"\n", "c.toml", "go together"),
+        ];
+        for (text, at, says) in table {
+            let err = Config::parse(text, Some(Path::new("c.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(at) && err.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_servers_variable_replaces_the_configs_list() {
+        let c = ClientConfig::parse("[client]\nservers = [\"a:1\"]\n", None).unwrap();
+        let same = c.clone().with_servers_env(None).unwrap();
+        assert_eq!(same.net.servers, ["a:1"]);
+        let other = c.clone().with_servers_env(Some(" b:2 , c:3,")).unwrap();
+        assert_eq!(other.net.servers, ["b:2", "c:3"]);
+        let none = c.clone().with_servers_env(Some("")).unwrap();
+        assert!(none.net.servers.is_empty());
+        let err = c.with_servers_env(Some("b")).unwrap_err();
+        assert!(err.starts_with("SLURM_SUPERVISOR_SERVERS: "), "{err}");
     }
 
     #[test]

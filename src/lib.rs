@@ -42,3 +42,4 @@ pub mod sbatch_args;
 pub mod slurm;
 pub mod store;
 pub mod syntax;
+pub mod tls;

@@ -45,6 +45,7 @@ pub const LIBRARY_PACKAGE: &str = "libmunge2";
 
 // munge.h, MUNGE 0.5 (the values are part of libmunge's ABI, soname 2).
 const MUNGE_OPT_TTL: c_int = 4;
+const MUNGE_OPT_ADDR4: c_int = 5;
 const MUNGE_OPT_SOCKET: c_int = 8;
 const MUNGE_OPT_UID_RESTRICTION: c_int = 9;
 
@@ -134,6 +135,11 @@ pub struct Decoded {
     pub uid: u32,
     pub gid: u32,
     pub payload: Vec<u8>,
+    /// The IPv4 address of the host whose munged made the credential, as that munged
+    /// stated it inside the signed credential (`MUNGE_OPT_ADDR4`): the address its host
+    /// name resolves to there, which on a node whose name resolves to a loopback address
+    /// (Debian's `127.0.1.1` in /etc/hosts) or to nothing (`0.0.0.0`) names no node.
+    pub origin: std::net::Ipv4Addr,
 }
 
 type Ctx = *mut c_void;
@@ -142,6 +148,7 @@ type Ctx = *mut c_void;
 type CtxCreate = unsafe extern "C" fn() -> Ctx;
 type CtxDestroy = unsafe extern "C" fn(Ctx);
 type CtxSet = unsafe extern "C" fn(Ctx, c_int, ...) -> c_int;
+type CtxGet = unsafe extern "C" fn(Ctx, c_int, ...) -> c_int;
 type CtxStrerror = unsafe extern "C" fn(Ctx) -> *const c_char;
 type Encode = unsafe extern "C" fn(*mut *mut c_char, Ctx, *const c_void, c_int) -> c_int;
 type Decode = unsafe extern "C" fn(
@@ -159,6 +166,7 @@ struct Lib {
     ctx_create: CtxCreate,
     ctx_destroy: CtxDestroy,
     ctx_set: CtxSet,
+    ctx_get: CtxGet,
     ctx_strerror: CtxStrerror,
     encode: Encode,
     decode: Decode,
@@ -208,6 +216,7 @@ impl Lib {
                     c"munge_ctx_destroy",
                 )?),
                 ctx_set: std::mem::transmute::<*mut c_void, CtxSet>(sym(c"munge_ctx_set")?),
+                ctx_get: std::mem::transmute::<*mut c_void, CtxGet>(sym(c"munge_ctx_get")?),
                 ctx_strerror: std::mem::transmute::<*mut c_void, CtxStrerror>(sym(
                     c"munge_ctx_strerror",
                 )?),
@@ -424,7 +433,18 @@ impl Munge {
             // SAFETY: buf holds len bytes (and a NUL after them), freed after this copy.
             (false, Ok(n)) => unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }.to_vec(),
         };
-        Ok(Decoded { uid, gid, payload })
+        // A `struct in_addr`: four bytes in network order.
+        let mut addr = [0u8; 4];
+        // SAFETY: MUNGE_OPT_ADDR4 takes a `struct in_addr *`, four writable bytes; after a
+        // successful decode the context holds the credential's address.
+        let rc = unsafe { (self.lib.ctx_get)(ctx.ctx, MUNGE_OPT_ADDR4, addr.as_mut_ptr()) };
+        ctx.check(rc)?;
+        Ok(Decoded {
+            uid,
+            gid,
+            payload,
+            origin: std::net::Ipv4Addr::from(addr),
+        })
     }
 }
 

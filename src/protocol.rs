@@ -3,6 +3,7 @@
 //! what `--json` prints, so their field names are a stable contract
 //! (docs/json-schemas.md).
 
+pub mod net;
 pub mod views;
 
 // A resolution, a recover and the resolve action are the product's vocabulary (policy
@@ -73,6 +74,19 @@ pub struct SubmitRequest {
     /// (`submit --restartable`); false leaves it to the config's `retry.restartable`.
     #[serde(default)]
     pub restartable: bool,
+    /// The client's id for this submission (1 to 64 of `A-Z a-z 0-9 - _`): a retry with
+    /// the same id, by the same user, is answered with the first one's job instead of
+    /// submitting again (`supervisorctl` sends one over the network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Whether `id` is a request id the daemon accepts.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The daemon's answer.

@@ -92,6 +92,23 @@ pub fn bind(body: &[u8], daemon_id: &str, nonce: &Nonce) -> Vec<u8> {
 /// which issued `nonce`. The values compared are not secret (anyone can hash a body they
 /// saw), so the comparison need not take constant time.
 pub fn check(payload: &[u8], body: &[u8], daemon_id: &str, nonce: &Nonce) -> Result<(), Mismatch> {
+    check_fields(payload, Some(body), daemon_id, nonce)
+}
+
+/// [`check`] of everything but the body: whether `payload` was made for `daemon_id` and
+/// the `nonce` it issued. A daemon asks this before it reads a request's body, so that a
+/// credential made for another connection holds nothing of the caller's share meanwhile;
+/// [`check`] follows once the body is in.
+pub fn check_issued(payload: &[u8], daemon_id: &str, nonce: &Nonce) -> Result<(), Mismatch> {
+    check_fields(payload, None, daemon_id, nonce)
+}
+
+fn check_fields(
+    payload: &[u8],
+    body: Option<&[u8]>,
+    daemon_id: &str,
+    nonce: &Nonce,
+) -> Result<(), Mismatch> {
     let Ok(fields) = <&[u8; BINDING_LEN]>::try_from(payload) else {
         return Err(Mismatch::Length(payload.len()));
     };
@@ -105,7 +122,7 @@ pub fn check(payload: &[u8], body: &[u8], daemon_id: &str, nonce: &Nonce) -> Res
     if version[0] != VERSION {
         return Err(Mismatch::Version(version[0]));
     }
-    if body_hash != sha256(body) {
+    if body.is_some_and(|body| body_hash != sha256(body)) {
         return Err(Mismatch::Body);
     }
     if daemon_hash != sha256(daemon_id.as_bytes()) {
@@ -218,6 +235,24 @@ mod tests {
             };
             assert_eq!(check_code(&q, BODY, DAEMON, &NONCE), want, "byte {i}");
         }
+    }
+
+    #[test]
+    fn the_issued_check_looks_at_everything_but_the_body() {
+        let p = bind(BODY, DAEMON, &NONCE);
+        assert_eq!(check_issued(&p, DAEMON, &NONCE), Ok(()));
+        let mut other_nonce = NONCE;
+        other_nonce[0] ^= 1;
+        assert_eq!(check_issued(&p, DAEMON, &other_nonce), Err(Mismatch::Nonce));
+        assert_eq!(check_issued(&p, "other", &NONCE), Err(Mismatch::Daemon));
+        assert_eq!(
+            check_issued(&p[1..], DAEMON, &NONCE),
+            Err(Mismatch::Length(84))
+        );
+        let mut q = p.clone();
+        q[10] ^= 1;
+        assert_eq!(check_issued(&q, DAEMON, &NONCE), Ok(()));
+        assert_eq!(check(&q, BODY, DAEMON, &NONCE), Err(Mismatch::Body));
     }
 
     #[test]

@@ -59,6 +59,7 @@ impl Burst {
                 script: None,
                 max_retries: None,
                 restartable: false,
+                request_id: None,
             };
             match requests::handle(&mut engine, Request::Submit(req), uid).await {
                 Response::Ok(v) => jobs.push(v["job_id"].as_str().unwrap().to_string()),
@@ -85,6 +86,7 @@ impl Burst {
             script: None,
             max_retries: None,
             restartable: false,
+            request_id: None,
         };
         let uid = nix::unistd::getuid().as_raw();
         match requests::handle(&mut self.engine, Request::Submit(req), uid).await {

@@ -51,6 +51,7 @@ impl Harness {
             script: Some(SCRIPT.to_vec()),
             max_retries: None,
             restartable: false,
+            request_id: None,
         };
         let uid = nix::unistd::getuid().as_raw();
         match requests::handle(&mut self.engine, Request::Submit(req), uid).await {

@@ -18,160 +18,11 @@
 
 mod common;
 
+use common::munged::{wait_for, Munged};
 use common::system::User;
 use slurm_supervisor::munge::{Decoded, Munge, MungeError, MAX_CREDENTIAL, MAX_PAYLOAD};
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// How long a munged may take to answer after it starts (it takes a few milliseconds).
-const START_WITHIN: Duration = Duration::from_secs(30);
-/// How long a munged may take to stop on SIGTERM before it is killed.
-const STOP_WITHIN: Duration = Duration::from_secs(10);
-
-/// A program of Debian's munge, found where Debian puts it or on PATH; the test fails
-/// naming the package when it is missing.
-fn program(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    [PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")]
-        .into_iter()
-        .chain(std::env::split_paths(&path))
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is missing: these tests start a private munged; install Debian's \
-                 munge (`apt-get install munge`, which scripts/test does) and run them again"
-            )
-        })
-}
-
-/// Waits until `f` holds, looking every 20 ms; panics naming `what` after `within`.
-fn wait_for(what: &str, within: Duration, f: impl FnMut() -> bool) {
-    common::wait_for_every(what, within, Duration::from_millis(20), f)
-}
-
-/// A private munged with its own key, answering on its own socket.
-struct Munged {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Munged {
-    fn start() -> Munged {
-        let munged = program("munged");
-        let dir = tempfile::Builder::new()
-            .prefix("ssv-munged-")
-            .tempdir()
-            .unwrap();
-        // Other users (alice, bob) reach the socket through the folder; munged accepts a
-        // folder that only its owner may write.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let key = dir.path().join("munge.key");
-        let mut bytes = [0u8; 1024];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut bytes))
-            .unwrap();
-        std::fs::write(&key, bytes).unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let log = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let mut cmd = Command::new(munged);
-        cmd.arg("--foreground")
-            .arg(format!("--socket={}", dir.path().join("socket").display()))
-            .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--log-file={}", dir.path().join("log").display()))
-            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
-            .arg(format!("--seed-file={}", dir.path().join("seed").display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        // Killed with the test's thread, should the test be killed before `Drop` runs.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start munged: {e}"));
-        let mut m = Munged { child, dir };
-        let client = m.client();
-        wait_for("munged to answer on its socket", START_WITHIN, || {
-            if let Some(status) = m.child.try_wait().unwrap() {
-                panic!(
-                    "munged stopped at start ({status}): {}",
-                    std::fs::read_to_string(m.dir.path().join("stderr")).unwrap_or_default()
-                );
-            }
-            match client.encode(b"", None, None) {
-                Ok(_) => true,
-                Err(MungeError::Socket { .. }) => false,
-                Err(e) => panic!("munged answered with an error: {e}"),
-            }
-        });
-        m
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("socket")
-    }
-
-    /// This process's client of this munged.
-    fn client(&self) -> Munge {
-        Munge::open(Some(&self.socket())).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Runs one of munge's commands as `user` (with `user`'s group, or `group` as primary
-    /// group) against this munged, `input` on its stdin.
-    fn run_as(
-        &self,
-        (user, group): (&str, Option<&str>),
-        program_name: &str,
-        args: &[&str],
-        input: &[u8],
-    ) -> Output {
-        let mut runuser = Command::new("runuser");
-        runuser.args(["-u", user]);
-        if let Some(group) = group {
-            runuser.args(["-g", group]);
-        }
-        let mut child = runuser
-            .arg("--")
-            .arg(program(program_name))
-            .arg(format!("--socket={}", self.socket().display()))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program_name} as {user}: {e}"));
-        child.stdin.take().unwrap().write_all(input).unwrap();
-        child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Munged {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_WITHIN;
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn code<T: std::fmt::Debug>(r: Result<T, MungeError>) -> &'static str {
     match r {
@@ -192,12 +43,14 @@ fn a_credential_decodes_to_its_maker_and_carries_any_bytes_exactly() {
     assert!(std::str::from_utf8(&payload).is_err());
     let cred = c.encode(&payload, None, None).unwrap();
     assert!(cred.starts_with("MUNGE:") && cred.ends_with(':'), "{cred}");
+    let d = c.decode(&cred).unwrap();
     let me = Decoded {
         uid: nix::unistd::geteuid().as_raw(),
         gid: nix::unistd::getegid().as_raw(),
         payload,
+        origin: d.origin,
     };
-    assert_eq!(c.decode(&cred).unwrap(), me);
+    assert_eq!(d, me);
     // The largest payload the binding signs, and no payload at all.
     let big = vec![0xa5; MAX_PAYLOAD];
     let cred = c.encode(&big, None, Some(60)).unwrap();
@@ -253,9 +106,34 @@ fn a_credential_alice_made_decodes_to_her_uid_and_gid() {
         Decoded {
             uid: alice.uid,
             gid: bob.gid,
-            payload: b"from alice".to_vec()
+            payload: b"from alice".to_vec(),
+            origin: d.origin,
         }
     );
+}
+
+/// The origin address is the one munged signs into the credential: `unmunge` (which reads
+/// it with the same option) prints it as the encode host's address.
+#[test]
+fn a_credential_says_the_address_of_the_host_that_made_it() {
+    let m = Munged::start();
+    let cred = m.client().encode(b"where", None, None).unwrap();
+    let out = m.run_as(("root", None), "unmunge", &[], cred.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let meta = String::from_utf8_lossy(&out.stdout);
+    let line = meta
+        .lines()
+        .find(|l| l.starts_with("ENCODE_HOST:"))
+        .unwrap_or_else(|| panic!("no ENCODE_HOST in {meta}"));
+    let addr = line
+        .rsplit_once('(')
+        .and_then(|(_, a)| a.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    // unmunge decoded it first: this decode is a replay, which still says where it came
+    // from; so decode a second credential of the same host instead.
+    let again = m.client().encode(b"where", None, None).unwrap();
+    let d = m.client().decode(&again).unwrap();
+    assert_eq!(d.origin.to_string(), addr, "{meta}");
 }
 
 #[test]

@@ -304,6 +304,18 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
         );
         assert!(exists(path), "{what} {path} is listed but not installed");
     }
+    // MUNGE's library is loaded only for network clients ([server] listen, [client]
+    // servers): recommended, not a dependency.
+    let recommends = must("dpkg-deb", &["-f", deb.to_str().unwrap(), "Recommends"]);
+    assert!(
+        recommends.split(',').any(|r| r.trim() == "libmunge2"),
+        "the package does not recommend libmunge2: {recommends:?}"
+    );
+    let depends = must("dpkg-deb", &["-f", deb.to_str().unwrap(), "Depends"]);
+    assert!(
+        !depends.contains("munge"),
+        "libmunge is a dependency: {depends:?}"
+    );
     let conffiles = must("dpkg-query", &["-W", "-f=${Conffiles}", PACKAGE]);
     assert!(
         conffiles.contains(CONFFILE),

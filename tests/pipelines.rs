@@ -60,6 +60,7 @@ impl Pipe {
             script: None,
             max_retries: None,
             restartable: false,
+            request_id: None,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
             Response::Ok(v) => Ok(v["job_id"].as_str().unwrap().to_string()),
@@ -416,6 +417,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         script: None,
         max_retries: None,
         restartable: false,
+        request_id: None,
     };
     let command = match requests::begin(
         &mut p.engine,

@@ -45,13 +45,14 @@ impl Shared {
     /// A daemon of node `node` on this database: a 12 s lease (Slurm commands that change
     /// something may take 5 s), polling every second.
     fn daemon(&self, node: &str) -> Daemon {
-        self.daemon_with(node, "")
+        self.daemon_with(node, "", "")
     }
 
-    /// [`Shared::daemon`] with more of `[slurm]`.
-    fn daemon_with(&self, node: &str, slurm: &str) -> Daemon {
+    /// [`Shared::daemon`] with more of `[slurm]` (`slurm`) and `extra` at the end of its
+    /// config.
+    fn daemon_with(&self, node: &str, slurm: &str, extra: &str) -> Daemon {
         Daemon::start(&format!(
-            "[slurm]\n{slurm}command_timeout = \"5s\"\n[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n",
+            "[slurm]\n{slurm}command_timeout = \"5s\"\n[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n{extra}",
             self.url,
             self.password_file.display().to_string()
         ))
@@ -124,6 +125,7 @@ fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_o
     let b = shared.daemon_with(
         "loginB",
         &format!("bin_dir = {:?}\n", bin.display().to_string()),
+        "",
     );
     assert!(
         shared.holder().starts_with("loginA:"),
@@ -281,6 +283,84 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
         "{stray} started at {start}"
     );
     common::run("scancel", &[&job]);
+}
+
+/// The hello of the daemon at `addr` (`protocol::net`).
+fn hello(addr: &str) -> slurm_supervisor::protocol::net::Hello {
+    use std::io::BufRead;
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+/// Network clients in cluster mode (issue 24): two daemons, nodes `127.0.0.1` and
+/// `127.0.0.2`, each listening on its own loopback address and the same port with a private
+/// munged. The standby's hello names the active daemon; a client whose list starts with the
+/// standby is served by the active one; once the active one is killed and the standby
+/// takes over, the same client is served by it.
+#[test]
+fn a_network_client_reaches_whichever_daemon_is_active() {
+    require_slurm();
+    let shared = Shared::new();
+    let munged = common::munged::Munged::start();
+    let probe = munged.client().encode(b"", None, None).unwrap();
+    let origin = munged.client().decode(&probe).unwrap().origin;
+    let port = (21_000..31_000)
+        .map(|p| p + (std::process::id() % 500) as u16 * 17 % 10_000)
+        .find(|&p| {
+            ["127.0.0.1", "127.0.0.2"]
+                .iter()
+                .all(|ip| std::net::TcpListener::bind((*ip, p)).is_ok())
+        })
+        .expect("a free port");
+    let socket = munged.socket().display().to_string();
+    // The tests run as root: root of this host is listed.
+    let server = |ip: &str| {
+        format!(
+            "[server]\nlisten = \"{ip}:{port}\"\nmunge_socket = {socket:?}\nroot_nodes = [\"{origin}\"]\n"
+        )
+    };
+    let mut a = shared.daemon_with("127.0.0.1", "", &server("127.0.0.1"));
+    wait_for("a to act", Duration::from_secs(60), || active(&a));
+    let b = shared.daemon_with("127.0.0.2", "", &server("127.0.0.2"));
+    let (at_a, at_b) = (format!("127.0.0.1:{port}"), format!("127.0.0.2:{port}"));
+    wait_for("b's hello to name a", Duration::from_secs(30), || {
+        let h = hello(&at_b);
+        !h.active && h.active_at.as_deref() == Some(at_a.as_str())
+    });
+    assert!(hello(&at_a).active);
+    let client = b.dir.path().join("client.toml");
+    std::fs::write(
+        &client,
+        format!("[client]\nservers = [{at_b:?}, {at_a:?}]\nmunge_socket = {socket:?}\n"),
+    )
+    .unwrap();
+    let status = |what: &str| {
+        let out = std::process::Command::new(common::CTL)
+            .arg("--config")
+            .arg(&client)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    status("while a acts");
+    assert!(a.log().contains("network request authenticated"));
+    assert!(!b.log().contains("network request authenticated"));
+    // a dies: b takes over, and the same client reaches it.
+    a.kill();
+    wait_for("b to act", Duration::from_secs(60), || active(&b));
+    wait_for("b's hello to say active", Duration::from_secs(30), || {
+        hello(&at_b).active
+    });
+    status("once b acts");
+    assert!(b.log().contains("network request authenticated"));
 }
 
 #[test]

@@ -605,3 +605,108 @@ fn the_units_capability_bounding_set_is_enough_for_the_root_daemon() {
     );
     assert!(d.stop().success(), "{}", tail(&d.log(), 40));
 }
+
+/// Network clients against the real Slurm (issue 24): the root daemon listens on loopback
+/// (`[server] listen`) with a private munged (tests/common/munged.rs); alice, with a
+/// client config that lists it, submits, follows, classifies and cancels over TCP, and
+/// every Slurm command still runs as her. (The two-login-node path runs with the fake
+/// Slurm in tests/net.rs: a network namespace cannot reach this cluster's controller.)
+#[test]
+fn a_user_submits_follows_classifies_and_cancels_over_the_network() {
+    require_slurm();
+    ensure_user("alice");
+    ensure_user("bob");
+    let munged = common::munged::Munged::start();
+    let port = (20_000..30_000)
+        .map(|p| p + (std::process::id() % 500) as u16 * 13 % 10_000)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port");
+    let socket = munged.socket().display().to_string();
+    let (d, ctl) = root_daemon(
+        "ssv-net-",
+        &format!("[server]\nlisten = \"127.0.0.1:{port}\"\nmunge_socket = {socket:?}\n"),
+    );
+    let client = d.dir.path().join("client.toml");
+    std::fs::write(
+        &client,
+        format!("[client]\nservers = [\"127.0.0.1:{port}\"]\nmunge_socket = {socket:?}\n"),
+    )
+    .unwrap();
+    chmod(&client, 0o644);
+    let alice = home_of(
+        &d,
+        "alice",
+        "#!/bin/bash\necho 'not a known failure' >&2\nexit 3\n",
+    );
+    std::fs::write(alice.join("long.sh"), "#!/bin/bash\nsleep 600\n").unwrap();
+    run(
+        "chown",
+        &["alice:", alice.join("long.sh").to_str().unwrap()],
+    );
+    // Exit 1 is a read's answer about a failed chain.
+    let ok = |user: &str, args: &[&str]| {
+        let out = as_user(user, &ctl, &client, &alice, args);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)) && !out.stdout.is_empty(),
+            "{user} {args:?} over the network: {}\nlog:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            tail(&d.log(), 30)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let job = ok("alice", &["submit", "--", "--job-name=ssv-net", "job.sh"])
+        .trim()
+        .to_string();
+    // Ambiguous: waits for a decision, which alice makes over the network.
+    d.wait_state(&job, "pending_failed", Duration::from_secs(180));
+    let pending: serde_json::Value =
+        serde_json::from_str(&ok("alice", &["pending", "--json"])).unwrap();
+    assert_eq!(pending[0]["slurm_job_id"], job.as_str(), "{pending}");
+    ok(
+        "alice",
+        &[
+            "classify",
+            &job,
+            "--action",
+            "fail",
+            "--reason",
+            "from login2",
+        ],
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&ok("alice", &["status", "--json", &job])).unwrap();
+    assert_eq!(status[0]["state"], "failed", "{status}");
+    let history: serde_json::Value =
+        serde_json::from_str(&ok("alice", &["history", "--json", &job])).unwrap();
+    assert!(
+        decisions(&history).iter().any(|d| d["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("from login2"))),
+        "{history}"
+    );
+    // A long job, cancelled over the network: Slurm's accounting says so.
+    let long = ok(
+        "alice",
+        &["submit", "--", "--job-name=ssv-net-long", "long.sh"],
+    )
+    .trim()
+    .to_string();
+    wait_for(
+        "Slurm's accounting to show the job as alice's",
+        Duration::from_secs(60),
+        || sacct_field(&long, "User").trim() == "alice",
+    );
+    ok("alice", &["cancel", &long]);
+    wait_for("Slurm to say cancelled", Duration::from_secs(60), || {
+        sacct_state(&long).starts_with("CANCELLED")
+    });
+    // bob over the network: none of it.
+    let out = as_user(
+        "bob",
+        &ctl,
+        &client,
+        d.dir.path(),
+        &["history", "--json", &job],
+    );
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+}

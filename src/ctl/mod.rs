@@ -306,6 +306,14 @@ fn submit_request(
         script,
         max_retries,
         restartable,
+        // A retry of this request (the network client's, when an answer is lost) is
+        // answered with the job it made, never a second one.
+        request_id: Some(
+            rand::random::<[u8; 16]>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        ),
     })
 }
 
@@ -350,18 +358,27 @@ pub fn main_with(cli: Cli) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let servers = std::env::var(crate::config::SERVERS_ENV).ok();
+    let config = match config.with_servers_env(servers.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("supervisorctl: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let endpoint = client::Endpoint::of(&config);
     let request = match cli.command {
         Command::Validate | Command::Completions { .. } => {
             unreachable!("answered before the config is read")
         }
-        Command::Mcp => return crate::mcp::serve(config.socket.clone()),
+        Command::Mcp => return crate::mcp::serve(endpoint),
         Command::Wait {
             ref ids,
             timeout,
             json,
         } => {
             return wait::run(
-                &config.socket,
+                &endpoint,
                 wait::WaitArgs {
                     ids,
                     timeout,
@@ -432,7 +449,7 @@ pub fn main_with(cli: Cli) -> i32 {
     {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
-        let streamed = client::call_streamed(&config.socket, &request, &mut out);
+        let streamed = client::call_streamed(&endpoint, &request, &mut out);
         let written = match streamed {
             Ok(client::Streamed::Written) => {
                 use std::io::Write;
@@ -464,7 +481,7 @@ pub fn main_with(cli: Cli) -> i32 {
             }
         };
     }
-    let response = match client::call(&config.socket, &request) {
+    let response = match client::call(&endpoint, &request) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("supervisorctl: {e}");

@@ -14,7 +14,6 @@ use crate::protocol::views::ChainRow;
 use crate::protocol::{decode, ErrorBody, ErrorKind, Request, Response};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Exit code: every chain waited for completed.
@@ -107,7 +106,7 @@ enum LookError {
     Internal(String),
 }
 
-fn look(socket: &Path, id: Option<&str>) -> Result<Vec<ChainRow>, LookError> {
+fn look(socket: &client::Endpoint, id: Option<&str>) -> Result<Vec<ChainRow>, LookError> {
     let request = Request::Status {
         id: id.map(str::to_string),
     };
@@ -128,7 +127,7 @@ fn look(socket: &Path, id: Option<&str>) -> Result<Vec<ChainRow>, LookError> {
 
 /// The chains' current rows, asked one by one (by chain id) while there are few, else
 /// with one `status` of everything the caller sees.
-fn look_at(socket: &Path, chains: &[String]) -> Result<Vec<ChainRow>, LookError> {
+fn look_at(socket: &client::Endpoint, chains: &[String]) -> Result<Vec<ChainRow>, LookError> {
     if chains.len() > ASK_ONE_BY_ONE {
         let wanted: std::collections::HashSet<&str> = chains.iter().map(String::as_str).collect();
         return Ok(look(socket, None)?
@@ -182,7 +181,7 @@ impl Progress {
 }
 
 /// Runs `supervisorctl wait`; returns the exit code.
-pub fn run(socket: &Path, args: WaitArgs<'_>) -> i32 {
+pub fn run(socket: &client::Endpoint, args: WaitArgs<'_>) -> i32 {
     let started = Instant::now();
     let deadline = args.timeout.and_then(|t| started.checked_add(t));
     // The chains to wait for: those the ids name (an array's job id names all its tasks),

@@ -232,12 +232,16 @@ impl Cluster {
 
     /// Who acts, as a standby tells a user: the active daemon's node, if one acts.
     pub fn active_node(&self) -> Option<String> {
-        let seen = self.seen();
-        let holder = seen.view.as_ref()?.active()?.to_string();
-        // NODE:PID:RANDOM; a node name has no ':' but an IPv6 one, so cut from the right.
-        let mut parts = holder.rsplitn(3, ':');
-        let (_, _, node) = (parts.next(), parts.next(), parts.next());
-        Some(node.unwrap_or(&holder).to_string())
+        active_node_of(&self.seen())
+    }
+
+    /// A handle the network listener asks, at each connection, whether this daemon is the
+    /// active one and, if not, where that one is (`daemon::net`).
+    pub fn activity(&self) -> Activity {
+        Activity {
+            election: self.election.clone(),
+            seen: self.seen.clone(),
+        }
     }
 
     /// The answer to a request that changes something, while this daemon does not act.
@@ -375,6 +379,33 @@ impl Drop for Cluster {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The node of the lease's holder (`NODE:PID:RANDOM`), if one holds it.
+fn active_node_of(seen: &Seen) -> Option<String> {
+    let holder = seen.view.as_ref()?.active()?.to_string();
+    // NODE:PID:RANDOM; a node name has no ':' but an IPv6 one, so cut from the right.
+    let mut parts = holder.rsplitn(3, ':');
+    let (_, _, node) = (parts.next(), parts.next(), parts.next());
+    Some(node.unwrap_or(&holder).to_string())
+}
+
+/// Whether this daemon is the active one now, and the active one's node: shared with the
+/// lease's thread, read from any thread.
+#[derive(Clone)]
+pub struct Activity {
+    election: Arc<Mutex<Election>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Activity {
+    pub fn is_active(&self) -> bool {
+        lock(&self.election).role(Instant::now()).is_active()
+    }
+
+    pub fn active_node(&self) -> Option<String> {
+        active_node_of(&lock(&self.seen))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod cluster;
 pub mod engine;
 pub mod evidence;
+pub mod net;
 pub mod notifications;
 pub mod program;
 pub mod reads;
@@ -60,6 +61,16 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot listen for network clients on {addr} (server.listen): {source}; choose a free address or remove [server] listen")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server.tls_cert, server.tls_key: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("server.listen needs MUNGE to authenticate network clients: {0}")]
+    Munge(#[from] crate::munge::MungeError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cluster mode ([store]): {0}")]
@@ -217,18 +228,53 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 .map_err(|source| DaemonError::Metrics { addr, source })?,
         )),
     };
+    // The network listener, if asked for: bound (and libmunge loaded) before the socket
+    // too, for the same reason.
+    let net_listener = match config.server.listen {
+        None => None,
+        Some(addr) => {
+            let munge = crate::munge::Munge::open(config.server.munge_socket.as_deref())?;
+            let tls = match &config.server.tls {
+                None => None,
+                Some(f) => Some(crate::tls::server_config(&f.cert, &f.key)?),
+            };
+            let listener = net::bind(addr)
+                .await
+                .map_err(|source| DaemonError::Listen { addr, source })?;
+            Some((addr, munge, tls, listener))
+        }
+    };
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
         path: config.socket.clone(),
         source,
     })?;
     let socket_path = config.socket.clone();
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
-    let server = tokio::spawn(server::serve(
-        listener,
-        ctl_tx,
-        config.limits.clone(),
-        config.db_path(),
-    ));
+    let shared = server::Shared::new(ctl_tx, config.limits.clone(), config.db_path());
+    let server = tokio::spawn(server::serve(listener, shared.clone()));
+    let net_server = net_listener.map(|(addr, munge, tls, listener)| {
+        let id = config
+            .server
+            .id
+            .clone()
+            .unwrap_or_else(|| net::default_id(addr.port()));
+        info!(%addr, daemon = %id, tls = tls.is_some(), "serving network clients (MUNGE)");
+        let served = net::NetServer::new(
+            shared.clone(),
+            munge,
+            id,
+            config.server.root_nodes.clone(),
+            match &cluster {
+                None => std::sync::Arc::new(net::AlwaysActive) as std::sync::Arc<dyn net::Activity>,
+                Some(c) => std::sync::Arc::new(net::ClusterActivity {
+                    cluster: c.activity(),
+                    port: addr.port(),
+                }),
+            },
+            tls,
+        );
+        tokio::spawn(net::serve(listener, served))
+    });
     let (metrics_server, scraper) = match metrics_listener {
         None => (None, None),
         Some((addr, listener)) => {
@@ -381,6 +427,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let grace = NOTIFY_STOP_GRACE.min(engine.config().notify.timeout.0);
     notifier.stop(&mut engine, grace).await;
     server.abort();
+    if let Some(n) = net_server {
+        n.abort();
+    }
     if let Some(m) = metrics_server {
         m.abort();
     }
@@ -449,6 +498,9 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
             if new.state_dir != engine.config().state_dir || new.socket != engine.config().socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
+            if new.server != engine.config().server {
+                warn!("[server] changes take effect only after a restart; keeping the old ones");
+            }
             if new.metrics != engine.config().metrics {
                 warn!(
                     "metrics.listen changes take effect only after a restart; keeping the old one"
@@ -461,12 +513,14 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
                 engine.config().socket.clone(),
                 engine.config().limits.clone(),
                 engine.config().metrics.clone(),
+                engine.config().server.clone(),
             );
             engine.set_config(Config {
                 state_dir: keep.0,
                 socket: keep.1,
                 limits: keep.2,
                 metrics: keep.3,
+                server: keep.4,
                 ..new
             });
             info!(path = %path.display(), "config reloaded");

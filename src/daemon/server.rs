@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn, Instrument};
@@ -96,13 +96,13 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 const MAX_CONNECTIONS: usize = 1024;
 
 /// A client must take its answer within this time.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Open connections per uid.
-type Counts = Arc<Mutex<HashMap<u32, usize>>>;
+pub(super) type Counts = Arc<Mutex<HashMap<u32, usize>>>;
 
 /// One connection's place in the counts, given back when it ends.
-struct Slot {
+pub(super) struct Slot {
     counts: Counts,
     uid: u32,
 }
@@ -120,7 +120,7 @@ impl Drop for Slot {
 }
 
 /// Takes a slot for `uid`, or says which limit is reached.
-fn take_slot(counts: &Counts, uid: u32, per_user: usize) -> Result<Slot, String> {
+pub(super) fn take_slot(counts: &Counts, uid: u32, per_user: usize) -> Result<Slot, String> {
     let mut c = counts.lock().expect("counts lock");
     let total: usize = c.values().sum();
     if total >= MAX_CONNECTIONS {
@@ -141,16 +141,33 @@ fn take_slot(counts: &Counts, uid: u32, per_user: usize) -> Result<Slot, String>
     })
 }
 
+/// What every listener's connections share: the way to the loop, the limits, the read
+/// connections, and one count of open connections per uid, so that a user's share is the
+/// same whichever way (Unix socket or network) they come.
+pub struct Shared {
+    pub(super) to_loop: mpsc::Sender<Control>,
+    pub(super) limits: LimitsConfig,
+    pub(super) readers: Arc<Readers>,
+    pub(super) counts: Counts,
+}
+
+impl Shared {
+    pub fn new(
+        to_loop: mpsc::Sender<Control>,
+        limits: LimitsConfig,
+        db_path: PathBuf,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            to_loop,
+            limits,
+            readers: Arc::new(Readers::new(db_path)),
+            counts: Arc::default(),
+        })
+    }
+}
+
 /// Accepts connections until the loop goes away.
-pub async fn serve(
-    listener: UnixListener,
-    to_loop: mpsc::Sender<Control>,
-    limits: LimitsConfig,
-    db_path: PathBuf,
-) {
-    let counts: Counts = Arc::default();
-    let limits = Arc::new(limits);
-    let readers = Arc::new(Readers::new(db_path));
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -160,19 +177,19 @@ pub async fn serve(
                 continue;
             }
         };
-        if to_loop.is_closed() {
+        if shared.to_loop.is_closed() {
             return;
         }
         let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else {
             continue;
         };
-        let slot = take_slot(&counts, uid, limits.connections_per_user);
-        let (tx, limits, readers) = (to_loop.clone(), limits.clone(), readers.clone());
+        let slot = take_slot(&shared.counts, uid, shared.limits.connections_per_user);
+        let shared = shared.clone();
         let span = tracing::debug_span!("connection", uid);
         tokio::spawn(
             async move {
                 let result = match slot {
-                    Ok(slot) => connection(stream, uid, tx, &limits, readers, slot).await,
+                    Ok(slot) => connection(stream, uid, &shared, slot).await,
                     Err(why) => {
                         debug!("connection refused: {why}");
                         let (_, mut write) = stream.into_split();
@@ -196,16 +213,16 @@ fn line_of(response: &Response) -> Vec<u8> {
     out
 }
 
-async fn write_answer(
-    write: &mut tokio::net::unix::OwnedWriteHalf,
+pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
+    write: &mut W,
     response: &Response,
 ) -> std::io::Result<()> {
     write_line(write, line_of(response)).await
 }
 
 /// Writes an answer; a client that does not take it within `WRITE_TIMEOUT` is dropped.
-async fn write_line(
-    write: &mut tokio::net::unix::OwnedWriteHalf,
+pub(super) async fn write_line<W: AsyncWrite + Unpin>(
+    write: &mut W,
     out: Vec<u8>,
 ) -> std::io::Result<()> {
     tokio::time::timeout(WRITE_TIMEOUT, async {
@@ -267,8 +284,8 @@ impl std::io::Write for ChunkWriter {
 
 /// `status` of every chain, written to the client as it is read from the store: however
 /// many chains, the daemon holds a few chunks of the answer at a time, and nothing after.
-async fn stream_status(
-    write: &mut tokio::net::unix::OwnedWriteHalf,
+async fn stream_status<W: AsyncWrite + Unpin>(
+    write: &mut W,
     readers: Arc<Readers>,
     uid: u32,
 ) -> std::io::Result<()> {
@@ -342,7 +359,7 @@ const TIME_PER_MIB: Duration = Duration::from_secs(1);
 /// line has `within` plus `TIME_PER_MIB` for each MiB that has arrived (never more than
 /// `MAX_REQUEST_TIME`): a client that trickles or stops holds its slot only briefly, a
 /// big script that flows has the time it needs.
-async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
+pub(super) async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
     line: &mut Vec<u8>,
     within: Duration,
@@ -386,16 +403,31 @@ const PARSE_IN_PLACE_BYTES: usize = 16 << 10;
 async fn connection(
     stream: UnixStream,
     uid: u32,
-    to_loop: mpsc::Sender<Control>,
-    limits: &LimitsConfig,
-    readers: Arc<Readers>,
+    shared: &Shared,
     _slot: Slot,
 ) -> std::io::Result<()> {
-    let max = limits.max_request_bytes();
+    let max = shared.limits.max_request_bytes();
     let (read, mut write) = stream.into_split();
     let mut line = Vec::new();
     let mut reader = BufReader::new(read.take(max + 1));
-    let got = read_request(&mut reader, &mut line, limits.request_timeout.0).await;
+    let got = read_request(&mut reader, &mut line, shared.limits.request_timeout.0).await;
+    answer(got, line, uid, shared, &mut write).await
+}
+
+/// Answers one request line that `read_request` read (`got` says how that went) for the
+/// caller `uid`, whichever way it came: this is the one path from a read line to its
+/// answer, for the Unix socket and for an authenticated network connection alike.
+pub(super) async fn answer<W: AsyncWrite + Unpin>(
+    got: std::io::Result<()>,
+    line: Vec<u8>,
+    uid: u32,
+    shared: &Shared,
+    write: &mut W,
+) -> std::io::Result<()> {
+    let limits = &shared.limits;
+    let max = limits.max_request_bytes();
+    let readers = shared.readers.clone();
+    let to_loop = &shared.to_loop;
     let response = match got {
         Err(why) if why.kind() == std::io::ErrorKind::TimedOut => Response::error(
             ErrorKind::Usage,
@@ -423,7 +455,7 @@ async fn connection(
             match parsed {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
                 Ok(Request::Status { id: None }) => {
-                    return stream_status(&mut write, readers, uid).await;
+                    return stream_status(write, readers, uid).await;
                 }
                 Ok(request) if reads::is_read(&request) => {
                     // The query and the JSON of a big answer are work for a blocking thread,
@@ -444,7 +476,7 @@ async fn connection(
                     .unwrap_or_else(|e| {
                         line_of(&Response::error(ErrorKind::Internal, e.to_string()))
                     });
-                    return write_line(&mut write, out).await;
+                    return write_line(write, out).await;
                 }
                 Ok(request) => {
                     let submit = matches!(request, Request::Submit(_));
@@ -477,5 +509,5 @@ async fn connection(
             }
         }
     };
-    write_answer(&mut write, &response).await
+    write_answer(write, &response).await
 }

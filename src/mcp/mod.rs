@@ -21,13 +21,12 @@ use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The MCP server: the daemon's socket and the tools.
 #[derive(Clone)]
 pub struct Supervisor {
-    socket: PathBuf,
+    endpoint: client::Endpoint,
     tool_router: ToolRouter<Self>,
 }
 
@@ -80,17 +79,17 @@ fn history_json(answer: HistoryAnswer) -> Result<Value, Failure> {
 }
 
 impl Supervisor {
-    pub fn new(socket: PathBuf) -> Self {
+    pub fn new(endpoint: client::Endpoint) -> Self {
         Supervisor {
-            socket,
+            endpoint,
             tool_router: Self::tool_router(),
         }
     }
 
     /// One request to the daemon (the client is blocking, so it runs off the event loop).
     async fn ask(&self, request: Request) -> Result<Value, Failure> {
-        let socket = self.socket.clone();
-        match tokio::task::spawn_blocking(move || client::call(&socket, &request)).await {
+        let endpoint = self.endpoint.clone();
+        match tokio::task::spawn_blocking(move || client::call(&endpoint, &request)).await {
             Ok(Ok(Response::Ok(v))) => Ok(v),
             Ok(Ok(Response::Error(e))) => {
                 let mut f = json!({ "kind": e.kind, "message": e.message });
@@ -250,7 +249,7 @@ impl ServerHandler for Supervisor {
 
 /// Serves MCP on stdin/stdout until the client closes stdin; returns the exit code.
 /// Nothing but the protocol goes to stdout; warnings go to stderr.
-pub fn serve(socket: PathBuf) -> i32 {
+pub fn serve(endpoint: client::Endpoint) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -261,12 +260,12 @@ pub fn serve(socket: PathBuf) -> i32 {
             return 70;
         }
     };
-    if let Err(e) = client::call(&socket, &Request::Ping) {
+    if let Err(e) = client::call(&endpoint, &Request::Ping) {
         // Not fatal: the daemon may be started later; each tool call says so meanwhile.
         eprintln!("supervisorctl mcp: warning: {e}");
     }
     let served = runtime.block_on(async {
-        let running = Supervisor::new(socket)
+        let running = Supervisor::new(endpoint)
             .serve(rmcp::transport::stdio())
             .await?;
         running.waiting().await?;
@@ -288,7 +287,9 @@ mod tests {
     use crate::protocol::ResolveAction;
 
     fn no_daemon() -> Supervisor {
-        Supervisor::new(PathBuf::from("/nonexistent/slurm-supervisor.sock"))
+        Supervisor::new(client::Endpoint::Unix(
+            "/nonexistent/slurm-supervisor.sock".into(),
+        ))
     }
 
     fn item(id: &str, action: ResolveAction, mem: Option<&str>) -> ResolutionItem {

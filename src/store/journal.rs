@@ -91,6 +91,12 @@ pub(super) enum Op<'a> {
     DiscardSubmission {
         launch_id: i64,
     },
+    NoteSubmitRequest {
+        owner_uid: u32,
+        request_id: Cow<'a, str>,
+        submission_id: i64,
+        now: i64,
+    },
     NoteLaunchError {
         launch_id: i64,
         error: Cow<'a, str>,

@@ -401,6 +401,12 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             now,
         } => exec_launch_submitted(tx, launch_id, &job_id, now)?,
         Op::DiscardSubmission { launch_id } => exec_discard_submission(tx, launch_id)?,
+        Op::NoteSubmitRequest {
+            owner_uid,
+            request_id,
+            submission_id,
+            now,
+        } => exec_note_submit_request(tx, owner_uid, &request_id, submission_id, now)?,
         Op::NoteLaunchError {
             launch_id,
             error,
@@ -870,6 +876,40 @@ fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64
         .execute(params![chain, now])?;
     }
     pipeline::note_rewire(tx, launch_id, now)
+}
+
+/// The request ids kept per owner: a client retries within seconds, so the newest
+/// thousand are many more than any retry needs, and the table stays bounded.
+pub const SUBMIT_REQUESTS_KEPT: i64 = 1000;
+
+fn exec_note_submit_request(
+    tx: &Connection,
+    owner_uid: u32,
+    request_id: &str,
+    submission_id: i64,
+    now: i64,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO submit_requests (owner_uid, request_id, submission_id, created_at)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![owner_uid, request_id, submission_id, now])?;
+    tx.prepare_cached(
+        "DELETE FROM submit_requests WHERE owner_uid = ?1 AND request_id NOT IN
+           (SELECT request_id FROM submit_requests WHERE owner_uid = ?1
+            ORDER BY created_at DESC, submission_id DESC LIMIT ?2)",
+    )?
+    .execute(params![owner_uid, SUBMIT_REQUESTS_KEPT])?;
+    Ok(())
+}
+
+/// What became of the submission a request id made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitRequestState {
+    /// Its sbatch has not answered (or answered nothing clear) yet.
+    Launching,
+    /// Submitted as this job.
+    Submitted { job_id: String },
 }
 
 fn exec_discard_submission(tx: &Connection, launch_id: i64) -> Result<()> {
@@ -1699,6 +1739,54 @@ impl Store {
 
     /// sbatch definitively refused a first submission: nothing was created in Slurm, so
     /// nothing is kept (the user sees sbatch's error instead).
+    /// Remembers that `owner_uid`'s request `request_id` made submission `submission_id`
+    /// (written before its sbatch runs, so a retry can never run a second one).
+    pub fn note_submit_request(
+        &mut self,
+        owner_uid: u32,
+        request_id: &str,
+        submission_id: i64,
+        now: i64,
+    ) -> Result<()> {
+        self.write(
+            |tx, _| exec_note_submit_request(tx, owner_uid, request_id, submission_id, now),
+            |_, p| {
+                p.push(&Op::NoteSubmitRequest {
+                    owner_uid,
+                    request_id: Cow::Borrowed(request_id),
+                    submission_id,
+                    now,
+                })
+            },
+        )
+    }
+
+    /// The submission `owner_uid`'s request `request_id` made, if it still exists: only
+    /// that owner's ids are looked at.
+    pub fn submit_request(
+        &self,
+        owner_uid: u32,
+        request_id: &str,
+    ) -> Result<Option<SubmitRequestState>> {
+        let row: Option<(String, Option<String>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT l.state, l.job_id FROM submit_requests r
+                 JOIN submissions s ON s.id = r.submission_id AND s.owner_uid = r.owner_uid
+                 JOIN launches l ON l.submission_id = s.id
+                 WHERE r.owner_uid = ?1 AND r.request_id = ?2
+                 ORDER BY l.id LIMIT 1",
+            )?
+            .query_row(params![owner_uid, request_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        Ok(row.map(|(state, job)| match (state.as_str(), job) {
+            ("submitted", Some(job_id)) => SubmitRequestState::Submitted { job_id },
+            _ => SubmitRequestState::Launching,
+        }))
+    }
+
     pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
         self.write(
             |tx, _| exec_discard_submission(tx, launch_id),

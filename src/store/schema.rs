@@ -255,4 +255,17 @@ CREATE TABLE plain_waiters (
     r#"
 ALTER TABLE attempts ADD COLUMN owner_seen INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 11: the request ids of submissions (`submit` over the network): a retried submit
+    // whose answer was lost names the submission it made, never a second one. Per owner:
+    // one user's id says nothing of, and never meets, another's. No foreign key: a
+    // submission sbatch refused is discarded, and its id then names nothing.
+    r#"
+CREATE TABLE submit_requests (
+    owner_uid     INTEGER NOT NULL,
+    request_id    TEXT NOT NULL,
+    submission_id INTEGER NOT NULL,
+    created_at    INTEGER NOT NULL,
+    PRIMARY KEY (owner_uid, request_id)
+) WITHOUT ROWID;
+"#,
 ];

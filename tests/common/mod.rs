@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod fake;
+pub mod munged;
+pub mod netns;
 pub mod system;
 
 use serde_json::Value;

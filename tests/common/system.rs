@@ -185,7 +185,15 @@ impl System {
             .append(true)
             .open(self.root().join("daemon.log"))
             .unwrap();
-        let mut cmd = Command::new(DAEMON);
+        // Under the daemon's launcher, if it has one (e.g. `nsenter --net=...`).
+        let mut cmd = match self.d.launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(DAEMON);
+                c
+            }
+            None => Command::new(DAEMON),
+        };
         cmd.arg("--config")
             .arg(config)
             .env("SLURM_SUPERVISOR_LOG", "debug")

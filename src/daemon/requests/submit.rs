@@ -9,7 +9,7 @@ use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
-use crate::store::{chain_label, Launch, NewSubmission, Submission};
+use crate::store::{chain_label, Launch, NewSubmission, Submission, SubmitRequestState};
 
 /// sbatch options that do not make a supervisable submission.
 const REFUSED_OPTIONS: &[(&str, &str)] = &[
@@ -100,6 +100,36 @@ pub fn begin_submit<S: Slurm>(
 ) -> Result<PendingSubmit, Response> {
     let limits = engine.config().limits.clone();
     check_request(&r)?;
+    // A retry of a submission this user made already: its first answer, never a second
+    // submission. Looked up by this caller's uid alone.
+    if let Some(id) = &r.request_id {
+        if !crate::protocol::valid_request_id(id) {
+            return Err(usage(
+                "request_id must be 1 to 64 letters, digits, '-' or '_'",
+            ));
+        }
+        match engine.store().submit_request(uid, id)? {
+            None => {}
+            Some(SubmitRequestState::Submitted { job_id }) => {
+                let chains = engine
+                    .store()
+                    .resolve(&job_id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(chain_label)
+                    .collect();
+                tracing::info!(request_id = %id, job = %job_id, "a retried submit: answered with its first job");
+                return Err(Response::answer(&SubmitAnswer { job_id, chains }));
+            }
+            Some(SubmitRequestState::Launching) => {
+                return Err(Response::error(
+                    ErrorKind::Unavailable,
+                    "this submission (its request id) is already being submitted and sbatch has not answered yet; \
+                     nothing more is submitted for it: see `supervisorctl status` in a moment",
+                ))
+            }
+        }
+    }
     if let Some(s) = &r.script {
         let max = limits.max_script_size.0;
         if s.len() as u64 > max {
@@ -235,6 +265,15 @@ pub fn begin_submit<S: Slurm>(
             }
             e => internal(e),
         })?;
+    if let Some(id) = &r.request_id {
+        // Before sbatch runs: a crash before this write leaves an intent that is never
+        // submitted (reconciliation adopts a job it finds and submits none), so a retry
+        // then submits the one job.
+        engine
+            .store_mut()
+            .note_submit_request(uid, id, l.submission_id, t)
+            .map_err(internal)?;
+    }
     crate::failpoint::hit("after-intent");
     let sub = new.stored_as(l.submission_id, t);
     Ok(PendingSubmit {

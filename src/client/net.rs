@@ -1,0 +1,348 @@
+//! The client's side of the network exchange (`protocol::net`): find the active daemon
+//! among the configured servers, make a credential for this request as the calling user,
+//! send both.
+//!
+//! Servers are tried in the configured order. A daemon that does not answer is passed
+//! over; a standby's "not active, the active daemon is at X" is followed at once, but only
+//! to an X of the list (a daemon cannot send a user's script to an address the site did
+//! not name) and only to one not tried yet, so a request visits each server at most once.
+
+use super::{ClientError, NetTarget};
+use crate::munge::Munge;
+use crate::protocol::net::{Hello, MAX_HELLO, VERSION};
+use crate::request_binding;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// How long a connection to one server may take before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a server may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A credential's time to live: it is used within milliseconds of being made; the rest is
+/// room for clocks a little out of step between login nodes.
+pub const CREDENTIAL_TTL: u32 = 60;
+
+/// Sends `line` (a request and its newline) to the active daemon of `target`; returns the
+/// connection to read the answer from, and how sending went.
+pub fn send(
+    target: &NetTarget,
+    line: &[u8],
+    answer_timeout: Duration,
+) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
+    let munge = Munge::open(target.munge_socket.as_deref())?;
+    let tls = match &target.tls_ca {
+        None => None,
+        Some(ca) => Some(crate::tls::client_config(ca)?),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut queue: VecDeque<String> = target.servers.iter().cloned().collect();
+    let mut tried: Vec<String> = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    while let Some(addr) = queue.pop_front() {
+        if tried.contains(&addr) {
+            continue;
+        }
+        tried.push(addr.clone());
+        let (mut reader, hello) = match hello_from(&addr, tls.as_ref()) {
+            Ok(h) => h,
+            Err(e) => {
+                reasons.push(format!("{addr}: {e}"));
+                continue;
+            }
+        };
+        if hello.version != VERSION {
+            reasons.push(format!(
+                "{addr}: speaks version {} of the network protocol, this supervisorctl {VERSION}",
+                hello.version
+            ));
+            continue;
+        }
+        if !hello.active {
+            match hello.active_at {
+                Some(next) if target.servers.contains(&next) && !tried.contains(&next) => {
+                    reasons.push(format!("{addr}: not active, sent on to {next}"));
+                    queue.push_front(next);
+                }
+                Some(next) if tried.contains(&next) => {
+                    reasons.push(format!("{addr}: not active; it names {next}, tried already"))
+                }
+                Some(next) => reasons.push(format!(
+                    "{addr}: not active; it names {next}, which is not in [client] servers, so it is not followed"
+                )),
+                None => reasons.push(format!("{addr}: not active, and knows no active daemon")),
+            }
+            continue;
+        }
+        // A credential restricted to any uid but root's (a system-wide daemon) or the
+        // caller's own (a per-user daemon) would let that uid read it: not made.
+        if hello.uid != 0 && hello.uid != me {
+            reasons.push(format!(
+                "{addr}: asks for a credential for uid {}, which is neither root nor you; refused",
+                hello.uid
+            ));
+            continue;
+        }
+        let Some(nonce) = hello.nonce_bytes() else {
+            reasons.push(format!("{addr}: sent no usable nonce"));
+            continue;
+        };
+        let payload = request_binding::bind(body, &hello.daemon, &nonce);
+        let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
+        let conn = reader.get_mut();
+        conn.tcp().set_read_timeout(Some(answer_timeout))?;
+        let mut out = Vec::with_capacity(cred.len() + 1 + line.len());
+        out.extend_from_slice(cred.as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(line);
+        let sent = conn.write_all(&out).and_then(|()| conn.end_request());
+        return Ok((reader, sent));
+    }
+    Err(ClientError::Network(reasons.join("; ")))
+}
+
+/// A connection to a daemon: plain TCP, or TLS over it.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(t) => &t.sock,
+        }
+    }
+
+    /// Says the request is complete: the write side is shut (plain TCP). Over TLS the
+    /// daemon reads the request by its newline, and the connection stays whole for the
+    /// answer.
+    fn end_request(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.shutdown(std::net::Shutdown::Write),
+            Conn::Tls(t) => t.flush(),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(t) => t.flush(),
+        }
+    }
+}
+
+/// Connects to `addr` (`host:port`; over TLS the certificate must name `host`) and reads
+/// its hello.
+fn hello_from(
+    addr: &str,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> std::io::Result<(BufReader<Conn>, Hello)> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(stream) => {
+                stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
+                stream.set_write_timeout(Some(HELLO_TIMEOUT))?;
+                let _ = stream.set_nodelay(true);
+                let conn = match tls {
+                    None => Conn::Plain(stream),
+                    Some(config) => {
+                        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                        let host = host.trim_start_matches('[').trim_end_matches(']');
+                        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                            .map_err(|e| {
+                                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+                            })?;
+                        let c = rustls::ClientConnection::new(config.clone(), name)
+                            .map_err(std::io::Error::other)?;
+                        Conn::Tls(Box::new(rustls::StreamOwned::new(c, stream)))
+                    }
+                };
+                let mut reader = BufReader::new(conn);
+                let mut line = Vec::new();
+                (&mut reader)
+                    .take(MAX_HELLO as u64)
+                    .read_until(b'\n', &mut line)?;
+                let hello: Hello = serde_json::from_slice(&line).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("not a slurm-supervisord hello ({e})"),
+                    )
+                })?;
+                return Ok((reader, hello));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the name resolves to no address",
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server that says `hello` to every connection (`{}` stands for its own address)
+    /// and counts them.
+    fn standby(hello: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (c, me) = (count.clone(), addr.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = s.write_all(format!("{}\n", hello.replace("{}", &me)).as_bytes());
+            }
+        });
+        (addr, count)
+    }
+
+    fn not_active(at: Option<&str>) -> String {
+        serde_json::to_string(&Hello {
+            version: VERSION,
+            daemon: "d".into(),
+            uid: 0,
+            active: false,
+            nonce: None,
+            active_at: at.map(String::from),
+        })
+        .unwrap()
+    }
+
+    fn target(servers: &[&str]) -> NetTarget {
+        NetTarget {
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            // No munged is needed: nothing here gets as far as a credential.
+            munge_socket: Some("/nonexistent/munge.socket".into()),
+            tls_ca: None,
+        }
+    }
+
+    fn reasons(t: &NetTarget) -> String {
+        match send(t, b"{\"cmd\":\"ping\"}\n", Duration::from_secs(5)) {
+            Err(ClientError::Network(r)) => r,
+            Err(ClientError::Munge(e)) if e.code() == "library" => {
+                panic!("these tests need libmunge2 installed: {e}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a request went through with no active daemon"),
+        }
+    }
+
+    /// Standbys that name each other: each is asked once, then the client stops.
+    #[test]
+    fn standbys_naming_each_other_are_each_asked_once() {
+        // A port bound and closed: nothing listens there.
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        // Each names itself ("{}") and the other is listed: a loop either way.
+        let (a, a_count) = standby(not_active(Some("{}")));
+        let (b, b_count) = standby(not_active(Some(&a)));
+        let r = reasons(&target(&[&dead, &a, &b]));
+        assert_eq!(a_count.load(std::sync::atomic::Ordering::SeqCst), 1, "{r}");
+        assert_eq!(b_count.load(std::sync::atomic::Ordering::SeqCst), 1, "{r}");
+        assert!(r.starts_with(&format!("{dead}: ")), "{r}");
+        assert!(
+            r.contains(&format!("{a}: not active; it names {a}, tried already")),
+            "{r}"
+        );
+        assert!(
+            r.contains(&format!("{b}: not active; it names {a}, tried already")),
+            "{r}"
+        );
+    }
+
+    /// A redirect to an address the config does not list is not followed.
+    #[test]
+    fn a_redirect_off_the_list_is_not_followed() {
+        let (elsewhere, elsewhere_count) = standby(not_active(None));
+        let (a, _) = standby(not_active(Some(&elsewhere)));
+        let r = reasons(&target(&[&a]));
+        assert!(r.contains("which is not in [client] servers"), "{r}");
+        assert_eq!(elsewhere_count.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// A redirect to a listed server is followed first, before the rest of the list.
+    #[test]
+    fn a_redirect_is_followed_before_the_rest_of_the_list() {
+        let (last, last_count) = standby(not_active(None));
+        let (active, active_count) = standby(not_active(None));
+        let (first, _) = standby(not_active(Some(&active)));
+        let r = reasons(&target(&[&first, &last, &active]));
+        assert_eq!(
+            active_count.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{r}"
+        );
+        assert_eq!(
+            last_count.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{r}"
+        );
+        let (i, j) = (
+            r.find(&format!("{active}:")).unwrap(),
+            r.find(&format!("{last}:")).unwrap(),
+        );
+        assert!(i < j, "{r}");
+    }
+
+    /// A hello asking for a credential restricted to some third uid gets none.
+    #[test]
+    fn a_credential_for_a_third_uid_is_not_made() {
+        let me = nix::unistd::geteuid().as_raw();
+        let other = if me == 4_000_000 {
+            4_000_001
+        } else {
+            4_000_000
+        };
+        let hello = serde_json::to_string(&Hello {
+            version: VERSION,
+            daemon: "d".into(),
+            uid: other,
+            active: true,
+            nonce: Some("00".repeat(16)),
+            active_at: None,
+        })
+        .unwrap();
+        let (a, _) = standby(hello);
+        let r = reasons(&target(&[&a]));
+        assert!(
+            r.contains(&format!("uid {other}, which is neither root nor you")),
+            "{r}"
+        );
+    }
+}

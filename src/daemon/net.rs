@@ -1,0 +1,510 @@
+//! The network listener (`[server] listen`): the control protocol over TCP for clients on
+//! other login nodes, each request authenticated by a MUNGE credential bound to it
+//! (`protocol::net` has the exchange, docs/security.md the reasoning).
+//!
+//! A connection is anonymous until its credential is decoded, so it first waits in a
+//! bounded **pre-authentication pool**: when the pool is full the connection that has
+//! waited longest is dropped to make room. A client that speaks the protocol is through it
+//! in milliseconds (one round trip to munged), so idle, trickling or flooding connections
+//! only push each other out. Once the credential says who the caller is (and that it was
+//! made for this daemon and this connection's nonce), the connection takes a slot of that
+//! uid's share, the same count the Unix socket takes, and from there it is the Unix
+//! socket's path: the same request reader and limits, and the same `server::answer`.
+
+use super::server::{self, read_request, take_slot, Shared};
+use crate::munge::{Munge, MungeError};
+use crate::protocol::net::{nonce_hex, Hello, VERSION};
+use crate::protocol::{ErrorKind, Response};
+use crate::request_binding::{self, Nonce};
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tracing::{debug, warn, Instrument};
+
+/// Whether this daemon acts, asked at each connection. In cluster mode only the daemon
+/// holding the lease acts; a standby sends clients to the active one.
+pub trait Activity: Send + Sync {
+    fn now(&self) -> Role;
+}
+
+/// What a daemon is, for a client that has just connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Active,
+    /// Not acting; `active_at` is the `host:port` of the active daemon, when known.
+    Standby {
+        active_at: Option<String>,
+    },
+}
+
+/// The one daemon of a single login node (and, until cluster mode's election answers this
+/// question, every daemon): always active.
+pub struct AlwaysActive;
+
+impl Activity for AlwaysActive {
+    fn now(&self) -> Role {
+        Role::Active
+    }
+}
+
+/// Cluster mode's answer: active while this daemon holds the lease; otherwise a standby
+/// that names the active daemon's node with this daemon's own port (every login node's
+/// daemon listens on the same port; a client follows only to an address of its list, and
+/// tries the rest of its list in order anyway).
+pub struct ClusterActivity {
+    pub cluster: super::cluster::Activity,
+    pub port: u16,
+}
+
+impl Activity for ClusterActivity {
+    fn now(&self) -> Role {
+        role_of(
+            self.cluster.is_active(),
+            || self.cluster.active_node(),
+            self.port,
+        )
+    }
+}
+
+/// The role a hello states: active, or a standby naming `node:port`.
+fn role_of(active: bool, node: impl FnOnce() -> Option<String>, port: u16) -> Role {
+    if active {
+        Role::Active
+    } else {
+        Role::Standby {
+            active_at: node().map(|n| format!("{n}:{port}")),
+        }
+    }
+}
+
+/// Connections that have not yet shown a credential, all peers together.
+pub const PRE_AUTH_MAX: usize = 256;
+
+/// The longest the credential line may be: the credential and its newline.
+const MAX_CREDENTIAL_LINE: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
+
+/// The longest munged may take to decode a credential before the connection is dropped.
+const DECODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The network side of a daemon.
+pub struct NetServer {
+    pub shared: Arc<Shared>,
+    pub munge: Arc<Munge>,
+    /// The identity bound into credentials (`[server] id`, by default `host:port`).
+    pub id: String,
+    /// This daemon's uid: credentials must be restricted to it.
+    pub uid: u32,
+    /// The origins (as MUNGE states them) whose root is an administrator here.
+    pub root_nodes: Vec<Ipv4Addr>,
+    pub activity: Arc<dyn Activity>,
+    /// TLS around every connection, when `[server] tls_cert` is set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pool: Arc<PreAuth>,
+}
+
+impl NetServer {
+    pub fn new(
+        shared: Arc<Shared>,
+        munge: Munge,
+        id: String,
+        root_nodes: Vec<Ipv4Addr>,
+        activity: Arc<dyn Activity>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Arc<NetServer> {
+        Arc::new(NetServer {
+            shared,
+            munge: Arc::new(munge),
+            id,
+            uid: nix::unistd::geteuid().as_raw(),
+            root_nodes,
+            activity,
+            tls: tls.map(tokio_rustls::TlsAcceptor::from),
+            pool: Arc::new(PreAuth::default()),
+        })
+    }
+}
+
+/// The daemon's identity when the config names none: its host name and port.
+pub fn default_id(port: u16) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string());
+    format!("{host}:{port}")
+}
+
+/// The pre-authentication pool: each waiting connection's ticket, oldest first.
+#[derive(Default)]
+struct PreAuth {
+    waiting: Mutex<(u64, BTreeMap<u64, oneshot::Sender<()>>)>,
+}
+
+/// A connection's place in the pool; leaving the pool (authenticated or gone) drops it.
+struct Ticket {
+    pool: Arc<PreAuth>,
+    id: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut w = self.pool.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        w.1.remove(&self.id);
+    }
+}
+
+impl PreAuth {
+    /// A place for a new connection, and the signal that it was pushed out; the
+    /// longest-waiting connection is pushed out when the pool is full.
+    fn enter(self: &Arc<Self>) -> (Ticket, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        while w.1.len() >= PRE_AUTH_MAX {
+            // Dropping its sender tells it.
+            w.1.pop_first();
+        }
+        let id = w.0;
+        w.0 += 1;
+        w.1.insert(id, tx);
+        (
+            Ticket {
+                pool: self.clone(),
+                id,
+            },
+            rx,
+        )
+    }
+}
+
+/// Binds the listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Accepts connections until the loop goes away.
+pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("network accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if net.shared.to_loop.is_closed() {
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let net = net.clone();
+        let span = tracing::debug_span!("net", %peer);
+        tokio::spawn(
+            async move {
+                if let Err(e) = connection(stream, peer, &net).await {
+                    debug!("network connection ended with an error: {e}");
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Why a network request was refused before it was read: a stable code for logs and
+/// tests, and what the client is told.
+#[derive(Debug)]
+struct Refusal {
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The pre-authentication part: the hello, the credential, its checks, a slot.
+struct Authenticated {
+    uid: u32,
+    gid: u32,
+    origin: Ipv4Addr,
+    payload: Vec<u8>,
+    slot: server::Slot,
+}
+
+async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std::io::Result<()> {
+    // The TLS handshake is part of the anonymous wait: in the pool, and bounded in time.
+    let (ticket, mut pushed_out) = net.pool.enter();
+    let Some(acceptor) = &net.tls else {
+        return connection_on(stream, peer, net, ticket, pushed_out).await;
+    };
+    let within = net.shared.limits.request_timeout.0;
+    let accepted = tokio::select! {
+        a = tokio::time::timeout(within, acceptor.accept(stream)) => a,
+        _ = &mut pushed_out => {
+            debug!("pushed out of the pre-authentication pool by newer connections");
+            return Ok(());
+        }
+    };
+    match accepted {
+        Err(_) => {
+            warn!(%peer, reason = "slow", "network request refused: no TLS handshake within {within:?} (limits.request_timeout)");
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            warn!(%peer, reason = "tls", "network request refused: TLS handshake failed: {e}");
+            Ok(())
+        }
+        Ok(Ok(tls)) => connection_on(tls, peer, net, ticket, pushed_out).await,
+    }
+}
+
+/// Serves one connection on any byte stream (plain TCP, or TLS over it).
+async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
+    stream: S,
+    peer: SocketAddr,
+    net: &NetServer,
+    ticket: Ticket,
+    pushed_out: oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let (read, mut write) = tokio::io::split(stream);
+    let mut reader = BufReader::new(read);
+    let nonce: Nonce = rand::random();
+    let authenticated = tokio::select! {
+        a = handshake(&mut reader, &mut write, &nonce, net) => a,
+        _ = pushed_out => {
+            debug!("pushed out of the pre-authentication pool by newer connections");
+            return Ok(());
+        }
+    };
+    drop(ticket);
+    let a = match authenticated {
+        Ok(Some(a)) => a,
+        // A standby said where to go.
+        Ok(None) => return Ok(()),
+        Err(Err(e)) => return Err(e),
+        Err(Ok(r)) => {
+            warn!(%peer, reason = r.code, "network request refused: {}", r.message);
+            return server::write_answer(
+                &mut write,
+                &Response::error(ErrorKind::Forbidden, r.message),
+            )
+            .await;
+        }
+    };
+    // From here on the caller is a uid with a slot of its share, as on the Unix socket.
+    let max = net.shared.limits.max_request_bytes();
+    let mut line = Vec::new();
+    let got = read_request(
+        &mut (&mut reader).take(max + 1),
+        &mut line,
+        net.shared.limits.request_timeout.0,
+    )
+    .await;
+    if got.is_ok() && line.len() as u64 <= max {
+        let body = line.strip_suffix(b"\n").unwrap_or(&line);
+        if let Err(m) = request_binding::check(&a.payload, body, &net.id, &nonce) {
+            warn!(%peer, uid = a.uid, reason = m.code(), "network request refused: {m}");
+            return server::write_answer(
+                &mut write,
+                &Response::error(ErrorKind::Forbidden, format!("credential refused: {m}")),
+            )
+            .await;
+        }
+    }
+    debug!(%peer, uid = a.uid, gid = a.gid, origin = %a.origin, "network request authenticated");
+    let _slot = a.slot;
+    server::answer(got, line, a.uid, &net.shared, &mut write).await
+}
+
+/// Says hello, reads and checks the credential, and takes a slot for its uid. `Ok(None)`:
+/// a standby's hello was all. `Err(Ok(_))`: refused; `Err(Err(_))`: the connection broke.
+async fn handshake<R, W>(
+    reader: &mut R,
+    write: &mut W,
+    nonce: &Nonce,
+    net: &NetServer,
+) -> Result<Option<Authenticated>, Result<Refusal, std::io::Error>>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let role = net.activity.now();
+    let hello = Hello {
+        version: VERSION,
+        daemon: net.id.clone(),
+        uid: net.uid,
+        active: role == Role::Active,
+        nonce: (role == Role::Active).then(|| nonce_hex(nonce)),
+        active_at: match &role {
+            Role::Active => None,
+            Role::Standby { active_at } => active_at.clone(),
+        },
+    };
+    let mut out = serde_json::to_vec(&hello).expect("a hello serializes");
+    out.push(b'\n');
+    // The hello is small: it fits the socket's buffer, so a client that never reads it
+    // does not hold this up.
+    tokio::time::timeout(
+        server::WRITE_TIMEOUT,
+        tokio::io::AsyncWriteExt::write_all(write, &out),
+    )
+    .await
+    .map_err(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "hello not taken",
+        ))
+    })?
+    .map_err(Err)?;
+    if role != Role::Active {
+        let _ = tokio::io::AsyncWriteExt::shutdown(write).await;
+        return Ok(None);
+    }
+    let mut line = Vec::new();
+    let got = read_request(
+        &mut reader.take(MAX_CREDENTIAL_LINE),
+        &mut line,
+        net.shared.limits.request_timeout.0,
+    )
+    .await;
+    match got {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(Ok(Refusal::new(
+                "slow",
+                format!(
+                    "no credential in time (limits.request_timeout = {:?})",
+                    net.shared.limits.request_timeout.0
+                ),
+            )))
+        }
+        Err(e) => return Err(Err(e)),
+        Ok(()) => {}
+    }
+    let Some(cred) = line.strip_suffix(b"\n") else {
+        return Err(Ok(Refusal::new(
+            if line.len() as u64 >= MAX_CREDENTIAL_LINE {
+                "too_long"
+            } else {
+                "truncated"
+            },
+            format!(
+                "expected a MUNGE credential of at most {} bytes on one line",
+                crate::munge::MAX_CREDENTIAL
+            ),
+        )));
+    };
+    let cred = cred.to_vec();
+    let munge = net.munge.clone();
+    let decoded = tokio::time::timeout(
+        DECODE_TIMEOUT,
+        tokio::task::spawn_blocking(move || munge.decode(cred)),
+    )
+    .await
+    .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
+    .map_err(|e| Err(std::io::Error::other(e.to_string())))?;
+    let d = match decoded {
+        Ok(d) => d,
+        Err(
+            e @ (MungeError::Socket { .. } | MungeError::Library { .. } | MungeError::NoContext),
+        ) => {
+            // The daemon's own trouble, not the caller's: said as such.
+            warn!("cannot decode a network credential: {e}");
+            return Err(Ok(Refusal::new(
+                "munged",
+                format!("the daemon cannot check credentials now ({e}); try again later"),
+            )));
+        }
+        Err(e) => {
+            return Err(Ok(Refusal::new(
+                e.code(),
+                format!("credential refused: {e}"),
+            )))
+        }
+    };
+    if let Err(m) = request_binding::check_issued(&d.payload, &net.id, nonce) {
+        return Err(Ok(Refusal::new(
+            m.code(),
+            format!("credential refused: {m}"),
+        )));
+    }
+    if d.uid == 0 && !net.root_nodes.contains(&d.origin) {
+        return Err(Ok(Refusal::new(
+            "root_elsewhere",
+            format!(
+                "root on {} is not an administrator of this daemon (server.root_nodes does not list it)",
+                d.origin
+            ),
+        )));
+    }
+    let slot = take_slot(
+        &net.shared.counts,
+        d.uid,
+        net.shared.limits.connections_per_user,
+    )
+    .map_err(|why| Ok(Refusal::new("connections", why)))?;
+    Ok(Some(Authenticated {
+        uid: d.uid,
+        gid: d.gid,
+        origin: d.origin,
+        payload: d.payload,
+        slot,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_names_the_active_node_with_its_own_port() {
+        assert_eq!(role_of(true, || Some("login2".into()), 6827), Role::Active);
+        assert_eq!(
+            role_of(false, || Some("login2".into()), 6827),
+            Role::Standby {
+                active_at: Some("login2:6827".into())
+            }
+        );
+        assert_eq!(
+            role_of(false, || None, 6827),
+            Role::Standby { active_at: None }
+        );
+    }
+
+    #[test]
+    fn a_full_pool_pushes_out_the_longest_waiting_connection() {
+        let pool = Arc::new(PreAuth::default());
+        let mut held: Vec<_> = (0..PRE_AUTH_MAX).map(|_| pool.enter()).collect();
+        for (_, rx) in &mut held {
+            assert!(rx
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty));
+        }
+        let newest = pool.enter();
+        assert_eq!(
+            held[0].1.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed),
+            "the oldest is pushed out"
+        );
+        assert_eq!(
+            held[1].1.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        // One that leaves gives its place back: no one else is pushed out for the next.
+        drop(held.remove(5));
+        let _next = pool.enter();
+        assert_eq!(
+            held[1].1.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        assert_eq!(pool.waiting.lock().unwrap().1.len(), PRE_AUTH_MAX);
+        drop(newest);
+    }
+}

@@ -1,0 +1,88 @@
+//! The network form of the control protocol: what travels before a request over TCP.
+//!
+//! On the Unix socket the kernel says who the caller is. Over TCP the caller proves it with
+//! a MUNGE credential bound to the request (see `request_binding`). One request per
+//! connection, in this order:
+//!
+//! 1. The daemon sends a [`Hello`] as one JSON line: the protocol version, its identity,
+//!    its uid (the one the credential must be restricted to), and a fresh nonce for this
+//!    connection only; or, from a daemon that is not the active one, `active: false` and
+//!    where the active daemon is (`active_at`), and nothing more.
+//! 2. The client sends its credential (the armoured text, at most `munge::MAX_CREDENTIAL`
+//!    bytes) on one line, then the request as one JSON line, exactly as on the Unix socket.
+//!    The credential's payload is `request_binding::bind(request line without its
+//!    newline, hello.daemon, hello.nonce)`.
+//! 3. The daemon answers as on the Unix socket: one JSON line (or the streamed list of
+//!    `status`), then closes.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of this exchange; a client refuses a hello of another.
+pub const VERSION: u32 = 1;
+
+/// The longest hello line a client reads, newline included.
+pub const MAX_HELLO: usize = 4096;
+
+/// What the daemon says first on every connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    /// The daemon's identity, which the credential's binding names.
+    pub daemon: String,
+    /// The daemon's uid: the credential is restricted to it.
+    pub uid: u32,
+    /// Whether this daemon acts (serves requests); a standby only says where to go.
+    pub active: bool,
+    /// The nonce for this connection's one request, as hex (`request_binding::NONCE_LEN`
+    /// bytes); present when `active`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    /// From a standby: the `host:port` of the active daemon, when it knows one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_at: Option<String>,
+}
+
+impl Hello {
+    /// The nonce as bytes, if it is well formed.
+    pub fn nonce_bytes(&self) -> Option<crate::request_binding::Nonce> {
+        let text = self.nonce.as_deref()?;
+        let mut out = [0u8; crate::request_binding::NONCE_LEN];
+        if text.len() != out.len() * 2 {
+            return None;
+        }
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(out)
+    }
+}
+
+/// A nonce as the hello carries it.
+pub fn nonce_hex(nonce: &crate::request_binding::Nonce) -> String {
+    nonce.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nonce_goes_there_and_back_and_a_bad_one_is_none() {
+        let n: crate::request_binding::Nonce = std::array::from_fn(|i| (i * 17) as u8);
+        let mut h = Hello {
+            version: VERSION,
+            daemon: "login1:6827".into(),
+            uid: 0,
+            active: true,
+            nonce: Some(nonce_hex(&n)),
+            active_at: None,
+        };
+        assert_eq!(h.nonce_bytes(), Some(n));
+        for bad in ["", "00", "zz".repeat(16).as_str(), "é".repeat(16).as_str()] {
+            h.nonce = Some(bad.to_string());
+            assert_eq!(h.nonce_bytes(), None, "{bad:?}");
+        }
+        h.nonce = None;
+        assert_eq!(h.nonce_bytes(), None);
+    }
+}

@@ -1,0 +1,855 @@
+//! Network clients (issue 24): a root daemon in system-wide mode with `[server] listen`
+//! on loopback, a private munged (tests/common/munged.rs) for it and its clients, the
+//! fake Slurm, and real users alice and bob. `supervisorctl` reaches the daemon with a
+//! client config that lists the server; the attacks speak the protocol by hand
+//! (`protocol::net`), with credentials made by Debian's `munge` command as each user.
+//!
+//! Covered: a user submits, follows and cancels over the network with the rights of the
+//! Unix socket (and no more: bob sees and cancels nothing of alice's); root from an
+//! unlisted node is no one, and an administrator once `server.root_nodes` lists it; and
+//! the attacks: a replayed credential, one for another connection's nonce, an expired one,
+//! one restricted to another uid, a body changed after the credential was made, another
+//! MUNGE key, garbage and huge lines, slowloris, a thousand connections, clients that
+//! never read. Each is refused and logged, nothing is done for it, and alice's request
+//! meanwhile is answered within bounds.
+//!
+//! Every attack loop is bounded in count and time and aimed at loopback only.
+//! Needs root, munge (scripts/test installs it) and python3.
+
+mod common;
+
+use common::munged::Munged;
+use common::system::*;
+use common::wait_for;
+use slurm_supervisor::protocol::net::Hello;
+use slurm_supervisor::request_binding;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// A root daemon listening on loopback, its munged, and a client config for users.
+struct Net {
+    sys: System,
+    munged: Munged,
+    addr: String,
+    client_config: PathBuf,
+}
+
+/// A free port of loopback, outside the range the kernel hands out to outgoing
+/// connections (so no client of another test takes it meanwhile).
+fn free_port(ip: &str) -> u16 {
+    let base = 20_000 + (std::process::id() % 500) as u16 * 20;
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(n < 2000, "no free port found");
+        let port = base + n % 10_000;
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl Net {
+    /// `server_extra` goes into `[server]`; `request_timeout` is the limit's value.
+    fn start(server_extra: &str) -> Net {
+        Net::start_with(server_extra, "1s")
+    }
+
+    fn start_with(server_extra: &str, request_timeout: &str) -> Net {
+        Net::start_full(server_extra, request_timeout, "")
+    }
+
+    /// `client_extra` goes into the client config's `[client]`.
+    fn start_full(server_extra: &str, request_timeout: &str, client_extra: &str) -> Net {
+        Net::start_on(
+            ("127.0.0.1", 0),
+            &[],
+            server_extra,
+            request_timeout,
+            client_extra,
+        )
+    }
+
+    /// The daemon listening on `ip` (an address of this host), at `port` (0: a free one),
+    /// started under `launcher`.
+    fn start_on(
+        (ip, port): (&str, u16),
+        launcher: &[String],
+        server_extra: &str,
+        request_timeout: &str,
+        client_extra: &str,
+    ) -> Net {
+        let munged = Munged::start();
+        let port = if port == 0 { free_port(ip) } else { port };
+        let addr = format!("{ip}:{port}");
+        let extra = format!(
+            "[server]\nlisten = {addr:?}\nid = \"login1\"\nmunge_socket = {:?}\n{server_extra}\n",
+            munged.socket().display().to_string()
+        );
+        let mut sys = System::prepare("", &extra);
+        // Short request times (by default), so that the slow attacks end soon.
+        let text = std::fs::read_to_string(&sys.d.config).unwrap();
+        let text = if text.contains("[limits]") {
+            text.replace(
+                "[limits]",
+                &format!("[limits]\nrequest_timeout = {request_timeout:?}"),
+            )
+        } else {
+            format!("{text}\n[limits]\nrequest_timeout = {request_timeout:?}\n")
+        };
+        std::fs::write(&sys.d.config, text).unwrap();
+        sys.d.launcher = launcher.to_vec();
+        sys.spawn();
+        let client_config = sys.root().join("client.toml");
+        std::fs::write(
+            &client_config,
+            format!(
+                "[client]\nservers = [{addr:?}]\nmunge_socket = {:?}\n{client_extra}\n",
+                munged.socket().display().to_string()
+            ),
+        )
+        .unwrap();
+        chmod(&client_config, 0o644);
+        Net {
+            sys,
+            munged,
+            addr,
+            client_config,
+        }
+    }
+
+    /// `supervisorctl` as `user` over the network.
+    fn ctl(&self, user: &str, args: &[&str]) -> Output {
+        let mut cmd = self.sys.user_command(user, &self.sys.ctl);
+        if user == "root" {
+            cmd.current_dir(self.sys.root());
+        }
+        cmd.arg("--config").arg(&self.client_config).args(args);
+        cmd.output().unwrap()
+    }
+
+    fn ctl_ok(&self, user: &str, args: &[&str]) -> String {
+        let out = self.ctl(user, args);
+        assert!(
+            out.status.success(),
+            "{user}: {args:?} over the network failed ({:?}): {}\nlog:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr),
+            common::tail(&self.sys.d.log(), 30)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// alice's `status --json` over the network answers within `within`.
+    fn alice_is_served_within(&self, within: Duration) {
+        let start = Instant::now();
+        let out = run_within(
+            {
+                let mut cmd = self.sys.user_command("alice", &self.sys.ctl);
+                cmd.arg("--config")
+                    .arg(&self.client_config)
+                    .args(["status", "--json"]);
+                cmd
+            },
+            within,
+        );
+        let out = out
+            .output
+            .unwrap_or_else(|| panic!("alice was not answered within {within:?}"));
+        assert!(
+            out.status.success(),
+            "alice's status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(start.elapsed() <= within);
+    }
+
+    /// A connection with the daemon's hello read.
+    fn connect(&self) -> (TcpStream, BufReader<TcpStream>, Hello) {
+        let s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let hello: Hello = serde_json::from_str(&line).unwrap();
+        assert!(
+            hello.active && hello.uid == 0 && hello.daemon == "login1",
+            "{hello:?}"
+        );
+        (s, r, hello)
+    }
+
+    /// A credential made by `user` with this test's munged (or `munged`), restricted to
+    /// `restrict`, living `ttl` seconds, holding `payload`.
+    fn cred_with(munged: &Munged, user: &str, payload: &[u8], restrict: u32, ttl: u32) -> Vec<u8> {
+        let out = munged.run_as(
+            (user, None),
+            "munge",
+            &[
+                &format!("--restrict-uid={restrict}"),
+                &format!("--ttl={ttl}"),
+            ],
+            payload,
+        );
+        assert!(out.status.success(), "munge as {user}: {out:?}");
+        out.stdout.trim_ascii_end().to_vec()
+    }
+
+    /// A credential by `user` bound to `body` for this connection's hello.
+    fn cred_for(&self, user: &str, hello: &Hello, body: &[u8]) -> Vec<u8> {
+        let nonce = hello.nonce_bytes().unwrap();
+        let payload = request_binding::bind(body, &hello.daemon, &nonce);
+        Self::cred_with(&self.munged, user, &payload, 0, 60)
+    }
+
+    /// Sends a credential line and a body line; returns the answer (until the daemon
+    /// closes).
+    fn send(conn: (TcpStream, BufReader<TcpStream>), cred: &[u8], body: &[u8]) -> String {
+        let (mut s, mut r) = conn;
+        let mut out = cred.to_vec();
+        out.push(b'\n');
+        out.extend_from_slice(body);
+        out.push(b'\n');
+        let _ = s.write_all(&out);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        let _ = r.read_to_string(&mut answer);
+        answer
+    }
+
+    /// Waits until the daemon's log has a refusal with `reason`.
+    fn logged_refusal(&self, reason: &str) {
+        wait_for(
+            &format!("the refusal ({reason}) in the daemon's log"),
+            Duration::from_secs(10),
+            || {
+                self.sys.d.log().lines().any(|l| {
+                    l.contains("network request refused") && l.contains(&format!("reason={reason}"))
+                        || l.contains("network request refused")
+                            && l.contains(&format!("reason=\"{reason}\""))
+                })
+            },
+        );
+    }
+
+    fn logged_pushed_out(&self) {
+        wait_for(
+            "a connection pushed out in the daemon's log",
+            Duration::from_secs(10),
+            || {
+                self.sys
+                    .d
+                    .log()
+                    .contains("pushed out of the pre-authentication pool")
+            },
+        );
+    }
+}
+
+const PING: &[u8] = br#"{"cmd":"ping"}"#;
+
+fn submit_body(script: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "cmd": "submit",
+        "argv": ["job.sh"],
+        "cwd": "/tmp",
+        "env": [],
+        "script": script.as_bytes(),
+        "max_retries": null,
+    }))
+    .unwrap()
+}
+
+fn forbidden(answer: &str, says: &str) {
+    let v: serde_json::Value = serde_json::from_str(answer.trim())
+        .unwrap_or_else(|e| panic!("not an answer ({e}): {answer:?}"));
+    assert_eq!(v["error"]["kind"], "forbidden", "{answer}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(says),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_user_submits_follows_and_cancels_over_the_network_with_her_rights_only() {
+    let n = Net::start("");
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    assert!(
+        job.chars().all(|c| c.is_ascii_digit()) && !job.is_empty(),
+        "{job}"
+    );
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    let status: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("alice", &["status", "--json"])).unwrap();
+    assert_eq!(status.as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(status[0]["slurm_job_id"], job.as_str());
+    let history: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("alice", &["history", "--json", &job])).unwrap();
+    assert_eq!(history["attempts"][0]["slurm_job_id"], job.as_str());
+    // The same daemon over the Unix socket shows the same chain.
+    let local = n.sys.json_as("alice", &["status", "--json"]);
+    assert_eq!(local, status);
+    // bob over the network: none of it is his.
+    let bobs: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("bob", &["status", "--json"])).unwrap();
+    assert_eq!(bobs, serde_json::json!([]));
+    let out = n.ctl("bob", &["cancel", &job]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let out = n.ctl("bob", &["history", "--json", &job]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    // alice cancels it.
+    n.ctl_ok("alice", &["cancel", &job]);
+    wait_for("alice's chain cancelled", Duration::from_secs(30), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&n.ctl_ok("alice", &["status", "--json"])).unwrap();
+        s[0]["state"] == "cancelled"
+    });
+    // Through the environment variable as well (the config's list replaced).
+    let mut cmd = n.sys.user_command("alice", &n.sys.ctl);
+    let empty = n.sys.root().join("empty.toml");
+    std::fs::write(
+        &empty,
+        format!(
+            "[client]\nmunge_socket = {:?}\n",
+            n.munged.socket().display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&empty, 0o644);
+    cmd.arg("--config")
+        .arg(&empty)
+        .env("SLURM_SUPERVISOR_SERVERS", &n.addr)
+        .args(["status", "--json"]);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let via_env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(via_env[0]["slurm_job_id"], job.as_str());
+}
+
+#[test]
+fn root_on_a_node_not_listed_is_no_one_and_an_administrator_once_listed() {
+    let n = Net::start("");
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let out = n.ctl("root", &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("server.root_nodes"),
+        "{out:?}"
+    );
+    n.logged_refusal("root_elsewhere");
+    let out = n.ctl("root", &["cancel", &job]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert_eq!(n.sys.calls("scancel"), 0);
+    // Listed: the origin munged states for this host.
+    let probe = n.munged.client().encode(b"", None, None).unwrap();
+    let origin = n.munged.client().decode(&probe).unwrap().origin;
+    drop(n);
+    let n = Net::start(&format!("root_nodes = [\"{origin}\"]\n"));
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let all: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("root", &["status", "--json"])).unwrap();
+    assert_eq!(all[0]["slurm_job_id"], job.as_str(), "{all}");
+}
+
+#[test]
+fn replayed_and_other_connections_credentials_are_refused() {
+    let n = Net::start("");
+    let (s, r, hello) = n.connect();
+    let cred = n.cred_for("alice", &hello, PING);
+    let ok = Net::send((s, r), &cred, PING);
+    assert!(ok.starts_with("{\"ok\""), "{ok}");
+    // The same credential and body on a new connection: munged has seen it.
+    let (s, r, _) = n.connect();
+    forbidden(&Net::send((s, r), &cred, PING), "replayed");
+    n.logged_refusal("replayed");
+    // A fresh credential, but made for another connection's nonce.
+    let (_s1, _r1, first) = n.connect();
+    let (s2, r2, _second) = n.connect();
+    let for_first = n.cred_for("alice", &first, PING);
+    forbidden(&Net::send((s2, r2), &for_first, PING), "another nonce");
+    n.logged_refusal("nonce");
+    // Made for another daemon (login2), with this connection's nonce.
+    let (s, r, hello) = n.connect();
+    let payload = request_binding::bind(PING, "login2", &hello.nonce_bytes().unwrap());
+    let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
+    forbidden(&Net::send((s, r), &cred, PING), "another daemon");
+    n.logged_refusal("daemon");
+    n.alice_is_served_within(Duration::from_secs(10));
+}
+
+#[test]
+fn a_changed_body_an_expired_credential_another_uid_and_another_key_are_refused() {
+    let n = Net::start("");
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    // Made for a ping, sent with a submit: nothing is submitted.
+    let (s, r, hello) = n.connect();
+    let cred = n.cred_for("alice", &hello, PING);
+    forbidden(
+        &Net::send((s, r), &cred, &submit_body("echo evil\n")),
+        "another request body",
+    );
+    n.logged_refusal("body");
+    // One byte of a submit changed after the credential was made.
+    let (s, r, hello) = n.connect();
+    let body = submit_body("echo good\n");
+    let cred = n.cred_for("alice", &hello, &body);
+    let mut changed = body.clone();
+    let at = changed.len() - 3;
+    changed[at] ^= 0x01;
+    let answer = Net::send((s, r), &cred, &changed);
+    assert!(answer.contains("\"forbidden\""), "{answer}");
+    // Restricted to bob: the root daemon cannot decode it.
+    let (s, r, hello) = n.connect();
+    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let bob = User::get("bob");
+    let cred = Net::cred_with(&n.munged, "alice", &payload, bob.uid, 60);
+    forbidden(&Net::send((s, r), &cred, PING), "not for this uid");
+    n.logged_refusal("unauthorized");
+    // Another MUNGE key (another cluster's munged).
+    let other = Munged::start();
+    let (s, r, hello) = n.connect();
+    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let cred = Net::cred_with(&other, "alice", &payload, 0, 60);
+    forbidden(&Net::send((s, r), &cred, PING), "invalid credential");
+    n.logged_refusal("invalid");
+    // Expired: a time to live of one second, sent once it has passed.
+    let (s, r, hello) = n.connect();
+    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let made = std::time::SystemTime::now();
+    let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 1);
+    // The credential's clock counts whole seconds: past made + 1 s by a full second.
+    wait_for(
+        "the credential's time to live to pass",
+        Duration::from_secs(10),
+        || made.elapsed().unwrap() >= Duration::from_secs(3),
+    );
+    // The first connection's wait for a credential is over by now; on a fresh one the
+    // nonce would not match either, but munged's verdict comes first: expired.
+    drop((s, r));
+    let (s, r, _) = n.connect();
+    forbidden(&Net::send((s, r), &cred, PING), "expired");
+    n.logged_refusal("expired");
+    assert!(
+        n.sys.sbatch_calls_of("alice").is_empty(),
+        "a refused submit ran sbatch"
+    );
+    n.alice_is_served_within(Duration::from_secs(10));
+}
+
+#[test]
+fn garbage_huge_and_slow_lines_are_refused_without_holding_anyone_up() {
+    let n = Net::start("");
+    // Garbage: not a credential.
+    let (s, r, _) = n.connect();
+    forbidden(&Net::send((s, r), b"\x00\xffGET / HTTP/1.1", PING), "");
+    let (s, r, _) = n.connect();
+    forbidden(
+        &Net::send((s, r), b"MUNGE:AAAA:", PING),
+        "invalid credential",
+    );
+    // A line far longer than any credential: refused after MAX_CREDENTIAL bytes, the rest
+    // unread.
+    let (mut s, mut r, _) = n.connect();
+    let huge = vec![b'A'; 64 << 10];
+    let _ = s.write_all(&huge);
+    let mut answer = String::new();
+    let _ = r.read_to_string(&mut answer);
+    forbidden(&answer, "at most");
+    n.logged_refusal("too_long");
+    // A valid credential with a body over the size limit: the Unix socket's answer.
+    let (s, r, hello) = n.connect();
+    let cred = n.cred_for("alice", &hello, b"x");
+    let answer = Net::send((s, r), &cred, &vec![b'x'; 21 << 20]);
+    assert!(answer.contains("request larger than"), "{answer}");
+    // Slowloris: a credential trickled a byte at a time is cut off at the request timeout
+    // (1 s here; twice that at most), while alice is served.
+    let start = Instant::now();
+    let (mut s, _r, _) = n.connect();
+    let mut cut_off = false;
+    for i in 0..100 {
+        if s.write_all(&[b"MUNGE:"[i % 6]]).is_err() {
+            cut_off = true;
+            break;
+        }
+        if i == 2 {
+            n.alice_is_served_within(Duration::from_secs(10));
+        }
+        // A trickle: one byte each 100 ms, bounded at 100 bytes.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut probe = [0u8; 1];
+        s.set_nonblocking(true).unwrap();
+        let closed = s.peek(&mut probe).is_ok();
+        s.set_nonblocking(false).unwrap();
+        if closed {
+            cut_off = true;
+            break;
+        }
+    }
+    assert!(cut_off, "a trickling connection was never cut off");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    n.logged_refusal("slow");
+}
+
+#[test]
+fn a_thousand_idle_connections_hold_up_no_one() {
+    // Idle connections that are not cut off by time while the thousand arrive, however
+    // slowly the daemon accepts them: the pool alone must make room.
+    let n = Net::start_with("", "30s");
+    // Room for the thousand connections in this process.
+    let lim = libc::rlimit {
+        rlim_cur: 8192,
+        rlim_max: 8192,
+    };
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let mut idle = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        match TcpStream::connect(&n.addr) {
+            Ok(s) => idle.push(s),
+            Err(e) => panic!("connection {} failed: {e}", idle.len()),
+        }
+    }
+    // With all of them open (most pushed out by newer ones), alice is answered.
+    n.alice_is_served_within(Duration::from_secs(10));
+    // The oldest were pushed out: the daemon closed them (EOF after the hello).
+    let first = &mut idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut all = Vec::new();
+    let read = first.read_to_end(&mut all);
+    assert!(read.is_ok(), "{read:?}");
+    assert!(
+        all.ends_with(b"\n") && all.starts_with(b"{\"version\""),
+        "{all:?}"
+    );
+    drop(idle);
+    n.logged_pushed_out();
+}
+
+#[test]
+fn a_user_holding_connections_he_never_finishes_fills_only_his_own_share() {
+    // Time enough to make all the credentials before the first connection gives up.
+    let n = Net::start_with("", "20s");
+    // bob: a credential on each of twelve connections (his share is eight), then neither
+    // the request nor a read of any answer.
+    let mut held = Vec::new();
+    for _ in 0..12 {
+        held.push(n.connect());
+    }
+    let body = br#"{"cmd":"status","id":null}"#;
+    for (s, _, hello) in &mut held {
+        let mut line = n.cred_for("bob", hello, body);
+        line.push(b'\n');
+        s.write_all(&line).unwrap();
+    }
+    let refused = || {
+        n.sys
+            .d
+            .log()
+            .lines()
+            .filter(|l| l.contains("network request refused") && l.contains("\"connections\""))
+            .count()
+    };
+    // Twelve asked, eight held: four refused (never more, so waiting for four is exact).
+    wait_for("bob's four refusals", Duration::from_secs(10), || {
+        refused() >= 4
+    });
+    assert_eq!(refused(), 4, "{}", n.sys.d.log());
+    // alice, over the network and over the Unix socket, is served meanwhile.
+    n.alice_is_served_within(Duration::from_secs(10));
+    let local = n
+        .sys
+        .as_user_within("alice", &["status", "--json"], Duration::from_secs(10));
+    assert!(local.output.is_some_and(|o| o.status.success()));
+    // bob's own Unix-socket connections count against the same share: full.
+    let out = n.sys.as_user("bob", &["status", "--json"]);
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("connections_per_user"),
+        "{out:?}"
+    );
+    drop(held);
+    // Given back when they close.
+    wait_for("bob's share back", Duration::from_secs(10), || {
+        n.sys.as_user("bob", &["status", "--json"]).status.success()
+    });
+}
+
+/// A submit sent again with its request id (its answer lost) is answered with the first
+/// one's job; the same id from another user is another user's submission, which neither
+/// sees nor meets the first.
+#[test]
+fn a_retried_submit_submits_once_and_a_request_id_is_its_owners_alone() {
+    let n = Net::start("");
+    let body = |user: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "cmd": "submit",
+            "argv": ["job.sh"],
+            "cwd": n.sys.home(user).display().to_string(),
+            "env": [],
+            "script": b"#!/bin/sh\nsleep 600\n",
+            "max_retries": null,
+            "request_id": "retry-1",
+        }))
+        .unwrap()
+    };
+    let submit = |user: &str| {
+        let (s, r, hello) = n.connect();
+        let b = body(user);
+        let cred = n.cred_for(user, &hello, &b);
+        let answer = Net::send((s, r), &cred, &b);
+        let v: serde_json::Value = serde_json::from_str(answer.trim())
+            .unwrap_or_else(|e| panic!("{user}'s submit: {e}: {answer}"));
+        v["ok"]["job_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{user}'s submit: {answer}"))
+            .to_string()
+    };
+    let first = submit("alice");
+    let again = submit("alice");
+    assert_eq!(first, again);
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    let bobs = submit("bob");
+    assert_ne!(bobs, first);
+    assert_eq!(n.sys.sbatch_calls_of("bob").len(), 1);
+    // And bob's retry is his own job again.
+    assert_eq!(submit("bob"), bobs);
+    assert_eq!(n.sys.fake.sbatch_calls().len(), 2);
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with the openssl command in
+/// `dir`; returns (ca.pem, cert.pem, key.pem).
+fn certificates(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command (Debian's openssl)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ca_key = format!("{name}-ca.key");
+    let ca = format!("{name}-ca.pem");
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca,
+        "-days",
+        "1",
+        "-subj",
+        &format!("/CN={name} test CA"),
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=login1",
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    for f in [&ca, "server.pem"] {
+        chmod(&dir.join(f), 0o644);
+    }
+    (
+        dir.join(&ca),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
+
+/// With `tls_cert` and `tls_key` every connection is TLS: a client with the site's CA is
+/// served, the daemon says nothing in clear, and a client without TLS, or trusting
+/// another CA, gets nothing.
+#[test]
+fn with_tls_the_wire_is_encrypted_and_only_a_client_trusting_the_site_ca_is_served() {
+    let dir = tempfile::Builder::new()
+        .prefix("ssv-tls-")
+        .tempdir_in(common::scratch_root())
+        .unwrap();
+    chmod(dir.path(), 0o755);
+    let (ca, cert, key) = certificates(dir.path(), "site");
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    chmod(&other, 0o755);
+    let (other_ca, _, _) = certificates(&other, "other");
+    let n = Net::start_full(
+        &format!(
+            "tls_cert = {:?}\ntls_key = {:?}\n",
+            cert.display().to_string(),
+            key.display().to_string()
+        ),
+        "1s",
+        &format!("tls_ca = {:?}\n", ca.display().to_string()),
+    );
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let status: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("alice", &["status", "--json"])).unwrap();
+    assert_eq!(status[0]["slurm_job_id"], job.as_str());
+    // A plain connection hears no hello in clear; its garbage is a failed handshake.
+    let mut s = TcpStream::connect(&n.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"{\"cmd\":\"ping\"}\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"{"),
+        "a plain client was answered in clear: {got:?}"
+    );
+    n.logged_refusal("tls");
+    // A client without TLS: the daemon's bytes are not a hello.
+    let plain = n.sys.root().join("plain.toml");
+    std::fs::write(
+        &plain,
+        format!(
+            "[client]\nservers = [{:?}]\nmunge_socket = {:?}\n",
+            n.addr,
+            n.munged.socket().display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&plain, 0o644);
+    // A client that trusts another CA refuses the daemon's certificate.
+    let wrong = n.sys.root().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        format!(
+            "[client]\nservers = [{:?}]\nmunge_socket = {:?}\ntls_ca = {:?}\n",
+            n.addr,
+            n.munged.socket().display().to_string(),
+            other_ca.display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&wrong, 0o644);
+    for config in [&plain, &wrong] {
+        let mut cmd = n.sys.user_command("alice", &n.sys.ctl);
+        cmd.arg("--config").arg(config).args(["status", "--json"]);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(75), "{config:?}: {out:?}");
+    }
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+}
+
+/// Two login nodes as network namespaces: alice submits on one, and follows and cancels
+/// the chain from the other; bob, on the other, sees and cancels nothing of hers. The
+/// daemon's log shows each request came from its node's address.
+#[test]
+fn two_login_nodes_a_user_submits_on_one_and_follows_and_cancels_from_the_other() {
+    let nodes = common::netns::Nodes::two();
+    // login1's daemon, in login1's namespace: the port is its own.
+    let n = Net::start_on(
+        (&nodes.nodes[0].addr, 6827),
+        &nodes.prefix(0, "root"),
+        "",
+        "5s",
+        "",
+    );
+    let ctl = |node: usize, user: &str, args: &[&str]| {
+        let mut cmd = nodes.command(node, user, &n.sys.home(user));
+        cmd.env("HOME", n.sys.home(user));
+        cmd.arg(&n.sys.ctl)
+            .arg("--config")
+            .arg(&n.client_config)
+            .args(args);
+        cmd.output().unwrap()
+    };
+    let ok = |node: usize, user: &str, args: &[&str]| {
+        let out = ctl(node, user, args);
+        assert!(
+            out.status.success(),
+            "{user} on node {node}: {args:?}: {out:?}\nlog:\n{}",
+            common::tail(&n.sys.d.log(), 30)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let job = ok(0, "alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(1, "alice", &["status", "--json"])).unwrap();
+    assert_eq!(status[0]["slurm_job_id"], job.as_str(), "{status}");
+    let history: serde_json::Value =
+        serde_json::from_str(&ok(1, "alice", &["history", "--json", &job])).unwrap();
+    assert_eq!(history["attempts"][0]["slurm_job_id"], job.as_str());
+    let bobs: serde_json::Value =
+        serde_json::from_str(&ok(1, "bob", &["status", "--json"])).unwrap();
+    assert_eq!(bobs, serde_json::json!([]));
+    assert_eq!(ctl(1, "bob", &["cancel", &job]).status.code(), Some(77));
+    ok(1, "alice", &["cancel", &job]);
+    wait_for("alice's chain cancelled", Duration::from_secs(30), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&ok(1, "alice", &["status", "--json"])).unwrap();
+        s[0]["state"] == "cancelled"
+    });
+    // Each node's requests came over its own address: login2's over the link.
+    let log = n.sys.d.log();
+    for node in &nodes.nodes {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("network request authenticated")
+                    && l.contains(&format!("peer={}:", node.addr))),
+            "no request from {} in the log",
+            node.addr
+        );
+    }
+}
