@@ -10,6 +10,7 @@ pub mod agent;
 pub mod engine;
 pub mod evidence;
 pub mod notifications;
+pub mod plain;
 pub mod program;
 pub mod reads;
 pub mod requests;
@@ -47,6 +48,8 @@ pub enum DaemonError {
         path: std::path::PathBuf,
         holder: String,
     },
+    #[error(transparent)]
+    PlainSpool(#[from] plain::SpoolError),
     #[error("cannot open the control socket {path}: {source}")]
     Socket {
         path: std::path::PathBuf,
@@ -221,7 +224,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
             )
         }
     };
+    let plain = plain::Plain::start(&config, &store)?;
     let mut engine = Engine::new(config, store, slurm);
+    engine.set_plain(plain);
 
     // READY only after the store is open and the first reconciliation ran.
     if let Err(e) = timed_cycle(&mut engine).await {
@@ -348,10 +353,16 @@ async fn timed_cycle<S: Slurm>(engine: &mut Engine<S>) -> Result<(), StoreError>
     static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
-    let result = engine
-        .cycle()
-        .instrument(tracing::info_span!("cycle", cycle = n))
-        .await;
+    let span = tracing::info_span!("cycle", cycle = n);
+    // Plain-sbatch jobs first, so this cycle's poll watches them already.
+    if let Some(mut p) = engine.take_plain() {
+        let found = plain::discover(engine, &mut p)
+            .instrument(span.clone())
+            .await;
+        engine.set_plain(Some(p));
+        found?;
+    }
+    let result = engine.cycle().instrument(span).await;
     crate::metrics::observe_cycle(start.elapsed());
     result
 }
@@ -387,6 +398,10 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
                 metrics: keep.3,
                 ..new
             });
+            if let Some(mut p) = engine.take_plain() {
+                p.reload(engine.config(), engine.store());
+                engine.set_plain(Some(p));
+            }
             info!(path = %path.display(), "config reloaded");
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod cluster;
 mod metrics;
+mod opt_in;
 mod pipeline;
 mod schema;
 

@@ -87,8 +87,32 @@ pub async fn adopt<S: Slurm>(
     let mut adopted = Vec::new();
     for id in job_ids {
         let id = &id.trim().to_string();
+        adopted.extend(adopt_job(engine, id, uid, Owner::Caller).await?);
+    }
+    Ok(AdoptAnswer { adopted })
+}
+
+/// Whose job an adoption may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A caller's request: their own job (root and the daemon's user: anyone's).
+    Caller,
+    /// A plain-sbatch note (`daemon::plain`): exactly the note's owner's job, root's too.
+    Exactly,
+}
+
+/// Adopts one live job for `uid` (see [`Owner`]); the chains it made. The one engine of
+/// adoption: `adopt` requests and the plain-sbatch notes both come here.
+pub async fn adopt_job<S: Slurm>(
+    engine: &mut Engine<S>,
+    id: &str,
+    uid: u32,
+    who: Owner,
+) -> Handled<Vec<String>> {
+    {
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
+        let id = &id.to_string();
         if !engine.store().resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
@@ -135,7 +159,11 @@ pub async fn adopt<S: Slurm>(
                     format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
                 )
             })?;
-        if !sees_all(uid) && owner != uid {
+        let allowed = match who {
+            Owner::Caller => sees_all(uid) || owner == uid,
+            Owner::Exactly => owner == uid,
+        };
+        if !allowed {
             return Err(Response::error(
                 ErrorKind::Forbidden,
                 format!("job {id} belongs to another user"),
@@ -195,7 +223,11 @@ pub async fn adopt<S: Slurm>(
             .begin_submission(&new, &submitted, t)
             .map_err(internal)?;
         engine.store_mut().launch_submitted(l.id, id, t)?;
-        adopted.extend(engine.store().resolve(id)?.into_iter().map(chain_label));
+        Ok(engine
+            .store()
+            .resolve(id)?
+            .into_iter()
+            .map(chain_label)
+            .collect())
     }
-    Ok(AdoptAnswer { adopted })
 }
