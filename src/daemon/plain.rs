@@ -398,8 +398,7 @@ pub async fn discover<S: crate::slurm::Slurm>(
     engine: &mut crate::daemon::engine::Engine<S>,
     plain: &mut Plain,
 ) -> Result<(), crate::store::StoreError> {
-    use crate::daemon::requests::adopt::{adopt_job, Owner};
-    use crate::protocol::{ErrorKind, Response};
+    use tracing::Instrument;
     let notes = match plain.spool.scan() {
         Ok(n) => n,
         Err(e) => {
@@ -412,47 +411,61 @@ pub async fn discover<S: crate::slurm::Slurm>(
     };
     for note in notes {
         let span = tracing::info_span!("plain_sbatch", job = %note.job_id, uid = note.uid);
-        let _in = span.enter();
-        if !engine.store().resolve(&note.job_id)?.is_empty() {
-            plain.spool.remove(&note);
-            continue;
-        }
-        if !plain.opted_in(engine.store(), note.uid)? {
-            tracing::info!("a plain-sbatch note from a user who is not opted in; left alone");
-            plain.spool.remove(&note);
-            continue;
-        }
-        match adopt_job(engine, &note.job_id, note.uid, Owner::Exactly).await {
-            Ok(chains) => {
-                tracing::info!(chains = ?chains, "supervising a job submitted with plain sbatch");
-                plain.tries.remove(&note.name);
-                plain.spool.remove(&note);
-            }
-            Err(Response::Error(e)) if e.kind == ErrorKind::Unavailable => {
-                let n = plain.tries.entry(note.name.clone()).or_default();
-                *n += 1;
-                if *n < MAX_TRIES {
-                    tracing::warn!(
-                        "cannot adopt a plain-sbatch job now: {}; tried again next cycle",
-                        e.message
-                    );
-                    return Ok(());
-                }
-                tracing::warn!(
-                    "a plain-sbatch job is not supervised: {} ({MAX_TRIES} tries)",
-                    e.message
-                );
-                plain.tries.remove(&note.name);
-                plain.spool.remove(&note);
-            }
-            Err(Response::Error(e)) => {
-                tracing::warn!("a plain-sbatch job is not supervised: {}", e.message);
-                plain.spool.remove(&note);
-            }
-            Err(Response::Ok(_)) => plain.spool.remove(&note),
+        if !take_note(engine, plain, &note).instrument(span).await? {
+            break;
         }
     }
     Ok(())
+}
+
+/// Deals with one note; false when Slurm did not answer (the rest wait for the next
+/// cycle).
+async fn take_note<S: crate::slurm::Slurm>(
+    engine: &mut crate::daemon::engine::Engine<S>,
+    plain: &mut Plain,
+    note: &Note,
+) -> Result<bool, crate::store::StoreError> {
+    use crate::daemon::requests::adopt::{adopt_job, Owner};
+    use crate::protocol::{ErrorKind, Response};
+    if !engine.store().resolve(&note.job_id)?.is_empty() {
+        plain.spool.remove(note);
+        return Ok(true);
+    }
+    if !plain.opted_in(engine.store(), note.uid)? {
+        tracing::info!("a plain-sbatch note from a user who is not opted in; left alone");
+        plain.spool.remove(note);
+        return Ok(true);
+    }
+    match adopt_job(engine, &note.job_id, note.uid, Owner::Exactly).await {
+        Ok(chains) => {
+            tracing::info!(chains = ?chains, "supervising a job submitted with plain sbatch");
+            plain.tries.remove(&note.name);
+            plain.spool.remove(note);
+        }
+        Err(Response::Error(e)) if e.kind == ErrorKind::Unavailable => {
+            let n = plain.tries.entry(note.name.clone()).or_default();
+            *n += 1;
+            if *n < MAX_TRIES {
+                tracing::warn!(
+                    "cannot adopt a plain-sbatch job now: {}; tried again next cycle",
+                    e.message
+                );
+                return Ok(false);
+            }
+            tracing::warn!(
+                "a plain-sbatch job is not supervised: {} ({MAX_TRIES} tries)",
+                e.message
+            );
+            plain.tries.remove(&note.name);
+            plain.spool.remove(note);
+        }
+        Err(Response::Error(e)) => {
+            tracing::warn!("a plain-sbatch job is not supervised: {}", e.message);
+            plain.spool.remove(note);
+        }
+        Err(Response::Ok(_)) => plain.spool.remove(note),
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
