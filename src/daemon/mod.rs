@@ -224,12 +224,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
             )
         }
     };
-    let plain = plain::Plain::start(&config, &store)?;
+    // Plain sbatch (`plain`): the spool is this daemon's while it runs.
+    let mut plain = plain::Plain::start(&config, &store)?;
     let mut engine = Engine::new(config, store, slurm);
-    engine.set_plain(plain);
 
     // READY only after the store is open and the first reconciliation ran.
-    if let Err(e) = timed_cycle(&mut engine).await {
+    if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
         error!("first cycle failed: {e}");
         if e.is_corruption() {
             return Err(e.into());
@@ -258,7 +258,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             biased;
             ev = events.recv() => match ev {
                 Some(Event::Reload) => {
-                    reload(&mut engine);
+                    reload(&mut engine, &mut plain);
                     if let Some(s) = &scraper {
                         s.set_config(engine.config());
                     }
@@ -289,6 +289,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
                 let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
+                // A user's plain-sbatch choice is published for the filter at once.
+                let opt = matches!(ctl.request, crate::protocol::Request::PlainOpt { .. });
                 let response = match requests::begin(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await {
                     requests::Plan::Done(response) => response,
                     // A submit's sbatch, a cancel's scancels: as the user, who could hold
@@ -303,6 +305,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 };
                 let _ = ctl.reply.send(response);
+                if let (true, Some(p)) = (opt, &plain) {
+                    p.publish(engine.store());
+                }
                 if may_launch {
                     if let Err(e) = engine.launch_ready(crate::clock::now()).await {
                         error!("launching due retries failed: {e}");
@@ -311,7 +316,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             }
             _ = tokio::time::sleep_until(next) => {
-                if let Err(e) = timed_cycle(&mut engine).await {
+                if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
                     error!("poll cycle failed: {e}; trying again next cycle");
                     if e.is_corruption() {
                         break Err(e.into());
@@ -349,25 +354,28 @@ pub async fn run<S: Slurm + Clone + 'static>(
 
 /// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news). Its
 /// lines are in a `cycle` span numbered from 1 at start (journal field `CYCLE`).
-async fn timed_cycle<S: Slurm>(engine: &mut Engine<S>) -> Result<(), StoreError> {
+async fn timed_cycle<S: Slurm>(
+    engine: &mut Engine<S>,
+    plain: &mut Option<plain::Plain>,
+) -> Result<(), StoreError> {
     static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
     let span = tracing::info_span!("cycle", cycle = n);
     // Plain-sbatch jobs first, so this cycle's poll watches them already.
-    if let Some(mut p) = engine.take_plain() {
-        let found = plain::discover(engine, &mut p)
-            .instrument(span.clone())
-            .await;
-        engine.set_plain(Some(p));
-        found?;
-    }
-    let result = engine.cycle().instrument(span).await;
+    let found = match plain {
+        Some(p) => plain::discover(engine, p).instrument(span.clone()).await,
+        None => Ok(()),
+    };
+    let result = match found {
+        Ok(()) => engine.cycle().instrument(span).await,
+        Err(e) => Err(e),
+    };
     crate::metrics::observe_cycle(start.elapsed());
     result
 }
 
-fn reload<S: Slurm>(engine: &mut Engine<S>) {
+fn reload<S: Slurm>(engine: &mut Engine<S>, plain: &mut Option<plain::Plain>) {
     let Some(path) = engine.config().path.clone() else {
         warn!("reload asked but the daemon runs without a config file; nothing to reload");
         return;
@@ -398,9 +406,8 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
                 metrics: keep.3,
                 ..new
             });
-            if let Some(mut p) = engine.take_plain() {
+            if let Some(p) = plain {
                 p.reload(engine.config(), engine.store());
-                engine.set_plain(Some(p));
             }
             info!(path = %path.display(), "config reloaded");
         }

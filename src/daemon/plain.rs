@@ -238,7 +238,7 @@ pub fn job_of_name(name: &[u8]) -> Option<String> {
     if id[0] == b'0' {
         return None;
     }
-    Some(String::from_utf8(id.to_vec()).ok()?)
+    String::from_utf8(id.to_vec()).ok()
 }
 
 /// The site's default, with group names turned into gids.

@@ -75,8 +75,6 @@ pub struct Engine<S: Slurm> {
     /// What `pipeline::watch_pending` asks this cycle and the answer, read by this
     /// cycle's poll in its one squeue.
     polled_pending: Option<(pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
-    /// Plain sbatch, supervised (`daemon::plain`), when the config turns it on.
-    plain: Option<crate::daemon::plain::Plain>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -124,23 +122,7 @@ impl<S: Slurm> Engine<S> {
             waiters_seen: None,
             waiters_after: None,
             polled_pending: None,
-            plain: None,
         }
-    }
-
-    /// The plain-sbatch spool the daemon reads (set at start).
-    pub fn set_plain(&mut self, plain: Option<crate::daemon::plain::Plain>) {
-        self.plain = plain;
-    }
-
-    pub fn plain(&self) -> Option<&crate::daemon::plain::Plain> {
-        self.plain.as_ref()
-    }
-
-    /// Takes the spool out for a look at its notes (which needs the engine too); put it
-    /// back with [`Engine::set_plain`].
-    pub fn take_plain(&mut self) -> Option<crate::daemon::plain::Plain> {
-        self.plain.take()
     }
 
     pub fn config(&self) -> &Config {

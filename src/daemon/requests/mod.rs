@@ -145,7 +145,8 @@ pub async fn begin<S: Slurm>(
     }
 }
 
-/// Records a user's plain-sbatch choice and publishes it for the filter.
+/// Records a user's plain-sbatch choice (the daemon then publishes it for the filter,
+/// `daemon::plain`).
 fn plain_opt<S: Slurm>(
     engine: &mut Engine<S>,
     uid: u32,
@@ -154,13 +155,10 @@ fn plain_opt<S: Slurm>(
     engine
         .store_mut()
         .set_plain_opt(uid, opted_in, crate::clock::now())?;
-    if let Some(p) = engine.plain() {
-        p.publish(engine.store());
-    }
     Ok(crate::protocol::views::PlainOptAnswer {
         uid,
         opted_in,
-        enabled: engine.plain().is_some(),
+        enabled: engine.config().plain_sbatch.enabled,
     })
 }
 
