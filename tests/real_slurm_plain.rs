@@ -249,6 +249,12 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     ));
     assert_eq!(notes_of(&while_down).len(), 1, "no note for {while_down}");
     d.spawn();
+    // The socket answers reads before the first cycle has looked at the notes.
+    wait_for(
+        "the job submitted while the daemon was down to be supervised",
+        Duration::from_secs(60),
+        || supervised(&d, &while_down),
+    );
     d.wait_state(&while_down, "completed", Duration::from_secs(120));
 
     // The note of the daemon-down job came after the others: they were all looked at.
