@@ -190,6 +190,21 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         ],
     ));
 
+    // sbatch --wait of an opted-in user waits and answers as without the filter.
+    let waited = sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--wait", "--parsable", "-o", "/dev/null", "quick.sh"],
+    );
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    job_id(&waited);
+
     wait_for(
         "the forged note to be dealt with",
         Duration::from_secs(60),

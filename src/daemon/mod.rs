@@ -304,10 +304,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         continue;
                     }
                 };
-                let _ = ctl.reply.send(response);
+                // Published before the answer: an sbatch right after `opt-in` is noted.
                 if let (true, Some(p)) = (opt, &plain) {
                     p.publish(engine.store());
                 }
+                let _ = ctl.reply.send(response);
                 if may_launch {
                     if let Err(e) = engine.launch_ready(crate::clock::now()).await {
                         error!("launching due retries failed: {e}");
