@@ -163,18 +163,22 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         notes_of(&off).is_empty(),
         "a note for the opted-out job {off}"
     );
-    // A note of ssvpin's that names ssvpout's job: not theirs to supervise.
+    // A note of ssvpin's that names ssvpout's job: not theirs to supervise. And one that
+    // ssvpout writes by hand about their own job: they did not opt in.
     let forged = spool().join(format!("notes/{theirs}.1.1"));
-    let touch = Command::new("runuser")
-        .args(["-u", IN, "--", "touch"])
-        .arg(&forged)
-        .output()
-        .unwrap();
-    assert!(
-        touch.status.success(),
-        "{}",
-        String::from_utf8_lossy(&touch.stderr)
-    );
+    let by_hand = spool().join(format!("notes/{theirs}.2.2"));
+    for (user, note) in [(IN, &forged), (OUT, &by_hand)] {
+        let touch = Command::new("runuser")
+            .args(["-u", user, "--", "touch"])
+            .arg(note)
+            .output()
+            .unwrap();
+        assert!(
+            touch.status.success(),
+            "{}",
+            String::from_utf8_lossy(&touch.stderr)
+        );
+    }
     // A hostile name and comment: text, never structure.
     let hostile = job_id(&sbatch_as(
         IN,
@@ -206,9 +210,9 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     job_id(&waited);
 
     wait_for(
-        "the forged note to be dealt with",
+        "the forged notes to be dealt with",
         Duration::from_secs(60),
-        || !forged.exists(),
+        || !forged.exists() && !by_hand.exists(),
     );
     wait_for(
         "the hostile job's note to be dealt with",
@@ -282,9 +286,12 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         "the opted-out job {off} is supervised"
     );
     let log = d.log();
-    assert!(
-        !log.contains(&format!("job={theirs} uid={}", pout.uid)),
-        "a note from {OUT}"
+    // The only note about ssvpout's job from ssvpout is the one written by hand.
+    assert_eq!(
+        log.matches(&format!("job={theirs} uid={}", pout.uid))
+            .count(),
+        1,
+        "{log}"
     );
 
     let out = ctl_as(IN, &ctl, &config, &["opt-out"]);
