@@ -46,6 +46,12 @@ pub fn argv_from_scontrol(
     add("chdir", "WorkDir");
     add("output", "StdOut");
     add("error", "StdErr");
+    // Who Slurm mails and when (the chain's own mail follows them too, docs/configuration.md
+    // "Notifications"); without a --mail-type scontrol shows NONE, which adds nothing.
+    add("mail-type", "MailType");
+    if set("MailType").is_some() {
+        add("mail-user", "MailUser");
+    }
     if set("Requeue") == Some("0") {
         argv.push("--no-requeue".into());
     }
@@ -229,5 +235,44 @@ pub async fn adopt_job<S: Slurm>(
             .into_iter()
             .map(chain_label)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_mail_options_are_carried_and_none_is_nothing() {
+        let argv = argv_from_scontrol(&job(&[
+            ("JobName", "train"),
+            ("MailType", "END,FAIL"),
+            ("MailUser", "me@example.org"),
+            ("Command", "/home/me/train.sh"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            argv,
+            [
+                "--job-name=train",
+                "--mail-type=END,FAIL",
+                "--mail-user=me@example.org",
+                "/home/me/train.sh"
+            ]
+        );
+        let argv = argv_from_scontrol(&job(&[
+            ("MailType", "NONE"),
+            ("MailUser", "me"),
+            ("Command", "/home/me/train.sh"),
+        ]))
+        .unwrap();
+        assert_eq!(argv, ["/home/me/train.sh"]);
     }
 }
