@@ -298,6 +298,14 @@ pub fn opted_in(
     }
 }
 
+/// Whether a daemon running as `daemon_uid` may take up a note of `note_uid`'s: a root
+/// daemon anyone's (it runs each user's commands as them), a per-user daemon only its own
+/// user's (it runs every command as itself: another user's job would be retried with
+/// their script as this daemon's user).
+pub fn may_take(note_uid: u32, daemon_uid: u32) -> bool {
+    daemon_uid == 0 || note_uid == daemon_uid
+}
+
 /// The groups of a uid's account (none when it has no account).
 pub fn groups_of_uid(uid: u32) -> Vec<u32> {
     let Some(u) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
@@ -431,6 +439,13 @@ async fn take_note<S: crate::slurm::Slurm>(
         plain.spool.remove(note);
         return Ok(true);
     }
+    if !may_take(note.uid, nix::unistd::geteuid().as_raw()) {
+        tracing::warn!(
+            "a plain-sbatch note from another user than this per-user daemon's; left alone"
+        );
+        plain.spool.remove(note);
+        return Ok(true);
+    }
     if !plain.opted_in(engine.store(), note.uid)? {
         tracing::info!("a plain-sbatch note from a user who is not opted in; left alone");
         plain.spool.remove(note);
@@ -491,6 +506,15 @@ mod tests {
         }
         let long = [b"1.".to_vec(), vec![b'x'; 65]].concat();
         assert_eq!(job_of_name(&long), None);
+    }
+
+    #[test]
+    fn a_per_user_daemon_takes_its_own_users_notes_only() {
+        assert!(may_take(1000, 0));
+        assert!(may_take(0, 0));
+        assert!(may_take(1000, 1000));
+        assert!(!may_take(1001, 1000));
+        assert!(!may_take(0, 1000));
     }
 
     #[test]
