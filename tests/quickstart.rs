@@ -94,6 +94,8 @@ fn the_quickstart_shows_what_the_readme_promises() {
         .prefix("ssv-quickstart-")
         .tempdir_in(scratch_root())
         .unwrap();
+    // The demo user (ssvdemo) passes through to their folder in the demo's.
+    common::system::chmod(dir.path(), 0o755);
     let demo = Demo {
         dir: dir.path().join("demo"),
     };
@@ -161,7 +163,7 @@ fn the_quickstart_shows_what_the_readme_promises() {
     // taken up through the cli_filter's note: its first job carries no tag of the
     // supervisor's, its retry does.
     assert!(
-        stdout.contains("submitting the out-of-memory job with plain sbatch"),
+        stdout.contains("submits the out-of-memory job with plain sbatch"),
         "{}",
         context()
     );
