@@ -90,6 +90,7 @@ fn home_of(d: &Daemon, user: &str) -> PathBuf {
     let home = d.dir.path().join(user);
     std::fs::create_dir(&home).unwrap();
     std::fs::write(home.join("quick.sh"), "#!/bin/bash\nsleep 1\n").unwrap();
+    std::fs::write(home.join("fails.sh"), "#!/bin/bash\nexit 3\n").unwrap();
     std::fs::write(home.join("oom.sh"), format!("#!/bin/bash\n{OOM_ONCE}\n")).unwrap();
     chmod(&home, 0o700);
     run(
@@ -267,6 +268,21 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         &["--parsable", "-o", "/dev/null", "--begin=now+5", "quick.sh"],
     ));
     assert_eq!(notes_of(&while_down).len(), 1, "no note for {while_down}");
+    // And one that has ended before the daemon is back (as a job killed within a second
+    // can end before the next cycle): supervised all the same, its ending judged.
+    let ended = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "-o", "/dev/null", "fails.sh"],
+    ));
+    wait_for("the failing job to end", Duration::from_secs(60), || {
+        let out = slurm("squeue")
+            .args(["-h", "--states=all", "-o", "%T", "-j", &ended])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "FAILED"
+    });
     d.spawn();
     // The socket answers reads before the first cycle has looked at the notes.
     wait_for(
@@ -275,6 +291,11 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         || supervised(&d, &while_down),
     );
     d.wait_state(&while_down, "completed", Duration::from_secs(120));
+    d.wait_state(&ended, "pending_failed", Duration::from_secs(60));
+    assert_eq!(
+        decisions(&d.history(&ended))[0]["classification"],
+        "ambiguous"
+    );
 
     // The note of the daemon-down job came after the others: they were all looked at.
     assert!(

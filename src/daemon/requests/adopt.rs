@@ -175,7 +175,11 @@ pub async fn adopt_job<S: Slurm>(
                 format!("job {id} belongs to another user"),
             ));
         }
-        if state.is_terminal() {
+        // A plain-sbatch note may come after its job ended (one killed for memory within a
+        // second, before the next cycle): while Slurm still knows the job, its script can
+        // be read and the ending is judged by the next poll like any other. A request
+        // adopts only a pending or running job.
+        if state.is_terminal() && who == Owner::Caller {
             return Err(usage(format!(
                 "it is {}; only a pending or running job can be adopted",
                 state.as_str()
