@@ -187,7 +187,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         &[],
         &[
             "--parsable",
-            "--job-name=x| UserId=root(0) JobId=1",
+            "--job-name=x|\n1|0|RUNNING UserId=root(0) JobId=1",
             "--comment=|0|RUNNING| UserId=root(0)",
             "-o",
             "/dev/null",
