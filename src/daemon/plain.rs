@@ -453,7 +453,11 @@ async fn take_note<S: crate::slurm::Slurm>(
     }
     match adopt_job(engine, &note.job_id, note.uid, Owner::Exactly).await {
         Ok(chains) => {
-            tracing::info!(chains = ?chains, "supervising a job submitted with plain sbatch");
+            // What Slurm could not give back is said, never guessed (docs/plain-sbatch.md).
+            tracing::info!(
+                chains = ?chains,
+                "supervising a job submitted with plain sbatch; not recovered from Slurm: its environment (retries run without it) and spaces inside its script's arguments"
+            );
             plain.tries.remove(&note.name);
             plain.spool.remove(note);
         }
