@@ -483,6 +483,7 @@ struct RawConfig {
     plain_sbatch: PlainSbatchConfig,
     #[serde(default)]
     rules: Vec<RawRule>,
+    store: Option<crate::dbconfig::StoreConfig>,
 }
 
 /// Slurm command settings.
@@ -553,7 +554,30 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub plain_sbatch: PlainSbatchConfig,
     pub rules: Vec<Rule>,
+    /// Cluster mode (`[store]`): the shared database and the lease; `None` runs on the
+    /// SQLite store alone.
+    pub cluster: Option<ClusterConfig>,
 }
+
+/// Cluster mode's settings (docs/cluster.md), from `[store]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub url: crate::dbconfig::StoreUrl,
+    pub password_file: PathBuf,
+    /// The lease's length and the margin before its end (checked together).
+    pub timing: crate::election::Timing,
+    /// The bound on every call to the database.
+    pub timeout: Duration,
+    /// This node's name, as the other nodes' users are told it.
+    pub node: String,
+}
+
+/// The lease's default length: a daemon that stops is replaced within it and a poll.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// The default margin before a lease's end.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+/// The default bound on a call to the shared database.
+pub const DEFAULT_DB_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `supervisorctl` needs of the config: where the socket is and how big a script
 /// may be. The file is checked as the daemon checks it (every key, type and bound), except
@@ -947,6 +971,63 @@ impl Config {
             }
         };
 
+        let cluster = match raw.store {
+            None => None,
+            Some(st) => {
+                let dur = |key: &str, v: &Option<String>, default: Duration| match v {
+                    None => Ok(default),
+                    Some(text) => {
+                        parse_duration(text).map_err(|e| semantic(format!("store.{key}: {e}")))
+                    }
+                };
+                let lease = dur("lease", &st.lease, DEFAULT_LEASE)?;
+                let margin = dur("margin", &st.margin, DEFAULT_MARGIN)?;
+                let timeout = dur("timeout", &st.timeout, DEFAULT_DB_TIMEOUT)?;
+                let timing = crate::election::Timing::new(lease, margin)
+                    .map_err(|e| semantic(format!("store.lease and store.margin: {e}")))?;
+                // A command that changes Slurm starts only if its timeout ends before the
+                // lease's local deadline, which a renewal moves every third of the usable
+                // time: two thirds of it must hold the longest such command.
+                let room = timing.usable(lease) * 2 / 3;
+                if room <= raw.slurm.command_timeout.0 {
+                    return Err(semantic(format!(
+                        "store.lease = {lease:?} leaves {room:?} for a Slurm command, and slurm.command_timeout is {:?}: make the lease at least {:?}, or the timeout shorter",
+                        raw.slurm.command_timeout.0,
+                        (raw.slurm.command_timeout.0 * 3 / 2 + margin) * 11 / 10
+                    )));
+                }
+                if timeout.is_zero() || timeout.saturating_mul(3) > lease {
+                    return Err(semantic(format!(
+                        "store.timeout = {timeout:?} must be above zero and at most a third of store.lease ({lease:?}): a renewal that times out must leave time for two more"
+                    )));
+                }
+                let node = match st.node {
+                    Some(n) => n,
+                    None => nix::unistd::gethostname()
+                        .ok()
+                        .and_then(|h| h.into_string().ok())
+                        .unwrap_or_else(|| "localhost".into()),
+                };
+                if node.is_empty()
+                    || node.len() > 200
+                    || !node
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+                {
+                    return Err(semantic(format!(
+                        "store.node = {node:?}: write this node's host name (letters, digits, '-', '.', '_', ':', at most 200)"
+                    )));
+                }
+                Some(ClusterConfig {
+                    url: st.url,
+                    password_file: st.password_file,
+                    timing,
+                    timeout,
+                    node,
+                })
+            }
+        };
+
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
         let mut plain_sbatch = raw.plain_sbatch;
         if let Some(s) = &plain_sbatch.spool {
@@ -1017,6 +1098,7 @@ impl Config {
             },
             plain_sbatch,
             rules,
+            cluster,
         })
     }
 
@@ -1028,9 +1110,14 @@ impl Config {
             .unwrap_or_else(|| self.state_dir.join("plain-sbatch"))
     }
 
-    /// The SQLite file.
+    /// The SQLite file: in cluster mode, this node's replica of the shared journal (never
+    /// the file of the single-node store, which stays as it was).
     pub fn db_path(&self) -> PathBuf {
-        self.state_dir.join("supervisor.db")
+        if self.cluster.is_some() {
+            self.state_dir.join("replica.db")
+        } else {
+            self.state_dir.join("supervisor.db")
+        }
     }
 }
 
@@ -1044,6 +1131,45 @@ mod tests {
         let c = Config::parse(text, Some(Path::new("supervisor.toml"))).unwrap();
         assert!(c.rules.iter().any(|r| r.kind == Classification::Permanent));
         assert!(c.rules.iter().any(|r| r.kind == Classification::Transient));
+    }
+
+    #[test]
+    fn the_store_section_turns_cluster_mode_on_with_checked_timings() {
+        let c = Config::parse("", None).unwrap();
+        assert!(c.cluster.is_none());
+        assert!(c.db_path().ends_with("supervisor.db"));
+        let c = Config::parse(
+            "[store]\nurl = \"mysql://ssv@db1:3306/supervisor\"\nnode = \"login1\"\n",
+            None,
+        )
+        .unwrap();
+        let cc = c.cluster.as_ref().unwrap();
+        assert_eq!(cc.timing.lease(), DEFAULT_LEASE);
+        assert_eq!(cc.timing.margin(), DEFAULT_MARGIN);
+        assert_eq!(cc.timeout, DEFAULT_DB_TIMEOUT);
+        assert_eq!(cc.node, "login1");
+        assert_eq!(cc.url.host, "db1");
+        // Its own file: the single node's store is never taken for a replica.
+        assert!(c.db_path().ends_with("replica.db"));
+        let refused = |text: &str| Config::parse(text, None).unwrap_err().to_string();
+        let url = "[store]\nurl = \"mysql://ssv@db1/supervisor\"\n";
+        let e = refused(&format!("{url}lease = \"20s\"\n"));
+        assert!(e.contains("slurm.command_timeout is 30s"), "{e}");
+        assert!(Config::parse(
+            &format!("[slurm]\ncommand_timeout = \"5s\"\n{url}lease = \"20s\"\n"),
+            None
+        )
+        .is_ok());
+        let e = refused(&format!("{url}margin = \"40s\"\n"));
+        assert!(e.contains("store.lease and store.margin"), "{e}");
+        let e = refused(&format!("{url}timeout = \"30s\"\n"));
+        assert!(e.contains("at most a third of store.lease"), "{e}");
+        let e = refused(&format!("{url}node = \"a b\"\n"));
+        assert!(e.contains("store.node"), "{e}");
+        let e = refused(&format!("{url}lease = \"soon\"\n"));
+        assert!(e.contains("store.lease: invalid duration"), "{e}");
+        let e = refused("[store]\nurl = \"mysql://ssv:pw@db1/supervisor\"\n");
+        assert!(e.contains("it holds a password"), "{e}");
     }
 
     #[test]

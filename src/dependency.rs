@@ -56,7 +56,8 @@ pub enum Clause {
 }
 
 /// The dependency kinds that name jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     After,
     AfterAny,
@@ -358,7 +359,7 @@ impl Resolved {
 }
 
 /// One supervised chain a submission waits on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Edge {
     pub kind: Kind,
     pub chain: i64,

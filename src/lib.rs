@@ -22,6 +22,7 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;
+pub mod dbconfig;
 pub mod dependency;
 pub mod election;
 pub mod failpoint;

@@ -25,10 +25,10 @@
 //! requeued attempt (and with `END` alone, every ending, failed ones included), which for a
 //! supervised job is noise; the chain-level mail replaces them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Something a submitter is told about one chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// The chain entered `pending_failed`: it waits for an agent or a person.

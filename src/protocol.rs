@@ -180,8 +180,9 @@ pub fn decode<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, Unexpe
 
 /// A script's bytes on the wire: base64 text, four characters for three bytes, quick to
 /// write and to read however big the script (an array of numbers is up to four times the
-/// script and slow to parse). An array of byte values is still read.
-mod script_bytes {
+/// script and slow to parse). An array of byte values is still read. (The store's journal
+/// writes a submission's script the same way.)
+pub mod script_bytes {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 

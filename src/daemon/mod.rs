@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod agent;
+pub mod cluster;
 pub mod engine;
 pub mod evidence;
 pub mod notifications;
@@ -64,6 +65,8 @@ pub enum DaemonError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cluster mode ([store]): {0}")]
+    Cluster(String),
 }
 
 /// Everything the daemon creates is private (umask 077). A per-user daemon's state
@@ -185,7 +188,26 @@ pub async fn run<S: Slurm + Clone + 'static>(
         path: config.state_dir.join("scripts"),
         source,
     })?;
-    let store = Store::open(&config.db_path())?;
+    let (store, mut cluster) = match &config.cluster {
+        None => (Store::open(&config.db_path())?, None),
+        Some(cc) => {
+            let name = slurm
+                .cluster_name()
+                .await
+                .map_err(|e| DaemonError::Cluster(format!("cannot learn this node's Slurm ClusterName: {e}")))?
+                .ok_or_else(|| DaemonError::Cluster("slurm.conf names no ClusterName: cluster mode needs it, to keep one cluster's store apart from another's".into()))?;
+            let (store, c) = cluster::Cluster::start(cc, &name, &config.db_path())
+                .map_err(|e| DaemonError::Cluster(e.to_string()))?;
+            (store, Some(c))
+        }
+    };
+    // Every Slurm command goes through the guard: in cluster mode it runs only while this
+    // daemon acts.
+    let slurm = cluster::Guarded::new(
+        slurm,
+        cluster.as_ref().map(cluster::Cluster::guard),
+        config.slurm.command_timeout,
+    );
     // The metrics endpoint, if asked for, beside the control socket: scrapes read the
     // store over their own read-only connection and never wait for this loop. Bound
     // before the socket, so an address that cannot be had leaves nothing behind.
@@ -228,11 +250,15 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let mut plain = plain::Plain::start(&config, &store)?;
     let mut engine = Engine::new(config, store, slurm);
 
-    // READY only after the store is open and the first reconciliation ran.
-    if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
-        error!("first cycle failed: {e}");
-        if e.is_corruption() {
-            return Err(e.into());
+    // READY only after the store is open and the first reconciliation ran (in cluster
+    // mode: if this daemon acts; a standby is ready to answer reads).
+    if acts(&mut cluster, &mut engine) {
+        if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
+            error!("first cycle failed: {e}");
+            note_fenced(&mut cluster, &e);
+            if e.is_corruption() {
+                return Err(e.into());
+            }
         }
     }
     if let Err(e) = crate::notify::notify("READY=1") {
@@ -241,9 +267,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
     info!(socket = %socket_path.display(), poll_interval = ?engine.config().poll_interval, "slurm-supervisord ready");
 
     let mut agent = agent::Runner::default();
-    agent.maybe_start(&engine);
     let mut notifier = notifications::Notifier::default();
-    notifier.tick(&mut engine);
+    if acting(&cluster) {
+        agent.maybe_start(&engine);
+        notifier.tick(&mut engine);
+    }
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
     // controller, or anything in their own environment) holds up no one else.
     engine.defer_launches();
@@ -282,9 +310,15 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             done = notifier.done(), if notifier.busy() => {
                 notifier.finish(&mut engine, done);
-                notifier.tick(&mut engine);
+                if acting(&cluster) {
+                    notifier.tick(&mut engine);
+                }
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
+                if let Some(c) = cluster.as_ref().filter(|_| !acting(&cluster)) {
+                    let _ = ctl.reply.send(crate::protocol::Response::error(crate::protocol::ErrorKind::Unavailable, c.not_active()));
+                    continue;
+                }
                 let span = requests::span(&ctl.request, ctl.uid);
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
@@ -317,20 +351,31 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             }
             _ = tokio::time::sleep_until(next) => {
-                if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
-                    error!("poll cycle failed: {e}; trying again next cycle");
-                    if e.is_corruption() {
-                        break Err(e.into());
+                if acts(&mut cluster, &mut engine) {
+                    if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
+                        error!("poll cycle failed: {e}; trying again next cycle");
+                        note_fenced(&mut cluster, &e);
+                        if e.is_corruption() {
+                            break Err(e.into());
+                        }
                     }
+                    let sweep = cluster.as_mut().and_then(|c| c.sweep_due().then(|| c.lease()));
+                    if let Some(lease) = sweep {
+                        let recent = (engine.config().slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
+                        if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
+                            warn!("the sweep of held jobs failed: {e}");
+                            note_fenced(&mut cluster, &e);
+                        }
+                    }
+                    dispatch(&mut engine, &mut in_flight);
+                    agent.maybe_start(&engine);
+                    notifier.tick(&mut engine);
                 }
-                dispatch(&mut engine, &mut in_flight);
-                agent.maybe_start(&engine);
-                notifier.tick(&mut engine);
                 next = Instant::now() + engine.next_interval();
             }
             // Last: a backlog of notifications is marked a turn at a time, after
             // everything above that is ready.
-            _ = std::future::ready(()), if notifier.has_more() => {
+            _ = std::future::ready(()), if notifier.has_more() && acting(&cluster) => {
                 notifier.tick(&mut engine);
             }
         }
@@ -351,6 +396,36 @@ pub async fn run<S: Slurm + Clone + 'static>(
         warn!("cannot fold the write-ahead log into the store at shutdown: {e}");
     }
     result
+}
+
+/// Whether this daemon acts in the coming cycle: always on a single node; in cluster mode
+/// while it holds the lease (its replica brought up to date first, `Cluster::before_cycle`).
+fn acts<S: Slurm>(cluster: &mut Option<cluster::Cluster>, engine: &mut Engine<S>) -> bool {
+    match cluster {
+        None => true,
+        Some(c) => match c.before_cycle(engine.store_mut()) {
+            Ok(acts) => acts,
+            Err(e) => {
+                warn!("cannot bring this node's replica up to date: {e}; not acting this cycle");
+                false
+            }
+        },
+    }
+}
+
+/// Whether this daemon acts now (always on a single node).
+fn acting(cluster: &Option<cluster::Cluster>) -> bool {
+    cluster
+        .as_ref()
+        .is_none_or(|c| c.acting().is_some() && c.role().is_active())
+}
+
+/// A write refused by the fence: this daemon is not the active one any more.
+fn note_fenced(cluster: &mut Option<cluster::Cluster>, e: &StoreError) {
+    if let (Some(c), StoreError::Fenced { .. }) = (cluster.as_mut(), e) {
+        warn!("{e}");
+        c.deposed();
+    }
 }
 
 /// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news). Its

@@ -95,6 +95,14 @@ struct Live {
     cycle_seconds: Histogram,
     notifications_sent: Family<ChannelLabel, Counter>,
     notifications_failed: Family<ChannelLabel, Counter>,
+    /// Cluster mode: 1 while this daemon acts.
+    cluster_active: Gauge,
+    /// Cluster mode: the epoch it acts under (0 while it does not).
+    cluster_epoch: Gauge,
+    /// Cluster mode: the journal entries its replica has applied.
+    cluster_journal: Gauge,
+    /// Cluster mode: the times it took the lease.
+    cluster_takeovers: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -113,6 +121,10 @@ static LIVE: LazyLock<Live> = LazyLock::new(|| {
         cycle_seconds: Histogram::new(CYCLE_BUCKETS.iter().copied()),
         notifications_sent: Family::default(),
         notifications_failed: Family::default(),
+        cluster_active: Gauge::default(),
+        cluster_epoch: Gauge::default(),
+        cluster_journal: Gauge::default(),
+        cluster_takeovers: Counter::default(),
     };
     for channel in CHANNELS {
         drop(
@@ -159,6 +171,21 @@ pub fn notification(channel: &'static str, ok: bool) {
     } else {
         LIVE.notifications_failed.get_or_create(&label).inc();
     }
+}
+
+/// Cluster mode: what this daemon's role is now (`epoch` while it acts), and how far its
+/// replica has applied the journal.
+pub fn cluster_role(epoch: Option<u64>, journal: u64) {
+    LIVE.cluster_active.set(i64::from(epoch.is_some()));
+    LIVE.cluster_epoch
+        .set(epoch.map_or(0, |e| i64::try_from(e).unwrap_or(i64::MAX)));
+    LIVE.cluster_journal
+        .set(i64::try_from(journal).unwrap_or(i64::MAX));
+}
+
+/// Cluster mode: this daemon took the lease (its first grant, or a takeover).
+pub fn cluster_takeover() {
+    LIVE.cluster_takeovers.inc();
 }
 
 /// Records how long one poll cycle took.
@@ -384,6 +411,28 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "Deliveries of notifications that failed (non-zero exit, timeout, could not start), by channel; each is retried with backoff up to notify.max_attempts",
         LIVE.notifications_failed.clone(),
     );
+    if config.cluster.is_some() {
+        r.register(
+            "cluster_active",
+            "Cluster mode: 1 while this daemon holds the lease and acts, else 0 (a standby); exactly one daemon of a cluster shows 1",
+            LIVE.cluster_active.clone(),
+        );
+        r.register(
+            "cluster_epoch",
+            "Cluster mode: the lease's epoch this daemon acts under (0 while it stands by); it grows by one at every takeover",
+            LIVE.cluster_epoch.clone(),
+        );
+        r.register(
+            "cluster_journal_entries",
+            "Cluster mode: the shared journal's entries this node's replica has applied",
+            LIVE.cluster_journal.clone(),
+        );
+        r.register(
+            "cluster_takeovers",
+            "Cluster mode: the times this daemon took the lease (its first grant included)",
+            LIVE.cluster_takeovers.clone(),
+        );
+    }
     r.register_with_unit(
         "poll_cycle_duration",
         "How long each poll cycle took (squeue, sacct, judging endings, launching due retries)",

@@ -202,3 +202,40 @@ fn notifications_are_counted_by_channel() {
     .unwrap();
     assert!(failed > before, "{text}");
 }
+
+#[test]
+fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
+    let snap = Snapshot {
+        chains: HashMap::new(),
+        totals: Totals::default(),
+        resubmitted_by_state: HashMap::new(),
+        infra_failures: 0,
+        quarantined: vec![],
+        store_bytes: 0,
+    };
+    // A single node's daemon has no cluster families.
+    let single = encode(&snap, &Config::defaults());
+    assert!(!single.contains("cluster_"), "{single}");
+    let config = Config::parse("[store]\nurl = \"mysql://ssv@db1/supervisor\"\n", None).unwrap();
+    cluster_takeover();
+    cluster_role(Some(7), 42);
+    let text = encode(&snap, &config);
+    assert_eq!(
+        value(&text, "slurm_supervisor_cluster_active"),
+        "1",
+        "{text}"
+    );
+    assert_eq!(value(&text, "slurm_supervisor_cluster_epoch"), "7");
+    assert_eq!(
+        value(&text, "slurm_supervisor_cluster_journal_entries"),
+        "42"
+    );
+    let takeovers: u64 = value(&text, "slurm_supervisor_cluster_takeovers_total")
+        .parse()
+        .unwrap();
+    assert!(takeovers >= 1, "{text}");
+    cluster_role(None, 43);
+    let text = encode(&snap, &config);
+    assert_eq!(value(&text, "slurm_supervisor_cluster_active"), "0");
+    assert_eq!(value(&text, "slurm_supervisor_cluster_epoch"), "0");
+}

@@ -256,7 +256,7 @@ impl Event<'_> {
 
 /// An ended attempt as the daemon judged it: which one, how it ended, and the
 /// observation (sacct's rows, output tails) its verdict came from, stored unchanged.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Judged {
     pub n: u32,
     pub end: AttemptEnd,
@@ -264,7 +264,7 @@ pub struct Judged {
 }
 
 /// How an attempt ended, as `history` shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptEnd {
     pub slurm_state: String,
     pub exit_code: String,
@@ -410,7 +410,7 @@ pub struct Record {
 }
 
 /// What changes on a chain.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChainUpdate {
     pub state: ChainState,
     /// `None` keeps the chain's last classification.
@@ -442,7 +442,7 @@ impl ChainUpdate {
 }
 
 /// The clock of a chain's wait in `pending_failed` (reminders and expiry count from it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Clock {
     /// Not waiting: no start, no reminder, no expiry.
     Clear,
@@ -472,7 +472,7 @@ impl Clock {
 }
 
 /// What happens to one of the chain's attempts with a transition.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AttemptChange {
     /// Live attempt `n` ended as judged; only while it is still live.
     Ended(Judged),
@@ -508,7 +508,7 @@ impl AttemptChange {
 
 /// The notification a transition queues for the chain's submitter (delivered later, at
 /// least once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notify {
     pub kind: crate::notification::Kind,
     /// It is about the chain's latest decision (after this transition's record); a

@@ -7,7 +7,7 @@
 
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
-use super::types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use super::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
@@ -983,6 +983,31 @@ impl Slurm for SlurmCli {
             return Err(Self::failure("scontrol", &ran));
         }
         Ok(parse::show_config_value(&ran.stdout, "MailProg"))
+    }
+
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        let args = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--all".into(),
+            "--states=PENDING".into(),
+            format!("--format={}", parse::HELD_FORMAT),
+        ];
+        let ran = self.query("squeue", args).await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("squeue", &ran));
+        }
+        Ok(parse::parse_held(&ran.stdout, needle))
+    }
+
+    async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
+        let ran = self
+            .query("scontrol", vec!["show".into(), "config".into()])
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("scontrol", &ran));
+        }
+        Ok(parse::show_config_value(&ran.stdout, "ClusterName"))
     }
 
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {

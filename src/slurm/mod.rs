@@ -18,7 +18,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
@@ -131,6 +131,10 @@ pub enum SlurmError {
     /// It printed something that is not what it should print.
     #[error("{command} printed output that could not be understood: {message}")]
     Garbage { command: String, message: String },
+    /// It was not run: this daemon does not act now (cluster mode: another daemon holds
+    /// the lease, or this one cannot tell whether it still does).
+    #[error("{command} was not run: this daemon is not the active one now")]
+    NotActive { command: String },
 }
 
 impl SlurmError {
@@ -143,7 +147,9 @@ impl SlurmError {
             SlurmError::Unavailable { stderr, .. } => {
                 !(stderr.contains("connect failure") || stderr.contains("Connection refused"))
             }
-            SlurmError::Spawn { .. } | SlurmError::Rejected { .. } => false,
+            SlurmError::Spawn { .. }
+            | SlurmError::Rejected { .. }
+            | SlurmError::NotActive { .. } => false,
             SlurmError::Timeout { .. }
             | SlurmError::Held { .. }
             | SlurmError::Garbage { .. }
@@ -154,7 +160,7 @@ impl SlurmError {
     /// False for a failure that says nothing about Slurm itself (a user's start held
     /// before it ran): no outage is noted and polling does not back off for it.
     pub fn is_slurms(&self) -> bool {
-        !matches!(self, SlurmError::Held { .. })
+        !matches!(self, SlurmError::Held { .. } | SlurmError::NotActive { .. })
     }
 }
 
@@ -228,6 +234,21 @@ pub trait Slurm {
     /// fake has none.
     async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
         Ok(None)
+    }
+    /// Every job its owner holds (`JobHeldUser`) whose comment holds `needle`, in one
+    /// squeue of the pending jobs: cluster mode's sweep (a job submitted held by a daemon
+    /// that was deposed before it could record it). The in-process fake has none.
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        let _ = needle;
+        Ok(Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        })
+    }
+    /// slurm.conf's `ClusterName` (`scontrol show config`): cluster mode's shared database
+    /// belongs to one cluster. The in-process fake's is `fake`.
+    async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
+        Ok(Some("fake".into()))
     }
     /// `scontrol requeuehold J` (as `run_as`): a job that ended, still known to
     /// slurmctld, goes back to the queue under the same id, held.

@@ -22,7 +22,9 @@
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
 use super::jobid;
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use super::types::{
+    ExitCode, HeldRow, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow,
+};
 use crate::osbytes::shortened as truncate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -166,6 +168,42 @@ pub fn parse_tags(stdout: &str) -> Parsed<TagRow> {
             },
         })
     })
+}
+
+/// The squeue `--format` of cluster mode's sweep of held jobs ([`parse_held`]): the
+/// comment last, where its `|` are its own.
+pub const HELD_FORMAT: &str = "%i|%A|%r|%U|%k";
+
+/// Parses [`HELD_FORMAT`] output, keeping the jobs their owner holds (`JobHeldUser`)
+/// whose comment holds `needle` (the other pending jobs are no one's business here).
+pub fn parse_held(stdout: &str, needle: &str) -> Parsed<HeldRow> {
+    let mut p = parse_lines(stdout, 4, Trailing::Text, |f, comment| {
+        let [job_id, job_id_raw, reason, uid] = f else {
+            unreachable!("parse_lines hands over exactly 4 fields")
+        };
+        if *reason != "JobHeldUser" || !comment.contains(needle) {
+            return Ok(None);
+        }
+        if !looks_like_job_id(job_id_raw) {
+            return Err(format!(
+                "JobIDRaw {:?} is not a job id",
+                truncate(job_id_raw, 64)
+            ));
+        }
+        let uid = uid
+            .parse()
+            .map_err(|_| format!("UserId {:?} is not a uid", truncate(uid, 64)))?;
+        Ok(Some(HeldRow {
+            job_id: job_id.to_string(),
+            job_id_raw: job_id_raw.to_string(),
+            uid,
+            comment,
+        }))
+    });
+    Parsed {
+        rows: p.rows.drain(..).flatten().collect(),
+        errors: p.errors,
+    }
 }
 
 /// The squeue `--format` of a poll that also reads some users' pending jobs (the
@@ -1491,5 +1529,34 @@ MaxArraySize            = 1001\n";
         assert_eq!(r["Command"], "/tmp/adopt.sh a1 b 2");
         assert_eq!(r["Power"], "");
         assert_eq!(r.len(), 11);
+    }
+}
+
+#[cfg(test)]
+mod held_tests {
+    use super::*;
+
+    #[test]
+    fn the_held_jobs_with_the_tag_are_kept_and_nothing_else() {
+        let out = "30842|30842|JobHeldUser|0|x ssv-abcdef12-L1-c1.1\n\
+                   30835|30835|JobHeldUser|1000|a|b ssv-08e680e9-L1-c1.1 |c\n\
+                   30836|30836|Priority|0|ssv-08e680e9-L2-c2.1\n\
+                   30837|30837|JobHeldAdmin|0|ssv-08e680e9-L3-c3.1\n\
+                   30838|30838|JobHeldUser|0|(null)\n\
+                   3_[1-4]|30839|JobHeldUser|7|ssv-08e680e9-L4-c4.1\n";
+        let p = parse_held(out, "ssv-08e680e9-");
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        let got: Vec<(&str, u32, &str)> = p
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.uid, r.comment.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("30835", 1000, "a|b ssv-08e680e9-L1-c1.1 |c"),
+                ("3_[1-4]", 7, "ssv-08e680e9-L4-c4.1"),
+            ]
+        );
     }
 }

@@ -212,6 +212,21 @@ pub struct TagRow {
     pub comment: String,
 }
 
+/// A job held by its owner (`JobHeldUser`), with its owner and comment: one row of
+/// `squeue --states=PENDING --format=<crate::slurm::parse::HELD_FORMAT>`, for cluster mode's
+/// sweep of held jobs (docs/cluster.md). The comment is the user's text: data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRow {
+    /// `%i`: `123`, `123_4`, or `123_[5-10]`.
+    pub job_id: String,
+    /// `%A`.
+    pub job_id_raw: String,
+    /// `%U`: the owner.
+    pub uid: u32,
+    /// `%k`: empty when the job has none.
+    pub comment: String,
+}
+
 /// A pending job and what it still waits on: one row of
 /// `squeue --states=PENDING --format=<crate::slurm::parse::PENDING_FORMAT>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

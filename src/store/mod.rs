@@ -7,14 +7,17 @@
 //! and the lease that elects the one daemon that acts.
 
 pub mod cluster;
+pub mod journal;
 mod metrics;
 mod opt_in;
 mod pipeline;
 mod schema;
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
+use journal::{Journal, Op, Pending, Step, WrittenRecord};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -37,6 +40,8 @@ pub enum StoreError {
     NotAStore { path: String, why: String },
     #[error("shared database error: {0}")]
     Mysql(#[from] mysql::Error),
+    #[error("journal entry {seq} is of format {found}, newer than this program knows ({known}); upgrade slurm-supervisor on this node")]
+    JournalTooNew { seq: u64, found: u32, known: u32 },
     /// The lease of `epoch` is not this daemon's any more: the write transaction that
     /// found it was rolled back, and the daemon must stop acting (`election`).
     #[error("this daemon is not the active one any more: its lease of epoch {epoch} {why}; nothing of the transaction was written")]
@@ -241,7 +246,7 @@ pub struct DecisionRecord {
 pub use crate::policy::{AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, Transition};
 
 /// The new submission the daemon is about to launch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct NewSubmission {
     pub owner_uid: u32,
     pub user: String,
@@ -249,6 +254,7 @@ pub struct NewSubmission {
     pub cwd: String,
     pub env: Vec<(String, String)>,
     pub script_name: Option<String>,
+    #[serde(with = "crate::protocol::script_bytes")]
     pub script: Option<Vec<u8>>,
     pub max_retries: u32,
     /// `submit --restartable`: a rerun is safe even after srun steps completed.
@@ -282,6 +288,133 @@ pub struct Store {
     instance: String,
     /// The last [`Store::live_jobs`], and the store's version it was read at.
     live: Option<(Version, std::sync::Arc<[LiveJob]>)>,
+    /// Cluster mode: this store is a replica of the shared journal (`journal`).
+    journal: Option<Journaling>,
+}
+
+/// A replica's side of the journal.
+struct Journaling {
+    sink: Box<dyn Journal>,
+    /// The operations of the open batch, not appended yet.
+    pending: Pending,
+    /// The last entry this replica applied (its `meta` row `journal_seq`).
+    seq: u64,
+    /// An append failed in a way that may have appended it after all (a lost answer), or
+    /// a commit failed after its append: the journal is read before the next write.
+    unsure: bool,
+}
+
+/// Entries read from the journal per query while catching up.
+const CATCH_UP_PAGE: usize = 256;
+
+fn set_journal_seq(tx: &Connection, seq: u64) -> Result<()> {
+    tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('journal_seq', ?1)")?
+        .execute([seq.to_string()])?;
+    Ok(())
+}
+
+fn journal_seq(conn: &Connection) -> Result<u64> {
+    let v: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'journal_seq'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match v {
+        None => Ok(0),
+        Some(v) => v
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("journal_seq {v:?} is not a number"))),
+    }
+}
+
+/// Applies one journal operation in the caller's transaction, with the function that ran
+/// it first.
+fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
+    match op {
+        Op::CreateSubmission {
+            new,
+            edges,
+            now,
+            argv,
+        } => {
+            Store::exec_create_submission(tx, instance, &new, &edges, now, |_| argv.into_owned())?;
+        }
+        Op::BeginRelaunch {
+            submission_id,
+            chain_ids,
+            now,
+            argv,
+        } => {
+            Store::exec_begin_relaunch(tx, instance, submission_id, &chain_ids, now, |_| {
+                argv.into_owned()
+            })?;
+        }
+        Op::BeginRequeue {
+            submission_id,
+            chain_id,
+            job_id,
+            fields,
+            now,
+        } => {
+            Store::exec_begin_requeue(
+                tx,
+                instance,
+                submission_id,
+                chain_id,
+                &job_id,
+                &fields,
+                now,
+            )?;
+        }
+        Op::LaunchSubmitted {
+            launch_id,
+            job_id,
+            now,
+        } => exec_launch_submitted(tx, launch_id, &job_id, now)?,
+        Op::DiscardSubmission { launch_id } => exec_discard_submission(tx, launch_id)?,
+        Op::NoteLaunchError {
+            launch_id,
+            error,
+            promise,
+        } => exec_note_launch_error(tx, launch_id, &error, promise)?,
+        Op::SetLastSeen { seen, owned } => exec_set_last_seen(tx, &seen, &owned)?,
+        Op::SetPlainOpt { uid, opted_in, now } => {
+            opt_in::exec_set_plain_opt(tx, uid, opted_in, now)?
+        }
+        Op::Apply {
+            steps,
+            all_or_none,
+            failed_launch,
+            settled_gates,
+            now,
+        } => {
+            exec_apply(
+                tx,
+                steps.iter().map(|(c, t)| (*c, t)),
+                all_or_none,
+                failed_launch.as_ref().map(|(l, e)| (*l, e.as_ref())),
+                settled_gates,
+                now,
+            )?;
+        }
+        Op::NotificationsSent { items, now } => exec_notifications_sent(tx, &items, now)?,
+        Op::NotificationFailed {
+            id,
+            done,
+            error,
+            next_try,
+            now,
+        } => exec_notification_failed(tx, id, done, &error, next_try, now)?,
+        Op::NotificationMailed { id } => exec_notification_mailed(tx, id)?,
+        Op::AddWaits {
+            submission_id,
+            edges,
+        } => pipeline::insert_waits(tx, submission_id, &edges)?,
+        Op::ClearRewires { launch_ids } => pipeline::clear_rewires_in(tx, &launch_ids)?,
+    }
+    Ok(())
 }
 
 /// What changed in the store, as far as this connection can tell: its own changed rows
@@ -409,7 +542,7 @@ fn insert_decision(
     n: u32,
     obs: Option<i64>,
     at: i64,
-    d: &Record,
+    d: &WrittenRecord,
 ) -> Result<i64> {
     tx.execute(
         "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor,
@@ -425,11 +558,11 @@ fn insert_decision(
             d.classification.as_str(),
             d.class.as_str(),
             d.action.as_str(),
-            d.reason.to_string(),
-            json(&d.inputs),
+            d.reason,
+            d.inputs,
             d.resolves_latest,
             d.actor,
-            d.reason.code(),
+            d.reason_code,
             d.infra_failure,
             d.failed_nodes,
         ],
@@ -506,7 +639,7 @@ fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
 /// This is the one way a chain's state changes. A transition with a notification gets
 /// its row here, in the transaction of the decision that asked for it: the notification
 /// can be delivered late, or twice after a crash, but never lost.
-fn apply_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<bool> {
+fn apply_in(tx: &Connection, chain_id: i64, t: &Step<'_>, now: i64) -> Result<bool> {
     let (state, reminded, expired): (String, bool, bool) = tx
         .prepare_cached("SELECT state, reminded, expired FROM chains WHERE id = ?1")?
         .query_row([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
@@ -538,7 +671,7 @@ fn apply_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<
             )?
             .query_row(params![chain_id, n], |r| r.get(0))?)
     };
-    let needs_live = match &t.attempt {
+    let needs_live = match t.attempt.as_deref() {
         Some(AttemptChange::Ended(j)) => Some(j.n),
         Some(AttemptChange::Requeued { n, .. } | AttemptChange::Lost { n }) => Some(*n),
         _ => None,
@@ -555,12 +688,12 @@ fn apply_in(tx: &Connection, chain_id: i64, t: &Transition, now: i64) -> Result<
         )?
         .execute(params![job, chain_id, now])?;
     }
-    let observation = match &t.attempt {
+    let observation = match t.attempt.as_deref() {
         Some(change) => change_attempt(tx, chain_id, change, now)?,
         None => None,
     };
     if let Some(d) = &t.record {
-        let n = match t.attempt.as_ref().and_then(AttemptChange::attempt) {
+        let n = match t.attempt.as_deref().and_then(AttemptChange::attempt) {
             Some(n) => n,
             None => tx
                 .prepare_cached(
@@ -671,6 +804,168 @@ fn change_attempt(
             Ok(None)
         }
     }
+}
+
+fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
+    )?
+    .execute(params![launch_id, job_id, now])?;
+    for (chain, n, task) in launch_members(tx, launch_id)? {
+        let jid = match task {
+            Some(t) => format!("{job_id}_{t}"),
+            None => job_id.to_string(),
+        };
+        tx.prepare_cached(
+            "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
+        )?
+        .execute(params![chain, n, jid, now, job_id])?;
+        tx.prepare_cached(
+            "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
+        )?
+        .execute(params![chain, now])?;
+    }
+    pipeline::note_rewire(tx, launch_id, now)
+}
+
+fn exec_discard_submission(tx: &Connection, launch_id: i64) -> Result<()> {
+    let sub: i64 = tx.query_row(
+        "SELECT submission_id FROM launches WHERE id = ?1",
+        [launch_id],
+        |r| r.get(0),
+    )?;
+    let decided: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id WHERE c.submission_id = ?1",
+        [sub],
+        |r| r.get(0),
+    )?;
+    if decided > 0 {
+        return Err(StoreError::Corrupt(format!(
+            "submission {sub} has decisions and cannot be discarded"
+        )));
+    }
+    tx.execute(
+        "DELETE FROM attempts WHERE chain_id IN (SELECT id FROM chains WHERE submission_id = ?1)",
+        [sub],
+    )?;
+    tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
+    tx.execute("DELETE FROM chains WHERE submission_id = ?1", [sub])?;
+    tx.execute("DELETE FROM submissions WHERE id = ?1", [sub])?;
+    Ok(())
+}
+
+fn exec_note_launch_error(
+    tx: &Connection,
+    launch_id: i64,
+    error: &str,
+    promise: bool,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE launches SET error = ?2, unpromised = CASE WHEN ?3 THEN 0 ELSE unpromised END
+         WHERE id = ?1 AND state = 'intent'",
+        params![launch_id, error, promise],
+    )?;
+    Ok(())
+}
+
+fn exec_set_last_seen<S: AsRef<str>>(
+    tx: &Connection,
+    seen: &[(i64, u32, S)],
+    owned: &[(i64, u32, bool)],
+) -> Result<()> {
+    let mut q =
+        tx.prepare_cached("UPDATE attempts SET last_seen = ?3 WHERE chain_id = ?1 AND n = ?2")?;
+    for (chain_id, n, state) in seen {
+        q.execute(params![chain_id, n, state.as_ref()])?;
+    }
+    let mut q =
+        tx.prepare_cached("UPDATE attempts SET owner_seen = ?3 WHERE chain_id = ?1 AND n = ?2")?;
+    for (chain_id, n, seen) in owned {
+        q.execute(params![chain_id, n, seen])?;
+    }
+    Ok(())
+}
+
+/// Applies a batch's steps (see [`Store::apply`]) in the caller's transaction. An
+/// all-or-none batch that is not applied writes nothing (its own savepoint is rolled back).
+fn exec_apply<'s>(
+    tx: &Connection,
+    steps: impl IntoIterator<Item = (i64, &'s Step<'s>)>,
+    all_or_none: bool,
+    failed_launch: Option<(i64, &str)>,
+    settled_gates: Option<(i64, bool)>,
+    now: i64,
+) -> Result<Applied> {
+    if all_or_none {
+        tx.execute_batch("SAVEPOINT all_or_none")?;
+    }
+    if let Some((launch, error)) = failed_launch {
+        tx.execute(
+            "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1 AND state = 'intent'",
+            params![launch, error, now],
+        )?;
+    }
+    let mut applied = Applied::default();
+    for (chain, t) in steps {
+        if apply_in(tx, chain, t, now)? {
+            applied.chains.push(chain);
+        } else if all_or_none {
+            tx.execute_batch("ROLLBACK TO all_or_none; RELEASE all_or_none")?;
+            return Ok(Applied {
+                chains: Vec::new(),
+                moved: Some(chain),
+            });
+        }
+    }
+    if let Some((submission, opened)) = settled_gates {
+        tx.execute(
+            "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
+            params![submission, if opened { "opened" } else { "never" }],
+        )?;
+    }
+    if all_or_none {
+        tx.execute_batch("RELEASE all_or_none")?;
+    }
+    Ok(applied)
+}
+
+fn exec_notifications_sent(tx: &Connection, items: &[(i64, (bool, bool))], now: i64) -> Result<()> {
+    let mut q = tx.prepare_cached(
+        "UPDATE notifications SET sent_at = ?2,
+             mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
+         WHERE id = ?1 AND sent_at IS NULL",
+    )?;
+    for (id, done) in items {
+        q.execute(params![id, now, done.0, done.1])?;
+    }
+    Ok(())
+}
+
+fn exec_notification_failed(
+    tx: &Connection,
+    id: i64,
+    done: (bool, bool),
+    error: &str,
+    next_try: Option<i64>,
+    now: i64,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE notifications SET tries = tries + 1, error = ?2,
+             next_try = COALESCE(?3, next_try),
+             gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END,
+             mail_done = MAX(mail_done, ?5), command_done = MAX(command_done, ?6)
+         WHERE id = ?1 AND sent_at IS NULL",
+        params![id, error, next_try, now, done.0, done.1],
+    )?;
+    Ok(())
+}
+
+fn exec_notification_mailed(tx: &Connection, id: i64) -> Result<()> {
+    tx.execute(
+        "UPDATE notifications SET mail_done = 1 WHERE id = ?1 AND sent_at IS NULL",
+        params![id],
+    )?;
+    Ok(())
 }
 
 /// Transitions to apply together, in one transaction ([`Store::apply`]).
@@ -825,6 +1120,7 @@ impl Store {
             conn,
             instance,
             live: None,
+            journal: None,
         })
     }
 
@@ -833,7 +1129,179 @@ impl Store {
         Store::init(Connection::open_in_memory()?)
     }
 
-    fn init(mut conn: Connection) -> Result<Store> {
+    /// Opens (creating if needed) the replica at `path` of the journal `journal` of the
+    /// shared database whose store instance is `instance`, and applies what it has not
+    /// applied yet. A replica of another shared database is refused and left as it is.
+    pub fn open_replica(path: &Path, instance: &str, journal: Box<dyn Journal>) -> Result<Store> {
+        let mut store = Self::open_replica_as_it_is(path, instance, journal)?;
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    /// [`Store::open_replica`] without applying the journal (the caller does, when the
+    /// shared database answers).
+    pub fn open_replica_as_it_is(
+        path: &Path,
+        instance: &str,
+        journal: Box<dyn Journal>,
+    ) -> Result<Store> {
+        Self::check_existing(path)?;
+        let conn = Connection::open(path)?;
+        Self::replica_as_it_is(conn, instance, journal).map_err(|e| match e {
+            StoreError::Corrupt(why) => StoreError::NotAStore {
+                path: path.display().to_string(),
+                why,
+            },
+            e => e,
+        })
+    }
+
+    /// An in-memory replica of `journal`, for tests.
+    pub fn in_memory_replica(instance: &str, journal: Box<dyn Journal>) -> Result<Store> {
+        Self::replica(Connection::open_in_memory()?, instance, journal)
+    }
+
+    fn replica(conn: Connection, instance: &str, journal: Box<dyn Journal>) -> Result<Store> {
+        let mut store = Self::replica_as_it_is(conn, instance, journal)?;
+        store.catch_up()?;
+        Ok(store)
+    }
+
+    /// The instance of the store in the file at `path`, if there is a healthy one (a
+    /// replica made before, when the shared database does not answer).
+    pub fn instance_of(path: &Path) -> Result<Option<String>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        Self::check_existing(path)?;
+        let reader = Store::open_reader(path)?;
+        Ok(Some(reader.instance).filter(|i| !i.is_empty()))
+    }
+
+    fn replica_as_it_is(
+        conn: Connection,
+        instance: &str,
+        journal: Box<dyn Journal>,
+    ) -> Result<Store> {
+        let mut store = Store::init_as(conn, Some(instance))?;
+        if store.instance != instance {
+            return Err(StoreError::Corrupt(format!(
+                "it is the store of instance {}, and the shared database's is {instance}: \
+                 it is not a replica of this shared database (move it away and start again \
+                 to make a new replica)",
+                store.instance
+            )));
+        }
+        let seq = journal_seq(&store.conn)?;
+        store.journal = Some(Journaling {
+            sink: journal,
+            pending: Pending::default(),
+            seq,
+            unsure: false,
+        });
+        Ok(store)
+    }
+
+    /// The last journal entry this replica applied (0 outside cluster mode).
+    pub fn journal_seq(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.seq)
+    }
+
+    /// Applies the journal's entries this replica has not applied yet; returns how many.
+    /// A standby calls it every cycle, and a daemon that takes over before it acts.
+    pub fn catch_up(&mut self) -> Result<u64> {
+        let Store {
+            conn,
+            instance,
+            journal,
+            ..
+        } = self;
+        let Some(j) = journal.as_mut() else {
+            return Ok(0);
+        };
+        if !conn.is_autocommit() {
+            return Err(StoreError::Busy(
+                "the journal cannot be read inside a batch".into(),
+            ));
+        }
+        let mut applied = 0;
+        loop {
+            let entries = j.sink.read_after(j.seq, CATCH_UP_PAGE)?;
+            if entries.is_empty() {
+                break;
+            }
+            for (seq, format, body) in entries {
+                if seq != j.seq + 1 {
+                    return Err(StoreError::Corrupt(format!(
+                        "the journal goes from entry {} to {seq}: entries are missing",
+                        j.seq
+                    )));
+                }
+                let ops = journal::decode(seq, format, &body)?;
+                let tx = conn.savepoint()?;
+                for op in ops {
+                    apply_op(&tx, instance, op)?;
+                }
+                set_journal_seq(&tx, seq)?;
+                tx.commit()?;
+                j.seq = seq;
+                applied += 1;
+            }
+        }
+        j.unsure = false;
+        Ok(applied)
+    }
+
+    /// Runs one write: `run` in a savepoint, and in cluster mode its operation (`op` of
+    /// what `run` returned; `None`: it wrote nothing) into the journal. Outside a batch
+    /// the entry is appended before the savepoint commits, so a write the journal refused
+    /// (the lease is not this daemon's) is rolled back.
+    fn write<T>(
+        &mut self,
+        run: impl FnOnce(&Connection, &str) -> Result<T>,
+        record: impl FnOnce(&T, &mut Pending),
+    ) -> Result<T> {
+        let outermost = self.conn.is_autocommit();
+        if outermost && self.journal.as_ref().is_some_and(|j| j.unsure) {
+            self.catch_up()?;
+        }
+        let Store {
+            conn,
+            instance,
+            journal,
+            ..
+        } = self;
+        let tx = conn.savepoint()?;
+        let out = run(&tx, instance)?;
+        if let Some(j) = journal.as_mut() {
+            record(&out, &mut j.pending);
+            if outermost && !j.pending.is_empty() {
+                let seq = j.seq + 1;
+                set_journal_seq(&tx, seq)?;
+                let body = j.pending.take();
+                if let Err(e) = j.sink.append(seq, journal::FORMAT, &body) {
+                    // Dropping the savepoint rolls the write back.
+                    j.unsure = true;
+                    return Err(e);
+                }
+                if let Err(e) = tx.commit() {
+                    j.unsure = true;
+                    return Err(e.into());
+                }
+                j.seq = seq;
+                return Ok(out);
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    fn init(conn: Connection) -> Result<Store> {
+        Store::init_as(conn, None)
+    }
+
+    /// [`Store::init`], a new store taking `given` as its instance (else a random one).
+    fn init_as(mut conn: Connection, given: Option<&str>) -> Result<Store> {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
@@ -867,7 +1335,9 @@ impl Store {
         let instance = match instance {
             Some(i) => i,
             None => {
-                let i = format!("{:08x}", rand::random::<u32>());
+                let i = given
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{:08x}", rand::random::<u32>()));
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('instance', ?1)",
                     [&i],
@@ -879,6 +1349,7 @@ impl Store {
             conn,
             instance,
             live: None,
+            journal: None,
         })
     }
 
@@ -909,7 +1380,29 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        let tx = self.conn.savepoint()?;
+        self.write(
+            |tx, instance| {
+                Self::exec_create_submission(tx, instance, new, edges, now, argv_for_tag)
+            },
+            |launch, p| {
+                p.push(&Op::CreateSubmission {
+                    new: Cow::Borrowed(new),
+                    edges: Cow::Borrowed(edges),
+                    now,
+                    argv: Cow::Borrowed(&launch.argv),
+                })
+            },
+        )
+    }
+
+    fn exec_create_submission(
+        tx: &Connection,
+        instance: &str,
+        new: &NewSubmission,
+        edges: &[crate::dependency::Edge],
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
         tx.prepare_cached(
             "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -927,8 +1420,8 @@ impl Store {
                 new.restartable
             ])?;
         let submission_id = tx.last_insert_rowid();
-        insert_dependencies(&tx, submission_id, &new.argv, new.script.as_deref())?;
-        pipeline::insert_waits(&tx, submission_id, edges)?;
+        insert_dependencies(tx, submission_id, &new.argv, new.script.as_deref())?;
+        pipeline::insert_waits(tx, submission_id, edges)?;
         let tasks: Vec<Option<u32>> = match &new.array_tasks {
             Some(t) => t.iter().copied().map(Some).collect(),
             None => vec![None],
@@ -943,17 +1436,15 @@ impl Store {
                 members.push((tx.last_insert_rowid(), 1u32, RetryPlan::default()));
             }
         }
-        let launch = Self::insert_launch(
-            &tx,
-            &self.instance,
+        Self::insert_launch(
+            tx,
+            instance,
             submission_id,
             &members,
             now,
             true,
             argv_for_tag,
-        )?;
-        tx.commit()?;
-        Ok(launch)
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1009,7 +1500,29 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        let tx = self.conn.savepoint()?;
+        self.write(
+            |tx, instance| {
+                Self::exec_begin_relaunch(tx, instance, submission_id, chain_ids, now, argv_for_tag)
+            },
+            |launch, p| {
+                p.push(&Op::BeginRelaunch {
+                    submission_id,
+                    chain_ids: Cow::Borrowed(chain_ids),
+                    now,
+                    argv: Cow::Borrowed(&launch.argv),
+                })
+            },
+        )
+    }
+
+    fn exec_begin_relaunch(
+        tx: &Connection,
+        instance: &str,
+        submission_id: i64,
+        chain_ids: &[i64],
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
         let mut members = Vec::with_capacity(chain_ids.len());
         for &c in chain_ids {
             let (n, plan): (u32, String) = tx.query_row(
@@ -1019,17 +1532,15 @@ impl Store {
             )?;
             members.push((c, n, from_json::<RetryPlan>(&plan)?));
         }
-        let launch = Self::insert_launch(
-            &tx,
-            &self.instance,
+        Self::insert_launch(
+            tx,
+            instance,
             submission_id,
             &members,
             now,
             false,
             argv_for_tag,
-        )?;
-        tx.commit()?;
-        Ok(launch)
+        )
     }
 
     /// Records the intent of requeueing `job_id`, the ended job of `chain_id`'s last
@@ -1044,7 +1555,31 @@ impl Store {
         fields: &[String],
         now: i64,
     ) -> Result<Launch> {
-        let tx = self.conn.savepoint()?;
+        self.write(
+            |tx, instance| {
+                Self::exec_begin_requeue(tx, instance, submission_id, chain_id, job_id, fields, now)
+            },
+            |_, p| {
+                p.push(&Op::BeginRequeue {
+                    submission_id,
+                    chain_id,
+                    job_id: Cow::Borrowed(job_id),
+                    fields: Cow::Borrowed(fields),
+                    now,
+                })
+            },
+        )
+    }
+
+    fn exec_begin_requeue(
+        tx: &Connection,
+        instance: &str,
+        submission_id: i64,
+        chain_id: i64,
+        job_id: &str,
+        fields: &[String],
+        now: i64,
+    ) -> Result<Launch> {
         let (n, plan): (u32, String) = tx.query_row(
             "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
             [chain_id],
@@ -1058,8 +1593,8 @@ impl Store {
         )?;
         let plan = from_json::<RetryPlan>(&plan)?;
         let mut launch = Self::insert_launch(
-            &tx,
-            &self.instance,
+            tx,
+            instance,
             submission_id,
             &[(chain_id, n, plan)],
             now,
@@ -1074,7 +1609,6 @@ impl Store {
             "UPDATE attempts SET first_run = ?3 WHERE chain_id = ?1 AND n = ?2",
             params![chain_id, n, first_run],
         )?;
-        tx.commit()?;
         launch.requeue_of = Some(job_id.to_string());
         Ok(launch)
     }
@@ -1108,67 +1642,41 @@ impl Store {
     /// sbatch accepted the launch: its attempts are live under `job_id` (array tasks
     /// under `job_id_task`) and their chains active.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        tx.prepare_cached(
-            "UPDATE launches SET state = 'submitted', job_id = ?2, finished_at = ?3, unpromised = 0 WHERE id = ?1",
-        )?
-        .execute(params![launch_id, job_id, now])?;
-        for (chain, n, task) in launch_members(&tx, launch_id)? {
-            let jid = match task {
-                Some(t) => format!("{job_id}_{t}"),
-                None => job_id.to_string(),
-            };
-            tx.prepare_cached(
-                "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
-            )?
-            .execute(params![chain, n, jid, now, job_id])?;
-            tx.prepare_cached(
-                "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
-            )?
-            .execute(params![chain, now])?;
-        }
-        pipeline::note_rewire(&tx, launch_id, now)?;
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| exec_launch_submitted(tx, launch_id, job_id, now),
+            |_, p| {
+                p.push(&Op::LaunchSubmitted {
+                    launch_id,
+                    job_id: Cow::Borrowed(job_id),
+                    now,
+                })
+            },
+        )
     }
 
     /// sbatch definitively refused a first submission: nothing was created in Slurm, so
     /// nothing is kept (the user sees sbatch's error instead).
     pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        let sub: i64 = tx.query_row(
-            "SELECT submission_id FROM launches WHERE id = ?1",
-            [launch_id],
-            |r| r.get(0),
-        )?;
-        let decided: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id WHERE c.submission_id = ?1",
-            [sub],
-            |r| r.get(0),
-        )?;
-        if decided > 0 {
-            return Err(StoreError::Corrupt(format!(
-                "submission {sub} has decisions and cannot be discarded"
-            )));
-        }
-        tx.execute("DELETE FROM attempts WHERE chain_id IN (SELECT id FROM chains WHERE submission_id = ?1)", [sub])?;
-        tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
-        tx.execute("DELETE FROM chains WHERE submission_id = ?1", [sub])?;
-        tx.execute("DELETE FROM submissions WHERE id = ?1", [sub])?;
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| exec_discard_submission(tx, launch_id),
+            |_, p| p.push(&Op::DiscardSubmission { launch_id }),
+        )
     }
 
     /// Notes why a launch's sbatch gave no clear answer; the launch stays an intent. With
     /// `promise`, a first submission's launch becomes one reconciliation will finish (its
     /// client is about to be told so).
     pub fn note_launch_error(&mut self, launch_id: i64, error: &str, promise: bool) -> Result<()> {
-        self.conn.execute(
-            "UPDATE launches SET error = ?2, unpromised = CASE WHEN ?3 THEN 0 ELSE unpromised END
-             WHERE id = ?1 AND state = 'intent'",
-            params![launch_id, error, promise],
-        )?;
-        Ok(())
+        self.write(
+            |tx, _| exec_note_launch_error(tx, launch_id, error, promise),
+            |_, p| {
+                p.push(&Op::NoteLaunchError {
+                    launch_id,
+                    error: Cow::Borrowed(error),
+                    promise,
+                })
+            },
+        )
     }
 
     pub fn launch(&self, id: i64) -> Result<Launch> {
@@ -1207,6 +1715,16 @@ impl Store {
             unpromised: raw.8,
             requeue_of: raw.9,
         })
+    }
+
+    /// The launch with this tag, if there is one.
+    pub fn launch_by_tag(&self, tag: &str) -> Result<Option<Launch>> {
+        let id: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT id FROM launches WHERE tag = ?1")?
+            .query_row([tag], |r| r.get(0))
+            .optional()?;
+        id.map(|id| self.launch(id)).transpose()
     }
 
     /// Launches whose sbatch may or may not have happened (the daemon died, or sbatch's
@@ -1526,23 +2044,18 @@ impl Store {
         if seen.is_empty() && owned.is_empty() {
             return Ok(());
         }
-        let tx = self.conn.savepoint()?;
-        {
-            let mut q = tx.prepare_cached(
-                "UPDATE attempts SET last_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
-            )?;
-            for (chain_id, n, state) in seen {
-                q.execute(params![chain_id, n, state])?;
-            }
-            let mut q = tx.prepare_cached(
-                "UPDATE attempts SET owner_seen = ?3 WHERE chain_id = ?1 AND n = ?2",
-            )?;
-            for (chain_id, n, seen) in owned {
-                q.execute(params![chain_id, n, seen])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| exec_set_last_seen(tx, seen, owned),
+            |_, p| {
+                p.push(&Op::SetLastSeen {
+                    seen: seen
+                        .iter()
+                        .map(|&(c, n, st)| (c, n, Cow::Borrowed(st)))
+                        .collect(),
+                    owned: Cow::Borrowed(owned),
+                })
+            },
+        )
     }
 
     /// Copies everything in the write-ahead log into the database file and empties the
@@ -1569,14 +2082,40 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a batch: commits it, or (`commit` false, after an error) rolls it back.
+    /// Ends a batch: commits it, or (`commit` false, after an error) rolls it back. In
+    /// cluster mode the batch's operations are one journal entry, appended before the
+    /// commit; if the journal refuses it, the batch is rolled back.
     pub fn end_batch(&mut self, commit: bool) -> Result<()> {
         if self.conn.is_autocommit() {
             return Ok(());
         }
+        let mut appended = None;
+        if let Some(j) = self.journal.as_mut() {
+            if !commit {
+                j.pending.clear();
+            } else if !j.pending.is_empty() {
+                let seq = j.seq + 1;
+                let body = j.pending.take();
+                let append = set_journal_seq(&self.conn, seq)
+                    .and_then(|()| j.sink.append(seq, journal::FORMAT, &body));
+                if let Err(e) = append {
+                    j.unsure = true;
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    return Err(e);
+                }
+                appended = Some(seq);
+            }
+        }
         let ended = self
             .conn
             .execute_batch(if commit { "COMMIT" } else { "ROLLBACK" });
+        if let (Some(j), Some(seq)) = (self.journal.as_mut(), appended) {
+            if ended.is_ok() && self.conn.is_autocommit() {
+                j.seq = seq;
+            } else {
+                j.unsure = true;
+            }
+        }
         // A COMMIT that failed (a full disk, a busy database) can leave the transaction
         // open: everything after would be nested in it and never committed.
         if !self.conn.is_autocommit() {
@@ -1589,43 +2128,58 @@ impl Store {
     /// Applies one chain's transition ([`Store::apply`] of a batch of one); true when its
     /// conditions held and it was applied.
     pub fn apply_one(&mut self, chain: i64, t: &Transition, now: i64) -> Result<bool> {
-        let tx = self.conn.savepoint()?;
-        let applied = apply_in(&tx, chain, t, now)?;
-        tx.commit()?;
-        Ok(applied)
+        Ok(self
+            .apply_steps(vec![(chain, Step::of(t))], false, None, None, now)?
+            .any())
     }
 
     /// Applies a batch of transitions in one transaction: the store's one writer of
     /// decisions, chain states, attempt endings, observations and notifications (see
     /// [`apply_in`] for each step's conditions), with the launch and gates they settle.
     pub fn apply(&mut self, batch: &Batch, now: i64) -> Result<Applied> {
-        let tx = self.conn.savepoint()?;
-        if let Some((launch, error)) = &batch.failed_launch {
-            tx.execute(
-                "UPDATE launches SET state = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1 AND state = 'intent'",
-                params![launch, error, now],
-            )?;
-        }
-        let mut applied = Applied::default();
-        for (chain, t) in &batch.steps {
-            if apply_in(&tx, *chain, t, now)? {
-                applied.chains.push(*chain);
-            } else if batch.all_or_none {
-                // Dropping the savepoint rolls it back.
-                return Ok(Applied {
-                    chains: Vec::new(),
-                    moved: Some(*chain),
-                });
-            }
-        }
-        if let Some((submission, opened)) = batch.settled_gates {
-            tx.execute(
-                "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
-                params![submission, if opened { "opened" } else { "never" }],
-            )?;
-        }
-        tx.commit()?;
-        Ok(applied)
+        let steps = batch.steps.iter().map(|(c, t)| (*c, Step::of(t))).collect();
+        let failed_launch = batch.failed_launch.as_ref().map(|(l, e)| (*l, e.as_str()));
+        self.apply_steps(
+            steps,
+            batch.all_or_none,
+            failed_launch,
+            batch.settled_gates,
+            now,
+        )
+    }
+
+    fn apply_steps(
+        &mut self,
+        steps: Vec<(i64, Step<'_>)>,
+        all_or_none: bool,
+        failed_launch: Option<(i64, &str)>,
+        settled_gates: Option<(i64, bool)>,
+        now: i64,
+    ) -> Result<Applied> {
+        self.write(
+            |tx, _| {
+                exec_apply(
+                    tx,
+                    steps.iter().map(|(c, t)| (*c, t)),
+                    all_or_none,
+                    failed_launch,
+                    settled_gates,
+                    now,
+                )
+            },
+            |applied, p| {
+                // An all-or-none batch not applied wrote nothing.
+                if applied.moved.is_none() {
+                    p.push(&Op::Apply {
+                        steps: steps.iter().map(|(c, t)| (*c, t.borrowed())).collect(),
+                        all_or_none,
+                        failed_launch: failed_launch.map(|(l, e)| (l, Cow::Borrowed(e))),
+                        settled_gates,
+                        now,
+                    })
+                }
+            },
+        )
     }
 
     /// The unfinished chains (other than `chain_id`) of the same owner whose submission
@@ -1779,19 +2333,15 @@ impl Store {
 
     /// Several notifications delivered, in one transaction (one sync to disk).
     pub fn notifications_sent(&mut self, items: &[(i64, (bool, bool))], now: i64) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        {
-            let mut q = tx.prepare_cached(
-                "UPDATE notifications SET sent_at = ?2,
-                     mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
-                 WHERE id = ?1 AND sent_at IS NULL",
-            )?;
-            for (id, done) in items {
-                q.execute(params![id, now, done.0, done.1])?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| exec_notifications_sent(tx, items, now),
+            |_, p| {
+                p.push(&Op::NotificationsSent {
+                    items: Cow::Borrowed(items),
+                    now,
+                })
+            },
+        )
     }
 
     /// A delivery failed: what did go out (`mail_done`, `command_done`) is kept, the rest
@@ -1804,25 +2354,27 @@ impl Store {
         next_try: Option<i64>,
         now: i64,
     ) -> Result<()> {
-        self.conn.execute(
-            "UPDATE notifications SET tries = tries + 1, error = ?2,
-                 next_try = COALESCE(?3, next_try),
-                 gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END,
-                 mail_done = MAX(mail_done, ?5), command_done = MAX(command_done, ?6)
-             WHERE id = ?1 AND sent_at IS NULL",
-            params![id, error, next_try, now, done.0, done.1],
-        )?;
-        Ok(())
+        self.write(
+            |tx, _| exec_notification_failed(tx, id, done, error, next_try, now),
+            |_, p| {
+                p.push(&Op::NotificationFailed {
+                    id,
+                    done,
+                    error: Cow::Borrowed(error),
+                    next_try,
+                    now,
+                })
+            },
+        )
     }
 
     /// A notification whose mail went out and whose command was not run yet (its owner's
     /// turn ran out of time): it stays due, no try counted.
     pub fn notification_mailed(&mut self, id: i64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE notifications SET mail_done = 1 WHERE id = ?1 AND sent_at IS NULL",
-            params![id],
-        )?;
-        Ok(())
+        self.write(
+            |tx, _| exec_notification_mailed(tx, id),
+            |_, p| p.push(&Op::NotificationMailed { id }),
+        )
     }
 
     /// Chains in `pending_failed` since `cutoff` or before, not reminded and not expired:
@@ -1870,5 +2422,7 @@ impl Store {
     }
 }
 
+#[cfg(any(test, feature = "test-suites"))]
+pub mod suite;
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,13 @@
 //! Pipelines: which supervised chains a submission waits on, the gates of
 //! afterany/afternotok, and the launches whose new job the waiting jobs must follow.
 
+use super::journal::Op;
 use super::{open_states, parse_name, Result, Store};
 use crate::dependency::{Edge, Facts, Kind, Upstream};
 use crate::model::ChainState;
 pub use crate::policy::Gate;
 use rusqlite::{params, Connection, OptionalExtension};
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// The most supervised chains one dependency is resolved against (a whole array names
@@ -38,6 +40,15 @@ pub(super) fn insert_waits(tx: &Connection, submission_id: i64, edges: &[Edge]) 
     for e in edges {
         let q = if e.gate { &mut gate } else { &mut edge };
         q.execute(params![submission_id, e.chain, e.kind.as_str(), e.target])?;
+    }
+    Ok(())
+}
+
+/// Rewiring after these launches is done (in the caller's transaction).
+pub(super) fn clear_rewires_in(tx: &Connection, launch_ids: &[i64]) -> Result<()> {
+    let mut q = tx.prepare_cached("DELETE FROM rewires WHERE launch_id = ?1")?;
+    for id in launch_ids {
+        q.execute([id])?;
     }
     Ok(())
 }
@@ -151,10 +162,15 @@ impl Store {
 
     /// Records what a submission waits on, as a later resolution found it (a retry).
     pub fn add_waits(&mut self, submission_id: i64, edges: &[Edge]) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        insert_waits(&tx, submission_id, edges)?;
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| insert_waits(tx, submission_id, edges),
+            |_, p| {
+                p.push(&Op::AddWaits {
+                    submission_id,
+                    edges: Cow::Borrowed(edges),
+                })
+            },
+        )
     }
 
     /// The supervised chains a submission waits on.
@@ -296,12 +312,14 @@ impl Store {
 
     /// Rewiring after these launches is done (or was recorded as impossible).
     pub fn clear_rewires(&mut self, launch_ids: &[i64]) -> Result<()> {
-        let tx = self.conn.savepoint()?;
-        for id in launch_ids {
-            tx.execute("DELETE FROM rewires WHERE launch_id = ?1", [id])?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.write(
+            |tx, _| clear_rewires_in(tx, launch_ids),
+            |_, p| {
+                p.push(&Op::ClearRewires {
+                    launch_ids: Cow::Borrowed(launch_ids),
+                })
+            },
+        )
     }
 
     /// The chain whose attempt is exactly this Slurm job (`12`, `12_3`), with its owner.

@@ -239,6 +239,22 @@ impl MariaDb {
 
 impl Drop for MariaDb {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl MariaDb {
+    /// Starts the stopped server again, on the same data and port.
+    pub fn restart(&mut self) {
+        let (_, root) = me();
+        let data = self.dir.path().join("data");
+        self.server = Self::spawn(self.dir.path(), &data, self.port, root)
+            .unwrap_or_else(|| panic!("mariadbd could not have its port {} again", self.port));
+    }
+
+    /// Stops the server (SIGTERM; SIGKILL after a while), keeping its folder: a database
+    /// that stopped answering.
+    pub fn stop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.server.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + STOP_WITHIN;

@@ -17,6 +17,7 @@ mod pipeline;
 mod poll;
 mod reconcile;
 mod requeue;
+mod sweep;
 
 use super::sbatch::{self, LaunchOutcome};
 use crate::clock::now;

@@ -57,6 +57,17 @@ impl<S: Slurm> Engine<S> {
                     span.record("job", tracing::field::display(job));
                     span.in_scope(|| info!("found the job of an interrupted launch in slurm; adopting it, not submitting again"));
                     self.store.launch_submitted(l.id, job, t)?;
+                    // Cluster mode submits every job held and releases it once the job is
+                    // recorded: a job of an interrupted launch (a daemon that stopped or
+                    // was deposed around its sbatch) is released here, by the daemon that
+                    // recorded it. A released job's release changes nothing.
+                    if self.config.cluster.is_some() && !crate::daemon::cluster::holds(&l.argv) {
+                        let run_as = crate::slurm::RunAs::lookup(sub.owner_uid);
+                        let base = crate::slurm::jobid::base_job_id(job).to_string();
+                        if let Err(e) = self.slurm.release(&[base], run_as.as_ref()).await {
+                            span.in_scope(|| tracing::warn!("cannot release the adopted job: {e}"));
+                        }
+                    }
                     continue;
                 }
                 // A first submission whose client was never told it would be submitted

@@ -13,7 +13,7 @@
 //! writes it), and a plain read sees what was committed before it, never a snapshot kept
 //! from an earlier statement.
 
-mod config;
+pub mod journal;
 pub mod lease;
 
 use crate::election::Epoch;
@@ -23,10 +23,11 @@ use mysql::{IsolationLevel, OptsBuilder, TxOpts};
 use std::fmt;
 use std::time::Duration;
 
-pub use config::{
+pub use crate::dbconfig::{
     read_password_file, Password, PasswordFileError, StoreConfig, StoreUrl, UrlError,
     DEFAULT_PASSWORD_FILE, DEFAULT_PORT,
 };
+pub use journal::{EpochCell, Identity, Refusal, SharedJournal};
 pub use lease::{fence, Acquisition, Grant, LeaseView};
 
 /// Why a lease is not the caller's any more (in [`StoreError::Fenced`]).
@@ -63,7 +64,7 @@ impl fmt::Display for Fence {
 
 /// One connection to the shared database.
 pub struct ClusterDb {
-    conn: mysql::Conn,
+    pub(super) conn: mysql::Conn,
 }
 
 impl fmt::Debug for ClusterDb {

@@ -1,4 +1,5 @@
-//! The shared database's address and password: `[store] url` and `password_file`.
+//! The shared database's address and password (`[store] url` and `password_file`), read by
+//! the config loader and by `store::cluster`; it imports nothing of the crate.
 //!
 //! The URL names the user, the server and the database, never the password: the config
 //! file is readable by every user of a login node (supervisorctl reads it), so the
@@ -20,8 +21,8 @@ pub const DEFAULT_PORT: u16 = 3306;
 /// A password file is a line, not a document: anything longer is a wrong path.
 const MAX_PASSWORD_FILE: u64 = 4096;
 
-/// The `[store]` section of cluster mode. Not read by the daemon's config loader yet: the
-/// daemon runs on SQLite until the store's tables exist on MariaDB too (docs/cluster.md).
+/// The `[store]` section of cluster mode, as written (the config loader, `config.rs`,
+/// reads the durations and checks them together: `config::ClusterConfig`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
@@ -30,6 +31,15 @@ pub struct StoreConfig {
     /// A file holding the password, owned by the daemon's user and readable by no one else.
     #[serde(default = "default_password_file")]
     pub password_file: PathBuf,
+    /// How long each grant of the lease lasts (`"30s"`).
+    pub lease: Option<String>,
+    /// How long before its lease ends a daemon stops acting.
+    pub margin: Option<String>,
+    /// The bound on every call to the database.
+    pub timeout: Option<String>,
+    /// The name other nodes' users are told to find the active daemon by (this host's
+    /// name by default).
+    pub node: Option<String>,
 }
 
 fn default_password_file() -> PathBuf {

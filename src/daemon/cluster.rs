@@ -1,0 +1,629 @@
+//! Cluster mode in the daemon (docs/cluster.md): the lease kept beside the loop, the
+//! store as a replica of the shared journal, and the rule that only the active daemon
+//! touches Slurm.
+//!
+//! - A thread of its own keeps the lease (`lease_thread`): it acquires it while nobody
+//!   holds it, renews it a third of its usable time after each grant, and feeds every
+//!   answer to the pure [`Election`], which says on this daemon's monotonic clock whether
+//!   it may act. The database's calls are blocking and bounded by `store.timeout`; on
+//!   their own thread, a slow database never holds the loop, and the loop never holds a
+//!   renewal.
+//! - The loop asks [`Cluster::before_cycle`] before each cycle. Active under an epoch it
+//!   has not acted under yet (a takeover, or the first grant), it first applies every
+//!   journal entry it has not (so its replica holds everything the previous active
+//!   daemon wrote), and only then lets the journal append under that epoch: the cycle
+//!   that follows reconciles launches by their tags, as after a crash. Otherwise it is a
+//!   standby: it applies what was appended since, and does nothing else (no Slurm query,
+//!   no mail, no agent).
+//! - Every Slurm command of the daemon goes through [`Guarded`], which runs it only
+//!   while the election says this daemon acts, and a command that changes Slurm only if
+//!   its timeout ends before the lease's local deadline.
+//! - The writes are fenced by the database itself: the journal appends under the epoch
+//!   in a transaction that locks the lease row, so a deposed daemon's write is refused
+//!   and rolled back in its replica.
+
+use crate::config::ClusterConfig;
+use crate::election::{Answer, Election, Epoch, Role};
+use crate::slurm::parse::Parsed;
+use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
+use crate::store::cluster::{
+    read_password_file, Acquisition, ClusterDb, EpochCell, LeaseView, Password, SharedJournal,
+};
+use crate::store::{Store, StoreError};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Why cluster mode cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the lease thread last learned, for the loop and for `status`.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// The lease as the database last showed it.
+    pub view: Option<LeaseView>,
+    /// Why the last call to the database failed, if it did.
+    pub error: Option<String>,
+}
+
+/// This daemon's part in cluster mode.
+pub struct Cluster {
+    /// This daemon's name on the lease: `NODE:PID:RANDOM`, unique per start.
+    pub holder: String,
+    election: Arc<Mutex<Election>>,
+    epoch: EpochCell,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The epoch the loop acts under (its replica caught up under it).
+    acting: Option<Epoch>,
+    /// Times this daemon took the lease (for the metrics).
+    pub takeovers: u64,
+    fence_check: FenceCheck,
+    /// When the last sweep of held jobs ran (`None`: due at the next cycle).
+    last_sweep: Option<Instant>,
+    lease: Duration,
+}
+
+fn connector(
+    config: &ClusterConfig,
+    password: Password,
+) -> impl FnMut() -> Result<ClusterDb, StoreError> + Send + 'static {
+    let (url, timeout) = (config.url.clone(), config.timeout);
+    move || ClusterDb::connect(&url, &password, timeout)
+}
+
+impl Cluster {
+    /// Opens this node's replica of the shared store of Slurm cluster `cluster_name`
+    /// (applying every entry it lacks) and starts keeping the lease. The database must be
+    /// this cluster's and hold no later journal format; the password file must be the
+    /// daemon's own.
+    pub fn start(
+        config: &ClusterConfig,
+        cluster_name: &str,
+        replica: &Path,
+    ) -> Result<(Store, Cluster), ClusterError> {
+        let password = read_password_file(&config.password_file)
+            .map_err(|e| ClusterError::Config(e.to_string()))?;
+        let mut first = connector(config, password.clone());
+        let prepared = first().and_then(|mut db| db.prepare(cluster_name));
+        let epoch = EpochCell::default();
+        let journal =
+            SharedJournal::new(Box::new(connector(config, password.clone())), epoch.clone());
+        let store = match prepared {
+            Ok(Ok(identity)) => {
+                Store::open_replica(replica, &identity.instance, Box::new(journal))?
+            }
+            Ok(Err(refusal)) => return Err(ClusterError::Config(refusal.to_string())),
+            // The database does not answer: a replica this node made before lets it start
+            // as a standby (it answers reads, and acts once the database answers and it
+            // holds the lease); without one there is nothing to serve.
+            Err(e) => match Store::instance_of(replica)? {
+                Some(instance) => {
+                    warn!("cannot reach the shared database ({e}): standing by on this node's replica until it answers");
+                    Store::open_replica_as_it_is(replica, &instance, Box::new(journal))?
+                }
+                None => {
+                    return Err(ClusterError::Config(format!(
+                        "cannot reach the shared database at {}:{} ({e}), and this node has no replica of it yet: check [store] url, the server and the network (the daemon tries again when restarted)",
+                        config.url.host, config.url.port
+                    )))
+                }
+            },
+        };
+        let holder = format!(
+            "{}:{}:{:04x}",
+            config.node,
+            std::process::id(),
+            rand::random::<u16>()
+        );
+        let election = Arc::new(Mutex::new(Election::new(config.timing)));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (election, seen, stop, holder) =
+                (election.clone(), seen.clone(), stop.clone(), holder.clone());
+            let connect = connector(config, password.clone());
+            let lease = config.timing.lease();
+            std::thread::Builder::new()
+                .name("lease".into())
+                .spawn(move || lease_thread(connect, holder, lease, election, seen, stop))
+                .map_err(|e| {
+                    ClusterError::Config(format!("cannot start the lease's thread: {e}"))
+                })?
+        };
+        let fence_check: FenceCheck = {
+            let db: Mutex<Option<ClusterDb>> = Mutex::new(None);
+            let connect = Mutex::new(connector(config, password.clone()));
+            let epoch = epoch.clone();
+            Arc::new(move || {
+                let Some(e) = epoch.get() else {
+                    return Err(StoreError::Fenced {
+                        epoch: Epoch(0),
+                        why: crate::store::cluster::Fence::Released,
+                    });
+                };
+                let mut db = lock(&db);
+                if db.is_none() {
+                    *db = Some((lock(&connect))()?);
+                }
+                let out = db.as_mut().expect("connected above").fenced(e, |_| Ok(()));
+                if matches!(out, Err(StoreError::Mysql(_))) {
+                    *db = None;
+                }
+                out
+            })
+        };
+        info!(
+            holder = %holder,
+            instance = %store.instance(),
+            journal = store.journal_seq(),
+            "cluster mode: replica of the shared store opened; standing by until this daemon holds the lease"
+        );
+        Ok((
+            store,
+            Cluster {
+                holder,
+                election,
+                epoch,
+                seen,
+                stop,
+                thread: Some(thread),
+                acting: None,
+                takeovers: 0,
+                fence_check,
+                last_sweep: None,
+                lease: config.timing.lease(),
+            },
+        ))
+    }
+
+    /// What this daemon may do now.
+    pub fn role(&self) -> Role {
+        lock(&self.election).role(Instant::now())
+    }
+
+    /// A handle for [`Guarded`].
+    pub fn guard(&self) -> Guard {
+        Guard(self.election.clone(), self.fence_check.clone())
+    }
+
+    /// What the lease thread last saw.
+    pub fn seen(&self) -> Seen {
+        lock(&self.seen).clone()
+    }
+
+    /// Who acts, as a standby tells a user: the active daemon's node, if one acts.
+    pub fn active_node(&self) -> Option<String> {
+        let seen = self.seen();
+        let holder = seen.view.as_ref()?.active()?.to_string();
+        // NODE:PID:RANDOM; a node name has no ':' but an IPv6 one, so cut from the right.
+        let mut parts = holder.rsplitn(3, ':');
+        let (_, _, node) = (parts.next(), parts.next(), parts.next());
+        Some(node.unwrap_or(&holder).to_string())
+    }
+
+    /// The answer to a request that changes something, while this daemon does not act.
+    pub fn not_active(&self) -> String {
+        match self.active_node() {
+            Some(node) => {
+                format!("not active; the active daemon is on {node}: run supervisorctl there")
+            }
+            None => {
+                let why = self
+                    .seen()
+                    .error
+                    .map(|e| format!(" (the shared database: {e})"))
+                    .unwrap_or_default();
+                format!("not active, and no daemon acts right now{why}; try again in a minute")
+            }
+        }
+    }
+
+    /// Called by the loop before each cycle; true when this daemon acts in it. A daemon
+    /// that has just become active applies the rest of the journal first; a standby
+    /// applies what was appended since.
+    pub fn before_cycle(&mut self, store: &mut Store) -> Result<bool, StoreError> {
+        match self.role() {
+            Role::Active { epoch, .. } => {
+                if self.acting != Some(epoch) {
+                    self.epoch.set(None);
+                    let applied = store.catch_up()?;
+                    self.epoch.set(Some(epoch));
+                    self.acting = Some(epoch);
+                    self.takeovers += 1;
+                    self.last_sweep = None;
+                    crate::metrics::cluster_takeover();
+                    info!(
+                        epoch = epoch.0,
+                        applied,
+                        journal = store.journal_seq(),
+                        "this daemon is the active one now (epoch {epoch}): it reconciles and acts"
+                    );
+                }
+                crate::metrics::cluster_role(Some(epoch.0), store.journal_seq());
+                Ok(true)
+            }
+            role => {
+                if let Some(epoch) = self.acting.take() {
+                    warn!(
+                        epoch = epoch.0,
+                        ?role,
+                        "this daemon is not the active one any more: it stands by"
+                    );
+                }
+                self.epoch.set(None);
+                let caught_up = store.catch_up();
+                crate::metrics::cluster_role(None, store.journal_seq());
+                caught_up?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// A write was refused by the fence: this daemon stops acting now, without waiting for
+    /// its next renewal to say so.
+    pub fn deposed(&mut self) {
+        let now = Instant::now();
+        lock(&self.election).observe(now, now, Answer::Lost);
+        self.epoch.set(None);
+    }
+
+    /// Whether the sweep of held jobs is due (at the first cycle of each tenure, then
+    /// once a lease); marks it done.
+    pub fn sweep_due(&mut self) -> bool {
+        let due = self.last_sweep.is_none_or(|at| at.elapsed() >= self.lease);
+        if due {
+            self.last_sweep = Some(Instant::now());
+        }
+        due
+    }
+
+    /// The lease's length.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The epoch this daemon acts under, if it does.
+    pub fn acting(&self) -> Option<Epoch> {
+        self.acting
+    }
+}
+
+impl Drop for Cluster {
+    /// Stops the lease's thread, which gives the lease up if it holds it: a daemon stopped
+    /// cleanly is replaced at once, not a lease later.
+    fn drop(&mut self) {
+        self.epoch.set(None);
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How often the lease thread looks at its stop flag while it waits.
+const TICK: Duration = Duration::from_millis(50);
+
+fn lease_thread(
+    mut connect: impl FnMut() -> Result<ClusterDb, StoreError>,
+    holder: String,
+    lease: Duration,
+    election: Arc<Mutex<Election>>,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut db: Option<ClusterDb> = None;
+    let mut first = true;
+    while !stop.load(Ordering::SeqCst) {
+        let next = lock(&election).next_request(Instant::now());
+        if !first {
+            while Instant::now() < next && !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(TICK.min(next.saturating_duration_since(Instant::now())));
+            }
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        first = false;
+        let sent = Instant::now();
+        let held = lock(&election).epoch();
+        let failed = |db: &mut Option<ClusterDb>, e: StoreError| {
+            lock(&seen).error = Some(e.to_string());
+            *db = None;
+            Answer::NoAnswer
+        };
+        if db.is_none() {
+            match connect() {
+                Ok(c) => db = Some(c),
+                Err(e) => {
+                    let answer = failed(&mut db, e);
+                    lock(&election).observe(sent, Instant::now(), answer);
+                    continue;
+                }
+            }
+        }
+        let answer = match db.as_mut() {
+            None => Answer::NoAnswer,
+            Some(conn) => {
+                let answer = match held {
+                    Some(epoch) => match conn.renew(&holder, epoch, lease) {
+                        Ok(g) => Ok(Answer::Holds {
+                            epoch: g.epoch,
+                            granted: g.granted,
+                        }),
+                        Err(StoreError::Fenced { why, .. }) => {
+                            warn!(epoch = epoch.0, "the lease {why}: this daemon stops acting");
+                            Ok(Answer::Lost)
+                        }
+                        Err(e) => Err(e),
+                    },
+                    None => match conn.try_acquire(&holder, lease) {
+                        Ok(Acquisition::Won(g)) => {
+                            info!(epoch = g.epoch.0, "won the lease");
+                            Ok(Answer::Holds {
+                                epoch: g.epoch,
+                                granted: g.granted,
+                            })
+                        }
+                        Ok(Acquisition::Held(_)) => Ok(Answer::HeldByOther),
+                        Err(e) => Err(e),
+                    },
+                };
+                match answer {
+                    Ok(a) => {
+                        let view = conn.read().ok();
+                        let mut s = lock(&seen);
+                        s.error = None;
+                        if view.is_some() {
+                            s.view = view;
+                        }
+                        a
+                    }
+                    Err(e) => failed(&mut db, e),
+                }
+            }
+        };
+        lock(&election).observe(sent, Instant::now(), answer);
+    }
+    // A clean stop: give the lease up so another daemon takes over at once.
+    let held = lock(&election).epoch();
+    if let (Some(epoch), Some(conn)) = (held, db.as_mut()) {
+        match conn.release(&holder, epoch) {
+            Ok(true) => info!(epoch = epoch.0, "gave the lease up"),
+            Ok(false) => {}
+            Err(e) => warn!("cannot give the lease up ({e}); it ends by itself"),
+        }
+    }
+}
+
+/// How many times a held job's release is asked for.
+const RELEASE_TRIES: u32 = 3;
+
+/// Whether an sbatch argv holds its job already (a gate's `--hold`, the user's own).
+/// Unreadable counts as held: such a job is left as sbatch makes it.
+pub fn holds(argv: &[String]) -> bool {
+    crate::sbatch_args::parse(argv)
+        .map(|c| c.has("hold"))
+        .unwrap_or(true)
+}
+
+/// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
+type FenceCheck = Arc<dyn Fn() -> Result<(), StoreError> + Send + Sync>;
+
+/// The election, as the Slurm commands ask it, and the fence check a held job's release
+/// waits for.
+#[derive(Clone)]
+pub struct Guard(Arc<Mutex<Election>>, FenceCheck);
+
+impl Guard {
+    fn may_query(&self) -> bool {
+        lock(&self.0).role(Instant::now()).is_active()
+    }
+
+    fn may_change(&self, takes: Duration) -> bool {
+        lock(&self.0).may_start(Instant::now(), takes)
+    }
+}
+
+/// A Slurm that runs commands only while this daemon acts (cluster mode), or always
+/// (`guard` `None`: a single node's daemon).
+#[derive(Clone)]
+pub struct Guarded<S> {
+    inner: S,
+    guard: Option<Guard>,
+    /// The longest a command that changes Slurm may take (`slurm.command_timeout`; an
+    /// sbatch is held, so a late one changes nothing).
+    takes: Duration,
+}
+
+impl<S> Guarded<S> {
+    pub fn new(inner: S, guard: Option<Guard>, takes: Duration) -> Guarded<S> {
+        Guarded {
+            inner,
+            guard,
+            takes,
+        }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn query(&self, command: &str) -> Result<(), SlurmError> {
+        match &self.guard {
+            Some(g) if !g.may_query() => Err(SlurmError::NotActive {
+                command: command.into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn change(&self, command: &str) -> Result<(), SlurmError> {
+        match &self.guard {
+            Some(g) if !g.may_change(self.takes) => Err(SlurmError::NotActive {
+                command: command.into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<S: Slurm> Slurm for Guarded<S> {
+    /// In cluster mode a job is submitted held (`--hold`), and released only once a
+    /// transaction fenced by this daemon's epoch has shown it still holds the lease: the
+    /// sbatch of a daemon deposed meanwhile (stopped, cut off) leaves a held job that never
+    /// runs, which the active daemon finds by its tag (docs/cluster.md). A job the argv
+    /// holds already (a gate, the user's own `--hold`) is submitted as it is.
+    async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
+        let Some(guard) = &self.guard else {
+            return self.inner.sbatch(req).await;
+        };
+        self.query("sbatch")?;
+        if holds(&req.argv) {
+            return self.inner.sbatch(req).await;
+        }
+        let mut held = req.clone();
+        held.argv.insert(0, "--hold".into());
+        let id = self.inner.sbatch(&held).await?;
+        let check = guard.1.clone();
+        let fenced = tokio::task::spawn_blocking(move || check())
+            .await
+            .unwrap_or_else(|e| {
+                Err(StoreError::Busy(format!(
+                    "the fence check did not finish: {e}"
+                )))
+            });
+        let base = id.split(';').next().unwrap_or(&id).to_string();
+        match fenced {
+            Ok(()) if guard.may_change(self.takes) => {
+                // `scontrol release` of a released job changes nothing: a release whose
+                // answer was lost is asked again.
+                for n in 1..=RELEASE_TRIES {
+                    match self
+                        .inner
+                        .release(std::slice::from_ref(&base), req.run_as.as_ref())
+                        .await
+                    {
+                        Ok(()) => break,
+                        Err(e) if n < RELEASE_TRIES && self.change("scontrol").is_ok() => {
+                            warn!(job = %base, "releasing the held job failed ({e}); asking again");
+                        }
+                        Err(e) => {
+                            warn!(job = %base, "the held job was not released: {e}; the next takeover or restart releases it");
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(()) => warn!(job = %base, "the job stays held: this daemon's lease is about to end"),
+            Err(e) => warn!(job = %base, "the job stays held: {e}"),
+        }
+        Ok(id)
+    }
+    async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.squeue(job_ids).await
+    }
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.job_states(job_ids).await
+    }
+    async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.squeue_user(user).await
+    }
+    async fn squeue_tags(&self, job_id: &str) -> Result<Parsed<TagRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.squeue_tags(job_id).await
+    }
+    async fn sacct(&self, job_ids: &[String]) -> Result<Parsed<SacctRow>, SlurmError> {
+        self.query("sacct")?;
+        self.inner.sacct(job_ids).await
+    }
+    async fn sacct_user_since(&self, user: &str, since: i64) -> Result<Parsed<TagRow>, SlurmError> {
+        self.query("sacct")?;
+        self.inner.sacct_user_since(user, since).await
+    }
+    async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.change("scancel")?;
+        self.inner.scancel(job_ids, run_as).await
+    }
+    async fn show_job(
+        &self,
+        job_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
+        self.query("scontrol")?;
+        self.inner.show_job(job_id).await
+    }
+    async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {
+        self.query("scontrol")?;
+        self.inner.batch_script(job_id).await
+    }
+    async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
+        self.query("sinfo")?;
+        self.inner.partition_limits().await
+    }
+    async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.pending_of_users(users).await
+    }
+    async fn squeue_with_pending(
+        &self,
+        job_ids: &[String],
+        users: &[String],
+    ) -> Result<PolledWithPending, SlurmError> {
+        self.query("squeue")?;
+        self.inner.squeue_with_pending(job_ids, users).await
+    }
+    async fn set_dependency(
+        &self,
+        job_id: &str,
+        dependency: &str,
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError> {
+        self.change("scontrol")?;
+        self.inner.set_dependency(job_id, dependency, run_as).await
+    }
+    async fn release(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.change("scontrol")?;
+        self.inner.release(job_ids, run_as).await
+    }
+    async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
+        self.inner.mail_prog().await
+    }
+    async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
+        self.inner.cluster_name().await
+    }
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.held_with(needle).await
+    }
+    async fn requeue_hold(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
+        self.change("scontrol")?;
+        self.inner.requeue_hold(job_id, run_as).await
+    }
+    async fn update_job(
+        &self,
+        job_id: &str,
+        fields: &[String],
+        run_as: Option<&RunAs>,
+    ) -> Result<(), SlurmError> {
+        self.change("scontrol")?;
+        self.inner.update_job(job_id, fields, run_as).await
+    }
+}

@@ -1,0 +1,652 @@
+//! The store's tests that every backend must pass, generic over how the store is made
+//! ([`Make`]): the unit tests run them on a journal in memory, `tests/mariadb_store.rs`
+//! on a real MariaDB (docs/cluster.md). Each case's store is a replica of a journal, and
+//! when the case ends a new replica made from that journal alone must hold exactly the
+//! same rows ([`Journaled`]): every case is also a test that the journal replays.
+
+use super::*;
+use journal::MemoryJournal;
+
+/// A journaled store, checked when dropped: a replica made anew from its journal holds
+/// the same rows.
+pub struct Journaled {
+    pub store: Store,
+    replica: Box<dyn Fn() -> Store>,
+}
+
+impl Journaled {
+    /// `store`, and how to make a new replica of its journal.
+    pub fn new(store: Store, replica: impl Fn() -> Store + 'static) -> Journaled {
+        Journaled {
+            store,
+            replica: Box::new(replica),
+        }
+    }
+}
+
+/// How a case makes its store.
+pub type Make<'a> = &'a dyn Fn() -> Journaled;
+
+/// The instance of the stores the cases make in memory.
+pub const INSTANCE: &str = "0a1b2c3d";
+
+/// A journaled store on a journal in memory.
+pub fn memory() -> Journaled {
+    memory_with(MemoryJournal::default())
+}
+
+/// A journaled store on `journal`.
+pub fn memory_with(journal: MemoryJournal) -> Journaled {
+    let store = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    Journaled::new(store, move || {
+        Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap()
+    })
+}
+
+impl std::ops::Deref for Journaled {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl std::ops::DerefMut for Journaled {
+    fn deref_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+}
+
+impl Drop for Journaled {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let replica = (self.replica)();
+        assert_eq!(replica.journal_seq(), self.store.journal_seq());
+        assert_eq!(
+            dump(&replica),
+            dump(&self.store),
+            "a replica of the journal differs from the store that wrote it"
+        );
+    }
+}
+
+/// A table's rows, each a list of values.
+pub type Rows = Vec<Vec<rusqlite::types::Value>>;
+
+/// Every row of every table, in row order.
+pub fn dump(store: &Store) -> Vec<(String, Rows)> {
+    let conn = &store.conn;
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    tables
+        .into_iter()
+        .map(|t| {
+            let mut q = conn.prepare(&format!("SELECT * FROM \"{t}\"")).unwrap();
+            let n = q.column_count();
+            let rows = q
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| r.get::<_, rusqlite::types::Value>(i))
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap();
+            (t, rows)
+        })
+        .collect()
+}
+
+macro_rules! cases {
+    ($($(#[$m:meta])* fn $name:ident($make:ident) $body:block)*) => {
+        $($(#[$m])* pub fn $name($make: Make<'_>) $body)*
+
+        /// Every case, with its name.
+        pub const CASES: &[(&str, fn(Make<'_>))] = &[$((stringify!($name), $name as fn(Make<'_>))),*];
+
+        #[cfg(test)]
+        mod on_a_journal_in_memory {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::memory)
+            })*
+        }
+    };
+}
+
+pub fn sub(tasks: Option<Vec<u32>>) -> NewSubmission {
+    NewSubmission {
+        owner_uid: 1000,
+        user: "alice".into(),
+        argv: vec!["--mem=100M".into(), "job.sh".into()],
+        cwd: "/tmp".into(),
+        env: vec![("HOME".into(), "/home/alice".into())],
+        script_name: Some("job.sh".into()),
+        script: Some(b"#!/bin/sh\necho hi\n".to_vec()),
+        max_retries: 5,
+        restartable: false,
+        array_tasks: tasks,
+    }
+}
+
+pub fn decision(c: Classification, action: Action) -> Record {
+    Record {
+        classification: c,
+        class: RecoveryClass::R1,
+        action,
+        reason: crate::policy::Reason::Resolution {
+            given: "test".into(),
+        },
+        inputs: crate::policy::Inputs::None {},
+        resolves_latest: false,
+        actor: "supervisor".into(),
+        infra_failure: false,
+        failed_nodes: None,
+    }
+}
+
+/// A transition from `from` with `record`.
+pub fn tr(from: ChainState, update: &ChainUpdate, record: Record) -> Transition {
+    Transition::of(from, update.clone(), Some(record)).finish()
+}
+
+/// Records the ending of live attempt `n` with `t`.
+pub fn record_ending(s: &mut Store, chain: i64, n: u32, t: Transition, now: i64) -> Result<bool> {
+    let t = Transition {
+        attempt: Some(AttemptChange::Ended(crate::policy::Judged {
+            n,
+            ..Default::default()
+        })),
+        ..t
+    };
+    s.apply_one(chain, &t, now)
+}
+
+/// Applies transitions to several chains, all or none; the chain that moved on, if one did.
+pub fn decide_chains(s: &mut Store, items: &[(i64, Transition)], now: i64) -> Result<Option<i64>> {
+    Ok(s.apply(&Batch::all(items.to_vec()), now)?.moved)
+}
+
+/// Queues a chain's reminder as the loop does.
+pub fn remind(s: &mut Store, chain: i64, now: i64) -> Result<bool> {
+    let c = s.chain(chain)?.unwrap();
+    let config = crate::config::Config::defaults();
+    let t = crate::policy::transition(
+        &c,
+        crate::policy::Event::RemindDue,
+        &config,
+        &crate::policy::Context::at(now),
+    )
+    .unwrap();
+    s.apply_one(chain, &t, now)
+}
+
+/// A chain waiting in `pending_failed` since 200.
+pub fn waiting_chain(s: &mut Store) {
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let pending = ChainUpdate {
+        last_classification: Some(Classification::Ambiguous),
+        ..ChainUpdate::to(ChainState::PendingFailed)
+    };
+    let d = decision(Classification::Ambiguous, Action::Escalate);
+    let t = tr(ChainState::Active, &pending, d);
+    assert_eq!(decide_chains(s, &[(1, t)], 200).unwrap(), None);
+}
+
+cases! {
+fn plain_sbatch_choices(journaled) {
+    let mut s = journaled();
+    assert_eq!(s.plain_opt(1000).unwrap(), None);
+    s.set_plain_opt(1000, true, 100).unwrap();
+    s.set_plain_opt(1001, false, 101).unwrap();
+    s.set_plain_opt(1000, false, 102).unwrap();
+    assert_eq!(s.plain_opt(1000).unwrap(), Some(false));
+    assert_eq!(s.plain_opts().unwrap(), vec![(1000, false), (1001, false)]);
+}
+
+fn submission_launch_and_lookup(journaled) {
+    let mut s = journaled();
+    let l = s
+        .create_submission(&sub(None), 100, |tag| {
+            vec![format!("--comment={tag}"), "job.sh".into()]
+        })
+        .unwrap();
+    assert!(
+        l.tag
+            .starts_with(&format!("ssv-{}-L{}-c1.1", s.instance(), l.id)),
+        "{}",
+        l.tag
+    );
+    assert_eq!(l.argv[0], format!("--comment={}", l.tag));
+    assert_eq!(s.open_launches().unwrap().len(), 1);
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    assert!(s.open_launches().unwrap().is_empty());
+    assert_eq!(s.resolve("42").unwrap(), vec![1]);
+    assert_eq!(s.resolve("c1").unwrap(), vec![1]);
+    assert!(s.resolve("43").unwrap().is_empty());
+    assert!(s.resolve("c9").unwrap().is_empty());
+    let a = s.live_attempts().unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].slurm_job_id.as_deref(), Some("42"));
+    let sb = s.submission(l.submission_id).unwrap();
+    assert_eq!(sb.script.as_deref(), Some(&b"#!/bin/sh\necho hi\n"[..]));
+}
+
+fn arrays_get_a_chain_per_task(journaled) {
+    let mut s = journaled();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2, 5])), 100, |_| vec![])
+        .unwrap();
+    s.launch_submitted(l.id, "14", 101).unwrap();
+    assert_eq!(s.resolve("14").unwrap(), vec![1, 2, 3]);
+    assert_eq!(s.resolve("14_5").unwrap(), vec![3]);
+    // "1" must not match "14_x" nor "14".
+    assert!(s.resolve("1").unwrap().is_empty());
+    let ids: Vec<_> = s
+        .live_attempts()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.slurm_job_id.unwrap())
+        .collect();
+    assert_eq!(ids, vec!["14_1", "14_2", "14_5"]);
+}
+
+fn relaunch_takes_next_attempt_number_and_plan(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let plan = RetryPlan {
+        mem_mb: Some(400),
+        ..Default::default()
+    };
+    let update = ChainUpdate {
+        state: ChainState::Ready,
+        last_classification: Some(Classification::Oom),
+        plan: Some(plan.clone()),
+        not_before: Some(200),
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    record_ending(
+        &mut s,
+        1,
+        1,
+        tr(
+            ChainState::Active,
+            &update,
+            decision(Classification::Oom, Action::Resubmit),
+        ),
+        150,
+    )
+    .unwrap();
+    assert_eq!(s.chains_in_state(ChainState::Ready).unwrap().len(), 1);
+    let l2 = s
+        .begin_relaunch(l.submission_id, &[1], 200, |_| vec![])
+        .unwrap();
+    s.launch_submitted(l2.id, "43", 201).unwrap();
+    let a = s.attempts(1).unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[1].n, 2);
+    assert_eq!(a[1].plan, plan);
+    assert_eq!(s.resolve("42").unwrap(), vec![1]);
+    assert_eq!(s.resolve("43").unwrap(), vec![1]);
+    assert_eq!(
+        s.resubmits_by_class(1).unwrap(),
+        vec![("oom".to_string(), 1)]
+    );
+    assert_eq!(s.chain(1).unwrap().unwrap().state, ChainState::Active);
+}
+
+fn decisions_are_append_only(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let update = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    record_ending(
+        &mut s,
+        1,
+        1,
+        tr(
+            ChainState::Active,
+            &update,
+            decision(Classification::Ambiguous, Action::Escalate),
+        ),
+        150,
+    )
+    .unwrap();
+    let err = s
+        .conn
+        .execute("UPDATE decisions SET reason = 'x'", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    let err = s.conn.execute("DELETE FROM decisions", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+}
+
+fn a_resolution_races_safely(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let pf = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    record_ending(
+        &mut s,
+        1,
+        1,
+        tr(
+            ChainState::Active,
+            &pf,
+            decision(Classification::Ambiguous, Action::Escalate),
+        ),
+        150,
+    )
+    .unwrap();
+    let fail = ChainUpdate {
+        state: ChainState::Failed,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    let resolution = Record {
+        resolves_latest: true,
+        ..decision(Classification::Ambiguous, Action::Fail)
+    };
+    let t = tr(ChainState::PendingFailed, &fail, resolution);
+    assert_eq!(decide_chains(&mut s, &[(1, t.clone())], 160).unwrap(), None);
+    assert_eq!(decide_chains(&mut s, &[(1, t)], 161).unwrap(), Some(1));
+    let ds = s.decisions(1).unwrap();
+    assert_eq!(ds.len(), 2);
+    assert_eq!(ds[1].resolves, Some(ds[0].id), "points at what it resolves");
+    assert_eq!(ds[1].reason_code.as_deref(), Some("resolution"));
+}
+
+fn discard_removes_a_refused_first_submission(journaled) {
+    let mut s = journaled();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
+        .unwrap();
+    s.discard_submission(l.id).unwrap();
+    assert!(s.chains(None).unwrap().is_empty());
+    assert!(s.open_launches().unwrap().is_empty());
+}
+
+fn an_operation_on_an_arrays_chains_commits_all_or_nothing(journaled) {
+    let mut s = journaled();
+    let l = s
+        .create_submission(&sub(Some(vec![1, 2])), 100, |_| vec![])
+        .unwrap();
+    s.launch_submitted(l.id, "14", 101).unwrap();
+    let fail = ChainUpdate {
+        state: ChainState::Failed,
+        last_classification: None,
+        plan: None,
+        not_before: None,
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    let d = || decision(Classification::Ambiguous, Action::Fail);
+    // Chain 2 is active, not pending_failed as the second transition expects.
+    let items = [
+        (1, tr(ChainState::Active, &fail, d())),
+        (2, tr(ChainState::PendingFailed, &fail, d())),
+    ];
+    assert_eq!(decide_chains(&mut s, &items, 150).unwrap(), Some(2));
+    assert_eq!(s.chain(1).unwrap().unwrap().state, ChainState::Active);
+    assert!(s.decisions(1).unwrap().is_empty(), "nothing of it is kept");
+}
+
+fn the_breaker_and_quarantine_count_columns_written_with_the_record(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let ready = ChainUpdate {
+        state: ChainState::Ready,
+        last_classification: Some(Classification::NodeFail),
+        plan: None,
+        not_before: Some(200),
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    let rec = Record {
+        infra_failure: true,
+        failed_nodes: Some("n1".into()),
+        ..decision(Classification::NodeFail, Action::Resubmit)
+    };
+    record_ending(&mut s, 1, 1, tr(ChainState::Active, &ready, rec), 150).unwrap();
+    assert_eq!(s.infra_failures_since(100).unwrap(), 1);
+    assert_eq!(s.infra_failures_since(151).unwrap(), 0);
+    assert_eq!(
+        s.node_failures_since(100).unwrap(),
+        vec![("n1".to_string(), 150)]
+    );
+}
+
+fn every_chain_summary_is_read_once_in_order_across_pages(journaled) {
+    let mut s = journaled();
+    for i in 0..2_500 {
+        let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        if i % 2 == 0 {
+            s.launch_submitted(l.id, &(1000 + i).to_string(), 101)
+                .unwrap();
+        }
+    }
+    let mut seen = Vec::new();
+    s.each_chain_summary(None, |c| -> Result<()> {
+        assert_eq!(c.submitted, u32::from(c.chain.id % 2 == 1));
+        seen.push(c.chain.id);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, (1..=2_500).collect::<Vec<i64>>());
+    let mut none = 0;
+    s.each_chain_summary(Some(4242), |_| -> Result<()> {
+        none += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(none, 0, "another owner's chains are not read");
+}
+
+/// The notification is written with the decision that moves the chain into a state its
+/// submitter is told about, once per entry; the age of a waiting chain starts then, and a
+/// reminder and an expiry are queued once.
+fn notifications_are_queued_with_the_state_change(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let pending = ChainUpdate {
+        state: ChainState::PendingFailed,
+        last_classification: Some(Classification::Ambiguous),
+        plan: None,
+        not_before: None,
+        clock: Clock::Keep,
+        changes_chain: true,
+    };
+    let d = decision(Classification::Ambiguous, Action::Escalate);
+    assert_eq!(
+        decide_chains(
+            &mut s,
+            &[(1, tr(ChainState::Active, &pending, d.clone()))],
+            200
+        )
+        .unwrap(),
+        None
+    );
+    let due = s.due_notifications(200, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].chain_id, due[0].kind.as_str()),
+        (1, "pending_failed")
+    );
+    let latest = s.last_decision(1).unwrap().unwrap();
+    assert_eq!(due[0].decision_id, Some(latest.id));
+    // A hold keeps it waiting: no second notification, its age goes on.
+    let hold = decision(Classification::Ambiguous, Action::Hold);
+    decide_chains(
+        &mut s,
+        &[(1, tr(ChainState::PendingFailed, &pending, hold))],
+        250,
+    )
+    .unwrap();
+    assert_eq!(s.due_notifications(300, 10).unwrap().len(), 1);
+    let w = s.chains_to_expire(200).unwrap();
+    assert_eq!((w.len(), w[0].pending_since), (1, 200));
+    assert!(s.chains_to_expire(199).unwrap().is_empty());
+    // Not due before its time; sent once delivered; retried after a failure.
+    s.notification_failed(due[0].id, (true, false), "boom", Some(400), 300)
+        .unwrap();
+    assert!(s.due_notifications(399, 10).unwrap().is_empty());
+    let again = s.due_notifications(400, 10).unwrap();
+    assert_eq!((again[0].tries, again[0].mail_done), (1, true));
+    s.notification_sent(due[0].id, (false, true), 400).unwrap();
+    assert!(s.due_notifications(10_000, 10).unwrap().is_empty());
+    // One reminder.
+    assert_eq!(s.chains_to_remind(300).unwrap(), vec![1]);
+    assert!(remind(&mut s, 1, 300).unwrap());
+    assert!(!remind(&mut s, 1, 301).unwrap());
+    assert!(s.chains_to_remind(10_000).unwrap().is_empty());
+    // An expiry that holds: recorded, marked, told once; never found again.
+    let expiry = Transition {
+        notify: Some(crate::policy::Notify {
+            kind: crate::notification::Kind::Expired,
+            names_decision: true,
+        }),
+        ..Transition::of(
+            ChainState::PendingFailed,
+            ChainUpdate {
+                clock: Clock::Expire,
+                ..pending.clone()
+            },
+            Some(decision(Classification::Ambiguous, Action::Hold)),
+        )
+    };
+    assert!(s.apply_one(1, &expiry, 500).unwrap());
+    assert!(s.chains_to_expire(10_000).unwrap().is_empty());
+    let kinds: Vec<String> = s
+        .due_notifications(10_000, 10)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(kinds, ["reminder", "expired"]);
+    // Failing it for good queues `failed`; a completed chain never re-enters it.
+    let failed = ChainUpdate {
+        state: ChainState::Failed,
+        ..pending.clone()
+    };
+    decide_chains(
+        &mut s,
+        &[(
+            1,
+            tr(
+                ChainState::PendingFailed,
+                &failed,
+                decision(Classification::Ambiguous, Action::Fail),
+            ),
+        )],
+        600,
+    )
+    .unwrap();
+    let kinds: Vec<String> = s
+        .due_notifications(10_000, 10)
+        .unwrap()
+        .into_iter()
+        .map(|n| n.kind)
+        .collect();
+    assert_eq!(kinds, ["reminder", "expired", "failed"]);
+    assert!(s.chains_to_expire(10_000).unwrap().is_empty());
+}
+
+fn a_new_submission_is_what_reading_it_back_gives(journaled) {
+    // `begin_submit` hands sbatch `stored_as` instead of reading the row back: the two
+    // must not differ, whatever the strings hold.
+    let mut s = journaled();
+    let mut new = sub(None);
+    new.env.push((
+        "ODD".into(),
+        "quote \" backslash \\ tab\t newline\n é".into(),
+    ));
+    new.argv.push("--comment=a|b,c \"d\"".into());
+    new.restartable = true;
+    let l = s
+        .create_submission_waiting(&new, &[], 1234, |t| vec![t.to_string()])
+        .unwrap();
+    let read = s.submission(l.submission_id).unwrap();
+    assert_eq!(new.stored_as(l.submission_id, 1234), read);
+}
+
+/// A reminder changes nothing of the chain but its mark: `updated_at` says when it last
+/// changed.
+fn a_reminder_leaves_the_chain_as_it_is(journaled) {
+    let mut s = journaled();
+    waiting_chain(&mut s);
+    assert!(remind(&mut s, 1, 300).unwrap());
+    assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 200);
+    assert!(s.chains_to_remind(10_000).unwrap().is_empty());
+}
+
+/// The attempt of an in-place requeue that did not happen goes, and a chain that has moved
+/// on meanwhile is left as it is (its job ids keep naming it for as long as they did).
+fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let c = s.chain(1).unwrap().unwrap();
+    let cancel = crate::policy::transition(
+        &c,
+        crate::policy::Event::Cancelled {
+            job: Some("42"),
+            actor: "alice",
+        },
+        &crate::config::Config::defaults(),
+        &crate::policy::Context::at(150),
+    )
+    .unwrap();
+    assert!(s.apply_one(1, &cancel, 150).unwrap());
+    let c = s.chain(1).unwrap().unwrap();
+    let t = Transition {
+        attempt: Some(AttemptChange::Withdrawn { n: 2 }),
+        ..Transition::none(&c)
+    };
+    assert!(s.apply_one(1, &t, 10_000_000).unwrap());
+    assert_eq!(s.chain(1).unwrap().unwrap().updated_at, 150);
+}
+
+/// Whether Slurm has shown an attempt's job owned by its chain's owner is kept with the
+/// attempt, set and cleared with the cycle's last-seen states.
+fn an_attempts_owner_seen_is_set_and_cleared(journaled) {
+    let mut s = journaled();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    assert!(!s.live_attempts().unwrap()[0].owner_seen);
+    s.set_last_seen(&[(1, 1, "RUNNING")], &[(1, 1, true)])
+        .unwrap();
+    let a = &s.live_attempts().unwrap()[0];
+    assert!(a.owner_seen);
+    assert_eq!(a.last_seen.as_deref(), Some("RUNNING"));
+    s.set_last_seen(&[], &[(1, 1, false)]).unwrap();
+    assert!(!s.live_attempts().unwrap()[0].owner_seen);
+}
+}

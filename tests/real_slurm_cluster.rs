@@ -1,0 +1,406 @@
+//! Cluster mode end to end (docs/cluster.md): two daemons, as on two login nodes, on one
+//! real MariaDB (a private server, `tests/mariadb/mod.rs`) beside the dev cluster's real
+//! Slurm. Exactly one acts; the other answers reads from its replica and refuses writes
+//! naming the active node. The active one killed while its chain's job runs is replaced
+//! within a lease and a poll, and the chain goes on to complete; the active one stopped
+//! (SIGSTOP) past its lease and continued does not act again. Ground truth is Slurm's
+//! accounting: each attempt has exactly one job.
+
+mod common;
+mod mariadb;
+
+use common::{require_slurm, sacct_jobs_with_comment, wait_for, Daemon};
+use mariadb::MariaDb;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PASSWORD: &str = "cluster-test-pw";
+
+/// A shared database, and the `[store]` section that names it.
+struct Shared {
+    server: MariaDb,
+    password_file: PathBuf,
+    url: String,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let server = MariaDb::start();
+        let url = server.supervisor_database("supervisor", "ssv", PASSWORD);
+        let password_file = server.dir().join("db-password");
+        std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+        std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let url = format!(
+            "mysql://{}@{}:{}/{}",
+            url.user, url.host, url.port, url.database
+        );
+        Shared {
+            server,
+            password_file,
+            url,
+        }
+    }
+
+    /// A daemon of node `node` on this database: a 12 s lease (Slurm commands that change
+    /// something may take 5 s), polling every second.
+    fn daemon(&self, node: &str) -> Daemon {
+        Daemon::start(&format!(
+            "[slurm]\ncommand_timeout = \"5s\"\n[store]\nurl = {:?}\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n",
+            self.url,
+            self.password_file.display().to_string()
+        ))
+    }
+
+    /// The store's instance: every job's tag names it.
+    fn instance(&self) -> String {
+        self.server
+            .admin_sql("SELECT instance FROM supervisor.cluster")
+    }
+
+    /// Who holds the lease, by the server's clock.
+    fn holder(&self) -> String {
+        self.server.admin_sql(
+            "SELECT COALESCE(holder, '') FROM supervisor.lease WHERE expires_at > UTC_TIMESTAMP(6)",
+        )
+    }
+}
+
+fn active(d: &Daemon) -> bool {
+    d.log().contains("this daemon is the active one now")
+}
+
+/// A script that fails the first time with an error a rule calls transient, once `go`
+/// exists in `dir`, and completes the second time.
+fn fail_once_when_told(d: &Daemon, dir: &Path) -> PathBuf {
+    d.write_script(
+        "once.sh",
+        &format!(
+            "while [ ! -e {dir}/go ]; do sleep 0.2; done\n\
+             if [ -e {dir}/failed-once ]; then exit 0; fi\n\
+             touch {dir}/failed-once\necho 'connection refused' >&2\nexit 1",
+            dir = dir.display()
+        ),
+    )
+}
+
+#[test]
+fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_one_job_per_attempt()
+{
+    require_slurm();
+    let shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    assert!(
+        shared.holder().starts_with("loginA:"),
+        "{}",
+        shared.holder()
+    );
+
+    let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let script = fail_once_when_told(&a, flags.path());
+    let job = a.submit(&["--time=2", "--mem=50M", script.to_str().unwrap()]);
+    a.wait_seen_running(&job, Duration::from_secs(120));
+
+    // The standby answers reads from its replica, and refuses writes naming the active node.
+    wait_for(
+        "loginB's replica to show the chain",
+        Duration::from_secs(30),
+        || b.ctl(&["status", "--json", &job]).status.success(),
+    );
+    let refused = b.ctl(&["cancel", &job]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("the active daemon is on loginA"), "{said}");
+    assert!(!b.log().contains("squeue"), "a standby ran a Slurm query");
+
+    // loginA dies; loginB takes over within the lease and a poll.
+    a.kill();
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
+    std::fs::write(flags.path().join("go"), "").unwrap();
+    let rows = b.wait_state(&job, "completed", Duration::from_secs(240));
+    assert_eq!(rows.len(), 1);
+    let h = b.history(&job);
+    let attempts = common::attempts(&h);
+    assert_eq!(attempts.len(), 2, "{h:#}");
+
+    // Slurm's accounting: exactly one job for each attempt.
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+}
+
+#[test]
+fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
+    require_slurm();
+    let shared = Shared::new();
+    let a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let pid = nix::unistd::Pid::from_raw(a.child.as_ref().unwrap().id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
+    assert!(
+        shared.holder().starts_with("loginB:"),
+        "{}",
+        shared.holder()
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_for("loginA to stand by", Duration::from_secs(30), || {
+        a.log().contains("not the active one any more")
+    });
+    // loginA refuses writes and names loginB; loginB acts.
+    let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("the active daemon is on loginB"), "{said}");
+    let job = b.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    b.wait_state(&job, "completed", Duration::from_secs(120));
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
+
+/// What squeue says a job waits for (`%r`), empty once it is not pending.
+fn reason(job: &str) -> String {
+    common::run("squeue", &["--noheader", "--jobs", job, "--format=%T|%r"])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorded_one_left_held() {
+    require_slurm();
+    let shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let script = a.write_script("sleepy.sh", "sleep 120");
+    // Pending (it may start in an hour), so a hold keeps it from running.
+    let job = a.submit(&[
+        "--time=3",
+        "--mem=50M",
+        "--begin=now+1hour",
+        script.to_str().unwrap(),
+    ]);
+    let comment = common::run("squeue", &["--noheader", "--jobs", &job, "--format=%k"]);
+    let tag = comment
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
+        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
+        .to_string();
+    // What a deposed daemon leaves when its sbatch outlived its lease: a job with the
+    // launch's tag, submitted held, that nobody recorded.
+    let stray = common::run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--time=1",
+            "--mem=50M",
+            &format!("--comment={tag}"),
+            "--wrap=true",
+        ],
+    )
+    .trim()
+    .to_string();
+    // And the recorded job held again, as when its release failed.
+    common::run("scontrol", &["uhold", &job]);
+    assert!(
+        reason(&stray).ends_with("|JobHeldUser"),
+        "{}",
+        reason(&stray)
+    );
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
+
+    a.kill();
+    wait_for("loginB to take over", Duration::from_secs(30), || {
+        active(&b)
+    });
+    wait_for(
+        "the stray job to be cancelled",
+        Duration::from_secs(60),
+        || common::sacct_state(&stray).starts_with("CANCELLED"),
+    );
+    wait_for(
+        "the recorded job to be released",
+        Duration::from_secs(60),
+        || !reason(&job).ends_with("|JobHeldUser"),
+    );
+    assert!(
+        b.log().contains("cancelled a held job nobody recorded"),
+        "{}",
+        common::tail(&b.log(), 30)
+    );
+    // The stray never ran.
+    assert_eq!(
+        common::sacct_field(&stray, "Elapsed"),
+        "00:00:00",
+        "{stray}"
+    );
+    let start = common::sacct_field(&stray, "Start");
+    assert!(
+        ["None", "Unknown"].contains(&start.as_str()),
+        "{stray} started at {start}"
+    );
+    common::run("scancel", &[&job]);
+}
+
+#[test]
+fn a_daemon_whose_database_does_not_answer_at_start_stands_by_on_its_replica_and_says_why() {
+    require_slurm();
+    let mut shared = Shared::new();
+    let mut a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let job = a.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    a.wait_state(&job, "completed", Duration::from_secs(120));
+    assert!(a.stop().success());
+    // The database stops answering; the daemon starts again on the replica it made.
+    shared.server.stop();
+    a.spawn();
+    wait_for(
+        "loginA to say why it stands by",
+        Duration::from_secs(30),
+        || a.log().contains("cannot reach the shared database"),
+    );
+    // Reads from the replica; writes refused, saying why.
+    assert_eq!(a.status(&job)[0]["state"], "completed");
+    let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("not active, and no daemon acts right now (the shared database:"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_daemon_without_a_replica_whose_database_does_not_answer_does_not_start_and_says_why() {
+    require_slurm();
+    // Nothing listens on this port: bound and closed by this test.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let password_file = dir.path().join("db-password");
+    std::fs::write(&password_file, "pw\n").unwrap();
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("supervisor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {:?}\n[slurm]\nbin_dir = {:?}\ncommand_timeout = \"5s\"\n[store]\nurl = \"mysql://ssv@127.0.0.1:{port}/supervisor\"\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\n",
+            dir.path().join("state").display().to_string(),
+            common::slurm_bin_dir()
+                .unwrap_or_else(|| "/usr/bin".into())
+                .display()
+                .to_string(),
+            password_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::DAEMON)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("cannot reach the shared database at 127.0.0.1")
+            && said.contains("this node has no replica of it yet"),
+        "{said}"
+    );
+}
+
+#[test]
+fn while_the_database_is_down_nobody_acts_and_afterwards_the_chain_goes_on_with_nothing_lost() {
+    require_slurm();
+    let mut shared = Shared::new();
+    let a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let b = shared.daemon("loginB");
+    let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let script = fail_once_when_told(&a, flags.path());
+    let job = a.submit(&["--time=2", "--mem=50M", script.to_str().unwrap()]);
+    a.wait_seen_running(&job, Duration::from_secs(120));
+    let tag = format!("ssv-{}-", shared.instance());
+
+    shared.server.stop();
+    // Within its lease the active daemon stops acting; the attempt then fails, and nobody
+    // may retry it while the database is down.
+    wait_for("loginA to stop acting", Duration::from_secs(30), || {
+        a.log().contains("not the active one any more")
+    });
+    std::fs::write(flags.path().join("go"), "").unwrap();
+    wait_for(
+        "the first attempt to fail in Slurm",
+        Duration::from_secs(60),
+        || common::sacct_state(&job).starts_with("FAILED"),
+    );
+    // Two more cycles on each node, after the failure, with the database down...
+    let stale = |d: &Daemon| {
+        d.log()
+            .matches("cannot bring this node's replica up to date")
+            .count()
+    };
+    let (a0, b0) = (stale(&a), stale(&b));
+    wait_for(
+        "two more cycles on each node",
+        Duration::from_secs(60),
+        || stale(&a) >= a0 + 2 && stale(&b) >= b0 + 2,
+    );
+    // ...and no retry was submitted.
+    let jobs = sacct_jobs_with_comment(&tag);
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+
+    shared.server.restart();
+    // Someone acts again, and the chain is retried once and completes.
+    wait_for("a daemon to act again", Duration::from_secs(60), || {
+        shared.holder().len() > 1
+    });
+    let who = if shared.holder().starts_with("loginA:") {
+        &a
+    } else {
+        &b
+    };
+    who.wait_state(&job, "completed", Duration::from_secs(240));
+    let jobs = sacct_jobs_with_comment(&tag);
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+}
+
+#[test]
+fn two_daemons_started_at_the_same_instant_elect_one_and_only_it_acts() {
+    require_slurm();
+    let shared = Shared::new();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| shared.daemon("loginA"));
+        let b = s.spawn(|| shared.daemon("loginB"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    wait_for("one of them to act", Duration::from_secs(30), || {
+        active(&a) || active(&b)
+    });
+    let (acting, standing) = if active(&a) { (&a, &b) } else { (&b, &a) };
+    // A submission to each: one is taken, the other refused naming the active node.
+    let job = acting.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    let refused = standing.ctl_in(&["submit", "--", "--wrap=true"], &standing.work_dir());
+    assert!(!refused.status.success());
+    acting.wait_state(&job, "completed", Duration::from_secs(120));
+    wait_for(
+        "the standby's replica to show it completed",
+        Duration::from_secs(30),
+        || {
+            standing.ctl(&["status", "--json", &job]).status.success()
+                && standing.status(&job)[0]["state"] == "completed"
+        },
+    );
+    assert!(!active(standing), "both daemons acted:\n{}", standing.log());
+    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
