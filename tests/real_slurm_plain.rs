@@ -7,7 +7,8 @@
 //! that names another user's job, and a hostile job name and comment, make nothing
 //! anyone else's.
 //!
-//! One test: one daemon reads a cluster's spool at a time (it is locked). Its users,
+//! One test: one daemon reads a cluster's spool at a time (it is locked; a demo daemon of
+//! `scripts/quickstart` left running holds it too: `scripts/quickstart stop`). Its users,
 //! ssvpin and ssvpout, are the dev cluster's and no other test's, so no other test's plain
 //! sbatch is ever noted.
 
