@@ -424,6 +424,22 @@ impl LimitsConfig {
     }
 }
 
+/// Plain `sbatch`, supervised (docs/plain-sbatch.md): the site's cli_filter leaves a note
+/// in `spool` for each submission of an opted-in user, and the daemon adopts the job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlainSbatchConfig {
+    /// Read the filter's notes and adopt the jobs they name (off by default).
+    pub enabled: bool,
+    /// Where the filter leaves its notes and reads who opted in; must be the `SPOOL` of
+    /// the installed `cli_filter.lua`. `None`: `<state_dir>/plain-sbatch`.
+    pub spool: Option<PathBuf>,
+    /// Every user is opted in unless they opt out (`supervisorctl opt-out`).
+    pub everyone: bool,
+    /// The members of these Unix groups are opted in unless they opt out.
+    pub groups: Vec<String>,
+}
+
 /// The Prometheus endpoint (off unless `listen` is set).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -541,6 +557,8 @@ struct RawConfig {
     #[serde(default)]
     client: RawClient,
     #[serde(default)]
+    plain_sbatch: PlainSbatchConfig,
+    #[serde(default)]
     rules: Vec<RawRule>,
     store: Option<crate::dbconfig::StoreConfig>,
 }
@@ -613,6 +631,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub server: ServerConfig,
     pub client: NetClientConfig,
+    pub plain_sbatch: PlainSbatchConfig,
     pub rules: Vec<Rule>,
     /// Cluster mode (`[store]`): the shared database and the lease; `None` runs on the
     /// SQLite store alone.
@@ -1168,6 +1187,28 @@ impl Config {
         }
 
         let state_dir = raw.state_dir.unwrap_or_else(default_state_dir);
+        let mut plain_sbatch = raw.plain_sbatch;
+        if let Some(s) = &plain_sbatch.spool {
+            if !s.is_absolute() {
+                return Err(semantic(format!(
+                    "plain_sbatch.spool = {:?} is not an absolute path",
+                    s.display()
+                )));
+            }
+        }
+        plain_sbatch
+            .spool
+            .get_or_insert_with(|| state_dir.join("plain-sbatch"));
+        if plain_sbatch.groups.len() > 1000
+            || plain_sbatch
+                .groups
+                .iter()
+                .any(|g| g.is_empty() || g.len() > 256)
+        {
+            return Err(semantic(
+                "plain_sbatch.groups: at most 1000 group names, each 1 to 256 bytes".into(),
+            ));
+        }
         let socket = raw
             .socket
             .unwrap_or_else(|| state_dir.join("supervisor.sock"));
@@ -1225,9 +1266,18 @@ impl Config {
                 munge_socket: raw.client.munge_socket,
                 tls_ca: raw.client.tls_ca,
             },
+            plain_sbatch,
             rules,
             cluster,
         })
+    }
+
+    /// Where the plain-sbatch filter's notes and the opt-in list are (set when parsed).
+    pub fn plain_spool(&self) -> PathBuf {
+        self.plain_sbatch
+            .spool
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("plain-sbatch"))
     }
 
     /// The SQLite file: in cluster mode, this node's replica of the shared journal (never

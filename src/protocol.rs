@@ -17,14 +17,29 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     Submit(SubmitRequest),
-    Adopt { job_ids: Vec<String> },
-    Status { id: Option<String> },
-    History { id: String },
+    Adopt {
+        job_ids: Vec<String>,
+    },
+    /// The caller's plain `sbatch` submissions are supervised (true) or not (false) from
+    /// now on (`supervisorctl opt-in` / `opt-out`).
+    PlainOpt {
+        opted_in: bool,
+    },
+    Status {
+        id: Option<String>,
+    },
+    History {
+        id: String,
+    },
     Pending,
     Classify(Resolution),
     Recover(RecoverRequest),
-    Cancel { id: String },
-    Stats { id: Option<String> },
+    Cancel {
+        id: String,
+    },
+    Stats {
+        id: Option<String>,
+    },
     Ping,
 }
 
@@ -34,6 +49,7 @@ impl Request {
         match self {
             Request::Submit(_) => "submit",
             Request::Adopt { .. } => "adopt",
+            Request::PlainOpt { .. } => "plain_opt",
             Request::Status { .. } => "status",
             Request::History { .. } => "history",
             Request::Pending => "pending",

@@ -52,6 +52,10 @@ const EXPECTED: &[(&str, &str)] = &[
         "/usr/share/doc/slurm-supervisor/README.md",
         "the README the units name",
     ),
+    (
+        "/usr/share/slurm-supervisor/cli_filter.lua",
+        "the plain-sbatch cli_filter (docs/plain-sbatch.md)",
+    ),
 ];
 
 fn output(program: &str, args: &[&str]) -> Output {

@@ -94,6 +94,8 @@ fn the_quickstart_shows_what_the_readme_promises() {
         .prefix("ssv-quickstart-")
         .tempdir_in(scratch_root())
         .unwrap();
+    // The demo user (ssvdemo) passes through to their folder in the demo's.
+    common::system::chmod(dir.path(), 0o755);
     let demo = Demo {
         dir: dir.path().join("demo"),
     };
@@ -157,6 +159,28 @@ fn the_quickstart_shows_what_the_readme_promises() {
     // job was requeued by Slurm under its own id and only watched.
     let oom = demo.json(&["history", "--json", job("oom")]);
     assert!(attempts(&oom).len() >= 2, "oom: {oom:#}");
+    // The out-of-memory job was submitted with plain sbatch (README: at least one is) and
+    // taken up through the cli_filter's note: its first job carries no tag of the
+    // supervisor's, its retry does.
+    assert!(
+        stdout.contains("submits the out-of-memory job with plain sbatch"),
+        "{}",
+        context()
+    );
+    let first = sacct_field(job("oom"), "Comment");
+    assert!(
+        !first.contains("ssv-"),
+        "oom's first job was the supervisor's: {first:?}"
+    );
+    let retry = attempts(&oom)[1]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tagged = sacct_field(&retry, "Comment");
+    assert!(
+        tagged.contains("ssv-"),
+        "oom's retry carries no tag: {tagged:?}"
+    );
     let tmo = demo.json(&["history", "--json", job("timeout")]);
     assert!(attempts(&tmo).len() >= 2, "timeout: {tmo:#}");
     let nf = demo.json(&["history", "--json", job("node_fail")]);

@@ -77,6 +77,10 @@ pub enum Command {
         #[arg(required = true)]
         job_ids: Vec<String>,
     },
+    /// Have your plain `sbatch` submissions supervised from now on (docs/plain-sbatch.md).
+    OptIn,
+    /// Stop having your plain `sbatch` submissions supervised (those supervised already stay so).
+    OptOut,
     /// One row per chain.
     Status {
         #[arg(long)]
@@ -401,6 +405,8 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Adopt { ref job_ids } => Request::Adopt {
             job_ids: job_ids.clone(),
         },
+        Command::OptIn => Request::PlainOpt { opted_in: true },
+        Command::OptOut => Request::PlainOpt { opted_in: false },
         Command::Status { ref id, .. } => Request::Status { id: id.clone() },
         Command::History { ref id, .. } => Request::History { id: id.clone() },
         Command::Pending { .. } => Request::Pending,
@@ -556,6 +562,17 @@ fn render(command: &Command, v: Value) -> i32 {
 fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
     match command {
         Command::Submit { .. } => println!("{}", decode::<SubmitAnswer>(v)?.job_id),
+        Command::OptIn | Command::OptOut => {
+            let a = decode::<crate::protocol::views::PlainOptAnswer>(v)?;
+            if a.opted_in {
+                println!("your plain sbatch submissions are supervised from now on");
+            } else {
+                println!("your plain sbatch submissions are no longer supervised (jobs supervised already stay so)");
+            }
+            if !a.enabled {
+                eprintln!("supervisorctl: note: this daemon does not read plain sbatch submissions ([plain_sbatch] enabled = false); ask your admin");
+            }
+        }
         Command::Stats { json: false, .. } => {
             print!("{}", render::stats_text(&decode::<StatsAnswer>(v)?))
         }

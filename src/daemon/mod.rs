@@ -12,6 +12,7 @@ pub mod engine;
 pub mod evidence;
 pub mod net;
 pub mod notifications;
+pub mod plain;
 pub mod program;
 pub mod reads;
 pub mod requests;
@@ -49,6 +50,8 @@ pub enum DaemonError {
         path: std::path::PathBuf,
         holder: String,
     },
+    #[error(transparent)]
+    PlainSpool(#[from] plain::SpoolError),
     #[error("cannot open the control socket {path}: {source}")]
     Socket {
         path: std::path::PathBuf,
@@ -289,12 +292,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
             )
         }
     };
+    // Plain sbatch (`plain`): the spool is this daemon's while it runs.
+    let mut plain = plain::Plain::start(&config, &store)?;
     let mut engine = Engine::new(config, store, slurm);
 
     // READY only after the store is open and the first reconciliation ran (in cluster
     // mode: if this daemon acts; a standby is ready to answer reads).
     if acts(&mut cluster, &mut engine) {
-        if let Err(e) = timed_cycle(&mut engine).await {
+        if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
             error!("first cycle failed: {e}");
             note_fenced(&mut cluster, &e);
             if e.is_corruption() {
@@ -327,7 +332,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             biased;
             ev = events.recv() => match ev {
                 Some(Event::Reload) => {
-                    reload(&mut engine);
+                    reload(&mut engine, &mut plain);
                     if let Some(s) = &scraper {
                         s.set_config(engine.config());
                     }
@@ -371,6 +376,8 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // A resolution or recover may have made a retry due right now; other
                 // requests make no Slurm calls outside the poll cadence.
                 let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
+                // A user's plain-sbatch choice is published for the filter at once.
+                let opt = matches!(ctl.request, crate::protocol::Request::PlainOpt { .. });
                 let response = match requests::begin(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await {
                     requests::Plan::Done(response) => response,
                     // A submit's sbatch, a cancel's scancels: as the user, who could hold
@@ -384,6 +391,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         continue;
                     }
                 };
+                // Published before the answer: an sbatch right after `opt-in` is noted.
+                if let (true, Some(p)) = (opt, &plain) {
+                    p.publish(engine.store());
+                }
                 let _ = ctl.reply.send(response);
                 if may_launch {
                     if let Err(e) = engine.launch_ready(crate::clock::now()).await {
@@ -394,7 +405,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             }
             _ = tokio::time::sleep_until(next) => {
                 if acts(&mut cluster, &mut engine) {
-                    if let Err(e) = timed_cycle(&mut engine).await {
+                    if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
                         error!("poll cycle failed: {e}; trying again next cycle");
                         note_fenced(&mut cluster, &e);
                         if e.is_corruption() {
@@ -475,19 +486,28 @@ fn note_fenced(cluster: &mut Option<cluster::Cluster>, e: &StoreError) {
 
 /// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news). Its
 /// lines are in a `cycle` span numbered from 1 at start (journal field `CYCLE`).
-async fn timed_cycle<S: Slurm>(engine: &mut Engine<S>) -> Result<(), StoreError> {
+async fn timed_cycle<S: Slurm>(
+    engine: &mut Engine<S>,
+    plain: &mut Option<plain::Plain>,
+) -> Result<(), StoreError> {
     static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
-    let result = engine
-        .cycle()
-        .instrument(tracing::info_span!("cycle", cycle = n))
-        .await;
+    let span = tracing::info_span!("cycle", cycle = n);
+    // Plain-sbatch jobs first, so this cycle's poll watches them already.
+    let found = match plain {
+        Some(p) => plain::discover(engine, p).instrument(span.clone()).await,
+        None => Ok(()),
+    };
+    let result = match found {
+        Ok(()) => engine.cycle().instrument(span).await,
+        Err(e) => Err(e),
+    };
     crate::metrics::observe_cycle(start.elapsed());
     result
 }
 
-fn reload<S: Slurm>(engine: &mut Engine<S>) {
+fn reload<S: Slurm>(engine: &mut Engine<S>, plain: &mut Option<plain::Plain>) {
     let Some(path) = engine.config().path.clone() else {
         warn!("reload asked but the daemon runs without a config file; nothing to reload");
         return;
@@ -523,6 +543,9 @@ fn reload<S: Slurm>(engine: &mut Engine<S>) {
                 server: keep.4,
                 ..new
             });
+            if let Some(p) = plain {
+                p.reload(engine.config(), engine.store());
+            }
             info!(path = %path.display(), "config reloaded");
         }
     }

@@ -254,6 +254,15 @@ pub struct AdoptAnswer {
     pub adopted: Vec<String>,
 }
 
+/// `opt-in`'s and `opt-out`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlainOptAnswer {
+    pub uid: u32,
+    pub opted_in: bool,
+    /// Whether this daemon reads the plain-sbatch notes at all (`[plain_sbatch] enabled`).
+    pub enabled: bool,
+}
+
 /// `cancel`'s answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelAnswer {

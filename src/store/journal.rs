@@ -106,6 +106,12 @@ pub(super) enum Op<'a> {
         seen: Vec<(i64, u32, Cow<'a, str>)>,
         owned: Cow<'a, [(i64, u32, bool)]>,
     },
+    /// A user's plain-sbatch choice (`supervisorctl opt-in` / `opt-out`).
+    SetPlainOpt {
+        uid: u32,
+        opted_in: bool,
+        now: i64,
+    },
     Apply {
         steps: Vec<(i64, Step<'a>)>,
         all_or_none: bool,

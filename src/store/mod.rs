@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod journal;
 mod metrics;
+mod opt_in;
 mod pipeline;
 mod schema;
 
@@ -413,6 +414,9 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             promise,
         } => exec_note_launch_error(tx, launch_id, &error, promise)?,
         Op::SetLastSeen { seen, owned } => exec_set_last_seen(tx, &seen, &owned)?,
+        Op::SetPlainOpt { uid, opted_in, now } => {
+            opt_in::exec_set_plain_opt(tx, uid, opted_in, now)?
+        }
         Op::Apply {
             steps,
             all_or_none,

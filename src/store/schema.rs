@@ -268,4 +268,14 @@ CREATE TABLE submit_requests (
     PRIMARY KEY (owner_uid, request_id)
 ) WITHOUT ROWID;
 "#,
+    // 12: who chose to have their plain `sbatch` submissions supervised, or not
+    // (`supervisorctl opt-in` / `opt-out`, docs/plain-sbatch.md). A user with no row
+    // follows the config's site default (`[plain_sbatch] everyone`, `groups`).
+    r#"
+CREATE TABLE plain_opt (
+    uid       INTEGER PRIMARY KEY,
+    opted_in  INTEGER NOT NULL,   -- 1 opt-in, 0 opt-out
+    chosen_at INTEGER NOT NULL
+);
+"#,
 ];

@@ -201,6 +201,16 @@ pub fn waiting_chain(s: &mut Store) {
 }
 
 cases! {
+fn plain_sbatch_choices(journaled) {
+    let mut s = journaled();
+    assert_eq!(s.plain_opt(1000).unwrap(), None);
+    s.set_plain_opt(1000, true, 100).unwrap();
+    s.set_plain_opt(1001, false, 101).unwrap();
+    s.set_plain_opt(1000, false, 102).unwrap();
+    assert_eq!(s.plain_opt(1000).unwrap(), Some(false));
+    assert_eq!(s.plain_opts().unwrap(), vec![(1000, false), (1001, false)]);
+}
+
 fn submission_launch_and_lookup(journaled) {
     let mut s = journaled();
     let l = s

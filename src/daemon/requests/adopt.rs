@@ -46,6 +46,12 @@ pub fn argv_from_scontrol(
     add("chdir", "WorkDir");
     add("output", "StdOut");
     add("error", "StdErr");
+    // Who Slurm mails and when (the chain's own mail follows them too, docs/configuration.md
+    // "Notifications"); without a --mail-type scontrol shows NONE, which adds nothing.
+    add("mail-type", "MailType");
+    if set("MailType").is_some() {
+        add("mail-user", "MailUser");
+    }
     if set("Requeue") == Some("0") {
         argv.push("--no-requeue".into());
     }
@@ -87,8 +93,32 @@ pub async fn adopt<S: Slurm>(
     let mut adopted = Vec::new();
     for id in job_ids {
         let id = &id.trim().to_string();
+        adopted.extend(adopt_job(engine, id, uid, Owner::Caller).await?);
+    }
+    Ok(AdoptAnswer { adopted })
+}
+
+/// Whose job an adoption may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A caller's request: their own job (root and the daemon's user: anyone's).
+    Caller,
+    /// A plain-sbatch note (`daemon::plain`): exactly the note's owner's job, root's too.
+    Exactly,
+}
+
+/// Adopts one live job for `uid` (see [`Owner`]); the chains it made. The one engine of
+/// adoption: `adopt` requests and the plain-sbatch notes both come here.
+pub async fn adopt_job<S: Slurm>(
+    engine: &mut Engine<S>,
+    id: &str,
+    uid: u32,
+    who: Owner,
+) -> Handled<Vec<String>> {
+    {
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
+        let id = &id.to_string();
         if !engine.store().resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
@@ -135,13 +165,21 @@ pub async fn adopt<S: Slurm>(
                     format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
                 )
             })?;
-        if !sees_all(uid) && owner != uid {
+        let allowed = match who {
+            Owner::Caller => sees_all(uid) || owner == uid,
+            Owner::Exactly => owner == uid,
+        };
+        if !allowed {
             return Err(Response::error(
                 ErrorKind::Forbidden,
                 format!("job {id} belongs to another user"),
             ));
         }
-        if state.is_terminal() {
+        // A plain-sbatch note may come after its job ended (one killed for memory within a
+        // second, before the next cycle): while Slurm still knows the job, its script can
+        // be read and the ending is judged by the next poll like any other. A request
+        // adopts only a pending or running job.
+        if state.is_terminal() && who == Owner::Caller {
             return Err(usage(format!(
                 "it is {}; only a pending or running job can be adopted",
                 state.as_str()
@@ -195,7 +233,50 @@ pub async fn adopt<S: Slurm>(
             .begin_submission(&new, &submitted, t)
             .map_err(internal)?;
         engine.store_mut().launch_submitted(l.id, id, t)?;
-        adopted.extend(engine.store().resolve(id)?.into_iter().map(chain_label));
+        Ok(engine
+            .store()
+            .resolve(id)?
+            .into_iter()
+            .map(chain_label)
+            .collect())
     }
-    Ok(AdoptAnswer { adopted })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_mail_options_are_carried_and_none_is_nothing() {
+        let argv = argv_from_scontrol(&job(&[
+            ("JobName", "train"),
+            ("MailType", "END,FAIL"),
+            ("MailUser", "me@example.org"),
+            ("Command", "/home/me/train.sh"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            argv,
+            [
+                "--job-name=train",
+                "--mail-type=END,FAIL",
+                "--mail-user=me@example.org",
+                "/home/me/train.sh"
+            ]
+        );
+        let argv = argv_from_scontrol(&job(&[
+            ("MailType", "NONE"),
+            ("MailUser", "me"),
+            ("Command", "/home/me/train.sh"),
+        ]))
+        .unwrap();
+        assert_eq!(argv, ["/home/me/train.sh"]);
+    }
 }

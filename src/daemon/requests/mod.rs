@@ -10,7 +10,7 @@
 //! tests) awaits it in place. The answer is the truth: a submission the client is told
 //! failed is never submitted later.
 
-mod adopt;
+pub mod adopt;
 pub mod cancel;
 mod classify;
 mod recover;
@@ -129,6 +129,9 @@ pub async fn begin<S: Slurm>(
                 .await
                 .map(|a| Response::answer(&a)),
         ),
+        Request::PlainOpt { opted_in } => {
+            answered(plain_opt(engine, uid, opted_in).map(|a| Response::answer(&a)))
+        }
         Request::Ping
         | Request::Status { .. }
         | Request::History { .. }
@@ -140,6 +143,23 @@ pub async fn begin<S: Slurm>(
             }
         }
     }
+}
+
+/// Records a user's plain-sbatch choice (the daemon then publishes it for the filter,
+/// `daemon::plain`).
+fn plain_opt<S: Slurm>(
+    engine: &mut Engine<S>,
+    uid: u32,
+    opted_in: bool,
+) -> Result<crate::protocol::views::PlainOptAnswer, Response> {
+    engine
+        .store_mut()
+        .set_plain_opt(uid, opted_in, crate::clock::now())?;
+    Ok(crate::protocol::views::PlainOptAnswer {
+        uid,
+        opted_in,
+        enabled: engine.config().plain_sbatch.enabled,
+    })
 }
 
 /// Runs a request's Slurm command (beside the loop, in the daemon).

@@ -1,0 +1,329 @@
+//! Plain `sbatch`, supervised (docs/plain-sbatch.md), against the real Slurm with the
+//! supervisor's cli_filter enabled (scripts/dev-cluster installs it, each cluster with its
+//! own spool): an opted-in user's plain `sbatch` of a job that runs out of memory is
+//! retried with more memory from the script Slurm kept (the file is gone by then); one
+//! submitted while the daemon is stopped is supervised once it starts; a user who did not
+//! opt in, and a submission opted out with `SLURM_SUPERVISOR=off`, are untouched; a note
+//! that names another user's job, and a hostile job name and comment, make nothing
+//! anyone else's.
+//!
+//! One test: one daemon reads a cluster's spool at a time (it is locked; a demo daemon of
+//! `scripts/quickstart` left running holds it too: `scripts/quickstart stop`). Its users,
+//! ssvpin and ssvpout, are the dev cluster's and no other test's, so no other test's plain
+//! sbatch is ever noted.
+
+mod common;
+
+use common::system::{chmod, User};
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const IN: &str = "ssvpin";
+const OUT: &str = "ssvpout";
+
+fn spool() -> PathBuf {
+    PathBuf::from(format!(
+        "/var/spool/slurm-supervisor-dev/{}",
+        slurm_version()
+    ))
+}
+
+/// The notes waiting in the spool that name `job`.
+fn notes_of(job: &str) -> Vec<String> {
+    std::fs::read_dir(spool().join("notes"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("{job}.")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `user`'s sbatch with `env` added to their environment, in `cwd`.
+fn sbatch_as(user: &str, cwd: &Path, env: &[&str], args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", user, "--", "env"])
+        .args(env)
+        .arg(slurm_cmd("sbatch"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+/// A job id from a successful `sbatch --parsable`, which printed nothing else.
+fn job_id(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sbatch failed: {stderr}");
+    assert!(
+        stderr.is_empty(),
+        "sbatch printed something on stderr: {stderr}"
+    );
+    let id = stdout.trim_end_matches('\n');
+    assert!(
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+        "--parsable printed {stdout:?}"
+    );
+    id.to_string()
+}
+
+fn ctl_as(user: &str, ctl: &Path, config: &Path, args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(ctl)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
+fn supervised(d: &Daemon, job: &str) -> bool {
+    d.ctl(&["status", "--json", job]).status.success()
+}
+
+fn home_of(d: &Daemon, user: &str) -> PathBuf {
+    let home = d.dir.path().join(user);
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("quick.sh"), "#!/bin/bash\nsleep 1\n").unwrap();
+    std::fs::write(home.join("fails.sh"), "#!/bin/bash\nexit 3\n").unwrap();
+    std::fs::write(home.join("oom.sh"), format!("#!/bin/bash\n{OOM_ONCE}\n")).unwrap();
+    chmod(&home, 0o700);
+    run(
+        "chown",
+        &["-R", &format!("{user}:"), home.to_str().unwrap()],
+    );
+    home
+}
+
+#[test]
+fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() {
+    require_slurm();
+    let (pin, pout) = (User::get(IN), User::get(OUT));
+    let extra = format!(
+        "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+        spool().display().to_string()
+    );
+    let (mut d, ctl) = root_daemon("ssv-plain-", &extra);
+    let config = d.config.clone();
+    let (home_in, home_out) = (home_of(&d, IN), home_of(&d, OUT));
+
+    let out = ctl_as(IN, &ctl, &config, &["opt-in"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(spool().join(format!("optin/{}", pin.uid))).unwrap(),
+        "in\n"
+    );
+
+    // Out of memory once, under a name and a comment of the user's own; the script file
+    // is removed at once, so the retry can only come from what Slurm kept.
+    let oom = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &[
+            "--parsable",
+            "--mem=100M",
+            "--job-name=oom | ssv plain",
+            "--comment=mine | keep",
+            // The supervisor reads the memory kill in the job's stderr.
+            "-o",
+            "oom.out",
+            "oom.sh",
+        ],
+    ));
+    std::fs::remove_file(home_in.join("oom.sh")).unwrap();
+
+    // Not opted in: the filter leaves no note and the job as it was.
+    let theirs = job_id(&sbatch_as(
+        OUT,
+        &home_out,
+        &[],
+        &["--parsable", "-o", "/dev/null", "quick.sh"],
+    ));
+    assert!(
+        notes_of(&theirs).is_empty(),
+        "a note for {OUT}'s job {theirs}"
+    );
+    // Opted out for one submission.
+    let off = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &["SLURM_SUPERVISOR=off"],
+        &["--parsable", "-o", "/dev/null", "quick.sh"],
+    ));
+    assert!(
+        notes_of(&off).is_empty(),
+        "a note for the opted-out job {off}"
+    );
+    // A note of ssvpin's that names ssvpout's job: not theirs to supervise. And one that
+    // ssvpout writes by hand about their own job: they did not opt in.
+    let forged = spool().join(format!("notes/{theirs}.1.1"));
+    let by_hand = spool().join(format!("notes/{theirs}.2.2"));
+    for (user, note) in [(IN, &forged), (OUT, &by_hand)] {
+        let touch = Command::new("runuser")
+            .args(["-u", user, "--", "touch"])
+            .arg(note)
+            .output()
+            .unwrap();
+        assert!(
+            touch.status.success(),
+            "{}",
+            String::from_utf8_lossy(&touch.stderr)
+        );
+    }
+    // A hostile name and comment: text, never structure.
+    let hostile = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &[
+            "--parsable",
+            "--job-name=x|\n1|0|RUNNING UserId=root(0) JobId=1",
+            "--comment=|0|RUNNING| UserId=root(0)",
+            "-o",
+            "/dev/null",
+            "quick.sh",
+        ],
+    ));
+
+    // sbatch --wait of an opted-in user waits and answers as without the filter.
+    let waited = sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--wait", "--parsable", "-o", "/dev/null", "quick.sh"],
+    );
+    assert_eq!(
+        waited.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    job_id(&waited);
+
+    wait_for(
+        "the forged notes to be dealt with",
+        Duration::from_secs(60),
+        || !forged.exists() && !by_hand.exists(),
+    );
+    wait_for(
+        "the hostile job's note to be dealt with",
+        Duration::from_secs(60),
+        || notes_of(&hostile).is_empty(),
+    );
+    assert!(
+        !supervised(&d, &theirs),
+        "{OUT}'s job {theirs} was taken up through a note of {IN}'s"
+    );
+    if supervised(&d, &hostile) {
+        // Then it is ssvpin's chain, seen by them.
+        let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &hostile]);
+        assert!(
+            mine.status.success(),
+            "{}",
+            String::from_utf8_lossy(&mine.stderr)
+        );
+    }
+
+    let rows = d.wait_state(&oom, "completed", Duration::from_secs(300));
+    assert_eq!(rows.len(), 1);
+    let h = d.history(&oom);
+    let a = attempts(&h);
+    assert_eq!(a.len(), 2, "{h:#}");
+    assert_eq!(decisions(&h)[0]["classification"], "oom", "{h:#}");
+    let retry = a[1]["slurm_job_id"].as_str().unwrap().to_string();
+    assert_eq!(sacct_field(&retry, "User"), IN);
+    assert_eq!(sacct_field(&retry, "JobName"), "oom | ssv plain");
+    let comment = sacct_field(&retry, "Comment");
+    assert!(
+        comment.starts_with("mine | keep"),
+        "the user's comment is lost: {comment:?}"
+    );
+    // ssvpin sees their chain; ssvpout does not.
+    let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &oom]);
+    assert!(
+        mine.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mine.stderr)
+    );
+    let not_theirs = ctl_as(OUT, &ctl, &config, &["status", &oom]);
+    assert_eq!(not_theirs.status.code(), Some(77));
+
+    // Submitted while the daemon is stopped: the note waits, and the job is supervised
+    // once the daemon is back.
+    assert!(d.stop().success());
+    let while_down = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "-o", "/dev/null", "--begin=now+5", "quick.sh"],
+    ));
+    assert_eq!(notes_of(&while_down).len(), 1, "no note for {while_down}");
+    // And one that has ended before the daemon is back (as a job killed within a second
+    // can end before the next cycle): supervised all the same, its ending judged.
+    let ended = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "-o", "/dev/null", "fails.sh"],
+    ));
+    wait_for("the failing job to end", Duration::from_secs(60), || {
+        let out = slurm("squeue")
+            .args(["-h", "--states=all", "-o", "%T", "-j", &ended])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "FAILED"
+    });
+    d.spawn();
+    // The socket answers reads before the first cycle has looked at the notes.
+    wait_for(
+        "the job submitted while the daemon was down to be supervised",
+        Duration::from_secs(60),
+        || supervised(&d, &while_down),
+    );
+    d.wait_state(&while_down, "completed", Duration::from_secs(120));
+    d.wait_state(&ended, "pending_failed", Duration::from_secs(60));
+    assert_eq!(
+        decisions(&d.history(&ended))[0]["classification"],
+        "ambiguous"
+    );
+
+    // The note of the daemon-down job came after the others: they were all looked at.
+    assert!(
+        !supervised(&d, &theirs),
+        "{OUT}'s job {theirs} is supervised"
+    );
+    assert!(
+        !supervised(&d, &off),
+        "the opted-out job {off} is supervised"
+    );
+    let log = d.log();
+    // The only note about ssvpout's job from ssvpout is the one written by hand.
+    assert_eq!(
+        log.matches(&format!("job={theirs} uid={}", pout.uid))
+            .count(),
+        1,
+        "{log}"
+    );
+
+    let out = ctl_as(IN, &ctl, &config, &["opt-out"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(spool().join(format!("optin/{}", pin.uid))).unwrap(),
+        "out\n"
+    );
+}
