@@ -778,6 +778,30 @@ impl Config {
         };
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| invalid(e.span(), e.message().to_string()))?;
+        // A socket address (`metrics.listen`, `server.listen`), and one a client can find
+        // again: port 0 would pick a different port at every start.
+        let listen_address = |v: &Option<toml::Spanned<String>>,
+                              key: &str,
+                              example: &str|
+         -> Result<Option<std::net::SocketAddr>, ConfigError> {
+            let Some(s) = v else { return Ok(None) };
+            let addr: std::net::SocketAddr = s.get_ref().trim().parse().map_err(|_| {
+                invalid(
+                    Some(s.span()),
+                    format!(
+                        "{key} = {:?} is not a socket address: write an IP address and a port, e.g. \"{example}\"",
+                        s.get_ref()
+                    ),
+                )
+            })?;
+            if addr.port() == 0 {
+                return Err(invalid(
+                    Some(s.span()),
+                    format!("{key} must name a port between 1 and 65535, e.g. \"{example}\""),
+                ));
+            }
+            Ok(Some(addr))
+        };
         let semantic = |message: String| ConfigError::Semantic {
             path: shown.clone(),
             message,
@@ -1047,29 +1071,8 @@ impl Config {
             }
         }
 
-        // A socket address, and one a scraper can find again: port 0 would pick a
-        // different port at every start.
-        let metrics_listen = match &raw.metrics.listen {
-            None => None,
-            Some(s) => {
-                let addr: std::net::SocketAddr = s.get_ref().trim().parse().map_err(|_| {
-                    invalid(
-                        Some(s.span()),
-                        format!(
-                            "metrics.listen = {:?} is not a socket address: write an IP address and a port, e.g. \"127.0.0.1:9464\"",
-                            s.get_ref()
-                        ),
-                    )
-                })?;
-                if addr.port() == 0 {
-                    return Err(invalid(
-                        Some(s.span()),
-                        "metrics.listen must name a port between 1 and 65535, e.g. \"127.0.0.1:9464\"".into(),
-                    ));
-                }
-                Some(addr)
-            }
-        };
+        let metrics_listen =
+            listen_address(&raw.metrics.listen, "metrics.listen", "127.0.0.1:9464")?;
 
         let cluster = match raw.store {
             None => None,
@@ -1127,28 +1130,7 @@ impl Config {
                 })
             }
         };
-        let server_listen = match &raw.server.listen {
-            None => None,
-            Some(s) => {
-                let addr: std::net::SocketAddr = s.get_ref().trim().parse().map_err(|_| {
-                    invalid(
-                        Some(s.span()),
-                        format!(
-                            "server.listen = {:?} is not a socket address: write an IP address and a port, e.g. \"0.0.0.0:6827\"",
-                            s.get_ref()
-                        ),
-                    )
-                })?;
-                if addr.port() == 0 {
-                    return Err(invalid(
-                        Some(s.span()),
-                        "server.listen must name a port between 1 and 65535, e.g. \"0.0.0.0:6827\""
-                            .into(),
-                    ));
-                }
-                Some(addr)
-            }
-        };
+        let server_listen = listen_address(&raw.server.listen, "server.listen", "0.0.0.0:6827")?;
         if raw
             .server
             .id

@@ -110,41 +110,13 @@ impl Spool {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).map_err(io)?;
         }
         let path = self.root.join("lock");
-        let io = |source| SpoolError::Io {
-            path: path.clone(),
-            source,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
-            .open(&path)
-            .map_err(io)?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } != 0
-        {
-            use std::io::Read;
-            let mut pid = String::new();
-            let _ = (&f).take(32).read_to_string(&mut pid);
-            return Err(SpoolError::Locked {
+        super::pid_lock(&path).map_err(|e| match e {
+            super::PidLock::Held { holder } => SpoolError::Locked {
                 path: self.root.clone(),
-                holder: match pid.trim() {
-                    "" => String::new(),
-                    p => format!(" (pid {p})"),
-                },
-            });
-        }
-        f.set_len(0).map_err(io)?;
-        writeln!(f, "{}", std::process::id()).map_err(io)?;
-        Ok(f)
+                holder,
+            },
+            super::PidLock::Io(source) => SpoolError::Io { path, source },
+        })
     }
 
     /// Publishes who is opted in for the filter: `optin/<uid>` for each user's own choice
