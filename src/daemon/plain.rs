@@ -110,12 +110,12 @@ impl Spool {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).map_err(io)?;
         }
         let path = self.root.join("lock");
-        super::pid_lock(&path).map_err(|e| match e {
-            super::PidLock::Held { holder } => SpoolError::Locked {
+        super::pid_lock::pid_lock(&path).map_err(|e| match e {
+            super::pid_lock::PidLock::Held { holder } => SpoolError::Locked {
                 path: self.root.clone(),
                 holder,
             },
-            super::PidLock::Io(source) => SpoolError::Io { path, source },
+            super::pid_lock::PidLock::Io(source) => SpoolError::Io { path, source },
         })
     }
 
