@@ -110,7 +110,7 @@ fn send(endpoint: &Endpoint, request: &Request) -> Result<Answer, ClientError> {
             Ok((Box::new(r), sent))
         }
         Endpoint::Network(target) => {
-            let (r, sent) = net::send(target, &line, ANSWER_TIMEOUT)?;
+            let (r, sent) = net::send(target, &line, request.is_read(), ANSWER_TIMEOUT)?;
             Ok((Box::new(r), sent))
         }
     }
@@ -139,14 +139,7 @@ const NETWORK_RETRIES: usize = 2;
 pub fn call(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientError> {
     let retries = match (endpoint, request) {
         (Endpoint::Network(_), Request::Submit(s)) if s.request_id.is_some() => NETWORK_RETRIES,
-        (
-            Endpoint::Network(_),
-            Request::Status { .. }
-            | Request::History { .. }
-            | Request::Pending
-            | Request::Stats { .. }
-            | Request::Ping,
-        ) => NETWORK_RETRIES,
+        (Endpoint::Network(_), r) if r.is_read() => NETWORK_RETRIES,
         _ => 0,
     };
     let mut tries = 0;

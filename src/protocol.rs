@@ -61,6 +61,19 @@ impl Request {
         }
     }
 
+    /// True for the requests that only read: answered from the store by any daemon,
+    /// a standby of cluster mode too (its replica), off the daemon's loop.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Request::Ping
+                | Request::Status { .. }
+                | Request::History { .. }
+                | Request::Pending
+                | Request::Stats { .. }
+        )
+    }
+
     /// The chain or job a request names, as the client gave it.
     pub fn subject(&self) -> Option<&str> {
         match self {

@@ -27,10 +27,13 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CREDENTIAL_TTL: u32 = 60;
 
 /// Sends `line` (a request and its newline) to the active daemon of `target`; returns the
-/// connection to read the answer from, and how sending went.
+/// connection to read the answer from, and how sending went. A read (`read`) goes to the
+/// first standby that answered when no daemon acts (during a takeover, or while the shared
+/// database is away): it answers from its replica.
 pub fn send(
     target: &NetTarget,
     line: &[u8],
+    read: bool,
     answer_timeout: Duration,
 ) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
     let munge = Munge::open(target.munge_socket.as_deref())?;
@@ -43,12 +46,13 @@ pub fn send(
     let mut queue: VecDeque<String> = target.servers.iter().cloned().collect();
     let mut tried: Vec<String> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
+    let mut standby = None;
     while let Some(addr) = queue.pop_front() {
         if tried.contains(&addr) {
             continue;
         }
         tried.push(addr.clone());
-        let (mut reader, hello) = match hello_from(&addr, tls.as_ref()) {
+        let (reader, hello) = match hello_from(&addr, tls.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 reasons.push(format!("{addr}: {e}"));
@@ -63,12 +67,12 @@ pub fn send(
             continue;
         }
         if !hello.active {
-            match hello.active_at {
-                Some(next) if target.servers.contains(&next) && !tried.contains(&next) => {
+            match &hello.active_at {
+                Some(next) if target.servers.contains(next) && !tried.contains(next) => {
                     reasons.push(format!("{addr}: not active, sent on to {next}"));
-                    queue.push_front(next);
+                    queue.push_front(next.clone());
                 }
-                Some(next) if tried.contains(&next) => {
+                Some(next) if tried.contains(next) => {
                     reasons.push(format!("{addr}: not active; it names {next}, tried already"))
                 }
                 Some(next) => reasons.push(format!(
@@ -76,33 +80,77 @@ pub fn send(
                 )),
                 None => reasons.push(format!("{addr}: not active, and knows no active daemon")),
             }
+            if read && standby.is_none() {
+                if let Ok(nonce) = usable(&hello, me) {
+                    standby = Some((reader, hello.daemon, hello.uid, nonce));
+                }
+            }
             continue;
         }
-        // A credential restricted to any uid but root's (a system-wide daemon) or the
-        // caller's own (a per-user daemon) would let that uid read it: not made.
-        if hello.uid != 0 && hello.uid != me {
-            reasons.push(format!(
-                "{addr}: asks for a credential for uid {}, which is neither root nor you; refused",
-                hello.uid
-            ));
-            continue;
-        }
-        let Some(nonce) = hello.nonce_bytes() else {
-            reasons.push(format!("{addr}: sent no usable nonce"));
-            continue;
+        let nonce = match usable(&hello, me) {
+            Ok(nonce) => nonce,
+            Err(why) => {
+                reasons.push(format!("{addr}: {why}"));
+                continue;
+            }
         };
-        let payload = request_binding::bind(body, &hello.daemon, &nonce);
-        let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
-        let conn = reader.get_mut();
-        conn.tcp().set_read_timeout(Some(answer_timeout))?;
-        let mut out = Vec::with_capacity(cred.len() + 1 + line.len());
-        out.extend_from_slice(cred.as_bytes());
-        out.push(b'\n');
-        out.extend_from_slice(line);
-        let sent = conn.write_all(&out).and_then(|()| conn.end_request());
-        return Ok((reader, sent));
+        return request(
+            reader,
+            (&hello.daemon, hello.uid, &nonce),
+            &munge,
+            body,
+            line,
+            answer_timeout,
+        );
     }
-    Err(ClientError::Network(reasons.join("; ")))
+    match standby {
+        Some((reader, daemon, uid, nonce)) => request(
+            reader,
+            (&daemon, uid, &nonce),
+            &munge,
+            body,
+            line,
+            answer_timeout,
+        ),
+        None => Err(ClientError::Network(reasons.join("; "))),
+    }
+}
+
+/// The nonce of a hello this client makes a credential for.
+fn usable(hello: &Hello, me: u32) -> Result<request_binding::Nonce, String> {
+    // A credential restricted to any uid but root's (a system-wide daemon) or the
+    // caller's own (a per-user daemon) would let that uid read it: not made.
+    if hello.uid != 0 && hello.uid != me {
+        return Err(format!(
+            "asks for a credential for uid {}, which is neither root nor you; refused",
+            hello.uid
+        ));
+    }
+    hello
+        .nonce_bytes()
+        .ok_or_else(|| "sent no usable nonce".to_string())
+}
+
+/// Sends the credential (restricted to the daemon's uid, bound to this request, the
+/// daemon and its nonce) and the request on a connection whose hello was read.
+fn request(
+    mut reader: BufReader<Conn>,
+    (daemon, uid, nonce): (&str, u32, &request_binding::Nonce),
+    munge: &Munge,
+    body: &[u8],
+    line: &[u8],
+    answer_timeout: Duration,
+) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
+    let payload = request_binding::bind(body, daemon, nonce);
+    let cred = munge.encode(&payload, Some(uid), Some(CREDENTIAL_TTL))?;
+    let conn = reader.get_mut();
+    conn.tcp().set_read_timeout(Some(answer_timeout))?;
+    let mut out = Vec::with_capacity(cred.len() + 1 + line.len());
+    out.extend_from_slice(cred.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(line);
+    let sent = conn.write_all(&out).and_then(|()| conn.end_request());
+    Ok((reader, sent))
 }
 
 /// A connection to a daemon: plain TCP, or TLS over it.
@@ -250,7 +298,7 @@ mod tests {
     }
 
     fn reasons(t: &NetTarget) -> String {
-        match send(t, b"{\"cmd\":\"ping\"}\n", Duration::from_secs(5)) {
+        match send(t, b"{\"cmd\":\"ping\"}\n", false, Duration::from_secs(5)) {
             Err(ClientError::Network(r)) => r,
             Err(ClientError::Munge(e)) if e.code() == "library" => {
                 panic!("these tests need libmunge2 installed: {e}")
@@ -284,6 +332,38 @@ mod tests {
             r.contains(&format!("{b}: not active; it names {a}, tried already")),
             "{r}"
         );
+    }
+
+    /// With no daemon acting, a read goes to the first standby that sent a nonce (it
+    /// answers from its replica); a change does not.
+    #[test]
+    fn a_read_falls_back_to_a_standby_and_a_change_does_not() {
+        let me = nix::unistd::geteuid().as_raw();
+        let hello = serde_json::to_string(&Hello {
+            version: VERSION,
+            daemon: "d".into(),
+            uid: me,
+            active: false,
+            nonce: Some("00".repeat(crate::request_binding::NONCE_LEN)),
+            active_at: None,
+        })
+        .unwrap();
+        let (a, _) = standby(hello);
+        let t = target(&[&a]);
+        let line = b"{\"cmd\":\"status\"}\n";
+        // The read gets as far as making its credential (no munged here).
+        match send(&t, line, true, Duration::from_secs(5)) {
+            Err(ClientError::Munge(_)) => {}
+            Err(e) => panic!("the read was not sent to the standby: {e}"),
+            Ok(_) => panic!("a credential was made without munged"),
+        }
+        match send(&t, line, false, Duration::from_secs(5)) {
+            Err(ClientError::Network(r)) => {
+                assert!(r.contains("not active, and knows no active daemon"), "{r}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a change went to a standby"),
+        }
     }
 
     /// A redirect to an address the config does not list is not followed.

@@ -286,9 +286,7 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
     drop(ticket);
     let a = match authenticated {
-        Ok(Some(a)) => a,
-        // A standby said where to go.
-        Ok(None) => return Ok(()),
+        Ok(a) => a,
         Err(Err(e)) => return Err(e),
         Err(Ok(r)) => {
             warn!(%peer, reason = r.code, "network request refused: {}", r.message);
@@ -324,14 +322,16 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     server::answer(got, line, a.uid, &net.shared, &mut write).await
 }
 
-/// Says hello, reads and checks the credential, and takes a slot for its uid. `Ok(None)`:
-/// a standby's hello was all. `Err(Ok(_))`: refused; `Err(Err(_))`: the connection broke.
+/// Says hello, reads and checks the credential, and takes a slot for its uid. A standby
+/// says so and where the active daemon is, and goes on: it answers reads from its replica
+/// and refuses changes, as on its Unix socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the
+/// connection broke.
 async fn handshake<R, W>(
     reader: &mut R,
     write: &mut W,
     nonce: &Nonce,
     net: &NetServer,
-) -> Result<Option<Authenticated>, Result<Refusal, std::io::Error>>
+) -> Result<Authenticated, Result<Refusal, std::io::Error>>
 where
     R: tokio::io::AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -342,7 +342,7 @@ where
         daemon: net.id.clone(),
         uid: net.uid,
         active: role == Role::Active,
-        nonce: (role == Role::Active).then(|| nonce_hex(nonce)),
+        nonce: Some(nonce_hex(nonce)),
         active_at: match &role {
             Role::Active => None,
             Role::Standby { active_at } => active_at.clone(),
@@ -364,10 +364,6 @@ where
         ))
     })?
     .map_err(Err)?;
-    if role != Role::Active {
-        let _ = tokio::io::AsyncWriteExt::shutdown(write).await;
-        return Ok(None);
-    }
     let mut line = Vec::new();
     let got = read_request(
         &mut reader.take(MAX_CREDENTIAL_LINE),
@@ -450,13 +446,13 @@ where
         net.shared.limits.connections_per_user,
     )
     .map_err(|why| Ok(Refusal::new("connections", why)))?;
-    Ok(Some(Authenticated {
+    Ok(Authenticated {
         uid: d.uid,
         gid: d.gid,
         origin: d.origin,
         payload: d.payload,
         slot,
-    }))
+    })
 }
 
 #[cfg(test)]

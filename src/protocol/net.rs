@@ -6,8 +6,10 @@
 //!
 //! 1. The daemon sends a [`Hello`] as one JSON line: the protocol version, its identity,
 //!    its uid (the one the credential must be restricted to), and a fresh nonce for this
-//!    connection only; or, from a daemon that is not the active one, `active: false` and
-//!    where the active daemon is (`active_at`), and nothing more.
+//!    connection only. A daemon that is not the active one (a standby of cluster mode)
+//!    says `active: false` and where the active daemon is (`active_at`): a client sends
+//!    a change there, and may send a read (`Request::is_read`) to the standby itself,
+//!    which answers it from its replica and refuses anything else, as on its Unix socket.
 //! 2. The client sends its credential (the armoured text, at most `munge::MAX_CREDENTIAL`
 //!    bytes) on one line, then the request as one JSON line, exactly as on the Unix socket.
 //!    The credential's payload is `request_binding::bind(request line without its
@@ -31,10 +33,10 @@ pub struct Hello {
     pub daemon: String,
     /// The daemon's uid: the credential is restricted to it.
     pub uid: u32,
-    /// Whether this daemon acts (serves requests); a standby only says where to go.
+    /// Whether this daemon acts; a standby answers reads only, and says where to go.
     pub active: bool,
     /// The nonce for this connection's one request, as hex (`request_binding::NONCE_LEN`
-    /// bytes); present when `active`.
+    /// bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
     /// From a standby: the `host:port` of the active daemon, when it knows one.

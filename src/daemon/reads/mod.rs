@@ -33,14 +33,7 @@ fn answer<T: Serialize>(result: Result<T, Response>) -> Response {
     }
 }
 
-/// True for the requests `handle` answers.
+/// True for the requests `handle` answers (`Request::is_read`).
 pub fn is_read(request: &Request) -> bool {
-    matches!(
-        request,
-        Request::Ping
-            | Request::Status { .. }
-            | Request::History { .. }
-            | Request::Pending
-            | Request::Stats { .. }
-    )
+    request.is_read()
 }

@@ -240,10 +240,17 @@ impl SharedJournal {
 
     fn with<T>(&mut self, f: impl FnOnce(&mut ClusterDb) -> Result<T>) -> Result<T> {
         if self.db.is_none() {
-            self.db = Some((self.connect)()?);
+            match (self.connect)() {
+                Ok(db) => self.db = Some(db),
+                Err(e) => {
+                    tracing::debug!("journal: cannot connect: {e}");
+                    return Err(e);
+                }
+            }
         }
         let out = f(self.db.as_mut().expect("connected above"));
-        if matches!(out, Err(StoreError::Mysql(_))) {
+        if let Err(e @ StoreError::Mysql(_)) = &out {
+            tracing::debug!("journal: the connection failed: {e}");
             self.db = None;
         }
         out
