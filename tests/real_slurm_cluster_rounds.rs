@@ -56,6 +56,8 @@ struct Cluster {
     /// the test fails).
     root: PathBuf,
     ctl: PathBuf,
+    /// The database's port (as relayed to each node).
+    db_port: u16,
 }
 
 impl Drop for Cluster {
@@ -109,6 +111,34 @@ impl Cluster {
             chmod(&h, 0o700);
             chown(&h, u);
         }
+        // Slurm's commands behind wrappers: sbatch takes 4 s longer while `slow` exists,
+        // and notes each such start in `sbatch-started` (the wrapper runs as the job's
+        // owner).
+        let bin = root.join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        chmod(&bin, 0o755);
+        let started = root.join("sbatch-started");
+        std::fs::write(&started, "").unwrap();
+        chmod(&started, 0o666);
+        let real = common::slurm_bin_dir().unwrap_or_else(|| "/usr/bin".into());
+        for cmd in ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo"] {
+            let slow = if cmd == "sbatch" {
+                format!(
+                    "if [ -e {slow} ]; then echo $$ >> {started}; sleep 4; fi\n",
+                    slow = root.join("slow").display(),
+                    started = started.display()
+                )
+            } else {
+                String::new()
+            };
+            let p = bin.join(cmd);
+            std::fs::write(
+                &p,
+                format!("#!/bin/sh\n{slow}exec {}/{cmd} \"$@\"\n", real.display()),
+            )
+            .unwrap();
+            chmod(&p, 0o755);
+        }
         let password_file = root.join("db-password");
         std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
         std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -119,6 +149,7 @@ impl Cluster {
             munged,
             root,
             ctl,
+            db_port: url.port,
         };
         for k in 0..2 {
             let d = c.daemon(k, &url.port.to_string(), &password_file);
@@ -154,7 +185,7 @@ impl Cluster {
         let run = dir.path().join("run");
         std::fs::create_dir(&run).unwrap();
         chmod(&run, 0o755);
-        let bin_dir = common::slurm_bin_dir().unwrap_or_else(|| "/usr/bin".into());
+        let bin_dir = self.root.join("bin");
         let config = dir.path().join("supervisor.toml");
         std::fs::write(
             &config,
@@ -164,7 +195,7 @@ impl Cluster {
                  [retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n\
                  [notify]\nmail = false\n\
                  [server]\nlisten = \"{addr}:{PORT}\"\nid = {node:?}\nmunge_socket = {munge:?}\n\
-                 [store]\nurl = \"mysql://ssv@{db_host}:{db_port}/supervisor\"\npassword_file = {pw:?}\n\
+                 [store]\nurl = \"mysql://ssv@127.0.0.1:{db_port}/supervisor\"\npassword_file = {pw:?}\n\
                  lease = \"{lease}s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n\
                  [[rules]]\nname = \"connection-refused\"\nkind = \"transient\"\nstderr = '(?i)connection refused'\n",
                 state = dir.path().join("state").display().to_string(),
@@ -172,7 +203,6 @@ impl Cluster {
                 bin = bin_dir.display().to_string(),
                 addr = self.nodes.nodes[k].addr,
                 munge = self.munged.socket().display().to_string(),
-                db_host = self.nodes.services_addr(k),
                 pw = password_file.display().to_string(),
                 lease = LEASE.as_secs(),
             ),
@@ -445,6 +475,10 @@ enum Fault {
     Stop,
     Cut,
     Database,
+    /// The active node loses the database (its relay stopped: what it sends waits,
+    /// unanswered) while Slurm still answers it, in the middle of its retries' sbatch
+    /// (4 s slower): a deposed daemon's jobs are submitted, held, and never recorded.
+    Partition,
 }
 
 /// One round: three chains submitted from both nodes (alice twice, bob once), their jobs
@@ -477,12 +511,32 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
         );
     }
     let before = c.submitted(active);
+    let slow = c.root.join("slow");
+    let started = || {
+        std::fs::read_to_string(c.root.join("sbatch-started"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    let started_before = started();
+    if matches!(fault, Fault::Partition) {
+        std::fs::write(&slow, "").unwrap();
+    }
+    let adopted = c.said(other, "adopting it, not submitting again");
     std::fs::write(&go, "").unwrap();
-    wait_for(
-        "the burst's first retry submitted",
-        Duration::from_secs(60),
-        || c.submitted(active) > before,
-    );
+    if matches!(fault, Fault::Partition) {
+        wait_for(
+            "the burst's first retry's sbatch to start",
+            Duration::from_secs(60),
+            || started() > started_before,
+        );
+    } else {
+        wait_for(
+            "the burst's first retry submitted",
+            Duration::from_secs(60),
+            || c.submitted(active) > before,
+        );
+    }
     let hit = Instant::now();
     let stood_by = c.said(active, "not the active one any more");
     let pid = nix::unistd::Pid::from_raw(c.daemons[active].child.as_ref().unwrap().id() as i32);
@@ -527,6 +581,31 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
                 c.said(active, "not the active one any more") > stood_by
             });
             c.nodes.restore(active);
+        }
+        Fault::Partition => {
+            c.nodes.pause_port(active, c.db_port);
+            let now = c.wait_active(Some(active), LEASE * 3);
+            assert_eq!(now, other);
+            eprintln!(
+                "round {n}: login{} took over in {:?}",
+                other + 1,
+                hit.elapsed()
+            );
+            std::fs::remove_file(&slow).unwrap();
+            wait_for("the cut-off daemon to stop acting", LEASE * 2, || {
+                c.said(active, "not the active one any more") > stood_by
+            });
+            // What it sent meanwhile reaches the database now: fenced off.
+            c.nodes.resume_port(active, c.db_port);
+            // The jobs its sbatch made, held and unrecorded, were found by their tags.
+            let now_adopted = c.said(other, "adopting it, not submitting again");
+            eprintln!(
+                "round {n}: {} sbatch started slowly; the new active daemon adopted {} held jobs of the deposed one",
+                started() - started_before,
+                now_adopted - adopted
+            );
+            // At least the first: its sbatch ended after the database was gone.
+            assert!(now_adopted > adopted, "{}", c.logs());
         }
         Fault::Database => {
             c.db.stop();
@@ -619,10 +698,16 @@ fn two_daemons_pass_the_fault_rounds_with_nothing_lost_or_doubled() {
     let mut c = Cluster::start();
     let mut attempts = BTreeSet::new();
     let only = std::env::var("SSV_ROUNDS").unwrap_or_default();
-    for (n, fault) in [Fault::Kill, Fault::Cut, Fault::Stop, Fault::Database]
-        .into_iter()
-        .enumerate()
-        .filter(|(_, f)| only.is_empty() || only.contains(&format!("{f:?}")))
+    for (n, fault) in [
+        Fault::Kill,
+        Fault::Cut,
+        Fault::Partition,
+        Fault::Stop,
+        Fault::Database,
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(_, f)| only.is_empty() || only.contains(&format!("{f:?}")))
     {
         attempts.extend(round(&mut c, n + 1, fault));
         check_accounting(&c, &attempts);

@@ -384,6 +384,14 @@ where
         Err(e) => return Err(Err(e)),
         Ok(()) => {}
     }
+    // Nothing at all: a client that read a standby's hello and went to the active daemon
+    // with its change, or one that only looked. Not a refusal.
+    if line.is_empty() {
+        return Err(Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the client left after the hello",
+        )));
+    }
     let Some(cred) = line.strip_suffix(b"\n") else {
         return Err(Ok(Refusal::new(
             if line.len() as u64 >= MAX_CREDENTIAL_LINE {

@@ -38,8 +38,15 @@ pub struct Nodes {
 /// The services' namespace and the relays.
 struct Services {
     ns: String,
-    relays: Vec<Child>,
+    relays: Vec<Relay>,
     _dir: tempfile::TempDir,
+}
+
+/// One socat relay: on node `node` (None: the host's or the services' side) for `port`.
+struct Relay {
+    node: Option<usize>,
+    port: u16,
+    child: Child,
 }
 
 fn ip(args: &[&str]) {
@@ -181,6 +188,7 @@ impl Nodes {
             // Host: the socket to the service.
             nodes.relay(
                 None,
+                port,
                 &[
                     &format!("UNIX-LISTEN:{},fork,mode=600", sock.display()),
                     &format!("TCP:127.0.0.1:{port}"),
@@ -191,7 +199,8 @@ impl Nodes {
             });
             // The services: their addresses to the socket.
             nodes.relay(
-                Some(&ns),
+                Some((&ns, None)),
+                port,
                 &[
                     &format!("TCP-LISTEN:{port},fork,reuseaddr"),
                     &format!("UNIX-CONNECT:{}", sock.display()),
@@ -202,7 +211,8 @@ impl Nodes {
             for k in 0..2 {
                 let node_ns = nodes.nodes[k].ns.clone();
                 nodes.relay(
-                    Some(&node_ns),
+                    Some((&node_ns, Some(k))),
+                    port,
                     &[
                         &format!("TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr"),
                         &format!("TCP:{}:{port},connect-timeout=5", nodes.services_addr(k)),
@@ -219,10 +229,12 @@ impl Nodes {
         format!("192.0.2.{}", 208 + 4 * k + 2)
     }
 
-    /// A socat relay with `args`, in namespace `ns` (None: the host's), killed (with the
-    /// processes it forked) when the nodes are dropped.
-    fn relay(&mut self, ns: Option<&str>, args: &[&str]) {
-        let mut cmd = match ns {
+    /// A socat relay for `port` with `args`, in namespace `ns` (None: the host's; with
+    /// the node it is on, if any), killed (with the processes it forked) when the nodes
+    /// are dropped.
+    fn relay(&mut self, ns: Option<(&str, Option<usize>)>, port: u16, args: &[&str]) {
+        let node = ns.and_then(|(_, k)| k);
+        let mut cmd = match ns.map(|(ns, _)| ns) {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
                 c.arg(format!("--net=/run/netns/{ns}"))
@@ -240,7 +252,34 @@ impl Nodes {
         let child = cmd
             .spawn()
             .expect("socat (Debian's socat; scripts/test installs it)");
-        self.services.as_mut().unwrap().relays.push(child);
+        self.services
+            .as_mut()
+            .unwrap()
+            .relays
+            .push(Relay { node, port, child });
+    }
+
+    /// Node `k` stops hearing from `port`'s service, and it from the node, while its link
+    /// stays up: the node's relay for it (and every connection through it) is stopped
+    /// (SIGSTOP), so what was sent waits, unanswered, as in a partition.
+    pub fn pause_port(&self, k: usize, port: u16) {
+        self.signal_relay(k, port, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Undoes [`Nodes::pause_port`]: what waited is delivered.
+    pub fn resume_port(&self, k: usize, port: u16) {
+        self.signal_relay(k, port, nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal_relay(&self, k: usize, port: u16, signal: nix::sys::signal::Signal) {
+        let s = self.services.as_ref().expect("nodes with services");
+        let r = s
+            .relays
+            .iter()
+            .find(|r| r.node == Some(k) && r.port == port)
+            .expect("a relay of that node for that port");
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(r.child.id() as i32), signal)
+            .expect("signal the relay's process group");
     }
 
     /// Node `k` cut off: its links down, while everything on it keeps running.
@@ -329,10 +368,10 @@ impl Drop for Nodes {
             for r in &mut s.relays {
                 // The relay's process group: it and the processes it forked.
                 let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(r.id() as i32),
+                    nix::unistd::Pid::from_raw(r.child.id() as i32),
                     nix::sys::signal::Signal::SIGKILL,
                 );
-                let _ = r.wait();
+                let _ = r.child.wait();
             }
             let _ = Command::new("ip").args(["netns", "del", &s.ns]).output();
         }
