@@ -145,6 +145,7 @@ pub fn call(endpoint: &Endpoint, request: &Request) -> Result<Response, ClientEr
             | Request::History { .. }
             | Request::Pending
             | Request::Stats { .. }
+            | Request::Cluster
             | Request::Ping,
         ) => NETWORK_RETRIES,
         _ => 0,

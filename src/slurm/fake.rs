@@ -17,7 +17,9 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use super::types::{
+    ExitCode, HeldRow, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow,
+};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -623,6 +625,15 @@ impl FakeSlurm {
         })
     }
 
+    fn held_row(j: &FakeJob) -> HeldRow {
+        HeldRow {
+            job_id: j.id.clone(),
+            job_id_raw: j.raw_id.clone(),
+            uid: j.uid,
+            comment: j.comment.clone(),
+        }
+    }
+
     fn tag_row(j: &FakeJob) -> TagRow {
         TagRow {
             job_id: j.id.clone(),
@@ -863,6 +874,29 @@ impl Slurm for FakeSlurm {
             rows,
             errors: Vec::new(),
         }))
+    }
+
+    /// The held pending jobs whose comment holds `needle`, as Slurm's `JobHeldUser`.
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && j.held && j.comment.contains(needle))
+            .map(Self::held_row)
+            .collect();
+        Ok(Parsed {
+            rows,
+            errors: Vec::new(),
+        })
+    }
+
+    async fn held_job(&self, job_id: &str) -> Result<Option<HeldRow>, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        Ok(s.jobs
+            .values()
+            .find(|j| j.raw_id == job_id && j.state == JobState::Pending && j.held)
+            .map(Self::held_row))
     }
 
     async fn squeue_user(&self, _user: &str) -> Result<Parsed<TagRow>, SlurmError> {

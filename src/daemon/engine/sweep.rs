@@ -18,12 +18,13 @@
 //! names, and the tag in its comment; it is cancelled as that owner (never as root),
 //! `--state=PENDING` (never once started). So no user's text can touch another user's job.
 
-use super::Engine;
+use super::{log_transition, Engine};
 use crate::daemon::sbatch::holds;
 use crate::daemon::sbatch::tags_in;
+use crate::policy::{self, Event, HeldJobSettled};
 use crate::slurm::jobid::base_job_id;
 use crate::slurm::{RunAs, Slurm};
-use crate::store::{LaunchState, StoreError};
+use crate::store::{Batch, Launch, LaunchState, StoreError};
 use tracing::{info, warn};
 
 /// Candidates one sweep looks at, at most (each costs a squeue; the rest wait a lease).
@@ -87,30 +88,42 @@ impl<S: Slurm> Engine<S> {
                         {
                             break;
                         }
+                        if !self.held_by_the_daemon(&launch, &base, &row.job_id)? {
+                            info!(job = %row.job_id, launch = launch.id, "a recorded job is held by its owner (not left held by a daemon): left held");
+                            break;
+                        }
+                        // The row's own id, never the array's base id (which would release
+                        // every task, those their owner holds too).
                         match self
                             .slurm
-                            .release(std::slice::from_ref(&base), Some(&run_as))
+                            .release(std::slice::from_ref(&row.job_id), Some(&run_as))
                             .await
                         {
                             Ok(()) => {
                                 swept.released += 1;
-                                info!(job = %base, launch = launch.id, "released a recorded job left held");
+                                self.record_held_job(
+                                    &launch,
+                                    &row.job_id,
+                                    recorded.as_deref(),
+                                    HeldJobSettled::Released,
+                                    t,
+                                )?;
                             }
                             Err(e) => {
-                                warn!(job = %base, "cannot release a recorded job left held: {e}")
+                                warn!(job = %row.job_id, "cannot release a recorded job left held: {e}")
                             }
                         }
                     }
                     _ => match self.slurm.cancel_pending(id, Some(&run_as)).await {
                         Ok(()) => {
                             swept.cancelled += 1;
-                            warn!(
-                                job = %id,
-                                launch = launch.id,
-                                tag,
-                                recorded = recorded.as_deref().unwrap_or("none"),
-                                "cancelled a held job nobody recorded: the submission of a daemon deposed before it could record it; it never ran"
-                            );
+                            self.record_held_job(
+                                &launch,
+                                id,
+                                recorded.as_deref(),
+                                HeldJobSettled::Cancelled,
+                                t,
+                            )?;
                         }
                         Err(e) => warn!(job = %id, "cannot cancel an unrecorded held job: {e}"),
                     },
@@ -119,5 +132,81 @@ impl<S: Slurm> Engine<S> {
             }
         }
         Ok(swept)
+    }
+
+    /// Whether the hold on `launch`'s recorded job `base` (the row `job`) is a daemon's,
+    /// left when its release after sbatch failed, rather than its owner's own `scontrol
+    /// hold`. Slurm cannot tell the two apart: both are `JobHeldUser` with priority 0
+    /// (the daemon submits as the owner). So: a job this daemon released after its sbatch
+    /// was held by its owner since; one it left held is the daemon's; one submitted by
+    /// another daemon (or before a restart) is the daemon's only until it has been released
+    /// once with a record: a hold after that is its owner's.
+    fn held_by_the_daemon(
+        &self,
+        launch: &Launch,
+        base: &str,
+        job: &str,
+    ) -> Result<bool, StoreError> {
+        if let Some(released) = self.slurm.released_after_submit(base) {
+            return Ok(!released);
+        }
+        for (c, _) in self.store.launch_attempts(launch.id)? {
+            let settled_before = self.store.decisions(c)?.iter().any(|d| {
+                matches!(
+                    d.reason_code.as_deref(),
+                    Some("held_job_released" | "held_job_adopted")
+                ) && d.inputs.get("tag").and_then(|v| v.as_str()) == Some(launch.tag.as_str())
+                    && d.inputs
+                        .get("job")
+                        .and_then(|v| v.as_str())
+                        .is_some_and(|j| j == job || base_job_id(j) == base)
+            });
+            if settled_before {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Records what the active daemon did with a held job of `launch` (`job`) on each of
+    /// the launch's chains, in one transaction; a launch with no chain left gets a log
+    /// line instead.
+    pub(super) fn record_held_job(
+        &mut self,
+        launch: &Launch,
+        job: &str,
+        recorded: Option<&str>,
+        settled: HeldJobSettled,
+        t: i64,
+    ) -> Result<(), StoreError> {
+        let ctx = policy::Context::at(t);
+        let mut steps = Vec::new();
+        for (c, _) in self.store.launch_attempts(launch.id)? {
+            let Some(chain) = self.store.chain(c)? else {
+                continue;
+            };
+            let event = Event::HeldJob {
+                job,
+                tag: &launch.tag,
+                recorded,
+                settled,
+            };
+            let tr = self.decide(&chain, event, &ctx);
+            super::attempt_span(c, job).in_scope(|| log_transition(&tr));
+            steps.push((c, tr));
+        }
+        if steps.is_empty() {
+            warn!(
+                job,
+                launch = launch.id,
+                tag = %launch.tag,
+                recorded = recorded.unwrap_or("none"),
+                ?settled,
+                "a held job of a launch with no chain left was settled (no chain to record it on)"
+            );
+            return Ok(());
+        }
+        self.store.apply(&Batch::each(steps), t)?;
+        Ok(())
     }
 }
