@@ -447,6 +447,19 @@ impl FakeSlurm {
         true
     }
 
+    /// Holds a pending job, as its owner's `scontrol hold` does (`JobHeldUser`). False if
+    /// it is not pending.
+    pub fn hold(&self, id: &str) -> bool {
+        let mut s = self.lock();
+        match s.jobs.get_mut(id) {
+            Some(j) if j.state == JobState::Pending => {
+                j.held = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Starts a pending job on the first node it does not exclude. False if it is not pending.
     pub fn start(&self, id: &str) -> bool {
         let mut s = self.lock();

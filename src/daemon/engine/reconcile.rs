@@ -175,3 +175,52 @@ impl<S: Slurm> Engine<S> {
         Some((jobs[pick].clone(), extra))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::daemon::engine::sweep::tests::{held_job, submission};
+    use crate::slurm::fake::FakeSlurm;
+    use crate::store::Store;
+
+    /// Two jobs carry one launch's tag (a deposed daemon's sbatch, a database flap): the
+    /// one not held is adopted, even when the held one is found first, and the held one is
+    /// cancelled while held, with a record on the chain.
+    #[tokio::test]
+    async fn of_two_jobs_with_one_tag_the_one_not_held_is_adopted_and_the_held_one_cancelled() {
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            Config::parse("", None).unwrap(),
+            Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .unwrap();
+        let chain = engine.store().launch_chains(l.id).unwrap()[0];
+        let stray = held_job(&fake, &l.tag, &[]).await;
+        let job = held_job(&fake, &l.tag, &[]).await;
+        fake.release(std::slice::from_ref(&job), None).await.unwrap();
+        assert!(engine.reconcile_launches(20).await.unwrap());
+        let adopted = engine.store().launch(l.id).unwrap();
+        assert_eq!(adopted.job_id.as_deref(), Some(job.as_str()));
+        assert!(fake.job(&stray).unwrap().state.is_terminal(), "the held one was not cancelled");
+        assert!(!fake.job(&job).unwrap().state.is_terminal());
+        let records: Vec<(Option<String>, serde_json::Value)> = engine
+            .store()
+            .decisions(chain)
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.reason_code, d.inputs))
+            .collect();
+        assert_eq!(
+            records,
+            [(
+                Some("held_job_cancelled".to_string()),
+                serde_json::json!({"job": stray, "tag": l.tag, "recorded": job})
+            )]
+        );
+    }
+}

@@ -159,7 +159,8 @@ impl<S: Slurm> Engine<S> {
                     && d.inputs
                         .get("job")
                         .and_then(|v| v.as_str())
-                        .is_some_and(|j| j == job || base_job_id(j) == base)
+                        // A record of the array's base (adopted whole) counts for its tasks.
+                        .is_some_and(|j| j == job || j == base)
             });
             if settled_before {
                 return Ok(false);
@@ -208,5 +209,133 @@ impl<S: Slurm> Engine<S> {
         }
         self.store.apply(&Batch::each(steps), t)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::slurm::fake::FakeSlurm;
+    use crate::slurm::SbatchRequest;
+    use crate::store::{NewSubmission, Store};
+
+    pub(crate) fn submission() -> NewSubmission {
+        NewSubmission {
+            owner_uid: nix::unistd::getuid().as_raw(),
+            user: "u".into(),
+            argv: vec!["--wrap".into(), "true".into()],
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            script_name: None,
+            script: None,
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        }
+    }
+
+    /// A job with `tag` in its comment, as a daemon submits it in cluster mode (held).
+    pub(crate) async fn held_job(fake: &FakeSlurm, tag: &str, more: &[&str]) -> String {
+        let mut argv = vec![format!("--comment={tag}"), "--hold".to_string()];
+        argv.extend(more.iter().map(|s| s.to_string()));
+        argv.push("--wrap=true".into());
+        fake.sbatch(&SbatchRequest {
+            argv,
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            stdin: None,
+            run_as: None,
+            held: false,
+        })
+        .await
+        .unwrap()
+    }
+
+    fn codes(engine: &Engine<FakeSlurm>, chain: i64) -> Vec<(String, String)> {
+        engine
+            .store()
+            .decisions(chain)
+            .unwrap()
+            .into_iter()
+            .filter_map(|d| {
+                let code = d.reason_code?;
+                let job = d.inputs.get("job")?.as_str()?.to_string();
+                Some((code, job))
+            })
+            .collect()
+    }
+
+    /// The stray job of a deposed daemon is cancelled while held and the recorded job left
+    /// held is released, each with a record on the chain; the recorded job held again
+    /// later (its owner's `scontrol hold`) stays held.
+    #[tokio::test]
+    async fn the_sweep_records_what_it_does_and_leaves_an_owners_own_hold() {
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            Config::parse("", None).unwrap(),
+            Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .unwrap();
+        let chain = engine.store().launch_chains(l.id).unwrap()[0];
+        let stray = held_job(&fake, &l.tag, &[]).await;
+        let job = held_job(&fake, &l.tag, &[]).await;
+        engine.store_mut().launch_submitted(l.id, &job, 11).unwrap();
+        let swept = engine.sweep_held(12, 100).await.unwrap();
+        assert_eq!(
+            swept,
+            Swept {
+                released: 1,
+                cancelled: 1
+            }
+        );
+        assert!(fake.job(&stray).unwrap().state.is_terminal());
+        assert!(!fake.job(&job).unwrap().held);
+        assert_eq!(
+            codes(&engine, chain),
+            [
+                ("held_job_cancelled".to_string(), stray.clone()),
+                ("held_job_released".to_string(), job.clone()),
+            ]
+        );
+        // Its owner holds it: the next sweep leaves it held, and records nothing.
+        assert!(fake.hold(&job));
+        assert_eq!(engine.sweep_held(13, 100).await.unwrap(), Swept::default());
+        assert!(fake.job(&job).unwrap().held);
+        assert_eq!(codes(&engine, chain).len(), 2);
+    }
+
+    /// An array's held task is released by its own id: never by the array's base id, which
+    /// would release the tasks its owner holds too.
+    #[tokio::test]
+    async fn the_sweep_never_releases_an_arrays_base_id() {
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            Config::parse("", None).unwrap(),
+            Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .unwrap();
+        let base = held_job(&fake, &l.tag, &["--array=0-2"]).await;
+        engine.store_mut().launch_submitted(l.id, &base, 11).unwrap();
+        // Task 0 released once by the sweep (its release after sbatch failed).
+        for t in ["1", "2"] {
+            fake.release(&[format!("{base}_{t}")], None).await.unwrap();
+        }
+        assert_eq!(engine.sweep_held(12, 100).await.unwrap().released, 1);
+        // Then its owner holds task 0 again, and task 1: only task 1 is released.
+        assert!(fake.hold(&format!("{base}_0")));
+        assert!(fake.hold(&format!("{base}_1")));
+        assert_eq!(engine.sweep_held(13, 100).await.unwrap().released, 1);
+        assert!(fake.job(&format!("{base}_0")).unwrap().held, "the owner's hold was released");
+        assert!(!fake.job(&format!("{base}_1")).unwrap().held);
+        assert!(!fake.job(&format!("{base}_2")).unwrap().held);
     }
 }
