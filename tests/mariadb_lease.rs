@@ -3,8 +3,10 @@
 //! exactly one; a holder renews under its epoch; after expiry by the server's clock
 //! another takes over under the next epoch, and the deposed holder can neither renew nor
 //! write (its fenced transaction leaves nothing); a release lets another in at once; a
-//! takeover waits for a fenced write in flight; the password file must be private; the
-//! grants the tests give are those docs/cluster.md gives.
+//! takeover waits for a fenced write in flight; a holder that finds its own live lease
+//! takes it under a new epoch; every daemon writes its own row and any reads them all;
+//! the password file must be private; the grants the tests give are those docs/cluster.md
+//! gives.
 
 mod common;
 mod mariadb;

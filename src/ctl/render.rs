@@ -227,11 +227,18 @@ pub fn cluster_text(v: &ClusterAnswer) -> String {
             }
         },
         None => {
-            let _ = writeln!(out, "active: not known yet (this daemon has not read the lease)");
+            let _ = writeln!(
+                out,
+                "active: not known yet (this daemon has not read the lease)"
+            );
         }
     }
     if let Some(e) = &v.error {
-        let _ = writeln!(out, "the shared database, last time {} asked: {e}", v.answered_by);
+        let _ = writeln!(
+            out,
+            "the shared database, last time {} asked: {e}",
+            v.answered_by
+        );
     }
     let _ = writeln!(
         out,
@@ -298,8 +305,14 @@ mod tests {
             lines[0],
             "active: login1, epoch 4, since 2026-11-18 11:06:40Z, lease left 41s"
         );
-        assert!(lines[2].starts_with("login1 ") && lines[2].contains(" active "), "{text}");
-        assert!(lines[2].contains("2h ago") && lines[2].ends_with("2m ago"), "{text}");
+        assert!(
+            lines[2].starts_with("login1 ") && lines[2].contains(" active "),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("2h ago") && lines[2].ends_with("2m ago"),
+            "{text}"
+        );
         assert!(lines[3].ends_with("(answering)"), "{text}");
         assert!(lines[4].ends_with("2m ago (silent)"), "{text}");
         let single = ClusterAnswer {

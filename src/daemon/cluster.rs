@@ -24,10 +24,10 @@
 
 use crate::config::ClusterConfig;
 use crate::election::{Answer, Election, Epoch, Role};
+use crate::protocol::views::{ClusterAnswer, LeaseAnswer, NodeAnswer};
 use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
-use crate::protocol::views::{ClusterAnswer, LeaseAnswer, NodeAnswer};
 use crate::store::cluster::{
     read_password_file, Acquisition, Beat, ClusterDb, EpochCell, LeaseView, NodeRole, NodeRow,
     Password, SharedJournal,
@@ -485,13 +485,12 @@ fn secs(d: Duration) -> u64 {
 
 /// `cluster`'s answer from what this daemon knows at `now` (pure, for the tests).
 fn cluster_answer(me: &Me, role: Role, seen: &Seen, now: Instant) -> ClusterAnswer {
-    let since = |at: Option<Instant>| at.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+    let since =
+        |at: Option<Instant>| at.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
     let lease = seen.view.as_ref().map(|v| {
         let left = v.left.saturating_sub(since(seen.view_at));
         LeaseAnswer {
-            active_node: (!left.is_zero())
-                .then(|| active_node_of(seen))
-                .flatten(),
+            active_node: (!left.is_zero()).then(|| active_node_of(seen)).flatten(),
             epoch: v.epoch.0,
             since: v.since.and_then(|t| {
                 t.duration_since(std::time::UNIX_EPOCH)
@@ -996,7 +995,8 @@ mod tests {
         assert_eq!(lease.active_node.as_deref(), Some("login1"));
         assert_eq!((lease.epoch, lease.left_secs), (7, 35));
         assert_eq!(lease.since, Some(1_795_000_000));
-        let by: Vec<(&str, &str, Option<u64>, u64, bool, bool)> = a
+        type Shown<'a> = (&'a str, &'a str, Option<u64>, u64, bool, bool);
+        let by: Vec<Shown> = a
             .nodes
             .iter()
             .map(|n| {

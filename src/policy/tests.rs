@@ -472,8 +472,16 @@ fn a_held_job_settled_in_cluster_mode_is_recorded_and_changes_no_state() {
     let mut c = chain(ChainState::Active);
     c.not_before = Some(5);
     for (settled, action, code) in [
-        (HeldJobSettled::Cancelled, Action::Cancel, "held_job_cancelled"),
-        (HeldJobSettled::Released, Action::Release, "held_job_released"),
+        (
+            HeldJobSettled::Cancelled,
+            Action::Cancel,
+            "held_job_cancelled",
+        ),
+        (
+            HeldJobSettled::Released,
+            Action::Release,
+            "held_job_released",
+        ),
         (HeldJobSettled::Adopted, Action::Release, "held_job_adopted"),
     ] {
         let t = transition(
@@ -488,7 +496,10 @@ fn a_held_job_settled_in_cluster_mode_is_recorded_and_changes_no_state() {
             &ctx(None, 20),
         )
         .unwrap();
-        assert_eq!((t.from, t.update.state), (ChainState::Active, ChainState::Active));
+        assert_eq!(
+            (t.from, t.update.state),
+            (ChainState::Active, ChainState::Active)
+        );
         assert_eq!(t.update.not_before, Some(5));
         assert_eq!(t.attempt, None);
         let r = t.record.unwrap();

@@ -1358,7 +1358,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ran = dir.path().join("ran");
         let sbatch = dir.path().join("sbatch");
-        std::fs::write(&sbatch, format!("#!/bin/sh\ntouch {}\necho 1\n", ran.display())).unwrap();
+        std::fs::write(
+            &sbatch,
+            format!("#!/bin/sh\ntouch {}\necho 1\n", ran.display()),
+        )
+        .unwrap();
         std::fs::set_permissions(&sbatch, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let cli = SlurmCli {

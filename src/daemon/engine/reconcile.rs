@@ -202,11 +202,16 @@ mod tests {
         let chain = engine.store().launch_chains(l.id).unwrap()[0];
         let stray = held_job(&fake, &l.tag, &[]).await;
         let job = held_job(&fake, &l.tag, &[]).await;
-        fake.release(std::slice::from_ref(&job), None).await.unwrap();
+        fake.release(std::slice::from_ref(&job), None)
+            .await
+            .unwrap();
         assert!(engine.reconcile_launches(20).await.unwrap());
         let adopted = engine.store().launch(l.id).unwrap();
         assert_eq!(adopted.job_id.as_deref(), Some(job.as_str()));
-        assert!(fake.job(&stray).unwrap().state.is_terminal(), "the held one was not cancelled");
+        assert!(
+            fake.job(&stray).unwrap().state.is_terminal(),
+            "the held one was not cancelled"
+        );
         assert!(!fake.job(&job).unwrap().state.is_terminal());
         let records: Vec<(Option<String>, serde_json::Value)> = engine
             .store()

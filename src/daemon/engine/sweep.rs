@@ -6,10 +6,16 @@
 //! leaves a recorded job held. The active daemon looks, in one squeue of the pending jobs,
 //! for jobs held by their owner whose comment carries this store's tag:
 //! - a job that is its launch's recorded job, of a launch made recently and not held on
-//!   purpose (a gate, the user's own `--hold`, an in-place requeue), is released;
+//!   purpose (a gate, the user's own `--hold`, an in-place requeue), is released if its
+//!   hold is a daemon's, not its owner's own `scontrol hold` (Slurm shows both as
+//!   `JobHeldUser`: see [`Engine::held_by_the_daemon`]); by the row's own id, never an
+//!   array's base id (which would release every task);
 //! - a job of a launch that is not an intent and whose recorded job is another (or none)
 //!   is a deposed daemon's extra submission: it is cancelled, as its owner, while held,
 //!   so it never runs.
+//!
+//! Each release and cancel is a decision record on the launch's chains
+//! (`held_job_released`, `held_job_cancelled`), a log line when it has none left.
 //!
 //! A tag is the owner's text, and the listing is lines of text in which a comment can run
 //! onto a line of its own: a line of the listing only names a candidate. Each candidate is
@@ -324,7 +330,10 @@ pub(crate) mod tests {
             .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
             .unwrap();
         let base = held_job(&fake, &l.tag, &["--array=0-2"]).await;
-        engine.store_mut().launch_submitted(l.id, &base, 11).unwrap();
+        engine
+            .store_mut()
+            .launch_submitted(l.id, &base, 11)
+            .unwrap();
         // Task 0 released once by the sweep (its release after sbatch failed).
         for t in ["1", "2"] {
             fake.release(&[format!("{base}_{t}")], None).await.unwrap();
@@ -334,7 +343,10 @@ pub(crate) mod tests {
         assert!(fake.hold(&format!("{base}_0")));
         assert!(fake.hold(&format!("{base}_1")));
         assert_eq!(engine.sweep_held(13, 100).await.unwrap().released, 1);
-        assert!(fake.job(&format!("{base}_0")).unwrap().held, "the owner's hold was released");
+        assert!(
+            fake.job(&format!("{base}_0")).unwrap().held,
+            "the owner's hold was released"
+        );
         assert!(!fake.job(&format!("{base}_1")).unwrap().held);
         assert!(!fake.job(&format!("{base}_2")).unwrap().held);
     }

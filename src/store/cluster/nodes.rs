@@ -138,7 +138,15 @@ impl ClusterDb {
 
     /// Every daemon's row, by node name.
     pub fn nodes(&mut self) -> Result<Vec<NodeRow>> {
-        type Row = (String, String, String, u64, Option<i64>, Option<i64>, Option<i64>);
+        type Row = (
+            String,
+            String,
+            String,
+            u64,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
         let rows: Vec<Row> = self.conn.exec(
             "SELECT node, holder, role, epoch,
                  TIMESTAMPDIFF(MICROSECOND, started_at, UTC_TIMESTAMP(6)),
