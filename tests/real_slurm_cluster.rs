@@ -185,10 +185,40 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
         "{}",
         shared.holder()
     );
+    // What an admin sees on loginB: it acts; loginA, stopped, still says active in its
+    // row, which nobody has written for more than a lease.
+    wait_for(
+        "loginB's view to show it active and loginA silent",
+        Duration::from_secs(30),
+        || {
+            let v = b.json(&["cluster", "--json"]);
+            v["lease"]["active_node"] == "loginB"
+                && node(&v, "loginA")["silent"] == true
+                && node(&v, "loginB")["role"] == "active"
+        },
+    );
+    let v = b.json(&["cluster", "--json"]);
+    assert_eq!(node(&v, "loginB")["this"], true);
+    assert_eq!(node(&v, "loginB")["epoch"], v["lease"]["epoch"]);
+    assert_eq!(node(&v, "loginA")["role"], "active", "{v}");
+    let text = String::from_utf8_lossy(&b.ctl(&["cluster"]).stdout).into_owned();
+    assert!(text.starts_with("active: loginB, epoch "), "{text}");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     wait_for("loginA to stand by", Duration::from_secs(30), || {
         a.log().contains("not the active one any more")
     });
+    // The standby answers it too, and shows its own row as it is now.
+    wait_for(
+        "loginA's view to show it standing by and loginB active",
+        Duration::from_secs(30),
+        || {
+            let v = a.json(&["cluster", "--json"]);
+            v["lease"]["active_node"] == "loginB"
+                && node(&v, "loginA")["role"] == "standby"
+                && node(&v, "loginA")["this"] == true
+                && node(&v, "loginB")["silent"] == false
+        },
+    );
     // loginA refuses writes and names loginB; loginB acts.
     let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
     assert!(!refused.status.success());
@@ -198,6 +228,15 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
     b.wait_state(&job, "completed", Duration::from_secs(120));
     let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
+
+/// The row of `name` in `supervisorctl cluster --json`'s answer.
+fn node(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no row of {name}: {v}"))
 }
 
 /// What squeue says a job waits for (`%r`), empty once it is not pending.
@@ -266,10 +305,20 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
         Duration::from_secs(60),
         || !reason(&job).ends_with("|JobHeldUser"),
     );
-    assert!(
-        b.log().contains("cancelled a held job nobody recorded"),
-        "{}",
-        common::tail(&b.log(), 30)
+    // Both are decisions on the chain, in its history.
+    wait_for(
+        "both decisions in the chain's history",
+        Duration::from_secs(30),
+        || {
+            let h = b.history(&job);
+            let has = |code: &str, j: &str| {
+                h["decisions"].as_array().is_some_and(|d| {
+                    d.iter()
+                        .any(|d| d["reason_code"] == code && d["inputs"]["job"] == j)
+                })
+            };
+            has("held_job_cancelled", &stray) && has("held_job_released", &job)
+        },
     );
     // The stray never ran.
     assert_eq!(
