@@ -3,8 +3,11 @@
 //! Slurm. Exactly one acts; the other answers reads from its replica and refuses writes
 //! naming the active node. The active one killed while its chain's job runs is replaced
 //! within a lease and a poll, and the chain goes on to complete; the active one stopped
-//! (SIGSTOP) past its lease and continued does not act again. Ground truth is Slurm's
-//! accounting: each attempt has exactly one job.
+//! (SIGSTOP) past its lease and continued does not act again, and `supervisorctl cluster`
+//! on either node shows who acts and each daemon's row. A held job nobody recorded is
+//! cancelled, a recorded one left held released, each a decision on the chain, and an
+//! owner's own hold left. Ground truth is Slurm's accounting: each attempt has exactly
+//! one job.
 
 mod common;
 mod mariadb;
@@ -320,6 +323,16 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
             has("held_job_cancelled", &stray) && has("held_job_released", &job)
         },
     );
+    // Its owner holds it now (Slurm shows the same JobHeldUser as a daemon's hold): the
+    // next sweeps leave it held.
+    common::run("scontrol", &["uhold", &job]);
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
+    wait_for(
+        "a sweep to leave the owner's hold",
+        Duration::from_secs(60),
+        || b.log().contains("is held by its owner"),
+    );
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
     // The stray never ran.
     assert_eq!(
         common::sacct_field(&stray, "Elapsed"),
