@@ -579,4 +579,15 @@ fn two_daemons_started_at_the_same_instant_elect_one_and_only_it_acts() {
     assert!(!active(standing), "both daemons acted:\n{}", standing.log());
     let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    // The standby stopped cleanly says so in its row, as the active daemon shows it.
+    let (acting, mut standing) = if active(&a) { (a, b) } else { (b, a) };
+    let name = |d: &Daemon| {
+        let v = d.json(&["cluster", "--json"]);
+        v["answered_by"].as_str().unwrap().to_string()
+    };
+    let standing_node = name(&standing);
+    assert!(standing.stop().success());
+    wait_for("the stopped standby's row", Duration::from_secs(30), || {
+        node(&acting.json(&["cluster", "--json"]), &standing_node)["role"] == "stopped"
+    });
 }
