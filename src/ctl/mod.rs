@@ -149,7 +149,7 @@ pub enum Command {
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
     /// Which daemon acts, and each daemon's role, epoch, last cycle and heartbeat (cluster
-    /// mode; a single node says so).
+    /// mode; a single node says so). Exits 1 when no daemon acts.
     Cluster {
         #[arg(long)]
         json: bool,
@@ -596,13 +596,17 @@ fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
                 return Ok(1);
             }
         }
-        Command::History { json: true, .. }
-        | Command::Pending { json: true }
-        | Command::Cluster { json: true } => print_json(&v),
-        Command::Cluster { json: false } => print!(
-            "{}",
-            render::cluster_text(&decode::<crate::protocol::views::ClusterAnswer>(v)?)
-        ),
+        Command::History { json: true, .. } | Command::Pending { json: true } => print_json(&v),
+        Command::Cluster { json } => {
+            if *json {
+                print_json(&v);
+            }
+            let answer = decode::<crate::protocol::views::ClusterAnswer>(v)?;
+            if !*json {
+                print!("{}", render::cluster_text(&answer));
+            }
+            return Ok(render::cluster_exit(&answer));
+        }
         Command::History { json: false, .. } => match decode::<HistoryAnswer>(v)? {
             HistoryAnswer::One(h) => print!("{}", render::history_text(&h)),
             HistoryAnswer::Many(all) => all

@@ -196,6 +196,17 @@ fn ago(secs: u64) -> String {
     }
 }
 
+/// `cluster`'s exit code: 1 when no daemon acts (the lease is free or expired, or this
+/// daemon has not read it), 0 otherwise, a single node included: a check for monitoring.
+pub fn cluster_exit(v: &ClusterAnswer) -> i32 {
+    let acts = v.mode == "single" || v.lease.as_ref().is_some_and(|l| l.active_node.is_some());
+    if acts {
+        0
+    } else {
+        1
+    }
+}
+
 /// `cluster`: the lease, then one line per daemon.
 pub fn cluster_text(v: &ClusterAnswer) -> String {
     let mut out = String::new();
@@ -323,6 +334,18 @@ mod tests {
             error: None,
         };
         assert!(cluster_text(&single).starts_with("single node: the daemon on login1"));
+        assert_eq!((cluster_exit(&v), cluster_exit(&single)), (0, 0));
+        let nobody = ClusterAnswer {
+            lease: Some(LeaseAnswer {
+                active_node: None,
+                epoch: 4,
+                since: None,
+                left_secs: 0,
+            }),
+            ..v.clone()
+        };
+        assert!(cluster_text(&nobody).starts_with("active: none"));
+        assert_eq!(cluster_exit(&nobody), 1);
     }
 
     #[test]
