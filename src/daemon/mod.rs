@@ -278,6 +278,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
             }
         }
     }
+    if let Some(c) = &cluster {
+        c.turned();
+    }
     if let Err(e) = crate::notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
     }
