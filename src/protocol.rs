@@ -40,6 +40,9 @@ pub enum Request {
     Stats {
         id: Option<String>,
     },
+    /// Which daemon acts and what each daemon of the cluster does (`supervisorctl
+    /// cluster`).
+    Cluster,
     Ping,
 }
 
@@ -57,6 +60,7 @@ impl Request {
             Request::Recover(_) => "recover",
             Request::Cancel { .. } => "cancel",
             Request::Stats { .. } => "stats",
+            Request::Cluster => "cluster",
             Request::Ping => "ping",
         }
     }
@@ -71,6 +75,7 @@ impl Request {
                 | Request::History { .. }
                 | Request::Pending
                 | Request::Stats { .. }
+                | Request::Cluster
         )
     }
 

@@ -518,3 +518,59 @@ fn a_clean_stop_leaves_the_store_in_one_file() {
     let left = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     assert_eq!(left, 0, "everything committed is in supervisor.db itself");
 }
+
+/// A submission whose working directory does not exist on the daemon's node (it came from
+/// another login node, over the network in cluster mode) is refused before sbatch starts,
+/// naming the directory and the node; nothing is submitted, anywhere.
+#[test]
+fn a_working_directory_the_daemons_node_lacks_is_refused_naming_it_and_the_node() {
+    use std::io::{BufRead, Write};
+    let (d, fake) = start("", &[]);
+    let missing = d.dir.path().join("on-login2-only");
+    let request = serde_json::json!({
+        "cmd": "submit",
+        "argv": ["--wrap=true"],
+        "cwd": missing.display().to_string(),
+        "env": [],
+        "max_retries": null,
+    });
+    // The default socket, in the state directory (`start` names none).
+    let mut socket =
+        std::os::unix::net::UnixStream::connect(d.state_dir().join("supervisor.sock")).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    writeln!(socket, "{request}").unwrap();
+    socket.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(socket)
+        .read_line(&mut answer)
+        .unwrap();
+    let host = nix::unistd::gethostname().unwrap();
+    assert!(
+        answer.contains(&format!(
+            "the working directory {} does not exist on {}",
+            missing.display(),
+            host.to_string_lossy()
+        )),
+        "{answer}"
+    );
+    assert!(fake.sbatch_calls().is_empty(), "{:?}", fake.sbatch_calls());
+    let all = d.json(&["status", "--json"]);
+    assert_eq!(all, serde_json::json!([]), "a chain was kept");
+}
+
+/// `supervisorctl cluster` on a single node says so (cluster mode's view is
+/// tests/real_slurm_cluster.rs's).
+#[test]
+fn cluster_on_a_single_node_says_it_always_acts() {
+    let (d, _fake) = start("", &[]);
+    let out = d.ctl(&["cluster"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("single node: the daemon on "), "{text}");
+    let v = d.json(&["cluster", "--json"]);
+    assert_eq!(v["mode"], "single");
+    assert_eq!(v["lease"], serde_json::Value::Null);
+    assert_eq!(v["nodes"], serde_json::json!([]));
+}

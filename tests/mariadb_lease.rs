@@ -3,8 +3,10 @@
 //! exactly one; a holder renews under its epoch; after expiry by the server's clock
 //! another takes over under the next epoch, and the deposed holder can neither renew nor
 //! write (its fenced transaction leaves nothing); a release lets another in at once; a
-//! takeover waits for a fenced write in flight; the password file must be private; the
-//! grants the tests give are those docs/cluster.md gives.
+//! takeover waits for a fenced write in flight; a holder that finds its own live lease
+//! takes it under a new epoch; every daemon writes its own row and any reads them all;
+//! the password file must be private; the grants the tests give are those docs/cluster.md
+//! gives.
 
 mod common;
 mod mariadb;
@@ -170,11 +172,6 @@ fn a_holder_renews_under_its_epoch_and_nobody_else_gets_in() {
             Acquisition::Won(g) => panic!("took a live lease: {g:?}"),
         }
     }
-    // A holder that asks to acquire what it holds is told it is held, not given an epoch.
-    assert!(matches!(
-        a.try_acquire("login1:100", LONG).unwrap(),
-        Acquisition::Held(_)
-    ));
     // Its renewal under a wrong epoch, or in another's name, is refused.
     assert_eq!(
         fenced_why(a.renew("login1:100", Epoch(2), LONG)),
@@ -191,6 +188,37 @@ fn a_holder_renews_under_its_epoch_and_nobody_else_gets_in() {
     a.fenced(grant.epoch, |tx| write_probe(tx, grant.epoch))
         .unwrap();
     assert_eq!(site.probe(), "1");
+}
+
+/// A holder whose acquisition's answer was lost asks again and finds its own live lease:
+/// it takes it under a new epoch at once (and what it began under the old one is fenced
+/// off), instead of standing by until its own lease runs out. Another holder still finds
+/// it held.
+#[test]
+fn a_holder_that_finds_its_own_live_lease_takes_it_under_a_new_epoch() {
+    let site = Site::new();
+    let (mut a, mut b) = (site.db(), site.db());
+    let lost = won(a.try_acquire("login1:100", LONG).unwrap());
+    let again = won(a.try_acquire("login1:100", LONG).unwrap());
+    assert_eq!(again.epoch, Epoch(lost.epoch.0 + 1));
+    assert_eq!(a.read().unwrap().active(), Some("login1:100"));
+    assert!(matches!(
+        fenced_why(a.fenced(lost.epoch, |tx| write_probe(tx, lost.epoch))),
+        Fence::Moved { .. }
+    ));
+    a.renew("login1:100", again.epoch, LONG).unwrap();
+    a.fenced(again.epoch, |tx| write_probe(tx, again.epoch))
+        .unwrap();
+    assert_eq!(site.probe(), again.epoch.0.to_string());
+    match b.try_acquire("login2:200", LONG).unwrap() {
+        Acquisition::Held(view) => assert_eq!(view.epoch, again.epoch),
+        Acquisition::Won(g) => panic!("took another's live lease: {g:?}"),
+    }
+    // Same node, another start (another PID): not its own lease.
+    assert!(matches!(
+        a.try_acquire("login1:101", LONG).unwrap(),
+        Acquisition::Held(_)
+    ));
 }
 
 #[test]
@@ -394,4 +422,76 @@ fn a_fenced_write_that_outlives_its_lease_commits_nothing() {
     });
     assert_eq!(fenced_why(r), Fence::Expired);
     assert_eq!(site.probe(), "", "nothing was committed");
+}
+
+/// Each daemon writes a row of its own (`node`), timed by the server's clock from the ages
+/// it sends; any daemon reads every row. A node's daemon started again takes its row over.
+#[test]
+fn every_daemon_writes_its_own_row_and_any_daemon_reads_them_all() {
+    use slurm_supervisor::store::cluster::{Beat, NodeRole};
+    let site = Site::new();
+    let (mut a, mut b) = (site.db(), site.db());
+    a.heartbeat(&Beat {
+        node: "login1",
+        holder: "login1:100:00aa",
+        role: NodeRole::Active,
+        epoch: Some(Epoch(3)),
+        started_ago: Duration::from_secs(3600),
+        last_cycle_ago: Some(Duration::from_secs(2)),
+    })
+    .unwrap();
+    b.heartbeat(&Beat {
+        node: "login2",
+        holder: "login2:200:00bb",
+        role: NodeRole::Standby,
+        epoch: None,
+        started_ago: Duration::from_secs(60),
+        last_cycle_ago: None,
+    })
+    .unwrap();
+    // Read from the standby's connection: both rows.
+    let rows = b.nodes().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (one, two) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (one.node.as_str(), one.role, one.epoch),
+        ("login1", NodeRole::Active, 3)
+    );
+    assert_eq!(
+        (two.node.as_str(), two.role, two.epoch),
+        ("login2", NodeRole::Standby, 0)
+    );
+    assert_eq!(one.holder, "login1:100:00aa");
+    let near = |d: Duration, want: u64| {
+        d >= Duration::from_secs(want) && d < Duration::from_secs(want + 10)
+    };
+    assert!(near(one.started_ago, 3600), "{one:?}");
+    assert!(near(one.last_cycle_ago.unwrap(), 2), "{one:?}");
+    assert!(near(one.updated_ago, 0), "{one:?}");
+    assert!(near(two.started_ago, 60), "{two:?}");
+    assert_eq!(two.last_cycle_ago, None);
+    // login1's daemon stopped cleanly, and another started on login1 later.
+    a.heartbeat(&Beat {
+        node: "login1",
+        holder: "login1:100:00aa",
+        role: NodeRole::Stopped,
+        epoch: None,
+        started_ago: Duration::from_secs(3600),
+        last_cycle_ago: Some(Duration::from_secs(1)),
+    })
+    .unwrap();
+    assert_eq!(a.nodes().unwrap()[0].role, NodeRole::Stopped);
+    a.heartbeat(&Beat {
+        node: "login1",
+        holder: "login1:300:00cc",
+        role: NodeRole::Standby,
+        epoch: None,
+        started_ago: Duration::ZERO,
+        last_cycle_ago: None,
+    })
+    .unwrap();
+    let rows = a.nodes().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].holder, "login1:300:00cc");
+    assert!(near(rows[0].started_ago, 0), "{:?}", rows[0]);
 }

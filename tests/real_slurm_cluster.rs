@@ -3,8 +3,11 @@
 //! Slurm. Exactly one acts; the other answers reads from its replica and refuses writes
 //! naming the active node. The active one killed while its chain's job runs is replaced
 //! within a lease and a poll, and the chain goes on to complete; the active one stopped
-//! (SIGSTOP) past its lease and continued does not act again. Ground truth is Slurm's
-//! accounting: each attempt has exactly one job.
+//! (SIGSTOP) past its lease and continued does not act again, and `supervisorctl cluster`
+//! on either node shows who acts and each daemon's row. A held job nobody recorded is
+//! cancelled, a recorded one left held released, each a decision on the chain, and an
+//! owner's own hold left. Ground truth is Slurm's accounting: each attempt has exactly
+//! one job.
 
 mod common;
 mod mariadb;
@@ -185,10 +188,40 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
         "{}",
         shared.holder()
     );
+    // What an admin sees on loginB: it acts; loginA, stopped, still says active in its
+    // row, which nobody has written for more than a lease.
+    wait_for(
+        "loginB's view to show it active and loginA silent",
+        Duration::from_secs(30),
+        || {
+            let v = b.json(&["cluster", "--json"]);
+            v["lease"]["active_node"] == "loginB"
+                && node(&v, "loginA")["silent"] == true
+                && node(&v, "loginB")["role"] == "active"
+        },
+    );
+    let v = b.json(&["cluster", "--json"]);
+    assert_eq!(node(&v, "loginB")["this"], true);
+    assert_eq!(node(&v, "loginB")["epoch"], v["lease"]["epoch"]);
+    assert_eq!(node(&v, "loginA")["role"], "active", "{v}");
+    let text = String::from_utf8_lossy(&b.ctl(&["cluster"]).stdout).into_owned();
+    assert!(text.starts_with("active: loginB, epoch "), "{text}");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     wait_for("loginA to stand by", Duration::from_secs(30), || {
         a.log().contains("not the active one any more")
     });
+    // The standby answers it too, and shows its own row as it is now.
+    wait_for(
+        "loginA's view to show it standing by and loginB active",
+        Duration::from_secs(30),
+        || {
+            let v = a.json(&["cluster", "--json"]);
+            v["lease"]["active_node"] == "loginB"
+                && node(&v, "loginA")["role"] == "standby"
+                && node(&v, "loginA")["this"] == true
+                && node(&v, "loginB")["silent"] == false
+        },
+    );
     // loginA refuses writes and names loginB; loginB acts.
     let refused = a.ctl_in(&["submit", "--", "--wrap=true"], &a.work_dir());
     assert!(!refused.status.success());
@@ -198,6 +231,15 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
     b.wait_state(&job, "completed", Duration::from_secs(120));
     let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
+}
+
+/// The row of `name` in `supervisorctl cluster --json`'s answer.
+fn node(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no row of {name}: {v}"))
 }
 
 /// What squeue says a job waits for (`%r`), empty once it is not pending.
@@ -266,11 +308,31 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
         Duration::from_secs(60),
         || !reason(&job).ends_with("|JobHeldUser"),
     );
-    assert!(
-        b.log().contains("cancelled a held job nobody recorded"),
-        "{}",
-        common::tail(&b.log(), 30)
+    // Both are decisions on the chain, in its history.
+    wait_for(
+        "both decisions in the chain's history",
+        Duration::from_secs(30),
+        || {
+            let h = b.history(&job);
+            let has = |code: &str, j: &str| {
+                h["decisions"].as_array().is_some_and(|d| {
+                    d.iter()
+                        .any(|d| d["reason_code"] == code && d["inputs"]["job"] == j)
+                })
+            };
+            has("held_job_cancelled", &stray) && has("held_job_released", &job)
+        },
     );
+    // Its owner holds it now (Slurm shows the same JobHeldUser as a daemon's hold): the
+    // next sweeps leave it held.
+    common::run("scontrol", &["uhold", &job]);
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
+    wait_for(
+        "a sweep to leave the owner's hold",
+        Duration::from_secs(60),
+        || b.log().contains("is held by its owner"),
+    );
+    assert!(reason(&job).ends_with("|JobHeldUser"), "{}", reason(&job));
     // The stray never ran.
     assert_eq!(
         common::sacct_field(&stray, "Elapsed"),
@@ -517,4 +579,15 @@ fn two_daemons_started_at_the_same_instant_elect_one_and_only_it_acts() {
     assert!(!active(standing), "both daemons acted:\n{}", standing.log());
     let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    // The standby stopped cleanly says so in its row, as the active daemon shows it.
+    let (acting, mut standing) = if active(&a) { (a, b) } else { (b, a) };
+    let name = |d: &Daemon| {
+        let v = d.json(&["cluster", "--json"]);
+        v["answered_by"].as_str().unwrap().to_string()
+    };
+    let standing_node = name(&standing);
+    assert!(standing.stop().success());
+    wait_for("the stopped standby's row", Duration::from_secs(30), || {
+        node(&acting.json(&["cluster", "--json"]), &standing_node)["role"] == "stopped"
+    });
 }

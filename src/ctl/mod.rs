@@ -148,6 +148,12 @@ pub enum Command {
     },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
+    /// Which daemon acts, and each daemon's role, epoch, last cycle and heartbeat (cluster
+    /// mode; a single node says so). Exits 1 when no daemon acts.
+    Cluster {
+        #[arg(long)]
+        json: bool,
+    },
     /// Wait until chains have settled: completed, failed, cancelled, or waiting in
     /// pending_failed for a decision. Exits 0 if all completed, 1 if some failed or were
     /// cancelled, 5 if some wait for a decision, 124 on --timeout.
@@ -446,6 +452,7 @@ pub fn main_with(cli: Cli) -> i32 {
         }),
         Command::Stats { ref id, .. } => Request::Stats { id: id.clone() },
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
+        Command::Cluster { .. } => Request::Cluster,
     };
     // The list of every chain can be long: it goes to stdout as it arrives.
     if let Command::Status {
@@ -590,6 +597,16 @@ fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
             }
         }
         Command::History { json: true, .. } | Command::Pending { json: true } => print_json(&v),
+        Command::Cluster { json } => {
+            if *json {
+                print_json(&v);
+            }
+            let answer = decode::<crate::protocol::views::ClusterAnswer>(v)?;
+            if !*json {
+                print!("{}", render::cluster_text(&answer));
+            }
+            return Ok(render::cluster_exit(&answer));
+        }
         Command::History { json: false, .. } => match decode::<HistoryAnswer>(v)? {
             HistoryAnswer::One(h) => print!("{}", render::history_text(&h)),
             HistoryAnswer::Many(all) => all

@@ -1,7 +1,7 @@
 //! Human-readable output of the read commands, from the daemon's typed answers (the
 //! `--json` forms print the daemon's answer unchanged).
 
-use crate::protocol::views::{ChainHistory, ChainRow, PendingChain, StatsAnswer};
+use crate::protocol::views::{ChainHistory, ChainRow, ClusterAnswer, PendingChain, StatsAnswer};
 use std::fmt::{Display, Write};
 
 /// An optional value, `-` when there is none.
@@ -186,9 +186,167 @@ pub fn stats_text(v: &StatsAnswer) -> String {
     out
 }
 
+/// A length of time ago, for people: `12s`, `5m`, `3h`, `2d`.
+fn ago(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s if s < 172_800 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86400),
+    }
+}
+
+/// `cluster`'s exit code: 1 when no daemon acts (the lease is free or expired, or this
+/// daemon has not read it), 0 otherwise, a single node included: a check for monitoring.
+pub fn cluster_exit(v: &ClusterAnswer) -> i32 {
+    let acts = v.mode == "single" || v.lease.as_ref().is_some_and(|l| l.active_node.is_some());
+    if acts {
+        0
+    } else {
+        1
+    }
+}
+
+/// `cluster`: the lease, then one line per daemon.
+pub fn cluster_text(v: &ClusterAnswer) -> String {
+    let mut out = String::new();
+    if v.mode == "single" {
+        let _ = writeln!(
+            out,
+            "single node: the daemon on {} keeps its store in SQLite and always acts (cluster mode is off: no [store] section)",
+            v.answered_by
+        );
+        return out;
+    }
+    match &v.lease {
+        Some(l) => match &l.active_node {
+            Some(node) => {
+                let _ = writeln!(
+                    out,
+                    "active: {node}, epoch {}, since {}, lease left {}s",
+                    l.epoch,
+                    time(l.since),
+                    l.left_secs
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "active: none (the lease of epoch {} is free or expired; a standby takes it within a third of a lease)",
+                    l.epoch
+                );
+            }
+        },
+        None => {
+            let _ = writeln!(
+                out,
+                "active: not known yet (this daemon has not read the lease)"
+            );
+        }
+    }
+    if let Some(e) = &v.error {
+        let _ = writeln!(
+            out,
+            "the shared database, last time {} asked: {e}",
+            v.answered_by
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<20} {:<8} {:>6}  {:<10} {:<11} HEARTBEAT",
+        "NODE", "ROLE", "EPOCH", "STARTED", "LAST CYCLE"
+    );
+    for n in &v.nodes {
+        let heartbeat = if n.this {
+            "(answering)".to_string()
+        } else if n.silent {
+            format!("{} (silent)", ago(n.heartbeat_secs_ago))
+        } else {
+            ago(n.heartbeat_secs_ago)
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:<8} {:>6}  {:<10} {:<11} {heartbeat}",
+            n.node,
+            n.role,
+            s(n.epoch),
+            ago(n.started_secs_ago),
+            n.last_cycle_secs_ago.map_or_else(|| "-".to_string(), ago),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_view_names_the_active_node_and_every_daemon() {
+        use crate::protocol::views::{LeaseAnswer, NodeAnswer};
+        let node = |name: &str, role: &str, epoch, this, silent| NodeAnswer {
+            node: name.into(),
+            role: role.into(),
+            epoch,
+            started_secs_ago: 7200,
+            last_cycle_secs_ago: Some(1),
+            heartbeat_secs_ago: 130,
+            silent,
+            this,
+        };
+        let v = ClusterAnswer {
+            mode: "cluster".into(),
+            answered_by: "login2".into(),
+            lease: Some(LeaseAnswer {
+                active_node: Some("login1".into()),
+                epoch: 4,
+                since: Some(1_795_000_000),
+                left_secs: 41,
+            }),
+            nodes: vec![
+                node("login1", "active", Some(4), false, false),
+                node("login2", "standby", None, true, false),
+                node("login3", "standby", None, false, true),
+            ],
+            error: None,
+        };
+        let text = cluster_text(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "active: login1, epoch 4, since 2026-11-18 11:06:40Z, lease left 41s"
+        );
+        assert!(
+            lines[2].starts_with("login1 ") && lines[2].contains(" active "),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("2h ago") && lines[2].ends_with("2m ago"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("(answering)"), "{text}");
+        assert!(lines[4].ends_with("2m ago (silent)"), "{text}");
+        let single = ClusterAnswer {
+            mode: "single".into(),
+            answered_by: "login1".into(),
+            lease: None,
+            nodes: Vec::new(),
+            error: None,
+        };
+        assert!(cluster_text(&single).starts_with("single node: the daemon on login1"));
+        assert_eq!((cluster_exit(&v), cluster_exit(&single)), (0, 0));
+        let nobody = ClusterAnswer {
+            lease: Some(LeaseAnswer {
+                active_node: None,
+                epoch: 4,
+                since: None,
+                left_secs: 0,
+            }),
+            ..v.clone()
+        };
+        assert!(cluster_text(&nobody).starts_with("active: none"));
+        assert_eq!(cluster_exit(&nobody), 1);
+    }
 
     #[test]
     fn unix_times_format() {

@@ -24,11 +24,13 @@
 
 use crate::config::ClusterConfig;
 use crate::election::{Answer, Election, Epoch, Role};
+use crate::protocol::views::{ClusterAnswer, LeaseAnswer, NodeAnswer};
 use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
-    read_password_file, Acquisition, ClusterDb, EpochCell, LeaseView, Password, SharedJournal,
+    read_password_file, Acquisition, Beat, ClusterDb, EpochCell, LeaseView, NodeRole, NodeRow,
+    Password, SharedJournal,
 };
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
@@ -50,10 +52,48 @@ pub enum ClusterError {
 /// What the lease thread last learned, for the loop and for `status`.
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
-    /// The lease as the database last showed it.
+    /// The lease as the database last showed it, and when it was read.
     pub view: Option<LeaseView>,
+    pub view_at: Option<Instant>,
+    /// Every daemon's row (`store::cluster::nodes`) as last read, and when.
+    pub nodes: Vec<NodeRow>,
+    pub nodes_at: Option<Instant>,
     /// Why the last call to the database failed, if it did.
     pub error: Option<String>,
+}
+
+/// This daemon's own facts for its row in the shared database and for `cluster`: its
+/// node, when it started, and when its loop last turned.
+#[derive(Debug, Clone)]
+struct Me {
+    node: String,
+    holder: String,
+    started: Instant,
+    last_cycle: Arc<Mutex<Option<Instant>>>,
+    lease: Duration,
+}
+
+impl Me {
+    fn beat(&self, role: NodeRole, epoch: Option<Epoch>) -> Beat<'_> {
+        let now = Instant::now();
+        Beat {
+            node: &self.node,
+            holder: &self.holder,
+            role,
+            epoch,
+            started_ago: now.saturating_duration_since(self.started),
+            last_cycle_ago: lock(&self.last_cycle).map(|t| now.saturating_duration_since(t)),
+        }
+    }
+}
+
+/// The role a daemon's row states, from what its election says now.
+fn node_role(role: Role) -> (NodeRole, Option<Epoch>) {
+    match role {
+        Role::Active { epoch, .. } => (NodeRole::Active, Some(epoch)),
+        Role::Standby => (NodeRole::Standby, None),
+        Role::Unknown => (NodeRole::Unknown, None),
+    }
 }
 
 /// This daemon's part in cluster mode.
@@ -81,6 +121,8 @@ pub struct Cluster {
     /// answers, before this node may act.
     unchecked: Option<(String, crate::config::ClusterConfig)>,
     lease: Duration,
+    me: Me,
+    releases: Releases,
 }
 
 fn connector(
@@ -149,23 +191,30 @@ impl Cluster {
             std::process::id(),
             rand::random::<u16>()
         );
+        let me = Me {
+            node: config.node.clone(),
+            holder: holder.clone(),
+            started: Instant::now(),
+            last_cycle: Arc::default(),
+            lease: config.timing.lease(),
+        };
         let election = Arc::new(Mutex::new(Election::new(config.timing)));
         let healthy = Arc::new(AtomicBool::new(unchecked.is_none()));
         let seen = Arc::new(Mutex::new(Seen::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (election, seen, stop, holder, healthy) = (
+            let (election, seen, stop, me, healthy) = (
                 election.clone(),
                 seen.clone(),
                 stop.clone(),
-                holder.clone(),
+                me.clone(),
                 healthy.clone(),
             );
             let connect = connector(config, password.clone());
             let lease = config.timing.lease();
             std::thread::Builder::new()
                 .name("lease".into())
-                .spawn(move || lease_thread(connect, holder, lease, election, seen, stop, healthy))
+                .spawn(move || lease_thread(connect, me, lease, election, seen, stop, healthy))
                 .map_err(|e| {
                     ClusterError::Config(format!("cannot start the lease's thread: {e}"))
                 })?
@@ -207,6 +256,8 @@ impl Cluster {
                 lease: config.timing.lease(),
                 healthy,
                 unchecked,
+                me,
+                releases: Releases::default(),
             },
         ))
     }
@@ -222,6 +273,7 @@ impl Cluster {
             self.election.clone(),
             self.fence_check.clone(),
             self.epoch.clone(),
+            self.releases.clone(),
         )
     }
 
@@ -241,7 +293,14 @@ impl Cluster {
         Activity {
             election: self.election.clone(),
             seen: self.seen.clone(),
+            me: self.me.clone(),
         }
+    }
+
+    /// The loop turned: a poll cycle when active, a catch-up of the replica when standing
+    /// by (this daemon's "last cycle" in its row and in `cluster`).
+    pub fn turned(&self) {
+        *lock(&self.me.last_cycle) = Some(Instant::now());
     }
 
     /// The answer to a request that changes something, while this daemon does not act.
@@ -397,6 +456,7 @@ fn active_node_of(seen: &Seen) -> Option<String> {
 pub struct Activity {
     election: Arc<Mutex<Election>>,
     seen: Arc<Mutex<Seen>>,
+    me: Me,
 }
 
 impl Activity {
@@ -406,6 +466,78 @@ impl Activity {
 
     pub fn active_node(&self) -> Option<String> {
         active_node_of(&lock(&self.seen))
+    }
+
+    /// `cluster`'s answer: the lease and every daemon's row as the lease thread last read
+    /// them (at most a third of a lease ago), aged since, with this daemon's own row as it
+    /// is now.
+    pub fn answer(&self) -> ClusterAnswer {
+        let now = Instant::now();
+        let role = lock(&self.election).role(now);
+        let seen = lock(&self.seen).clone();
+        cluster_answer(&self.me, role, &seen, now)
+    }
+}
+
+fn secs(d: Duration) -> u64 {
+    d.as_secs()
+}
+
+/// `cluster`'s answer from what this daemon knows at `now` (pure, for the tests).
+fn cluster_answer(me: &Me, role: Role, seen: &Seen, now: Instant) -> ClusterAnswer {
+    let since =
+        |at: Option<Instant>| at.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+    let lease = seen.view.as_ref().map(|v| {
+        let left = v.left.saturating_sub(since(seen.view_at));
+        LeaseAnswer {
+            active_node: (!left.is_zero()).then(|| active_node_of(seen)).flatten(),
+            epoch: v.epoch.0,
+            since: v.since.and_then(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs() as i64)
+            }),
+            left_secs: secs(left),
+        }
+    });
+    let aged = since(seen.nodes_at);
+    let mut nodes: Vec<NodeAnswer> = seen
+        .nodes
+        .iter()
+        .filter(|r| r.node != me.node)
+        .map(|r| {
+            let heartbeat = r.updated_ago + aged;
+            NodeAnswer {
+                node: r.node.clone(),
+                role: r.role.as_str().to_string(),
+                epoch: (r.role == NodeRole::Active).then_some(r.epoch),
+                started_secs_ago: secs(r.started_ago + aged),
+                last_cycle_secs_ago: r.last_cycle_ago.map(|d| secs(d + aged)),
+                heartbeat_secs_ago: secs(heartbeat),
+                silent: heartbeat > me.lease && r.role != NodeRole::Stopped,
+                this: false,
+            }
+        })
+        .collect();
+    let (own, epoch) = node_role(role);
+    let beat = me.beat(own, epoch);
+    nodes.push(NodeAnswer {
+        node: me.node.clone(),
+        role: own.as_str().to_string(),
+        epoch: epoch.map(|e| e.0),
+        started_secs_ago: secs(beat.started_ago),
+        last_cycle_secs_ago: beat.last_cycle_ago.map(secs),
+        heartbeat_secs_ago: 0,
+        silent: false,
+        this: true,
+    });
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    ClusterAnswer {
+        mode: "cluster".into(),
+        answered_by: me.node.clone(),
+        lease,
+        nodes,
+        error: seen.error.clone(),
     }
 }
 
@@ -418,13 +550,14 @@ const TICK: Duration = Duration::from_millis(50);
 
 fn lease_thread(
     mut connect: impl FnMut() -> Result<ClusterDb, StoreError>,
-    holder: String,
+    me: Me,
     lease: Duration,
     election: Arc<Mutex<Election>>,
     seen: Arc<Mutex<Seen>>,
     stop: Arc<AtomicBool>,
     healthy: Arc<AtomicBool>,
 ) {
+    let holder = me.holder.clone();
     let mut db: Option<ClusterDb> = None;
     let mut first = true;
     while !stop.load(Ordering::SeqCst) {
@@ -505,6 +638,7 @@ fn lease_thread(
                         s.error = None;
                         if view.is_some() {
                             s.view = view;
+                            s.view_at = Some(Instant::now());
                         }
                         a
                     }
@@ -513,6 +647,27 @@ fn lease_thread(
             }
         };
         lock(&election).observe(sent, Instant::now(), answer);
+        // This daemon's row, and every daemon's, after the lease's call (never before it:
+        // the row waits, the lease does not).
+        if let Some(conn) = db.as_mut() {
+            let (role, epoch) = node_role(lock(&election).role(Instant::now()));
+            match conn
+                .heartbeat(&me.beat(role, epoch))
+                .and_then(|()| conn.nodes())
+            {
+                Ok(nodes) => {
+                    let mut s = lock(&seen);
+                    s.nodes = nodes;
+                    s.nodes_at = Some(Instant::now());
+                }
+                Err(e) => {
+                    tracing::debug!("cannot write or read the daemons' rows: {e}");
+                    if matches!(e, StoreError::Mysql(_)) {
+                        db = None;
+                    }
+                }
+            }
+        }
     }
     // A clean stop: give the lease up so another daemon takes over at once.
     let held = lock(&election).epoch();
@@ -523,6 +678,9 @@ fn lease_thread(
             Err(e) => warn!("cannot give the lease up ({e}); it ends by itself"),
         }
     }
+    if let Some(conn) = db.as_mut() {
+        let _ = conn.heartbeat(&me.beat(NodeRole::Stopped, None));
+    }
 }
 
 /// How many times a held job's release is asked for.
@@ -531,10 +689,33 @@ const RELEASE_TRIES: u32 = 3;
 /// Proves, by a transaction fenced by this daemon's epoch, that it still holds the lease.
 type FenceCheck = Arc<dyn Fn(Epoch) -> Result<(), StoreError> + Send + Sync>;
 
-/// The election, as the Slurm commands ask it, and the fence check a held job's release
-/// waits for.
+/// The election, as the Slurm commands ask it, the fence check a held job's release
+/// waits for, and what became of the releases after sbatch.
 #[derive(Clone)]
-pub struct Guard(Arc<Mutex<Election>>, FenceCheck, EpochCell);
+pub struct Guard(Arc<Mutex<Election>>, FenceCheck, EpochCell, Releases);
+
+/// The jobs this daemon submitted held, by base id: whether it released them at once
+/// (true) or left them held (false), and when. The sweep of held jobs reads it: a job
+/// this daemon released that is held again was held by its owner, and stays held.
+#[derive(Clone, Default)]
+pub struct Releases(Arc<Mutex<HashMap<String, (bool, Instant)>>>);
+
+/// How long [`Releases`] remembers a job: longer than the sweep looks back
+/// (`slurm.sbatch_timeout` + two leases).
+const REMEMBER_RELEASES: Duration = Duration::from_secs(6 * 3600);
+
+impl Releases {
+    fn note(&self, job: &str, released: bool) {
+        let now = Instant::now();
+        let mut m = lock(&self.0);
+        m.retain(|_, (_, at)| now.saturating_duration_since(*at) < REMEMBER_RELEASES);
+        m.insert(job.to_string(), (released, now));
+    }
+
+    fn get(&self, job: &str) -> Option<bool> {
+        lock(&self.0).get(job).map(|(released, _)| *released)
+    }
+}
 
 impl Guard {
     fn may_query(&self) -> bool {
@@ -622,6 +803,7 @@ impl<S: Slurm> Slurm for Guarded<S> {
                 )))
             });
         let base = id.split(';').next().unwrap_or(&id).to_string();
+        let mut released = false;
         match fenced {
             Ok(()) if guard.may_change(self.takes) => {
                 // `scontrol release` of a released job changes nothing: a release whose
@@ -632,7 +814,10 @@ impl<S: Slurm> Slurm for Guarded<S> {
                         .release(std::slice::from_ref(&base), req.run_as.as_ref())
                         .await
                     {
-                        Ok(()) => break,
+                        Ok(()) => {
+                            released = true;
+                            break;
+                        }
                         Err(e) if n < RELEASE_TRIES && self.change("scontrol").is_ok() => {
                             warn!(job = %base, "releasing the held job failed ({e}); asking again");
                         }
@@ -646,6 +831,7 @@ impl<S: Slurm> Slurm for Guarded<S> {
             Ok(()) => warn!(job = %base, "the job stays held: this daemon's lease is about to end"),
             Err(e) => warn!(job = %base, "the job stays held: {e}"),
         }
+        guard.3.note(&base, released);
         Ok(id)
     }
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError> {
@@ -730,6 +916,12 @@ impl<S: Slurm> Slurm for Guarded<S> {
         self.query("squeue")?;
         self.inner.held_job(job_id).await
     }
+    fn released_after_submit(&self, job_id: &str) -> Option<bool> {
+        match &self.guard {
+            Some(g) => g.3.get(job_id),
+            None => self.inner.released_after_submit(job_id),
+        }
+    }
     async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         self.change("scancel")?;
         self.inner.cancel_pending(job_id, run_as).await
@@ -746,5 +938,95 @@ impl<S: Slurm> Slurm for Guarded<S> {
     ) -> Result<(), SlurmError> {
         self.change("scontrol")?;
         self.inner.update_job(job_id, fields, run_as).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(node: &str, role: NodeRole, epoch: u64, updated: u64) -> NodeRow {
+        NodeRow {
+            node: node.into(),
+            holder: format!("{node}:1:0001"),
+            role,
+            epoch,
+            started_ago: Duration::from_secs(3600),
+            last_cycle_ago: Some(Duration::from_secs(1)),
+            updated_ago: Duration::from_secs(updated),
+        }
+    }
+
+    /// Every daemon's row is shown, aged since it was read; this daemon's own is its state
+    /// now (not the row it wrote a while ago); a row not written for a lease is silent, and
+    /// a stopped one is not.
+    #[test]
+    fn the_answer_shows_every_daemon_and_this_one_as_it_is_now() {
+        let now = Instant::now();
+        let read = now - Duration::from_secs(5);
+        let me = Me {
+            node: "login2".into(),
+            holder: "login2:7:0002".into(),
+            started: now - Duration::from_secs(60),
+            last_cycle: Arc::new(Mutex::new(Some(now - Duration::from_secs(2)))),
+            lease: Duration::from_secs(60),
+        };
+        let seen = Seen {
+            view: Some(LeaseView {
+                epoch: Epoch(7),
+                holder: Some("login1:1:0001".into()),
+                since: Some(std::time::UNIX_EPOCH + Duration::from_secs(1_795_000_000)),
+                left: Duration::from_secs(40),
+            }),
+            view_at: Some(read),
+            nodes: vec![
+                row("login1", NodeRole::Active, 7, 3),
+                row("login2", NodeRole::Active, 6, 100),
+                row("login3", NodeRole::Standby, 0, 58),
+                row("login4", NodeRole::Stopped, 0, 9000),
+            ],
+            nodes_at: Some(read),
+            error: None,
+        };
+        let a = cluster_answer(&me, Role::Standby, &seen, now);
+        assert_eq!(a.mode, "cluster");
+        assert_eq!(a.answered_by, "login2");
+        let lease = a.lease.unwrap();
+        assert_eq!(lease.active_node.as_deref(), Some("login1"));
+        assert_eq!((lease.epoch, lease.left_secs), (7, 35));
+        assert_eq!(lease.since, Some(1_795_000_000));
+        type Shown<'a> = (&'a str, &'a str, Option<u64>, u64, bool, bool);
+        let by: Vec<Shown> = a
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.node.as_str(),
+                    n.role.as_str(),
+                    n.epoch,
+                    n.heartbeat_secs_ago,
+                    n.silent,
+                    n.this,
+                )
+            })
+            .collect();
+        assert_eq!(
+            by,
+            [
+                ("login1", "active", Some(7), 8, false, false),
+                ("login2", "standby", None, 0, false, true),
+                ("login3", "standby", None, 63, true, false),
+                ("login4", "stopped", None, 9005, false, false),
+            ]
+        );
+        let own = &a.nodes[1];
+        assert_eq!(
+            (own.started_secs_ago, own.last_cycle_secs_ago),
+            (60, Some(2))
+        );
+        assert_eq!(a.nodes[0].last_cycle_secs_ago, Some(6));
+        // The lease ran out since it was read: nobody is named active.
+        let later = cluster_answer(&me, Role::Standby, &seen, now + Duration::from_secs(40));
+        assert_eq!(later.lease.unwrap().active_node, None);
     }
 }

@@ -219,7 +219,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
     })?;
     let socket_path = config.socket.clone();
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
-    let shared = server::Shared::new(ctl_tx, config.limits.clone(), config.db_path());
+    let shared = server::Shared::new(
+        ctl_tx,
+        config.limits.clone(),
+        config.db_path(),
+        cluster.as_ref().map(cluster::Cluster::activity),
+    );
     let server = tokio::spawn(server::serve(listener, shared.clone()));
     let net_server = net_listener.map(|(addr, munge, tls, listener)| {
         let id = config
@@ -272,6 +277,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 return Err(e.into());
             }
         }
+    }
+    if let Some(c) = &cluster {
+        c.turned();
     }
     if let Err(e) = crate::notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
@@ -389,6 +397,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     dispatch(&mut engine, &mut in_flight);
                     agent.maybe_start(&engine);
                     notifier.tick(&mut engine);
+                }
+                if let Some(c) = &cluster {
+                    c.turned();
                 }
                 next = Instant::now() + engine.next_interval();
             }

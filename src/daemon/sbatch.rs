@@ -552,28 +552,32 @@ fn outcome_of(result: Result<String, SlurmError>) -> LaunchOutcome {
 }
 
 /// Finds the supervisor's tags among one user's jobs (squeue, then sacct since `since`):
-/// tag -> the job id sbatch would have printed.
+/// tag -> every job that carries it, as the id sbatch would have printed, each once, in
+/// the order found (the queue's first). A tag has one job but after a daemon was deposed
+/// around its sbatch (cluster mode) or a database flap: reconciliation chooses among them
+/// (`engine::reconcile`), so none is dropped here.
 pub async fn find_tags<S: Slurm>(
     slurm: &S,
     user: &str,
     since: i64,
-) -> Result<HashMap<String, String>, SlurmError> {
-    let mut found = HashMap::new();
+) -> Result<HashMap<String, Vec<String>>, SlurmError> {
+    let mut found: HashMap<String, Vec<String>> = HashMap::new();
+    let mut note = |comment: &str, job: &str| {
+        let base = base_job_id(job);
+        for t in tags_in(comment) {
+            let jobs = found.entry(t.to_string()).or_default();
+            if !jobs.contains(&base) {
+                jobs.push(base.clone());
+            }
+        }
+    };
     let sq = slurm.squeue_user(user).await?;
     for r in &sq.rows {
-        for t in tags_in(&r.comment) {
-            found
-                .entry(t.to_string())
-                .or_insert_with(|| base_job_id(&r.job_id));
-        }
+        note(&r.comment, &r.job_id);
     }
     let sa = slurm.sacct_user_since(user, since).await?;
     for r in &sa.rows {
-        for t in tags_in(&r.comment) {
-            found
-                .entry(t.to_string())
-                .or_insert_with(|| base_job_id(&r.job_id));
-        }
+        note(&r.comment, &r.job_id);
     }
     Ok(found)
 }

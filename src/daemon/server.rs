@@ -149,6 +149,8 @@ pub struct Shared {
     pub(super) limits: LimitsConfig,
     pub(super) readers: Arc<Readers>,
     pub(super) counts: Counts,
+    /// Cluster mode's roles, for `cluster` (`None`: a single node).
+    pub(super) cluster: Option<super::cluster::Activity>,
 }
 
 impl Shared {
@@ -156,13 +158,32 @@ impl Shared {
         to_loop: mpsc::Sender<Control>,
         limits: LimitsConfig,
         db_path: PathBuf,
+        cluster: Option<super::cluster::Activity>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             to_loop,
             limits,
             readers: Arc::new(Readers::new(db_path)),
             counts: Arc::default(),
+            cluster,
         })
+    }
+
+    /// `cluster`'s answer: every daemon's role in cluster mode; on a single node, that
+    /// this one always acts.
+    fn cluster_answer(&self) -> crate::protocol::views::ClusterAnswer {
+        match &self.cluster {
+            Some(c) => c.answer(),
+            None => crate::protocol::views::ClusterAnswer {
+                mode: "single".into(),
+                answered_by: nix::unistd::gethostname()
+                    .map(|h| h.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                lease: None,
+                nodes: Vec::new(),
+                error: None,
+            },
+        }
     }
 }
 
@@ -457,6 +478,8 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                 Ok(Request::Status { id: None }) => {
                     return stream_status(write, readers, uid).await;
                 }
+                // Nodes and times only: anyone may read it, a standby answers it too.
+                Ok(Request::Cluster) => Response::answer(&shared.cluster_answer()),
                 Ok(request) if reads::is_read(&request) => {
                     // The query and the JSON of a big answer are work for a blocking thread,
                     // not for the threads that accept and read everyone's requests.

@@ -219,6 +219,27 @@ pub enum Event<'a> {
         error: &'a str,
         n: u32,
     },
+    /// Cluster mode (docs/cluster.md): the active daemon settled a held job that carries
+    /// the tag of this chain's launch `tag` (`recorded`: the launch's recorded job, if
+    /// any), as `settled` says.
+    HeldJob {
+        job: &'a str,
+        tag: &'a str,
+        recorded: Option<&'a str>,
+        settled: HeldJobSettled,
+    },
+}
+
+/// What the active daemon did with a held job of one of its launches (cluster mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldJobSettled {
+    /// Not its launch's recorded job: a deposed daemon's submission, cancelled while held.
+    Cancelled,
+    /// Its launch's recorded job, left held when its release failed: released.
+    Released,
+    /// Found by its tag for a launch left as an intent: adopted as the launch's job and
+    /// released.
+    Adopted,
 }
 
 impl Event<'_> {
@@ -249,6 +270,7 @@ impl Event<'_> {
             | Event::PlainJobRewired { .. }
             | Event::PlainJobNotHeld { .. }
             | Event::GatesDecided { .. }
+            | Event::HeldJob { .. }
             | Event::UpstreamBroken { .. } => None,
         }
     }
@@ -386,6 +408,13 @@ pub enum Inputs {
     InPlace {
         job: String,
         error: String,
+    },
+    /// A held job the active daemon settled (cluster mode): the job, the launch's tag it
+    /// carries, and the launch's recorded job.
+    HeldJob {
+        job: String,
+        tag: String,
+        recorded: Option<String>,
     },
     None {},
 }
@@ -964,6 +993,50 @@ pub fn transition(
                 missing_since,
             },
         ),
+        Event::HeldJob {
+            job,
+            tag,
+            recorded,
+            settled,
+        } => {
+            let (action, reason) = match settled {
+                HeldJobSettled::Cancelled => (
+                    Action::Cancel,
+                    Reason::HeldJobCancelled {
+                        job: job.to_string(),
+                        tag: tag.to_string(),
+                        recorded: recorded.map(str::to_string),
+                    },
+                ),
+                HeldJobSettled::Released => (
+                    Action::Release,
+                    Reason::HeldJobReleased {
+                        job: job.to_string(),
+                    },
+                ),
+                HeldJobSettled::Adopted => (
+                    Action::Release,
+                    Reason::HeldJobAdopted {
+                        job: job.to_string(),
+                        tag: tag.to_string(),
+                    },
+                ),
+            };
+            note(
+                chain,
+                chain
+                    .last_classification
+                    .unwrap_or(Classification::Ambiguous),
+                RecoveryClass::R1,
+                action,
+                reason,
+                Inputs::HeldJob {
+                    job: job.to_string(),
+                    tag: tag.to_string(),
+                    recorded: recorded.map(str::to_string),
+                },
+            )
+        }
         Event::InPlaceRefused { job, error, .. } => {
             if from != ChainState::Ready {
                 return Err(Refusal::NotReady(from));

@@ -152,6 +152,19 @@ pub enum Reason {
     },
     /// The retry could not requeue the ended job in place: it is resubmitted instead.
     InPlaceRefused { job: String, error: String },
+    /// Cluster mode: a held job with this chain's launch's tag that is not the launch's
+    /// recorded job (a deposed daemon's submission) was cancelled while held.
+    HeldJobCancelled {
+        job: String,
+        tag: String,
+        recorded: Option<String>,
+    },
+    /// Cluster mode: the launch's recorded job, left held when its release failed, was
+    /// released.
+    HeldJobReleased { job: String },
+    /// Cluster mode: the held job of an interrupted launch, found by its tag, was adopted
+    /// and released.
+    HeldJobAdopted { job: String, tag: String },
 }
 
 impl Reason {
@@ -190,6 +203,9 @@ impl Reason {
             Reason::KilledForDependency { .. } => "killed_for_dependency",
             Reason::Expired { .. } => "expired",
             Reason::InPlaceRefused { .. } => "in_place_refused",
+            Reason::HeldJobCancelled { .. } => "held_job_cancelled",
+            Reason::HeldJobReleased { .. } => "held_job_released",
+            Reason::HeldJobAdopted { .. } => "held_job_adopted",
         }
     }
 }
@@ -343,6 +359,19 @@ impl fmt::Display for Reason {
             Reason::InPlaceRefused { job, error } => write!(
                 f,
                 "job {job} could not be requeued in place ({error}); resubmitting it as a new job instead"
+            ),
+            Reason::HeldJobCancelled { job, tag, recorded } => write!(
+                f,
+                "job {job} carries launch {tag}'s tag but is not its recorded job ({}): a daemon deposed before it could record it submitted it; cancelled while held, it never ran",
+                recorded.as_deref().unwrap_or("none")
+            ),
+            Reason::HeldJobReleased { job } => write!(
+                f,
+                "job {job}, this attempt's job, was left held (its release after sbatch failed or did not fit the lease): released"
+            ),
+            Reason::HeldJobAdopted { job, tag } => write!(
+                f,
+                "job {job} of interrupted launch {tag} was found in Slurm by its tag: adopted as this attempt's job (not submitted again) and released (cluster mode submits every job held)"
             ),
             Reason::JobLost { job, missing_secs } => write!(
                 f,

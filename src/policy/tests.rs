@@ -464,6 +464,56 @@ fn a_refused_in_place_requeue_is_recorded_and_resubmitted_now() {
     );
 }
 
+/// Cluster mode's settling of held jobs is a record on the chain that leaves its state as
+/// it is: the stray job cancelled, the recorded job released, the adopted one released.
+#[test]
+fn a_held_job_settled_in_cluster_mode_is_recorded_and_changes_no_state() {
+    use super::HeldJobSettled;
+    let mut c = chain(ChainState::Active);
+    c.not_before = Some(5);
+    for (settled, action, code) in [
+        (
+            HeldJobSettled::Cancelled,
+            Action::Cancel,
+            "held_job_cancelled",
+        ),
+        (
+            HeldJobSettled::Released,
+            Action::Release,
+            "held_job_released",
+        ),
+        (HeldJobSettled::Adopted, Action::Release, "held_job_adopted"),
+    ] {
+        let t = transition(
+            &c,
+            Event::HeldJob {
+                job: "77",
+                tag: "ssv-0badcafe-12",
+                recorded: Some("76"),
+                settled,
+            },
+            &cfg(),
+            &ctx(None, 20),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.from, t.update.state),
+            (ChainState::Active, ChainState::Active)
+        );
+        assert_eq!(t.update.not_before, Some(5));
+        assert_eq!(t.attempt, None);
+        let r = t.record.unwrap();
+        assert_eq!((r.class, r.action), (RecoveryClass::R1, action));
+        assert_eq!(r.reason.code(), code);
+        assert!(r.reason.to_string().contains("job 77"), "{}", r.reason);
+        let inputs = serde_json::to_value(&r.inputs).unwrap();
+        assert_eq!(
+            inputs,
+            serde_json::json!({"job": "77", "tag": "ssv-0badcafe-12", "recorded": "76"})
+        );
+    }
+}
+
 #[test]
 fn quarantine_needs_repeats_and_decays() {
     let c = cfg(); // threshold 2 within 1h, kept 2h after the latest failure
@@ -874,6 +924,16 @@ fn every_reason_name_is_documented() {
             job: String::new(),
             error: String::new(),
         },
+        Reason::HeldJobCancelled {
+            job: String::new(),
+            tag: String::new(),
+            recorded: None,
+        },
+        Reason::HeldJobReleased { job: String::new() },
+        Reason::HeldJobAdopted {
+            job: String::new(),
+            tag: String::new(),
+        },
     ]);
     for r in &reasons {
         // A new variant must be added above: this match has no fallback.
@@ -909,7 +969,10 @@ fn every_reason_name_is_documented() {
             | Reason::Released { .. }
             | Reason::DependencyNeverSatisfied { .. }
             | Reason::KilledForDependency { .. }
-            | Reason::InPlaceRefused { .. } => {}
+            | Reason::InPlaceRefused { .. }
+            | Reason::HeldJobCancelled { .. }
+            | Reason::HeldJobReleased { .. }
+            | Reason::HeldJobAdopted { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -919,7 +982,7 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 32, "one of each variant");
+    assert_eq!(reasons.len(), 35, "one of each variant");
 }
 
 fn expiring(action: crate::config::ExpireAction) -> Config {

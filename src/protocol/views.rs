@@ -374,3 +374,62 @@ mod tests {
         );
     }
 }
+
+/// `cluster`'s answer: which daemon acts and what every daemon of the cluster does
+/// (docs/cluster.md, "What admins see"). It names nodes and times only, so any user may
+/// read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterAnswer {
+    /// `single`: one daemon with its store in SQLite, which always acts (no `[store]`
+    /// section); `cluster`: daemons on a shared database, one of them active.
+    pub mode: String,
+    /// The node of the daemon that answered (`[store] node`; the host name on a single
+    /// node).
+    pub answered_by: String,
+    /// The lease, as the database server's clock reads it (`null` on a single node, or
+    /// before this daemon has read it).
+    pub lease: Option<LeaseAnswer>,
+    /// Every daemon that has written its row in the shared database, by node (empty on a
+    /// single node).
+    pub nodes: Vec<NodeAnswer>,
+    /// Why the shared database could not be read last time, if it could not.
+    pub error: Option<String>,
+}
+
+/// Who holds the lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseAnswer {
+    /// The node of the daemon that acts now; `null` when nobody does (the lease is free or
+    /// expired).
+    pub active_node: Option<String>,
+    /// The last epoch granted.
+    pub epoch: u64,
+    /// When the holder acquired this epoch, in Unix seconds by the database server's clock.
+    pub since: Option<i64>,
+    /// How long the lease has left, in seconds, by the server's clock (0 when nobody acts).
+    pub left_secs: u64,
+}
+
+/// One daemon, as its own row in the shared database says (the answering daemon's own
+/// row is its state now).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeAnswer {
+    pub node: String,
+    /// `active`, `standby`, `unknown` (it has not heard from the database in time and does
+    /// not act) or `stopped` (it stopped cleanly).
+    pub role: String,
+    /// The epoch it acts under; `null` unless active.
+    pub epoch: Option<u64>,
+    /// How long ago it started, in seconds.
+    pub started_secs_ago: u64,
+    /// How long ago its loop last turned (a poll cycle when active, a catch-up of its
+    /// replica when standing by), in seconds; `null` before its first.
+    pub last_cycle_secs_ago: Option<u64>,
+    /// How long ago it last wrote its row, in seconds.
+    pub heartbeat_secs_ago: u64,
+    /// It has not written its row for longer than a lease: it may be dead or cut off
+    /// (its role is the last it wrote).
+    pub silent: bool,
+    /// It is the daemon that answered.
+    pub this: bool,
+}

@@ -703,6 +703,36 @@ fn not_started(name: &str, e: std::io::Error) -> Result<SlurmError, std::io::Err
     Err(e)
 }
 
+/// sbatch that could not start because its program is there but its working directory is
+/// not (`chdir` failed with ENOENT before anything ran): the submission came from a node
+/// whose directory this node does not have (cluster mode: a login node without the shared
+/// file system the submitter's folder is on). Said as such, naming the directory and this
+/// node; anything else is returned as it was.
+fn no_such_directory(e: SlurmError, dir: &Path) -> SlurmError {
+    match e {
+        SlurmError::Spawn { command, source }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && Path::new(&command).is_file()
+                && !dir.is_dir() =>
+        {
+            let node = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "this node".into());
+            SlurmError::Spawn {
+                command,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "the working directory {} does not exist on {node}, the node whose daemon runs sbatch (as you); nothing was submitted: submit from a directory that exists on {node} too (a shared file system), or on {node} itself",
+                        crate::osbytes::escape(&dir.to_string_lossy())
+                    ),
+                ),
+            }
+        }
+        e => e,
+    }
+}
+
 /// Makes the child run as `who` (groups, gid, uid, in that order), then enter `cwd` as that
 /// user, so a directory the user may not enter is refused as it would be for them. The
 /// group list is resolved in the daemon when the child is started (see `spawn`).
@@ -777,6 +807,7 @@ impl Slurm for SlurmCli {
         let cwd = crate::osbytes::to_path(&req.cwd.to_string_lossy());
         let run_as = req.run_as.clone();
         let argv: Vec<std::ffi::OsString> = req.argv.iter().map(|a| to_os(a)).collect();
+        let dir = cwd.clone();
         let ran = self
             .run(
                 "sbatch",
@@ -794,7 +825,8 @@ impl Slurm for SlurmCli {
                 req.stdin.as_deref(),
                 Keep::All,
             )
-            .await?;
+            .await
+            .map_err(|e| no_such_directory(e, &dir))?;
         if ran.code != Some(0) {
             return Err(Self::failure("sbatch", &ran));
         }
@@ -1318,6 +1350,56 @@ mod tests {
     }
 
     use super::*;
+
+    /// A submission whose working directory this node does not have (it came from another
+    /// login node) is refused before sbatch runs, naming the directory and this node.
+    #[tokio::test]
+    async fn a_working_directory_this_node_lacks_is_refused_naming_it_and_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        let sbatch = dir.path().join("sbatch");
+        std::fs::write(
+            &sbatch,
+            format!("#!/bin/sh\ntouch {}\necho 1\n", ran.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&sbatch, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let cli = SlurmCli {
+            bin_dir: Some(dir.path().to_path_buf()),
+            timeout: Duration::from_secs(60),
+            sbatch_timeout: Duration::from_secs(60),
+            sacct_chunk: 5000,
+            observer: unobserved,
+            only_state: Default::default(),
+            named_up_to: 1,
+        };
+        let req = |cwd: &Path| SbatchRequest {
+            argv: vec!["--wrap=true".into()],
+            cwd: cwd.to_path_buf(),
+            env: Vec::new(),
+            stdin: None,
+            run_as: None,
+            held: false,
+        };
+        let missing = dir.path().join("on-login2-only");
+        let e = cli.sbatch(&req(&missing)).await.unwrap_err();
+        let host = nix::unistd::gethostname().unwrap();
+        let said = e.to_string();
+        assert!(
+            said.contains(&format!(
+                "the working directory {} does not exist on {}",
+                missing.display(),
+                host.to_string_lossy()
+            )),
+            "{said}"
+        );
+        assert!(!e.may_have_reached_slurm());
+        assert!(!ran.exists(), "sbatch ran somewhere else");
+        // The same sbatch in a directory that exists runs.
+        assert_eq!(cli.sbatch(&req(dir.path())).await.unwrap(), "1");
+        assert!(ran.exists());
+    }
 
     /// A fake `squeue` in a folder of its own: notes each call's arguments in `calls`, and
     /// answers with `body` (a shell `case` on the arguments).

@@ -17,7 +17,9 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{ExitCode, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use super::types::{
+    ExitCode, HeldRow, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow,
+};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -445,6 +447,19 @@ impl FakeSlurm {
         true
     }
 
+    /// Holds a pending job, as its owner's `scontrol hold` does (`JobHeldUser`). False if
+    /// it is not pending.
+    pub fn hold(&self, id: &str) -> bool {
+        let mut s = self.lock();
+        match s.jobs.get_mut(id) {
+            Some(j) if j.state == JobState::Pending => {
+                j.held = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Starts a pending job on the first node it does not exclude. False if it is not pending.
     pub fn start(&self, id: &str) -> bool {
         let mut s = self.lock();
@@ -621,6 +636,15 @@ impl FakeSlurm {
             rows,
             errors: Vec::new(),
         })
+    }
+
+    fn held_row(j: &FakeJob) -> HeldRow {
+        HeldRow {
+            job_id: j.id.clone(),
+            job_id_raw: j.raw_id.clone(),
+            uid: j.uid,
+            comment: j.comment.clone(),
+        }
     }
 
     fn tag_row(j: &FakeJob) -> TagRow {
@@ -863,6 +887,29 @@ impl Slurm for FakeSlurm {
             rows,
             errors: Vec::new(),
         }))
+    }
+
+    /// The held pending jobs whose comment holds `needle`, as Slurm's `JobHeldUser`.
+    async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        let rows = s
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && j.held && j.comment.contains(needle))
+            .map(Self::held_row)
+            .collect();
+        Ok(Parsed {
+            rows,
+            errors: Vec::new(),
+        })
+    }
+
+    async fn held_job(&self, job_id: &str) -> Result<Option<HeldRow>, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        Ok(s.jobs
+            .values()
+            .find(|j| j.raw_id == job_id && j.state == JobState::Pending && j.held)
+            .map(Self::held_row))
     }
 
     async fn squeue_user(&self, _user: &str) -> Result<Parsed<TagRow>, SlurmError> {

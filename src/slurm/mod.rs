@@ -255,6 +255,15 @@ pub trait Slurm {
         let _ = job_id;
         Ok(None)
     }
+    /// Whether this client released `job_id` itself right after submitting it held
+    /// (cluster mode's `daemon::cluster::Guarded`): `Some(true)` released, so a hold seen
+    /// later is its owner's own; `Some(false)` left held (the release failed, or did not
+    /// fit the lease); `None` not known (submitted by another daemon or before a restart,
+    /// or not in cluster mode).
+    fn released_after_submit(&self, job_id: &str) -> Option<bool> {
+        let _ = job_id;
+        None
+    }
     /// `scancel --state=PENDING JOB` (as `run_as`): cancels the job only if it has not
     /// started.
     async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {

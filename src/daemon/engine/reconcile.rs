@@ -6,7 +6,7 @@
 const UNCONFIRMED_AFTER_SECS: i64 = 300;
 use super::{Engine, UNREACHED};
 use crate::daemon::sbatch::{self, LaunchOutcome};
-use crate::policy::Event;
+use crate::policy::{Event, HeldJobSettled};
 use crate::slurm::Slurm;
 use crate::store::StoreError;
 use std::collections::BTreeMap;
@@ -53,7 +53,13 @@ impl<S: Slurm> Engine<S> {
             for (l, sub) in launches {
                 // Not entered across the sbatch below: `run_launch` has its own.
                 let span = super::launch_span(&l);
-                if let Some(job) = found.get(&l.tag) {
+                if let Some(jobs) = found.get(&l.tag) {
+                    // More than one job with the tag (a deposed daemon's sbatch, a
+                    // database flap): one is adopted, the other held ones cancelled.
+                    let Some((job, extra)) = self.choose_job(jobs, sub.owner_uid).await else {
+                        continue;
+                    };
+                    let job = job.as_str();
                     span.record("job", tracing::field::display(job));
                     span.in_scope(|| info!("found the job of an interrupted launch in slurm; adopting it, not submitting again"));
                     self.store.launch_submitted(l.id, job, t)?;
@@ -61,13 +67,37 @@ impl<S: Slurm> Engine<S> {
                     // recorded: a job of an interrupted launch (a daemon that stopped or
                     // was deposed around its sbatch) is released here, by the daemon that
                     // recorded it. A released job's release changes nothing.
+                    let run_as = crate::slurm::RunAs::lookup(sub.owner_uid);
                     if self.config.cluster.is_some()
                         && !crate::daemon::sbatch::holds(&l.argv, sub.script.as_deref())
                     {
-                        let run_as = crate::slurm::RunAs::lookup(sub.owner_uid);
                         let base = crate::slurm::jobid::base_job_id(job).to_string();
-                        if let Err(e) = self.slurm.release(&[base], run_as.as_ref()).await {
-                            span.in_scope(|| tracing::warn!("cannot release the adopted job: {e}"));
+                        match self.slurm.release(&[base], run_as.as_ref()).await {
+                            Ok(()) => self.record_held_job(
+                                &l,
+                                job,
+                                Some(job),
+                                HeldJobSettled::Adopted,
+                                t,
+                            )?,
+                            Err(e) => span
+                                .in_scope(|| tracing::warn!("cannot release the adopted job: {e}")),
+                        }
+                    }
+                    for other in extra {
+                        let Some(run_as) = run_as.as_ref() else {
+                            span.in_scope(|| tracing::warn!(other = %other, "a second held job with the launch's tag is left held: its owner is unknown to this node"));
+                            continue;
+                        };
+                        match self.slurm.cancel_pending(&other, Some(run_as)).await {
+                            Ok(()) => self.record_held_job(
+                                &l,
+                                &other,
+                                Some(job),
+                                HeldJobSettled::Cancelled,
+                                t,
+                            )?,
+                            Err(e) => span.in_scope(|| tracing::warn!(other = %other, "cannot cancel a second held job with the launch's tag: {e}")),
                         }
                     }
                     continue;
@@ -108,5 +138,94 @@ impl<S: Slurm> Engine<S> {
             }
         }
         Ok(true)
+    }
+
+    /// Of the jobs Slurm has with one launch's tag (`jobs`, in the order found), the one to
+    /// adopt and those to cancel: the first not held by its owner (it runs, ran, or waits
+    /// only for resources), else the first; the others that are held, by `owner`, are to be
+    /// cancelled while held (they never ran). A second job that is not held cannot be
+    /// stopped safely: it is left, and logged. `None` when Slurm did not answer (nothing is
+    /// decided; the next cycle looks again).
+    async fn choose_job(&self, jobs: &[String], owner: u32) -> Option<(String, Vec<String>)> {
+        if let [one] = jobs {
+            return Some((one.clone(), Vec::new()));
+        }
+        let mut held = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            match self.slurm.held_job(j).await {
+                Ok(row) => held.push(row.is_some_and(|r| r.uid == owner)),
+                Err(e) => {
+                    tracing::warn!(job = %j, "cannot tell whether a job with a launch's tag is held: {e}");
+                    return None;
+                }
+            }
+        }
+        let pick = held.iter().position(|h| !h).unwrap_or(0);
+        let mut extra = Vec::new();
+        for (i, j) in jobs.iter().enumerate() {
+            if i == pick {
+                continue;
+            }
+            if held[i] {
+                extra.push(j.clone());
+            } else {
+                tracing::error!(job = %j, adopted = %jobs[pick], "two jobs with one launch's tag are not held: the other one is left as it is (it may have run)");
+            }
+        }
+        Some((jobs[pick].clone(), extra))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::daemon::engine::sweep::tests::{held_job, submission};
+    use crate::slurm::fake::FakeSlurm;
+    use crate::store::Store;
+
+    /// Two jobs carry one launch's tag (a deposed daemon's sbatch, a database flap): the
+    /// one not held is adopted, even when the held one is found first, and the held one is
+    /// cancelled while held, with a record on the chain.
+    #[tokio::test]
+    async fn of_two_jobs_with_one_tag_the_one_not_held_is_adopted_and_the_held_one_cancelled() {
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            Config::parse("", None).unwrap(),
+            Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .unwrap();
+        let chain = engine.store().launch_chains(l.id).unwrap()[0];
+        let stray = held_job(&fake, &l.tag, &[]).await;
+        let job = held_job(&fake, &l.tag, &[]).await;
+        fake.release(std::slice::from_ref(&job), None)
+            .await
+            .unwrap();
+        assert!(engine.reconcile_launches(20).await.unwrap());
+        let adopted = engine.store().launch(l.id).unwrap();
+        assert_eq!(adopted.job_id.as_deref(), Some(job.as_str()));
+        assert!(
+            fake.job(&stray).unwrap().state.is_terminal(),
+            "the held one was not cancelled"
+        );
+        assert!(!fake.job(&job).unwrap().state.is_terminal());
+        let records: Vec<(Option<String>, serde_json::Value)> = engine
+            .store()
+            .decisions(chain)
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.reason_code, d.inputs))
+            .collect();
+        assert_eq!(
+            records,
+            [(
+                Some("held_job_cancelled".to_string()),
+                serde_json::json!({"job": stray, "tag": l.tag, "recorded": job})
+            )]
+        );
     }
 }

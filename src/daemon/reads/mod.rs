@@ -33,7 +33,8 @@ fn answer<T: Serialize>(result: Result<T, Response>) -> Response {
     }
 }
 
-/// True for the requests `handle` answers (`Request::is_read`).
+/// True for the requests `handle` answers: the reads of the store (`Request::is_read`,
+/// but `cluster`, which the server answers from the lease thread's view).
 pub fn is_read(request: &Request) -> bool {
-    request.is_read()
+    request.is_read() && !matches!(request, Request::Cluster)
 }

@@ -132,6 +132,12 @@ pub async fn begin<S: Slurm>(
         Request::PlainOpt { opted_in } => {
             answered(plain_opt(engine, uid, opted_in).map(|a| Response::answer(&a)))
         }
+        // The socket answers it (`server::answer`), from the lease thread's view, not
+        // the store.
+        Request::Cluster => Plan::Done(Response::error(
+            crate::protocol::ErrorKind::Internal,
+            "cluster is answered by the control socket, not the loop",
+        )),
         Request::Ping
         | Request::Status { .. }
         | Request::History { .. }

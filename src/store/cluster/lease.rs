@@ -76,8 +76,7 @@ pub struct Grant {
 pub enum Acquisition {
     /// This holder acts now, under a new epoch.
     Won(Grant),
-    /// Someone holds a lease that has not expired (this holder too, if it asked while
-    /// holding: a holder renews, it does not acquire).
+    /// Another daemon holds a lease that has not expired.
     Held(LeaseView),
 }
 
@@ -188,13 +187,21 @@ fn check_holder(holder: &str) -> Result<()> {
 }
 
 impl ClusterDb {
-    /// Takes the lease for `holder` for `len` if nobody holds it or its holder's lease
-    /// expired by the server's clock; the epoch grows by one.
+    /// Takes the lease for `holder` for `len` if nobody holds it, its holder's lease
+    /// expired by the server's clock, or its holder is `holder` itself; the epoch grows by
+    /// one.
+    ///
+    /// A holder finds its own live lease when the answer to its acquisition (or to a
+    /// renewal) was lost: the row is its own, but it does not know under which epoch, so
+    /// it must not act under it. Taking it again under a new epoch fences off whatever it
+    /// started under the old one and lets it act at once, instead of nobody acting until
+    /// its own lost lease runs out. The holder id is unique per start of a daemon
+    /// (`NODE:PID:RANDOM`), so no other daemon's lease is ever taken this way.
     pub fn try_acquire(&mut self, holder: &str, len: Duration) -> Result<Acquisition> {
         check_holder(holder)?;
         let mut tx = self.conn.start_transaction(tx_options())?;
         let locked = lock_row(&mut tx)?;
-        if locked.holder.is_some() && locked.live {
+        if locked.live && locked.holder.as_deref().is_some_and(|h| h != holder) {
             return Ok(Acquisition::Held(view(&mut tx)?));
         }
         tx.exec_drop(

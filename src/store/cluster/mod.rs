@@ -15,6 +15,7 @@
 
 pub mod journal;
 pub mod lease;
+pub mod nodes;
 
 use crate::election::Epoch;
 use crate::store::StoreError;
@@ -29,6 +30,7 @@ pub use crate::dbconfig::{
 };
 pub use journal::{EpochCell, Identity, Refusal, SharedJournal};
 pub use lease::{fence, Acquisition, Grant, LeaseView};
+pub use nodes::{Beat, NodeRole, NodeRow};
 
 /// Why a lease is not the caller's any more (in [`StoreError::Fenced`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,10 +116,10 @@ impl ClusterDb {
         })
     }
 
-    /// Creates what is missing of the lease's table and row (the full store's migrations
-    /// are not built yet: docs/cluster.md, "Not built yet").
+    /// Creates what is missing of the lease's table and row, and of the daemons' own rows
+    /// (`nodes`).
     pub fn prepare_lease(&mut self) -> Result<(), StoreError> {
-        for sql in lease::CREATE {
+        for sql in lease::CREATE.iter().chain(nodes::CREATE) {
             self.conn.query_drop(sql)?;
         }
         Ok(())
