@@ -126,6 +126,11 @@ pub struct ChainHistory {
     pub attempts_count: u32,
     pub attempts: Vec<AttemptView>,
     pub decisions: Vec<DecisionView>,
+    /// For a job adopted from Slurm (`adopt`, plain sbatch): what its retries cannot have
+    /// exactly as it was submitted, one sentence each; empty for a submission the
+    /// supervisor was given whole.
+    #[serde(default)]
+    pub not_recovered: Vec<String>,
 }
 
 /// `history --json ID`: one chain, or every task when ID names an array.

@@ -947,6 +947,18 @@ impl Slurm for SlurmCli {
                     trim_evidence(&ran.stdout)
                 )))
             }
+            // A job array whose tasks Slurm shows apart, or a heterogeneous job: one line
+            // per task or component. The first one's record is given (its ArrayJobId= or
+            // HetJobId= says what the job is, for the caller to refuse it); a first line
+            // that cannot be read as a record is the line break below.
+            [first, ..]
+                if first.starts_with("JobId=")
+                    && parse::parse_scontrol_record_strict(first).is_ok_and(|r| {
+                        r.contains_key("ArrayJobId") || r.contains_key("HetJobId")
+                    }) =>
+            {
+                *first
+            }
             _ => {
                 return Err(garbage(format!(
                     "the record of job {job_id} spans {} lines: a value its owner wrote (name, comment, command, path) holds a line break",
@@ -959,6 +971,22 @@ impl Slurm for SlurmCli {
                 "the record of job {job_id} names {key}= twice: a value its owner wrote holds \" {key}=\""
             ))
         })
+    }
+
+    async fn marked_jobs(&self, mark: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+        // One REQUEST_JOB_INFO: every job, each line whole (`:0`), ended jobs the
+        // controller still knows too (one killed within a second of its start).
+        let args = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--Format={}", parse::MARK_SQUEUE_FORMAT),
+        ];
+        let ran = self.query("squeue", args).await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("squeue", &ran));
+        }
+        Ok(parse::parse_marked(&ran.stdout, mark))
     }
 
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {
