@@ -213,14 +213,28 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         IN,
         &home_in,
         &[],
-        &["--parsable", "--hold", "--array=1-2", "-o", "/dev/null", "quick.sh"],
+        &[
+            "--parsable",
+            "--hold",
+            "--array=1-2",
+            "-o",
+            "/dev/null",
+            "quick.sh",
+        ],
     ));
     let het = job_id(&sbatch_as(
         IN,
         &home_in,
         &[],
         &[
-            "--parsable", "--hold", "-n1", "-o", "/dev/null", ":", "-n1", "quick.sh",
+            "--parsable",
+            "--hold",
+            "-n1",
+            "-o",
+            "/dev/null",
+            ":",
+            "-n1",
+            "quick.sh",
         ],
     ));
     // A dependency and a mail type of the user's own: Slurm keeps both; the job is
@@ -278,17 +292,22 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &hostile]);
     assert!(
         mine.status.success()
-            || String::from_utf8_lossy(&mine.stderr).contains("submitted with plain sbatch, and refused"),
+            || String::from_utf8_lossy(&mine.stderr)
+                .contains("submitted with plain sbatch, and refused"),
         "{}",
         String::from_utf8_lossy(&mine.stderr)
     );
 
     // Refused whole, and their owner is told why (ssvpout is not).
     for (job, why) in [(&array, "array jobs"), (&het, "heterogeneous jobs")] {
-        wait_for("the refusal to be recorded", Duration::from_secs(60), || {
-            String::from_utf8_lossy(&ctl_as(IN, &ctl, &config, &["status", job]).stderr)
-                .contains("refused")
-        });
+        wait_for(
+            "the refusal to be recorded",
+            Duration::from_secs(60),
+            || {
+                String::from_utf8_lossy(&ctl_as(IN, &ctl, &config, &["status", job]).stderr)
+                    .contains("refused")
+            },
+        );
         let told = ctl_as(IN, &ctl, &config, &["status", job]);
         let err = String::from_utf8_lossy(&told.stderr);
         assert!(!told.status.success() && err.contains(why), "{job}: {err}");
@@ -299,9 +318,11 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         );
         assert!(!supervised(&d, job), "{job} is supervised");
     }
-    wait_for("the dependent job to be supervised", Duration::from_secs(60), || {
-        supervised(&d, &dep)
-    });
+    wait_for(
+        "the dependent job to be supervised",
+        Duration::from_secs(60),
+        || supervised(&d, &dep),
+    );
     let lacks = d.history(&dep)["not_recovered"].to_string();
     assert!(
         lacks.contains(&format!("--dependency (Dependency=afterok:{het}")),
@@ -326,7 +347,10 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     // What the retries lack is recorded and shown, never guessed: the environment.
     let lacks = h["not_recovered"].as_array().cloned().unwrap_or_default();
     assert_eq!(lacks.len(), 1, "{h:#}");
-    assert!(lacks[0].as_str().unwrap().starts_with("the environment"), "{h:#}");
+    assert!(
+        lacks[0].as_str().unwrap().starts_with("the environment"),
+        "{h:#}"
+    );
     let text = d.ctl(&["history", &oom]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(

@@ -31,13 +31,25 @@ local SPOOL = "/var/lib/slurm-supervisor/plain-sbatch"
 -- The mark, exactly as the daemon looks for it (src/daemon/plain.rs, MARK).
 local MARK = "slurm-supervisor:plain"
 
+-- Seconds a file's first line is kept: slurmctld runs this with its locks held, so a
+-- burst of submissions reads each file once, and a choice takes effect within them.
+local KEEP = 2
+
+local kept = {}
+
 local function first_line(path)
-	local f = io.open(path, "r")
-	if not f then
-		return nil
+	local now = os.time()
+	local k = kept[path]
+	if k and now - k.at < KEEP then
+		return k.line
 	end
-	local line = f:read("*l")
-	f:close()
+	local line = nil
+	local f = io.open(path, "r")
+	if f then
+		line = f:read("*l")
+		f:close()
+	end
+	kept[path] = { at = now, line = line }
 	return line
 end
 

@@ -447,7 +447,9 @@ async fn discover_marks<S: crate::slurm::Slurm>(
     let listed = match engine.slurm().marked_jobs(MARK).await {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!("cannot list the jobs with the plain-sbatch mark: {e}; listed again later");
+            tracing::warn!(
+                "cannot list the jobs with the plain-sbatch mark: {e}; listed again later"
+            );
             return Ok(());
         }
     };
@@ -510,7 +512,9 @@ async fn take<S: crate::slurm::Slurm>(
         return done(plain, false);
     }
     if !may_take(uid, nix::unistd::geteuid().as_raw()) {
-        tracing::warn!("a plain-sbatch job of another user than this per-user daemon's; left alone");
+        tracing::warn!(
+            "a plain-sbatch job of another user than this per-user daemon's; left alone"
+        );
         return done(plain, true);
     }
     if !plain.opted_in(engine.store(), uid)? {
@@ -551,9 +555,7 @@ async fn take<S: crate::slurm::Slurm>(
         }
         // Another user's job (or one without the mark): nothing of it is the note's owner's
         // to see, and nothing is recorded. Already supervised: nothing to say.
-        Err(Response::Error(e))
-            if matches!(e.kind, ErrorKind::Forbidden | ErrorKind::Conflict) =>
-        {
+        Err(Response::Error(e)) if matches!(e.kind, ErrorKind::Forbidden | ErrorKind::Conflict) => {
             tracing::warn!("a plain-sbatch job left alone: {}", e.message);
             return done(plain, true);
         }

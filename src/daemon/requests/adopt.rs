@@ -92,9 +92,11 @@ pub fn not_recovered(job: &std::collections::BTreeMap<String, String>) -> Vec<St
         ("Deadline", "--deadline"),
     ];
     for (key, option) in NOT_CARRIED {
-        if let Some(v) = job.get(*key).map(String::as_str).filter(|v| {
-            !v.is_empty() && !matches!(*v, "(null)" | "N/A" | "NONE" | "Unknown")
-        }) {
+        if let Some(v) = job
+            .get(*key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty() && !matches!(*v, "(null)" | "N/A" | "NONE" | "Unknown"))
+        {
             out.push(format!(
                 "{option} ({key}={}): retries are submitted without it",
                 v.escape_debug()
@@ -183,7 +185,8 @@ pub async fn adopt_job<S: Slurm>(
         })?;
         if job.contains_key("HetJobId") {
             return Err(usage(
-                "heterogeneous jobs are not supervised (its components would be retried apart)".into(),
+                "heterogeneous jobs are not supervised (its components would be retried apart)"
+                    .into(),
             ));
         }
         if job.contains_key("ArrayJobId")
@@ -341,7 +344,9 @@ mod tests {
         assert!(some
             .iter()
             .any(|s| s.starts_with("--dependency (Dependency=afterok:12(unfulfilled))")));
-        assert!(some.iter().any(|s| s.starts_with("--gres (TresPerNode=gres/gpu:1)")));
+        assert!(some
+            .iter()
+            .any(|s| s.starts_with("--gres (TresPerNode=gres/gpu:1)")));
         assert!(some.iter().any(|s| s.starts_with("--constraint")));
     }
 
