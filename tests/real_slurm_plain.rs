@@ -1,12 +1,11 @@
 //! Plain `sbatch`, supervised (docs/plain-sbatch.md), against the real Slurm with the
 //! supervisor's cli_filter enabled (scripts/dev-cluster installs it, each cluster with its
 //! own spool): an opted-in user's plain `sbatch` of a job that runs out of memory is
-//! retried with more memory from the script Slurm kept (the file is gone by then); one
-//! submitted while the daemon is stopped is supervised once it starts; a user who did not
-//! opt in, and a submission opted out with `SLURM_SUPERVISOR=off`, are untouched; a note
-//! that names another user's job, and a hostile job name and comment, make nothing
-//! anyone else's.
-//!
+//! retried with more memory from the script Slurm kept (the file edited, or gone, by
+//! then); one submitted while the daemon is stopped is supervised once it starts; a user
+//! who did not opt in, and a submission opted out with `SLURM_SUPERVISOR=off`, are
+//! untouched; a note that names another user's job, and a hostile job name and comment,
+//! make nothing anyone else's.
 //!
 //! With the filter, sbatch works as without it: `--parsable` prints the id alone and
 //! nothing goes to stderr, `--wait` waits, an array, a heterogeneous job, a
@@ -153,6 +152,23 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     ));
     // The file edited at once: a retry that read it would exit 7.
     std::fs::write(home_in.join("oom.sh"), "#!/bin/bash\nexit 7\n").unwrap();
+    // And one whose file is removed at once: a retry that read it would not be.
+    std::fs::write(
+        home_in.join("gone.sh"),
+        format!("#!/bin/bash\n{OOM_ONCE}\n"),
+    )
+    .unwrap();
+    run(
+        "chown",
+        &[&format!("{IN}:"), home_in.join("gone.sh").to_str().unwrap()],
+    );
+    let gone = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "--mem=100M", "-o", "gone.out", "gone.sh"],
+    ));
+    std::fs::remove_file(home_in.join("gone.sh")).unwrap();
 
     // Not opted in: the filter leaves no note and the job as it was.
     let theirs = job_id(&sbatch_as(
@@ -344,6 +360,10 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         comment.starts_with("mine | keep"),
         "the user's comment is lost: {comment:?}"
     );
+    d.wait_state(&gone, "completed", Duration::from_secs(300));
+    let g = d.history(&gone);
+    assert_eq!(attempts(&g).len(), 2, "{g:#}");
+    assert_eq!(decisions(&g)[0]["classification"], "oom", "{g:#}");
     // What the retries lack is recorded and shown, never guessed: the environment.
     let lacks = h["not_recovered"].as_array().cloned().unwrap_or_default();
     assert_eq!(lacks.len(), 1, "{h:#}");
