@@ -349,7 +349,7 @@ mod tests {
             "id": id, "state": "failed", "slurm_job_id": "7", "last_classification": "oom",
             "array_task": null, "submission": 1, "slurm_state": "FAILED",
             "next_retry_at": null, "dependency_failed": [], "depends_on": [], "dependents": [], "created_at": 1, "updated_at": 2,
-            "attempts_count": 0, "attempts": [], "decisions": [],
+            "attempts_count": 0, "attempts": [], "decisions": [], "not_recovered": [],
         })
     }
 
