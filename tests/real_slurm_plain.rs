@@ -428,12 +428,47 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     for n in notes_of(&marked) {
         std::fs::remove_file(spool().join("notes").join(n)).unwrap();
     }
+    // An admin comment holding a line break (a site's plugin that copies a user's text
+    // into it) makes a line of the listing up: here one naming ssvpin's job that they
+    // opted out of, as marked. The mark is checked again in the job's own record, so that
+    // job stays as its owner wanted it.
+    let off2 = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &["SLURM_SUPERVISOR=off"],
+        &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
+    ));
+    let carrier = job_id(&sbatch_as(
+        OUT,
+        &home_out,
+        &[],
+        &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
+    ));
+    run(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={carrier}"),
+            &format!("AdminComment=x\n{off2}|{}|slurm-supervisor:plain", pin.uid),
+        ],
+    );
     d.spawn();
     wait_for(
         "the marked job without a note to be supervised",
         Duration::from_secs(90),
         || supervised(&d, &marked),
     );
+    wait_for(
+        "the made-up line to be looked at",
+        Duration::from_secs(60),
+        || {
+            d.log()
+                .contains(&format!("job {off2} does not carry the plain-sbatch mark"))
+        },
+    );
+    assert!(!supervised(&d, &off2), "{off2} is supervised");
+    assert!(!supervised(&d, &carrier), "{carrier} is supervised");
+    run("scancel", &[&off2, &carrier]);
     // The socket answers reads before the first cycle has looked at the notes.
     wait_for(
         "the job submitted while the daemon was down to be supervised",
