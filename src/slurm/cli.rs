@@ -974,15 +974,24 @@ impl Slurm for SlurmCli {
     }
 
     async fn marked_jobs(&self, mark: &str) -> Result<Vec<(String, u32)>, SlurmError> {
-        // One REQUEST_JOB_INFO: every job, each line whole (`:0`), ended jobs the
-        // controller still knows too (one killed within a second of its start).
-        let args = vec![
+        // One REQUEST_JOB_INFO: every job (`--all`), each field whole (`:0`), ended jobs
+        // the controller still knows too (one killed within a second of its start). Read a
+        // line at a time: only the lines whose admin comment is the mark are kept, so no
+        // one's jobs can make the answer too big.
+        let mut args = vec![
             "--local".into(),
             "--noheader".into(),
             "--states=all".into(),
             format!("--Format={}", parse::MARK_SQUEUE_FORMAT),
         ];
-        let ran = self.query("squeue", args).await?;
+        let marked = |f: &[&[u8]]| f.len() == 3 && f[2].trim_ascii_end() == mark.as_bytes();
+        let other = OtherLines {
+            keep: &marked,
+            fields: 3,
+            budget: PENDING_BUDGET,
+            over: Default::default(),
+        };
+        let ran = self.list_every_job(&[], &mut args, Some(other)).await?;
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
