@@ -453,10 +453,17 @@ async fn discover_marks<S: crate::slurm::Slurm>(
             return Ok(());
         }
     };
-    m.left_alone.retain(|j| listed.contains(j));
+    {
+        let now_listed: std::collections::HashSet<&(String, u32)> = listed.iter().collect();
+        m.left_alone.retain(|j| now_listed.contains(j));
+    }
     let mut taken = 0;
     for (job_id, uid) in listed {
         if taken >= MAX_NOTES_PER_CYCLE {
+            // More wait: the next cycle lists again.
+            if let Some(m) = plain.marks.as_mut() {
+                m.last = None;
+            }
             break;
         }
         let seen = plain
@@ -479,6 +486,8 @@ async fn discover_marks<S: crate::slurm::Slurm>(
             .instrument(span)
             .await?
         {
+            // Slurm did not answer: asked again at the next listing, not sooner (a
+            // controller that does not answer gets no more queries for it).
             break;
         }
     }
@@ -545,7 +554,7 @@ async fn take<S: crate::slurm::Slurm>(
             *n += 1;
             if *n < MAX_TRIES {
                 tracing::warn!(
-                    "cannot adopt a plain-sbatch job now: {}; tried again next cycle",
+                    "cannot adopt a plain-sbatch job now: {}; tried again later",
                     e.message
                 );
                 return Ok(false);
