@@ -110,6 +110,26 @@ fn home_of(d: &Daemon, user: &str) -> PathBuf {
     home
 }
 
+/// The held jobs a run made, cancelled when it ends, failed or not (they would wait
+/// forever in the shared cluster).
+#[derive(Default)]
+struct Held(Vec<String>);
+
+impl Held {
+    fn hold(&mut self, job: &str) -> String {
+        self.0.push(job.to_string());
+        job.to_string()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = slurm("scancel").args(&self.0).output();
+        }
+    }
+}
+
 #[test]
 fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() {
     require_slurm();
@@ -118,6 +138,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nadmin_comment = true\nspool = {:?}\n",
         spool().display().to_string()
     );
+    let mut held = Held::default();
     let (mut d, ctl) = root_daemon("ssv-plain-", &extra);
     let config = d.config.clone();
     let (home_in, home_out) = (home_of(&d, IN), home_of(&d, OUT));
@@ -225,7 +246,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
 
     // An array and a heterogeneous job (held: they need not run): sbatch takes them as
     // without the filter, and the daemon refuses them whole.
-    let array = job_id(&sbatch_as(
+    let array = held.hold(&job_id(&sbatch_as(
         IN,
         &home_in,
         &[],
@@ -237,8 +258,8 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
             "/dev/null",
             "quick.sh",
         ],
-    ));
-    let het = job_id(&sbatch_as(
+    )));
+    let het = held.hold(&job_id(&sbatch_as(
         IN,
         &home_in,
         &[],
@@ -252,10 +273,10 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
             "-n1",
             "quick.sh",
         ],
-    ));
+    )));
     // A dependency and a mail type of the user's own: Slurm keeps both; the job is
     // supervised, and its history says the retries will not carry the dependency.
-    let dep = job_id(&sbatch_as(
+    let dep = held.hold(&job_id(&sbatch_as(
         IN,
         &home_in,
         &[],
@@ -267,7 +288,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
             "/dev/null",
             "quick.sh",
         ],
-    ));
+    )));
     let shown = run("scontrol", &["show", "job", "-o", &dep]);
     assert!(
         shown.contains(&format!("Dependency=afterok:{het}")) && shown.contains("MailType=END"),
@@ -432,18 +453,18 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     // into it) makes a line of the listing up: here one naming ssvpin's job that they
     // opted out of, as marked. The mark is checked again in the job's own record, so that
     // job stays as its owner wanted it.
-    let off2 = job_id(&sbatch_as(
+    let off2 = held.hold(&job_id(&sbatch_as(
         IN,
         &home_in,
         &["SLURM_SUPERVISOR=off"],
         &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
-    ));
-    let carrier = job_id(&sbatch_as(
+    )));
+    let carrier = held.hold(&job_id(&sbatch_as(
         OUT,
         &home_out,
         &[],
         &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
-    ));
+    )));
     run(
         "scontrol",
         &[
