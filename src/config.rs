@@ -438,6 +438,10 @@ pub struct PlainSbatchConfig {
     pub everyone: bool,
     /// The members of these Unix groups are opted in unless they opt out.
     pub groups: Vec<String>,
+    /// Also supervise the jobs the job_submit script marked (`admin_comment`,
+    /// config/slurm/job_submit.lua): one squeue lists them every ten poll intervals, at
+    /// most a minute apart.
+    pub admin_comment: bool,
 }
 
 /// The Prometheus endpoint (off unless `listen` is set).

@@ -56,6 +56,10 @@ const EXPECTED: &[(&str, &str)] = &[
         "/usr/share/slurm-supervisor/cli_filter.lua",
         "the plain-sbatch cli_filter (docs/plain-sbatch.md)",
     ),
+    (
+        "/usr/share/slurm-supervisor/job_submit.lua",
+        "the plain-sbatch job_submit script, the tamper-proof mark (docs/plain-sbatch.md)",
+    ),
 ];
 
 fn output(program: &str, args: &[&str]) -> Output {

@@ -1,11 +1,20 @@
 //! Plain `sbatch`, supervised (docs/plain-sbatch.md), against the real Slurm with the
 //! supervisor's cli_filter enabled (scripts/dev-cluster installs it, each cluster with its
 //! own spool): an opted-in user's plain `sbatch` of a job that runs out of memory is
-//! retried with more memory from the script Slurm kept (the file is gone by then); one
-//! submitted while the daemon is stopped is supervised once it starts; a user who did not
-//! opt in, and a submission opted out with `SLURM_SUPERVISOR=off`, are untouched; a note
-//! that names another user's job, and a hostile job name and comment, make nothing
-//! anyone else's.
+//! retried with more memory from the script Slurm kept (the file edited, or gone, by
+//! then); one submitted while the daemon is stopped is supervised once it starts; a user
+//! who did not opt in, and a submission opted out with `SLURM_SUPERVISOR=off`, are
+//! untouched; a note that names another user's job, and a hostile job name and comment,
+//! make nothing anyone else's.
+//!
+//! With the filter, sbatch works as without it: `--parsable` prints the id alone and
+//! nothing goes to stderr, `--wait` waits, an array, a heterogeneous job, a
+//! `--dependency`, a `--mail-type` and the user's own `--comment` are taken as given. The
+//! array and the heterogeneous job are refused whole by the daemon, and their owner sees
+//! why (`status JOBID`); what an adopted job's retries lack is in its `history`. The
+//! job_submit script marks the opted-in user's jobs (`admin_comment`, in accounting) and
+//! no one else's, and a marked job whose note is gone is found by the daemon's listing of
+//! marks.
 //!
 //! One test: one daemon reads a cluster's spool at a time (it is locked; a demo daemon of
 //! `scripts/quickstart` left running holds it too: `scripts/quickstart stop`). Its users,
@@ -101,14 +110,35 @@ fn home_of(d: &Daemon, user: &str) -> PathBuf {
     home
 }
 
+/// The held jobs a run made, cancelled when it ends, failed or not (they would wait
+/// forever in the shared cluster).
+#[derive(Default)]
+struct Held(Vec<String>);
+
+impl Held {
+    fn hold(&mut self, job: &str) -> String {
+        self.0.push(job.to_string());
+        job.to_string()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = slurm("scancel").args(&self.0).output();
+        }
+    }
+}
+
 #[test]
 fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() {
     require_slurm();
     let (pin, pout) = (User::get(IN), User::get(OUT));
     let extra = format!(
-        "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+        "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nadmin_comment = true\nspool = {:?}\n",
         spool().display().to_string()
     );
+    let mut held = Held::default();
     let (mut d, ctl) = root_daemon("ssv-plain-", &extra);
     let config = d.config.clone();
     let (home_in, home_out) = (home_of(&d, IN), home_of(&d, OUT));
@@ -141,7 +171,25 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
             "oom.sh",
         ],
     ));
-    std::fs::remove_file(home_in.join("oom.sh")).unwrap();
+    // The file edited at once: a retry that read it would exit 7.
+    std::fs::write(home_in.join("oom.sh"), "#!/bin/bash\nexit 7\n").unwrap();
+    // And one whose file is removed at once: a retry that read it would not be.
+    std::fs::write(
+        home_in.join("gone.sh"),
+        format!("#!/bin/bash\n{OOM_ONCE}\n"),
+    )
+    .unwrap();
+    run(
+        "chown",
+        &[&format!("{IN}:"), home_in.join("gone.sh").to_str().unwrap()],
+    );
+    let gone = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "--mem=100M", "-o", "gone.out", "gone.sh"],
+    ));
+    std::fs::remove_file(home_in.join("gone.sh")).unwrap();
 
     // Not opted in: the filter leaves no note and the job as it was.
     let theirs = job_id(&sbatch_as(
@@ -196,6 +244,57 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         ],
     ));
 
+    // An array and a heterogeneous job (held: they need not run): sbatch takes them as
+    // without the filter, and the daemon refuses them whole.
+    let array = held.hold(&job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &[
+            "--parsable",
+            "--hold",
+            "--array=1-2",
+            "-o",
+            "/dev/null",
+            "quick.sh",
+        ],
+    )));
+    let het = held.hold(&job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &[
+            "--parsable",
+            "--hold",
+            "-n1",
+            "-o",
+            "/dev/null",
+            ":",
+            "-n1",
+            "quick.sh",
+        ],
+    )));
+    // A dependency and a mail type of the user's own: Slurm keeps both; the job is
+    // supervised, and its history says the retries will not carry the dependency.
+    let dep = held.hold(&job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &[
+            "--parsable",
+            &format!("--dependency=afterok:{het}"),
+            "--mail-type=END",
+            "-o",
+            "/dev/null",
+            "quick.sh",
+        ],
+    )));
+    let shown = run("scontrol", &["show", "job", "-o", &dep]);
+    assert!(
+        shown.contains(&format!("Dependency=afterok:{het}")) && shown.contains("MailType=END"),
+        "{shown}"
+    );
+
     // sbatch --wait of an opted-in user waits and answers as without the filter.
     let waited = sbatch_as(
         IN,
@@ -225,15 +324,48 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         !supervised(&d, &theirs),
         "{OUT}'s job {theirs} was taken up through a note of {IN}'s"
     );
-    if supervised(&d, &hostile) {
-        // Then it is ssvpin's chain, seen by them.
-        let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &hostile]);
-        assert!(
-            mine.status.success(),
-            "{}",
-            String::from_utf8_lossy(&mine.stderr)
+    // The hostile job is ssvpin's chain, seen by them, or refused with the reason shown
+    // to them.
+    let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &hostile]);
+    assert!(
+        mine.status.success()
+            || String::from_utf8_lossy(&mine.stderr)
+                .contains("submitted with plain sbatch, and refused"),
+        "{}",
+        String::from_utf8_lossy(&mine.stderr)
+    );
+
+    // Refused whole, and their owner is told why (ssvpout is not).
+    for (job, why) in [(&array, "array jobs"), (&het, "heterogeneous jobs")] {
+        wait_for(
+            "the refusal to be recorded",
+            Duration::from_secs(60),
+            || {
+                String::from_utf8_lossy(&ctl_as(IN, &ctl, &config, &["status", job]).stderr)
+                    .contains("refused")
+            },
         );
+        let told = ctl_as(IN, &ctl, &config, &["status", job]);
+        let err = String::from_utf8_lossy(&told.stderr);
+        assert!(!told.status.success() && err.contains(why), "{job}: {err}");
+        let other = ctl_as(OUT, &ctl, &config, &["status", job]);
+        assert!(
+            !String::from_utf8_lossy(&other.stderr).contains("refused"),
+            "{OUT} is told about {IN}'s job {job}"
+        );
+        assert!(!supervised(&d, job), "{job} is supervised");
     }
+    wait_for(
+        "the dependent job to be supervised",
+        Duration::from_secs(60),
+        || supervised(&d, &dep),
+    );
+    let lacks = d.history(&dep)["not_recovered"].to_string();
+    assert!(
+        lacks.contains(&format!("--dependency (Dependency=afterok:{het}")),
+        "{lacks}"
+    );
+    run("scancel", &[&het, &array, &dep]);
 
     let rows = d.wait_state(&oom, "completed", Duration::from_secs(300));
     assert_eq!(rows.len(), 1);
@@ -249,6 +381,28 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         comment.starts_with("mine | keep"),
         "the user's comment is lost: {comment:?}"
     );
+    d.wait_state(&gone, "completed", Duration::from_secs(300));
+    let g = d.history(&gone);
+    assert_eq!(attempts(&g).len(), 2, "{g:#}");
+    assert_eq!(decisions(&g)[0]["classification"], "oom", "{g:#}");
+    // What the retries lack is recorded and shown, never guessed: the environment.
+    let lacks = h["not_recovered"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lacks.len(), 1, "{h:#}");
+    assert!(
+        lacks[0].as_str().unwrap().starts_with("the environment"),
+        "{h:#}"
+    );
+    let text = d.ctl(&["history", &oom]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("not recovered from Slurm:\n  the environment"),
+        "{text}"
+    );
+    // The job_submit script marked ssvpin's job, in accounting; not ssvpout's, nor the one
+    // opted out.
+    assert_eq!(sacct_field(&oom, "AdminComment"), "slurm-supervisor:plain");
+    assert_eq!(sacct_field(&theirs, "AdminComment"), "");
+    assert_eq!(sacct_field(&off, "AdminComment"), "");
     // ssvpin sees their chain; ssvpout does not.
     let mine = ctl_as(IN, &ctl, &config, &["status", "--json", &oom]);
     assert!(
@@ -284,7 +438,58 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "FAILED"
     });
+    // Marked by job_submit, but its note gone (as when sbatch skipped the filter): the
+    // daemon's listing of the marks finds it.
+    let marked = job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &[],
+        &["--parsable", "-o", "/dev/null", "--begin=now+5", "quick.sh"],
+    ));
+    for n in notes_of(&marked) {
+        std::fs::remove_file(spool().join("notes").join(n)).unwrap();
+    }
+    // An admin comment holding a line break (a site's plugin that copies a user's text
+    // into it) makes a line of the listing up: here one naming ssvpin's job that they
+    // opted out of, as marked. The mark is checked again in the job's own record, so that
+    // job stays as its owner wanted it.
+    let off2 = held.hold(&job_id(&sbatch_as(
+        IN,
+        &home_in,
+        &["SLURM_SUPERVISOR=off"],
+        &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
+    )));
+    let carrier = held.hold(&job_id(&sbatch_as(
+        OUT,
+        &home_out,
+        &[],
+        &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
+    )));
+    run(
+        "scontrol",
+        &[
+            "update",
+            &format!("jobid={carrier}"),
+            &format!("AdminComment=x\n{off2}|{}|slurm-supervisor:plain", pin.uid),
+        ],
+    );
     d.spawn();
+    wait_for(
+        "the marked job without a note to be supervised",
+        Duration::from_secs(90),
+        || supervised(&d, &marked),
+    );
+    wait_for(
+        "the made-up line to be looked at",
+        Duration::from_secs(60),
+        || {
+            d.log()
+                .contains(&format!("job {off2} does not carry the plain-sbatch mark"))
+        },
+    );
+    assert!(!supervised(&d, &off2), "{off2} is supervised");
+    assert!(!supervised(&d, &carrier), "{carrier} is supervised");
+    run("scancel", &[&off2, &carrier]);
     // The socket answers reads before the first cycle has looked at the notes.
     wait_for(
         "the job submitted while the daemon was down to be supervised",

@@ -15,9 +15,10 @@ without this file. Who is opted in it learns from files the daemon publishes in 
 daemon checks again itself, so nothing here is a security boundary.
 
 A user leaves one submission unsupervised with SLURM_SUPERVISOR=off in sbatch's
-environment (`SLURM_SUPERVISOR=off sbatch job.sh`). Job arrays and heterogeneous jobs
-are not supervised from plain sbatch yet: for those the filter says so on stderr and
-leaves no note.
+environment (`SLURM_SUPERVISOR=off sbatch job.sh`). It writes nothing on sbatch's stdout
+or stderr, ever: a job the daemon will not supervise (a job array, a heterogeneous job)
+gets its note all the same, and the daemon records why it refused it, which its owner
+sees with `supervisorctl status JOBID`.
 
 Written for Lua 5.1 (Debian's Slurm 22.05 and 24.11 link liblua5.1).
 --]]
@@ -28,7 +29,6 @@ local SPOOL = "/var/lib/slurm-supervisor/plain-sbatch"
 
 -- What pre_submit found, for post_submit (the same process, the same Lua state).
 local wanted = false
-local refused = nil
 
 local function first_line(path)
 	local f = io.open(path, "r")
@@ -105,13 +105,10 @@ function slurm_cli_pre_submit(options, offset)
 		return slurm.SUCCESS
 	end
 	if offset ~= 0 then
-		-- A second component: a heterogeneous job.
-		if wanted then
-			refused = "heterogeneous jobs are not supervised"
-		end
+		-- A later component of a heterogeneous job: the note is the first one's.
 		return slurm.SUCCESS
 	end
-	wanted, refused = false, nil
+	wanted = false
 	local ok, result = pcall(function()
 		if off(os.getenv("SLURM_SUPERVISOR")) then
 			return false
@@ -120,9 +117,6 @@ function slurm_cli_pre_submit(options, offset)
 		return who ~= nil and who.uid ~= nil and opted_in(who)
 	end)
 	wanted = ok and result == true
-	if wanted and options["array"] ~= nil then
-		refused = "job arrays submitted with plain sbatch are not supervised yet (use supervisorctl submit)"
-	end
 	return slurm.SUCCESS
 end
 
@@ -131,10 +125,6 @@ function slurm_cli_post_submit(offset, job_id, step_id)
 		return slurm.SUCCESS
 	end
 	wanted = false
-	if refused then
-		io.stderr:write("slurm-supervisor: job " .. tostring(job_id) .. " runs unsupervised: " .. refused .. "\n")
-		return slurm.SUCCESS
-	end
 	pcall(function()
 		local who = me()
 		local id = tostring(job_id)

@@ -82,6 +82,13 @@ pub fn history_text(h: &ChainHistory) -> String {
     if !h.chain.dependents.is_empty() {
         let _ = writeln!(out, "waited on by: {}", list(&h.chain.dependents));
     }
+    if !h.not_recovered.is_empty() {
+        // Adopted from Slurm: what its retries lack is said, never guessed.
+        let _ = writeln!(out, "not recovered from Slurm:");
+        for n in &h.not_recovered {
+            let _ = writeln!(out, "  {n}");
+        }
+    }
     let _ = writeln!(out, "attempts:");
     for a in &h.attempts {
         let _ = writeln!(

@@ -34,6 +34,22 @@ pub fn chains_for(store: &Store, id: &str, uid: u32) -> Result<Vec<Chain>, Respo
     parse_id(id)?;
     let ids = store.resolve(id)?;
     if ids.is_empty() {
+        // A plain-sbatch job the daemon did not supervise: its note's owner (and root)
+        // learns why here (docs/plain-sbatch.md).
+        let refusal = store
+            .plain_refusals(id.trim())?
+            .into_iter()
+            .find(|r| r.owner_uid == uid || sees_all(uid));
+        if let Some(r) = refusal {
+            return Err(Response::error(
+                ErrorKind::NotFound,
+                format!(
+                    "job {} is not supervised: it was submitted with plain sbatch, and refused: {}",
+                    id.trim(),
+                    r.reason
+                ),
+            ));
+        }
         return Err(Response::error(
             ErrorKind::NotFound,
             format!(

@@ -869,6 +869,10 @@ impl<S: Slurm> Slurm for Guarded<S> {
         self.query("scontrol")?;
         self.inner.show_job(job_id).await
     }
+    async fn marked_jobs(&self, mark: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+        self.query("squeue")?;
+        self.inner.marked_jobs(mark).await
+    }
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {
         self.query("scontrol")?;
         self.inner.batch_script(job_id).await

@@ -303,7 +303,27 @@ pub struct Plain {
     /// failing (a job whose script can no longer be read) is given up after
     /// [`MAX_TRIES`].
     tries: std::collections::HashMap<std::ffi::OsString, u32>,
+    /// `[plain_sbatch] admin_comment`: the job_submit script's marks are listed too.
+    marks: Option<Marks>,
     _lock: std::fs::File,
+}
+
+/// The admin_comment mark the job_submit script sets (config/slurm/job_submit.lua, MARK).
+pub const MARK: &str = "slurm-supervisor:plain";
+
+/// The longest time between two listings of the marks (one squeue each): as the poll's
+/// listing of the owners' pending jobs, every ten poll intervals, at most a minute apart.
+/// A job that ended is still listed while the controller keeps it (`MinJobAge`, 300 s by
+/// default), so one killed within a second is found all the same.
+const MARKS_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The discovery of marked jobs: when it last listed them, and the jobs of that listing it
+/// left alone (not opted in, or not theirs: asked about once, not every listing).
+#[derive(Debug)]
+struct Marks {
+    every: std::time::Duration,
+    last: Option<std::time::Instant>,
+    left_alone: std::collections::HashSet<(String, u32)>,
 }
 
 /// Cycles a note is tried while Slurm does not answer about its job.
@@ -321,10 +341,16 @@ impl Plain {
         }
         let spool = Spool::of(config);
         let lock = spool.prepare()?;
+        let marks = config.plain_sbatch.admin_comment.then(|| Marks {
+            every: (config.poll_interval * 10).min(MARKS_AT_MOST_EVERY),
+            last: None,
+            left_alone: Default::default(),
+        });
         let mut p = Plain {
             spool,
             site: SiteDefault::None,
             tries: Default::default(),
+            marks,
             _lock: lock,
         };
         p.reload(config, store);
@@ -373,7 +399,10 @@ impl Plain {
 /// Adopts the jobs of the notes waiting (at most [`MAX_NOTES_PER_CYCLE`] a cycle), each as
 /// its note's owner. A note is removed once dealt with, whatever came of it, except when
 /// Slurm did not answer: it is looked at again next cycle (so a note left while the daemon
-/// was down or Slurm was not answering is taken when both are back).
+/// was down or Slurm was not answering is taken when both are back). With
+/// `[plain_sbatch] admin_comment`, the jobs the job_submit script marked are listed too
+/// (one squeue, at most every [`MARKS_AT_MOST_EVERY`]) and adopted the same way, each as
+/// its owner.
 pub async fn discover<S: crate::slurm::Slurm>(
     engine: &mut crate::daemon::engine::Engine<S>,
     plain: &mut Plain,
@@ -386,77 +415,169 @@ pub async fn discover<S: crate::slurm::Slurm>(
                 "cannot read the plain-sbatch notes in {}: {e}",
                 plain.spool.notes().display()
             );
-            return Ok(());
+            Vec::new()
         }
     };
     for note in notes {
         let span = tracing::info_span!("plain_sbatch", job = %note.job_id, uid = note.uid);
-        if !take_note(engine, plain, &note).instrument(span).await? {
+        if !take(engine, plain, &note.job_id, note.uid, Some(&note))
+            .instrument(span)
+            .await?
+        {
+            return Ok(());
+        }
+    }
+    discover_marks(engine, plain).await
+}
+
+/// The marked jobs: one listing when it is due, then each new candidate adopted as its
+/// owner (at most [`MAX_NOTES_PER_CYCLE`] a cycle; the rest at the next listing).
+async fn discover_marks<S: crate::slurm::Slurm>(
+    engine: &mut crate::daemon::engine::Engine<S>,
+    plain: &mut Plain,
+) -> Result<(), crate::store::StoreError> {
+    use tracing::Instrument;
+    let Some(m) = plain.marks.as_mut() else {
+        return Ok(());
+    };
+    if m.last.is_some_and(|t| t.elapsed() < m.every) {
+        return Ok(());
+    }
+    m.last = Some(std::time::Instant::now());
+    let listed = match engine.slurm().marked_jobs(MARK).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(
+                "cannot list the jobs with the plain-sbatch mark: {e}; listed again later"
+            );
+            return Ok(());
+        }
+    };
+    {
+        let now_listed: std::collections::HashSet<&(String, u32)> = listed.iter().collect();
+        m.left_alone.retain(|j| now_listed.contains(j));
+    }
+    let mut taken = 0;
+    for (job_id, uid) in listed {
+        if taken >= MAX_NOTES_PER_CYCLE {
+            // More wait: the next cycle lists again.
+            if let Some(m) = plain.marks.as_mut() {
+                m.last = None;
+            }
+            break;
+        }
+        let seen = plain
+            .marks
+            .as_ref()
+            .is_some_and(|m| m.left_alone.contains(&(job_id.clone(), uid)));
+        if seen
+            || !engine.store().resolve(&job_id)?.is_empty()
+            || engine
+                .store()
+                .plain_refusals(&job_id)?
+                .iter()
+                .any(|r| r.owner_uid == uid)
+        {
+            continue;
+        }
+        taken += 1;
+        let span = tracing::info_span!("plain_sbatch_mark", job = %job_id, uid);
+        if !take(engine, plain, &job_id, uid, None)
+            .instrument(span)
+            .await?
+        {
+            // Slurm did not answer: asked again at the next listing, not sooner (a
+            // controller that does not answer gets no more queries for it).
             break;
         }
     }
     Ok(())
 }
 
-/// Deals with one note; false when Slurm did not answer (the rest wait for the next
-/// cycle).
-async fn take_note<S: crate::slurm::Slurm>(
+/// Deals with one note's job (`note`), or one marked job (`None`); false when Slurm did
+/// not answer (the rest wait for the next cycle).
+async fn take<S: crate::slurm::Slurm>(
     engine: &mut crate::daemon::engine::Engine<S>,
     plain: &mut Plain,
-    note: &Note,
+    job_id: &str,
+    uid: u32,
+    note: Option<&Note>,
 ) -> Result<bool, crate::store::StoreError> {
     use crate::daemon::requests::adopt::{adopt_job, Owner};
     use crate::protocol::{ErrorKind, Response};
-    if !engine.store().resolve(&note.job_id)?.is_empty() {
-        plain.spool.remove(note);
-        return Ok(true);
+    let done = |plain: &mut Plain, left_alone: bool| {
+        match note {
+            Some(n) => plain.spool.remove(n),
+            None if left_alone => {
+                if let Some(m) = plain.marks.as_mut() {
+                    m.left_alone.insert((job_id.to_string(), uid));
+                }
+            }
+            None => {}
+        }
+        Ok(true)
+    };
+    if !engine.store().resolve(job_id)?.is_empty() {
+        return done(plain, false);
     }
-    if !may_take(note.uid, nix::unistd::geteuid().as_raw()) {
+    if !may_take(uid, nix::unistd::geteuid().as_raw()) {
         tracing::warn!(
-            "a plain-sbatch note from another user than this per-user daemon's; left alone"
+            "a plain-sbatch job of another user than this per-user daemon's; left alone"
         );
-        plain.spool.remove(note);
-        return Ok(true);
+        return done(plain, true);
     }
-    if !plain.opted_in(engine.store(), note.uid)? {
-        tracing::info!("a plain-sbatch note from a user who is not opted in; left alone");
-        plain.spool.remove(note);
-        return Ok(true);
+    if !plain.opted_in(engine.store(), uid)? {
+        tracing::info!("a plain-sbatch job of a user who is not opted in; left alone");
+        return done(plain, true);
     }
-    match adopt_job(engine, &note.job_id, note.uid, Owner::Exactly).await {
+    let who = match note {
+        Some(_) => Owner::Exactly,
+        None => Owner::Marked(MARK),
+    };
+    let key: std::ffi::OsString = match note {
+        Some(n) => n.name.clone(),
+        None => format!("mark:{job_id}").into(),
+    };
+    let refused = match adopt_job(engine, job_id, uid, who).await {
         Ok(chains) => {
-            // What Slurm could not give back is said, never guessed (docs/plain-sbatch.md).
+            // What Slurm could not give back is recorded with the chain (`history` shows
+            // it), never guessed (docs/plain-sbatch.md).
             tracing::info!(
                 chains = ?chains,
-                "supervising a job submitted with plain sbatch; not recovered from Slurm: its environment (retries run without it) and spaces inside its script's arguments"
+                "supervising a job submitted with plain sbatch; what could not be recovered from Slurm is in its history"
             );
-            plain.tries.remove(&note.name);
-            plain.spool.remove(note);
+            plain.tries.remove(&key);
+            return done(plain, false);
         }
         Err(Response::Error(e)) if e.kind == ErrorKind::Unavailable => {
-            let n = plain.tries.entry(note.name.clone()).or_default();
+            let n = plain.tries.entry(key.clone()).or_default();
             *n += 1;
             if *n < MAX_TRIES {
                 tracing::warn!(
-                    "cannot adopt a plain-sbatch job now: {}; tried again next cycle",
+                    "cannot adopt a plain-sbatch job now: {}; tried again later",
                     e.message
                 );
                 return Ok(false);
             }
-            tracing::warn!(
-                "a plain-sbatch job is not supervised: {} ({MAX_TRIES} tries)",
-                e.message
-            );
-            plain.tries.remove(&note.name);
-            plain.spool.remove(note);
+            plain.tries.remove(&key);
+            format!("{} ({MAX_TRIES} tries)", e.message)
         }
-        Err(Response::Error(e)) => {
-            tracing::warn!("a plain-sbatch job is not supervised: {}", e.message);
-            plain.spool.remove(note);
+        // Another user's job (or one without the mark): nothing of it is the note's owner's
+        // to see, and nothing is recorded. Already supervised: nothing to say.
+        Err(Response::Error(e)) if matches!(e.kind, ErrorKind::Forbidden | ErrorKind::Conflict) => {
+            tracing::warn!("a plain-sbatch job left alone: {}", e.message);
+            return done(plain, true);
         }
-        Err(Response::Ok(_)) => plain.spool.remove(note),
-    }
-    Ok(true)
+        Err(Response::Error(e)) => e.message,
+        Err(Response::Ok(_)) => return done(plain, true),
+    };
+    // Refused: the job runs as submitted, unsupervised (never half-supervised: no chain
+    // was made); its owner sees why with `supervisorctl status JOBID`.
+    tracing::warn!("a plain-sbatch job is not supervised: {refused}");
+    engine
+        .store_mut()
+        .note_plain_refused(job_id, uid, &refused, crate::clock::now())?;
+    done(plain, false)
 }
 
 #[cfg(test)]

@@ -126,6 +126,11 @@ pub struct ChainHistory {
     pub attempts_count: u32,
     pub attempts: Vec<AttemptView>,
     pub decisions: Vec<DecisionView>,
+    /// For a job adopted from Slurm (`adopt`, plain sbatch): what its retries cannot have
+    /// exactly as it was submitted, one sentence each; empty for a submission the
+    /// supervisor was given whole.
+    #[serde(default)]
+    pub not_recovered: Vec<String>,
 }
 
 /// `history --json ID`: one chain, or every task when ID names an array.
@@ -344,7 +349,7 @@ mod tests {
             "id": id, "state": "failed", "slurm_job_id": "7", "last_classification": "oom",
             "array_task": null, "submission": 1, "slurm_state": "FAILED",
             "next_retry_at": null, "dependency_failed": [], "depends_on": [], "dependents": [], "created_at": 1, "updated_at": 2,
-            "attempts_count": 0, "attempts": [], "decisions": [],
+            "attempts_count": 0, "attempts": [], "decisions": [], "not_recovered": [],
         })
     }
 

@@ -979,6 +979,18 @@ impl Slurm for SlurmCli {
                     trim_evidence(&ran.stdout)
                 )))
             }
+            // A job array whose tasks Slurm shows apart, or a heterogeneous job: one line
+            // per task or component. The first one's record is given (its ArrayJobId= or
+            // HetJobId= says what the job is, for the caller to refuse it); a first line
+            // that cannot be read as a record is the line break below.
+            [first, ..]
+                if first.starts_with("JobId=")
+                    && parse::parse_scontrol_record_strict(first).is_ok_and(|r| {
+                        r.contains_key("ArrayJobId") || r.contains_key("HetJobId")
+                    }) =>
+            {
+                *first
+            }
             _ => {
                 return Err(garbage(format!(
                     "the record of job {job_id} spans {} lines: a value its owner wrote (name, comment, command, path) holds a line break",
@@ -991,6 +1003,31 @@ impl Slurm for SlurmCli {
                 "the record of job {job_id} names {key}= twice: a value its owner wrote holds \" {key}=\""
             ))
         })
+    }
+
+    async fn marked_jobs(&self, mark: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+        // One REQUEST_JOB_INFO: every job (`--all`), each field whole (`:0`), ended jobs
+        // the controller still knows too (one killed within a second of its start). Read a
+        // line at a time: only the lines whose admin comment is the mark are kept, so no
+        // one's jobs can make the answer too big.
+        let mut args = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--Format={}", parse::MARK_SQUEUE_FORMAT),
+        ];
+        let marked = |f: &[&[u8]]| f.len() == 3 && f[2].trim_ascii_end() == mark.as_bytes();
+        let other = OtherLines {
+            keep: &marked,
+            fields: 3,
+            budget: PENDING_BUDGET,
+            over: Default::default(),
+        };
+        let ran = self.list_every_job(&[], &mut args, Some(other)).await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("squeue", &ran));
+        }
+        Ok(parse::parse_marked(&ran.stdout, mark))
     }
 
     async fn batch_script(&self, job_id: &str) -> Result<Vec<u8>, SlurmError> {

@@ -992,6 +992,11 @@ impl Slurm for FakeSlurm {
         }
     }
 
+    async fn marked_jobs(&self, _mark: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+        // Its jobs have no admin comment (tests/real_slurm_plain.rs covers the listing).
+        Ok(Vec::new())
+    }
+
     async fn show_job(&self, job_id: &str) -> Result<BTreeMap<String, String>, SlurmError> {
         let s = self.enter(Command::ShowJob)?;
         let j = s.jobs.get(job_id).ok_or_else(|| {

@@ -200,7 +200,13 @@ pub trait Slurm {
     /// Cancels jobs, in one call (as `run_as`, when given). Jobs that already ended are
     /// not an error.
     async fn scancel(&self, job_ids: &[String], run_as: Option<&RunAs>) -> Result<(), SlurmError>;
-    /// `scontrol show job -o`: one job's record as key/value pairs.
+    /// Every job the controller knows whose admin comment is exactly `mark` (the
+    /// plain-sbatch job_submit script's, docs/plain-sbatch.md): `(job id, uid)` candidates
+    /// (see [`parse::parse_marked`]), in one squeue.
+    async fn marked_jobs(&self, mark: &str) -> Result<Vec<(String, u32)>, SlurmError>;
+    /// `scontrol show job -o`: one job's record as key/value pairs (for an array whose
+    /// tasks Slurm shows apart, or a heterogeneous job, the first line's: its
+    /// `ArrayJobId` or `HetJobId` says what the job is).
     async fn show_job(
         &self,
         job_id: &str,

@@ -63,6 +63,42 @@ pub const STATE_FORMAT: &str = "%i|%A|%T";
 /// into [`TagRow`]s, which are candidates only (see there).
 pub const TAG_SQUEUE_FORMAT: &str = "%i|%A|%k";
 
+/// squeue's `--Format` of the plain-sbatch mark listing (`Slurm::marked_jobs`): each
+/// field whole (`:0`), then `|`. The admin comment comes last, so whatever it holds stays
+/// in its own field of its line.
+pub const MARK_SQUEUE_FORMAT: &str = "JobID:0|,UserID:0|,admin_comment:0";
+
+/// The jobs of a [`MARK_SQUEUE_FORMAT`] listing whose admin comment is exactly `mark`:
+/// `(job id, uid)`, the job id without an array task or a heterogeneous component (`12`
+/// for `12_3`, `12_[1-5]` and `12+1`), each once. Candidates only: a line is Slurm's, but
+/// an admin comment that held a line break could make one up, so whoever acts on a
+/// candidate checks the job again (`adopt` reads its owner from squeue and its
+/// `AdminComment` from a record that cannot span lines).
+pub fn parse_marked(stdout: &str, mark: &str) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for line in stdout.lines() {
+        let mut f = line.splitn(3, '|');
+        let (Some(id), Some(uid), Some(comment)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if comment.trim_end() != mark {
+            continue;
+        }
+        let base: String = id.trim().chars().take_while(char::is_ascii_digit).collect();
+        let rest = &id.trim()[base.len()..];
+        if base.is_empty() || !(rest.is_empty() || rest.starts_with(['_', '+'])) {
+            continue;
+        }
+        let Ok(uid) = uid.trim().parse::<u32>() else {
+            continue;
+        };
+        if !out.iter().any(|(j, u)| *j == base && *u == uid) {
+            out.push((base, uid));
+        }
+    }
+    out
+}
+
 /// The sacct columns of a tag lookup among one user's jobs (see [`TAG_SQUEUE_FORMAT`]).
 pub const TAG_SACCT_FIELDS: &str = "JobID,JobIDRaw,Comment";
 
@@ -1602,6 +1638,34 @@ mod held_tests {
             vec![
                 ("30835", 1000, "a|b ssv-08e680e9-L1-c1.1 |c"),
                 ("3_[1-4]", 7, "ssv-08e680e9-L4-c4.1"),
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod marked_tests {
+    use super::parse_marked;
+
+    #[test]
+    fn only_exact_marks_are_candidates_each_job_once() {
+        let out = "30867|0|(null)\n\
+                   30870|1001|slurm-supervisor:plain\n\
+                   30871_[1-3]|1001|slurm-supervisor:plain\n\
+                   30871_4|1001|slurm-supervisor:plain\n\
+                   30872+0|1002|slurm-supervisor:plain\n\
+                   30872+1|1002|slurm-supervisor:plain\n\
+                   30873|1003|slurm-supervisor:plain x\n\
+                   30874|1003|x slurm-supervisor:plain\n\
+                   abc|1003|slurm-supervisor:plain\n\
+                   30875|root|slurm-supervisor:plain\n\
+                   30876|1004|slurm-supervisor:plain|more\n";
+        assert_eq!(
+            parse_marked(out, "slurm-supervisor:plain"),
+            vec![
+                ("30870".to_string(), 1001),
+                ("30871".to_string(), 1001),
+                ("30872".to_string(), 1002),
             ]
         );
     }

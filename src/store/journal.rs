@@ -112,6 +112,18 @@ pub(super) enum Op<'a> {
         opted_in: bool,
         now: i64,
     },
+    /// What could not be recovered from Slurm for an adopted job's submission.
+    NoteNotRecovered {
+        submission_id: i64,
+        items: Cow<'a, [String]>,
+    },
+    /// A plain-sbatch job the daemon did not supervise, and why.
+    NotePlainRefused {
+        job_id: Cow<'a, str>,
+        owner_uid: u32,
+        reason: Cow<'a, str>,
+        now: i64,
+    },
     Apply {
         steps: Vec<(i64, Step<'a>)>,
         all_or_none: bool,

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod journal;
 mod metrics;
 mod opt_in;
+pub use opt_in::PlainRefusal;
 mod pipeline;
 mod schema;
 
@@ -417,6 +418,16 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
         Op::SetPlainOpt { uid, opted_in, now } => {
             opt_in::exec_set_plain_opt(tx, uid, opted_in, now)?
         }
+        Op::NoteNotRecovered {
+            submission_id,
+            items,
+        } => opt_in::exec_note_not_recovered(tx, submission_id, &items)?,
+        Op::NotePlainRefused {
+            job_id,
+            owner_uid,
+            reason,
+            now,
+        } => opt_in::exec_note_plain_refused(tx, &job_id, owner_uid, &reason, now)?,
         Op::Apply {
             steps,
             all_or_none,
@@ -939,6 +950,7 @@ fn exec_discard_submission(tx: &Connection, launch_id: i64) -> Result<()> {
     tx.execute("DELETE FROM launches WHERE submission_id = ?1", [sub])?;
     tx.execute("DELETE FROM chains WHERE submission_id = ?1", [sub])?;
     tx.execute("DELETE FROM submissions WHERE id = ?1", [sub])?;
+    tx.execute("DELETE FROM not_recovered WHERE submission_id = ?1", [sub])?;
     Ok(())
 }
 

@@ -278,4 +278,23 @@ CREATE TABLE plain_opt (
     chosen_at INTEGER NOT NULL
 );
 "#,
+    // 13: plain `sbatch` (docs/plain-sbatch.md). What could not be recovered exactly from
+    // Slurm for an adopted job (a JSON array of sentences; no row for a submission the
+    // supervisor was given whole), shown by `history`. And the plain-sbatch jobs the
+    // daemon did not supervise, with why, shown to their owner by `status JOBID`; a row is
+    // the note's owner's (the uid that left the note) and is dropped after 30 days.
+    r#"
+CREATE TABLE not_recovered (
+    submission_id INTEGER PRIMARY KEY,
+    items         TEXT NOT NULL
+);
+CREATE TABLE plain_refused (
+    job_id    TEXT NOT NULL,
+    owner_uid INTEGER NOT NULL,
+    reason    TEXT NOT NULL,
+    noted_at  INTEGER NOT NULL,
+    PRIMARY KEY (job_id, owner_uid)
+) WITHOUT ROWID;
+CREATE INDEX plain_refused_by_time ON plain_refused(noted_at);
+"#,
 ];

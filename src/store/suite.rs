@@ -211,6 +211,31 @@ fn plain_sbatch_choices(journaled) {
     assert_eq!(s.plain_opts().unwrap(), vec![(1000, false), (1001, false)]);
 }
 
+fn plain_sbatch_not_recovered_and_refusals(journaled) {
+    let mut s = journaled();
+    let l = s
+        .create_submission(&sub(None), 100, |tag| {
+            vec![format!("--comment={tag}"), "job.sh".into()]
+        })
+        .unwrap();
+    assert!(s.not_recovered(l.submission_id).unwrap().is_empty());
+    let items = vec!["its environment".to_string(), "--gres (gpu:1)".to_string()];
+    s.note_not_recovered(l.submission_id, &items).unwrap();
+    assert_eq!(s.not_recovered(l.submission_id).unwrap(), items);
+
+    s.note_plain_refused("77", 1000, "a job array", 100).unwrap();
+    s.note_plain_refused("77", 1001, "not theirs", 101).unwrap();
+    s.note_plain_refused("77", 1000, "a job array, again", 102).unwrap();
+    let r = s.plain_refusals("77").unwrap();
+    assert_eq!(r.len(), 2);
+    assert_eq!((r[0].owner_uid, r[0].reason.as_str(), r[0].noted_at), (1000, "a job array, again", 102));
+    assert!(s.plain_refusals("78").unwrap().is_empty());
+    // Kept 30 days: a later refusal drops the old ones.
+    s.note_plain_refused("79", 1000, "later", 102 + 31 * 24 * 3600).unwrap();
+    assert!(s.plain_refusals("77").unwrap().is_empty());
+    assert_eq!(s.plain_refusals("79").unwrap().len(), 1);
+}
+
 fn submission_launch_and_lookup(journaled) {
     let mut s = journaled();
     let l = s

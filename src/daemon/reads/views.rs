@@ -189,6 +189,7 @@ pub fn history_view(store: &Store, c: &Chain) -> Result<ChainHistory, StoreError
         attempts_count: submitted_count(&attempts),
         attempts: attempts.iter().map(attempt_view).collect(),
         decisions: store.decisions(c.id)?.iter().map(decision_view).collect(),
+        not_recovered: store.not_recovered(c.submission_id)?,
     })
 }
 

@@ -65,6 +65,47 @@ pub fn argv_from_scontrol(
     Ok(argv)
 }
 
+/// What an adopted job's retries cannot have exactly as it was submitted: each a sentence
+/// for its owner, shown by `history` (docs/plain-sbatch.md "What is rebuilt, and what is
+/// not"). Never a guess at the lost value: what Slurm shows of it is quoted as its data.
+pub fn not_recovered(job: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let mut out = vec![
+        "the environment sbatch gave the job (no Slurm command gives it back): retries run with only what Slurm sets".to_string(),
+    ];
+    let command = job.get("Command").map(String::as_str).unwrap_or("");
+    if command.split_whitespace().count() > 1 {
+        out.push(
+            "the script's arguments exactly: Slurm joins them with blanks, so one that held a blank is now several".into(),
+        );
+    }
+    // Options Slurm shows that the rebuilt command line does not carry.
+    const NOT_CARRIED: &[(&str, &str)] = &[
+        ("Dependency", "--dependency"),
+        ("Features", "--constraint"),
+        ("TresPerNode", "--gres"),
+        ("TresPerJob", "--gpus"),
+        ("TresPerTask", "--tres-per-task"),
+        ("Licenses", "--licenses"),
+        ("Reservation", "--reservation"),
+        ("ReqNodeList", "--nodelist"),
+        ("Network", "--network"),
+        ("Deadline", "--deadline"),
+    ];
+    for (key, option) in NOT_CARRIED {
+        if let Some(v) = job
+            .get(*key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty() && !matches!(*v, "(null)" | "N/A" | "NONE" | "Unknown"))
+        {
+            out.push(format!(
+                "{option} ({key}={}): retries are submitted without it",
+                v.escape_debug()
+            ));
+        }
+    }
+    out
+}
+
 /// Job ids one `adopt` request may name: each costs two Slurm calls on the daemon's loop.
 pub const MAX_ADOPT_IDS: usize = 100;
 
@@ -105,6 +146,9 @@ pub enum Owner {
     Caller,
     /// A plain-sbatch note (`daemon::plain`): exactly the note's owner's job, root's too.
     Exactly,
+    /// A job the plain-sbatch job_submit script marked (`daemon::plain`): exactly that
+    /// uid's job, whose record's `AdminComment` is exactly the mark given.
+    Marked(&'static str),
 }
 
 /// Adopts one live job for `uid` (see [`Owner`]); the chains it made. The one engine of
@@ -139,6 +183,12 @@ pub async fn adopt_job<S: Slurm>(
                 format!("cannot ask Slurm about {id}: {e}"),
             ),
         })?;
+        if job.contains_key("HetJobId") {
+            return Err(usage(
+                "heterogeneous jobs are not supervised (its components would be retried apart)"
+                    .into(),
+            ));
+        }
         if job.contains_key("ArrayJobId")
             || job.get("JobId").map(String::as_str) != Some(id.as_str())
         {
@@ -167,13 +217,24 @@ pub async fn adopt_job<S: Slurm>(
             })?;
         let allowed = match who {
             Owner::Caller => sees_all(uid) || owner == uid,
-            Owner::Exactly => owner == uid,
+            Owner::Exactly | Owner::Marked(_) => owner == uid,
         };
         if !allowed {
             return Err(Response::error(
                 ErrorKind::Forbidden,
                 format!("job {id} belongs to another user"),
             ));
+        }
+        // The listing of marks is a candidate only (an admin comment with a line break could
+        // make a line up): the mark must be the record's, which cannot span lines and names
+        // each key once.
+        if let Owner::Marked(mark) = who {
+            if job.get("AdminComment").map(String::as_str) != Some(mark) {
+                return Err(Response::error(
+                    ErrorKind::Forbidden,
+                    format!("job {id} does not carry the plain-sbatch mark"),
+                ));
+            }
         }
         // A plain-sbatch note may come after its job ended (one killed for memory within a
         // second, before the next cycle): while Slurm still knows the job, its script can
@@ -232,6 +293,11 @@ pub async fn adopt_job<S: Slurm>(
         let l = engine
             .begin_submission(&new, &submitted, t)
             .map_err(internal)?;
+        // Said before the job counts as supervised, so no chain of it is ever shown
+        // without what its retries lack.
+        engine
+            .store_mut()
+            .note_not_recovered(l.submission_id, &not_recovered(&job))?;
         engine.store_mut().launch_submitted(l.id, id, t)?;
         Ok(engine
             .store()
@@ -251,6 +317,37 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn what_is_not_carried_is_said_and_defaults_are_not() {
+        let all_defaults = not_recovered(&job(&[
+            ("Dependency", "(null)"),
+            ("Features", "(null)"),
+            ("Reservation", "(null)"),
+            ("ReqNodeList", "(null)"),
+            ("Licenses", "(null)"),
+            ("Network", "(null)"),
+            ("Deadline", "N/A"),
+            ("Command", "/home/me/train.sh"),
+        ]));
+        assert_eq!(all_defaults.len(), 1, "{all_defaults:?}");
+        assert!(all_defaults[0].starts_with("the environment"));
+        let some = not_recovered(&job(&[
+            ("Dependency", "afterok:12(unfulfilled)"),
+            ("TresPerNode", "gres/gpu:1"),
+            ("Features", "a\tb"),
+            ("Command", "/home/me/train.sh --lr 0.1"),
+        ]));
+        assert_eq!(some.len(), 5, "{some:?}");
+        assert!(some[1].starts_with("the script's arguments"));
+        assert!(some
+            .iter()
+            .any(|s| s.starts_with("--dependency (Dependency=afterok:12(unfulfilled))")));
+        assert!(some
+            .iter()
+            .any(|s| s.starts_with("--gres (TresPerNode=gres/gpu:1)")));
+        assert!(some.iter().any(|s| s.starts_with("--constraint")));
     }
 
     #[test]
