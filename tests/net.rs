@@ -10,11 +10,16 @@
 //! the attacks: a replayed credential, one for another connection's nonce, an expired one,
 //! one restricted to another uid, a body changed after the credential was made, another
 //! MUNGE key, garbage and huge lines, slowloris, a thousand connections, clients that
-//! never read. Each is refused and logged, nothing is done for it, and alice's request
-//! meanwhile is answered within bounds.
+//! never read (a small answer, and one far larger than the sockets' buffers). Each is
+//! refused and logged (a flood of them in a bounded number of lines), nothing is done for
+//! it, and alice's request meanwhile is answered within bounds. On two login nodes
+//! (network namespaces, tests/common/netns.rs): submit, follow, cancel, classify and
+//! recover from the other node, and `supervisorctl mcp` there driven by the official MCP
+//! client (tests/mcp), each user with their own rights only.
 //!
-//! Every attack loop is bounded in count and time and aimed at loopback only.
-//! Needs root, munge (scripts/test installs it) and python3.
+//! Every attack loop is bounded in count and time and aimed at loopback or the test's
+//! own namespaces only. Needs root, munge (scripts/test installs it), python3, `ip` and
+//! `nsenter`, and the MCP venv (tests/common `mcp_python`).
 
 mod common;
 
