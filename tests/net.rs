@@ -1437,23 +1437,30 @@ fn two_login_nodes_a_client_that_never_reads_a_large_answer_holds_up_no_one() {
     // within the Unix socket's bounds, for as long as the daemon holds bob's answers.
     let mut rss_peak = rss_before;
     let mut rounds = 0;
+    let (mut slowest_net, mut slowest_unix) = (Duration::ZERO, Duration::ZERO);
     while n.refusals("unread") == 0 {
         assert!(
             started.elapsed() < Duration::from_secs(90),
             "bob's connections were not dropped within 90 s:\n{}",
             common::tail(&n.sys.d.log(), 30)
         );
+        // The Unix socket's bound for this (tests/security.rs, item03): 2 s; over the
+        // network, with a credential to make and a connection to set up, 5 s.
         let t = Instant::now();
         let out = n.ctl_on(&nodes, 1, "alice", &["status", "--json"]);
         assert!(out.status.success(), "{out:?}");
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        slowest_net = slowest_net.max(t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let t = Instant::now();
         let local = n
             .sys
-            .as_user_within("alice", &["status", "--json"], Duration::from_secs(10));
+            .as_user_within("alice", &["status", "--json"], Duration::from_secs(2));
         assert!(local.output.is_some_and(|o| o.status.success()));
+        slowest_unix = slowest_unix.max(t.elapsed());
         rss_peak = rss_peak.max(rss(pid));
         rounds += 1;
     }
+    eprintln!("{rounds} rounds; alice's slowest answer: network {slowest_net:?}, Unix socket {slowest_unix:?}");
     assert!(rounds > 0);
     // Every one of them dropped (the refusal lines and the summary of those beyond
     // them, at most five lines per peer and reason in ten seconds).
