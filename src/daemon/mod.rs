@@ -16,6 +16,7 @@ pub mod pid_lock;
 pub mod plain;
 pub mod program;
 pub mod reads;
+mod refusals;
 pub mod requests;
 pub mod sbatch;
 pub mod server;

@@ -11,15 +11,16 @@
 //! uid's share, the same count the Unix socket takes, and from there it is the Unix
 //! socket's path: the same request reader and limits, and the same `server::answer`.
 
+use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
 use crate::munge::{Munge, MungeError};
 use crate::protocol::net::{nonce_hex, Hello, VERSION};
 use crate::protocol::{ErrorKind, Response};
 use crate::request_binding::{self, Nonce};
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -104,6 +105,8 @@ pub struct NetServer {
     /// TLS around every connection, when `[server] tls_cert` is set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pool: Arc<PreAuth>,
+    /// Bounds the refusal lines per peer and reason (`refusals`).
+    refusals: RefusalLog,
 }
 
 impl NetServer {
@@ -124,8 +127,39 @@ impl NetServer {
             activity,
             tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
+            refusals: RefusalLog::default(),
         })
     }
+
+    /// Logs a refused connection at warn (`network request refused`, with the peer, the
+    /// uid once known, and the stable `reason`), within the refusal log's bounds: a flood
+    /// from one peer is a few lines and a summary of the rest, not a line each.
+    fn refused(&self, peer: SocketAddr, uid: Option<u32>, reason: &'static str, message: &str) {
+        let v = self.refusals.admit(peer.ip(), reason, Instant::now());
+        if v.suppressed_before > 0 {
+            log_suppressed(Some(peer.ip()), reason, v.suppressed_before);
+        }
+        if !v.log {
+            return;
+        }
+        match uid {
+            Some(uid) => warn!(%peer, uid, reason, "network request refused: {message}"),
+            None => warn!(%peer, reason, "network request refused: {message}"),
+        }
+    }
+}
+
+/// The summary of refusals left unlogged in a window (`refusals`).
+fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
+    let from = peer.map_or_else(|| "other peers".to_string(), |p| p.to_string());
+    warn!(
+        peer = %from,
+        reason,
+        suppressed = n,
+        "network refusals not logged: {n} more from {from} for {reason} within {:?} (at most {} lines per peer and reason)",
+        refusals::WINDOW,
+        refusals::PER_WINDOW
+    );
 }
 
 /// The daemon's identity when the config names none: its host name and port.
@@ -187,6 +221,20 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
+    // The summaries of refusals left unlogged, once their window is over.
+    let summaries = net.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            if summaries.shared.to_loop.is_closed() {
+                return;
+            }
+            for s in summaries.refusals.ended(Instant::now()) {
+                log_suppressed(s.peer, s.reason, s.suppressed);
+            }
+        }
+    });
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -255,11 +303,16 @@ async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std
     };
     match accepted {
         Err(_) => {
-            warn!(%peer, reason = "slow", "network request refused: no TLS handshake within {within:?} (limits.request_timeout)");
+            net.refused(
+                peer,
+                None,
+                "slow",
+                &format!("no TLS handshake within {within:?} (limits.request_timeout)"),
+            );
             Ok(())
         }
         Ok(Err(e)) => {
-            warn!(%peer, reason = "tls", "network request refused: TLS handshake failed: {e}");
+            net.refused(peer, None, "tls", &format!("TLS handshake failed: {e}"));
             Ok(())
         }
         Ok(Ok(tls)) => connection_on(tls, peer, net, ticket, pushed_out).await,
@@ -289,7 +342,7 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
         Ok(a) => a,
         Err(Err(e)) => return Err(e),
         Err(Ok(r)) => {
-            warn!(%peer, reason = r.code, "network request refused: {}", r.message);
+            net.refused(peer, None, r.code, &r.message);
             return server::write_answer(
                 &mut write,
                 &Response::error(ErrorKind::Forbidden, r.message),
@@ -306,10 +359,28 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
         net.shared.limits.request_timeout.0,
     )
     .await;
+    match &got {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => net.refused(
+            peer,
+            Some(a.uid),
+            "slow",
+            &format!(
+                "no complete request in time (limits.request_timeout = {:?})",
+                net.shared.limits.request_timeout.0
+            ),
+        ),
+        Ok(()) if line.len() as u64 > max => net.refused(
+            peer,
+            Some(a.uid),
+            "too_large",
+            &format!("request larger than {max} bytes (limits.max_script_size sets it)"),
+        ),
+        _ => {}
+    }
     if got.is_ok() && line.len() as u64 <= max {
         let body = line.strip_suffix(b"\n").unwrap_or(&line);
         if let Err(m) = request_binding::check(&a.payload, body, &net.id, &nonce) {
-            warn!(%peer, uid = a.uid, reason = m.code(), "network request refused: {m}");
+            net.refused(peer, Some(a.uid), m.code(), &m.to_string());
             return server::write_answer(
                 &mut write,
                 &Response::error(ErrorKind::Forbidden, format!("credential refused: {m}")),
@@ -319,7 +390,20 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     }
     debug!(%peer, uid = a.uid, gid = a.gid, origin = %a.origin, "network request authenticated");
     let _slot = a.slot;
-    server::answer(got, line, a.uid, &net.shared, &mut write).await
+    // The Unix socket's path, its write timeouts included: a client that does not take
+    // its answer is dropped, and that is logged as a refusal too.
+    let answered = server::answer(got, line, a.uid, &net.shared, &mut write).await;
+    if let Err(e) = &answered {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            net.refused(
+                peer,
+                Some(a.uid),
+                "unread",
+                &format!("{e}; connection dropped"),
+            );
+        }
+    }
+    answered
 }
 
 /// Says hello, reads and checks the credential, and takes a slot for its uid. A standby
@@ -419,8 +503,8 @@ where
         Err(
             e @ (MungeError::Socket { .. } | MungeError::Library { .. } | MungeError::NoContext),
         ) => {
-            // The daemon's own trouble, not the caller's: said as such.
-            warn!("cannot decode a network credential: {e}");
+            // The daemon's own trouble, not the caller's: said as such (and logged
+            // as the refusal `munged`).
             return Err(Ok(Refusal::new(
                 "munged",
                 format!("the daemon cannot check credentials now ({e}); try again later"),

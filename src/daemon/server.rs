@@ -303,12 +303,18 @@ impl std::io::Write for ChunkWriter {
     }
 }
 
-/// `status` of every chain, written to the client as it is read from the store: however
-/// many chains, the daemon holds a few chunks of the answer at a time, and nothing after.
-async fn stream_status<W: AsyncWrite + Unpin>(
+/// Writes one list answer to the socket as it is made.
+type ListWriter =
+    fn(&Store, u32, &mut dyn std::io::Write) -> Result<(), reads::status::StreamError>;
+
+/// A list answer (`status` of every chain, `pending`) written to the client as it is read
+/// from the store: however many chains, and however slowly the client reads, the daemon
+/// holds a few chunks of the answer (and the one element being written) at a time.
+async fn stream_list<W: AsyncWrite + Unpin>(
     write: &mut W,
     readers: Arc<Readers>,
     uid: u32,
+    write_all: ListWriter,
 ) -> std::io::Result<()> {
     let (to_socket, mut chunks) = mpsc::channel::<Vec<u8>>(4);
     let producer = tokio::task::spawn_blocking(move || {
@@ -317,7 +323,7 @@ async fn stream_status<W: AsyncWrite + Unpin>(
             buf: Vec::with_capacity(STREAM_CHUNK),
             sent: false,
         };
-        let written = readers.with(|store| reads::status::write_all(store, uid, &mut out));
+        let written = readers.with(|store| write_all(store, uid, &mut out));
         let written = match written {
             Ok(w) => w,
             Err(e) => Err(reads::status::StreamError::Store(e)),
@@ -363,7 +369,7 @@ async fn stream_status<W: AsyncWrite + Unpin>(
         // Cut short: the client sees an answer it cannot read, never a partial list
         // taken for the whole.
         Err(e) => {
-            warn!("the status answer was cut short: {e}");
+            warn!("a list answer was cut short: {e}");
             Err(e)
         }
     }
@@ -476,7 +482,10 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
             match parsed {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
                 Ok(Request::Status { id: None }) => {
-                    return stream_status(write, readers, uid).await;
+                    return stream_list(write, readers, uid, reads::status::write_all).await;
+                }
+                Ok(Request::Pending) => {
+                    return stream_list(write, readers, uid, reads::pending::write_all).await;
                 }
                 // Nodes and times only: anyone may read it, a standby answers it too.
                 Ok(Request::Cluster) => Response::answer(&shared.cluster_answer()),

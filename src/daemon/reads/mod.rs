@@ -3,7 +3,7 @@
 //! loop: no poll cycle, sbatch or other user's request can hold them up.
 
 mod history;
-mod pending;
+pub mod pending;
 mod stats;
 pub mod status;
 pub mod views;
