@@ -156,7 +156,11 @@ impl Cluster {
         let mut unchecked = None;
         let store = match prepared {
             Ok(Ok((identity, head))) => {
-                let store = Store::open_replica(replica, &identity.instance, Box::new(journal))?;
+                // The replica as it was left is compared with the head read above; only
+                // then does it apply the rest (the active daemon may append meanwhile: a
+                // replica caught up past a head read before would look ahead of it).
+                let mut store =
+                    Store::open_replica_as_it_is(replica, &identity.instance, Box::new(journal))?;
                 let head = head?;
                 if store.journal_seq() > head {
                     return Err(ClusterError::Config(format!(
@@ -165,6 +169,7 @@ impl Cluster {
                         replica.display()
                     )));
                 }
+                store.catch_up()?;
                 store
             }
             Ok(Err(refusal)) => return Err(ClusterError::Config(refusal.to_string())),
@@ -294,6 +299,7 @@ impl Cluster {
             election: self.election.clone(),
             seen: self.seen.clone(),
             me: self.me.clone(),
+            acting: self.epoch.clone(),
         }
     }
 
@@ -457,11 +463,20 @@ pub struct Activity {
     election: Arc<Mutex<Election>>,
     seen: Arc<Mutex<Seen>>,
     me: Me,
+    /// The epoch the loop acts under (set by `before_cycle`).
+    acting: EpochCell,
 }
 
 impl Activity {
+    /// True once the loop acts under the lease this daemon holds: between winning the
+    /// lease and the loop's next turn a request would be refused by the loop, so a client
+    /// is not told it reached the active daemon until then.
     pub fn is_active(&self) -> bool {
-        lock(&self.election).role(Instant::now()).is_active()
+        let role = lock(&self.election).role(Instant::now());
+        match role {
+            Role::Active { epoch, .. } => self.acting.get() == Some(epoch),
+            _ => false,
+        }
     }
 
     pub fn active_node(&self) -> Option<String> {
