@@ -187,6 +187,8 @@ impl Cluster {
         chmod(&run, 0o755);
         let bin_dir = self.root.join("bin");
         let config = dir.path().join("supervisor.toml");
+        // The rounds' transient failures are a storm by design: the breaker (which would
+        // pause retries after 10 in ten minutes) is set out of their way.
         std::fs::write(
             &config,
             format!(
@@ -194,6 +196,7 @@ impl Cluster {
                  [slurm]\nbin_dir = {bin:?}\ncommand_timeout = \"5s\"\nsbatch_timeout = \"20s\"\n\
                  [retry]\nbackoff_initial = \"1s\"\nbackoff_max = \"2s\"\nbackoff_jitter = 0.0\n\
                  [notify]\nmail = false\n\
+                 [breaker]\nthreshold = 1000\n\
                  [server]\nlisten = \"{addr}:{PORT}\"\nid = {node:?}\nmunge_socket = {munge:?}\n\
                  [store]\nurl = \"mysql://ssv@127.0.0.1:{db_port}/supervisor\"\npassword_file = {pw:?}\n\
                  lease = \"{lease}s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = {node:?}\n\
