@@ -420,21 +420,8 @@ impl Row {
 
 /// Every job of this store's instance in Slurm's accounting (its tag names the instance).
 fn accounting(instance: &str) -> Vec<Row> {
-    let out = common::run(
-        "sacct",
-        &[
-            "--parsable2",
-            "--noheader",
-            "--allusers",
-            "--duplicates",
-            "-X",
-            "--starttime=now-1days",
-            "--format=JobID,State,Start,Comment",
-        ],
-    );
-    let needle = format!("ssv-{instance}-");
-    out.lines()
-        .filter(|l| l.contains(&needle))
+    common::sacct_rows_with_comment(&format!("ssv-{instance}-"), "JobID,State,Start,Comment")
+        .iter()
         .map(|l| {
             let f: Vec<&str> = l.splitn(4, '|').collect();
             Row {
@@ -557,6 +544,16 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
     let stood_by = c.said(active, "not the active one any more");
     let pid = nix::unistd::Pid::from_raw(c.daemons[active].child.as_ref().unwrap().id() as i32);
     use nix::sys::signal::{kill, Signal};
+    // The other node's daemon acts within the lease, a third of one and a poll.
+    let taken_over = |c: &Cluster| {
+        let now = c.wait_active(Some(tenures), Some(active), LEASE * 3);
+        assert_eq!(now, other);
+        eprintln!(
+            "round {n}: login{} took over in {:?}",
+            other + 1,
+            hit.elapsed()
+        );
+    };
     match fault {
         Fault::Kill => {
             c.daemons[active].kill();
@@ -564,25 +561,13 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
                 "round {n}: killed; the journal ends at entry {}",
                 c.db.admin_sql("SELECT COALESCE(MAX(seq), 0) FROM supervisor.journal")
             );
-            let now = c.wait_active(Some(tenures), Some(active), LEASE * 3);
-            assert_eq!(now, other);
-            eprintln!(
-                "round {n}: login{} took over in {:?}",
-                other + 1,
-                hit.elapsed()
-            );
+            taken_over(c);
             // The node comes back: its daemon stands by.
             c.daemons[active].spawn();
         }
         Fault::Stop => {
             kill(pid, Signal::SIGSTOP).unwrap();
-            let now = c.wait_active(Some(tenures), Some(active), LEASE * 3);
-            assert_eq!(now, other);
-            eprintln!(
-                "round {n}: login{} took over in {:?}",
-                other + 1,
-                hit.elapsed()
-            );
+            taken_over(c);
             kill(pid, Signal::SIGCONT).unwrap();
             wait_for("the continued daemon to stand by", LEASE * 2, || {
                 c.said(active, "not the active one any more") > stood_by
@@ -590,13 +575,7 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
         }
         Fault::Cut => {
             c.nodes.cut(active);
-            let now = c.wait_active(Some(tenures), Some(active), LEASE * 3);
-            assert_eq!(now, other);
-            eprintln!(
-                "round {n}: login{} took over in {:?}",
-                other + 1,
-                hit.elapsed()
-            );
+            taken_over(c);
             wait_for("the cut-off daemon to stop acting", LEASE * 2, || {
                 c.said(active, "not the active one any more") > stood_by
             });
@@ -604,13 +583,7 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
         }
         Fault::Partition => {
             c.nodes.pause_port(active, c.db_port);
-            let now = c.wait_active(Some(tenures), Some(active), LEASE * 3);
-            assert_eq!(now, other);
-            eprintln!(
-                "round {n}: login{} took over in {:?}",
-                other + 1,
-                hit.elapsed()
-            );
+            taken_over(c);
             std::fs::remove_file(&slow).unwrap();
             wait_for("the cut-off daemon to stop acting", LEASE * 2, || {
                 c.said(active, "not the active one any more") > stood_by

@@ -499,6 +499,12 @@ pub fn require_slurm() {
 
 /// Every sacct row of the jobs with this comment substring (to count submissions).
 pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
+    sacct_rows_with_comment(needle, "JobID,State,Comment")
+}
+
+/// Every sacct row (`fields`, `|`-separated, Comment last) of every user's jobs of the
+/// last day whose comment holds `needle`.
+pub fn sacct_rows_with_comment(needle: &str, fields: &str) -> Vec<String> {
     let out = run(
         "sacct",
         &[
@@ -508,7 +514,7 @@ pub fn sacct_jobs_with_comment(needle: &str) -> Vec<String> {
             "--duplicates",
             "-X",
             "--starttime=now-1days",
-            "--format=JobID,State,Comment",
+            &format!("--format={fields}"),
         ],
     );
     out.lines()

@@ -179,26 +179,14 @@ impl<S: Slurm> Engine<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::daemon::engine::sweep::tests::{held_job, submission};
-    use crate::slurm::fake::FakeSlurm;
-    use crate::store::Store;
+    use crate::daemon::engine::sweep::tests::{held_job, waiting_launch};
 
     /// Two jobs carry one launch's tag (a deposed daemon's sbatch, a database flap): the
     /// one not held is adopted, even when the held one is found first, and the held one is
     /// cancelled while held, with a record on the chain.
     #[tokio::test]
     async fn of_two_jobs_with_one_tag_the_one_not_held_is_adopted_and_the_held_one_cancelled() {
-        let fake = FakeSlurm::new();
-        let mut engine = Engine::new(
-            Config::parse("", None).unwrap(),
-            Store::in_memory().unwrap(),
-            fake.clone(),
-        );
-        let l = engine
-            .store_mut()
-            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
-            .unwrap();
+        let (fake, mut engine, l) = waiting_launch();
         let chain = engine.store().launch_chains(l.id).unwrap()[0];
         let stray = held_job(&fake, &l.tag, &[]).await;
         let job = held_job(&fake, &l.tag, &[]).await;

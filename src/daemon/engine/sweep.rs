@@ -242,6 +242,21 @@ pub(crate) mod tests {
     }
 
     /// A job with `tag` in its comment, as a daemon submits it in cluster mode (held).
+    /// An engine on the in-process fake with one submission waiting to be launched.
+    pub(crate) fn waiting_launch() -> (FakeSlurm, Engine<FakeSlurm>, crate::store::Launch) {
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            Config::parse("", None).unwrap(),
+            Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let l = engine
+            .store_mut()
+            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .unwrap();
+        (fake, engine, l)
+    }
+
     pub(crate) async fn held_job(fake: &FakeSlurm, tag: &str, more: &[&str]) -> String {
         let mut argv = vec![format!("--comment={tag}"), "--hold".to_string()];
         argv.extend(more.iter().map(|s| s.to_string()));
@@ -277,16 +292,7 @@ pub(crate) mod tests {
     /// later (its owner's `scontrol hold`) stays held.
     #[tokio::test]
     async fn the_sweep_records_what_it_does_and_leaves_an_owners_own_hold() {
-        let fake = FakeSlurm::new();
-        let mut engine = Engine::new(
-            Config::parse("", None).unwrap(),
-            Store::in_memory().unwrap(),
-            fake.clone(),
-        );
-        let l = engine
-            .store_mut()
-            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
-            .unwrap();
+        let (fake, mut engine, l) = waiting_launch();
         let chain = engine.store().launch_chains(l.id).unwrap()[0];
         let stray = held_job(&fake, &l.tag, &[]).await;
         let job = held_job(&fake, &l.tag, &[]).await;
@@ -319,16 +325,7 @@ pub(crate) mod tests {
     /// would release the tasks its owner holds too.
     #[tokio::test]
     async fn the_sweep_never_releases_an_arrays_base_id() {
-        let fake = FakeSlurm::new();
-        let mut engine = Engine::new(
-            Config::parse("", None).unwrap(),
-            Store::in_memory().unwrap(),
-            fake.clone(),
-        );
-        let l = engine
-            .store_mut()
-            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
-            .unwrap();
+        let (fake, mut engine, l) = waiting_launch();
         let base = held_job(&fake, &l.tag, &["--array=0-2"]).await;
         engine
             .store_mut()
