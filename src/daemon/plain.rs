@@ -339,6 +339,11 @@ impl Plain {
         if !config.plain_sbatch.enabled {
             return Ok(None);
         }
+        if config.cluster.is_some() && !config.plain_sbatch.admin_comment {
+            tracing::warn!(
+                "cluster mode: only this login node's plain-sbatch notes are read, and only while this daemon acts; a job submitted with plain sbatch on another login node is found only by the job_submit mark: install config/slurm/job_submit.lua and set plain_sbatch.admin_comment = true (docs/plain-sbatch.md)"
+            );
+        }
         let spool = Spool::of(config);
         let lock = spool.prepare()?;
         let marks = config.plain_sbatch.admin_comment.then(|| Marks {
