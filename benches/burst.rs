@@ -27,8 +27,15 @@
 //! throughout. A table of the figures beside the targets ends the output.
 //!
 //! `BURST_SESSIONS` (default `abc`) picks the sessions to run (`a` alone measures the
-//! reads and the submit in under a minute); `BURST_SUBMITS` (default 20) is how many
-//! submits (6) times.
+//! reads and the submit in under a minute; `d` counts the Slurm commands a cycle with one
+//! daemon and, in cluster mode, with a standby beside it); `BURST_SUBMITS` (default 20) is
+//! how many submits (6) times.
+//!
+//! `BURST_STORE=mariadb` runs every daemon in cluster mode (docs/cluster.md) on a private
+//! MariaDB server (`tests/mariadb/mod.rs`): the store is built as a replica of a journal
+//! on it, and each session gets a copy of that database; the bench reads the replica.
+//! `BURST_STANDBY=1` adds a standby daemon on the same database and fake Slurm through
+//! the bursts of sessions B and C (docs/benchmarks.md, "Cluster mode on MariaDB").
 //!
 //! The binaries are the ones cargo builds next to this bench; `SLURM_SUPERVISORD` and
 //! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
