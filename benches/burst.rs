@@ -27,8 +27,15 @@
 //! throughout. A table of the figures beside the issue's targets ends the output.
 //!
 //! `BURST_SESSIONS` (default `abc`) picks the sessions to run (`a` alone measures the
-//! reads and the submit in under a minute); `BURST_SUBMITS` (default 20) is how many
-//! submits (6) times.
+//! reads and the submit in under a minute; `d` counts the Slurm commands a cycle with one
+//! daemon and, in cluster mode, with a standby beside it); `BURST_SUBMITS` (default 20) is
+//! how many submits (6) times.
+//!
+//! `BURST_STORE=mariadb` runs every daemon in cluster mode (docs/cluster.md) on a private
+//! MariaDB server (`tests/mariadb/mod.rs`): the store is built as a replica of a journal
+//! on it, and each session gets a copy of that database; the bench reads the replica.
+//! `BURST_STANDBY=1` adds a standby daemon on the same database and fake Slurm through
+//! the bursts of sessions B and C (docs/benchmarks.md, "Cluster mode on MariaDB").
 //!
 //! The binaries are the ones cargo builds next to this bench; `SLURM_SUPERVISORD` and
 //! `SUPERVISORCTL` override the paths. Run without `--bench` (`cargo test --benches`), it
@@ -37,10 +44,15 @@
 mod common;
 #[path = "burst/fake_slurm.rs"]
 mod fake_slurm;
+#[path = "../tests/mariadb/mod.rs"]
+mod mariadb;
 
 use fake_slurm::Call;
 use slurm_supervisor::model::{ChainState, Classification};
 use slurm_supervisor::policy::Judged;
+use slurm_supervisor::store::cluster::{
+    read_password_file, Acquisition, ClusterDb, EpochCell, SharedJournal, StoreUrl,
+};
 use slurm_supervisor::store::{AttemptChange, AttemptEnd, ChainUpdate, Store, Transition};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -111,12 +123,35 @@ fn main() {
         .expect("temp dir for the build");
     let built = build.path().join("supervisor.db");
     let t = Instant::now();
-    let live_jobs = build_store(&built, sizes.chains, sizes.live);
+    // `BURST_STORE=mariadb`: the daemon in cluster mode, its store a replica of a journal
+    // on a private MariaDB server (`tests/mariadb/mod.rs`), each session on a copy of it.
+    let site = match std::env::var("BURST_STORE").as_deref() {
+        Ok("mariadb") => Some(Site::start(build.path())),
+        Ok("sqlite") | Err(_) => None,
+        Ok(other) => panic!("BURST_STORE must be sqlite or mariadb, not {other:?}"),
+    };
+    let live_jobs = match &site {
+        None => {
+            let mut s = Store::open(&built).expect("create the store");
+            build_store(&mut s, sizes.chains, sizes.live, 0)
+        }
+        Some(site) => site.build(&built, sizes.chains, sizes.live),
+    };
     println!(
-        "  store built in {} under {} ({:.1} MiB)",
+        "  store built in {} under {} ({:.1} MiB{})",
         common::secs(t.elapsed()),
         build_root.display(),
-        std::fs::metadata(&built).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64
+        std::fs::metadata(&built).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64,
+        match &site {
+            None => String::new(),
+            Some(s) => format!(
+                "; its journal on MariaDB: {}",
+                s.server.admin_sql(
+                    "SELECT CONCAT(COUNT(DISTINCT seq), ' entries, ', \
+                     ROUND(SUM(LENGTH(body)) / 1048576, 1), ' MiB') FROM burst_build.journal"
+                )
+            ),
+        }
     );
 
     let Some((daemon, ctl)) = common::binaries() else {
@@ -138,7 +173,7 @@ fn main() {
         .prefix("ssv-burst")
         .tempdir_in(&measure_root)
         .expect("temp dir for the measurements");
-    let bins = Bins { daemon, ctl };
+    let bins = Bins { daemon, ctl, site };
     let mut rows = Vec::new();
 
     let sessions = std::env::var("BURST_SESSIONS").unwrap_or_else(|_| "abc".into());
@@ -151,6 +186,10 @@ fn main() {
     if sessions.contains('c') {
         oom(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
     }
+    if sessions.contains('d') {
+        two_daemons(&sizes, &bins, measure.path(), &built, &live_jobs, &mut rows);
+    }
+    drop(bins);
     drop(build);
 
     println!(
@@ -165,6 +204,8 @@ fn main() {
 struct Bins {
     daemon: PathBuf,
     ctl: PathBuf,
+    /// Cluster mode: the MariaDB server the daemons share.
+    site: Option<Site>,
 }
 
 /// A live job of the built store: its Slurm job id and its launch's tag.
@@ -377,14 +418,16 @@ fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], ro
         "\nsession B: {} of {} live jobs end FAILED 1:0 (a permanent rule), then {} TIMEOUT in an unlisted partition",
         s.failures, s.live, s.nopart
     );
-    let d = Daemon::start(b, &root.join("b"), built, &job_list(live, |_| None));
+    let mut d = Daemon::start(b, &root.join("b"), built, &job_list(live, |_| None));
     d.after_cycle(s.limit);
+    standby_if_asked(&mut d, b, &root.join("b2"), built, s.limit);
     // Every tenth job fails, spread over the squeue and sacct chunks as a real bad day is.
     let step = (s.live / s.failures).max(1);
     let failed = |k: usize| k.is_multiple_of(step) && k / step < s.failures;
     let list = job_list(live, |k| failed(k).then_some(("FAILED", "1:0", "gpu")));
     let r = d.burst(&list, "failed", s.failures, s.limit);
     r.print("(1)");
+    cluster_rows(&d, &r, "(1)", rows);
     rows.push(Row {
         what: format!(
             "(1) {} permanent failures among {} live: decided",
@@ -429,13 +472,12 @@ fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], ro
             None
         }
     });
-    let r = d.burst(&list, "ready", s.nopart, s.limit);
+    // How many of the live jobs that pattern picks (fewer than `nopart` in a small store).
+    let nopart = (0..s.live).filter(|&k| ended(k)).count();
+    let r = d.burst(&list, "ready", nopart, s.limit);
     r.print("(3)");
     rows.push(Row {
-        what: format!(
-            "(3) {} endings in a partition sinfo does not list: sinfo calls",
-            s.nopart
-        ),
+        what: format!("(3) {nopart} endings in a partition sinfo does not list: sinfo calls"),
         measured: format!(
             "{} (in {}; {})",
             r.count("sinfo"),
@@ -450,11 +492,13 @@ fn failures(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], ro
 /// Session C: every live job runs out of memory in the same cycle.
 fn oom(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &mut Vec<Row>) {
     println!("\nsession C: all {} live jobs end OUT_OF_MEMORY", s.live);
-    let d = Daemon::start(b, &root.join("c"), built, &job_list(live, |_| None));
+    let mut d = Daemon::start(b, &root.join("c"), built, &job_list(live, |_| None));
     d.after_cycle(s.limit);
+    standby_if_asked(&mut d, b, &root.join("c2"), built, s.limit);
     let list = job_list(live, |_| Some(("OUT_OF_MEMORY", "0:125", "gpu")));
     let r = d.burst(&list, "ready", s.live, s.limit);
     r.print("(2)");
+    cluster_rows(&d, &r, "(2)", rows);
     rows.push(Row {
         what: format!("(2) {} OOM endings: all decided (ready, resubmit)", s.live),
         measured: format!(
@@ -491,6 +535,100 @@ fn oom(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows: &
     d.stop();
 }
 
+/// Cluster mode with `BURST_STANDBY=1`: a second daemon on the same database and fake
+/// Slurm, standing by through the burst.
+fn standby_if_asked(d: &mut Daemon, b: &Bins, root: &Path, built: &Path, limit: Duration) {
+    if b.site.is_some() && std::env::var("BURST_STANDBY").is_ok_and(|v| v == "1") {
+        d.add_standby(b, root, built);
+        d.after_cycle(limit);
+        println!("  a standby (login2) runs beside it");
+    }
+}
+
+/// The daemon's peak memory after a burst, and in cluster mode the journal's growth and
+/// what the standbys did.
+fn cluster_rows(d: &Daemon, r: &Burst, label: &str, rows: &mut Vec<Row>) {
+    let (rss, hwm) = d.memory();
+    println!(
+        "  {label} daemon after it: VmRSS {}, VmHWM {}",
+        mib(rss),
+        mib(hwm)
+    );
+    rows.push(Row {
+        what: format!("{label} ... daemon VmRSS after / VmHWM"),
+        measured: format!("{} / {}", mib(rss), mib(hwm)),
+        target: "".into(),
+    });
+    if let Some((entries, bytes)) = r.journal {
+        rows.push(Row {
+            what: format!("{label} ... journal entries appended (bytes)"),
+            measured: format!("{entries} ({:.2} MiB)", bytes as f64 / (1 << 20) as f64),
+            target: "".into(),
+        });
+    }
+    if !d.standbys.is_empty() {
+        rows.push(Row {
+            what: format!("{label} ... the standby: Slurm commands / CPU time"),
+            measured: format!("{} / {}", r.others.len(), common::secs(r.standby_cpu)),
+            target: "0 commands".into(),
+        });
+    }
+}
+
+/// Session D: Slurm commands a cycle with one daemon, then (cluster mode) with a second
+/// one standing by on the same database and the same fake Slurm (counted by the pid that
+/// ran each command).
+fn two_daemons(
+    s: &Sizes,
+    b: &Bins,
+    root: &Path,
+    built: &Path,
+    live: &[LiveJob],
+    rows: &mut Vec<Row>,
+) {
+    println!(
+        "\nsession D: {} live jobs keep running; one daemon, then two",
+        s.live
+    );
+    let mut d = Daemon::start(b, &root.join("d"), built, &job_list(live, |_| None));
+    for _ in 0..3 {
+        d.after_cycle(s.limit);
+    }
+    let (one, _, _) = d.cycles(10, s.limit);
+    println!("  one daemon: Slurm commands {one}");
+    rows.push(Row {
+        what: "(9) Slurm commands a cycle, one daemon".into(),
+        measured: one,
+        target: "".into(),
+    });
+    if b.site.is_none() {
+        println!("  (a second daemon needs BURST_STORE=mariadb)");
+        d.stop();
+        return;
+    }
+    d.add_standby(b, &root.join("d2"), built);
+    for _ in 0..2 {
+        d.after_cycle(s.limit);
+    }
+    let (two, others, standby_cpu) = d.cycles(10, s.limit);
+    println!(
+        "  two daemons: the active one's Slurm commands {two}; the standby's {} (CPU {} over those cycles)",
+        others.len(),
+        common::secs(standby_cpu)
+    );
+    rows.push(Row {
+        what: "(9) ... two daemons: the active one's".into(),
+        measured: two,
+        target: "unchanged".into(),
+    });
+    rows.push(Row {
+        what: "(9) ... two daemons: the standby's over those cycles (its CPU)".into(),
+        measured: format!("{} ({})", others.len(), common::secs(standby_cpu)),
+        target: "0".into(),
+    });
+    d.stop();
+}
+
 /// What one burst cost.
 struct Burst {
     from_swap: Duration,
@@ -500,6 +638,12 @@ struct Burst {
     calls: Vec<Call>,
     status: Vec<Duration>,
     ping: Vec<Duration>,
+    /// Slurm commands other daemons (standbys) ran in the span.
+    others: Vec<Call>,
+    /// The standbys' CPU time in the span.
+    standby_cpu: Duration,
+    /// Cluster mode: the journal entries appended in the span, and their bytes.
+    journal: Option<(u64, usize)>,
 }
 
 impl Burst {
@@ -553,7 +697,27 @@ impl Burst {
             self.latency(&self.status),
             self.latency(&self.ping)
         );
+        if let Some((entries, bytes)) = self.journal {
+            println!(
+                "  {label} journal: {entries} entries appended, {:.2} MiB",
+                bytes as f64 / (1 << 20) as f64
+            );
+        }
+        if !self.others.is_empty() || !self.standby_cpu.is_zero() {
+            println!(
+                "  {label} standby: {} Slurm commands, CPU {}",
+                self.others.len(),
+                common::secs(self.standby_cpu)
+            );
+        }
     }
+}
+
+/// A daemon's fake Slurm: its own, with this job list, or another daemon's bin directory
+/// (one Slurm cluster, two login nodes).
+enum Fake<'a> {
+    Own(&'a str),
+    Shared(&'a Path),
 }
 
 /// A running daemon with its fake Slurm.
@@ -563,27 +727,90 @@ struct Daemon {
     config: PathBuf,
     socket: PathBuf,
     bin: PathBuf,
+    /// The store file the bench reads beside the daemon (in cluster mode, its replica).
     db: PathBuf,
     log: PathBuf,
+    /// Cluster mode: the shared database.
+    site_db: Option<SiteDb>,
+    /// Cluster mode: standbys started beside this daemon, on its database and its fake
+    /// Slurm (stopped before it).
+    standbys: Vec<Daemon>,
 }
 
 impl Daemon {
+    /// A daemon on a copy of the built store (in cluster mode, on a copy of its shared
+    /// database of its own: `burst_` and the last part of `root`), with a fake Slurm.
     fn start(b: &Bins, root: &Path, built: &Path, jobs: &str) -> Daemon {
+        let site_db = b.site.as_ref().map(|site| {
+            site.session(
+                root.file_name()
+                    .and_then(|n| n.to_str())
+                    .expect("a session name"),
+            )
+        });
+        Daemon::launch(b, root, built, Fake::Own(jobs), site_db, "login1")
+    }
+
+    /// Cluster mode: starts a second daemon (`login2`) in `root`, on this daemon's shared
+    /// database and fake Slurm, with its own copy of the built replica; it stands by while
+    /// this one holds the lease.
+    fn add_standby(&mut self, b: &Bins, root: &Path, built: &Path) {
+        let site_db = self
+            .site_db
+            .clone()
+            .expect("a standby needs BURST_STORE=mariadb");
+        let d = Daemon::launch(
+            b,
+            root,
+            built,
+            Fake::Shared(&self.bin),
+            Some(site_db),
+            "login2",
+        );
+        self.standbys.push(d);
+    }
+
+    fn launch(
+        b: &Bins,
+        root: &Path,
+        built: &Path,
+        fake: Fake<'_>,
+        site_db: Option<SiteDb>,
+        node: &str,
+    ) -> Daemon {
         let state_dir = root.join("state");
         std::fs::create_dir_all(&state_dir).unwrap();
         std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let db = state_dir.join("supervisor.db");
+        let db = state_dir.join(if site_db.is_some() {
+            "replica.db"
+        } else {
+            "supervisor.db"
+        });
         std::fs::copy(built, &db).expect("copy the store");
-        let bin = root.join("fake-bin");
-        fake_slurm::install(&bin);
-        fake_slurm::write_jobs(&bin, jobs);
+        let bin = match fake {
+            Fake::Own(jobs) => {
+                let bin = root.join("fake-bin");
+                fake_slurm::install(&bin);
+                fake_slurm::write_jobs(&bin, jobs);
+                bin
+            }
+            Fake::Shared(bin) => bin.to_path_buf(),
+        };
+        let store = match &site_db {
+            None => String::new(),
+            Some(db) => format!(
+                "\n[store]\nurl = \"{}\"\npassword_file = {:?}\nnode = {node:?}\n",
+                db.url,
+                db.password_file.display().to_string()
+            ),
+        };
         let config = root.join("supervisor.toml");
         std::fs::write(
             &config,
             format!(
                 "state_dir = {:?}\npoll_interval = {:?}\n\n[slurm]\nbin_dir = {:?}\n\n\
                  [retry]\nbackoff_initial = \"1d\"\nbackoff_max = \"1d\"\nbackoff_jitter = 0.0\n\n\
-                 [[rules]]\nname = \"bench permanent\"\nkind = \"permanent\"\nexit_codes = [1]\n",
+                 [[rules]]\nname = \"bench permanent\"\nkind = \"permanent\"\nexit_codes = [1]\n{store}",
                 state_dir.display().to_string(),
                 std::env::var("BURST_POLL_INTERVAL").unwrap_or_else(|_| "1s".into()),
                 bin.display().to_string()
@@ -610,6 +837,8 @@ impl Daemon {
             bin,
             db,
             log,
+            site_db,
+            standbys: Vec::new(),
         };
         let t = Instant::now();
         while d.request("{\"cmd\":\"ping\"}").is_none() {
@@ -719,6 +948,11 @@ impl Daemon {
         let base = count();
         self.after_cycle(limit);
         let calls_before = fake_slurm::calls(&self.bin).len();
+        let head0 = self
+            .site_db
+            .as_ref()
+            .map(|db| db.connect().journal_head().unwrap());
+        let standby0: Vec<Duration> = self.standbys.iter().map(|d| d.cpu().0).collect();
         let cpu0 = self.cpu();
         let swap = unix_now();
         let t0 = Instant::now();
@@ -767,13 +1001,31 @@ impl Daemon {
         let from_swap = t0.elapsed();
         let done = unix_now();
         let cpu1 = self.cpu();
+        let standby_cpu = self
+            .standbys
+            .iter()
+            .zip(standby0)
+            .map(|(d, c0)| d.cpu().0.saturating_sub(c0))
+            .sum();
         stop.store(true, Ordering::Relaxed);
         let (status, ping) = prober.join().unwrap();
-        let calls: Vec<Call> = fake_slurm::calls(&self.bin)
+        let (calls, others): (Vec<Call>, Vec<Call>) = fake_slurm::calls(&self.bin)
             .into_iter()
             .skip(calls_before)
             .filter(|c| c.start >= swap && c.start <= done)
-            .collect();
+            .partition(|c| c.ppid == self.child.id() || c.ppid == 0);
+        // The entries this burst appended to the shared journal, and their bytes.
+        let journal = self.site_db.as_ref().zip(head0).map(|(db, head0)| {
+            let mut db = db.connect();
+            let head = db.journal_head().unwrap();
+            let bytes: usize = db
+                .read_after(head0, (head - head0) as usize)
+                .unwrap()
+                .iter()
+                .map(|(_, _, b)| b.len())
+                .sum();
+            (head - head0, bytes)
+        });
         let first = calls.iter().map(|c| c.start).fold(done, f64::min);
         Burst {
             from_swap,
@@ -783,11 +1035,50 @@ impl Daemon {
             calls,
             status,
             ping,
+            others,
+            standby_cpu,
+            journal,
         }
+    }
+
+    /// Waits for `n` poll cycles; the Slurm commands this daemon ran a cycle (by kind),
+    /// the commands its standbys ran, and its standbys' CPU time over them.
+    fn cycles(&self, n: usize, limit: Duration) -> (String, Vec<Call>, Duration) {
+        let calls0 = fake_slurm::calls(&self.bin).len();
+        let standby0: Vec<Duration> = self.standbys.iter().map(|d| d.cpu().0).collect();
+        for _ in 0..n {
+            self.after_cycle(limit);
+        }
+        let standby_cpu = self
+            .standbys
+            .iter()
+            .zip(standby0)
+            .map(|(d, c0)| d.cpu().0.saturating_sub(c0))
+            .sum();
+        let (mine, others): (Vec<Call>, Vec<Call>) = fake_slurm::calls(&self.bin)
+            .into_iter()
+            .skip(calls0)
+            .partition(|c| c.ppid == self.child.id());
+        let cycles = mine.iter().filter(|c| c.name == "squeue").count().max(1);
+        let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &mine {
+            *by.entry(c.name.as_str()).or_default() += 1;
+        }
+        let kinds: Vec<String> = by.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let per = format!(
+            "{:.2} a cycle ({} over {cycles} cycles: {})",
+            mine.len() as f64 / cycles as f64,
+            mine.len(),
+            kinds.join(", ")
+        );
+        (per, others, standby_cpu)
     }
 
     /// SIGTERM, as systemd stops it.
     fn stop(mut self) {
+        for d in std::mem::take(&mut self.standbys) {
+            d.stop();
+        }
         // SAFETY: kill(2) with a pid we started and have not reaped.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
@@ -849,13 +1140,17 @@ fn unix_now() -> f64 {
 
 /// Builds the store: `live` chains active (spread evenly), the rest completed. Returns the
 /// live jobs, in chain order.
-fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
-    let mut s = Store::open(path).expect("create the store");
+/// With `batch` > 0, every `batch` chains are one transaction (in cluster mode, one
+/// journal entry); the rows are the same.
+fn build_store(s: &mut Store, chains: usize, live: usize, batch: usize) -> Vec<LiveJob> {
     let now = slurm_supervisor::clock::now();
     let start = now - chains as i64 * 30;
     let step = (chains / live.max(1)).max(1);
     let mut out = Vec::new();
     for i in 0..chains {
+        if batch > 0 && i % batch == 0 {
+            s.begin_batch().unwrap();
+        }
         let t = start + i as i64 * 30;
         let l = s
             .create_submission(&common::submission(i), t, |tag| {
@@ -864,8 +1159,12 @@ fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
             .unwrap();
         let job = (1_000_000 + i).to_string();
         s.launch_submitted(l.id, &job, t + 1).unwrap();
+        let batch_ends = batch > 0 && ((i + 1) % batch == 0 || i + 1 == chains);
         if i % step == 0 && out.len() < live {
             out.push(LiveJob { job, tag: l.tag });
+            if batch_ends {
+                s.end_batch(true).unwrap();
+            }
             continue;
         }
         // One chain per submission, so the chain id is the submission id.
@@ -902,8 +1201,126 @@ fn build_store(path: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
         };
         s.apply_one(l.submission_id, &t_end.finish(), t + 1200)
             .unwrap();
+        if batch_ends {
+            s.end_batch(true).unwrap();
+        }
     }
     out
+}
+
+/// The Slurm cluster's name the fake `scontrol show config` gives.
+const CLUSTER: &str = "bench";
+/// The bound on each call to the database, the builder's and the daemons'.
+const DB_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Cluster mode's shared database: a private MariaDB server (`tests/mariadb/mod.rs`), one
+/// database (`burst_build`) holding the built store's journal, and one copy of it per
+/// daemon session, so each session starts from the same store as in SQLite mode.
+struct Site {
+    server: mariadb::MariaDb,
+    /// Where the password files go.
+    dir: PathBuf,
+}
+
+/// One supervisor database on the server, as a daemon's `[store]` names it.
+#[derive(Clone)]
+struct SiteDb {
+    url: StoreUrl,
+    password_file: PathBuf,
+}
+
+impl SiteDb {
+    fn connect(&self) -> ClusterDb {
+        let password = read_password_file(&self.password_file).expect("the password file");
+        ClusterDb::connect(&self.url, &password, DB_TIMEOUT).expect("connect to MariaDB")
+    }
+}
+
+impl Site {
+    fn start(dir: &Path) -> Site {
+        let t = Instant::now();
+        let server = mariadb::MariaDb::start();
+        println!(
+            "  MariaDB ({}) answers on 127.0.0.1:{} after {}",
+            server.admin_sql("SELECT VERSION()"),
+            server.port(),
+            common::secs(t.elapsed())
+        );
+        Site {
+            server,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// A database `burst_NAME` and its user, as docs/cluster.md tells an admin to make them.
+    fn database(&self, name: &str) -> SiteDb {
+        let password = format!("bench-{name}-pw");
+        let url = self.server.supervisor_database(
+            &format!("burst_{name}"),
+            &format!("ssv_{name}"),
+            &password,
+        );
+        let password_file = self.dir.join(format!("{name}-db-password"));
+        std::fs::write(&password_file, format!("{password}\n")).unwrap();
+        std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        SiteDb { url, password_file }
+    }
+
+    /// Builds the store as a replica at `replica` of a journal in `burst_build`, as the
+    /// active daemon would write it (the builder holds the lease, and gives it up at the
+    /// end); 500 chains a journal entry.
+    fn build(&self, replica: &Path, chains: usize, live: usize) -> Vec<LiveJob> {
+        let db = self.database("build");
+        let instance = db
+            .connect()
+            .prepare(CLUSTER)
+            .unwrap()
+            .expect("a new database is this cluster's")
+            .instance;
+        let holder = "bench-builder";
+        let epoch = match db
+            .connect()
+            .try_acquire(holder, Duration::from_secs(86_400))
+            .unwrap()
+        {
+            Acquisition::Won(g) => g.epoch,
+            Acquisition::Held(v) => panic!("the new database's lease is held: {v:?}"),
+        };
+        let cell = EpochCell::default();
+        cell.set(Some(epoch));
+        let connect = {
+            let db = db.clone();
+            Box::new(move || {
+                let password = read_password_file(&db.password_file).expect("the password file");
+                ClusterDb::connect(&db.url, &password, DB_TIMEOUT)
+            })
+        };
+        let journal = SharedJournal::new(connect, cell);
+        let mut store =
+            Store::open_replica(replica, &instance, Box::new(journal)).expect("the replica");
+        let out = build_store(&mut store, chains, live, 500);
+        drop(store);
+        assert!(db.connect().release(holder, epoch).unwrap());
+        out
+    }
+
+    /// A copy of the built store's shared database for one session (`burst_NAME`): its
+    /// journal and `cluster` row; the lease is made anew by the first daemon.
+    fn session(&self, name: &str) -> SiteDb {
+        let db = self.database(name);
+        let t = Instant::now();
+        self.server.admin_sql(&format!(
+            "CREATE TABLE burst_{name}.journal LIKE burst_build.journal;
+             INSERT INTO burst_{name}.journal SELECT * FROM burst_build.journal;
+             CREATE TABLE burst_{name}.cluster LIKE burst_build.cluster;
+             INSERT INTO burst_{name}.cluster SELECT * FROM burst_build.cluster;"
+        ));
+        println!(
+            "  database burst_{name}: the built journal copied in {}",
+            common::secs(t.elapsed())
+        );
+        db
+    }
 }
 
 fn mib(bytes: u64) -> String {

@@ -9,8 +9,9 @@
 //! - `jobs.txt`, one job a line, `JOBID|STATE|EXIT|PARTITION|COMMENT[|UID]`, which the
 //!   bench rewrites (write and rename) between phases; sbatch appends the jobs it creates,
 //!   with the uid it ran as (a line without one is the built store's owner, uid 1000);
-//! - `calls.log`, where every call appends one line, `START_UNIX_SECS NAME IDS WALL_US`
-//!   (IDS: how many job ids the call was asked about), in one `O_APPEND` write;
+//! - `calls.log`, where every call appends one line, `START_UNIX_SECS NAME IDS WALL_US PPID`
+//!   (IDS: how many job ids the call was asked about; PPID: the daemon that ran it, when
+//!   two share the fake), in one `O_APPEND` write;
 //! - `next_id`, sbatch's counter (under `flock`), and `sbatch_delay_ms`, an optional
 //!   sleep that makes sbatch as slow as a real one.
 //!
@@ -51,14 +52,23 @@ pub fn dispatch() -> Option<i32> {
         }
         "sbatch" => sbatch(&here, &args, &mut out),
         "scancel" => (0, args.len()),
+        // `scontrol show config`: cluster mode learns the Slurm cluster's name at start.
+        "scontrol" if args.first().is_some_and(|a| a == "show") => {
+            out.push_str(
+                "Configuration data as of 2026-11-26T00:00:00\nClusterName             = bench\n",
+            );
+            (0, 0)
+        }
         _ => (0, 0),
     };
     let _ = std::io::stdout().write_all(out.as_bytes());
     let _ = std::io::stderr().write_all(err.as_bytes());
+    // The caller's pid last: several daemons may share one fake Slurm (cluster mode).
     let line = format!(
-        "{:.6} {name} {ids} {}\n",
+        "{:.6} {name} {ids} {} {}\n",
         start.as_secs_f64(),
-        t.elapsed().as_micros()
+        t.elapsed().as_micros(),
+        std::os::unix::process::parent_id()
     );
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
@@ -259,6 +269,8 @@ pub struct Call {
     pub name: String,
     pub ids: usize,
     pub wall_us: u64,
+    /// The process that ran the command (the daemon).
+    pub ppid: u32,
 }
 
 /// Reads `calls.log` (a line being written is skipped).
@@ -272,6 +284,7 @@ pub fn calls(bin: &Path) -> Vec<Call> {
                 name: f.next()?.to_string(),
                 ids: f.next()?.parse().ok()?,
                 wall_us: f.next()?.parse().ok()?,
+                ppid: f.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             })
         })
         .collect()

@@ -144,3 +144,17 @@ pub fn memory(pid: u32) -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// Waits until `f` holds, looking every `every`; panics naming `what` after `within` (as
+/// `tests/common`'s, for `tests/mariadb/mod.rs`, which `benches/burst.rs` includes).
+#[allow(dead_code)] // burst only
+pub fn wait_for_every(what: &str, within: Duration, every: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(every);
+    }
+}

@@ -156,12 +156,14 @@ impl Cluster {
         let mut unchecked = None;
         let store = match prepared {
             Ok(Ok((identity, head))) => {
-                // The replica as it was left is compared with the head read above; only
-                // then does it apply the rest (the active daemon may append meanwhile: a
-                // replica caught up past a head read before would look ahead of it).
                 let mut store =
                     Store::open_replica_as_it_is(replica, &identity.instance, Box::new(journal))?;
                 let head = head?;
+                // Compared before catching up: the journal only grows, so a replica that
+                // applied more than the journal held when it was read is ahead of it. (After
+                // catching up, entries the active daemon appended meanwhile would make a
+                // healthy replica look ahead: found by `benches/burst.rs`, a standby started
+                // during a burst, and by the fault rounds, a node restarted at a takeover.)
                 if store.journal_seq() > head {
                     return Err(ClusterError::Config(format!(
                         "this node's replica has applied journal entry {}, and the shared journal ends at {head}: the database is older than the replica (restored from a backup?); move {} away to make a new replica from the database",
