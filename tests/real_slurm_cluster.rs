@@ -97,6 +97,19 @@ fn noting_bin_dir(dir: &Path, log: &Path) -> PathBuf {
     bin
 }
 
+/// Slurm's accounting holds exactly `n` jobs whose comment holds `needle`: waited for up to
+/// a minute (slurmdbd may record a job's comment a moment after its state), then checked
+/// once more, so a job too many is seen.
+fn accounted(needle: &str, n: usize) {
+    wait_for(
+        &format!("{n} jobs with {needle} in accounting"),
+        Duration::from_secs(60),
+        || sacct_jobs_with_comment(needle).len() >= n,
+    );
+    let jobs = sacct_jobs_with_comment(needle);
+    assert_eq!(jobs.len(), n, "{jobs:#?}");
+}
+
 fn active(d: &Daemon) -> bool {
     d.log().contains("this daemon is the active one now")
 }
@@ -167,8 +180,7 @@ fn the_active_daemon_killed_mid_chain_is_replaced_and_the_chain_completes_with_o
     assert_eq!(attempts.len(), 2, "{h:#}");
 
     // Slurm's accounting: exactly one job for each attempt.
-    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
-    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+    accounted(&format!("ssv-{}-", shared.instance()), 2);
 }
 
 #[test]
@@ -229,8 +241,7 @@ fn an_active_daemon_stopped_past_its_lease_does_not_act_when_it_continues() {
     assert!(said.contains("the active daemon is on loginB"), "{said}");
     let job = b.submit(&["--time=1", "--mem=50M", "--wrap=true"]);
     b.wait_state(&job, "completed", Duration::from_secs(120));
-    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
-    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    accounted(&format!("ssv-{}-", shared.instance()), 1);
 }
 
 /// The row of `name` in `supervisorctl cluster --json`'s answer (null until the answering
@@ -526,15 +537,19 @@ fn while_the_database_is_down_nobody_acts_and_afterwards_the_chain_goes_on_with_
             .matches("cannot bring this node's replica up to date")
             .count()
     };
+    let submitted = |d: &Daemon| d.log().matches(": submitted").count();
     let (a0, b0) = (stale(&a), stale(&b));
+    let (sa, sb) = (submitted(&a), submitted(&b));
     wait_for(
         "two more cycles on each node",
         Duration::from_secs(60),
         || stale(&a) >= a0 + 2 && stale(&b) >= b0 + 2,
     );
-    // ...and no retry was submitted.
-    let jobs = sacct_jobs_with_comment(&tag);
-    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    // ...and no retry was submitted: neither daemon submitted anything, and Slurm's
+    // accounting, once it has the first job's comment (slurmdbd may record it a moment
+    // after the job's state), holds that job only.
+    assert_eq!((submitted(&a), submitted(&b)), (sa, sb));
+    accounted(&tag, 1);
 
     shared.server.restart();
     // Someone acts again, and the chain is retried once and completes.
@@ -547,8 +562,7 @@ fn while_the_database_is_down_nobody_acts_and_afterwards_the_chain_goes_on_with_
         &b
     };
     who.wait_state(&job, "completed", Duration::from_secs(240));
-    let jobs = sacct_jobs_with_comment(&tag);
-    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+    accounted(&tag, 2);
 }
 
 #[test]
@@ -578,8 +592,7 @@ fn two_daemons_started_at_the_same_instant_elect_one_and_only_it_acts() {
         },
     );
     assert!(!active(standing), "both daemons acted:\n{}", standing.log());
-    let jobs = sacct_jobs_with_comment(&format!("ssv-{}-", shared.instance()));
-    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    accounted(&format!("ssv-{}-", shared.instance()), 1);
     // The standby stopped cleanly says so in its row, as the active daemon shows it.
     let (acting, mut standing) = if active(&a) { (a, b) } else { (b, a) };
     let name = |d: &Daemon| {

@@ -439,10 +439,14 @@ fn accounting(instance: &str) -> Vec<Row> {
 fn check_accounting(c: &Cluster, attempts: &BTreeSet<String>) {
     let instance = c.instance();
     let mut last;
+    // Every attempt's job in accounting (slurmdbd may record a comment a moment after
+    // the state), and every other job cancelled without having started.
     let settled = |rows: &[Row]| {
-        rows.iter()
-            .filter(|r| !attempts.contains(&r.job))
-            .all(|r| r.state.starts_with("CANCELLED") && !r.ran())
+        attempts.iter().all(|a| rows.iter().any(|r| &r.job == a))
+            && rows
+                .iter()
+                .filter(|r| !attempts.contains(&r.job))
+                .all(|r| r.state.starts_with("CANCELLED") && !r.ran())
     };
     let deadline = Instant::now() + LEASE * 3 + Duration::from_secs(30);
     loop {
