@@ -249,7 +249,7 @@ impl<S: Slurm> Engine<S> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::Config;
     use crate::daemon::engine::MAX_RETRY_FLIGHTS_PER_USER;
@@ -258,7 +258,8 @@ mod tests {
     use crate::store::{NewSubmission, Store};
     use std::time::Duration;
 
-    fn submission(uid: u32) -> NewSubmission {
+    /// A submission of uid `uid` (user `u<uid>`): `sbatch --wrap true` in /tmp.
+    pub(crate) fn submission(uid: u32) -> NewSubmission {
         NewSubmission {
             owner_uid: uid,
             user: format!("u{uid}"),

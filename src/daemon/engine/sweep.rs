@@ -226,22 +226,10 @@ pub(crate) mod tests {
     use crate::slurm::SbatchRequest;
     use crate::store::{NewSubmission, Store};
 
-    pub(crate) fn submission() -> NewSubmission {
-        NewSubmission {
-            owner_uid: nix::unistd::getuid().as_raw(),
-            user: "u".into(),
-            argv: vec!["--wrap".into(), "true".into()],
-            cwd: "/tmp".into(),
-            env: Vec::new(),
-            script_name: None,
-            script: None,
-            max_retries: 3,
-            restartable: false,
-            array_tasks: None,
-        }
+    fn submission() -> NewSubmission {
+        crate::daemon::engine::launch::tests::submission(nix::unistd::getuid().as_raw())
     }
 
-    /// A job with `tag` in its comment, as a daemon submits it in cluster mode (held).
     /// An engine on the in-process fake with one submission waiting to be launched.
     pub(crate) fn waiting_launch() -> (FakeSlurm, Engine<FakeSlurm>, crate::store::Launch) {
         let fake = FakeSlurm::new();
@@ -257,6 +245,7 @@ pub(crate) mod tests {
         (fake, engine, l)
     }
 
+    /// A job with `tag` in its comment, as a daemon submits it in cluster mode (held).
     pub(crate) async fn held_job(fake: &FakeSlurm, tag: &str, more: &[&str]) -> String {
         let mut argv = vec![format!("--comment={tag}"), "--hold".to_string()];
         argv.extend(more.iter().map(|s| s.to_string()));
