@@ -821,7 +821,16 @@ impl Drop for DevLoginNodes {
 fn the_dev_clusters_two_login_nodes_come_up_and_serve_a_user_on_each() {
     require_slurm();
     let tag = common::slurm_version().replace('.', "");
-    let etc = format!("/etc/slurm-supervisor-dev/{}", common::slurm_version());
+    let root = match common::slurm_version() {
+        "24.11" => {
+            std::env::var("DEV_CLUSTER_TRIXIE_ROOT").unwrap_or_else(|_| "/srv/trixie".into())
+        }
+        _ => String::new(),
+    };
+    let etc = format!(
+        "{root}/etc/slurm-supervisor-dev/{}",
+        common::slurm_version()
+    );
     let up = DevLoginNodes::command("login-nodes").output().unwrap();
     let _down = DevLoginNodes;
     assert!(
