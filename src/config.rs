@@ -653,6 +653,8 @@ pub struct ClusterConfig {
     pub timeout: Duration,
     /// This node's name, as the other nodes' users are told it.
     pub node: String,
+    /// When the active daemon snapshots the store and prunes the journal.
+    pub snapshot: crate::dbconfig::SnapshotPolicy,
 }
 
 /// The lease's default length: a daemon that stops is replaced within it and a poll.
@@ -1125,12 +1127,32 @@ impl Config {
                         "store.node = {node:?}: write this node's host name (letters, digits, '-', '.', '_', ':', at most 200)"
                     )));
                 }
+                let defaults = crate::dbconfig::SnapshotPolicy::default();
+                let snapshot = crate::dbconfig::SnapshotPolicy {
+                    entries: st.snapshot_entries.unwrap_or(defaults.entries),
+                    bytes: st
+                        .snapshot_mib
+                        .unwrap_or(crate::dbconfig::DEFAULT_SNAPSHOT_MIB)
+                        .checked_mul(1 << 20)
+                        .ok_or_else(|| {
+                            semantic(
+                                "store.snapshot_mib is too large: write a number of MiB, e.g. 256"
+                                    .into(),
+                            )
+                        })?,
+                    interval: dur(
+                        "snapshot_interval",
+                        &st.snapshot_interval,
+                        defaults.interval,
+                    )?,
+                };
                 Some(ClusterConfig {
                     url: st.url,
                     password_file: st.password_file,
                     timing,
                     timeout,
                     node,
+                    snapshot,
                 })
             }
         };

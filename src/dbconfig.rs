@@ -40,6 +40,64 @@ pub struct StoreConfig {
     /// The name other nodes' users are told to find the active daemon by (this host's
     /// name by default).
     pub node: Option<String>,
+    /// A snapshot of the store is made once this many journal entries follow the last
+    /// one (0: never by count).
+    pub snapshot_entries: Option<u64>,
+    /// ... or once the entries after it hold this many MiB (0: never by size).
+    pub snapshot_mib: Option<u64>,
+    /// ... or once the last one is this old and an entry follows it (`"0s"`: never by age).
+    pub snapshot_interval: Option<String>,
+}
+
+/// When the active daemon snapshots the store and prunes the journal (docs/cluster.md,
+/// "Snapshots"): whichever of the three comes first; a zero turns that one off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    pub entries: u64,
+    pub bytes: u64,
+    pub interval: std::time::Duration,
+}
+
+/// Ten thousand entries: a few minutes of a write storm, a day or more of a busy cluster.
+pub const DEFAULT_SNAPSHOT_ENTRIES: u64 = 10_000;
+/// 256 MiB of entries (submissions carry their scripts).
+pub const DEFAULT_SNAPSHOT_MIB: u64 = 256;
+/// A day: a quiet cluster's journal is still cut back daily.
+pub const DEFAULT_SNAPSHOT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+impl Default for SnapshotPolicy {
+    fn default() -> SnapshotPolicy {
+        SnapshotPolicy {
+            entries: DEFAULT_SNAPSHOT_ENTRIES,
+            bytes: DEFAULT_SNAPSHOT_MIB << 20,
+            interval: DEFAULT_SNAPSHOT_INTERVAL,
+        }
+    }
+}
+
+impl SnapshotPolicy {
+    /// Why a snapshot is due, if one is: `entries` entries of `bytes` follow the newest
+    /// snapshot, made `age` ago (`None`: there is none).
+    pub fn due(
+        &self,
+        entries: u64,
+        bytes: u64,
+        age: Option<std::time::Duration>,
+    ) -> Option<&'static str> {
+        if entries == 0 {
+            return None;
+        }
+        if self.entries > 0 && entries >= self.entries {
+            return Some("entries");
+        }
+        if self.bytes > 0 && bytes >= self.bytes {
+            return Some("size");
+        }
+        if !self.interval.is_zero() && age.is_none_or(|a| a >= self.interval) {
+            return Some("interval");
+        }
+        None
+    }
 }
 
 fn default_password_file() -> PathBuf {

@@ -123,6 +123,8 @@ pub struct Cluster {
     lease: Duration,
     me: Me,
     releases: Releases,
+    /// The thread that snapshots the store and prunes the journal while this daemon acts.
+    snapshots: Option<std::thread::JoinHandle<()>>,
 }
 
 fn connector(
@@ -226,6 +228,17 @@ impl Cluster {
                     ClusterError::Config(format!("cannot start the lease's thread: {e}"))
                 })?
         };
+        let snapshots = {
+            let (epoch, stop, policy) = (epoch.clone(), stop.clone(), config.snapshot);
+            let connect = connector(config, password.clone());
+            let replica = replica.to_path_buf();
+            std::thread::Builder::new()
+                .name("snapshot".into())
+                .spawn(move || snapshot_thread(connect, replica, epoch, policy, stop))
+                .map_err(|e| {
+                    ClusterError::Config(format!("cannot start the snapshots' thread: {e}"))
+                })?
+        };
         let fence_check: FenceCheck = {
             let db: Mutex<Option<ClusterDb>> = Mutex::new(None);
             let connect = Mutex::new(connector(config, password.clone()));
@@ -265,6 +278,7 @@ impl Cluster {
                 unchecked,
                 me,
                 releases: Releases::default(),
+                snapshots: Some(snapshots),
             },
         ))
     }
@@ -444,6 +458,9 @@ impl Drop for Cluster {
         self.epoch.set(None);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.snapshots.take() {
             let _ = t.join();
         }
     }
@@ -698,6 +715,99 @@ fn lease_thread(
     if let Some(conn) = db.as_mut() {
         let _ = conn.heartbeat(&me.beat(NodeRole::Stopped, None));
     }
+}
+
+/// How often the active daemon looks whether a snapshot is due: one small query.
+const SNAPSHOT_CHECK: Duration = Duration::from_secs(30);
+
+/// Snapshots the store and prunes the journal when `policy` says so, while this daemon
+/// acts (docs/cluster.md, "Snapshots"). Off the loop: the snapshot is read from the
+/// replica's file on a connection of its own (WAL: the loop writes on meanwhile), and
+/// written to the shared database a part at a time, so neither the loop nor the lease
+/// waits for it. Made under the epoch the loop acts under: a daemon deposed meanwhile
+/// cannot publish it (the publication is fenced), and its parts are dropped later.
+fn snapshot_thread(
+    mut connect: impl FnMut() -> Result<ClusterDb, StoreError>,
+    replica: std::path::PathBuf,
+    acting: EpochCell,
+    policy: crate::dbconfig::SnapshotPolicy,
+    stop: Arc<AtomicBool>,
+) {
+    let mut db: Option<ClusterDb> = None;
+    let mut sizes = std::collections::BTreeMap::new();
+    let mut next = Instant::now() + SNAPSHOT_CHECK;
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() < next {
+            std::thread::sleep(TICK.min(next.saturating_duration_since(Instant::now())));
+            continue;
+        }
+        next = Instant::now() + SNAPSHOT_CHECK;
+        let Some(epoch) = acting.get() else {
+            sizes.clear();
+            continue;
+        };
+        if db.is_none() {
+            match connect() {
+                Ok(c) => db = Some(c),
+                Err(e) => {
+                    tracing::debug!("snapshot: cannot connect: {e}");
+                    continue;
+                }
+            }
+        }
+        let conn = db.as_mut().expect("connected above");
+        match snapshot_round(conn, &replica, epoch, &policy, &mut sizes) {
+            Ok(None) => {}
+            Ok(Some((seq, why, pruned))) => info!(
+                snapshot = seq,
+                why,
+                pruned_through = pruned.through,
+                entries_pruned = pruned.entries,
+                snapshots_dropped = pruned.snapshots,
+                "snapshot of the store at journal entry {seq} written to the shared database; the journal is pruned through entry {}",
+                pruned.through
+            ),
+            Err(e) => {
+                warn!("the snapshot of the store was not written: {e}; the next check tries again");
+                if matches!(e, StoreError::Mysql(_)) {
+                    db = None;
+                }
+            }
+        }
+    }
+}
+
+/// One look: a snapshot made, published and followed by a pruning if one is due. `sizes`
+/// keeps the entries' sizes measured since the newest snapshot, so each is read once.
+fn snapshot_round(
+    db: &mut ClusterDb,
+    replica: &Path,
+    epoch: Epoch,
+    policy: &crate::dbconfig::SnapshotPolicy,
+    sizes: &mut std::collections::BTreeMap<u64, u64>,
+) -> Result<Option<(u64, &'static str, crate::store::cluster::Pruned)>, StoreError> {
+    let status = db.snapshot_status()?;
+    let base = status.latest.map_or(0, |l| l.0);
+    let entries = status.head.saturating_sub(base);
+    let age = status.latest.map(|l| l.1);
+    let mut why = policy.due(entries, 0, age);
+    if why.is_none() && policy.bytes > 0 && entries > 0 {
+        sizes.retain(|s, _| *s > base);
+        let from = sizes.keys().next_back().copied().unwrap_or(base).max(base);
+        sizes.extend(db.entry_sizes_after(from)?);
+        why = policy.due(entries, sizes.values().sum(), age);
+    }
+    let Some(why) = why else {
+        return Ok(None);
+    };
+    let file = crate::store::snapshot::TempFile::beside(Some(replica));
+    let seq = Store::snapshot_file(replica, &file.0)?;
+    if seq <= base {
+        return Ok(None);
+    }
+    let pruned = db.snapshot_and_prune(epoch, &file.0, seq)?;
+    sizes.retain(|s, _| *s > seq);
+    Ok(Some((seq, why, pruned)))
 }
 
 /// How many times a held job's release is asked for.

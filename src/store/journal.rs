@@ -23,6 +23,7 @@
 //! enters as the values its rows get ([`Step`]: the reason's prose and name, the inputs as
 //! stored JSON), so a replica made by a later version stores exactly what was decided.
 
+use super::snapshot::SnapshotHead;
 use super::{NewSubmission, Result, StoreError};
 use crate::dependency::Edge;
 use crate::model::{Action, ChainState, Classification, RecoveryClass};
@@ -50,8 +51,23 @@ pub trait Journal: Send {
     /// does not hold the lease, and when entry `seq` exists already.
     fn append(&mut self, seq: u64, format: u32, body: &[u8]) -> Result<()>;
 
-    /// Entries after `seq`, in order, at most `max` of them: `(seq, format, body)`.
+    /// Entries after `seq`, in order, at most `max` of them: `(seq, format, body)`. Fails
+    /// with [`StoreError::Pruned`] when the entry after `seq` was pruned (the caller
+    /// reloads from a snapshot: [`Journal::latest_snapshot`]).
     fn read_after(&mut self, seq: u64, max: usize) -> Result<Vec<(u64, u32, Vec<u8>)>>;
+
+    /// The newest complete snapshot of the store, if any (`store::snapshot`).
+    fn latest_snapshot(&mut self) -> Result<Option<SnapshotHead>> {
+        Ok(None)
+    }
+
+    /// Writes snapshot `head`, decoded and checked, to the new file `out`.
+    fn read_snapshot(&mut self, head: &SnapshotHead, _out: &std::path::Path) -> Result<()> {
+        Err(StoreError::Busy(format!(
+            "this journal keeps no snapshot (entry {})",
+            head.seq
+        )))
+    }
 }
 
 /// One journal entry's operations, in the order the transaction ran them.

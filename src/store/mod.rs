@@ -13,6 +13,7 @@ mod opt_in;
 pub use opt_in::PlainRefusal;
 mod pipeline;
 mod schema;
+pub mod snapshot;
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use journal::{Journal, Op, Pending, Step, WrittenRecord};
@@ -45,6 +46,10 @@ pub enum StoreError {
     InFlight { chain: i64 },
     #[error("journal entry {seq} is of format {found}, newer than this program knows ({known}); upgrade slurm-supervisor on this node")]
     JournalTooNew { seq: u64, found: u32, known: u32 },
+    /// The journal's entries after `after` were pruned (through entry `through`): the
+    /// replica must be reloaded from a snapshot (`Store::catch_up` does).
+    #[error("the shared journal was pruned through entry {through}, and this replica is at entry {after}: it reloads from the snapshot")]
+    Pruned { after: u64, through: u64 },
     /// The lease of `epoch` is not this daemon's any more: the write transaction that
     /// found it was rolled back, and the daemon must stop acting (`election`).
     #[error("this daemon is not the active one any more: its lease of epoch {epoch} {why}; nothing of the transaction was written")]
@@ -642,6 +647,38 @@ fn insert_dependencies(
         ins.execute(params![submission_id, e.kind, e.job])?;
     }
     Ok(())
+}
+
+/// Brings the store's schema up to this program's (the migrations it lacks, in order).
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = schema::MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::TooNew {
+            found: version,
+            known,
+        });
+    }
+    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.savepoint()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    backfill_dependencies(conn)
+}
+
+/// `VACUUM INTO dest` on `conn` (one read transaction); the journal entry the copy holds.
+fn snapshot_into(conn: &Connection, dest: &Path) -> Result<u64> {
+    let path = dest
+        .to_str()
+        .ok_or_else(|| StoreError::Busy(format!("{} is not a UTF-8 path", dest.display())))?;
+    conn.execute("VACUUM INTO ?1", [path])?;
+    let copy = Connection::open_with_flags(
+        dest,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    journal_seq(&copy)
 }
 
 /// Fills in the dependency rows of submissions made before they were kept (migration 4),
@@ -1309,47 +1346,179 @@ impl Store {
 
     /// Applies the journal's entries this replica has not applied yet; returns how many.
     /// A standby calls it every cycle, and a daemon that takes over before it acts.
+    ///
+    /// A new replica (it has applied nothing) starts from the newest snapshot, if the
+    /// shared database keeps one, and applies the entries after it. A replica whose next
+    /// entry was pruned (a standby that was stopped or cut off for long) is reloaded from
+    /// the newest snapshot, with a log line saying so, and carries on from there.
     pub fn catch_up(&mut self) -> Result<u64> {
+        let Some(j) = self.journal.as_mut() else {
+            return Ok(0);
+        };
+        if !self.conn.is_autocommit() {
+            return Err(StoreError::Busy(
+                "the journal cannot be read inside a batch".into(),
+            ));
+        }
+        if j.seq == 0 {
+            if let Some(head) = j.sink.latest_snapshot()? {
+                tracing::info!(
+                    snapshot = head.seq,
+                    "this node's replica is new: it starts from the shared database's snapshot at journal entry {}, then applies the entries after it",
+                    head.seq
+                );
+                self.load_snapshot(&head)?;
+            }
+        }
+        let mut applied = 0;
+        let mut reloads = 0;
+        loop {
+            match self.apply_journal() {
+                Ok(n) => return Ok(applied + n),
+                Err((n, StoreError::Pruned { after, through })) if reloads < 3 => {
+                    applied += n;
+                    reloads += 1;
+                    let j = self.journal.as_mut().expect("a replica");
+                    let Some(head) = j.sink.latest_snapshot()?.filter(|h| h.seq >= through) else {
+                        return Err(StoreError::Corrupt(format!(
+                            "the shared journal was pruned through entry {through}, and the shared database keeps no snapshot at or after it: this replica (at entry {after}) cannot be brought up to date"
+                        )));
+                    };
+                    tracing::warn!(
+                        replica = after,
+                        pruned_through = through,
+                        snapshot = head.seq,
+                        "this node's replica is at journal entry {after}, and the shared journal was pruned through entry {through}: reloading the replica from the snapshot at entry {}",
+                        head.seq
+                    );
+                    self.load_snapshot(&head)?;
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Applies the journal's entries after this replica's last; on an error, how many it
+    /// applied before it.
+    fn apply_journal(&mut self) -> std::result::Result<u64, (u64, StoreError)> {
         let Store {
             conn,
             instance,
             journal,
             ..
         } = self;
-        let Some(j) = journal.as_mut() else {
-            return Ok(0);
-        };
-        if !conn.is_autocommit() {
-            return Err(StoreError::Busy(
-                "the journal cannot be read inside a batch".into(),
-            ));
-        }
+        let j = journal.as_mut().expect("a replica");
         let mut applied = 0;
-        loop {
-            let entries = j.sink.read_after(j.seq, CATCH_UP_PAGE)?;
-            if entries.is_empty() {
-                break;
+        let r = (|| {
+            loop {
+                let entries = j.sink.read_after(j.seq, CATCH_UP_PAGE)?;
+                if entries.is_empty() {
+                    break;
+                }
+                for (seq, format, body) in entries {
+                    if seq != j.seq + 1 {
+                        return Err(StoreError::Corrupt(format!(
+                            "the journal goes from entry {} to {seq}: entries are missing",
+                            j.seq
+                        )));
+                    }
+                    let ops = journal::decode(seq, format, &body)?;
+                    let tx = conn.savepoint()?;
+                    for op in ops {
+                        apply_op(&tx, instance, op)?;
+                    }
+                    set_journal_seq(&tx, seq)?;
+                    tx.commit()?;
+                    j.seq = seq;
+                    applied += 1;
+                }
             }
-            for (seq, format, body) in entries {
-                if seq != j.seq + 1 {
-                    return Err(StoreError::Corrupt(format!(
-                        "the journal goes from entry {} to {seq}: entries are missing",
-                        j.seq
-                    )));
-                }
-                let ops = journal::decode(seq, format, &body)?;
-                let tx = conn.savepoint()?;
-                for op in ops {
-                    apply_op(&tx, instance, op)?;
-                }
-                set_journal_seq(&tx, seq)?;
-                tx.commit()?;
-                j.seq = seq;
-                applied += 1;
+            j.unsure = false;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => Ok(applied),
+            Err(e) => Err((applied, e)),
+        }
+    }
+
+    /// Replaces every row of this replica by snapshot `head`'s (read from the journal,
+    /// checked), in one SQLite transaction: a crash meanwhile leaves the replica as it was.
+    fn load_snapshot(&mut self, head: &snapshot::SnapshotHead) -> Result<()> {
+        head.check_known()?;
+        let file = snapshot::TempFile::beside(self.conn.path().map(Path::new));
+        let j = self.journal.as_mut().expect("a replica");
+        j.sink.read_snapshot(head, &file.0)?;
+        // The file is what it claims to be: a healthy store of this instance, at the entry.
+        let bad = |why: String| {
+            StoreError::Corrupt(format!(
+                "the shared database's snapshot at journal entry {} {why}",
+                head.seq
+            ))
+        };
+        {
+            let snap = Connection::open_with_flags(
+                &file.0,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            let ok: String = snap
+                .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+                .map_err(|e| bad(format!("is not a healthy SQLite file: {e}")))?;
+            if ok != "ok" {
+                return Err(bad(format!("fails SQLite's check: {ok}")));
+            }
+            let version: i64 = snap.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if version > schema::MIGRATIONS.len() as i64 {
+                return Err(StoreError::TooNew {
+                    found: version,
+                    known: schema::MIGRATIONS.len() as i64,
+                });
+            }
+            let instance: Option<String> = snap
+                .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            if instance.as_deref() != Some(self.instance.as_str()) {
+                return Err(bad(format!(
+                    "is of store instance {instance:?}, and this replica's is {}",
+                    self.instance
+                )));
+            }
+            let seq = journal_seq(&snap)?;
+            if seq != head.seq {
+                return Err(bad(format!("holds entry {seq}, not {}", head.seq)));
             }
         }
+        self.conn
+            .restore(rusqlite::DatabaseName::Main, &file.0, None::<fn(_)>)?;
+        // A snapshot made by an earlier version is brought to this one's schema, as the
+        // replica's own file would be.
+        migrate(&mut self.conn)?;
+        let seq = journal_seq(&self.conn)?;
+        let j = self.journal.as_mut().expect("a replica");
+        j.seq = seq;
         j.unsure = false;
-        Ok(applied)
+        self.live = None;
+        Ok(())
+    }
+
+    /// Writes this store's whole file, as one read transaction sees it, to the new file
+    /// `dest` (`VACUUM INTO`: compact, every table); returns the journal entry it stands at.
+    pub fn snapshot_to(&self, dest: &Path) -> Result<u64> {
+        snapshot_into(&self.conn, dest)
+    }
+
+    /// [`Store::snapshot_to`] of the replica in the file `replica`, on a read-only
+    /// connection of its own (the daemon's loop goes on writing meanwhile: WAL).
+    pub fn snapshot_file(replica: &Path, dest: &Path) -> Result<u64> {
+        let conn = Connection::open_with_flags(
+            replica,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        snapshot_into(&conn, dest)
     }
 
     /// Runs one write: `run` in a savepoint, and in cluster mode its operation (`op` of
@@ -1409,21 +1578,7 @@ impl Store {
         // Every statement the loop runs stays prepared (rusqlite keeps 16 by default,
         // fewer than a cycle and a submit use between them).
         conn.set_prepared_statement_cache_capacity(64);
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        let known = schema::MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(StoreError::TooNew {
-                found: version,
-                known,
-            });
-        }
-        for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = conn.savepoint()?;
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-            tx.commit()?;
-        }
-        backfill_dependencies(&mut conn)?;
+        migrate(&mut conn)?;
         let instance: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
                 r.get(0)

@@ -15,6 +15,7 @@
 use super::{ClusterDb, Fence};
 use crate::election::Epoch;
 use crate::store::journal::{Journal, FORMAT};
+use crate::store::snapshot::SnapshotHead;
 use crate::store::StoreError;
 use mysql::prelude::Queryable;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,7 +94,7 @@ impl ClusterDb {
         cluster_name: &str,
     ) -> Result<std::result::Result<Identity, Refusal>> {
         self.prepare_lease()?;
-        for sql in CREATE {
+        for sql in CREATE.iter().chain(super::snapshot::CREATE) {
             self.conn.query_drop(sql)?;
         }
         let instance = format!("{:08x}", rand::random::<u32>());
@@ -132,8 +133,12 @@ impl ClusterDb {
         self.fenced(epoch, |tx| {
             // Entry `seq` follows the last one, or is not written (a replica ahead of its
             // journal: a database restored from a backup).
+            // The head counts the pruned entries: a journal pruned through its last entry
+            // is empty, and still ends there.
             let head: Option<Option<u64>> = tx.query_first("SELECT MAX(seq) FROM journal")?;
-            let head = head.flatten().unwrap_or(0);
+            let pruned: Option<u64> =
+                tx.query_first("SELECT through_seq FROM journal_pruned WHERE id = 1")?;
+            let head = head.flatten().unwrap_or(0).max(pruned.unwrap_or(0));
             if head + 1 != seq {
                 return Err(StoreError::Corrupt(format!(
                     "the shared journal ends at entry {head}, and this node's replica would write entry {seq}: the database and the replica do not agree (was the database restored from a backup?)"
@@ -185,13 +190,24 @@ impl ClusterDb {
         if expect.1 != expect.2 {
             return Err(torn(expect.0));
         }
+        // No entry right after `seq`: none was appended since, or it was pruned (read after
+        // the entries: the horizon is recorded before any entry at or before it is deleted).
+        if out.first().is_none_or(|e| e.0 != seq + 1) {
+            let through = self.pruned_through()?;
+            if through > seq {
+                return Err(StoreError::Pruned {
+                    after: seq,
+                    through,
+                });
+            }
+        }
         Ok(out)
     }
 
-    /// The last entry's number (0 for an empty journal).
+    /// The last entry's number (0 for an empty journal), counting entries pruned.
     pub fn journal_head(&mut self) -> Result<u64> {
         let head: Option<Option<u64>> = self.conn.query_first("SELECT MAX(seq) FROM journal")?;
-        Ok(head.flatten().unwrap_or(0))
+        Ok(head.flatten().unwrap_or(0).max(self.pruned_through()?))
     }
 }
 
@@ -270,5 +286,13 @@ impl Journal for SharedJournal {
 
     fn read_after(&mut self, seq: u64, max: usize) -> Result<Vec<(u64, u32, Vec<u8>)>> {
         self.with(|db| db.read_after(seq, max))
+    }
+
+    fn latest_snapshot(&mut self) -> Result<Option<SnapshotHead>> {
+        self.with(|db| db.latest_snapshot())
+    }
+
+    fn read_snapshot(&mut self, head: &SnapshotHead, out: &std::path::Path) -> Result<()> {
+        self.with(|db| db.read_snapshot(head, out))
     }
 }

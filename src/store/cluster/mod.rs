@@ -16,6 +16,7 @@
 pub mod journal;
 pub mod lease;
 pub mod nodes;
+pub mod snapshot;
 
 use crate::election::Epoch;
 use crate::store::StoreError;
@@ -31,6 +32,7 @@ pub use crate::dbconfig::{
 pub use journal::{EpochCell, Identity, Refusal, SharedJournal};
 pub use lease::{fence, Acquisition, Grant, LeaseView};
 pub use nodes::{Beat, NodeRole, NodeRow};
+pub use snapshot::{Pruned, SnapshotStatus};
 
 /// Why a lease is not the caller's any more (in [`StoreError::Fenced`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
