@@ -11,8 +11,10 @@ mod mariadb;
 
 use mariadb::MariaDb;
 use slurm_supervisor::election::Epoch;
+use slurm_supervisor::dbconfig::SnapshotPolicy;
 use slurm_supervisor::store::cluster::{
-    read_password_file, Acquisition, ClusterDb, EpochCell, Refusal, SharedJournal, StoreUrl,
+    read_password_file, Acquisition, ClusterDb, EntrySizes, EpochCell, Pruned, Refusal,
+    SharedJournal, StoreUrl,
 };
 use slurm_supervisor::store::journal::FORMAT;
 use slurm_supervisor::store::suite::{self, Journaled, CASES};
@@ -237,4 +239,309 @@ fn a_database_of_another_cluster_or_of_a_later_version_is_refused() {
         Err(e) => panic!("expected the later entry refused; got {e}"),
         Ok(_) => panic!("a replica applied an entry of a later format"),
     }
+}
+
+// Snapshots and pruning (docs/cluster.md, "Snapshots").
+
+/// A snapshot of `store`'s replica at its last entry written under `epoch`, and the
+/// journal pruned, as the active daemon's snapshot thread does it (a policy of one entry).
+fn snapshot(db: &Db, epoch: Epoch, store: &Store) -> Pruned {
+    let policy = SnapshotPolicy {
+        entries: 1,
+        bytes: 0,
+        interval: Duration::ZERO,
+    };
+    let (seq, why, pruned) = db
+        .connect()
+        .snapshot_if_due(epoch, &policy, &mut EntrySizes::default(), None, |dest| {
+            store.snapshot_to(dest)
+        })
+        .unwrap()
+        .expect("a snapshot was due");
+    assert_eq!((seq, why), (store.journal_seq(), "entries"));
+    pruned
+}
+
+/// Some writes of every kind a cycle makes: submissions, a launch's job, notes.
+fn writes(s: &mut Store, n: usize, at: i64) {
+    for i in 0..n {
+        let l = s
+            .create_submission(&suite::sub(None), at + i as i64, |tag| {
+                vec![tag.to_string()]
+            })
+            .unwrap();
+        s.launch_submitted(l.id, &format!("{}", 1000 + at + i as i64), at + i as i64)
+            .unwrap();
+        s.set_plain_opt(1000 + i as u32, i % 2 == 0, at).unwrap();
+    }
+}
+
+fn journal_rows(site: &Site, db: &str) -> u64 {
+    site.server
+        .admin_sql(&format!("SELECT COUNT(*) FROM {db}.journal"))
+        .parse()
+        .unwrap()
+}
+
+/// A node started after the journal was pruned starts from the snapshot and holds the
+/// same rows as the writer and as a node that applied every entry from the first; its
+/// replica is a file (the daemon's: the snapshot is copied into the open WAL database).
+#[test]
+fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everything() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let instance = db.prepare();
+    let epoch = db.win("login1");
+    let (j1, _c1) = db.journal(Some(epoch));
+    let mut login1 = Store::in_memory_replica(&instance, Box::new(j1)).unwrap();
+    let (j2, _) = db.journal(None);
+    let mut login2 = Store::in_memory_replica(&instance, Box::new(j2)).unwrap();
+
+    writes(&mut login1, 10, 100);
+    assert_eq!(login2.catch_up().unwrap(), 30, "login2 applies every entry");
+    let pruned = snapshot(&db, epoch, &login1);
+    assert_eq!(pruned.through, 30);
+    assert_eq!(pruned.entries, 30);
+    assert_eq!(journal_rows(&site, "supervisor"), 0, "the journal was pruned");
+    writes(&mut login1, 4, 200);
+    assert_eq!(db.connect().journal_head().unwrap(), 42);
+    assert_eq!(journal_rows(&site, "supervisor"), 12);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (j3, _) = db.journal(None);
+    let login3 = Store::open_replica(&dir.path().join("replica.db"), &instance, Box::new(j3))
+        .expect("a new node starts from the snapshot and the entries after it");
+    assert_eq!(login3.journal_seq(), 42);
+    assert_eq!(login2.catch_up().unwrap(), 12);
+    assert_eq!(suite::dump(&login3), suite::dump(&login1));
+    assert_eq!(suite::dump(&login2), suite::dump(&login1));
+    // The new node writes on from there once it holds the lease.
+    drop(login1);
+    assert!(db.connect().release("login1", epoch).unwrap());
+    let second = db.win("login3");
+    let (j3, _c3) = db.journal(Some(second));
+    drop(login3);
+    let mut login3 =
+        Store::open_replica(&dir.path().join("replica.db"), &instance, Box::new(j3)).unwrap();
+    writes(&mut login3, 1, 300);
+    assert_eq!(login2.catch_up().unwrap(), 3);
+    assert_eq!(suite::dump(&login2), suite::dump(&login3));
+}
+
+/// Two snapshots are kept and the journal is pruned before the older: a standby between
+/// the two catches up from the journal; one behind the horizon reloads from the newest
+/// snapshot (and says so), and both end with the writer's rows.
+#[test]
+fn a_standby_behind_the_horizon_reloads_from_the_snapshot_and_one_within_catches_up() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let instance = db.prepare();
+    let epoch = db.win("login1");
+    let (j1, _c1) = db.journal(Some(epoch));
+    let mut login1 = Store::in_memory_replica(&instance, Box::new(j1)).unwrap();
+    let (j2, _) = db.journal(None);
+    let mut behind = Store::in_memory_replica(&instance, Box::new(j2)).unwrap();
+    let (j3, _) = db.journal(None);
+    let mut within = Store::in_memory_replica(&instance, Box::new(j3)).unwrap();
+
+    writes(&mut login1, 2, 100);
+    behind.catch_up().unwrap();
+    assert_eq!(behind.journal_seq(), 6);
+    writes(&mut login1, 2, 200);
+    assert_eq!(snapshot(&db, epoch, &login1).through, 12);
+    writes(&mut login1, 2, 300);
+    within.catch_up().unwrap();
+    assert_eq!(within.journal_seq(), 18);
+    writes(&mut login1, 2, 400);
+    // The second snapshot: the first is kept, the journal pruned through it.
+    let pruned = snapshot(&db, epoch, &login1);
+    assert_eq!((pruned.through, pruned.entries), (12, 0));
+    assert_eq!(db.connect().snapshots().unwrap(), [24, 12]);
+    writes(&mut login1, 1, 500);
+
+    // Within the horizon (18 > 12): the journal's entries 19..=27.
+    assert_eq!(within.catch_up().unwrap(), 9);
+    // Behind it (6 < 12): told so, reloaded from the snapshot at 24, then 25..=27.
+    let (j, _) = db.journal(None);
+    let mut probe = j;
+    use slurm_supervisor::store::journal::Journal;
+    match probe.read_after(6, 16) {
+        Err(StoreError::Pruned {
+            after: 6,
+            through: 12,
+        }) => {}
+        other => panic!("expected entry 7 pruned, got {other:?}"),
+    }
+    assert_eq!(behind.catch_up().unwrap(), 3);
+    assert_eq!(behind.journal_seq(), 27);
+    assert_eq!(suite::dump(&behind), suite::dump(&login1));
+    assert_eq!(suite::dump(&within), suite::dump(&login1));
+
+    // A third snapshot drops the first and prunes through the second.
+    let pruned = snapshot(&db, epoch, &login1);
+    assert_eq!((pruned.through, pruned.snapshots), (24, 1));
+    assert_eq!(db.connect().snapshots().unwrap(), [27, 24]);
+    assert_eq!(db.connect().pruned_through().unwrap(), 24);
+    assert_eq!(journal_rows(&site, "supervisor"), 3);
+    assert_eq!(
+        site.server
+            .admin_sql("SELECT COUNT(DISTINCT id) FROM supervisor.snapshot_part"),
+        "2"
+    );
+}
+
+/// The journal stays bounded under a stream of writes: with a snapshot every 40 entries,
+/// the journal never holds more than the entries since the older of the two snapshots
+/// kept, plus one round, however many are written.
+#[test]
+fn the_journal_stays_bounded_under_a_stream_of_writes() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let instance = db.prepare();
+    let epoch = db.win("login1");
+    let (j1, _c1) = db.journal(Some(epoch));
+    let mut login1 = Store::in_memory_replica(&instance, Box::new(j1)).unwrap();
+    let policy = SnapshotPolicy {
+        entries: 40,
+        bytes: 0,
+        interval: Duration::ZERO,
+    };
+    let mut sizes = EntrySizes::default();
+    let mut conn = db.connect();
+    let mut most = 0;
+    let mut made = 0;
+    for round in 0..20 {
+        writes(&mut login1, 5, 1000 * round);
+        if conn
+            .snapshot_if_due(epoch, &policy, &mut sizes, None, |dest| {
+                login1.snapshot_to(dest)
+            })
+            .unwrap()
+            .is_some()
+        {
+            made += 1;
+        }
+        most = most.max(journal_rows(&site, "supervisor"));
+    }
+    assert_eq!(login1.journal_seq(), 300);
+    assert!(made >= 6, "{made} snapshots");
+    assert!(most <= 2 * 40 + 15, "the journal held {most} entries");
+    // By size too: 64 KiB of entries.
+    let by_size = SnapshotPolicy {
+        entries: 0,
+        bytes: 64 << 10,
+        interval: Duration::ZERO,
+    };
+    let not_yet = conn
+        .snapshot_if_due(epoch, &by_size, &mut sizes, None, |d| login1.snapshot_to(d))
+        .unwrap();
+    assert_eq!(not_yet, None, "the entries since the last snapshot are small");
+    let mut big = suite::sub(None);
+    big.script = Some(vec![b'x'; 70 << 10]);
+    login1.create_submission(&big, 5, |_| vec![]).unwrap();
+    let (seq, why, _) = conn
+        .snapshot_if_due(epoch, &by_size, &mut sizes, None, |d| login1.snapshot_to(d))
+        .unwrap()
+        .expect("due by size");
+    assert_eq!((seq, why), (login1.journal_seq(), "size"));
+    let (j, _) = db.journal(None);
+    let fresh = Store::in_memory_replica(&instance, Box::new(j)).unwrap();
+    assert_eq!(suite::dump(&fresh), suite::dump(&login1));
+}
+
+/// Run as a child by `a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable`
+/// (it does nothing on its own): a daemon that snapshots its replica under the parent's
+/// epoch, killed by the failpoint the parent names.
+#[test]
+fn child_snapshot_until_the_failpoint() {
+    let Ok(url) = std::env::var("SNAPSHOT_CHILD_URL") else {
+        return;
+    };
+    let db = Db {
+        url: url.parse().unwrap(),
+        password_file: std::env::var("SNAPSHOT_CHILD_PASSWORD").unwrap().into(),
+    };
+    let epoch = Epoch(std::env::var("SNAPSHOT_CHILD_EPOCH").unwrap().parse().unwrap());
+    let instance = db.connect().identity().unwrap().instance;
+    let (j, _) = db.journal(None);
+    let store = Store::in_memory_replica(&instance, Box::new(j)).unwrap();
+    snapshot(&db, epoch, &store);
+    panic!("the failpoint did not stop the snapshot");
+}
+
+/// A daemon killed mid-snapshot (after its first part) or between the snapshot's
+/// publication and the pruning (SIGKILL, by `src/failpoint.rs`) leaves a usable state: a
+/// new node starts from the last complete snapshot and the journal after it, with the
+/// writer's rows; the next snapshot removes what the dead one left.
+#[test]
+fn a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let instance = db.prepare();
+    let epoch = db.win("login1");
+    let (j1, _c1) = db.journal(Some(epoch));
+    let mut login1 = Store::in_memory_replica(&instance, Box::new(j1)).unwrap();
+    writes(&mut login1, 3, 100);
+    assert_eq!(snapshot(&db, epoch, &login1).through, 9);
+    // Three parts' worth of a script that does not compress: the snapshot is several rows.
+    let mut big = suite::sub(None);
+    big.script = Some((0..(5 << 19)).map(|_| rand::random::<u8>()).collect());
+    login1.create_submission(&big, 200, |_| vec![]).unwrap();
+    writes(&mut login1, 1, 300);
+
+    let crash = |failpoint: &str| {
+        let u = &db.url;
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_snapshot_until_the_failpoint", "--nocapture"])
+            .env(
+                "SNAPSHOT_CHILD_URL",
+                format!("mysql://{}@{}:{}/{}", u.user, u.host, u.port, u.database),
+            )
+            .env("SNAPSHOT_CHILD_PASSWORD", &db.password_file)
+            .env("SNAPSHOT_CHILD_EPOCH", epoch.0.to_string())
+            .env("SLURM_SUPERVISOR_FAILPOINT", failpoint)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "the child was not killed at {failpoint}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let new_node = || {
+        let (j, _) = db.journal(None);
+        Store::in_memory_replica(&instance, Box::new(j)).unwrap()
+    };
+
+    crash("snapshot-mid-parts");
+    assert_eq!(
+        site.server.admin_sql(
+            "SELECT COUNT(*), SUM(complete) FROM supervisor.snapshot WHERE seq = 13"
+        ),
+        "1\t0",
+        "the dead daemon's snapshot is there, incomplete"
+    );
+    assert_eq!(db.connect().latest_snapshot().unwrap().unwrap().seq, 9);
+    assert_eq!(db.connect().pruned_through().unwrap(), 9);
+    assert_eq!(suite::dump(&new_node()), suite::dump(&login1));
+
+    crash("snapshot-before-prune");
+    assert_eq!(db.connect().snapshots().unwrap(), [13, 9]);
+    assert_eq!(db.connect().pruned_through().unwrap(), 9, "not pruned yet");
+    assert!(journal_rows(&site, "supervisor") > 0);
+    assert_eq!(suite::dump(&new_node()), suite::dump(&login1));
+
+    // The next snapshot prunes through 13 and removes the incomplete one's parts.
+    writes(&mut login1, 1, 400);
+    let pruned = snapshot(&db, epoch, &login1);
+    assert_eq!((pruned.through, pruned.snapshots), (13, 2));
+    assert_eq!(
+        site.server.admin_sql(
+            "SELECT COUNT(*) FROM supervisor.snapshot_part WHERE id NOT IN (SELECT id FROM supervisor.snapshot WHERE complete = 1)"
+        ),
+        "0"
+    );
+    assert_eq!(suite::dump(&new_node()), suite::dump(&login1));
 }

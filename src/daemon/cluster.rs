@@ -29,7 +29,7 @@ use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
-    read_password_file, Acquisition, Beat, ClusterDb, EpochCell, LeaseView, NodeRole, NodeRow,
+    read_password_file, EntrySizes, Acquisition, Beat, ClusterDb, EpochCell, LeaseView, NodeRole, NodeRow,
     Password, SharedJournal,
 };
 use crate::store::{Store, StoreError};
@@ -734,7 +734,7 @@ fn snapshot_thread(
     stop: Arc<AtomicBool>,
 ) {
     let mut db: Option<ClusterDb> = None;
-    let mut sizes = std::collections::BTreeMap::new();
+    let mut sizes = EntrySizes::default();
     let mut next = Instant::now() + SNAPSHOT_CHECK;
     while !stop.load(Ordering::SeqCst) {
         if Instant::now() < next {
@@ -743,7 +743,7 @@ fn snapshot_thread(
         }
         next = Instant::now() + SNAPSHOT_CHECK;
         let Some(epoch) = acting.get() else {
-            sizes.clear();
+            sizes = EntrySizes::default();
             continue;
         };
         if db.is_none() {
@@ -756,7 +756,10 @@ fn snapshot_thread(
             }
         }
         let conn = db.as_mut().expect("connected above");
-        match snapshot_round(conn, &replica, epoch, &policy, &mut sizes) {
+        let made = conn.snapshot_if_due(epoch, &policy, &mut sizes, Some(&replica), |dest| {
+            Store::snapshot_file(&replica, dest)
+        });
+        match made {
             Ok(None) => {}
             Ok(Some((seq, why, pruned))) => info!(
                 snapshot = seq,
@@ -775,39 +778,6 @@ fn snapshot_thread(
             }
         }
     }
-}
-
-/// One look: a snapshot made, published and followed by a pruning if one is due. `sizes`
-/// keeps the entries' sizes measured since the newest snapshot, so each is read once.
-fn snapshot_round(
-    db: &mut ClusterDb,
-    replica: &Path,
-    epoch: Epoch,
-    policy: &crate::dbconfig::SnapshotPolicy,
-    sizes: &mut std::collections::BTreeMap<u64, u64>,
-) -> Result<Option<(u64, &'static str, crate::store::cluster::Pruned)>, StoreError> {
-    let status = db.snapshot_status()?;
-    let base = status.latest.map_or(0, |l| l.0);
-    let entries = status.head.saturating_sub(base);
-    let age = status.latest.map(|l| l.1);
-    let mut why = policy.due(entries, 0, age);
-    if why.is_none() && policy.bytes > 0 && entries > 0 {
-        sizes.retain(|s, _| *s > base);
-        let from = sizes.keys().next_back().copied().unwrap_or(base).max(base);
-        sizes.extend(db.entry_sizes_after(from)?);
-        why = policy.due(entries, sizes.values().sum(), age);
-    }
-    let Some(why) = why else {
-        return Ok(None);
-    };
-    let file = crate::store::snapshot::TempFile::beside(Some(replica));
-    let seq = Store::snapshot_file(replica, &file.0)?;
-    if seq <= base {
-        return Ok(None);
-    }
-    let pruned = db.snapshot_and_prune(epoch, &file.0, seq)?;
-    sizes.retain(|s, _| *s > seq);
-    Ok(Some((seq, why, pruned)))
 }
 
 /// How many times a held job's release is asked for.

@@ -32,7 +32,7 @@ pub use crate::dbconfig::{
 pub use journal::{EpochCell, Identity, Refusal, SharedJournal};
 pub use lease::{fence, Acquisition, Grant, LeaseView};
 pub use nodes::{Beat, NodeRole, NodeRow};
-pub use snapshot::{Pruned, SnapshotStatus};
+pub use snapshot::{EntrySizes, Pruned, SnapshotStatus};
 
 /// Why a lease is not the caller's any more (in [`StoreError::Fenced`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -93,7 +93,50 @@ pub struct Pruned {
     pub snapshots: u64,
 }
 
+/// The sizes of the entries after the newest snapshot, as the active daemon measured them:
+/// each entry's size is read once.
+#[derive(Debug, Default)]
+pub struct EntrySizes(std::collections::BTreeMap<u64, u64>);
+
 impl ClusterDb {
+    /// One look of the active daemon (`daemon::cluster`'s snapshot thread): if `policy`
+    /// says a snapshot is due, one is made by `make` (the replica's file at its last
+    /// entry, written to the path given, beside `near`), written under `epoch`, and the
+    /// journal pruned. Returns the snapshot's entry, why it was due, and what was pruned;
+    /// `None` when none was due.
+    pub fn snapshot_if_due(
+        &mut self,
+        epoch: Epoch,
+        policy: &crate::dbconfig::SnapshotPolicy,
+        sizes: &mut EntrySizes,
+        near: Option<&Path>,
+        make: impl FnOnce(&Path) -> Result<u64>,
+    ) -> Result<Option<(u64, &'static str, Pruned)>> {
+        let status = self.snapshot_status()?;
+        let base = status.latest.map_or(0, |l| l.0);
+        let entries = status.head.saturating_sub(base);
+        let age = status.latest.map(|l| l.1);
+        let mut why = policy.due(entries, 0, age);
+        if why.is_none() && policy.bytes > 0 && entries > 0 {
+            sizes.0.retain(|s, _| *s > base);
+            let from = sizes.0.keys().next_back().copied().unwrap_or(base).max(base);
+            sizes.0.extend(self.entry_sizes_after(from)?);
+            why = policy.due(entries, sizes.0.values().sum(), age);
+        }
+        let Some(why) = why else {
+            return Ok(None);
+        };
+        let file = snapshot::TempFile::beside(near);
+        let seq = make(&file.0)?;
+        if seq <= base {
+            // The replica has not passed the newest snapshot: nothing to add.
+            return Ok(None);
+        }
+        let pruned = self.snapshot_and_prune(epoch, &file.0, seq)?;
+        sizes.0.retain(|s, _| *s > seq);
+        Ok(Some((seq, why, pruned)))
+    }
+
     /// Entries at or before this one may have been pruned (0: none).
     pub fn pruned_through(&mut self) -> Result<u64> {
         let v: Option<u64> = self
