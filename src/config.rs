@@ -1350,6 +1350,44 @@ mod tests {
         assert!(e.contains("it holds a password"), "{e}");
     }
 
+    /// Snapshots: every 10,000 entries, 256 MiB or a day by default; each settable, and a
+    /// zero turns it off.
+    #[test]
+    fn the_snapshot_policy_has_defaults_and_each_key_is_read() {
+        let url = "[store]\nurl = \"mysql://ssv@db1/supervisor\"\n";
+        let policy = |text: &str| {
+            Config::parse(&format!("{url}{text}"), None)
+                .unwrap()
+                .cluster
+                .unwrap()
+                .snapshot
+        };
+        let d = policy("");
+        assert_eq!(
+            (d.entries, d.bytes, d.interval),
+            (10_000, 256 << 20, Duration::from_secs(86_400))
+        );
+        let p = policy("snapshot_entries = 500\nsnapshot_mib = 0\nsnapshot_interval = \"1h\"\n");
+        assert_eq!(
+            (p.entries, p.bytes, p.interval),
+            (500, 0, Duration::from_secs(3600))
+        );
+        let e = Config::parse(&format!("{url}snapshot_interval = \"often\"\n"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("store.snapshot_interval"), "{e}");
+        // Due by whichever comes first; never with no entry since the last one.
+        let hour = Some(Duration::from_secs(3600));
+        let minute = Some(Duration::from_secs(60));
+        assert_eq!(p.due(499, 1 << 40, minute), None, "size is off");
+        assert_eq!(p.due(500, 0, minute), Some("entries"));
+        assert_eq!(p.due(1, 1 << 40, hour), Some("interval"));
+        assert_eq!(p.due(1, 0, Some(Duration::from_secs(10))), None);
+        assert_eq!(p.due(0, 0, None), None);
+        assert_eq!(d.due(1, 256 << 20, Some(Duration::ZERO)), Some("size"));
+        assert_eq!(d.due(1, 0, None), Some("interval"), "no snapshot yet");
+    }
+
     #[test]
     fn typo_is_rejected_with_its_line() {
         let text = "state_dir = \"/tmp/x\"\n\npol_interval = \"2s\"\n";

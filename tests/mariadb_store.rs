@@ -10,8 +10,8 @@ mod common;
 mod mariadb;
 
 use mariadb::MariaDb;
-use slurm_supervisor::election::Epoch;
 use slurm_supervisor::dbconfig::SnapshotPolicy;
+use slurm_supervisor::election::Epoch;
 use slurm_supervisor::store::cluster::{
     read_password_file, Acquisition, ClusterDb, EntrySizes, EpochCell, Pruned, Refusal,
     SharedJournal, StoreUrl,
@@ -266,9 +266,11 @@ fn snapshot(db: &Db, epoch: Epoch, store: &Store) -> Pruned {
 fn writes(s: &mut Store, n: usize, at: i64) {
     for i in 0..n {
         let l = s
-            .create_submission(&suite::sub(None), at + i as i64, |tag| {
-                vec![tag.to_string()]
-            })
+            .create_submission(
+                &suite::sub(None),
+                at + i as i64,
+                |tag| vec![tag.to_string()],
+            )
             .unwrap();
         s.launch_submitted(l.id, &format!("{}", 1000 + at + i as i64), at + i as i64)
             .unwrap();
@@ -302,7 +304,11 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
     let pruned = snapshot(&db, epoch, &login1);
     assert_eq!(pruned.through, 30);
     assert_eq!(pruned.entries, 30);
-    assert_eq!(journal_rows(&site, "supervisor"), 0, "the journal was pruned");
+    assert_eq!(
+        journal_rows(&site, "supervisor"),
+        0,
+        "the journal was pruned"
+    );
     writes(&mut login1, 4, 200);
     assert_eq!(db.connect().journal_head().unwrap(), 42);
     assert_eq!(journal_rows(&site, "supervisor"), 12);
@@ -435,7 +441,10 @@ fn the_journal_stays_bounded_under_a_stream_of_writes() {
     let not_yet = conn
         .snapshot_if_due(epoch, &by_size, &mut sizes, None, |d| login1.snapshot_to(d))
         .unwrap();
-    assert_eq!(not_yet, None, "the entries since the last snapshot are small");
+    assert_eq!(
+        not_yet, None,
+        "the entries since the last snapshot are small"
+    );
     let mut big = suite::sub(None);
     big.script = Some(vec![b'x'; 70 << 10]);
     login1.create_submission(&big, 5, |_| vec![]).unwrap();
@@ -461,7 +470,12 @@ fn child_snapshot_until_the_failpoint() {
         url: url.parse().unwrap(),
         password_file: std::env::var("SNAPSHOT_CHILD_PASSWORD").unwrap().into(),
     };
-    let epoch = Epoch(std::env::var("SNAPSHOT_CHILD_EPOCH").unwrap().parse().unwrap());
+    let epoch = Epoch(
+        std::env::var("SNAPSHOT_CHILD_EPOCH")
+            .unwrap()
+            .parse()
+            .unwrap(),
+    );
     let instance = db.connect().identity().unwrap().instance;
     let (j, _) = db.journal(None);
     let store = Store::in_memory_replica(&instance, Box::new(j)).unwrap();
@@ -492,7 +506,11 @@ fn a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable() {
     let crash = |failpoint: &str| {
         let u = &db.url;
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_snapshot_until_the_failpoint", "--nocapture"])
+            .args([
+                "--exact",
+                "child_snapshot_until_the_failpoint",
+                "--nocapture",
+            ])
             .env(
                 "SNAPSHOT_CHILD_URL",
                 format!("mysql://{}@{}:{}/{}", u.user, u.host, u.port, u.database),
@@ -517,9 +535,8 @@ fn a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable() {
 
     crash("snapshot-mid-parts");
     assert_eq!(
-        site.server.admin_sql(
-            "SELECT COUNT(*), SUM(complete) FROM supervisor.snapshot WHERE seq = 13"
-        ),
+        site.server
+            .admin_sql("SELECT COUNT(*), SUM(complete) FROM supervisor.snapshot WHERE seq = 13"),
         "1\t0",
         "the dead daemon's snapshot is there, incomplete"
     );

@@ -29,8 +29,8 @@ use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
-    read_password_file, EntrySizes, Acquisition, Beat, ClusterDb, EpochCell, LeaseView, NodeRole, NodeRow,
-    Password, SharedJournal,
+    read_password_file, Acquisition, Beat, ClusterDb, EntrySizes, EpochCell, LeaseView, NodeRole,
+    NodeRow, Password, SharedJournal,
 };
 use crate::store::{Store, StoreError};
 use std::collections::HashMap;
@@ -230,11 +230,14 @@ impl Cluster {
         };
         let snapshots = {
             let (epoch, stop, policy) = (epoch.clone(), stop.clone(), config.snapshot);
+            // The active daemon looks whether a snapshot is due every third of a lease:
+            // two small queries.
+            let check = config.timing.lease() / 3;
             let connect = connector(config, password.clone());
             let replica = replica.to_path_buf();
             std::thread::Builder::new()
                 .name("snapshot".into())
-                .spawn(move || snapshot_thread(connect, replica, epoch, policy, stop))
+                .spawn(move || snapshot_thread(connect, replica, epoch, policy, check, stop))
                 .map_err(|e| {
                     ClusterError::Config(format!("cannot start the snapshots' thread: {e}"))
                 })?
@@ -717,9 +720,6 @@ fn lease_thread(
     }
 }
 
-/// How often the active daemon looks whether a snapshot is due: one small query.
-const SNAPSHOT_CHECK: Duration = Duration::from_secs(30);
-
 /// Snapshots the store and prunes the journal when `policy` says so, while this daemon
 /// acts (docs/cluster.md, "Snapshots"). Off the loop: the snapshot is read from the
 /// replica's file on a connection of its own (WAL: the loop writes on meanwhile), and
@@ -731,17 +731,18 @@ fn snapshot_thread(
     replica: std::path::PathBuf,
     acting: EpochCell,
     policy: crate::dbconfig::SnapshotPolicy,
+    check: Duration,
     stop: Arc<AtomicBool>,
 ) {
     let mut db: Option<ClusterDb> = None;
     let mut sizes = EntrySizes::default();
-    let mut next = Instant::now() + SNAPSHOT_CHECK;
+    let mut next = Instant::now() + check;
     while !stop.load(Ordering::SeqCst) {
         if Instant::now() < next {
             std::thread::sleep(TICK.min(next.saturating_duration_since(Instant::now())));
             continue;
         }
-        next = Instant::now() + SNAPSHOT_CHECK;
+        next = Instant::now() + check;
         let Some(epoch) = acting.get() else {
             sizes = EntrySizes::default();
             continue;

@@ -119,7 +119,13 @@ impl ClusterDb {
         let mut why = policy.due(entries, 0, age);
         if why.is_none() && policy.bytes > 0 && entries > 0 {
             sizes.0.retain(|s, _| *s > base);
-            let from = sizes.0.keys().next_back().copied().unwrap_or(base).max(base);
+            let from = sizes
+                .0
+                .keys()
+                .next_back()
+                .copied()
+                .unwrap_or(base)
+                .max(base);
             sizes.0.extend(self.entry_sizes_after(from)?);
             why = policy.due(entries, sizes.0.values().sum(), age);
         }
