@@ -332,6 +332,31 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
     writes(&mut login3, 1, 300);
     assert_eq!(login2.catch_up().unwrap(), 3);
     assert_eq!(suite::dump(&login2), suite::dump(&login3));
+    // The daemon's way: the replica's file snapshotted on a read-only connection of its
+    // own while the store is open (and another node started from that snapshot).
+    let path = dir.path().join("replica.db");
+    let policy = SnapshotPolicy {
+        entries: 1,
+        bytes: 0,
+        interval: Duration::ZERO,
+    };
+    let (seq, _, pruned) = db
+        .connect()
+        .snapshot_if_due(second, &policy, &mut EntrySizes::default(), Some(&path), |d| {
+            Store::snapshot_file(&path, d)
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!((seq, pruned.through), (45, 30));
+    let (j4, _) = db.journal(None);
+    let login4 = Store::in_memory_replica(&instance, Box::new(j4)).unwrap();
+    assert_eq!(suite::dump(&login4), suite::dump(&login3));
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with(".snapshot"))
+        .collect();
+    assert!(left.is_empty(), "snapshot files left behind: {left:?}");
 }
 
 /// Two snapshots are kept and the journal is pruned before the older: a standby between
