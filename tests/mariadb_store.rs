@@ -342,9 +342,13 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
     };
     let (seq, _, pruned) = db
         .connect()
-        .snapshot_if_due(second, &policy, &mut EntrySizes::default(), Some(&path), |d| {
-            Store::snapshot_file(&path, d)
-        })
+        .snapshot_if_due(
+            second,
+            &policy,
+            &mut EntrySizes::default(),
+            Some(&path),
+            |d| Store::snapshot_file(&path, d),
+        )
         .unwrap()
         .unwrap();
     assert_eq!((seq, pruned.through), (45, 30));
@@ -586,4 +590,61 @@ fn a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable() {
         "0"
     );
     assert_eq!(suite::dump(&new_node()), suite::dump(&login1));
+}
+
+/// The daemon does it by itself: the active daemon (on the fake Slurm) snapshots its store
+/// once the policy says so and prunes the journal, and a daemon started on a new node (an
+/// empty state directory) starts from that snapshot, says so, and answers for the chains
+/// written before the pruning.
+#[test]
+fn the_active_daemon_snapshots_and_a_new_node_starts_from_its_snapshot() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let u = &db.url;
+    let store = |node: &str| {
+        format!(
+            "\n[store]\nurl = \"mysql://{}@{}:{}/{}\"\npassword_file = {:?}\nnode = \"{node}\"\n\
+             lease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nsnapshot_entries = 4\n",
+            u.user,
+            u.host,
+            u.port,
+            u.database,
+            db.password_file.display().to_string()
+        )
+    };
+    let (d1, _fake1) = common::fake::start(&store("login1"), &[]);
+    mariadb::wait_for("login1 to act", Duration::from_secs(60), || {
+        d1.log().contains("this daemon is the active one now")
+    });
+    d1.write_script("job.sh", "echo hi");
+    let jobs: Vec<String> = (0..3).map(|_| d1.submit(&["job.sh"])).collect();
+    mariadb::wait_for("a snapshot by login1", Duration::from_secs(60), || {
+        d1.log().contains("snapshot of the store at journal entry")
+    });
+    let through = db.connect().pruned_through().unwrap();
+    assert!(through >= 4, "pruned through {through}");
+    let first = db.connect().journal_head().unwrap();
+    let (d2, _fake2) = common::fake::start(&store("login2"), &[]);
+    let log = d2.log();
+    assert!(
+        log.contains("it starts from the shared database's snapshot at journal entry"),
+        "{}",
+        common::tail(&log, 30)
+    );
+    for job in &jobs {
+        let on1 = d1.status(job);
+        assert_eq!(
+            on1[0]["slurm_job_id"].as_str(),
+            Some(job.as_str()),
+            "{on1:?}"
+        );
+        mariadb::wait_for("login2 to show the chain", Duration::from_secs(30), || {
+            let on2 = d2.status(job);
+            !on2.is_empty()
+                && on2.len() == on1.len()
+                && on2[0]["id"] == on1[0]["id"]
+                && on2[0]["slurm_job_id"] == on1[0]["slurm_job_id"]
+        });
+    }
+    assert!(db.connect().journal_head().unwrap() >= first);
 }
