@@ -799,7 +799,11 @@ impl Daemon {
         let store = match &site_db {
             None => String::new(),
             Some(db) => format!(
-                "\n[store]\nurl = \"{}\"\npassword_file = {:?}\nnode = {node:?}\n",
+                // No snapshot during a session: the bursts are measured alone (the
+                // built journal is past the default 10,000 entries, so the first look,
+                // a third of a lease in, would snapshot the whole store).
+                "\n[store]\nurl = \"{}\"\npassword_file = {:?}\nnode = {node:?}\n\
+                 snapshot_entries = 0\nsnapshot_mib = 0\nsnapshot_interval = \"0s\"\n",
                 db.url,
                 db.password_file.display().to_string()
             ),
