@@ -318,6 +318,12 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
     let login3 = Store::open_replica(&dir.path().join("replica.db"), &instance, Box::new(j3))
         .expect("a new node starts from the snapshot and the entries after it");
     assert_eq!(login3.journal_seq(), 42);
+    // Still a WAL database (readers beside the writer), though the snapshot's file is not.
+    let mode: String = rusqlite::Connection::open(dir.path().join("replica.db"))
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
     assert_eq!(login2.catch_up().unwrap(), 12);
     assert_eq!(suite::dump(&login3), suite::dump(&login1));
     assert_eq!(suite::dump(&login2), suite::dump(&login1));
