@@ -162,12 +162,19 @@ impl ClusterDb {
 
     /// Up to `max` entries after `seq`, in order: `(seq, format, body)`.
     pub fn read_after(&mut self, seq: u64, max: usize) -> Result<Vec<(u64, u32, Vec<u8>)>> {
-        // One statement: one consistent read, whatever is appended meanwhile.
-        let rows: Vec<(u64, u32, u32, u32, Vec<u8>)> = self.conn.exec(
-            "SELECT seq, part, parts, format, body FROM journal
-             WHERE seq > ? AND seq <= ? ORDER BY seq, part",
-            (seq, seq.saturating_add(max as u64)),
+        // One statement: one consistent read, whatever is appended or pruned meanwhile. The
+        // second half is a marker row (`parts` 0, which no entry has) holding the pruned
+        // horizon, only when it is past `seq`: a reader behind it learns so in the same
+        // read, and one at the head pays no second round trip.
+        let mut rows: Vec<(u64, u32, u32, u32, Vec<u8>)> = self.conn.exec(
+            "(SELECT seq, part, parts, format, body FROM journal WHERE seq > ? AND seq <= ?)
+             UNION ALL
+             (SELECT through_seq, 0, 0, 0, '' FROM journal_pruned WHERE id = 1 AND through_seq > ?)
+             ORDER BY seq, part",
+            (seq, seq.saturating_add(max as u64), seq),
         )?;
+        let through = rows.iter().find(|r| r.2 == 0).map(|r| r.0);
+        rows.retain(|r| r.2 != 0);
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let mut expect = (0u64, 0u32, 0u32);
         for (s, part, parts, format, body) in rows {
@@ -190,16 +197,14 @@ impl ClusterDb {
         if expect.1 != expect.2 {
             return Err(torn(expect.0));
         }
-        // No entry right after `seq`: none was appended since, or it was pruned (read after
-        // the entries: the horizon is recorded before any entry at or before it is deleted).
-        if out.first().is_none_or(|e| e.0 != seq + 1) {
-            let through = self.pruned_through()?;
-            if through > seq {
-                return Err(StoreError::Pruned {
-                    after: seq,
-                    through,
-                });
-            }
+        // No entry right after `seq`: none was appended since, or it was pruned (the
+        // horizon is recorded before any entry at or before it is deleted, so a read that
+        // misses the entry sees the horizon past it).
+        if let Some(through) = through.filter(|_| out.first().is_none_or(|e| e.0 != seq + 1)) {
+            return Err(StoreError::Pruned {
+                after: seq,
+                through,
+            });
         }
         Ok(out)
     }
