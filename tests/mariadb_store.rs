@@ -599,11 +599,13 @@ fn a_crash_mid_snapshot_leaves_the_last_snapshot_and_the_journal_usable() {
 }
 
 /// The daemon does it by itself: the active daemon (on the fake Slurm) snapshots its store
-/// once the policy says so and prunes the journal, and a daemon started on a new node (an
+/// once the policy says so and prunes the journal; a daemon started on a new node (an
 /// empty state directory) starts from that snapshot, says so, and answers for the chains
-/// written before the pruning.
+/// written before the pruning; stopped while the journal is pruned past its replica and
+/// started again, it reloads its replica file from the snapshot, says so, and answers for
+/// the chains written meanwhile.
 #[test]
-fn the_active_daemon_snapshots_and_a_new_node_starts_from_its_snapshot() {
+fn the_active_daemon_snapshots_and_new_or_stale_nodes_start_from_its_snapshot() {
     let site = Site::new();
     let db = site.database("supervisor");
     let u = &db.url;
@@ -631,11 +633,13 @@ fn the_active_daemon_snapshots_and_a_new_node_starts_from_its_snapshot() {
     assert!(through >= 4, "pruned through {through}");
     let first = db.connect().journal_head().unwrap();
     let (d2, _fake2) = common::fake::start(&store("login2"), &[]);
-    let log = d2.log();
-    assert!(
-        log.contains("it starts from the shared database's snapshot at journal entry"),
-        "{}",
-        common::tail(&log, 30)
+    mariadb::wait_for(
+        "login2 to start from the snapshot",
+        Duration::from_secs(30),
+        || {
+            d2.log()
+                .contains("it starts from the shared database's snapshot at journal entry")
+        },
     );
     for job in &jobs {
         let on1 = d1.status(job);
@@ -653,4 +657,41 @@ fn the_active_daemon_snapshots_and_a_new_node_starts_from_its_snapshot() {
         });
     }
     assert!(db.connect().journal_head().unwrap() >= first);
+
+    // login2 stops; login1 writes on and snapshots twice, so the journal is pruned past
+    // login2's replica: started again, login2 reloads from the snapshot and says so.
+    let mut d2 = d2;
+    d2.stop();
+    let left_at = db.connect().journal_head().unwrap();
+    let more: Vec<String> = (0..3).map(|_| d1.submit(&["job.sh"])).collect();
+    mariadb::wait_for(
+        "the journal pruned past login2's replica",
+        Duration::from_secs(60),
+        || db.connect().pruned_through().unwrap() > left_at,
+    );
+    d2.spawn();
+    // Its replica stood at or before `left_at` (a standby lags by up to a poll).
+    mariadb::wait_for("login2 to say it reloads", Duration::from_secs(30), || {
+        d2.log()
+            .contains("and the shared journal was pruned through entry")
+    });
+    let log = d2.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("and the shared journal was pruned through entry"))
+        .unwrap();
+    assert!(
+        line.contains("reloading the replica from the snapshot at entry"),
+        "{line}"
+    );
+    for job in &more {
+        mariadb::wait_for(
+            "login2 to show the later chain",
+            Duration::from_secs(30),
+            || {
+                d2.status(job).first().map(|c| c["slurm_job_id"].clone())
+                    == Some(serde_json::Value::String(job.clone()))
+            },
+        );
+    }
 }
