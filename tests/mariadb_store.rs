@@ -4,7 +4,10 @@
 //! ends with a new replica made from that journal alone holding the same rows; a deposed
 //! writer appends nothing and its replica rolls the write back, while the new writer
 //! carries on from every entry before; an entry larger than a row is written in parts; a
-//! database of another Slurm cluster, or one a later version wrote to, is refused.
+//! database of another Slurm cluster, or one a later version wrote to, is refused;
+//! snapshots and the journal's pruning (docs/cluster.md, "Snapshots"): new and stale
+//! replicas start from the snapshot, the journal stays bounded, a crash mid-snapshot
+//! leaves a usable state, a deposed writer publishes nothing.
 
 mod common;
 mod mariadb;
@@ -253,9 +256,14 @@ fn snapshot(db: &Db, epoch: Epoch, store: &Store) -> Pruned {
     };
     let (seq, why, pruned) = db
         .connect()
-        .snapshot_if_due(epoch, &policy, &mut EntrySizes::default(), None, |dest| {
-            store.snapshot_to(dest)
-        })
+        .snapshot_if_due(
+            epoch,
+            &policy,
+            &mut EntrySizes::default(),
+            None,
+            |dest| store.snapshot_to(dest),
+            &|| false,
+        )
         .unwrap()
         .expect("a snapshot was due");
     assert_eq!((seq, why), (store.journal_seq(), "entries"));
@@ -354,6 +362,7 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
             &mut EntrySizes::default(),
             Some(&path),
             |d| Store::snapshot_file(&path, d),
+            &|| false,
         )
         .unwrap()
         .unwrap();
@@ -371,7 +380,8 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
 
 /// Two snapshots are kept and the journal is pruned before the older: a standby between
 /// the two catches up from the journal; one behind the horizon reloads from the newest
-/// snapshot (and says so), and both end with the writer's rows.
+/// snapshot, and both end with the writer's rows. A deposed writer can neither publish a
+/// snapshot nor prune (the fence).
 #[test]
 fn a_standby_behind_the_horizon_reloads_from_the_snapshot_and_one_within_catches_up() {
     let site = Site::new();
@@ -429,6 +439,37 @@ fn a_standby_behind_the_horizon_reloads_from_the_snapshot_and_one_within_catches
             .admin_sql("SELECT COUNT(DISTINCT id) FROM supervisor.snapshot_part"),
         "2"
     );
+
+    // Deposed (another node took the lease), login1 can neither publish nor prune.
+    assert!(db.connect().release("login1", epoch).unwrap());
+    let second = db.win("login2");
+    // The new writer writes on; login1 applies it, so a snapshot is due.
+    let (j, _) = db.journal(Some(second));
+    let mut next = Store::in_memory_replica(&instance, Box::new(j)).unwrap();
+    writes(&mut next, 1, 700);
+    login1.catch_up().unwrap();
+    let deposed = db.connect().snapshot_if_due(
+        epoch,
+        &SnapshotPolicy {
+            entries: 1,
+            bytes: 0,
+            interval: Duration::ZERO,
+        },
+        &mut EntrySizes::default(),
+        None,
+        |d| login1.snapshot_to(d),
+        &|| false,
+    );
+    assert!(
+        matches!(deposed, Err(StoreError::Fenced { .. })),
+        "{deposed:?}"
+    );
+    assert_eq!(db.connect().snapshots().unwrap(), [27, 24]);
+    assert!(matches!(
+        db.connect().prune(epoch),
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(db.connect().pruned_through().unwrap(), 24);
 }
 
 /// The journal stays bounded under a stream of writes: with a snapshot every 40 entries,
@@ -454,9 +495,14 @@ fn the_journal_stays_bounded_under_a_stream_of_writes() {
     for round in 0..20 {
         writes(&mut login1, 5, 1000 * round);
         if conn
-            .snapshot_if_due(epoch, &policy, &mut sizes, None, |dest| {
-                login1.snapshot_to(dest)
-            })
+            .snapshot_if_due(
+                epoch,
+                &policy,
+                &mut sizes,
+                None,
+                |dest| login1.snapshot_to(dest),
+                &|| false,
+            )
             .unwrap()
             .is_some()
         {
@@ -474,7 +520,14 @@ fn the_journal_stays_bounded_under_a_stream_of_writes() {
         interval: Duration::ZERO,
     };
     let not_yet = conn
-        .snapshot_if_due(epoch, &by_size, &mut sizes, None, |d| login1.snapshot_to(d))
+        .snapshot_if_due(
+            epoch,
+            &by_size,
+            &mut sizes,
+            None,
+            |d| login1.snapshot_to(d),
+            &|| false,
+        )
         .unwrap();
     assert_eq!(
         not_yet, None,
@@ -484,7 +537,14 @@ fn the_journal_stays_bounded_under_a_stream_of_writes() {
     big.script = Some(vec![b'x'; 70 << 10]);
     login1.create_submission(&big, 5, |_| vec![]).unwrap();
     let (seq, why, _) = conn
-        .snapshot_if_due(epoch, &by_size, &mut sizes, None, |d| login1.snapshot_to(d))
+        .snapshot_if_due(
+            epoch,
+            &by_size,
+            &mut sizes,
+            None,
+            |d| login1.snapshot_to(d),
+            &|| false,
+        )
         .unwrap()
         .expect("due by size");
     assert_eq!((seq, why), (login1.journal_seq(), "size"));

@@ -757,9 +757,15 @@ fn snapshot_thread(
             }
         }
         let conn = db.as_mut().expect("connected above");
-        let made = conn.snapshot_if_due(epoch, &policy, &mut sizes, Some(&replica), |dest| {
-            Store::snapshot_file(&replica, dest)
-        });
+        let stopping = || stop.load(Ordering::SeqCst);
+        let made = conn.snapshot_if_due(
+            epoch,
+            &policy,
+            &mut sizes,
+            Some(&replica),
+            |dest| Store::snapshot_file(&replica, dest),
+            &stopping,
+        );
         match made {
             Ok(None) => {}
             Ok(Some((seq, why, pruned))) => info!(

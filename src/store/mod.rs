@@ -1381,7 +1381,7 @@ impl Store {
                     let j = self.journal.as_mut().expect("a replica");
                     let Some(head) = j.sink.latest_snapshot()?.filter(|h| h.seq >= through) else {
                         return Err(StoreError::Corrupt(format!(
-                            "the shared journal was pruned through entry {through}, and the shared database keeps no snapshot at or after it: this replica (at entry {after}) cannot be brought up to date"
+                            "the shared journal was pruned through entry {through}, and the shared database keeps no snapshot at or after it: this replica (at entry {after}) cannot be brought up to date (were the snapshot rows deleted by hand?); once the active daemon writes its next snapshot, this node loads it"
                         )));
                     };
                     tracing::warn!(

@@ -111,6 +111,7 @@ impl ClusterDb {
         sizes: &mut EntrySizes,
         near: Option<&Path>,
         make: impl FnOnce(&Path) -> Result<u64>,
+        stopping: &dyn Fn() -> bool,
     ) -> Result<Option<(u64, &'static str, Pruned)>> {
         let status = self.snapshot_status()?;
         let base = status.latest.map_or(0, |l| l.0);
@@ -138,7 +139,7 @@ impl ClusterDb {
             // The replica has not passed the newest snapshot: nothing to add.
             return Ok(None);
         }
-        let pruned = self.snapshot_and_prune(epoch, &file.0, seq)?;
+        let pruned = self.snapshot_and_prune(epoch, &file.0, seq, stopping)?;
         sizes.0.retain(|s, _| *s > seq);
         Ok(Some((seq, why, pruned)))
     }
@@ -345,11 +346,24 @@ impl ClusterDb {
 
     /// Writes a snapshot of the store in the SQLite file `file` (made by
     /// `Store::snapshot_to` or `Store::snapshot_file`, at entry `seq`) under `epoch`, then
-    /// prunes. `crate::failpoint`s `snapshot-mid-parts` (after the first part) and
-    /// `snapshot-before-prune` (after the publication) stop it there, for the tests.
-    pub fn snapshot_and_prune(&mut self, epoch: Epoch, file: &Path, seq: u64) -> Result<Pruned> {
+    /// prunes. A daemon `stopping` gives up between parts (what it wrote is never read,
+    /// and the next pruning removes it). `crate::failpoint`s `snapshot-mid-parts` (after
+    /// the first part) and `snapshot-before-prune` (after the publication) stop it there,
+    /// for the tests.
+    pub fn snapshot_and_prune(
+        &mut self,
+        epoch: Epoch,
+        file: &Path,
+        seq: u64,
+        stopping: &dyn Fn() -> bool,
+    ) -> Result<Pruned> {
         let id = self.begin_snapshot(epoch, seq)?;
         let (parts, bytes, sha256) = snapshot::encode(file, |part, body| {
+            if stopping() {
+                return Err(StoreError::Busy(
+                    "the daemon is stopping: the snapshot was left unfinished".into(),
+                ));
+            }
             self.put_snapshot_part(id, part, body)?;
             if part == 0 {
                 crate::failpoint::hit("snapshot-mid-parts");
