@@ -563,7 +563,7 @@ fn round(c: &mut Cluster, n: usize, fault: Fault) -> BTreeSet<String> {
             c.daemons[active].kill();
             eprintln!(
                 "round {n}: killed; the journal ends at entry {}",
-                c.db.admin_sql("SELECT COALESCE(MAX(seq), 0) FROM supervisor.journal")
+                c.db.admin_sql("SELECT GREATEST(COALESCE(MAX(seq), 0), (SELECT through_seq FROM supervisor.journal_pruned)) FROM supervisor.journal")
             );
             taken_over(c);
             // The node comes back: its daemon stands by.
