@@ -63,6 +63,7 @@ pub(super) const CREATE: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS snapshot_part (
         id BIGINT UNSIGNED NOT NULL,
         part INT UNSIGNED NOT NULL,
+        len INT UNSIGNED NOT NULL,
         body LONGBLOB NOT NULL,
         PRIMARY KEY (id, part)
     ) ENGINE=InnoDB",
@@ -231,8 +232,8 @@ impl ClusterDb {
     /// Step 2: part `part` of snapshot `id`.
     pub fn put_snapshot_part(&mut self, id: u64, part: u32, body: &[u8]) -> Result<()> {
         self.conn.exec_drop(
-            "INSERT INTO snapshot_part (id, part, body) VALUES (?, ?, ?)",
-            (id, part, body),
+            "INSERT INTO snapshot_part (id, part, len, body) VALUES (?, ?, ?, ?)",
+            (id, part, body.len() as u32, body),
         )?;
         Ok(())
     }
@@ -248,8 +249,10 @@ impl ClusterDb {
         sha256: &str,
     ) -> Result<()> {
         self.fenced(epoch, |tx| {
+            // The lengths as their rows list them: reading the parts' bodies would hold
+            // the lease row (and every append and renewal) for as long.
             let have: Option<(u64, Option<u64>)> = tx.exec_first(
-                "SELECT COUNT(*), SUM(LENGTH(body)) FROM snapshot_part WHERE id = ?",
+                "SELECT COUNT(*), SUM(len) FROM snapshot_part WHERE id = ?",
                 (id,),
             )?;
             let (n, len) = have.map_or((0, 0), |(n, l)| (n, l.unwrap_or(0)));
