@@ -1283,6 +1283,9 @@ impl Store {
         journal: Box<dyn Journal>,
     ) -> Result<Store> {
         Self::check_existing(path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            snapshot::remove_leftovers(dir);
+        }
         let conn = Connection::open(path)?;
         Self::replica_as_it_is(conn, instance, journal).map_err(|e| match e {
             StoreError::Corrupt(why) => StoreError::NotAStore {

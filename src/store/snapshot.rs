@@ -217,6 +217,38 @@ impl TempFile {
     }
 }
 
+/// Removes the snapshot files a crashed process left beside a replica in `dir`: regular
+/// files named `.snapshot-<pid>-<hex>.db` whose process is gone (a live one may be
+/// writing its own). Links and anything else are left alone; errors are ignored, as a
+/// leftover only takes room.
+pub fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten().take(10_000) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = leftover_pid(name) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // `file_type` does not follow a link.
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The pid in a snapshot file's name, if `name` is one.
+fn leftover_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(".snapshot-")?.strip_suffix(".db")?;
+    let (pid, tag) = rest.split_once('-')?;
+    (tag.len() == 8 && tag.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
+    pid.parse().ok()
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -238,6 +270,26 @@ mod tests {
 
     /// A file encoded in parts and decoded again is the same file; a part changed, or a
     /// part missing, is refused and leaves no file.
+    #[test]
+    fn leftovers_of_dead_processes_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // No process has pid 4194305 (above the kernel's largest pid_max).
+        let dead = d.join(".snapshot-4194305-0badcafe.db");
+        let live = d.join(format!(".snapshot-{}-0badcafe.db", std::process::id()));
+        let other = d.join("store.db");
+        let odd = d.join(".snapshot-4194305-x.db");
+        for f in [&dead, &live, &other, &odd] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        let link = d.join(".snapshot-4194306-0badcafe.db");
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        remove_leftovers(d);
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists() && odd.exists());
+        assert!(link.symlink_metadata().is_ok());
+    }
+
     #[test]
     fn a_snapshot_round_trips_through_its_parts_and_a_damaged_one_is_refused() {
         let dir = tempfile::tempdir().unwrap();
