@@ -14,7 +14,7 @@
 use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
 use crate::munge::{Munge, MungeError};
-use crate::protocol::net::{nonce_hex, Hello, VERSION};
+use crate::protocol::net::{nonce_from_hex, nonce_hex, Hello, Opening, MAX_OPENING, VERSION};
 use crate::protocol::{ErrorKind, Response};
 use crate::request_binding::{self, Nonce};
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, warn, Instrument};
 
 /// Whether this daemon acts, asked at each connection. In cluster mode only the daemon
@@ -88,8 +88,20 @@ pub const PRE_AUTH_MAX: usize = 256;
 /// The longest the credential line may be: the credential and its newline.
 const MAX_CREDENTIAL_LINE: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
 
-/// The longest munged may take to decode a credential before the connection is dropped.
+/// The longest munged may take to decode a credential (or make the daemon's proof)
+/// before the connection is dropped.
 const DECODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls to munged under way at once for the listener, all connections together: the
+/// node's munged is the one every Slurm command uses, so anonymous connections get a
+/// bounded share of it. A connection waits for a place in its pre-authentication time
+/// (and pushed out, it stops waiting); a call once started holds its place until munged
+/// answers, so never more than this many run.
+pub const MUNGE_CALLS_MAX: usize = 8;
+
+/// The daemon's proof's time to live: the client decodes it within milliseconds; the
+/// rest is room for clocks a little out of step between login nodes.
+const PROOF_TTL: u32 = 60;
 
 /// The network side of a daemon.
 pub struct NetServer {
@@ -105,6 +117,8 @@ pub struct NetServer {
     /// TLS around every connection, when `[server] tls_cert` is set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pool: Arc<PreAuth>,
+    /// Places for calls to munged (`MUNGE_CALLS_MAX`).
+    munge_calls: Arc<Semaphore>,
     /// Bounds the refusal lines per peer and reason (`refusals`).
     refusals: RefusalLog,
 }
@@ -127,8 +141,47 @@ impl NetServer {
             activity,
             tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
+            munge_calls: Arc::new(Semaphore::new(MUNGE_CALLS_MAX)),
             refusals: RefusalLog::default(),
         })
+    }
+
+    /// Counts a connection that ended without a refusal line of its own (`silent`: it
+    /// left before sending a credential; `pushed_out` of the pre-authentication pool): no
+    /// line each, but the refusal summary says how many, per peer.
+    fn counted(&self, peer: SocketAddr, reason: &'static str) {
+        let v = self.refusals.count(peer.ip(), reason, Instant::now());
+        if v.suppressed_before > 0 {
+            log_suppressed(Some(peer.ip()), reason, v.suppressed_before);
+        }
+    }
+
+    /// Runs `f` with munged on a blocking thread, once a place is free (`MUNGE_CALLS_MAX`),
+    /// within `DECODE_TIMEOUT`. The wait for a place is cancelled with the connection (its
+    /// future dropped: pushed out or timed out); a call once started keeps its place until
+    /// munged answers.
+    async fn with_munge<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Munge) -> T + Send + 'static,
+    ) -> Result<T, Result<Refusal, std::io::Error>> {
+        let call = async {
+            let place = self
+                .munge_calls
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| Err(std::io::Error::other(e.to_string())))?;
+            let munge = self.munge.clone();
+            tokio::task::spawn_blocking(move || {
+                let _place = place;
+                f(&munge)
+            })
+            .await
+            .map_err(|e| Err(std::io::Error::other(e.to_string())))
+        };
+        tokio::time::timeout(DECODE_TIMEOUT, call)
+            .await
+            .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
     }
 
     /// Logs a refused connection at warn (`network request refused`, with the peer, the
@@ -149,9 +202,21 @@ impl NetServer {
     }
 }
 
-/// The summary of refusals left unlogged in a window (`refusals`).
+/// The summary of refusals left unlogged in a window (`refusals`). Clients that left
+/// before sending a credential (`silent`) are summed up at info: a client that read a
+/// standby's hello and went to the active daemon is one.
 fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
     let from = peer.map_or_else(|| "other peers".to_string(), |p| p.to_string());
+    if reason == "silent" {
+        tracing::info!(
+            peer = %from,
+            reason,
+            suppressed = n,
+            "network refusals not logged: {n} more from {from} for {reason} within {:?} (connections that sent no credential)",
+            refusals::WINDOW
+        );
+        return;
+    }
     warn!(
         peer = %from,
         reason,
@@ -248,11 +313,15 @@ pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
             return;
         }
         let _ = stream.set_nodelay(true);
+        // The address this connection reached, as this side sees it: the proof names it.
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
         let net = net.clone();
         let span = tracing::debug_span!("net", %peer);
         tokio::spawn(
             async move {
-                if let Err(e) = connection(stream, peer, &net).await {
+                if let Err(e) = connection(stream, peer, local, &net).await {
                     debug!("network connection ended with an error: {e}");
                 }
             }
@@ -287,17 +356,23 @@ struct Authenticated {
     slot: server::Slot,
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std::io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    net: &NetServer,
+) -> std::io::Result<()> {
     // The TLS handshake is part of the anonymous wait: in the pool, and bounded in time.
     let (ticket, mut pushed_out) = net.pool.enter();
     let Some(acceptor) = &net.tls else {
-        return connection_on(stream, peer, net, ticket, pushed_out).await;
+        return connection_on(stream, (peer, local), net, ticket, pushed_out).await;
     };
     let within = net.shared.limits.request_timeout.0;
     let accepted = tokio::select! {
         a = tokio::time::timeout(within, acceptor.accept(stream)) => a,
         _ = &mut pushed_out => {
             debug!("pushed out of the pre-authentication pool by newer connections");
+            net.counted(peer, "pushed_out");
             return Ok(());
         }
     };
@@ -315,14 +390,14 @@ async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std
             net.refused(peer, None, "tls", &format!("TLS handshake failed: {e}"));
             Ok(())
         }
-        Ok(Ok(tls)) => connection_on(tls, peer, net, ticket, pushed_out).await,
+        Ok(Ok(tls)) => connection_on(tls, (peer, local), net, ticket, pushed_out).await,
     }
 }
 
 /// Serves one connection on any byte stream (plain TCP, or TLS over it).
 async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     stream: S,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     net: &NetServer,
     ticket: Ticket,
     pushed_out: oneshot::Receiver<()>,
@@ -331,16 +406,22 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     let mut reader = BufReader::new(read);
     let nonce: Nonce = rand::random();
     let authenticated = tokio::select! {
-        a = handshake(&mut reader, &mut write, &nonce, net) => a,
+        a = handshake(&mut reader, &mut write, &nonce, local, net) => a,
         _ = pushed_out => {
             debug!("pushed out of the pre-authentication pool by newer connections");
+            net.counted(peer, "pushed_out");
             return Ok(());
         }
     };
     drop(ticket);
     let a = match authenticated {
         Ok(a) => a,
-        Err(Err(e)) => return Err(e),
+        Err(Err(e)) => {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                net.counted(peer, "silent");
+            }
+            return Err(e);
+        }
         Err(Ok(r)) => {
             net.refused(peer, None, r.code, &r.message);
             return server::write_answer(
@@ -406,14 +487,16 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     answered
 }
 
-/// Says hello, reads and checks the credential, and takes a slot for its uid. A standby
-/// says so and where the active daemon is, and goes on: it answers reads from its replica
-/// and refuses changes, as on its Unix socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the
-/// connection broke.
+/// Says hello, proves this daemon to a client that opens, reads and checks the
+/// credential, and takes a slot for its uid. A standby says so and where the active daemon
+/// is, and goes on: it answers reads from its replica and refuses changes, as on its Unix
+/// socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the connection broke (`UnexpectedEof`: the
+/// client left before sending a credential).
 async fn handshake<R, W>(
     reader: &mut R,
     write: &mut W,
     nonce: &Nonce,
+    local: SocketAddr,
     net: &NetServer,
 ) -> Result<Authenticated, Result<Refusal, std::io::Error>>
 where
@@ -432,22 +515,62 @@ where
             Role::Standby { active_at } => active_at.clone(),
         },
     };
-    let mut out = serde_json::to_vec(&hello).expect("a hello serializes");
-    out.push(b'\n');
-    // The hello is small: it fits the socket's buffer, so a client that never reads it
-    // does not hold this up.
-    tokio::time::timeout(
-        server::WRITE_TIMEOUT,
-        tokio::io::AsyncWriteExt::write_all(write, &out),
+    let hello_line = serde_json::to_vec(&hello).expect("a hello serializes");
+    // The hello and the proof are small: they fit the socket's buffer, so a client that
+    // never reads them does not hold this up.
+    send_line(write, &hello_line).await?;
+    // The client's opening: its nonce, for the proof.
+    let mut line = Vec::new();
+    let got = read_request(
+        &mut reader.take(MAX_OPENING),
+        &mut line,
+        net.shared.limits.request_timeout.0,
     )
-    .await
-    .map_err(|_| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "hello not taken",
-        ))
-    })?
-    .map_err(Err)?;
+    .await;
+    match got {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(Ok(Refusal::new(
+                "slow",
+                format!(
+                    "no opening in time (limits.request_timeout = {:?})",
+                    net.shared.limits.request_timeout.0
+                ),
+            )))
+        }
+        Err(e) => return Err(Err(e)),
+        Ok(()) => {}
+    }
+    // Nothing at all: a client that read a standby's hello and went to the active daemon
+    // with its change, one that only looked, or one of another version. Not a refusal.
+    if line.is_empty() {
+        return Err(Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the client left after the hello",
+        )));
+    }
+    let client_nonce = line
+        .strip_suffix(b"\n")
+        .and_then(|l| serde_json::from_slice::<Opening>(l).ok())
+        .and_then(|o| nonce_from_hex(&o.nonce))
+        .ok_or_else(|| {
+            Ok(Refusal::new(
+                "opening",
+                format!(
+                    "expected an opening line with this client's nonce (version {VERSION} of the network protocol): is this supervisorctl of another version?"
+                ),
+            ))
+        })?;
+    let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
+    let proof = net
+        .with_munge(move |m| m.encode(&payload, None, Some(PROOF_TTL)))
+        .await?
+        .map_err(|e| {
+            Ok(Refusal::new(
+                "munged",
+                format!("the daemon cannot prove itself now ({e}); try again later"),
+            ))
+        })?;
+    send_line(write, proof.as_bytes()).await?;
     let mut line = Vec::new();
     let got = read_request(
         &mut reader.take(MAX_CREDENTIAL_LINE),
@@ -468,12 +591,11 @@ where
         Err(e) => return Err(Err(e)),
         Ok(()) => {}
     }
-    // Nothing at all: a client that read a standby's hello and went to the active daemon
-    // with its change, or one that only looked. Not a refusal.
+    // Nothing: a client that did not take this daemon's proof (it says why on its side).
     if line.is_empty() {
         return Err(Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-            "the client left after the hello",
+            "the client left after the proof",
         )));
     }
     let Some(cred) = line.strip_suffix(b"\n") else {
@@ -490,14 +612,7 @@ where
         )));
     };
     let cred = cred.to_vec();
-    let munge = net.munge.clone();
-    let decoded = tokio::time::timeout(
-        DECODE_TIMEOUT,
-        tokio::task::spawn_blocking(move || munge.decode(cred)),
-    )
-    .await
-    .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
-    .map_err(|e| Err(std::io::Error::other(e.to_string())))?;
+    let decoded = net.with_munge(move |m| m.decode(cred)).await?;
     let d = match decoded {
         Ok(d) => d,
         Err(
@@ -523,6 +638,8 @@ where
             format!("credential refused: {m}"),
         )));
     }
+    // A per-user daemon serves its own user only (as its Unix socket does).
+    server::owner_only(net.uid, d.uid).map_err(|why| Ok(Refusal::new("owner", why)))?;
     if d.uid == 0 && !net.root_nodes.contains(&d.origin) {
         return Err(Ok(Refusal::new(
             "root_elsewhere",
@@ -545,6 +662,28 @@ where
         payload: d.payload,
         slot,
     })
+}
+
+/// Writes `line` and its newline within the write timeout.
+async fn send_line<W: AsyncWrite + Unpin>(
+    write: &mut W,
+    line: &[u8],
+) -> Result<(), Result<Refusal, std::io::Error>> {
+    let mut out = Vec::with_capacity(line.len() + 1);
+    out.extend_from_slice(line);
+    out.push(b'\n');
+    tokio::time::timeout(server::WRITE_TIMEOUT, async {
+        tokio::io::AsyncWriteExt::write_all(write, &out).await?;
+        tokio::io::AsyncWriteExt::flush(write).await
+    })
+    .await
+    .map_err(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "hello not taken",
+        ))
+    })?
+    .map_err(Err)
 }
 
 #[cfg(test)]
