@@ -34,6 +34,16 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+/// How a test's daemon starts.
+enum Start<'a> {
+    /// As root, binding its port itself.
+    Root,
+    /// As this user: a per-user daemon.
+    AsUser(&'a str),
+    /// As root, with this listening socket passed as systemd passes it.
+    Activated(std::os::fd::OwnedFd),
+}
+
 /// A root daemon listening on loopback, its munged, and a client config for users.
 struct Net {
     sys: System,
@@ -88,7 +98,7 @@ impl Net {
         client_extra: &str,
     ) -> Net {
         Net::start_as(
-            None,
+            Start::Root,
             at,
             launcher,
             server_extra,
@@ -97,9 +107,9 @@ impl Net {
         )
     }
 
-    /// `start_on`, the daemon running as `owner` (a per-user daemon) when given.
+    /// `start_on`, the daemon started as `how` says.
     fn start_as(
-        owner: Option<&str>,
+        how: Start,
         (ip, port): (&str, u16),
         launcher: &[String],
         server_extra: &str,
@@ -107,8 +117,16 @@ impl Net {
         client_extra: &str,
     ) -> Net {
         let munged = Munged::start();
-        let port = if port == 0 { free_port(ip) } else { port };
-        let addr = format!("{ip}:{port}");
+        let port = if port == 0 {
+            free_port(if ip.contains(':') { "::" } else { ip })
+        } else {
+            port
+        };
+        let addr = if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        };
         let extra = format!(
             "[server]\nlisten = {addr:?}\nid = \"login1\"\nmunge_socket = {:?}\n{server_extra}\n",
             munged.socket().display().to_string()
@@ -126,9 +144,49 @@ impl Net {
         };
         std::fs::write(&sys.d.config, text).unwrap();
         sys.d.launcher = launcher.to_vec();
-        match owner {
-            None => sys.spawn(),
-            Some(user) => {
+        match how {
+            Start::Root => sys.spawn(),
+            Start::Activated(listener) => {
+                // As systemd passes a socket: descriptor 3, LISTEN_PID (the daemon's pid:
+                // the shell's, which exec keeps), LISTEN_FDS, LISTEN_FDNAMES.
+                use std::os::fd::AsRawFd;
+                use std::os::unix::process::CommandExt;
+                sys.d.launcher = [
+                    "sh",
+                    "-c",
+                    "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=server; exec \"$@\"",
+                    "sh",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let mut cmd = sys.daemon_command(&sys.d.config.clone());
+                let fd = listener.as_raw_fd();
+                // SAFETY: dup2 and fcntl are async-signal-safe.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if fd == 3 {
+                            libc::fcntl(3, libc::F_SETFD, 0);
+                        } else if libc::dup2(fd, 3) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                sys.d.child = Some(cmd.spawn().unwrap());
+                drop(listener);
+                wait_for(
+                    "the activated daemon to answer",
+                    Duration::from_secs(60),
+                    || {
+                        if let Some(st) = sys.d.child.as_mut().unwrap().try_wait().unwrap() {
+                            panic!("the daemon exited ({st}); log:\n{}", sys.d.log());
+                        }
+                        sys.d.ctl(&["status", "--json"]).status.success()
+                    },
+                );
+            }
+            Start::AsUser(user) => {
                 // Its state and its socket's folder are the user's; it answers its own
                 // user only, so it is that user who waits for it.
                 let state = sys.root().join("state");
@@ -822,6 +880,8 @@ fn certificates(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf, PathBuf
     for f in [&ca, "server.pem"] {
         chmod(&dir.join(f), 0o644);
     }
+    // The daemon refuses a key others may read.
+    chmod(&dir.join("server.key"), 0o600);
     (
         dir.join(&ca),
         dir.join("server.pem"),
@@ -1603,7 +1663,7 @@ fn a_per_user_daemon_serves_its_own_user_only() {
         .origin;
     drop(probe);
     let n = Net::start_as(
-        Some("alice"),
+        Start::AsUser("alice"),
         ("127.0.0.1", 0),
         &[],
         &format!("root_nodes = [\"{origin}\"]\n"),
@@ -1896,4 +1956,53 @@ fn a_peer_of_another_protocol_version_is_told_so() {
         err.contains("speaks version 1 of the network protocol, this supervisorctl version 2"),
         "{err}"
     );
+}
+
+/// The port cannot be taken from the daemon. Bound by the daemon itself, `[::]` takes both
+/// families: nobody can bind the port on 0.0.0.0 (or `[::]`) beside it (before issue 32
+/// the shipped `0.0.0.0:6827` left `[::]:6827` to anyone), and clients of either family
+/// are served (and proven: the proof's address is the IPv4-mapped one). Passed by systemd
+/// (socket activation, as `slurm-supervisord.socket` does), the socket is held by its
+/// holder whether or not the daemon runs, and the daemon serves on it.
+#[test]
+fn the_daemon_holds_both_families_and_takes_its_port_from_systemd() {
+    let n = Net::start_on(("::", 0), &[], "", "1s", "");
+    let port: u16 = n.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    for other in [format!("0.0.0.0:{port}"), format!("[::]:{port}")] {
+        assert!(
+            std::net::TcpListener::bind(&other).is_err(),
+            "{other} could be bound beside the daemon"
+        );
+    }
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    for at in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        let out = submit_to(&n, &at);
+        assert!(out.status.success(), "{at}: {out:?}");
+    }
+    drop(n);
+    // Socket activation: the test holds the port, as systemd does from boot.
+    let l = slurm_supervisor::daemon::activation::bind("[::]:0".parse().unwrap()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let held = l.try_clone().unwrap();
+    let n = Net::start_as(
+        Start::Activated(std::os::fd::OwnedFd::from(l)),
+        ("::", port),
+        &[],
+        "",
+        "1s",
+        "",
+    );
+    assert!(
+        n.sys.d.log().contains("network listener from systemd"),
+        "{}",
+        n.sys.d.log()
+    );
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let out = submit_to(&n, &format!("127.0.0.1:{port}"));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    drop(n);
+    // The daemon gone, the port is still held: nobody else can bind it meanwhile.
+    assert!(std::net::TcpListener::bind(("0.0.0.0", port)).is_err());
+    drop(held);
 }

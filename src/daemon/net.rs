@@ -279,11 +279,6 @@ impl PreAuth {
     }
 }
 
-/// Binds the listener.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
     // The summaries of refusals left unlogged, once their window is over.
