@@ -194,11 +194,7 @@ impl Shared {
     /// read: its text may name the server, the account and what the server said of them;
     /// anyone else is told only that there is one.
     fn cluster_answer(&self, uid: u32) -> crate::protocol::views::ClusterAnswer {
-        let mut a = self.cluster_answer_whole();
-        if uid != 0 && a.error.is_some() {
-            a.error = Some(CLUSTER_ERROR_HIDDEN.to_string());
-        }
-        a
+        cluster_answer_for(self.cluster_answer_whole(), uid)
     }
 
     fn cluster_answer_whole(&self) -> crate::protocol::views::ClusterAnswer {
@@ -215,6 +211,17 @@ impl Shared {
             },
         }
     }
+}
+
+/// `cluster`'s answer as `uid` may read it: the database's error text is root's.
+fn cluster_answer_for(
+    mut a: crate::protocol::views::ClusterAnswer,
+    uid: u32,
+) -> crate::protocol::views::ClusterAnswer {
+    if uid != 0 && a.error.is_some() {
+        a.error = Some(CLUSTER_ERROR_HIDDEN.to_string());
+    }
+    a
 }
 
 /// What `cluster` says of the shared database's last error to anyone but root.
@@ -584,4 +591,45 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
         }
     };
     write_answer(write, &response).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_user_daemon_serves_its_own_uid_only_and_root_serves_everyone() {
+        assert!(owner_only(0, 0).is_ok());
+        assert!(owner_only(0, 1000).is_ok());
+        assert!(owner_only(1000, 1000).is_ok());
+        let e = owner_only(1000, 1001).unwrap_err();
+        assert!(
+            e.contains("uid 1000's own slurm-supervisord") && e.contains("not uid 1001"),
+            "{e}"
+        );
+        assert!(
+            owner_only(1000, 0).is_err(),
+            "root is not the per-user daemon's user"
+        );
+    }
+
+    #[test]
+    fn the_databases_error_text_is_roots_to_read() {
+        let answer = crate::protocol::views::ClusterAnswer {
+            mode: "cluster".into(),
+            answered_by: "login1".into(),
+            lease: None,
+            nodes: Vec::new(),
+            error: Some("Access denied for user 'ssv'@'login1' (using password: YES)".into()),
+        };
+        let root = cluster_answer_for(answer.clone(), 0);
+        assert_eq!(root.error, answer.error);
+        let alice = cluster_answer_for(answer.clone(), 1000);
+        assert_eq!(alice.error.as_deref(), Some(CLUSTER_ERROR_HIDDEN));
+        let fine = crate::protocol::views::ClusterAnswer {
+            error: None,
+            ..answer
+        };
+        assert_eq!(cluster_answer_for(fine, 1000).error, None);
+    }
 }
