@@ -117,8 +117,8 @@ pub struct NetServer {
     /// TLS around every connection, when `[server] tls_cert` is set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pool: Arc<PreAuth>,
-    /// Places for calls to munged (`MUNGE_CALLS_MAX`).
-    munge_calls: Arc<Semaphore>,
+    /// Calls to munged, `MUNGE_CALLS_MAX` at once.
+    munge_calls: MungeCalls,
     /// Bounds the refusal lines per peer and reason (`refusals`).
     refusals: RefusalLog,
 }
@@ -141,7 +141,7 @@ impl NetServer {
             activity,
             tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
-            munge_calls: Arc::new(Semaphore::new(MUNGE_CALLS_MAX)),
+            munge_calls: MungeCalls::new(MUNGE_CALLS_MAX),
             refusals: RefusalLog::default(),
         })
     }
@@ -156,32 +156,15 @@ impl NetServer {
         }
     }
 
-    /// Runs `f` with munged on a blocking thread, once a place is free (`MUNGE_CALLS_MAX`),
-    /// within `DECODE_TIMEOUT`. The wait for a place is cancelled with the connection (its
-    /// future dropped: pushed out or timed out); a call once started keeps its place until
-    /// munged answers.
+    /// Runs `f` with munged (`MungeCalls::run`), within `DECODE_TIMEOUT`.
     async fn with_munge<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Munge) -> T + Send + 'static,
     ) -> Result<T, Result<Refusal, std::io::Error>> {
-        let call = async {
-            let place = self
-                .munge_calls
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| Err(std::io::Error::other(e.to_string())))?;
-            let munge = self.munge.clone();
-            tokio::task::spawn_blocking(move || {
-                let _place = place;
-                f(&munge)
-            })
-            .await
-            .map_err(|e| Err(std::io::Error::other(e.to_string())))
-        };
-        tokio::time::timeout(DECODE_TIMEOUT, call)
+        tokio::time::timeout(DECODE_TIMEOUT, self.munge_calls.run(self.munge.clone(), f))
             .await
             .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
+            .map_err(Err)
     }
 
     /// Logs a refused connection at warn (`network request refused`, with the peer, the
@@ -199,6 +182,42 @@ impl NetServer {
             Some(uid) => warn!(%peer, uid, reason, "network request refused: {message}"),
             None => warn!(%peer, reason, "network request refused: {message}"),
         }
+    }
+}
+
+/// Places for calls to munged: at most as many blocking calls at once as places.
+struct MungeCalls {
+    places: Arc<Semaphore>,
+}
+
+impl MungeCalls {
+    fn new(places: usize) -> MungeCalls {
+        MungeCalls {
+            places: Arc::new(Semaphore::new(places)),
+        }
+    }
+
+    /// Runs `f` with `munge` on a blocking thread once a place is free. Waiting for the
+    /// place is cancelled with this future (dropped: the connection pushed out or timed
+    /// out), and `f` never runs; once started, `f` keeps its place until it returns,
+    /// whatever becomes of the future.
+    async fn run<M: Send + Sync + 'static, T: Send + 'static>(
+        &self,
+        munge: Arc<M>,
+        f: impl FnOnce(&M) -> T + Send + 'static,
+    ) -> std::io::Result<T> {
+        let place = self
+            .places
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _place = place;
+            f(&munge)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
     }
 }
 
@@ -684,6 +703,55 @@ async fn send_line<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls wait for a place: never more than the places run at once, and a call whose
+    /// connection went away while it waited never runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_to_munged_are_bounded_and_a_call_given_up_while_waiting_never_runs() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(MungeCalls::new(3));
+        let state = Arc::new((
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ));
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let call = |calls: Arc<MungeCalls>| {
+            let (state, release_rx) = (state.clone(), release_rx.clone());
+            async move {
+                calls
+                    .run(Arc::new(()), move |_: &()| {
+                        // (running now, most at once, ever started)
+                        let now = state.0.fetch_add(1, SeqCst) + 1;
+                        state.1.fetch_max(now, SeqCst);
+                        state.2.fetch_add(1, SeqCst);
+                        let _ = release_rx.lock().unwrap().recv();
+                        state.0.fetch_sub(1, SeqCst);
+                    })
+                    .await
+            }
+        };
+        let running: Vec<_> = (0..3).map(|_| tokio::spawn(call(calls.clone()))).collect();
+        while state.0.load(SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        // Two more wait for a place; one of them is given up (its connection pushed out).
+        let waiting = tokio::spawn(call(calls.clone()));
+        let given_up = tokio::spawn(call(calls.clone()));
+        tokio::task::yield_now().await;
+        given_up.abort();
+        assert!(given_up.await.unwrap_err().is_cancelled());
+        for _ in 0..4 {
+            release_tx.send(()).unwrap();
+        }
+        for r in running {
+            r.await.unwrap().unwrap();
+        }
+        waiting.await.unwrap().unwrap();
+        assert_eq!(state.1.load(SeqCst), 3, "at most the places at once");
+        assert_eq!(state.2.load(SeqCst), 4, "the given-up call never started");
+    }
 
     #[test]
     fn a_standby_names_the_active_node_with_its_own_port() {
