@@ -22,6 +22,7 @@
 //! `nsenter`, and the MCP venv (tests/common `mcp_python`).
 
 mod common;
+mod mariadb;
 
 use common::munged::Munged;
 use common::system::*;
@@ -2017,4 +2018,50 @@ fn the_daemon_holds_both_families_and_takes_its_port_from_systemd() {
     // The daemon gone, the port is still held: nobody else can bind it meanwhile.
     assert!(std::net::TcpListener::bind(("0.0.0.0", port)).is_err());
     drop(held);
+}
+
+/// In cluster mode `supervisorctl cluster` tells anyone the daemons' roles, but the shared
+/// database's last error (which may name the server, the account and what the server said
+/// of them) only to root: alice is told there is one. Before issue 32 she read its text.
+#[test]
+fn the_shared_databases_error_is_shown_to_root_only() {
+    let mut db = mariadb::MariaDb::start();
+    let url = db.supervisor_database("supervisor", "ssv", "net-test-pw");
+    let password_file = db.dir().join("db-password");
+    std::fs::write(&password_file, "net-test-pw\n").unwrap();
+    chmod(&password_file, 0o600);
+    let n = Net::start(&format!(
+        "[store]\nurl = \"mysql://{}@{}:{}/{}\"\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = \"login1\"\n",
+        url.user,
+        url.host,
+        url.port,
+        url.database,
+        password_file.display().to_string()
+    ));
+    let cluster_as = |user: &str| -> serde_json::Value {
+        let out = n.sys.as_user(user, &["cluster", "--json"]);
+        assert!(out.status.success(), "{user}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let roots = |n: &Net| -> serde_json::Value {
+        let out = n.sys.d.ctl(&["cluster", "--json"]);
+        assert!(out.status.success(), "root: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(roots(&n)["mode"], "cluster");
+    assert_eq!(cluster_as("alice")["error"], serde_json::Value::Null);
+    db.stop();
+    wait_for(
+        "the daemon to see the database gone",
+        Duration::from_secs(30),
+        || !roots(&n)["error"].is_null(),
+    );
+    let root_sees = roots(&n)["error"].as_str().unwrap().to_string();
+    let alice_sees = cluster_as("alice")["error"].as_str().unwrap().to_string();
+    assert!(!root_sees.contains("shown to root only"), "{root_sees}");
+    assert!(
+        alice_sees.contains("could not be read") && alice_sees.contains("shown to root only"),
+        "{alice_sees}"
+    );
+    assert!(!alice_sees.contains(&url.port.to_string()), "{alice_sees}");
 }
