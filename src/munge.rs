@@ -340,6 +340,13 @@ impl Munge {
         })
     }
 
+    /// The socket this speaks to munged at, when not libmunge's default.
+    pub fn socket(&self) -> Option<&std::ffi::OsStr> {
+        self.socket
+            .as_deref()
+            .map(|c| std::ffi::OsStr::from_bytes(c.to_bytes()))
+    }
+
     /// A credential for the calling process's uid and gid, holding `payload`, decodable
     /// only by `restrict_uid` when given, valid for `ttl` seconds (munged's default, 300,
     /// when `None`; munged caps it at its `--max-ttl`).

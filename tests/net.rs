@@ -360,10 +360,12 @@ impl Net {
 
 const PING: &[u8] = br#"{"cmd":"ping"}"#;
 
-/// The opening line of a client with this `nonce` (`protocol::net::Opening`).
+/// The opening line of a client with this `nonce` (`protocol::net::Opening`), asking
+/// for a proof alice can decode (these tests do not decode it).
 fn opening(nonce: &request_binding::Nonce) -> Vec<u8> {
     let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
         nonce: slurm_supervisor::protocol::net::nonce_hex(nonce),
+        uid: User::get("alice").uid,
     })
     .unwrap();
     line.push(b'\n');
@@ -2064,4 +2066,55 @@ fn the_shared_databases_error_is_shown_to_root_only() {
         "{alice_sees}"
     );
     assert!(!alice_sees.contains(&url.port.to_string()), "{alice_sees}");
+}
+
+/// The daemon's proof is a credential of root's handed to whoever connects: it is made for
+/// the uid the client says it is, so only that uid decodes it, and never for root, a
+/// system account or Slurm's own account (`SlurmUser`), which could use a credential of
+/// root's to speak to Slurm as root.
+#[test]
+fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
+    let n = Net::start("");
+    let open_as = |uid: u32| -> String {
+        let mut s = TcpStream::connect(&n.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut hello = String::new();
+        r.read_line(&mut hello).unwrap();
+        let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
+            nonce: slurm_supervisor::protocol::net::nonce_hex(&rand::random()),
+            uid,
+        })
+        .unwrap();
+        line.push(b'\n');
+        s.write_all(&line).unwrap();
+        let mut answer = String::new();
+        r.read_line(&mut answer).unwrap();
+        answer
+    };
+    // Root, a system account, and the fake's SlurmUser (slurm(64030)): no proof.
+    for uid in [0, 1, 64030] {
+        let answer = open_as(uid);
+        forbidden(&answer, &format!("no proof is made for uid {uid}"));
+    }
+    n.logged_refusals("proof_uid", 3);
+    // alice's: alice decodes it, bob cannot.
+    let alice = User::get("alice");
+    let proof = open_as(alice.uid);
+    assert!(proof.starts_with("MUNGE:"), "{proof}");
+    let bob = n
+        .munged
+        .run_as(("bob", None), "unmunge", &[], proof.trim().as_bytes());
+    assert!(!bob.status.success(), "bob decoded alice's proof: {bob:?}");
+    let by_alice = n.munged.run_as(
+        ("alice", None),
+        "unmunge",
+        &["--numeric"],
+        proof.trim().as_bytes(),
+    );
+    assert!(by_alice.status.success(), "{by_alice:?}");
+    assert!(
+        String::from_utf8_lossy(&by_alice.stdout).contains("UID:             0"),
+        "{by_alice:?}"
+    );
 }

@@ -15,7 +15,7 @@
 
 use super::{ClientError, NetTarget};
 use crate::munge::Munge;
-use crate::protocol::net::{nonce_hex, Hello, Opening, MAX_HELLO, VERSION};
+use crate::protocol::net::{nonce_hex, Hello, Opening, MAX_HELLO, PROOF_UID_OF_ROOT, VERSION};
 use crate::request_binding;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -171,8 +171,12 @@ fn proven(
         return Ok(Err("its hello has no usable nonce".into()));
     };
     let client_nonce: request_binding::Nonce = rand::random();
+    // The proof is restricted to this uid; root has it made for `nobody` (a daemon makes
+    // none that root could decode) and decodes it as `nobody`.
+    let decoder = if me == 0 { PROOF_UID_OF_ROOT } else { me };
     let mut opening = serde_json::to_vec(&Opening {
         nonce: nonce_hex(&client_nonce),
+        uid: decoder,
     })
     .expect("an opening serializes");
     opening.push(b'\n');
@@ -194,7 +198,12 @@ fn proven(
             "what it sent is not a proof".into()
         }));
     };
-    let d = match munge.decode(proof) {
+    let decoded = if me == 0 {
+        decode_as(decoder, munge, proof)?
+    } else {
+        munge.decode(proof)
+    };
+    let d = match decoded {
         Ok(d) => d,
         Err(
             e @ (crate::munge::MungeError::Socket { .. }
@@ -228,6 +237,74 @@ fn proven(
         peer,
     )
     .map_err(|m| m.to_string()))
+}
+
+/// Decodes `cred` as `uid` (root's client decodes its proof as `nobody`): Debian's
+/// `unmunge`, run as that uid (with its primary group), against `munge`'s socket.
+/// `Err` is this client's own trouble (no `unmunge`); a credential munged refuses is
+/// `Ok(Err(_))`. The origin is not read (a proof's is not checked).
+fn decode_as(
+    uid: u32,
+    munge: &Munge,
+    cred: &[u8],
+) -> Result<Result<crate::munge::Decoded, crate::munge::MungeError>, ClientError> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let program = ["/usr/bin/unmunge", "/usr/local/bin/unmunge"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .ok_or_else(|| {
+            ClientError::Network(
+                "root's supervisorctl checks the daemon's proof with unmunge as nobody: install Debian's munge package".into(),
+            )
+        })?;
+    let mut cmd = Command::new(program);
+    cmd.uid(uid)
+        .gid(uid)
+        .arg("--numeric")
+        .arg("--keys=UID,GID")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(socket) = munge.socket() {
+        cmd.arg(format!("--socket={}", socket.to_string_lossy()));
+    }
+    let mut child = cmd.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(cred);
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Ok(Err(crate::munge::MungeError::Invalid {
+            code: out.status.code().unwrap_or(-1),
+            detail: said,
+        }));
+    }
+    // "UID: 0\nGID: 0\n\n" then the payload.
+    let text = out.stdout;
+    let Some(at) = text.windows(2).position(|w| w == b"\n\n") else {
+        return Ok(Err(crate::munge::MungeError::Contract(
+            "unmunge printed no metadata",
+        )));
+    };
+    let meta = String::from_utf8_lossy(&text[..at]).into_owned();
+    let field = |key: &str| -> Option<u32> {
+        meta.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let (Some(uid), Some(gid)) = (field("UID:"), field("GID:")) else {
+        return Ok(Err(crate::munge::MungeError::Contract(
+            "unmunge printed no UID or GID",
+        )));
+    };
+    Ok(Ok(crate::munge::Decoded {
+        uid,
+        gid,
+        payload: text[at + 2..].to_vec(),
+        origin: std::net::Ipv4Addr::UNSPECIFIED,
+    }))
 }
 
 /// Sends the credential (restricted to the daemon's uid, bound to this request, the

@@ -182,6 +182,25 @@ pub async fn run<S: Slurm + Clone + 'static>(
             (store, Some(c))
         }
     };
+    // Slurm's own account (SlurmUser, and the account named `slurm`): the network
+    // listener makes no proof of itself that it could decode (`net::proof_uid`).
+    let slurm_uids = match config.server.listen {
+        None => Vec::new(),
+        Some(_) => {
+            let mut uids: Vec<u32> = nix::unistd::User::from_name("slurm")
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+                .into_iter()
+                .collect();
+            match slurm.slurm_user_uid().await {
+                Ok(Some(uid)) => uids.push(uid),
+                Ok(None) => {}
+                Err(e) => warn!("cannot learn SlurmUser from scontrol ({e}); the network listener makes no proof for the account named slurm or any system account"),
+            }
+            uids
+        }
+    };
     // Every Slurm command goes through the guard: in cluster mode it runs only while this
     // daemon acts.
     let slurm = cluster::Guarded::new(
@@ -254,6 +273,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             munge,
             id,
             config.server.root_nodes.clone(),
+            slurm_uids.clone(),
             match &cluster {
                 None => std::sync::Arc::new(net::AlwaysActive) as std::sync::Arc<dyn net::Activity>,
                 Some(c) => std::sync::Arc::new(net::ClusterActivity {

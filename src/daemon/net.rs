@@ -113,6 +113,9 @@ pub struct NetServer {
     pub uid: u32,
     /// The origins (as MUNGE states them) whose root is an administrator here.
     pub root_nodes: Vec<Ipv4Addr>,
+    /// Accounts besides root and the system accounts for which no proof is made (Slurm's
+    /// own: `SlurmUser`), see `proof_uid`.
+    pub no_proof_for: Vec<u32>,
     pub activity: Arc<dyn Activity>,
     /// TLS around every connection, when `[server] tls_cert` is set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
@@ -129,6 +132,7 @@ impl NetServer {
         munge: Munge,
         id: String,
         root_nodes: Vec<Ipv4Addr>,
+        no_proof_for: Vec<u32>,
         activity: Arc<dyn Activity>,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Arc<NetServer> {
@@ -138,6 +142,7 @@ impl NetServer {
             id,
             uid: nix::unistd::geteuid().as_raw(),
             root_nodes,
+            no_proof_for,
             activity,
             tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
@@ -244,6 +249,32 @@ fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
         refusals::WINDOW,
         refusals::PER_WINDOW
     );
+}
+
+/// The first uid of an ordinary account: below it (root included) are system accounts.
+pub const FIRST_USER_UID: u32 = 1000;
+
+/// The uid the daemon's proof is restricted to, for a client that claims `claimed`.
+///
+/// A proof is a credential this daemon makes as itself, handed to whoever connects. Made
+/// by root and decodable by root or by Slurm's own account, it would be a credential of
+/// root's that slurmd (root) or slurmctld and slurmdbd (`SlurmUser`) decode: Slurm before
+/// 23.11 does not check a credential's payload, so anyone could speak to it as root. So a
+/// system-wide daemon restricts each proof to the uid the client says it is, and makes
+/// none for root, a system account (below `FIRST_USER_UID`) or an account of `refused`
+/// (Slurm's). A root client asks for `nobody`'s (`PROOF_UID_OF_ROOT`) and decodes it as
+/// `nobody`. A per-user daemon's proof is made as its user and restricted to that user,
+/// whoever asks: no one else may use it (`server::owner_only`).
+pub fn proof_uid(daemon_uid: u32, claimed: u32, refused: &[u32]) -> Result<u32, String> {
+    if daemon_uid != 0 {
+        return Ok(daemon_uid);
+    }
+    if claimed < FIRST_USER_UID || refused.contains(&claimed) {
+        return Err(format!(
+            "no proof is made for uid {claimed} (root, a system account or Slurm's): a credential of root's it could decode would speak to Slurm as root"
+        ));
+    }
+    Ok(claimed)
 }
 
 /// The daemon's identity when the config names none: its host name and port.
@@ -562,10 +593,10 @@ where
             "the client left after the hello",
         )));
     }
-    let client_nonce = line
+    let (client_nonce, claimed) = line
         .strip_suffix(b"\n")
         .and_then(|l| serde_json::from_slice::<Opening>(l).ok())
-        .and_then(|o| nonce_from_hex(&o.nonce))
+        .and_then(|o| Some((nonce_from_hex(&o.nonce)?, o.uid)))
         .ok_or_else(|| {
             Ok(Refusal::new(
                 "opening",
@@ -574,9 +605,11 @@ where
                 ),
             ))
         })?;
+    let for_uid = proof_uid(net.uid, claimed, &net.no_proof_for)
+        .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
     let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
     let proof = net
-        .with_munge(move |m| m.encode(&payload, None, Some(PROOF_TTL)))
+        .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
         .await?
         .map_err(|e| {
             Ok(Refusal::new(
@@ -751,6 +784,22 @@ mod tests {
         waiting.await.unwrap().unwrap();
         assert_eq!(state.1.load(SeqCst), 3, "at most the places at once");
         assert_eq!(state.2.load(SeqCst), 4, "the given-up call never started");
+    }
+
+    #[test]
+    fn no_proof_is_made_that_root_or_slurm_could_decode() {
+        let slurm = 64030;
+        // A system-wide daemon: the client's own uid, never root's, a system account's
+        // or Slurm's.
+        assert_eq!(proof_uid(0, 1000, &[slurm]), Ok(1000));
+        assert_eq!(proof_uid(0, 65534, &[slurm]), Ok(65534));
+        for refused in [0, 1, 999, slurm] {
+            let e = proof_uid(0, refused, &[slurm]).unwrap_err();
+            assert!(e.contains(&format!("uid {refused}")), "{e}");
+        }
+        // A per-user daemon: its own uid, whoever asks.
+        assert_eq!(proof_uid(1000, 0, &[slurm]), Ok(1000));
+        assert_eq!(proof_uid(1000, 1001, &[slurm]), Ok(1000));
     }
 
     #[test]

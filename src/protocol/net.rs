@@ -12,9 +12,10 @@
 //!    which answers it from its replica and refuses anything else, as on its Unix socket.
 //!    A client that reads a hello of another version says so and sends nothing.
 //! 2. A client that means to send a request here opens with an [`Opening`]: one JSON
-//!    line with a fresh nonce of its own.
+//!    line with a fresh nonce of its own and the uid that will decode the proof.
 //! 3. The daemon proves itself: one line, a MUNGE credential it makes as its own uid (root
-//!    for the system-wide service), whose payload is `request_binding::prove(the
+//!    for the system-wide service), restricted to the opening's uid (never to root or a
+//!    system account, which could use a credential of root's against Slurm), whose payload is `request_binding::prove(the
 //!    client's nonce, its identity, its nonce, the hello line, the connection's local
 //!    address as it sees it)`. The client decodes it with its own munged and goes on only
 //!    if its maker is root or the client's own uid (and the hello's `uid`), and the proof
@@ -37,11 +38,17 @@ pub const VERSION: u32 = 2;
 pub const MAX_OPENING: u64 = 256;
 
 /// What a client says after the hello, when it means to send a request: its own nonce,
-/// as hex, which the daemon's proof must name.
+/// as hex, which the daemon's proof must name, and the uid that will decode the proof
+/// (the client's own; [`PROOF_UID_OF_ROOT`] for root).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Opening {
     pub nonce: String,
+    pub uid: u32,
 }
+
+/// The uid a root client has its proof restricted to, and decodes it as (`nobody`): a
+/// daemon makes no proof that root could decode (see `daemon::net::proof_uid`).
+pub const PROOF_UID_OF_ROOT: u32 = 65534;
 
 /// The longest hello line a client reads, newline included.
 pub const MAX_HELLO: usize = 4096;
