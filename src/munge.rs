@@ -277,7 +277,15 @@ impl<'a> Context<'a> {
                 .to_string_lossy()
                 .into_owned()
         };
-        Err(match rc {
+        Err(MungeError::of_code(rc, detail))
+    }
+}
+
+impl MungeError {
+    /// The error of MUNGE's error number `rc` (libmunge's, or the exit status of MUNGE's
+    /// commands, which is the same number), with its text.
+    pub fn of_code(rc: c_int, detail: String) -> MungeError {
+        match rc {
             EMUNGE_SOCKET | EMUNGE_TIMEOUT => MungeError::Socket { detail },
             EMUNGE_CRED_EXPIRED => MungeError::Expired,
             EMUNGE_CRED_REWOUND => MungeError::Rewound,
@@ -288,7 +296,7 @@ impl<'a> Context<'a> {
                 MungeError::Invalid { code: rc, detail }
             }
             _ => MungeError::Other { code: rc, detail },
-        })
+        }
     }
 }
 

@@ -276,10 +276,11 @@ fn decode_as(
     let out = child.wait_with_output()?;
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Ok(Err(crate::munge::MungeError::Invalid {
-            code: out.status.code().unwrap_or(-1),
-            detail: said,
-        }));
+        // unmunge exits with MUNGE's error number.
+        return Ok(Err(crate::munge::MungeError::of_code(
+            out.status.code().unwrap_or(-1),
+            said,
+        )));
     }
     // "UID: 0\nGID: 0\n\n" then the payload.
     let text = out.stdout;
