@@ -149,8 +149,8 @@ fn usable(hello: &Hello, me: u32) -> Result<request_binding::Nonce, String> {
 /// Why a daemon was passed over for want of a proof, and what to check.
 fn unproven(addr: &str, peer: SocketAddr, why: &str) -> String {
     format!(
-        "{addr} ({peer}) did not prove it is slurm-supervisord: {why}; nothing was sent to it. \
-         Check on that node that slurm-supervisord runs and holds the port itself \
+        "{addr} ({peer}) did not prove it is slurm-supervisord: {why}; nothing was sent to it; \
+         check on that node that slurm-supervisord runs and holds the port itself \
          (`systemctl status slurm-supervisord.socket slurm-supervisord`, `ss -ltnp 'sport = :{}'`), \
          and that [client] servers names the daemon's own address (no relay or NAT between)",
         peer.port()

@@ -727,7 +727,7 @@ async fn send_line<W: AsyncWrite + Unpin>(
     .map_err(|_| {
         Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            "hello not taken",
+            "the daemon's line not taken",
         ))
     })?
     .map_err(Err)
