@@ -277,7 +277,15 @@ impl<'a> Context<'a> {
                 .to_string_lossy()
                 .into_owned()
         };
-        Err(match rc {
+        Err(MungeError::of_code(rc, detail))
+    }
+}
+
+impl MungeError {
+    /// The error of MUNGE's error number `rc` (libmunge's, or the exit status of MUNGE's
+    /// commands, which is the same number), with its text.
+    pub fn of_code(rc: c_int, detail: String) -> MungeError {
+        match rc {
             EMUNGE_SOCKET | EMUNGE_TIMEOUT => MungeError::Socket { detail },
             EMUNGE_CRED_EXPIRED => MungeError::Expired,
             EMUNGE_CRED_REWOUND => MungeError::Rewound,
@@ -288,7 +296,7 @@ impl<'a> Context<'a> {
                 MungeError::Invalid { code: rc, detail }
             }
             _ => MungeError::Other { code: rc, detail },
-        })
+        }
     }
 }
 
@@ -338,6 +346,13 @@ impl Munge {
             lib: Lib::get()?,
             socket,
         })
+    }
+
+    /// The socket this speaks to munged at, when not libmunge's default.
+    pub fn socket(&self) -> Option<&std::ffi::OsStr> {
+        self.socket
+            .as_deref()
+            .map(|c| std::ffi::OsStr::from_bytes(c.to_bytes()))
     }
 
     /// A credential for the calling process's uid and gid, holding `payload`, decodable

@@ -21,7 +21,12 @@
 //! Hashing the identity keeps the layout fixed whatever its length. A change to the layout
 //! is a new version; a daemon refuses versions it does not know.
 //!
-//! Pure: no I/O, no clock, no randomness (issuing nonces is the daemon's).
+//! The other way round, a daemon proves itself to a client before the client sends
+//! anything ([`prove`], [`check_proof`]): its own credential's payload names the nonce the
+//! client opened with, the daemon's identity and nonce, its hello, and the address the
+//! connection reached as the daemon sees it (docs/security.md, "The exchange").
+//!
+//! Pure: no I/O, no clock, no randomness (issuing nonces is the caller's).
 
 use sha2::{Digest, Sha256};
 
@@ -134,9 +139,214 @@ fn check_fields(
     Ok(())
 }
 
+/// The first bytes of a daemon's proof: its own credential's payload.
+const PROOF_MAGIC: [u8; 4] = *b"SSVP";
+
+/// The proof layout's version, the byte after [`PROOF_MAGIC`].
+pub const PROOF_VERSION: u8 = 1;
+
+/// A proof's length in bytes: magic, version, the client's nonce, the SHA-256 of the
+/// daemon's identity, the daemon's nonce, the SHA-256 of the hello line, and the address
+/// (16 bytes of IPv6, an IPv4 address as IPv4-mapped, and 2 of port, big-endian).
+pub const PROOF_LEN: usize = PROOF_MAGIC.len() + 1 + NONCE_LEN + 32 + NONCE_LEN + 32 + 18;
+
+/// Why a daemon's credential does not prove it answered this client's connection. The
+/// first that applies, in the order of the variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProofMismatch {
+    #[error("its credential's payload is {0} bytes, not a proof of {PROOF_LEN}")]
+    Length(usize),
+    #[error("its credential's payload is not a daemon's proof")]
+    Magic,
+    #[error("its proof is of version {0}, this supervisorctl reads version {PROOF_VERSION}")]
+    Version(u8),
+    #[error("its proof was made for another connection's nonce (a replay, or a relay)")]
+    Nonce,
+    #[error("its proof names another daemon than its hello")]
+    Daemon,
+    #[error("its proof was made for another hello")]
+    Hello,
+    #[error("its proof was made on another address than the one this client is connected to (a relay, or a NAT between them)")]
+    Address,
+}
+
+impl ProofMismatch {
+    /// A stable name for logs and tests.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProofMismatch::Length(_) => "length",
+            ProofMismatch::Magic => "magic",
+            ProofMismatch::Version(_) => "version",
+            ProofMismatch::Nonce => "nonce",
+            ProofMismatch::Daemon => "daemon",
+            ProofMismatch::Hello => "hello",
+            ProofMismatch::Address => "address",
+        }
+    }
+}
+
+/// An address as a proof holds it: an IPv4 address as IPv4-mapped IPv6 (so a dual-stack
+/// listener's `::ffff:a.b.c.d` and the client's `a.b.c.d` are one), then the port.
+fn address_bytes(addr: std::net::SocketAddr) -> [u8; 18] {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        std::net::IpAddr::V6(v6) => v6,
+    };
+    let mut out = [0u8; 18];
+    out[..16].copy_from_slice(&ip.octets());
+    out[16..].copy_from_slice(&addr.port().to_be_bytes());
+    out
+}
+
+/// What a daemon proves itself with on one connection: the payload of a credential it
+/// makes as its own uid, for the `client_nonce` the client opened with, naming its
+/// identity, the nonce it issued, the hello line it sent (without its newline), and the
+/// local address of the connection as it sees it (`getsockname`).
+pub fn prove(
+    client_nonce: &Nonce,
+    daemon_id: &str,
+    daemon_nonce: &Nonce,
+    hello_line: &[u8],
+    local: std::net::SocketAddr,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PROOF_LEN);
+    out.extend_from_slice(&PROOF_MAGIC);
+    out.push(PROOF_VERSION);
+    out.extend_from_slice(client_nonce);
+    out.extend_from_slice(&sha256(daemon_id.as_bytes()));
+    out.extend_from_slice(daemon_nonce);
+    out.extend_from_slice(&sha256(hello_line));
+    out.extend_from_slice(&address_bytes(local));
+    debug_assert_eq!(out.len(), PROOF_LEN);
+    out
+}
+
+/// Whether `payload` (of the daemon's decoded credential) proves that the daemon which
+/// sent `hello_line` (naming `daemon_id` and `daemon_nonce`) answered this client's
+/// connection: made for its `client_nonce`, at the `peer` address the client is
+/// connected to. Who made the credential is the caller's to check.
+pub fn check_proof(
+    payload: &[u8],
+    client_nonce: &Nonce,
+    daemon_id: &str,
+    daemon_nonce: &Nonce,
+    hello_line: &[u8],
+    peer: std::net::SocketAddr,
+) -> Result<(), ProofMismatch> {
+    let Ok(fields) = <&[u8; PROOF_LEN]>::try_from(payload) else {
+        return Err(ProofMismatch::Length(payload.len()));
+    };
+    let (magic, rest) = fields.split_at(PROOF_MAGIC.len());
+    let (version, rest) = rest.split_at(1);
+    let (their_client_nonce, rest) = rest.split_at(NONCE_LEN);
+    let (daemon_hash, rest) = rest.split_at(32);
+    let (their_daemon_nonce, rest) = rest.split_at(NONCE_LEN);
+    let (hello_hash, address) = rest.split_at(32);
+    if magic != PROOF_MAGIC {
+        return Err(ProofMismatch::Magic);
+    }
+    if version[0] != PROOF_VERSION {
+        return Err(ProofMismatch::Version(version[0]));
+    }
+    if their_client_nonce != client_nonce {
+        return Err(ProofMismatch::Nonce);
+    }
+    if daemon_hash != sha256(daemon_id.as_bytes()) || their_daemon_nonce != daemon_nonce {
+        return Err(ProofMismatch::Daemon);
+    }
+    if hello_hash != sha256(hello_line) {
+        return Err(ProofMismatch::Hello);
+    }
+    if address != address_bytes(peer) {
+        return Err(ProofMismatch::Address);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proof_checks_against_its_connection_and_nothing_else() {
+        let client: Nonce = [1; NONCE_LEN];
+        let daemon: Nonce = [2; NONCE_LEN];
+        let hello = br#"{"version":2}"#;
+        let at: std::net::SocketAddr = "192.0.2.1:6827".parse().unwrap();
+        let p = prove(&client, DAEMON, &daemon, hello, at);
+        assert_eq!(p.len(), PROOF_LEN);
+        let code =
+            |client: &Nonce, id: &str, daemon: &Nonce, hello: &[u8], at: &str| match check_proof(
+                &p,
+                client,
+                id,
+                daemon,
+                hello,
+                at.parse().unwrap(),
+            ) {
+                Ok(()) => "ok",
+                Err(m) => m.code(),
+            };
+        assert_eq!(
+            code(&client, DAEMON, &daemon, hello, "192.0.2.1:6827"),
+            "ok"
+        );
+        // A dual-stack listener sees the client's IPv4 address as IPv4-mapped.
+        assert_eq!(
+            code(&client, DAEMON, &daemon, hello, "[::ffff:192.0.2.1]:6827"),
+            "ok"
+        );
+        assert_eq!(
+            code(&daemon, DAEMON, &daemon, hello, "192.0.2.1:6827"),
+            "nonce"
+        );
+        assert_eq!(
+            code(&client, "other", &daemon, hello, "192.0.2.1:6827"),
+            "daemon"
+        );
+        assert_eq!(
+            code(&client, DAEMON, &client, hello, "192.0.2.1:6827"),
+            "daemon"
+        );
+        assert_eq!(
+            code(&client, DAEMON, &daemon, b"{}", "192.0.2.1:6827"),
+            "hello"
+        );
+        assert_eq!(
+            code(&client, DAEMON, &daemon, hello, "192.0.2.1:6828"),
+            "address"
+        );
+        assert_eq!(
+            code(&client, DAEMON, &daemon, hello, "192.0.2.2:6827"),
+            "address"
+        );
+        assert_eq!(
+            code(&client, DAEMON, &daemon, hello, "[::1]:6827"),
+            "address"
+        );
+        // A binding is not a proof, nor the other way round.
+        let b = bind(BODY, DAEMON, &NONCE);
+        assert_eq!(
+            check_proof(&b, &client, DAEMON, &daemon, hello, at),
+            Err(ProofMismatch::Length(BINDING_LEN))
+        );
+        assert_eq!(
+            check(&p, BODY, DAEMON, &NONCE),
+            Err(Mismatch::Length(PROOF_LEN))
+        );
+        let mut q = p.clone();
+        q[0] = b'X';
+        assert_eq!(
+            check_proof(&q, &client, DAEMON, &daemon, hello, at),
+            Err(ProofMismatch::Magic)
+        );
+        q = p.clone();
+        q[4] = 9;
+        assert_eq!(
+            check_proof(&q, &client, DAEMON, &daemon, hello, at),
+            Err(ProofMismatch::Version(9))
+        );
+    }
 
     const BODY: &[u8] = b"{\"submit\":{\"argv\":[\"job.sh\"]}}";
     const DAEMON: &str = "cluster-a/login1";

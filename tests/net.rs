@@ -22,6 +22,7 @@
 //! `nsenter`, and the MCP venv (tests/common `mcp_python`).
 
 mod common;
+mod mariadb;
 
 use common::munged::Munged;
 use common::system::*;
@@ -33,6 +34,16 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
+
+/// How a test's daemon starts.
+enum Start<'a> {
+    /// As root, binding its port itself.
+    Root,
+    /// As this user: a per-user daemon.
+    AsUser(&'a str),
+    /// As root, with this listening socket passed as systemd passes it.
+    Activated(std::os::fd::OwnedFd),
+}
 
 /// A root daemon listening on loopback, its munged, and a client config for users.
 struct Net {
@@ -81,6 +92,25 @@ impl Net {
     /// The daemon listening on `ip` (an address of this host), at `port` (0: a free one),
     /// started under `launcher`.
     fn start_on(
+        at: (&str, u16),
+        launcher: &[String],
+        server_extra: &str,
+        request_timeout: &str,
+        client_extra: &str,
+    ) -> Net {
+        Net::start_as(
+            Start::Root,
+            at,
+            launcher,
+            server_extra,
+            request_timeout,
+            client_extra,
+        )
+    }
+
+    /// `start_on`, the daemon started as `how` says.
+    fn start_as(
+        how: Start,
         (ip, port): (&str, u16),
         launcher: &[String],
         server_extra: &str,
@@ -88,8 +118,16 @@ impl Net {
         client_extra: &str,
     ) -> Net {
         let munged = Munged::start();
-        let port = if port == 0 { free_port(ip) } else { port };
-        let addr = format!("{ip}:{port}");
+        let port = if port == 0 {
+            free_port(if ip.contains(':') { "::" } else { ip })
+        } else {
+            port
+        };
+        let addr = if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        };
         let extra = format!(
             "[server]\nlisten = {addr:?}\nid = \"login1\"\nmunge_socket = {:?}\n{server_extra}\n",
             munged.socket().display().to_string()
@@ -107,7 +145,68 @@ impl Net {
         };
         std::fs::write(&sys.d.config, text).unwrap();
         sys.d.launcher = launcher.to_vec();
-        sys.spawn();
+        match how {
+            Start::Root => sys.spawn(),
+            Start::Activated(listener) => {
+                // As systemd passes a socket: descriptor 3, LISTEN_PID (the daemon's pid:
+                // the shell's, which exec keeps), LISTEN_FDS, LISTEN_FDNAMES.
+                use std::os::fd::AsRawFd;
+                use std::os::unix::process::CommandExt;
+                sys.d.launcher = [
+                    "sh",
+                    "-c",
+                    "export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=server; exec \"$@\"",
+                    "sh",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let mut cmd = sys.daemon_command(&sys.d.config.clone());
+                let fd = listener.as_raw_fd();
+                // SAFETY: dup2 and fcntl are async-signal-safe.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if fd == 3 {
+                            libc::fcntl(3, libc::F_SETFD, 0);
+                        } else if libc::dup2(fd, 3) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                sys.d.child = Some(cmd.spawn().unwrap());
+                drop(listener);
+                wait_for(
+                    "the activated daemon to answer",
+                    Duration::from_secs(60),
+                    || {
+                        if let Some(st) = sys.d.child.as_mut().unwrap().try_wait().unwrap() {
+                            panic!("the daemon exited ({st}); log:\n{}", sys.d.log());
+                        }
+                        sys.d.ctl(&["status", "--json"]).status.success()
+                    },
+                );
+            }
+            Start::AsUser(user) => {
+                // Its state and its socket's folder are the user's; it answers its own
+                // user only, so it is that user who waits for it.
+                let state = sys.root().join("state");
+                std::fs::create_dir(&state).unwrap();
+                chown(&state, user);
+                chown(&sys.root().join("run"), user);
+                sys.d.launcher = ["runuser", "-u", user, "--"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                let child = sys.daemon_command(&sys.d.config.clone()).spawn().unwrap();
+                sys.d.child = Some(child);
+                wait_for(
+                    &format!("{user}'s own daemon to answer her"),
+                    Duration::from_secs(60),
+                    || sys.as_user(user, &["status", "--json"]).status.success(),
+                );
+            }
+        }
         let client_config = sys.root().join("client.toml");
         std::fs::write(
             &client_config,
@@ -172,14 +271,11 @@ impl Net {
         assert!(start.elapsed() <= within);
     }
 
-    /// A connection with the daemon's hello read.
+    /// A connection with the daemon's hello read, opened with a nonce, and the daemon's
+    /// proof read (not checked: `a_squatter_a_relay_and_a_daemon_of_another_user_are_refused`
+    /// checks it as the client does).
     fn connect(&self) -> (TcpStream, BufReader<TcpStream>, Hello) {
-        let s = TcpStream::connect(&self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        let hello: Hello = serde_json::from_str(&line).unwrap();
+        let (s, r, hello, _) = connect_to(&self.addr);
         assert!(
             hello.active && hello.uid == 0 && hello.daemon == "login1",
             "{hello:?}"
@@ -263,6 +359,39 @@ impl Net {
 }
 
 const PING: &[u8] = br#"{"cmd":"ping"}"#;
+
+/// The opening line of a client with this `nonce` (`protocol::net::Opening`), asking
+/// for a proof alice can decode (these tests do not decode it).
+fn opening(nonce: &request_binding::Nonce) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
+        nonce: slurm_supervisor::protocol::net::nonce_hex(nonce),
+        uid: User::get("alice").uid,
+    })
+    .unwrap();
+    line.push(b'\n');
+    line
+}
+
+/// A connection to `addr` with the hello read, opened with a nonce, and the daemon's
+/// proof line read (without its newline).
+fn connect_to(addr: &str) -> (TcpStream, BufReader<TcpStream>, Hello, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let hello: Hello = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    s.write_all(&opening(&rand::random())).unwrap();
+    let mut proof = Vec::new();
+    r.read_until(b'\n', &mut proof).unwrap();
+    assert!(
+        proof.starts_with(b"MUNGE:") && proof.ends_with(b"\n"),
+        "no proof: {:?}",
+        String::from_utf8_lossy(&proof)
+    );
+    proof.pop();
+    (s, r, hello, proof)
+}
 
 /// Whether a log line is a refusal with `reason`.
 fn is_refusal(line: &str, reason: &str) -> bool {
@@ -754,6 +883,8 @@ fn certificates(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf, PathBuf
     for f in [&ca, "server.pem"] {
         chmod(&dir.join(f), 0o644);
     }
+    // The daemon refuses a key others may read.
+    chmod(&dir.join("server.key"), 0o600);
     (
         dir.join(&ca),
         dir.join("server.pem"),
@@ -906,11 +1037,21 @@ fn two_login_nodes_a_user_submits_on_one_and_follows_and_cancels_from_the_other(
 /// A thousand bad credentials from one peer: each is refused, and the log has a few lines
 /// for them (at most five per peer and reason in each ten seconds) and summaries that
 /// count the rest: lines and counts add up to the thousand, and a flood cannot flood the
-/// journal.
+/// journal. Connections that leave without a credential have no line each and are
+/// counted in the summary (`silent`).
 #[test]
 fn a_flood_of_bad_credentials_is_a_few_log_lines_and_a_count_of_the_rest() {
     const FLOOD: u64 = 1000;
+    // Connections that read the hello and leave: no line each, counted in the summary.
+    const SILENT: u64 = 20;
     let n = Net::start("");
+    for _ in 0..SILENT {
+        let s = TcpStream::connect(&n.addr).unwrap();
+        let mut r = BufReader::new(s);
+        let mut hello = String::new();
+        r.read_line(&mut hello).unwrap();
+        assert!(hello.starts_with("{\"version\""), "{hello}");
+    }
     let start = Instant::now();
     for i in 0..FLOOD {
         let (s, r, _) = n.connect();
@@ -938,8 +1079,10 @@ fn a_flood_of_bad_credentials_is_a_few_log_lines_and_a_count_of_the_rest() {
             refusal_lines(&log, "invalid") as u64
                 + suppressed_counts(&log, "invalid").iter().sum::<u64>()
                 == FLOOD
+                && suppressed_counts(&log, "silent").iter().sum::<u64>() == SILENT
         },
     );
+    assert_eq!(refusal_lines(&n.sys.d.log(), "silent"), 0);
     let log = n.sys.d.log();
     let lines = refusal_lines(&log, "invalid") as u64;
     let summaries = suppressed_counts(&log, "invalid").len() as u64;
@@ -1007,17 +1150,24 @@ fn connect_small_buffer(addr: std::net::SocketAddrV4) -> TcpStream {
     }
 }
 
-/// Reads the daemon's hello, a byte at a time (nothing after it is taken).
+/// Reads the daemon's hello, sends an opening and reads the daemon's proof, a byte at a
+/// time (nothing after it is taken).
 fn read_hello(s: &mut TcpStream) -> Hello {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut line = Vec::new();
     let mut b = [0u8; 1];
-    while !line.ends_with(b"\n") {
-        assert!(line.len() < 4096, "no hello: {line:?}");
-        s.read_exact(&mut b).unwrap();
-        line.push(b[0]);
-    }
-    serde_json::from_slice(&line).unwrap()
+    let mut line_of = |s: &mut TcpStream| {
+        let mut line = Vec::new();
+        while !line.ends_with(b"\n") {
+            assert!(line.len() < 8192, "no line: {line:?}");
+            s.read_exact(&mut b).unwrap();
+            line.push(b[0]);
+        }
+        line
+    };
+    let hello = serde_json::from_slice(&line_of(s)).unwrap();
+    s.write_all(&opening(&rand::random())).unwrap();
+    assert!(line_of(s).starts_with(b"MUNGE:"), "no proof");
+    hello
 }
 
 /// The daemon's resident memory, in bytes.
@@ -1511,4 +1661,460 @@ fn two_login_nodes_a_client_that_never_reads_a_large_answer_holds_up_no_one() {
         n.sys.as_user("bob", &["status", "--json"]).status.success()
     });
     n.ctl_on_ok(&nodes, 1, "alice", &["submit", "--", "job.sh"]);
+}
+
+/// A per-user daemon (alice's own, listening) serves alice alone, over every transport:
+/// bob's credential restricted to alice's uid (MUNGE lets its maker choose the decoder) is
+/// refused and nothing is submitted, as is root's, even from a node `root_nodes` lists;
+/// on its Unix socket root is refused too. Before issue 32, bob's submit was sbatched as
+/// alice.
+#[test]
+fn a_per_user_daemon_serves_its_own_user_only() {
+    let probe = Munged::start();
+    let origin = probe
+        .client()
+        .decode(probe.client().encode(b"", None, None).unwrap())
+        .unwrap()
+        .origin;
+    drop(probe);
+    let n = Net::start_as(
+        Start::AsUser("alice"),
+        ("127.0.0.1", 0),
+        &[],
+        &format!("root_nodes = [\"{origin}\"]\n"),
+        "1s",
+        "",
+    );
+    let alice = User::get("alice");
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    // alice over the network: her own daemon proves itself as her, and takes her submit.
+    let job = n
+        .ctl_ok("alice", &["submit", "--", "job.sh"])
+        .trim()
+        .to_string();
+    assert!(
+        !job.is_empty() && job.chars().all(|c| c.is_ascii_digit()),
+        "{job}"
+    );
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    // bob (and root) with credentials made for alice's uid, bound to this connection.
+    for (user, says) in [("bob", "not uid"), ("root", "not uid 0")] {
+        let (s, r, hello, _) = connect_to(&n.addr);
+        assert_eq!(hello.uid, alice.uid, "{hello:?}");
+        let body = submit_body("echo not alice's\n");
+        let payload = request_binding::bind(&body, &hello.daemon, &hello.nonce_bytes().unwrap());
+        let cred = Net::cred_with(&n.munged, user, &payload, alice.uid, 60);
+        let answer = Net::send((s, r), &cred, &body);
+        forbidden(&answer, says);
+        forbidden(&answer, "own slurm-supervisord");
+    }
+    n.logged_refusals("owner", 2);
+    assert_eq!(
+        n.sys.fake.sbatch_calls().len(),
+        1,
+        "a refused submit ran sbatch: {:?}",
+        n.sys.fake.sbatch_calls()
+    );
+    // The Unix socket: root reaches it (its mode does not hold root back) and is refused.
+    let out = n.sys.d.ctl(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("serves that user only"),
+        "{out:?}"
+    );
+    // alice, on both, is still served.
+    let mine: serde_json::Value =
+        serde_json::from_str(&n.ctl_ok("alice", &["status", "--json"])).unwrap();
+    assert_eq!(mine[0]["slurm_job_id"], job.as_str(), "{mine}");
+    assert!(n
+        .sys
+        .as_user("alice", &["status", "--json"])
+        .status
+        .success());
+}
+
+/// What a program on a daemon's address saw of a client's connection.
+struct Seen {
+    /// Every byte the client sent.
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Seen {
+    fn bytes(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap().clone()
+    }
+
+    /// What the client sent after its opening line.
+    fn after_opening(&self) -> Vec<u8> {
+        let b = self.bytes();
+        match b.iter().position(|&c| c == b'\n') {
+            Some(i) => b[i + 1..].to_vec(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// A squatter on a free port of loopback: it says a system-wide daemon's hello (uid 0),
+/// proves "itself" with a credential `maker` makes (the right payload for the client's
+/// nonce and this address: all but its maker is right), and answers any request with a
+/// submit's answer of its own, job 4242, as before issue 32 a client took it.
+fn squatter(n: &Net, maker: &str) -> (String, Seen) {
+    let port = free_port("127.0.0.1");
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bytes.clone();
+    let socket = n.munged.socket();
+    let maker = maker.to_string();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let nonce: request_binding::Nonce = rand::random();
+        let hello = serde_json::to_vec(&Hello {
+            version: slurm_supervisor::protocol::net::VERSION,
+            daemon: "login1".into(),
+            uid: 0,
+            active: true,
+            nonce: Some(slurm_supervisor::protocol::net::nonce_hex(&nonce)),
+            active_at: None,
+        })
+        .unwrap();
+        let mut out = hello.clone();
+        out.push(b'\n');
+        s.write_all(&out).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut line = Vec::new();
+        if r.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        seen.lock().unwrap().extend_from_slice(&line);
+        let opening: slurm_supervisor::protocol::net::Opening =
+            serde_json::from_slice(&line).unwrap();
+        let client_nonce = slurm_supervisor::protocol::net::nonce_from_hex(&opening.nonce).unwrap();
+        let payload = request_binding::prove(&client_nonce, "login1", &nonce, &hello, addr);
+        let mut made = std::process::Command::new("runuser");
+        made.args(["-u", &maker, "--"])
+            .arg(common::munged::program("munge"))
+            .arg(format!("--socket={}", socket.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = made.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(&payload).unwrap();
+        let proof = child.wait_with_output().unwrap().stdout;
+        s.write_all(proof.trim_ascii_end()).unwrap();
+        s.write_all(b"\n").unwrap();
+        // Whatever comes next is what the client would give away.
+        let mut rest = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => {
+                    rest.extend_from_slice(&buf[..k]);
+                    seen.lock().unwrap().extend_from_slice(&buf[..k]);
+                    if rest.iter().filter(|&&c| c == b'\n').count() >= 2 {
+                        let _ =
+                            s.write_all(b"{\"ok\":{\"chains\":[\"c1\"],\"job_id\":\"4242\"}}\n");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (addr.to_string(), Seen { bytes })
+}
+
+/// A relay on a free port of loopback that forwards each connection to `to` (the real
+/// daemon) and back, keeping what the client sent.
+fn relay(to: &str) -> (String, Seen) {
+    let port = free_port("127.0.0.1");
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bytes.clone();
+    let to = to.to_string();
+    std::thread::spawn(move || {
+        for client in l.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut daemon) = TcpStream::connect(&to) else {
+                return;
+            };
+            let (mut c2, mut d2) = (client.try_clone().unwrap(), daemon.try_clone().unwrap());
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(k) = c2.read(&mut buf) {
+                    if k == 0 {
+                        let _ = d2.shutdown(std::net::Shutdown::Write);
+                        break;
+                    }
+                    seen.lock().unwrap().extend_from_slice(&buf[..k]);
+                    if d2.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut daemon, &mut client);
+                let _ = client.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (addr, Seen { bytes })
+}
+
+/// `supervisorctl submit` as alice through a client config listing only `server`.
+fn submit_to(n: &Net, server: &str) -> Output {
+    let config = n
+        .sys
+        .root()
+        .join(format!("client-{}.toml", server.replace(':', "-")));
+    std::fs::write(
+        &config,
+        format!(
+            "[client]\nservers = [{server:?}]\nmunge_socket = {:?}\n",
+            n.munged.socket().display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&config, 0o644);
+    let mut cmd = n.sys.user_command("alice", &n.sys.ctl);
+    cmd.arg("--config")
+        .arg(&config)
+        .env("ALICES_TOKEN", "secret-token-of-alice")
+        .args(["submit", "--", "job.sh"]);
+    cmd.output().unwrap()
+}
+
+/// The daemon proves itself before a client sends anything: a program holding a
+/// daemon's port that answers itself (before issue 32 `submit` printed its job 4242 and
+/// exited 0), even with a proof right in every field but its maker (bob); and a relay to
+/// the real daemon (whose proof names the daemon's own address, not the relay's) are
+/// refused with the address and what to check, and get nothing of alice's: no
+/// credential, no script, no environment; nothing is submitted. The real daemon, dialled
+/// directly, is served.
+#[test]
+fn a_squatter_a_relay_and_a_daemon_of_another_user_are_refused() {
+    let n = Net::start("");
+    n.sys.write_as(
+        "alice",
+        "job.sh",
+        b"#!/bin/sh\n# SECRET-SCRIPT-OF-ALICE\nsleep 600\n",
+    );
+    let check = |out: &Output, server: &str, seen: &Seen, why: &str| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        assert!(
+            err.contains(&format!(
+                "{server} ({server}) did not prove it is slurm-supervisord"
+            )) && err.contains(why)
+                && err.contains("nothing was sent to it")
+                && err.contains("ss -ltnp"),
+            "{err}"
+        );
+        let after = seen.after_opening();
+        assert!(
+            after.is_empty(),
+            "the client sent on: {:?}",
+            String::from_utf8_lossy(&after)
+        );
+        let all = String::from_utf8_lossy(&seen.bytes()).into_owned();
+        assert!(
+            !all.contains("SECRET-SCRIPT")
+                && !all.contains("secret-token")
+                && !all.contains("MUNGE:"),
+            "{all}"
+        );
+    };
+    let (at, seen) = squatter(&n, "bob");
+    let out = submit_to(&n, &at);
+    check(&out, &at, &seen, "neither root");
+    let (at, seen) = relay(&n.addr);
+    let out = submit_to(&n, &at);
+    check(&out, &at, &seen, "another address");
+    assert!(
+        n.sys.fake.sbatch_calls().is_empty(),
+        "{:?}",
+        n.sys.fake.sbatch_calls()
+    );
+    // The daemon itself is proven and served.
+    let out = submit_to(&n, &n.addr);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+}
+
+/// A daemon and a client of different versions of the exchange say so: a client of
+/// version 1 (which waited for no proof) meets this daemon's version in the hello it reads,
+/// and a hello of version 1 gets this client's clear error.
+#[test]
+fn a_peer_of_another_protocol_version_is_told_so() {
+    let n = Net::start("");
+    let (_s, _r, hello) = n.connect();
+    assert_eq!(hello.version, 2);
+    let port = free_port("127.0.0.1");
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let at = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let _ = s.write_all(
+            b"{\"version\":1,\"daemon\":\"login1\",\"uid\":0,\"active\":true,\"nonce\":\"00000000000000000000000000000000\"}\n",
+        );
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let out = submit_to(&n, &at);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        err.contains("speaks version 1 of the network protocol, this supervisorctl version 2"),
+        "{err}"
+    );
+}
+
+/// The port cannot be taken from the daemon. Bound by the daemon itself, `[::]` takes both
+/// families: nobody can bind the port on 0.0.0.0 (or `[::]`) beside it (before issue 32
+/// the shipped `0.0.0.0:6827` left `[::]:6827` to anyone), and clients of either family
+/// are served (and proven: the proof's address is the IPv4-mapped one). Passed by systemd
+/// (socket activation, as `slurm-supervisord.socket` does), the socket is held by its
+/// holder whether or not the daemon runs, and the daemon serves on it.
+#[test]
+fn the_daemon_holds_both_families_and_takes_its_port_from_systemd() {
+    let n = Net::start_on(("::", 0), &[], "", "1s", "");
+    let port: u16 = n.addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    for other in [format!("0.0.0.0:{port}"), format!("[::]:{port}")] {
+        assert!(
+            std::net::TcpListener::bind(&other).is_err(),
+            "{other} could be bound beside the daemon"
+        );
+    }
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    for at in [format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
+        let out = submit_to(&n, &at);
+        assert!(out.status.success(), "{at}: {out:?}");
+    }
+    drop(n);
+    // Socket activation: the test holds the port, as systemd does from boot.
+    let l = slurm_supervisor::daemon::activation::bind("[::]:0".parse().unwrap()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let held = l.try_clone().unwrap();
+    let n = Net::start_as(
+        Start::Activated(std::os::fd::OwnedFd::from(l)),
+        ("::", port),
+        &[],
+        "",
+        "1s",
+        "",
+    );
+    assert!(
+        n.sys.d.log().contains("network listener from systemd"),
+        "{}",
+        n.sys.d.log()
+    );
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let out = submit_to(&n, &format!("127.0.0.1:{port}"));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
+    drop(n);
+    // The daemon gone, the port is still held: nobody else can bind it meanwhile.
+    assert!(std::net::TcpListener::bind(("0.0.0.0", port)).is_err());
+    drop(held);
+}
+
+/// In cluster mode `supervisorctl cluster` tells anyone the daemons' roles, but the shared
+/// database's last error (which may name the server, the account and what the server said
+/// of them) only to root: alice is told there is one. Before issue 32 she read its text.
+#[test]
+fn the_shared_databases_error_is_shown_to_root_only() {
+    let mut db = mariadb::MariaDb::start();
+    let url = db.supervisor_database("supervisor", "ssv", "net-test-pw");
+    let password_file = db.dir().join("db-password");
+    std::fs::write(&password_file, "net-test-pw\n").unwrap();
+    chmod(&password_file, 0o600);
+    let n = Net::start(&format!(
+        "[store]\nurl = \"mysql://{}@{}:{}/{}\"\npassword_file = {:?}\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\nnode = \"login1\"\n",
+        url.user,
+        url.host,
+        url.port,
+        url.database,
+        password_file.display().to_string()
+    ));
+    let cluster_as = |user: &str| -> serde_json::Value {
+        let out = n.sys.as_user(user, &["cluster", "--json"]);
+        assert!(out.status.success(), "{user}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let roots = |n: &Net| -> serde_json::Value {
+        let out = n.sys.d.ctl(&["cluster", "--json"]);
+        assert!(out.status.success(), "root: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(roots(&n)["mode"], "cluster");
+    assert_eq!(cluster_as("alice")["error"], serde_json::Value::Null);
+    db.stop();
+    wait_for(
+        "the daemon to see the database gone",
+        Duration::from_secs(30),
+        || !roots(&n)["error"].is_null(),
+    );
+    let root_sees = roots(&n)["error"].as_str().unwrap().to_string();
+    let alice_sees = cluster_as("alice")["error"].as_str().unwrap().to_string();
+    assert!(!root_sees.contains("shown to root only"), "{root_sees}");
+    assert!(
+        alice_sees.contains("could not be read") && alice_sees.contains("shown to root only"),
+        "{alice_sees}"
+    );
+    assert!(!alice_sees.contains(&url.port.to_string()), "{alice_sees}");
+}
+
+/// The daemon's proof is a credential of root's handed to whoever connects: it is made for
+/// the uid the client says it is, so only that uid decodes it, and never for root, a
+/// system account or Slurm's own account (`SlurmUser`), which could use a credential of
+/// root's to speak to Slurm as root.
+#[test]
+fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
+    let n = Net::start("");
+    let open_as = |uid: u32| -> String {
+        let mut s = TcpStream::connect(&n.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut hello = String::new();
+        r.read_line(&mut hello).unwrap();
+        let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
+            nonce: slurm_supervisor::protocol::net::nonce_hex(&rand::random()),
+            uid,
+        })
+        .unwrap();
+        line.push(b'\n');
+        s.write_all(&line).unwrap();
+        let mut answer = String::new();
+        r.read_line(&mut answer).unwrap();
+        answer
+    };
+    // Root, a system account, and the fake's SlurmUser (slurm(64030)): no proof.
+    for uid in [0, 1, 64030] {
+        let answer = open_as(uid);
+        forbidden(&answer, &format!("no proof is made for uid {uid}"));
+    }
+    n.logged_refusals("proof_uid", 3);
+    // alice's: alice decodes it, bob cannot.
+    let alice = User::get("alice");
+    let proof = open_as(alice.uid);
+    assert!(proof.starts_with("MUNGE:"), "{proof}");
+    let bob = n
+        .munged
+        .run_as(("bob", None), "unmunge", &[], proof.trim().as_bytes());
+    assert!(!bob.status.success(), "bob decoded alice's proof: {bob:?}");
+    let by_alice = n.munged.run_as(
+        ("alice", None),
+        "unmunge",
+        &["--numeric"],
+        proof.trim().as_bytes(),
+    );
+    assert!(by_alice.status.success(), "{by_alice:?}");
+    assert!(
+        String::from_utf8_lossy(&by_alice.stdout).contains("UID:             0"),
+        "{by_alice:?}"
+    );
 }

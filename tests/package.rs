@@ -19,6 +19,7 @@ const DAEMON_BIN: &str = "/usr/bin/slurm-supervisord";
 const CTL_BIN: &str = "/usr/bin/supervisorctl";
 const CONFFILE: &str = "/etc/slurm-supervisor/supervisor.toml";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/supervisorctl";
+const SOCKET_UNIT: &str = "/usr/lib/systemd/system/slurm-supervisord.socket";
 
 /// Every file the package must install, with what it is.
 const EXPECTED: &[(&str, &str)] = &[
@@ -31,6 +32,10 @@ const EXPECTED: &[(&str, &str)] = &[
     (
         "/usr/lib/systemd/user/slurm-supervisord.service",
         "the per-user unit",
+    ),
+    (
+        SOCKET_UNIT,
+        "the socket unit that holds the network port from boot (docs/security.md)",
     ),
     (CONFFILE, "the conffile"),
     ("/usr/share/man/man8/slurm-supervisord.8.gz", "a man page"),
@@ -333,8 +338,19 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
     for wants in [
         "/etc/systemd/system/multi-user.target.wants/slurm-supervisord.service",
         "/etc/systemd/user/default.target.wants/slurm-supervisord.service",
+        "/etc/systemd/system/sockets.target.wants/slurm-supervisord.socket",
     ] {
         assert!(!exists(wants), "the package enabled the unit: {wants}");
+    }
+    // The socket unit holds both families of the shipped address for the daemon.
+    let socket = std::fs::read_to_string(SOCKET_UNIT).unwrap();
+    for line in [
+        "\nListenStream=[::]:6827\n",
+        "\nBindIPv6Only=both\n",
+        "\nFileDescriptorName=server\n",
+        "\nService=slurm-supervisord.service\n",
+    ] {
+        assert!(socket.contains(line), "{SOCKET_UNIT} lacks {line:?}");
     }
     // The units run the installed daemon.
     for unit in [

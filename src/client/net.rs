@@ -6,14 +6,20 @@
 //! over; a standby's "not active, the active daemon is at X" is followed at once, but only
 //! to an X of the list (a daemon cannot send a user's script to an address the site did
 //! not name) and only to one not tried yet, so a request visits each server at most once.
+//!
+//! Before anything of the user's leaves, the daemon proves itself (`protocol::net`, step
+//! 3): its own MUNGE credential, made by root or by this user, for this client's nonce,
+//! its hello and the address this client is connected to. A daemon that cannot is passed
+//! over with the reason, and it has been sent nothing but a nonce: no credential, no
+//! script, no working folder, no environment.
 
 use super::{ClientError, NetTarget};
 use crate::munge::Munge;
-use crate::protocol::net::{Hello, MAX_HELLO, VERSION};
+use crate::protocol::net::{nonce_hex, Hello, Opening, MAX_HELLO, PROOF_UID_OF_ROOT, VERSION};
 use crate::request_binding;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// How long a connection to one server may take before the next is tried.
@@ -52,20 +58,22 @@ pub fn send(
             continue;
         }
         tried.push(addr.clone());
-        let (reader, hello) = match hello_from(&addr, tls.as_ref()) {
+        let (mut reader, hello) = match hello_from(&addr, tls.as_ref()) {
             Ok(h) => h,
             Err(e) => {
                 reasons.push(format!("{addr}: {e}"));
                 continue;
             }
         };
-        if hello.version != VERSION {
+        if hello.hello.version != VERSION {
             reasons.push(format!(
-                "{addr}: speaks version {} of the network protocol, this supervisorctl {VERSION}",
-                hello.version
+                "{addr}: speaks version {} of the network protocol, this supervisorctl version {VERSION}; \
+                 install the same slurm-supervisor release on both nodes",
+                hello.hello.version
             ));
             continue;
         }
+        let (peer, hello_line, hello) = (hello.peer, hello.line, hello.hello);
         if !hello.active {
             match &hello.active_at {
                 Some(next) if target.servers.contains(next) && !tried.contains(next) => {
@@ -82,7 +90,10 @@ pub fn send(
             }
             if read && standby.is_none() {
                 if let Ok(nonce) = usable(&hello, me) {
-                    standby = Some((reader, hello.daemon, hello.uid, nonce));
+                    match proven(&mut reader, &hello, &hello_line, peer, &munge, me)? {
+                        Ok(()) => standby = Some((reader, hello.daemon, hello.uid, nonce)),
+                        Err(why) => reasons.push(unproven(&addr, peer, &why)),
+                    }
                 }
             }
             continue;
@@ -94,6 +105,10 @@ pub fn send(
                 continue;
             }
         };
+        if let Err(why) = proven(&mut reader, &hello, &hello_line, peer, &munge, me)? {
+            reasons.push(unproven(&addr, peer, &why));
+            continue;
+        }
         return request(
             reader,
             (&hello.daemon, hello.uid, &nonce),
@@ -129,6 +144,168 @@ fn usable(hello: &Hello, me: u32) -> Result<request_binding::Nonce, String> {
     hello
         .nonce_bytes()
         .ok_or_else(|| "sent no usable nonce".to_string())
+}
+
+/// Why a daemon was passed over for want of a proof, and what to check.
+fn unproven(addr: &str, peer: SocketAddr, why: &str) -> String {
+    format!(
+        "{addr} ({peer}) did not prove it is slurm-supervisord: {why}; nothing was sent to it; \
+         check on that node that slurm-supervisord runs and holds the port itself \
+         (`systemctl status slurm-supervisord.socket slurm-supervisord`, `ss -ltnp 'sport = :{}'`), \
+         and that [client] servers names the daemon's own address (no relay or NAT between)",
+        peer.port()
+    )
+}
+
+/// Asks the daemon to prove itself (`protocol::net` step 3) and checks its proof:
+/// `Ok(Err(why))` when it does not; `Err` only for this client's own trouble (its munged).
+fn proven(
+    reader: &mut BufReader<Conn>,
+    hello: &Hello,
+    hello_line: &[u8],
+    peer: SocketAddr,
+    munge: &Munge,
+    me: u32,
+) -> Result<Result<(), String>, ClientError> {
+    let Some(daemon_nonce) = hello.nonce_bytes() else {
+        return Ok(Err("its hello has no usable nonce".into()));
+    };
+    let client_nonce: request_binding::Nonce = rand::random();
+    // The proof is restricted to this uid; root has it made for `nobody` (a daemon makes
+    // none that root could decode) and decodes it as `nobody`.
+    let decoder = if me == 0 { PROOF_UID_OF_ROOT } else { me };
+    let mut opening = serde_json::to_vec(&Opening {
+        nonce: nonce_hex(&client_nonce),
+        uid: decoder,
+    })
+    .expect("an opening serializes");
+    opening.push(b'\n');
+    let conn = reader.get_mut();
+    if let Err(e) = conn.write_all(&opening).and_then(|()| conn.flush()) {
+        return Ok(Err(format!("the connection broke ({e})")));
+    }
+    let mut line = Vec::new();
+    if let Err(e) = reader
+        .take(crate::munge::MAX_CREDENTIAL as u64 + 2)
+        .read_until(b'\n', &mut line)
+    {
+        return Ok(Err(format!("no proof came ({e})")));
+    }
+    let Some(proof) = line.strip_suffix(b"\n") else {
+        return Ok(Err(if line.is_empty() {
+            "it closed the connection instead of proving itself".into()
+        } else {
+            "what it sent is not a proof".into()
+        }));
+    };
+    let decoded = if me == 0 {
+        decode_as(decoder, munge, proof)?
+    } else {
+        munge.decode(proof)
+    };
+    let d = match decoded {
+        Ok(d) => d,
+        Err(
+            e @ (crate::munge::MungeError::Socket { .. }
+            | crate::munge::MungeError::Library { .. }
+            | crate::munge::MungeError::NoContext),
+        ) => return Err(ClientError::Munge(e)),
+        Err(e) => {
+            return Ok(Err(format!(
+                "its proof is not a credential this node's munged accepts ({e})"
+            )))
+        }
+    };
+    if d.uid != 0 && d.uid != me {
+        return Ok(Err(format!(
+            "its proof was made by uid {}, which is neither root (the system-wide daemon) nor you (your own daemon)",
+            d.uid
+        )));
+    }
+    if d.uid != hello.uid {
+        return Ok(Err(format!(
+            "its hello names uid {}, its proof was made by uid {}",
+            hello.uid, d.uid
+        )));
+    }
+    Ok(request_binding::check_proof(
+        &d.payload,
+        &client_nonce,
+        &hello.daemon,
+        &daemon_nonce,
+        hello_line,
+        peer,
+    )
+    .map_err(|m| m.to_string()))
+}
+
+/// Decodes `cred` as `uid` (root's client decodes its proof as `nobody`): Debian's
+/// `unmunge`, run as that uid (with its primary group), against `munge`'s socket.
+/// `Err` is this client's own trouble (no `unmunge`); a credential munged refuses is
+/// `Ok(Err(_))`. The origin is not read (a proof's is not checked).
+fn decode_as(
+    uid: u32,
+    munge: &Munge,
+    cred: &[u8],
+) -> Result<Result<crate::munge::Decoded, crate::munge::MungeError>, ClientError> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    let program = ["/usr/bin/unmunge", "/usr/local/bin/unmunge"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .ok_or_else(|| {
+            ClientError::Network(
+                "root's supervisorctl checks the daemon's proof with unmunge as nobody: install Debian's munge package".into(),
+            )
+        })?;
+    let mut cmd = Command::new(program);
+    cmd.uid(uid)
+        .gid(uid)
+        .arg("--numeric")
+        .arg("--keys=UID,GID")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(socket) = munge.socket() {
+        cmd.arg(format!("--socket={}", socket.to_string_lossy()));
+    }
+    let mut child = cmd.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(cred);
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        // unmunge exits with MUNGE's error number.
+        return Ok(Err(crate::munge::MungeError::of_code(
+            out.status.code().unwrap_or(-1),
+            said,
+        )));
+    }
+    // "UID: 0\nGID: 0\n\n" then the payload.
+    let text = out.stdout;
+    let Some(at) = text.windows(2).position(|w| w == b"\n\n") else {
+        return Ok(Err(crate::munge::MungeError::Contract(
+            "unmunge printed no metadata",
+        )));
+    };
+    let meta = String::from_utf8_lossy(&text[..at]).into_owned();
+    let field = |key: &str| -> Option<u32> {
+        meta.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let (Some(uid), Some(gid)) = (field("UID:"), field("GID:")) else {
+        return Ok(Err(crate::munge::MungeError::Contract(
+            "unmunge printed no UID or GID",
+        )));
+    };
+    Ok(Ok(crate::munge::Decoded {
+        uid,
+        gid,
+        payload: text[at + 2..].to_vec(),
+        origin: std::net::Ipv4Addr::UNSPECIFIED,
+    }))
 }
 
 /// Sends the credential (restricted to the daemon's uid, bound to this request, the
@@ -203,17 +380,27 @@ impl Write for Conn {
     }
 }
 
+/// A hello as read: the line (without its newline, as the proof names it), what it says,
+/// and the address the connection reached.
+struct HelloRead {
+    line: Vec<u8>,
+    hello: Hello,
+    peer: SocketAddr,
+}
+
 /// Connects to `addr` (`host:port`; over TLS the certificate must name `host`) and reads
 /// its hello.
 fn hello_from(
     addr: &str,
     tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
-) -> std::io::Result<(BufReader<Conn>, Hello)> {
+) -> std::io::Result<(BufReader<Conn>, HelloRead)> {
     let mut last = None;
     for a in addr.to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
             Ok(stream) => {
                 stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
+                // The address this socket is connected to: the daemon's proof must name it.
+                let peer = stream.peer_addr()?;
                 stream.set_write_timeout(Some(HELLO_TIMEOUT))?;
                 let _ = stream.set_nodelay(true);
                 let conn = match tls {
@@ -241,7 +428,10 @@ fn hello_from(
                         format!("not a slurm-supervisord hello ({e})"),
                     )
                 })?;
-                return Ok((reader, hello));
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                return Ok((reader, HelloRead { line, hello, peer }));
             }
             Err(e) => last = Some(e),
         }
@@ -259,8 +449,8 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    /// A server that says `hello` to every connection (`{}` stands for its own address)
-    /// and counts them.
+    /// A server that says `hello` to every connection (`{}` stands for its own address),
+    /// keeps it open until the client leaves, and counts them.
     fn standby(hello: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
@@ -271,6 +461,9 @@ mod tests {
                 let Ok(mut s) = s else { return };
                 c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = s.write_all(format!("{}\n", hello.replace("{}", &me)).as_bytes());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s, &mut std::io::sink());
+                });
             }
         });
         (addr, count)
@@ -335,7 +528,7 @@ mod tests {
     }
 
     /// With no daemon acting, a read goes to the first standby that sent a nonce (it
-    /// answers from its replica); a change does not.
+    /// answers from its replica), once it has proved itself; a change does not.
     #[test]
     fn a_read_falls_back_to_a_standby_and_a_change_does_not() {
         let me = nix::unistd::geteuid().as_raw();
@@ -348,14 +541,15 @@ mod tests {
             active_at: None,
         })
         .unwrap();
-        let (a, _) = standby(hello);
+        // A proof follows the hello; here it is not a credential at all.
+        let (a, _) = standby(format!("{hello}\nMUNGE:AAAA:"));
         let t = target(&[&a]);
         let line = b"{\"cmd\":\"status\"}\n";
-        // The read gets as far as making its credential (no munged here).
+        // The read gets as far as checking the standby's proof (no munged here).
         match send(&t, line, true, Duration::from_secs(5)) {
             Err(ClientError::Munge(_)) => {}
             Err(e) => panic!("the read was not sent to the standby: {e}"),
-            Ok(_) => panic!("a credential was made without munged"),
+            Ok(_) => panic!("a proof was checked without munged"),
         }
         match send(&t, line, false, Duration::from_secs(5)) {
             Err(ClientError::Network(r)) => {

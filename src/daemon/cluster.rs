@@ -1016,6 +1016,9 @@ impl<S: Slurm> Slurm for Guarded<S> {
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
         self.inner.cluster_name().await
     }
+    async fn slurm_user_uid(&self) -> Result<Option<u32>, SlurmError> {
+        self.inner.slurm_user_uid().await
+    }
     async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
         self.query("squeue")?;
         self.inner.held_with(needle).await

@@ -6,6 +6,7 @@
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
 pub mod access;
+pub mod activation;
 pub mod agent;
 pub mod cluster;
 pub mod engine;
@@ -64,14 +65,16 @@ pub enum DaemonError {
     Metrics {
         addr: std::net::SocketAddr,
         #[source]
-        source: std::io::Error,
+        source: activation::ListenError,
     },
     #[error("cannot listen for network clients on {addr} (server.listen): {source}; choose a free address or remove [server] listen")]
     Listen {
         addr: std::net::SocketAddr,
         #[source]
-        source: std::io::Error,
+        source: activation::ListenError,
     },
+    #[error("systemd passed this daemon a socket named {name:?} (slurm-supervisord.socket, FileDescriptorName=), but the config has no {key}: set {key} to the socket's address, or `systemctl disable --now slurm-supervisord.socket`")]
+    Unused { name: String, key: &'static str },
     #[error("server.tls_cert, server.tls_key: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("server.listen needs MUNGE to authenticate network clients: {0}")]
@@ -179,6 +182,25 @@ pub async fn run<S: Slurm + Clone + 'static>(
             (store, Some(c))
         }
     };
+    // Slurm's own account (SlurmUser, and the account named `slurm`): the network
+    // listener makes no proof of itself that it could decode (`net::proof_uid`).
+    let slurm_uids = match config.server.listen {
+        None => Vec::new(),
+        Some(_) => {
+            let mut uids: Vec<u32> = nix::unistd::User::from_name("slurm")
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+                .into_iter()
+                .collect();
+            match slurm.slurm_user_uid().await {
+                Ok(Some(uid)) => uids.push(uid),
+                Ok(None) => {}
+                Err(e) => warn!("cannot learn SlurmUser from scontrol ({e}); the network listener makes no proof for the account named slurm or any system account"),
+            }
+            uids
+        }
+    };
     // Every Slurm command goes through the guard: in cluster mode it runs only while this
     // daemon acts.
     let slurm = cluster::Guarded::new(
@@ -189,13 +211,15 @@ pub async fn run<S: Slurm + Clone + 'static>(
     // The metrics endpoint, if asked for, beside the control socket: scrapes read the
     // store over their own read-only connection and never wait for this loop. Bound
     // before the socket, so an address that cannot be had leaves nothing behind.
+    // Each TCP listener is systemd's socket when it passed one (socket activation: it
+    // holds the port from boot, across restarts), else bound here (`activation`).
     let metrics_listener = match config.metrics.listen {
         None => None,
         Some(addr) => Some((
             addr,
-            crate::metrics::http::bind(addr)
-                .await
-                .map_err(|source| DaemonError::Metrics { addr, source })?,
+            activation::listen(activation::METRICS, addr)
+                .map_err(|source| DaemonError::Metrics { addr, source })?
+                .0,
         )),
     };
     // The network listener, if asked for: bound (and libmunge loaded) before the socket
@@ -208,12 +232,22 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 None => None,
                 Some(f) => Some(crate::tls::server_config(&f.cert, &f.key)?),
             };
-            let listener = net::bind(addr)
-                .await
+            let (listener, inherited) = activation::listen(activation::SERVER, addr)
                 .map_err(|source| DaemonError::Listen { addr, source })?;
+            if inherited {
+                info!(%addr, "network listener from systemd (slurm-supervisord.socket)");
+            }
             Some((addr, munge, tls, listener))
         }
     };
+    // A socket systemd passed that no listener took: the unit and the config disagree.
+    if let Some(name) = activation::left_over().into_iter().next() {
+        let key = match name.as_str() {
+            activation::METRICS => "[metrics] listen",
+            _ => "[server] listen",
+        };
+        return Err(DaemonError::Unused { name, key });
+    }
     let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
         path: config.socket.clone(),
         source,
@@ -239,6 +273,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             munge,
             id,
             config.server.root_nodes.clone(),
+            slurm_uids.clone(),
             match &cluster {
                 None => std::sync::Arc::new(net::AlwaysActive) as std::sync::Arc<dyn net::Activity>,
                 Some(c) => std::sync::Arc::new(net::ClusterActivity {

@@ -14,7 +14,7 @@
 use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
 use crate::munge::{Munge, MungeError};
-use crate::protocol::net::{nonce_hex, Hello, VERSION};
+use crate::protocol::net::{nonce_from_hex, nonce_hex, Hello, Opening, MAX_OPENING, VERSION};
 use crate::protocol::{ErrorKind, Response};
 use crate::request_binding::{self, Nonce};
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 use tracing::{debug, warn, Instrument};
 
 /// Whether this daemon acts, asked at each connection. In cluster mode only the daemon
@@ -88,8 +88,20 @@ pub const PRE_AUTH_MAX: usize = 256;
 /// The longest the credential line may be: the credential and its newline.
 const MAX_CREDENTIAL_LINE: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
 
-/// The longest munged may take to decode a credential before the connection is dropped.
+/// The longest munged may take to decode a credential (or make the daemon's proof)
+/// before the connection is dropped.
 const DECODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls to munged under way at once for the listener, all connections together: the
+/// node's munged is the one every Slurm command uses, so anonymous connections get a
+/// bounded share of it. A connection waits for a place in its pre-authentication time
+/// (and pushed out, it stops waiting); a call once started holds its place until munged
+/// answers, so never more than this many run.
+pub const MUNGE_CALLS_MAX: usize = 8;
+
+/// The daemon's proof's time to live: the client decodes it within milliseconds; the
+/// rest is room for clocks a little out of step between login nodes.
+const PROOF_TTL: u32 = 60;
 
 /// The network side of a daemon.
 pub struct NetServer {
@@ -101,10 +113,15 @@ pub struct NetServer {
     pub uid: u32,
     /// The origins (as MUNGE states them) whose root is an administrator here.
     pub root_nodes: Vec<Ipv4Addr>,
+    /// Accounts besides root and the system accounts for which no proof is made (Slurm's
+    /// own: `SlurmUser`), see `proof_uid`.
+    pub no_proof_for: Vec<u32>,
     pub activity: Arc<dyn Activity>,
     /// TLS around every connection, when `[server] tls_cert` is set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pool: Arc<PreAuth>,
+    /// Calls to munged, `MUNGE_CALLS_MAX` at once.
+    munge_calls: MungeCalls,
     /// Bounds the refusal lines per peer and reason (`refusals`).
     refusals: RefusalLog,
 }
@@ -115,6 +132,7 @@ impl NetServer {
         munge: Munge,
         id: String,
         root_nodes: Vec<Ipv4Addr>,
+        no_proof_for: Vec<u32>,
         activity: Arc<dyn Activity>,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Arc<NetServer> {
@@ -124,11 +142,34 @@ impl NetServer {
             id,
             uid: nix::unistd::geteuid().as_raw(),
             root_nodes,
+            no_proof_for,
             activity,
             tls: tls.map(tokio_rustls::TlsAcceptor::from),
             pool: Arc::new(PreAuth::default()),
+            munge_calls: MungeCalls::new(MUNGE_CALLS_MAX),
             refusals: RefusalLog::default(),
         })
+    }
+
+    /// Counts a connection that ended without a refusal line of its own (`silent`: it
+    /// left before sending a credential; `pushed_out` of the pre-authentication pool): no
+    /// line each, but the refusal summary says how many, per peer.
+    fn counted(&self, peer: SocketAddr, reason: &'static str) {
+        let v = self.refusals.count(peer.ip(), reason, Instant::now());
+        if v.suppressed_before > 0 {
+            log_suppressed(Some(peer.ip()), reason, v.suppressed_before);
+        }
+    }
+
+    /// Runs `f` with munged (`MungeCalls::run`), within `DECODE_TIMEOUT`.
+    async fn with_munge<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Munge) -> T + Send + 'static,
+    ) -> Result<T, Result<Refusal, std::io::Error>> {
+        tokio::time::timeout(DECODE_TIMEOUT, self.munge_calls.run(self.munge.clone(), f))
+            .await
+            .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
+            .map_err(Err)
     }
 
     /// Logs a refused connection at warn (`network request refused`, with the peer, the
@@ -149,9 +190,57 @@ impl NetServer {
     }
 }
 
-/// The summary of refusals left unlogged in a window (`refusals`).
+/// Places for calls to munged: at most as many blocking calls at once as places.
+struct MungeCalls {
+    places: Arc<Semaphore>,
+}
+
+impl MungeCalls {
+    fn new(places: usize) -> MungeCalls {
+        MungeCalls {
+            places: Arc::new(Semaphore::new(places)),
+        }
+    }
+
+    /// Runs `f` with `munge` on a blocking thread once a place is free. Waiting for the
+    /// place is cancelled with this future (dropped: the connection pushed out or timed
+    /// out), and `f` never runs; once started, `f` keeps its place until it returns,
+    /// whatever becomes of the future.
+    async fn run<M: Send + Sync + 'static, T: Send + 'static>(
+        &self,
+        munge: Arc<M>,
+        f: impl FnOnce(&M) -> T + Send + 'static,
+    ) -> std::io::Result<T> {
+        let place = self
+            .places
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _place = place;
+            f(&munge)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+/// The summary of refusals left unlogged in a window (`refusals`). Clients that left
+/// before sending a credential (`silent`) are summed up at info: a client that read a
+/// standby's hello and went to the active daemon is one.
 fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
     let from = peer.map_or_else(|| "other peers".to_string(), |p| p.to_string());
+    if reason == "silent" {
+        tracing::info!(
+            peer = %from,
+            reason,
+            suppressed = n,
+            "network refusals not logged: {n} more from {from} for {reason} within {:?} (connections that sent no credential)",
+            refusals::WINDOW
+        );
+        return;
+    }
     warn!(
         peer = %from,
         reason,
@@ -160,6 +249,32 @@ fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
         refusals::WINDOW,
         refusals::PER_WINDOW
     );
+}
+
+/// The first uid of an ordinary account: below it (root included) are system accounts.
+pub const FIRST_USER_UID: u32 = 1000;
+
+/// The uid the daemon's proof is restricted to, for a client that claims `claimed`.
+///
+/// A proof is a credential this daemon makes as itself, handed to whoever connects. Made
+/// by root and decodable by root or by Slurm's own account, it would be a credential of
+/// root's that slurmd (root) or slurmctld and slurmdbd (`SlurmUser`) decode: Slurm before
+/// 23.11 does not check a credential's payload, so anyone could speak to it as root. So a
+/// system-wide daemon restricts each proof to the uid the client says it is, and makes
+/// none for root, a system account (below `FIRST_USER_UID`) or an account of `refused`
+/// (Slurm's). A root client asks for `nobody`'s (`PROOF_UID_OF_ROOT`) and decodes it as
+/// `nobody`. A per-user daemon's proof is made as its user and restricted to that user,
+/// whoever asks: no one else may use it (`server::owner_only`).
+pub fn proof_uid(daemon_uid: u32, claimed: u32, refused: &[u32]) -> Result<u32, String> {
+    if daemon_uid != 0 {
+        return Ok(daemon_uid);
+    }
+    if claimed < FIRST_USER_UID || refused.contains(&claimed) {
+        return Err(format!(
+            "no proof is made for uid {claimed} (root, a system account or Slurm's): a credential of root's it could decode would speak to Slurm as root"
+        ));
+    }
+    Ok(claimed)
 }
 
 /// The daemon's identity when the config names none: its host name and port.
@@ -214,11 +329,6 @@ impl PreAuth {
     }
 }
 
-/// Binds the listener.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
     // The summaries of refusals left unlogged, once their window is over.
@@ -248,11 +358,15 @@ pub async fn serve(listener: TcpListener, net: Arc<NetServer>) {
             return;
         }
         let _ = stream.set_nodelay(true);
+        // The address this connection reached, as this side sees it: the proof names it.
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
         let net = net.clone();
         let span = tracing::debug_span!("net", %peer);
         tokio::spawn(
             async move {
-                if let Err(e) = connection(stream, peer, &net).await {
+                if let Err(e) = connection(stream, peer, local, &net).await {
                     debug!("network connection ended with an error: {e}");
                 }
             }
@@ -287,17 +401,23 @@ struct Authenticated {
     slot: server::Slot,
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std::io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    net: &NetServer,
+) -> std::io::Result<()> {
     // The TLS handshake is part of the anonymous wait: in the pool, and bounded in time.
     let (ticket, mut pushed_out) = net.pool.enter();
     let Some(acceptor) = &net.tls else {
-        return connection_on(stream, peer, net, ticket, pushed_out).await;
+        return connection_on(stream, (peer, local), net, ticket, pushed_out).await;
     };
     let within = net.shared.limits.request_timeout.0;
     let accepted = tokio::select! {
         a = tokio::time::timeout(within, acceptor.accept(stream)) => a,
         _ = &mut pushed_out => {
             debug!("pushed out of the pre-authentication pool by newer connections");
+            net.counted(peer, "pushed_out");
             return Ok(());
         }
     };
@@ -315,14 +435,14 @@ async fn connection(stream: TcpStream, peer: SocketAddr, net: &NetServer) -> std
             net.refused(peer, None, "tls", &format!("TLS handshake failed: {e}"));
             Ok(())
         }
-        Ok(Ok(tls)) => connection_on(tls, peer, net, ticket, pushed_out).await,
+        Ok(Ok(tls)) => connection_on(tls, (peer, local), net, ticket, pushed_out).await,
     }
 }
 
 /// Serves one connection on any byte stream (plain TCP, or TLS over it).
 async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     stream: S,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     net: &NetServer,
     ticket: Ticket,
     pushed_out: oneshot::Receiver<()>,
@@ -331,16 +451,22 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     let mut reader = BufReader::new(read);
     let nonce: Nonce = rand::random();
     let authenticated = tokio::select! {
-        a = handshake(&mut reader, &mut write, &nonce, net) => a,
+        a = handshake(&mut reader, &mut write, &nonce, local, net) => a,
         _ = pushed_out => {
             debug!("pushed out of the pre-authentication pool by newer connections");
+            net.counted(peer, "pushed_out");
             return Ok(());
         }
     };
     drop(ticket);
     let a = match authenticated {
         Ok(a) => a,
-        Err(Err(e)) => return Err(e),
+        Err(Err(e)) => {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                net.counted(peer, "silent");
+            }
+            return Err(e);
+        }
         Err(Ok(r)) => {
             net.refused(peer, None, r.code, &r.message);
             return server::write_answer(
@@ -406,14 +532,16 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     answered
 }
 
-/// Says hello, reads and checks the credential, and takes a slot for its uid. A standby
-/// says so and where the active daemon is, and goes on: it answers reads from its replica
-/// and refuses changes, as on its Unix socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the
-/// connection broke.
+/// Says hello, proves this daemon to a client that opens, reads and checks the
+/// credential, and takes a slot for its uid. A standby says so and where the active daemon
+/// is, and goes on: it answers reads from its replica and refuses changes, as on its Unix
+/// socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the connection broke (`UnexpectedEof`: the
+/// client left before sending a credential).
 async fn handshake<R, W>(
     reader: &mut R,
     write: &mut W,
     nonce: &Nonce,
+    local: SocketAddr,
     net: &NetServer,
 ) -> Result<Authenticated, Result<Refusal, std::io::Error>>
 where
@@ -432,22 +560,64 @@ where
             Role::Standby { active_at } => active_at.clone(),
         },
     };
-    let mut out = serde_json::to_vec(&hello).expect("a hello serializes");
-    out.push(b'\n');
-    // The hello is small: it fits the socket's buffer, so a client that never reads it
-    // does not hold this up.
-    tokio::time::timeout(
-        server::WRITE_TIMEOUT,
-        tokio::io::AsyncWriteExt::write_all(write, &out),
+    let hello_line = serde_json::to_vec(&hello).expect("a hello serializes");
+    // The hello and the proof are small: they fit the socket's buffer, so a client that
+    // never reads them does not hold this up.
+    send_line(write, &hello_line).await?;
+    // The client's opening: its nonce, for the proof.
+    let mut line = Vec::new();
+    let got = read_request(
+        &mut reader.take(MAX_OPENING),
+        &mut line,
+        net.shared.limits.request_timeout.0,
     )
-    .await
-    .map_err(|_| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "hello not taken",
-        ))
-    })?
-    .map_err(Err)?;
+    .await;
+    match got {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(Ok(Refusal::new(
+                "slow",
+                format!(
+                    "no opening in time (limits.request_timeout = {:?})",
+                    net.shared.limits.request_timeout.0
+                ),
+            )))
+        }
+        Err(e) => return Err(Err(e)),
+        Ok(()) => {}
+    }
+    // Nothing at all: a client that read a standby's hello and went to the active daemon
+    // with its change, one that only looked, or one of another version. Not a refusal.
+    if line.is_empty() {
+        return Err(Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the client left after the hello",
+        )));
+    }
+    let (client_nonce, claimed) = line
+        .strip_suffix(b"\n")
+        .and_then(|l| serde_json::from_slice::<Opening>(l).ok())
+        .and_then(|o| Some((nonce_from_hex(&o.nonce)?, o.uid)))
+        .ok_or_else(|| {
+            Ok(Refusal::new(
+                "opening",
+                format!(
+                    "expected an opening line with this client's nonce (version {VERSION} of the network protocol): is this supervisorctl of another version?"
+                ),
+            ))
+        })?;
+    let for_uid = proof_uid(net.uid, claimed, &net.no_proof_for)
+        .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
+    let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
+    let proof = net
+        .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
+        .await?
+        .map_err(|e| {
+            Ok(Refusal::new(
+                "munged",
+                format!("the daemon cannot prove itself now ({e}); try again later"),
+            ))
+        })?;
+    send_line(write, proof.as_bytes()).await?;
     let mut line = Vec::new();
     let got = read_request(
         &mut reader.take(MAX_CREDENTIAL_LINE),
@@ -468,12 +638,11 @@ where
         Err(e) => return Err(Err(e)),
         Ok(()) => {}
     }
-    // Nothing at all: a client that read a standby's hello and went to the active daemon
-    // with its change, or one that only looked. Not a refusal.
+    // Nothing: a client that did not take this daemon's proof (it says why on its side).
     if line.is_empty() {
         return Err(Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-            "the client left after the hello",
+            "the client left after the proof",
         )));
     }
     let Some(cred) = line.strip_suffix(b"\n") else {
@@ -490,14 +659,7 @@ where
         )));
     };
     let cred = cred.to_vec();
-    let munge = net.munge.clone();
-    let decoded = tokio::time::timeout(
-        DECODE_TIMEOUT,
-        tokio::task::spawn_blocking(move || munge.decode(cred)),
-    )
-    .await
-    .map_err(|_| Ok(Refusal::new("munged", "munged did not answer in time")))?
-    .map_err(|e| Err(std::io::Error::other(e.to_string())))?;
+    let decoded = net.with_munge(move |m| m.decode(cred)).await?;
     let d = match decoded {
         Ok(d) => d,
         Err(
@@ -523,6 +685,8 @@ where
             format!("credential refused: {m}"),
         )));
     }
+    // A per-user daemon serves its own user only (as its Unix socket does).
+    server::owner_only(net.uid, d.uid).map_err(|why| Ok(Refusal::new("owner", why)))?;
     if d.uid == 0 && !net.root_nodes.contains(&d.origin) {
         return Err(Ok(Refusal::new(
             "root_elsewhere",
@@ -547,9 +711,96 @@ where
     })
 }
 
+/// Writes `line` and its newline within the write timeout.
+async fn send_line<W: AsyncWrite + Unpin>(
+    write: &mut W,
+    line: &[u8],
+) -> Result<(), Result<Refusal, std::io::Error>> {
+    let mut out = Vec::with_capacity(line.len() + 1);
+    out.extend_from_slice(line);
+    out.push(b'\n');
+    tokio::time::timeout(server::WRITE_TIMEOUT, async {
+        tokio::io::AsyncWriteExt::write_all(write, &out).await?;
+        tokio::io::AsyncWriteExt::flush(write).await
+    })
+    .await
+    .map_err(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the daemon's line not taken",
+        ))
+    })?
+    .map_err(Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls wait for a place: never more than the places run at once, and a call whose
+    /// connection went away while it waited never runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_to_munged_are_bounded_and_a_call_given_up_while_waiting_never_runs() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(MungeCalls::new(3));
+        let state = Arc::new((
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        ));
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let call = |calls: Arc<MungeCalls>| {
+            let (state, release_rx) = (state.clone(), release_rx.clone());
+            async move {
+                calls
+                    .run(Arc::new(()), move |_: &()| {
+                        // (running now, most at once, ever started)
+                        let now = state.0.fetch_add(1, SeqCst) + 1;
+                        state.1.fetch_max(now, SeqCst);
+                        state.2.fetch_add(1, SeqCst);
+                        let _ = release_rx.lock().unwrap().recv();
+                        state.0.fetch_sub(1, SeqCst);
+                    })
+                    .await
+            }
+        };
+        let running: Vec<_> = (0..3).map(|_| tokio::spawn(call(calls.clone()))).collect();
+        while state.0.load(SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        // Two more wait for a place; one of them is given up (its connection pushed out).
+        let waiting = tokio::spawn(call(calls.clone()));
+        let given_up = tokio::spawn(call(calls.clone()));
+        tokio::task::yield_now().await;
+        given_up.abort();
+        assert!(given_up.await.unwrap_err().is_cancelled());
+        for _ in 0..4 {
+            release_tx.send(()).unwrap();
+        }
+        for r in running {
+            r.await.unwrap().unwrap();
+        }
+        waiting.await.unwrap().unwrap();
+        assert_eq!(state.1.load(SeqCst), 3, "at most the places at once");
+        assert_eq!(state.2.load(SeqCst), 4, "the given-up call never started");
+    }
+
+    #[test]
+    fn no_proof_is_made_that_root_or_slurm_could_decode() {
+        let slurm = 64030;
+        // A system-wide daemon: the client's own uid, never root's, a system account's
+        // or Slurm's.
+        assert_eq!(proof_uid(0, 1000, &[slurm]), Ok(1000));
+        assert_eq!(proof_uid(0, 65534, &[slurm]), Ok(65534));
+        for refused in [0, 1, 999, slurm] {
+            let e = proof_uid(0, refused, &[slurm]).unwrap_err();
+            assert!(e.contains(&format!("uid {refused}")), "{e}");
+        }
+        // A per-user daemon: its own uid, whoever asks.
+        assert_eq!(proof_uid(1000, 0, &[slurm]), Ok(1000));
+        assert_eq!(proof_uid(1000, 1001, &[slurm]), Ok(1000));
+    }
 
     #[test]
     fn a_standby_names_the_active_node_with_its_own_port() {

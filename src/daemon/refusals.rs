@@ -60,6 +60,17 @@ pub struct RefusalLog {
 impl RefusalLog {
     /// Counts a refusal of `peer` for `reason` at `now`, and says whether it gets a line.
     pub fn admit(&self, peer: IpAddr, reason: &'static str, now: Instant) -> Verdict {
+        self.tally(peer, reason, now, PER_WINDOW)
+    }
+
+    /// Counts a connection of `peer` that ended for `reason` at `now` without a line of
+    /// its own (one that left before sending a credential, one pushed out of the
+    /// pre-authentication pool): only the summary says how many.
+    pub fn count(&self, peer: IpAddr, reason: &'static str, now: Instant) -> Verdict {
+        self.tally(peer, reason, now, 0)
+    }
+
+    fn tally(&self, peer: IpAddr, reason: &'static str, now: Instant, lines: u32) -> Verdict {
         let mut t = self.tallies.lock().unwrap_or_else(|e| e.into_inner());
         let key = if t.contains_key(&(Some(peer), reason)) || t.len() < MAX_KEYS {
             (Some(peer), reason)
@@ -80,7 +91,7 @@ impl RefusalLog {
                 suppressed: 0,
             };
         }
-        let log = tally.logged < PER_WINDOW;
+        let log = tally.logged < lines;
         if log {
             tally.logged += 1;
         } else {
@@ -170,6 +181,31 @@ mod tests {
             }
         );
         assert_eq!(log.ended(t0 + WINDOW), vec![], "said once, not twice");
+    }
+
+    #[test]
+    fn connections_only_counted_get_no_line_and_a_summary() {
+        let log = RefusalLog::default();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert!(!log.count(ip(1), "pushed_out", t0).log);
+        }
+        assert!(!log.count(ip(1), "silent", t0).log);
+        assert_eq!(
+            log.ended(t0 + WINDOW),
+            vec![
+                Summary {
+                    peer: Some(ip(1)),
+                    reason: "pushed_out",
+                    suppressed: 3,
+                },
+                Summary {
+                    peer: Some(ip(1)),
+                    reason: "silent",
+                    suppressed: 1,
+                }
+            ]
+        );
     }
 
     #[test]

@@ -141,6 +141,23 @@ pub(super) fn take_slot(counts: &Counts, uid: u32, per_user: usize) -> Result<Sl
     })
 }
 
+/// Whether `caller` may use a daemon running as `daemon_uid`: a system-wide (root) daemon
+/// serves every uid (each on their own chains); a per-user daemon serves its own user and
+/// no one else, root included, over every transport, since everything it does it does as
+/// that user (its sbatch runs as the daemon's own uid). The Unix socket's mode (0600) keeps
+/// others out already; this holds even where the socket is reachable (root, or a socket
+/// path the config put elsewhere), and it is the network listener's only word on it.
+pub(super) fn owner_only(daemon_uid: u32, caller: u32) -> Result<(), String> {
+    if daemon_uid == 0 || caller == daemon_uid {
+        Ok(())
+    } else {
+        Err(format!(
+            "this is uid {daemon_uid}'s own slurm-supervisord: it serves that user only, not uid {caller}; \
+             use your own daemon, or the site's system-wide one"
+        ))
+    }
+}
+
 /// What every listener's connections share: the way to the loop, the limits, the read
 /// connections, and one count of open connections per uid, so that a user's share is the
 /// same whichever way (Unix socket or network) they come.
@@ -151,6 +168,8 @@ pub struct Shared {
     pub(super) counts: Counts,
     /// Cluster mode's roles, for `cluster` (`None`: a single node).
     pub(super) cluster: Option<super::cluster::Activity>,
+    /// The daemon's own uid: a per-user daemon (not 0) serves it alone (`owner_only`).
+    pub(super) daemon_uid: u32,
 }
 
 impl Shared {
@@ -166,12 +185,19 @@ impl Shared {
             readers: Arc::new(Readers::new(db_path)),
             counts: Arc::default(),
             cluster,
+            daemon_uid: nix::unistd::geteuid().as_raw(),
         })
     }
 
-    /// `cluster`'s answer: every daemon's role in cluster mode; on a single node, that
-    /// this one always acts.
-    fn cluster_answer(&self) -> crate::protocol::views::ClusterAnswer {
+    /// `cluster`'s answer for `uid`: every daemon's role in cluster mode; on a single
+    /// node, that this one always acts. The shared database's last error is root's to
+    /// read: its text may name the server, the account and what the server said of them;
+    /// anyone else is told only that there is one.
+    fn cluster_answer(&self, uid: u32) -> crate::protocol::views::ClusterAnswer {
+        cluster_answer_for(self.cluster_answer_whole(), uid)
+    }
+
+    fn cluster_answer_whole(&self) -> crate::protocol::views::ClusterAnswer {
         match &self.cluster {
             Some(c) => c.answer(),
             None => crate::protocol::views::ClusterAnswer {
@@ -186,6 +212,21 @@ impl Shared {
         }
     }
 }
+
+/// `cluster`'s answer as `uid` may read it: the database's error text is root's.
+fn cluster_answer_for(
+    mut a: crate::protocol::views::ClusterAnswer,
+    uid: u32,
+) -> crate::protocol::views::ClusterAnswer {
+    if uid != 0 && a.error.is_some() {
+        a.error = Some(CLUSTER_ERROR_HIDDEN.to_string());
+    }
+    a
+}
+
+/// What `cluster` says of the shared database's last error to anyone but root.
+pub const CLUSTER_ERROR_HIDDEN: &str =
+    "the shared database could not be read (its error is shown to root only: see the daemon's log)";
 
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
@@ -204,6 +245,14 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
         let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else {
             continue;
         };
+        if let Err(why) = owner_only(shared.daemon_uid, uid) {
+            warn!(uid, "control socket request refused: {why}");
+            let (_, mut write) = stream.into_split();
+            tokio::spawn(async move {
+                let _ = write_answer(&mut write, &Response::error(ErrorKind::Forbidden, why)).await;
+            });
+            continue;
+        }
         let slot = take_slot(&shared.counts, uid, shared.limits.connections_per_user);
         let shared = shared.clone();
         let span = tracing::debug_span!("connection", uid);
@@ -488,7 +537,7 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                     return stream_list(write, readers, uid, reads::pending::write_all).await;
                 }
                 // Nodes and times only: anyone may read it, a standby answers it too.
-                Ok(Request::Cluster) => Response::answer(&shared.cluster_answer()),
+                Ok(Request::Cluster) => Response::answer(&shared.cluster_answer(uid)),
                 Ok(request) if reads::is_read(&request) => {
                     // The query and the JSON of a big answer are work for a blocking thread,
                     // not for the threads that accept and read everyone's requests.
@@ -542,4 +591,45 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
         }
     };
     write_answer(write, &response).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_per_user_daemon_serves_its_own_uid_only_and_root_serves_everyone() {
+        assert!(owner_only(0, 0).is_ok());
+        assert!(owner_only(0, 1000).is_ok());
+        assert!(owner_only(1000, 1000).is_ok());
+        let e = owner_only(1000, 1001).unwrap_err();
+        assert!(
+            e.contains("uid 1000's own slurm-supervisord") && e.contains("not uid 1001"),
+            "{e}"
+        );
+        assert!(
+            owner_only(1000, 0).is_err(),
+            "root is not the per-user daemon's user"
+        );
+    }
+
+    #[test]
+    fn the_databases_error_text_is_roots_to_read() {
+        let answer = crate::protocol::views::ClusterAnswer {
+            mode: "cluster".into(),
+            answered_by: "login1".into(),
+            lease: None,
+            nodes: Vec::new(),
+            error: Some("Access denied for user 'ssv'@'login1' (using password: YES)".into()),
+        };
+        let root = cluster_answer_for(answer.clone(), 0);
+        assert_eq!(root.error, answer.error);
+        let alice = cluster_answer_for(answer.clone(), 1000);
+        assert_eq!(alice.error.as_deref(), Some(CLUSTER_ERROR_HIDDEN));
+        let fine = crate::protocol::views::ClusterAnswer {
+            error: None,
+            ..answer
+        };
+        assert_eq!(cluster_answer_for(fine, 1000).error, None);
+    }
 }

@@ -57,11 +57,6 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// What the answer says it is: OpenMetrics text, which Prometheus asks for first.
 const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds the listener (at start, so a wrong address stops the daemon with the key's name).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
 /// Who holds a connection: the local user that opened it, or the remote address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Peer {

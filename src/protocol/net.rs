@@ -10,17 +10,45 @@
 //!    says `active: false` and where the active daemon is (`active_at`): a client sends
 //!    a change there, and may send a read (`Request::is_read`) to the standby itself,
 //!    which answers it from its replica and refuses anything else, as on its Unix socket.
-//! 2. The client sends its credential (the armoured text, at most `munge::MAX_CREDENTIAL`
+//!    A client that reads a hello of another version says so and sends nothing.
+//! 2. A client that means to send a request here opens with an [`Opening`]: one JSON
+//!    line with a fresh nonce of its own and the uid that will decode the proof.
+//! 3. The daemon proves itself: one line, a MUNGE credential it makes as its own uid (root
+//!    for the system-wide service), restricted to the opening's uid (never to root or a
+//!    system account, which could use a credential of root's against Slurm), whose payload is `request_binding::prove(the
+//!    client's nonce, its identity, its nonce, the hello line, the connection's local
+//!    address as it sees it)`. The client decodes it with its own munged and goes on only
+//!    if its maker is root or the client's own uid (and the hello's `uid`), and the proof
+//!    names its nonce, this hello and the address the client is connected to: a program
+//!    holding the port, or relaying it to the real daemon, cannot make one.
+//! 4. The client sends its credential (the armoured text, at most `munge::MAX_CREDENTIAL`
 //!    bytes) on one line, then the request as one JSON line, exactly as on the Unix socket.
 //!    The credential's payload is `request_binding::bind(request line without its
 //!    newline, hello.daemon, hello.nonce)`.
-//! 3. The daemon answers as on the Unix socket: one JSON line (or the streamed list of
+//! 5. The daemon answers as on the Unix socket: one JSON line (or the streamed list of
 //!    `status`), then closes.
 
 use serde::{Deserialize, Serialize};
 
-/// The version of this exchange; a client refuses a hello of another.
-pub const VERSION: u32 = 1;
+/// The version of this exchange; a client refuses a hello of another. 2: the client
+/// opens with its nonce and the daemon proves itself (1 had no proof).
+pub const VERSION: u32 = 2;
+
+/// The longest opening line a daemon reads, newline included.
+pub const MAX_OPENING: u64 = 256;
+
+/// What a client says after the hello, when it means to send a request: its own nonce,
+/// as hex, which the daemon's proof must name, and the uid that will decode the proof
+/// (the client's own; [`PROOF_UID_OF_ROOT`] for root).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opening {
+    pub nonce: String,
+    pub uid: u32,
+}
+
+/// The uid a root client has its proof restricted to, and decodes it as (`nobody`): a
+/// daemon makes no proof that root could decode (see `daemon::net::proof_uid`).
+pub const PROOF_UID_OF_ROOT: u32 = 65534;
 
 /// The longest hello line a client reads, newline included.
 pub const MAX_HELLO: usize = 4096;
@@ -47,16 +75,20 @@ pub struct Hello {
 impl Hello {
     /// The nonce as bytes, if it is well formed.
     pub fn nonce_bytes(&self) -> Option<crate::request_binding::Nonce> {
-        let text = self.nonce.as_deref()?;
-        let mut out = [0u8; crate::request_binding::NONCE_LEN];
-        if text.len() != out.len() * 2 {
-            return None;
-        }
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(out)
+        nonce_from_hex(self.nonce.as_deref()?)
     }
+}
+
+/// A nonce from its hex form, if it is well formed.
+pub fn nonce_from_hex(text: &str) -> Option<crate::request_binding::Nonce> {
+    let mut out = [0u8; crate::request_binding::NONCE_LEN];
+    if text.len() != out.len() * 2 {
+        return None;
+    }
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// A nonce as the hello carries it.

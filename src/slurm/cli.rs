@@ -1097,6 +1097,18 @@ impl Slurm for SlurmCli {
         }
     }
 
+    async fn slurm_user_uid(&self) -> Result<Option<u32>, SlurmError> {
+        let ran = self
+            .query("scontrol", vec!["show".into(), "config".into()])
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("scontrol", &ran));
+        }
+        Ok(parse::show_config_value(&ran.stdout, "SlurmUser")
+            .as_deref()
+            .and_then(parse::uid_in_parentheses))
+    }
+
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
         let ran = self
             .query("scontrol", vec!["show".into(), "config".into()])

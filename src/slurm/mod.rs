@@ -275,6 +275,11 @@ pub trait Slurm {
     async fn cancel_pending(&self, job_id: &str, run_as: Option<&RunAs>) -> Result<(), SlurmError> {
         self.scancel(&[job_id.to_string()], run_as).await
     }
+    /// slurm.conf's `SlurmUser`'s uid (`scontrol show config`: `slurm(64030)`), the
+    /// account slurmctld and slurmdbd run as. The in-process fake has none.
+    async fn slurm_user_uid(&self) -> Result<Option<u32>, SlurmError> {
+        Ok(None)
+    }
     /// slurm.conf's `ClusterName` (`scontrol show config`): cluster mode's shared database
     /// belongs to one cluster. The in-process fake's is `fake`.
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {

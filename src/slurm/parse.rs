@@ -352,6 +352,13 @@ pub fn show_config_value(text: &str, key: &str) -> Option<String> {
     })
 }
 
+/// The uid of a `name(uid)` value, as `scontrol show config` gives `SlurmUser`
+/// (`slurm(64030)`).
+pub fn uid_in_parentheses(value: &str) -> Option<u32> {
+    let inner = value.strip_suffix(')')?.rsplit_once('(')?.1;
+    inner.parse().ok()
+}
+
 /// [`parse_scontrol_record`], refusing a record that names a key twice: a value its owner
 /// wrote (a job name, comment, command or path) holds ` Key=`, so the record cannot be
 /// read as Slurm wrote it. Returns the key named twice.
@@ -729,6 +736,20 @@ fn looks_like_job_id(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn slurm_user_is_read_with_its_uid() {
+        let text = "ClusterName             = dev\nSlurmUser               = slurm(64030)\n";
+        assert_eq!(
+            show_config_value(text, "SlurmUser")
+                .as_deref()
+                .and_then(uid_in_parentheses),
+            Some(64030)
+        );
+        for bad in ["slurm", "slurm()", "slurm(x)", "(", ""] {
+            assert_eq!(uid_in_parentheses(bad), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

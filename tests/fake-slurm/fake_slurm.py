@@ -335,6 +335,10 @@ def scontrol(args):
             for k in args[1].split(","):
                 if k in s["jobs"]:
                     s["jobs"][k]["held"] = False
+        elif args[:2] == ["show", "config"]:
+            # What cluster mode asks: slurm.conf's ClusterName.
+            print("ClusterName             = fake")
+            print("SlurmUser               = slurm(64030)")
         else:
             sys.stderr.write(f"scontrol: error: the fake does not do {args[:1]}\n")
             sys.exit(1)
