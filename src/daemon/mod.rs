@@ -472,14 +472,15 @@ async fn timed_cycle<S: Slurm>(
     let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
     let span = tracing::info_span!("cycle", cycle = n);
-    // Plain-sbatch jobs first, so this cycle's poll watches them already.
-    let found = match plain {
-        Some(p) => plain::discover(engine, p).instrument(span.clone()).await,
-        None => Ok(()),
-    };
-    let result = match found {
-        Ok(()) => engine.cycle().instrument(span).await,
-        Err(e) => Err(e),
+    // Plain-sbatch jobs after reconciliation: a job of this store's own whose sbatch
+    // answer was lost is recorded on its chain (found by its tag) before any note or mark
+    // of it is looked at, and is never adopted as a second chain (the tag check in
+    // `adopt_job` and the store's one-live-attempt-per-job constraint hold it too). The
+    // next cycle's poll watches what was adopted.
+    let result = engine.cycle().instrument(span.clone()).await;
+    let result = match (result, plain) {
+        (Ok(()), Some(p)) => plain::discover(engine, p).instrument(span).await,
+        (result, _) => result,
     };
     crate::metrics::observe_cycle(start.elapsed());
     result

@@ -431,12 +431,15 @@ pub fn preview_argv(
 }
 
 /// Whether a launch's job is held by what it is submitted with: `--hold` in its argv (a
-/// gate's, the user's own) or in its script's `#SBATCH` lines. Unreadable counts as held:
-/// cluster mode then leaves the job as sbatch makes it.
-pub fn holds(argv: &[String], script: Option<&[u8]>) -> bool {
-    Submitted::read(argv, script)
-        .map(|s| s.has("hold"))
-        .unwrap_or(true)
+/// gate's, the user's own), in its script's `#SBATCH` lines, or `SBATCH_HOLD` in the
+/// environment sbatch runs with (sbatch takes the variable as `--hold` whatever its value).
+/// Unreadable counts as held: cluster mode then leaves the job as sbatch makes it, and
+/// never releases a hold its owner asked for.
+pub fn holds(argv: &[String], script: Option<&[u8]>, env: &[(String, String)]) -> bool {
+    env.iter().any(|(k, _)| k == "SBATCH_HOLD")
+        || Submitted::read(argv, script)
+            .map(|s| s.has("hold"))
+            .unwrap_or(true)
 }
 
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
@@ -483,7 +486,7 @@ pub async fn sbatch<S: Slurm>(
         env: sbatch_env(&sub.env),
         stdin,
         run_as: owner,
-        held: holds(&l.argv, sub.script.as_deref()),
+        held: holds(&l.argv, sub.script.as_deref(), &sub.env),
     };
     let confirm = req.run_as.is_some();
     let result = slurm.sbatch(&req).await;
@@ -522,18 +525,23 @@ async fn confirm_job<S: Slurm>(slurm: &S, job: String, tag: &str) -> LaunchOutco
     }
 }
 
-/// The environment sbatch runs with: the user's, except which Slurm it talks to. The
-/// daemon watches the cluster of its own `SLURM_CONF`, so a job must go there; a user's
-/// `SLURM_CONF` could also point sbatch at a file that makes it hang.
+/// The environment sbatch runs with: the user's, except which Slurm it talks to and the
+/// plain-sbatch switch. The daemon watches the cluster of its own `SLURM_CONF`, so a job
+/// must go there; a user's `SLURM_CONF` could also point sbatch at a file that makes it
+/// hang. `SLURM_SUPERVISOR=off` keeps the site's cli_filter (and job_submit script) from
+/// noting or marking the daemon's own submission as a plain sbatch: the job is this
+/// store's already, and a note would make it a second chain (docs/guarantees.md). The
+/// job's environment carries it too (docs/plain-sbatch.md).
 fn sbatch_env(user: &[(String, String)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = user
         .iter()
-        .filter(|(k, _)| k != "SLURM_CONF")
+        .filter(|(k, _)| k != "SLURM_CONF" && k != crate::slurm::PLAIN_SWITCH)
         .cloned()
         .collect();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         env.push(("SLURM_CONF".into(), conf));
     }
+    env.push((crate::slurm::PLAIN_SWITCH.into(), "off".into()));
     env
 }
 

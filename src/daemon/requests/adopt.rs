@@ -163,6 +163,43 @@ pub async fn adopt_job<S: Slurm>(
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
         let id = &id.to_string();
+        // Whose job it is comes first: nothing of another user's job (whether it is an
+        // array, heterogeneous, supervised, or there at all) is told to a caller it does
+        // not belong to, who gets the answer an unknown job gets. From squeue's fields,
+        // which Slurm writes: in `scontrol show job` the owner's own text (name, comment,
+        // command, paths) sits among the keys and can hold ` UserId=root(0)`. The user
+        // name is the owner uid's account, never a name read from text.
+        let unknown = || {
+            Response::error(
+                ErrorKind::NotFound,
+                format!("Slurm shows no live job {id} of yours; only your own pending or running job can be adopted (squeue --me lists them)"),
+            )
+        };
+        let (owner, state) = engine
+            .job_owner_of_any(id)
+            .await
+            .map_err(|e| {
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("cannot ask Slurm about {id}: {e}"),
+                )
+            })?
+            .ok_or_else(unknown)?;
+        let allowed = match who {
+            Owner::Caller => sees_all(uid) || owner == uid,
+            Owner::Exactly | Owner::Marked(_) => owner == uid,
+        };
+        if !allowed {
+            return Err(match who {
+                Owner::Caller => unknown(),
+                // A plain-sbatch note or mark naming another user's job: the daemon's
+                // own bookkeeping, never shown to the note's owner (`daemon::plain`).
+                Owner::Exactly | Owner::Marked(_) => Response::error(
+                    ErrorKind::Forbidden,
+                    format!("job {id} belongs to another user"),
+                ),
+            });
+        }
         if !engine.store().resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
@@ -170,10 +207,8 @@ pub async fn adopt_job<S: Slurm>(
             ));
         }
         let job = engine.show_job(id).await.map_err(|e| match e {
-            crate::slurm::SlurmError::Rejected { .. } => Response::error(
-                ErrorKind::NotFound,
-                format!("Slurm does not know a live job {id}: {e}"),
-            ),
+            // Gone since squeue showed it.
+            crate::slurm::SlurmError::Rejected { .. } => unknown(),
             // A record that cannot be read as Slurm wrote it: asking again will not help.
             e @ crate::slurm::SlurmError::Garbage { .. } => {
                 Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {e}"))
@@ -196,35 +231,26 @@ pub async fn adopt_job<S: Slurm>(
                 "array jobs cannot be adopted yet; submit arrays with supervisorctl submit".into(),
             ));
         }
-        // Who owns it, and whether it is live, from squeue's fields, which Slurm writes:
-        // in `scontrol show job` the owner's own text (name, comment, command, paths) sits
-        // among the keys and can hold ` UserId=root(0)`. The user name is the owner uid's
-        // account, never a name read from text.
-        let (owner, state) = engine
-            .job_owner(id)
-            .await
-            .map_err(|e| {
-                Response::error(
-                    ErrorKind::Unavailable,
-                    format!("cannot ask Slurm about {id}: {e}"),
-                )
-            })?
-            .ok_or_else(|| {
-                Response::error(
-                    ErrorKind::NotFound,
-                    format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
-                )
-            })?;
-        let allowed = match who {
-            Owner::Caller => sees_all(uid) || owner == uid,
-            Owner::Exactly | Owner::Marked(_) => owner == uid,
-        };
-        if !allowed {
+        // A job with this store's tag is the job of one of its launches, whose sbatch
+        // answer was lost or not recorded yet: reconciliation finds it by that tag and
+        // records it on its own chain. Adopted here too, it would be watched and retried
+        // twice (docs/guarantees.md).
+        let ours = format!("ssv-{}-", engine.store().instance());
+        if let Some(tag) = job
+            .get("Comment")
+            .and_then(|c| crate::daemon::sbatch::tags_in(c).find(|t| t.starts_with(&ours)))
+        {
             return Err(Response::error(
-                ErrorKind::Forbidden,
-                format!("job {id} belongs to another user"),
+                ErrorKind::Conflict,
+                format!("{id} carries this supervisor's tag {tag}: it is the job of a supervised chain, recorded on it by the next cycle"),
             ));
         }
+        let state = state.ok_or_else(|| {
+            Response::error(
+                ErrorKind::NotFound,
+                format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
+            )
+        })?;
         // The listing of marks is a candidate only (an admin comment with a line break could
         // make a line up): the mark must be the record's, which cannot span lines and names
         // each key once.
