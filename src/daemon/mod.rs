@@ -367,8 +367,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 };
                 // Published before the answer: an sbatch right after `opt-in` is noted.
-                if let (true, Some(p)) = (opt, &plain) {
+                if let (true, Some(p)) = (opt, &mut plain) {
                     p.publish(engine.store());
+                }
+                // A user met: their notes folder is made if the site opts them in.
+                if let Some(p) = &mut plain {
+                    p.seen(engine.store(), ctl.uid);
                 }
                 let _ = ctl.reply.send(response);
                 if may_launch {
