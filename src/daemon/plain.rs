@@ -128,7 +128,9 @@ impl Spool {
         };
         if let Ok(m) = std::fs::symlink_metadata(self.notes()) {
             if m.file_type().is_dir() && m.uid() == me && m.mode() & 0o7777 != 0o755 {
-                let aside = self.root.join(format!("notes-before-{}", crate::clock::now()));
+                let aside = self
+                    .root
+                    .join(format!("notes-before-{}", crate::clock::now()));
                 std::fs::rename(self.notes(), &aside).map_err(io(&self.notes()))?;
                 std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700))
                     .map_err(io(&aside))?;
@@ -920,8 +922,11 @@ mod tests {
         std::fs::write(victim.join("45.1.1"), b"precious").unwrap();
         std::os::unix::fs::symlink(victim.join("45.1.1"), f.join("45.1.1")).unwrap();
         std::os::unix::fs::symlink(&victim, f.join("46.1.1")).unwrap();
-        nix::unistd::mkfifo(&f.join("47.1.1"), nix::sys::stat::Mode::from_bits_truncate(0o600))
-            .unwrap();
+        nix::unistd::mkfifo(
+            &f.join("47.1.1"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
         std::fs::write(f.join("48.1.1"), b"").unwrap();
         std::os::unix::fs::lchown(f.join("48.1.1"), Some(1002), Some(1002)).unwrap();
         // In `notes/` itself: only the daemon's user can write there; what is not a user's
@@ -994,8 +999,11 @@ mod tests {
         s.make_folder(1001, 1001).unwrap();
         for i in 0..500 {
             note(&s, 1001, &format!("{}.1.1", 100 + i));
-            std::os::unix::fs::symlink("/etc/passwd", s.folder(1001).join(format!("{}.2.2", 100 + i)))
-                .unwrap();
+            std::os::unix::fs::symlink(
+                "/etc/passwd",
+                s.folder(1001).join(format!("{}.2.2", 100 + i)),
+            )
+            .unwrap();
         }
         let others: Vec<u32> = (2000..2040).collect();
         for &u in &others {
@@ -1007,7 +1015,11 @@ mod tests {
         let mut cycles = 0;
         while !waiting.is_empty() {
             cycles += 1;
-            assert!(cycles <= 2, "{} users still wait after {cycles} cycles", waiting.len());
+            assert!(
+                cycles <= 2,
+                "{} users still wait after {cycles} cycles",
+                waiting.len()
+            );
             let notes = s.scan().unwrap();
             assert!(notes.len() <= MAX_NOTES_PER_CYCLE);
             let mallorys = notes.iter().filter(|n| n.uid == 1001).count();
