@@ -1046,6 +1046,70 @@ mod tests {
         assert!(std::path::Path::new("/etc/passwd").exists());
     }
 
+    /// The daemon's own sbatch whose answer was lost, for a user who is opted in: a note
+    /// (and, before SLURM_SUPERVISOR=off, the site's filter wrote one) names its job
+    /// before reconciliation has found it by its tag. In the daemon's cycle order the job
+    /// is one chain, and its out-of-memory ending one retry.
+    #[tokio::test]
+    async fn a_lost_sbatch_answer_makes_one_chain_and_one_retry() {
+        use crate::slurm::fake::{Ending, FakeSlurm};
+        let (dir, _, lock) = spool();
+        drop(lock);
+        let config = Config::parse(
+            &format!(
+                "state_dir = {:?}\n[retry]\nbackoff_initial = \"0s\"\nbackoff_jitter = 0.0\nin_place = false\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+                dir.path().display().to_string(),
+                dir.path().join("spool").display().to_string(),
+            ),
+            None,
+        )
+        .unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let mut store = crate::store::Store::in_memory().unwrap();
+        store.set_plain_opt(uid, true, 1).unwrap();
+        let plain = Plain::start(&config, &store).unwrap().unwrap();
+        let notes = plain.spool.folder(uid);
+        let fake = FakeSlurm::new();
+        let mut engine = crate::daemon::engine::Engine::new(config, store, fake.clone());
+        let new = crate::store::NewSubmission {
+            owner_uid: uid,
+            user: "root".into(),
+            argv: vec!["--mem=100M".into()],
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            script_name: None,
+            script: Some(b"#!/bin/sh\ntrue\n".to_vec()),
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        };
+        let submitted =
+            crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
+        let t = crate::clock::now();
+        let l = engine.begin_submission(&new, &submitted, t).unwrap();
+        let sub = engine.store().submission(l.submission_id).unwrap();
+        fake.lose_next_sbatch_reply();
+        engine.run_launch(&l, &sub, t).await.unwrap();
+        let job = fake.live_jobs()[0].clone();
+        assert!(engine.store().resolve(&job).unwrap().is_empty());
+        std::fs::write(notes.join(format!("{job}.1.1")), b"").unwrap();
+        let mut plain = Some(plain);
+        for _ in 0..2 {
+            crate::daemon::timed_cycle(&mut engine, &mut plain)
+                .await
+                .unwrap();
+        }
+        assert_eq!(engine.store().resolve(&job).unwrap().len(), 1);
+        assert_eq!(std::fs::read_dir(&notes).unwrap().count(), 0);
+        assert!(fake.end(&job, Ending::OutOfMemory));
+        for _ in 0..3 {
+            crate::daemon::timed_cycle(&mut engine, &mut plain)
+                .await
+                .unwrap();
+        }
+        assert_eq!(fake.sbatch_calls().len(), 2, "{:#?}", fake.sbatch_calls());
+    }
+
     #[test]
     fn publishing_writes_the_choices_and_the_default() {
         let dir = tempfile::tempdir().unwrap();

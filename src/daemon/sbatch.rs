@@ -706,6 +706,28 @@ mod tests {
     }
 
     #[test]
+    fn the_daemons_own_sbatch_never_runs_the_plain_sbatch_filter() {
+        let env = sbatch_env(&[
+            ("SLURM_SUPERVISOR".into(), "on".into()),
+            ("HOME".into(), "/home/a".into()),
+        ]);
+        let switch: Vec<_> = env.iter().filter(|(k, _)| k == "SLURM_SUPERVISOR").collect();
+        assert_eq!(switch, [&("SLURM_SUPERVISOR".to_string(), "off".to_string())]);
+        assert!(env.contains(&("HOME".into(), "/home/a".into())));
+    }
+
+    #[test]
+    fn a_hold_asked_for_in_the_environment_is_the_users() {
+        let argv = vec!["job.sh".to_string()];
+        let script = Some(&b"#!/bin/sh\ntrue\n"[..]);
+        assert!(!holds(&argv, script, &[]));
+        assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), "1".into())]));
+        // sbatch takes the variable as --hold whatever its value.
+        assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), String::new())]));
+        assert!(holds(&["--hold".into(), "job.sh".into()], script, &[]));
+    }
+
+    #[test]
     fn tags_are_found_in_comments() {
         let all = |c| tags_in(c).collect::<Vec<_>>();
         assert_eq!(
