@@ -1074,10 +1074,10 @@ mod tests {
         let new = crate::store::NewSubmission {
             owner_uid: uid,
             user: "root".into(),
-            argv: vec!["--mem=100M".into()],
+            argv: vec!["--mem=100M".into(), "job.sh".into()],
             cwd: "/tmp".into(),
             env: Vec::new(),
-            script_name: None,
+            script_name: Some("job.sh".into()),
             script: Some(b"#!/bin/sh\ntrue\n".to_vec()),
             max_retries: 3,
             restartable: false,

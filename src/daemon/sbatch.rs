@@ -711,8 +711,14 @@ mod tests {
             ("SLURM_SUPERVISOR".into(), "on".into()),
             ("HOME".into(), "/home/a".into()),
         ]);
-        let switch: Vec<_> = env.iter().filter(|(k, _)| k == "SLURM_SUPERVISOR").collect();
-        assert_eq!(switch, [&("SLURM_SUPERVISOR".to_string(), "off".to_string())]);
+        let switch: Vec<_> = env
+            .iter()
+            .filter(|(k, _)| k == "SLURM_SUPERVISOR")
+            .collect();
+        assert_eq!(
+            switch,
+            [&("SLURM_SUPERVISOR".to_string(), "off".to_string())]
+        );
         assert!(env.contains(&("HOME".into(), "/home/a".into())));
     }
 
@@ -723,7 +729,11 @@ mod tests {
         assert!(!holds(&argv, script, &[]));
         assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), "1".into())]));
         // sbatch takes the variable as --hold whatever its value.
-        assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), String::new())]));
+        assert!(holds(
+            &argv,
+            script,
+            &[("SBATCH_HOLD".into(), String::new())]
+        ));
         assert!(holds(&["--hold".into(), "job.sh".into()], script, &[]));
     }
 

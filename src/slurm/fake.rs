@@ -1025,6 +1025,10 @@ impl Slurm for FakeSlurm {
             m.insert("ArrayJobId".into(), j.base_id());
             m.insert("ArrayTaskId".into(), t.to_string());
         }
+        // As Slurm: the script's path as sbatch was given it (none for --wrap or stdin).
+        if let Some(script) = sbatch_args::parse(&j.argv).ok().and_then(|c| c.script) {
+            m.insert("Command".into(), script);
+        }
         Ok(m)
     }
 
