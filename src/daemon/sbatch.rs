@@ -737,6 +737,42 @@ mod tests {
         assert!(holds(&["--hold".into(), "job.sh".into()], script, &[]));
     }
 
+    /// `SBATCH_HOLD=1` in a submission's environment holds the job as `--hold` does: the
+    /// sbatch is told so, and cluster mode, which releases every job it submitted held
+    /// once its fence is checked, submits this one as it is and never releases it.
+    #[tokio::test]
+    async fn a_submission_held_by_its_environment_stays_held() {
+        use crate::slurm::fake::FakeSlurm;
+        let fake = FakeSlurm::new();
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::parse(
+            &format!("state_dir = {:?}\n", dir.path().display().to_string()),
+            None,
+        )
+        .unwrap();
+        let mut store = Store::in_memory().unwrap();
+        let new = NewSubmission {
+            owner_uid: nix::unistd::geteuid().as_raw(),
+            user: "root".into(),
+            argv: vec!["--wrap=true".into()],
+            cwd: "/tmp".into(),
+            env: vec![("SBATCH_HOLD".into(), "1".into())],
+            script_name: None,
+            script: None,
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        };
+        let submitted = Submitted::read(&new.argv, None).unwrap();
+        let l = begin_submission(&mut store, &config, &new, &submitted, 10).unwrap();
+        let sub = store.submission(l.submission_id).unwrap();
+        let LaunchOutcome::Submitted(job) = sbatch(&fake, dir.path(), &l, &sub).await else {
+            panic!("not submitted")
+        };
+        assert!(fake.sbatch_calls()[0].held, "the sbatch was not told");
+        assert!(fake.job(&job).unwrap().held);
+    }
+
     #[test]
     fn tags_are_found_in_comments() {
         let all = |c| tags_in(c).collect::<Vec<_>>();

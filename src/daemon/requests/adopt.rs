@@ -338,6 +338,56 @@ pub async fn adopt_job<S: Slurm>(
 mod tests {
     use super::*;
 
+    /// Mallory asks to adopt alice's jobs: an array, a plain one, one already supervised.
+    /// She learns nothing of them: each answer is the one a job that does not exist gets.
+    /// Alice herself is told what her array is.
+    #[tokio::test]
+    async fn another_users_job_is_answered_as_an_unknown_one() {
+        use crate::slurm::fake::FakeSlurm;
+        use crate::slurm::SbatchRequest;
+        let (alice, mallory) = (1001, 1002);
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            crate::config::Config::parse("", None).unwrap(),
+            crate::store::Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let submit = |argv: &[&str]| SbatchRequest {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            stdin: Some(b"#!/bin/sh\ntrue\n".to_vec()),
+            run_as: None,
+            held: false,
+        };
+        let array = fake.sbatch(&submit(&["--array=0-1"])).await.unwrap();
+        for t in 0..2 {
+            assert!(fake.set_owner(&format!("{array}_{t}"), alice));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("job.sh");
+        std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+        let plain = fake
+            .sbatch(&submit(&[script.to_str().unwrap()]))
+            .await
+            .unwrap();
+        assert!(fake.set_owner(&plain, alice));
+        let answer = |r: Handled<AdoptAnswer>, id: &str| match r {
+            Err(Response::Error(e)) => (e.kind, e.message.replace(id, "ID")),
+            other => panic!("{id}: {other:?}"),
+        };
+        let unknown = answer(adopt(&mut engine, &["4242".into()], mallory).await, "4242");
+        assert_eq!(unknown.0, ErrorKind::NotFound);
+        for id in [&array, &plain] {
+            let theirs = answer(adopt(&mut engine, &[id.clone()], mallory).await, id);
+            assert_eq!(theirs, unknown, "{id}");
+        }
+        // Supervised (alice adopted it): still nothing for mallory, not even that.
+        adopt(&mut engine, &[plain.clone()], alice).await.unwrap();
+        let theirs = answer(adopt(&mut engine, &[plain.clone()], mallory).await, &plain);
+        assert_eq!(theirs, unknown);
+    }
+
     fn job(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         pairs
             .iter()
