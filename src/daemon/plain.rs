@@ -304,9 +304,16 @@ impl Spool {
             self.next_after = Some(*uid);
             let dir = self.folder(*uid);
             let mut theirs = 0;
-            let mut read = 0;
             let mut left = false;
-            for e in std::fs::read_dir(&dir)? {
+            // One user's folder that cannot be read holds up no one else's.
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!("plain sbatch: cannot read {}: {e}", dir.display());
+                    continue;
+                }
+            };
+            for (read, e) in entries.enumerate() {
                 if read >= ENTRIES_PER_USER_PER_CYCLE
                     || theirs >= NOTES_PER_USER_PER_CYCLE
                     || notes.len() >= MAX_NOTES_PER_CYCLE
@@ -314,7 +321,6 @@ impl Spool {
                     left = true;
                     break;
                 }
-                read += 1;
                 let Ok(e) = e else { continue };
                 let name = e.file_name();
                 let path = dir.join(&name);

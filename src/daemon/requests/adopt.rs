@@ -379,12 +379,20 @@ mod tests {
         let unknown = answer(adopt(&mut engine, &["4242".into()], mallory).await, "4242");
         assert_eq!(unknown.0, ErrorKind::NotFound);
         for id in [&array, &plain] {
-            let theirs = answer(adopt(&mut engine, &[id.clone()], mallory).await, id);
+            let theirs = answer(
+                adopt(&mut engine, std::slice::from_ref(id), mallory).await,
+                id,
+            );
             assert_eq!(theirs, unknown, "{id}");
         }
         // Supervised (alice adopted it): still nothing for mallory, not even that.
-        adopt(&mut engine, &[plain.clone()], alice).await.unwrap();
-        let theirs = answer(adopt(&mut engine, &[plain.clone()], mallory).await, &plain);
+        adopt(&mut engine, std::slice::from_ref(&plain), alice)
+            .await
+            .unwrap();
+        let theirs = answer(
+            adopt(&mut engine, std::slice::from_ref(&plain), mallory).await,
+            &plain,
+        );
         assert_eq!(theirs, unknown);
     }
 
