@@ -331,3 +331,32 @@ fn the_migration_keeps_existing_twins_and_refuses_new_ones() {
     assert!(s.launch_submitted(c.id, "42", 101).is_err());
     s.launch_submitted(c.id, "44", 101).unwrap();
 }
+
+/// A journal written before the one-live-attempt constraint may hold an entry that made a
+/// second live attempt on one job: a new replica replays it (the pair kept as the
+/// migration keeps it), and refuses a new one all the same.
+#[test]
+fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
+    let journal = MemoryJournal::default();
+    {
+        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        s.launch_submitted(a.id, "42", 101).unwrap();
+        s.launch_submitted(b.id, "43", 102).unwrap();
+    }
+    // As an older store wrote it: the second launch on job 42 too.
+    {
+        let mut entries = journal.entries.lock().unwrap();
+        let last = entries.last_mut().unwrap();
+        let text = String::from_utf8(last.1.clone()).unwrap();
+        assert!(text.contains("\"43\""), "{text}");
+        last.1 = text.replace("\"43\"", "\"42\"").into_bytes();
+    }
+    let mut replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    assert_eq!(replica.resolve("42").unwrap().len(), 2);
+    let c = replica
+        .create_submission(&sub(None), 103, |_| vec![])
+        .unwrap();
+    assert!(replica.launch_submitted(c.id, "42", 104).is_err());
+}
