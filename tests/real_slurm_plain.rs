@@ -39,17 +39,26 @@ fn spool() -> PathBuf {
     ))
 }
 
-/// The notes waiting in the spool that name `job`.
-fn notes_of(job: &str) -> Vec<String> {
-    std::fs::read_dir(spool().join("notes"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&format!("{job}.")))
-                .collect()
+/// The notes waiting in the spool that name `job`, in every user's folder.
+fn notes_of(job: &str) -> Vec<PathBuf> {
+    let folders = std::fs::read_dir(spool().join("notes"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_else(|_| Vec::new());
+    folders
+        .into_iter()
+        .flat_map(|f| std::fs::read_dir(f).into_iter().flatten())
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{job}."))
         })
-        .unwrap_or_default()
+        .map(|e| e.path())
+        .collect()
 }
+
+/// One test at a time reads the cluster's spool (one daemon locks it).
+static SPOOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `user`'s sbatch with `env` added to their environment, in `cwd`.
 fn sbatch_as(user: &str, cwd: &Path, env: &[&str], args: &[&str]) -> Output {
@@ -133,6 +142,7 @@ impl Drop for Held {
 #[test]
 fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() {
     require_slurm();
+    let _one = SPOOL.lock().unwrap_or_else(|e| e.into_inner());
     let (pin, pout) = (User::get(IN), User::get(OUT));
     let extra = format!(
         "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nadmin_comment = true\nspool = {:?}\n",
@@ -213,21 +223,31 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         notes_of(&off).is_empty(),
         "a note for the opted-out job {off}"
     );
-    // A note of ssvpin's that names ssvpout's job: not theirs to supervise. And one that
-    // ssvpout writes by hand about their own job: they did not opt in.
-    let forged = spool().join(format!("notes/{theirs}.1.1"));
-    let by_hand = spool().join(format!("notes/{theirs}.2.2"));
-    for (user, note) in [(IN, &forged), (OUT, &by_hand)] {
+    // A note of ssvpin's that names ssvpout's job: not theirs to supervise. And ssvpout,
+    // who did not opt in, has no folder to write one by hand in (nor may they write in
+    // anyone else's).
+    let forged = spool().join(format!("notes/{}/{theirs}.1.1", pin.uid));
+    let touch = Command::new("runuser")
+        .args(["-u", IN, "--", "touch"])
+        .arg(&forged)
+        .output()
+        .unwrap();
+    assert!(
+        touch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&touch.stderr)
+    );
+    for by_hand in [
+        spool().join(format!("notes/{}/{theirs}.2.2", pout.uid)),
+        spool().join(format!("notes/{theirs}.2.2")),
+        spool().join(format!("notes/{}/{theirs}.2.2", pin.uid)),
+    ] {
         let touch = Command::new("runuser")
-            .args(["-u", user, "--", "touch"])
-            .arg(note)
+            .args(["-u", OUT, "--", "touch"])
+            .arg(&by_hand)
             .output()
             .unwrap();
-        assert!(
-            touch.status.success(),
-            "{}",
-            String::from_utf8_lossy(&touch.stderr)
-        );
+        assert!(!touch.status.success(), "{OUT} wrote {}", by_hand.display());
     }
     // A hostile name and comment: text, never structure.
     let hostile = job_id(&sbatch_as(
@@ -313,7 +333,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     wait_for(
         "the forged notes to be dealt with",
         Duration::from_secs(60),
-        || !forged.exists() && !by_hand.exists(),
+        || !forged.exists(),
     );
     wait_for(
         "the hostile job's note to be dealt with",
@@ -374,6 +394,14 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
     assert_eq!(a.len(), 2, "{h:#}");
     assert_eq!(decisions(&h)[0]["classification"], "oom", "{h:#}");
     let retry = a[1]["slurm_job_id"].as_str().unwrap().to_string();
+    // The daemon's own sbatch of the retry (as ssvpin, who is opted in) ran with
+    // SLURM_SUPERVISOR=off: the site's filter and job_submit script left it alone, so it
+    // is never found as a plain sbatch of ssvpin's (a second chain of one job).
+    assert_eq!(
+        sacct_field(&retry, "AdminComment"),
+        "",
+        "the daemon's own sbatch was marked as a plain sbatch"
+    );
     assert_eq!(sacct_field(&retry, "User"), IN);
     assert_eq!(sacct_field(&retry, "JobName"), "oom | ssv plain");
     let comment = sacct_field(&retry, "Comment");
@@ -447,7 +475,7 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         &["--parsable", "-o", "/dev/null", "--begin=now+5", "quick.sh"],
     ));
     for n in notes_of(&marked) {
-        std::fs::remove_file(spool().join("notes").join(n)).unwrap();
+        std::fs::remove_file(n).unwrap();
     }
     // An admin comment holding a line break (a site's plugin that copies a user's text
     // into it) makes a line of the listing up: here one naming ssvpin's job that they
@@ -513,11 +541,11 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         "the opted-out job {off} is supervised"
     );
     let log = d.log();
-    // The only note about ssvpout's job from ssvpout is the one written by hand.
+    // No note about ssvpout's job came from ssvpout.
     assert_eq!(
         log.matches(&format!("job={theirs} uid={}", pout.uid))
             .count(),
-        1,
+        0,
         "{log}"
     );
 
@@ -531,4 +559,140 @@ fn plain_sbatch_of_an_opted_in_user_is_supervised_as_them_and_no_one_elses_is() 
         std::fs::read_to_string(spool().join(format!("optin/{}", pin.uid))).unwrap(),
         "out\n"
     );
+}
+
+/// The names the filter writes are no other user's to take (issue 32): ssvpout, who can
+/// run anything, plants FIFOs and then links to ssvpin's own file under every name
+/// ssvpin's next sbatch could write (the next job ids, the sbatch's own pid, the seconds
+/// around it), and tries to fill the notes folder with folders of his own. He can create
+/// no name where ssvpin's filter writes: ssvpin's sbatch neither hangs on a FIFO nor
+/// truncates her file through a link, her note is written, and her jobs are supervised.
+#[test]
+fn no_user_can_take_the_name_of_another_users_note() {
+    require_slurm();
+    let _one = SPOOL.lock().unwrap_or_else(|e| e.into_inner());
+    let (pin, pout) = (User::get(IN), User::get(OUT));
+    let extra = format!(
+        "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+        spool().display().to_string()
+    );
+    let mut held = Held::default();
+    let (d, ctl) = root_daemon("ssv-plain-names-", &extra);
+    let config = d.config.clone();
+    let (home_in, home_out) = (home_of(&d, IN), home_of(&d, OUT));
+    let out = ctl_as(IN, &ctl, &config, &["opt-in"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let precious = home_in.join("precious");
+    std::fs::write(&precious, "ssvpin's work\n").unwrap();
+    run("chown", &[&format!("{IN}:"), precious.to_str().unwrap()]);
+    // ssvpout may write where ssvpin's filter would be reached through a link.
+    chmod(&home_in, 0o711);
+    chmod(&precious, 0o666);
+
+    // ssvpout cannot make a folder in the notes folder (4,200 of them once kept every
+    // other user's notes from being read), nor any name in it or in ssvpin's folder.
+    let notes = spool().join("notes");
+    let as_out = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", OUT, "--"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for target in [
+        notes.join("0000flood"),
+        notes.join(pin.uid.to_string()).join("x"),
+    ] {
+        let made = as_out(&["mkdir", target.to_str().unwrap()]);
+        assert!(!made.status.success(), "{OUT} made {}", target.display());
+    }
+
+    for attack in ["fifo", "link"] {
+        // The next job ids: ssvpout's own held job shows where Slurm's ids are.
+        let probe = held.hold(&job_id(&sbatch_as(
+            OUT,
+            &home_out,
+            &[],
+            &["--parsable", "--hold", "-o", "/dev/null", "quick.sh"],
+        )));
+        let next: u64 = probe.parse().unwrap();
+        // ssvpin's sbatch, whose pid is known before it runs: the shell prints its own
+        // and, once told to, becomes sbatch (exec keeps the pid).
+        let mut sbatch = Command::new("runuser")
+            .args(["-u", IN, "--", "sh", "-c"])
+            .arg(format!(
+                "echo $$; read go; exec {} --parsable -o /dev/null quick.sh",
+                slurm_cmd("sbatch").display()
+            ))
+            .current_dir(&home_in)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(sbatch.stdout.take().unwrap());
+        let mut pid = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut pid).unwrap();
+        let pid = pid.trim().to_string();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut planted = 0;
+        for job in next + 1..=next + 3 {
+            for t in now - 1..=now + 8 {
+                let name = format!("{job}.{pid}.{t}");
+                for dir in [notes.clone(), notes.join(pin.uid.to_string())] {
+                    let path = dir.join(&name);
+                    let path = path.to_str().unwrap();
+                    let ok = match attack {
+                        "fifo" => as_out(&["mkfifo", "-m", "666", path]),
+                        _ => as_out(&["ln", "-s", precious.to_str().unwrap(), path]),
+                    };
+                    planted += ok.status.success() as usize;
+                }
+            }
+        }
+        assert_eq!(
+            planted, 0,
+            "{OUT} planted {planted} {attack}s where {IN}'s filter writes"
+        );
+        std::io::Write::write_all(&mut sbatch.stdin.take().unwrap(), b"go\n").unwrap();
+        // sbatch is done within seconds, FIFO or not (killed after a minute, failing).
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = sbatch.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                // Its filter waits on a FIFO (which the daemon may have unlinked since):
+                // the sbatch this test started is stopped, and the test fails.
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                let _ = sbatch.wait();
+                panic!("{IN}'s sbatch was held up by a FIFO {OUT} planted");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        assert!(status.success(), "{IN}'s sbatch failed ({attack}s planted)");
+        let job = rest.trim().to_string();
+        assert!(job.parse::<u64>().is_ok(), "{rest:?}");
+        assert_eq!(
+            std::fs::read_to_string(&precious).unwrap(),
+            "ssvpin's work\n",
+            "{IN}'s file was written through a planted link"
+        );
+        wait_for(
+            &format!("{IN}'s job {job} to be supervised ({attack}s planted)"),
+            Duration::from_secs(60),
+            || supervised(&d, &job),
+        );
+        run("scancel", &[&probe]);
+    }
+    let _ = pout;
 }

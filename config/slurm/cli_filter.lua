@@ -4,9 +4,22 @@ slurm-supervisor: plain `sbatch`, supervised (docs/plain-sbatch.md).
 Slurm runs this file inside every sbatch, salloc and srun, as the user who runs it
 (CliFilterPlugins=cli_filter/lua in slurm.conf; the file is cli_filter.lua beside
 slurm.conf). For a batch job of a user who is opted in, it leaves a note once Slurm has
-given the job its id: an empty file named `<job id>.<pid>.<time>` in SPOOL/notes. The
-supervisor (a root slurm-supervisord with `[plain_sbatch] enabled = true`) adopts the
-job from there, as the note's owner, with the script Slurm keeps.
+given the job its id: an empty file named `<job id>.<pid>.<time>` in the user's own
+folder SPOOL/notes/<uid>. The supervisor (a root slurm-supervisord with
+`[plain_sbatch] enabled = true`) adopts the job from there, as the folder's user, with the
+script Slurm keeps.
+
+Why opening the note with io.open(..., "w") is safe here, though Lua 5.1 can neither
+refuse a symbolic link (O_NOFOLLOW) nor create exclusively (O_EXCL), and "w" would block
+on a FIFO and truncate what a link names: the only folder it writes into is
+SPOOL/notes/<its own uid>, which only the daemon creates (SPOOL/notes is the daemon's,
+mode 0755: no user can create, rename or remove anything in it), owned by that uid, mode
+0700. So nobody but the user (and root) can put a name there ahead of time: a link or a
+FIFO in it can only be the user's own. The filter writes nothing unless the daemon has
+published this layout (the line "notes per-user" in SPOOL/default, a file only the daemon
+writes): an older daemon's SPOOL/notes, where anyone could create names, is never written
+into. No folder (a user the site opts in whom the daemon has not met yet) means no note
+(docs/plain-sbatch.md).
 
 It never changes a submission, never asks the daemon anything and never fails one: a
 missing spool, a daemon that is down, anything unexpected, and sbatch goes on exactly as
@@ -40,6 +53,24 @@ local function first_line(path)
 	return line
 end
 
+-- The site's default (its first line) and whether the notes go into per-user folders
+-- (a line "notes per-user"), from SPOOL/default.
+local function site_default()
+	local f = io.open(SPOOL .. "/default", "r")
+	if not f then
+		return nil, false
+	end
+	local site = f:read("*l")
+	local per_user = false
+	for line in f:lines() do
+		if line == "notes per-user" then
+			per_user = true
+		end
+	end
+	f:close()
+	return site, per_user
+end
+
 -- This process's uid, groups and pid, from the kernel (never from the environment).
 local function me()
 	local f = io.open("/proc/self/status", "r")
@@ -69,13 +100,17 @@ local function me()
 end
 
 local function opted_in(who)
+	local site, per_user = site_default()
+	if not per_user then
+		-- Not a spool this filter may write into (see above).
+		return false
+	end
 	local own = first_line(SPOOL .. "/optin/" .. who.uid)
 	if own == "in" then
 		return true
 	elseif own == "out" then
 		return false
 	end
-	local site = first_line(SPOOL .. "/default")
 	if site == "everyone" then
 		return true
 	elseif site and site:sub(1, 7) == "groups " then
@@ -131,7 +166,9 @@ function slurm_cli_post_submit(offset, job_id, step_id)
 		if not id:match("^%d+$") or who == nil or who.pid == nil then
 			return
 		end
-		local f = io.open(SPOOL .. "/notes/" .. id .. "." .. who.pid .. "." .. tostring(os.time()), "w")
+		-- Only into the user's own folder, which only the daemon makes (see above).
+		local name = id .. "." .. who.pid .. "." .. tostring(os.time())
+		local f = io.open(SPOOL .. "/notes/" .. who.uid .. "/" .. name, "w")
 		if f then
 			f:close()
 		end

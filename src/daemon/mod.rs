@@ -402,8 +402,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 };
                 // Published before the answer: an sbatch right after `opt-in` is noted.
-                if let (true, Some(p)) = (opt, &plain) {
+                if let (true, Some(p)) = (opt, &mut plain) {
                     p.publish(engine.store());
+                }
+                // A user met: their notes folder is made if the site opts them in.
+                if let Some(p) = &mut plain {
+                    p.seen(engine.store(), ctl.uid);
                 }
                 let _ = ctl.reply.send(response);
                 if may_launch {
@@ -507,14 +511,15 @@ async fn timed_cycle<S: Slurm>(
     let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let start = std::time::Instant::now();
     let span = tracing::info_span!("cycle", cycle = n);
-    // Plain-sbatch jobs first, so this cycle's poll watches them already.
-    let found = match plain {
-        Some(p) => plain::discover(engine, p).instrument(span.clone()).await,
-        None => Ok(()),
-    };
-    let result = match found {
-        Ok(()) => engine.cycle().instrument(span).await,
-        Err(e) => Err(e),
+    // Plain-sbatch jobs after reconciliation: a job of this store's own whose sbatch
+    // answer was lost is recorded on its chain (found by its tag) before any note or mark
+    // of it is looked at, and is never adopted as a second chain (the tag check in
+    // `adopt_job` and the store's one-live-attempt-per-job constraint hold it too). The
+    // next cycle's poll watches what was adopted.
+    let result = engine.cycle().instrument(span.clone()).await;
+    let result = match (result, plain) {
+        (Ok(()), Some(p)) => plain::discover(engine, p).instrument(span).await,
+        (result, _) => result,
     };
     crate::metrics::observe_cycle(start.elapsed());
     result

@@ -1,36 +1,60 @@
 //! Plain `sbatch`, supervised (docs/plain-sbatch.md). The site's cli_filter
-//! (`contrib/cli_filter.lua`, installed as /usr/share/slurm-supervisor/cli_filter.lua) runs
-//! inside each user's sbatch; for a user who is opted in it leaves a *note* once Slurm has
-//! given the job its id: an empty file named `<job id>.<anything>` in the spool's `notes/`
-//! folder (root's, 1733: anyone may create, no one may list or remove another's file).
-//! sbatch never waits on the daemon: writing the note is all the filter does.
+//! (`config/slurm/cli_filter.lua`, installed as /usr/share/slurm-supervisor/cli_filter.lua)
+//! runs inside each user's sbatch; for a user who is opted in it leaves a *note* once Slurm
+//! has given the job its id: an empty file named `<job id>.<anything>` in the user's own
+//! notes folder, `notes/<uid>/`. sbatch never waits on the daemon: writing the note is all
+//! the filter does.
 //!
-//! The daemon looks at the folder once a cycle (no Slurm command unless a note is there),
-//! and for each note adopts its job through the engine `adopt` uses, as the note's owner:
-//! the uid is the file's owner (the kernel's word, never text), the job id its name (digits
-//! only; nothing in the file is read), and the job is adopted only if Slurm shows it owned
-//! by that same uid, and the uid is opted in. A note about another user's job, a forged
-//! note, a symlink or anything else is removed and logged, nothing more.
+//! **Invariant:** no user can create a name in the spool that another user's filter will
+//! open. `notes/` is the daemon's (0755): no user can create, rename or remove anything in
+//! it. Only the daemon creates `notes/<uid>/`, owned by that uid, mode 0700, so only its
+//! user (and root) can put anything in it: a link or a FIFO there can only be its user's
+//! own, and the filter (Lua 5.1, whose `io.open` can neither refuse a link nor a FIFO)
+//! writes only into its own uid's folder. The filter writes nothing unless the daemon has
+//! published this layout (the `notes per-user` line of `default`), so a spool of an older
+//! daemon, whose `notes/` anyone could write, is never written into.
+//!
+//! The daemon looks at the folders once a cycle (no Slurm command unless a note is there),
+//! fairly: at most [`NOTES_PER_USER_PER_CYCLE`] notes and [`ENTRIES_PER_USER_PER_CYCLE`]
+//! entries of one user a cycle, users taken in turn from where the last cycle stopped, so
+//! no user's entries delay another's beyond a cycle. It trusts a folder only when its name
+//! is a uid and its owner (the kernel's word) is that uid; for each note it adopts the job
+//! through the engine `adopt` uses, as the folder's user: the job id is the note's name
+//! (digits only; nothing in the file is read), and the job is adopted only if Slurm shows
+//! it owned by that same uid, and the uid is opted in. Anything in a folder that is not a
+//! note (a link, a FIFO, a folder, a file with content, another name) is removed unread,
+//! never followed: nothing but the last component of a path the daemon removes is a
+//! user's, and that one is `unlink`ed, never opened.
 //!
 //! The filter learns who is opted in from files the daemon publishes here: `optin/<uid>`
 //! (`in` or `out`, a user's own choice, kept in the store) and `default` (`everyone`,
-//! `none`, or `groups GID...`: the config's site default). The daemon decides again itself
-//! from the store and config; the files only spare the filter a question to the daemon.
+//! `none`, or `groups GID...`: the config's site default; then `notes per-user`). The
+//! daemon decides again itself from the store and config; the files only spare the filter
+//! a question to the daemon.
 
 use crate::config::{Config, PlainSbatchConfig};
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The most notes looked at in one cycle: each costs three Slurm calls (its owner, its
-/// record, its script). More wait for the next cycles.
+/// The most notes looked at in one cycle, all users together: each costs three Slurm
+/// calls (its owner, its record, its script). More wait for the next cycles.
 pub const MAX_NOTES_PER_CYCLE: usize = 32;
 
-/// The most directory entries read in one cycle (junk is removed as it is read, so a user
-/// who fills the folder slows only the draining of it).
-const MAX_ENTRIES_PER_CYCLE: usize = 4096;
+/// The most notes of one user looked at in one cycle: a user who leaves many waits for
+/// the next cycles, and the others' are looked at in this one.
+pub const NOTES_PER_USER_PER_CYCLE: usize = 8;
 
-/// A note the filter left: the job it names and who wrote it.
+/// The most entries of one user's folder read in one cycle (junk is removed as it is
+/// read, so a user who fills their folder slows only the draining of it).
+pub const ENTRIES_PER_USER_PER_CYCLE: usize = 64;
+
+/// The line of `default` that tells the filter the notes go into per-user folders the
+/// daemon made (config/slurm/cli_filter.lua checks for it).
+pub const LAYOUT_LINE: &str = "notes per-user";
+
+/// A note the filter left: the job it names and whose folder it is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
     pub job_id: String,
@@ -38,10 +62,15 @@ pub struct Note {
     pub name: std::ffi::OsString,
 }
 
-/// The spool's paths.
+/// The spool's paths, and where the scan of the notes stands.
 #[derive(Debug, Clone)]
 pub struct Spool {
     pub root: PathBuf,
+    /// The uid after which the next scan starts (users are taken in turn).
+    next_after: Option<u32>,
+    /// The folders found empty, with the change time they had then: not read again until
+    /// it changes (any entry created or removed changes it).
+    drained: HashMap<u32, (i64, i64)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +90,14 @@ pub enum SpoolError {
 
 impl Spool {
     pub fn of(config: &Config) -> Spool {
+        Spool::at(config.plain_spool())
+    }
+
+    pub fn at(root: PathBuf) -> Spool {
         Spool {
-            root: config.plain_spool(),
+            root,
+            next_after: None,
+            drained: HashMap::new(),
         }
     }
 
@@ -70,29 +105,47 @@ impl Spool {
         self.root.join("notes")
     }
 
+    /// A user's own notes folder.
+    pub fn folder(&self, uid: u32) -> PathBuf {
+        self.notes().join(uid.to_string())
+    }
+
     fn optin(&self) -> PathBuf {
         self.root.join("optin")
     }
 
-    /// Creates the folders (the spool 0755, `notes/` 1733, `optin/` 0755) or checks the
-    /// ones there: each a real folder of the daemon's user. Returns the lock that makes the
-    /// spool this daemon's (held while it runs).
+    /// Creates the folders (the spool, `notes/` and `optin/`, each 0755) or checks the
+    /// ones there: each a real folder of the daemon's user. A `notes/` of an older version
+    /// (1733: anyone could create names in it, plant links and FIFOs, make folders) is
+    /// moved aside whole, closed to everyone (0700), and a new one made: nothing in it is
+    /// taken up (docs/plain-sbatch.md, upgrading). Returns the lock that makes the spool
+    /// this daemon's (held while it runs).
     pub fn prepare(&self) -> Result<std::fs::File, SpoolError> {
         let me = nix::unistd::geteuid().as_raw();
-        for (dir, mode) in [
-            (self.root.clone(), 0o755),
-            (self.notes(), 0o1733),
-            (self.optin(), 0o755),
-        ] {
-            let io = |source| SpoolError::Io {
-                path: dir.clone(),
-                source,
-            };
+        let io = |dir: &Path| {
+            let dir = dir.to_path_buf();
+            move |source| SpoolError::Io { path: dir, source }
+        };
+        if let Ok(m) = std::fs::symlink_metadata(self.notes()) {
+            if m.file_type().is_dir() && m.uid() == me && m.mode() & 0o7777 != 0o755 {
+                let aside = self
+                    .root
+                    .join(format!("notes-before-{}", crate::clock::now()));
+                std::fs::rename(self.notes(), &aside).map_err(io(&self.notes()))?;
+                std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700))
+                    .map_err(io(&aside))?;
+                tracing::warn!(
+                    "plain sbatch: the notes folder of an older version, which every user could write, is moved aside to {} (its notes are not taken up; remove it when convenient); install the new cli_filter.lua (docs/plain-sbatch.md)",
+                    aside.display()
+                );
+            }
+        }
+        for dir in [self.root.clone(), self.notes(), self.optin()] {
             match std::fs::symlink_metadata(&dir) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    std::fs::create_dir(&dir).map_err(io)?
+                    std::fs::create_dir(&dir).map_err(io(&dir))?
                 }
-                Err(e) => return Err(io(e)),
+                Err(e) => return Err(io(&dir)(e)),
                 Ok(m) if !m.file_type().is_dir() => {
                     return Err(SpoolError::Unsafe {
                         path: dir,
@@ -107,7 +160,8 @@ impl Spool {
                 }
                 Ok(_) => {}
             }
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).map_err(io)?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+                .map_err(io(&dir))?;
         }
         let path = self.root.join("lock");
         super::pid_lock::pid_lock(&path).map_err(|e| match e {
@@ -119,9 +173,39 @@ impl Spool {
         })
     }
 
+    /// Makes `uid`'s own notes folder, owned by `uid` and group `gid`, 0700, or puts the
+    /// one there right (its mode back to 0700). Only the daemon can create anything in
+    /// `notes/`, so the folder it finds is one it made: its owner is checked all the same.
+    pub fn make_folder(&self, uid: u32, gid: u32) -> std::io::Result<()> {
+        let dir = self.folder(uid);
+        match std::fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&dir)?;
+                std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
+            }
+            Err(e) => return Err(e),
+            Ok(m) if m.file_type().is_dir() && m.uid() == uid => {
+                if m.mode() & 0o7777 == 0o700 {
+                    return Ok(());
+                }
+            }
+            Ok(m) => {
+                return Err(std::io::Error::other(format!(
+                    "{} is in the way (not a folder of uid {uid}, but of uid {})",
+                    dir.display(),
+                    m.uid()
+                )))
+            }
+        }
+        // A folder (checked above, or made just now), which its user cannot replace: the
+        // mode is set on it, never through a link.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+    }
+
     /// Publishes who is opted in for the filter: `optin/<uid>` for each user's own choice
-    /// (others' files removed) and `default` for the site's. Each file is written whole
-    /// and renamed into place, so the filter never reads half of one.
+    /// (others' files removed) and `default` for the site's, with the notes' layout. Each
+    /// file is written whole and renamed into place, so the filter never reads half of
+    /// one.
     pub fn publish(&self, choices: &[(u32, bool)], site: &SiteDefault) -> std::io::Result<()> {
         let write = |path: &Path, text: &str| -> std::io::Result<()> {
             let tmp = path.with_extension("new");
@@ -137,9 +221,11 @@ impl Spool {
             drop(f);
             std::fs::rename(&tmp, path)
         };
-        write(&self.root.join("default"), &site.published())?;
-        let keep: std::collections::HashSet<String> =
-            choices.iter().map(|(u, _)| u.to_string()).collect();
+        write(
+            &self.root.join("default"),
+            &format!("{}{LAYOUT_LINE}\n", site.published()),
+        )?;
+        let keep: HashSet<String> = choices.iter().map(|(u, _)| u.to_string()).collect();
         for e in std::fs::read_dir(self.optin())? {
             let e = e?;
             if !keep.contains(e.file_name().to_string_lossy().as_ref()) {
@@ -153,14 +239,14 @@ impl Spool {
         Ok(())
     }
 
-    /// Reads the notes waiting (at most [`MAX_NOTES_PER_CYCLE`]), removing on the way
-    /// every entry that is not one: anything but a regular file, a name that does not
-    /// start with a job id. Nothing is opened: a note's owner and name are all it says.
-    pub fn scan(&self) -> std::io::Result<Vec<Note>> {
+    /// The users' folders the scan trusts, by uid: a folder named by a uid and owned by
+    /// it. Anything else in `notes/` (only the daemon's user can have put it there) is
+    /// removed if it can be without looking inside, else left and logged.
+    fn folders(&self) -> std::io::Result<Vec<(u32, std::fs::Metadata)>> {
         use std::os::unix::ffi::OsStrExt;
         let dir = self.notes();
-        let mut notes = Vec::new();
-        for e in std::fs::read_dir(&dir)?.take(MAX_ENTRIES_PER_CYCLE) {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(&dir)? {
             let Ok(e) = e else { continue };
             let name = e.file_name();
             let path = dir.join(&name);
@@ -168,26 +254,117 @@ impl Spool {
             let Ok(m) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            let job = job_of_name(name.as_bytes());
-            match job {
-                Some(job_id) if m.file_type().is_file() => {
-                    notes.push(Note {
-                        job_id,
-                        uid: m.uid(),
-                        name,
-                    });
-                    if notes.len() >= MAX_NOTES_PER_CYCLE {
-                        break;
+            match uid_of_name(name.as_bytes()) {
+                Some(uid) if m.file_type().is_dir() && m.uid() == uid => found.push((uid, m)),
+                _ => {
+                    let removed = if m.file_type().is_dir() {
+                        std::fs::remove_dir(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    if let Err(e) = removed {
+                        tracing::warn!(
+                            "plain sbatch: {} is not a user's notes folder and cannot be removed: {e}",
+                            path.display()
+                        );
                     }
                 }
-                _ => {
-                    tracing::debug!(
-                        "plain sbatch: removing {:?} from the notes folder (not a note; uid {})",
-                        name,
-                        m.uid()
-                    );
-                    let _ = std::fs::remove_file(&path);
+            }
+        }
+        found.sort_by_key(|(uid, _)| *uid);
+        Ok(found)
+    }
+
+    /// Reads the notes waiting, fairly: users in turn from where the last scan stopped,
+    /// at most [`NOTES_PER_USER_PER_CYCLE`] notes and [`ENTRIES_PER_USER_PER_CYCLE`]
+    /// entries of each, [`MAX_NOTES_PER_CYCLE`] in all, removing on the way every entry
+    /// that is not a note: anything but an empty regular file of the folder's user whose
+    /// name starts with a job id. Nothing is opened or followed: a note's folder and name
+    /// are all it says.
+    pub fn scan(&mut self) -> std::io::Result<Vec<Note>> {
+        use std::os::unix::ffi::OsStrExt;
+        let folders = self.folders()?;
+        let present: HashSet<u32> = folders.iter().map(|(u, _)| *u).collect();
+        self.drained.retain(|u, _| present.contains(u));
+        // In turn: those after the last one served first, then the others.
+        let split = folders.partition_point(|(u, _)| Some(*u) <= self.next_after);
+        let order = folders[split..].iter().chain(&folders[..split]);
+        let mut notes = Vec::new();
+        for (uid, m) in order {
+            if notes.len() >= MAX_NOTES_PER_CYCLE {
+                break;
+            }
+            let changed = (
+                m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+                m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+            );
+            if self.drained.get(uid) == Some(&changed) {
+                continue;
+            }
+            self.next_after = Some(*uid);
+            let dir = self.folder(*uid);
+            let mut theirs = 0;
+            let mut left = false;
+            // One user's folder that cannot be read holds up no one else's.
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!("plain sbatch: cannot read {}: {e}", dir.display());
+                    continue;
                 }
+            };
+            for (read, e) in entries.enumerate() {
+                if read >= ENTRIES_PER_USER_PER_CYCLE
+                    || theirs >= NOTES_PER_USER_PER_CYCLE
+                    || notes.len() >= MAX_NOTES_PER_CYCLE
+                {
+                    left = true;
+                    break;
+                }
+                let Ok(e) = e else { continue };
+                let name = e.file_name();
+                let path = dir.join(&name);
+                // lstat: a link is looked at, never followed. `notes/<uid>` cannot be
+                // replaced by its user (`notes/` is the daemon's), so only the last
+                // component of this path is theirs.
+                let Ok(em) = std::fs::symlink_metadata(&path) else {
+                    continue;
+                };
+                match job_of_name(name.as_bytes()) {
+                    Some(job_id)
+                        if em.file_type().is_file() && em.uid() == *uid && em.len() == 0 =>
+                    {
+                        theirs += 1;
+                        notes.push(Note {
+                            job_id,
+                            uid: *uid,
+                            name,
+                        });
+                    }
+                    _ => {
+                        tracing::debug!(
+                            "plain sbatch: removing {:?} from uid {uid}'s notes folder (not a note)",
+                            name
+                        );
+                        // unlink and rmdir remove the entry itself, never what a link
+                        // names; a folder that is not empty stays (it holds up only its
+                        // own user's notes).
+                        let _ = if em.file_type().is_dir() {
+                            std::fs::remove_dir(&path)
+                        } else {
+                            std::fs::remove_file(&path)
+                        };
+                    }
+                }
+            }
+            // A folder changed in the last seconds may change again within the same tick
+            // of a coarse clock: it is read again whatever its times say.
+            let settled = crate::clock::now() - m.ctime() >= 2;
+            if !left && theirs == 0 && settled {
+                // Read whole and nothing in it: not read again until it changes.
+                self.drained.insert(*uid, changed);
+            } else {
+                self.drained.remove(uid);
             }
         }
         Ok(notes)
@@ -195,8 +372,19 @@ impl Spool {
 
     /// Removes a note that was dealt with.
     pub fn remove(&self, note: &Note) {
-        let _ = std::fs::remove_file(self.notes().join(&note.name));
+        let _ = std::fs::remove_file(self.folder(note.uid).join(&note.name));
     }
+}
+
+/// The uid a folder's name is: digits only, no leading zero (but `0` itself).
+fn uid_of_name(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if name[0] == b'0' && name.len() > 1 {
+        return None;
+    }
+    std::str::from_utf8(name).ok()?.parse().ok()
 }
 
 /// The job id a note's name starts with: 1 to 10 digits, then `.` and at most 64 bytes
@@ -305,6 +493,9 @@ pub struct Plain {
     tries: std::collections::HashMap<std::ffi::OsString, u32>,
     /// `[plain_sbatch] admin_comment`: the job_submit script's marks are listed too.
     marks: Option<Marks>,
+    /// The users this daemon has looked at since the opt-in files were last published:
+    /// whose notes folder exists if they are opted in (made when first seen).
+    seen: HashSet<u32>,
     _lock: std::fs::File,
 }
 
@@ -356,9 +547,15 @@ impl Plain {
             site: SiteDefault::None,
             tries: Default::default(),
             marks,
+            seen: HashSet::new(),
             _lock: lock,
         };
         p.reload(config, store);
+        // A per-user daemon's own user has met it.
+        let me = nix::unistd::geteuid().as_raw();
+        if me != 0 {
+            p.seen(store, me);
+        }
         Ok(Some(p))
     }
 
@@ -372,19 +569,65 @@ impl Plain {
         self.publish(store);
     }
 
-    /// Publishes the opt-in files from the store (after a user's choice). A failure is
-    /// logged: the filter then goes by the files as they were, and the daemon still
-    /// decides from the store.
-    pub fn publish(&self, store: &crate::store::Store) {
+    /// Publishes the opt-in files from the store (after a user's choice), and makes the
+    /// notes folder of each user who opted in. A failure is logged: the filter then goes
+    /// by the files as they were, and the daemon still decides from the store.
+    pub fn publish(&mut self, store: &crate::store::Store) {
+        self.seen.clear();
         let result = store.plain_opts().map_err(|e| e.to_string()).and_then(|c| {
             self.spool
                 .publish(&c, &self.site)
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok(c)
         });
-        if let Err(e) = result {
-            tracing::error!(
+        match result {
+            Ok(choices) => {
+                for (uid, _) in choices.iter().filter(|(_, opted_in)| *opted_in) {
+                    self.make_folder(*uid);
+                    self.seen.insert(*uid);
+                }
+            }
+            Err(e) => tracing::error!(
                 "cannot publish who is opted in to plain sbatch in {}: {e}",
                 self.spool.root.display()
+            ),
+        }
+    }
+
+    /// A user the daemon meets (a request of theirs, a job of theirs the job_submit
+    /// script marked): their notes folder is made, once, if the site's default opts them
+    /// in. A user opted in by the site's default (`everyone`, `groups`) who has never met
+    /// the daemon has no folder yet, so the filter leaves no note for them (it writes only
+    /// into the user's own folder); the job_submit mark finds their jobs, and the first
+    /// one found makes their folder (docs/plain-sbatch.md).
+    pub fn seen(&mut self, store: &crate::store::Store, uid: u32) {
+        if !self.seen.insert(uid) {
+            return;
+        }
+        match self.opted_in(store, uid) {
+            Ok(true) => self.make_folder(uid),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!("cannot tell whether uid {uid} is opted in to plain sbatch: {e}");
+                self.seen.remove(&uid);
+            }
+        }
+    }
+
+    /// Makes `uid`'s notes folder (logged when it cannot be). A per-user daemon makes its
+    /// own user's only: it takes no one else's notes.
+    fn make_folder(&self, uid: u32) {
+        if !may_take(uid, nix::unistd::geteuid().as_raw()) {
+            return;
+        }
+        let Some(who) = crate::slurm::RunAs::lookup(uid) else {
+            tracing::warn!("uid {uid} has no account on this host: no plain-sbatch notes folder is made for it");
+            return;
+        };
+        if let Err(e) = self.spool.make_folder(uid, who.gid) {
+            tracing::error!(
+                "cannot make the plain-sbatch notes folder of uid {uid} in {}: {e}",
+                self.spool.notes().display()
             );
         }
     }
@@ -539,8 +782,15 @@ async fn take<S: crate::slurm::Slurm>(
         Some(_) => Owner::Exactly,
         None => Owner::Marked(MARK),
     };
+    // A user marked by the job_submit script (opted in): their notes folder is made, so
+    // their next sbatch leaves a note too.
+    plain.seen(engine.store(), uid);
     let key: std::ffi::OsString = match note {
-        Some(n) => n.name.clone(),
+        Some(n) => {
+            let mut k = std::ffi::OsString::from(format!("{}/", n.uid));
+            k.push(&n.name);
+            k
+        }
         None => format!("mark:{job_id}").into(),
     };
     let refused = match adopt_job(engine, job_id, uid, who).await {
@@ -634,43 +884,242 @@ mod tests {
         ]));
     }
 
-    #[test]
-    fn the_spool_keeps_notes_and_drops_everything_else() {
+    /// A spool in a fresh folder, prepared (locked). The tests make folders of other uids,
+    /// so they run as root, as the system-wide daemon does (scripts/test runs them so).
+    fn spool() -> (tempfile::TempDir, Spool, std::fs::File) {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the spool's tests make folders of other users: run them as root"
+        );
         let dir = tempfile::tempdir().unwrap();
-        let s = Spool {
-            root: dir.path().join("spool"),
-        };
-        let _lock = s.prepare().unwrap();
+        let s = Spool::at(dir.path().join("spool"));
+        let lock = s.prepare().unwrap();
+        (dir, s, lock)
+    }
+
+    /// An empty file `name` in `uid`'s folder, as the filter leaves it (owned by `uid`).
+    fn note(s: &Spool, uid: u32, name: &str) {
+        let p = s.folder(uid).join(name);
+        std::fs::write(&p, b"").unwrap();
+        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+    }
+
+    #[test]
+    fn the_spool_keeps_notes_and_drops_everything_else_without_following_links() {
+        let (_dir, mut s, _lock) = spool();
         assert!(matches!(s.prepare(), Err(SpoolError::Locked { .. })));
-        let mode = std::fs::metadata(s.notes()).unwrap().permissions().mode();
-        assert_eq!(mode & 0o7777, 0o1733);
-        std::fs::write(s.notes().join("42.1.2"), b"ignored content").unwrap();
-        std::fs::write(s.notes().join("junk"), b"").unwrap();
-        std::fs::create_dir(s.notes().join("43.1")).unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", s.notes().join("44.1")).unwrap();
+        for p in [s.root.clone(), s.notes()] {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o755, "{}", p.display());
+        }
+        s.make_folder(1001, 1001).unwrap();
+        let m = std::fs::symlink_metadata(s.folder(1001)).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o7777), (1001, 0o700));
+        let f = s.folder(1001);
+        note(&s, 1001, "42.1.2");
+        // Not notes: a file with content, another name, a folder with something in it, a
+        // link to a file and one to a folder, a FIFO, a note of another uid's in it.
+        std::fs::write(f.join("43.1.1"), b"content").unwrap();
+        std::fs::write(f.join("junk"), b"").unwrap();
+        std::fs::create_dir(f.join("44.1")).unwrap();
+        std::fs::write(f.join("44.1").join("keep"), b"").unwrap();
+        let victim = _dir.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("45.1.1"), b"precious").unwrap();
+        std::os::unix::fs::symlink(victim.join("45.1.1"), f.join("45.1.1")).unwrap();
+        std::os::unix::fs::symlink(&victim, f.join("46.1.1")).unwrap();
+        nix::unistd::mkfifo(
+            &f.join("47.1.1"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::write(f.join("48.1.1"), b"").unwrap();
+        std::os::unix::fs::lchown(f.join("48.1.1"), Some(1002), Some(1002)).unwrap();
+        // In `notes/` itself: only the daemon's user can write there; what is not a user's
+        // folder is removed, and a folder named by a uid but not owned by it is not one.
+        std::fs::write(s.notes().join("49.1.1"), b"").unwrap();
+        std::fs::create_dir(s.notes().join("1003")).unwrap();
         let notes = s.scan().unwrap();
-        assert_eq!(notes.len(), 1);
-        assert_eq!(notes[0].job_id, "42");
-        assert_eq!(notes[0].uid, nix::unistd::geteuid().as_raw());
-        let left: Vec<_> = std::fs::read_dir(s.notes())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        // The folder is not removed (remove_file refuses it); it is no note either.
-        assert!(left.contains(&"42.1.2".to_string()));
-        assert!(!left.contains(&"junk".to_string()));
-        assert!(!left.contains(&"44.1".to_string()));
-        assert!(std::path::Path::new("/etc/passwd").exists());
+        assert_eq!(
+            notes,
+            vec![Note {
+                job_id: "42".into(),
+                uid: 1001,
+                name: "42.1.2".into()
+            }]
+        );
+        let left = |d: &Path| -> Vec<String> {
+            let mut v: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        // The folder with something in it stays (it holds up only its own user).
+        assert_eq!(left(&f), ["42.1.2", "44.1"]);
+        assert_eq!(left(&s.notes()), ["1001"]);
+        // Nothing a link named was touched.
+        assert_eq!(std::fs::read(victim.join("45.1.1")).unwrap(), b"precious");
+        assert_eq!(left(&victim), ["45.1.1"]);
         s.remove(&notes[0]);
-        assert!(!s.notes().join("42.1.2").exists());
+        assert!(left(&f) == ["44.1"]);
+        // A folder its user opened to others is closed again.
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o777)).unwrap();
+        s.make_folder(1001, 1001).unwrap();
+        let m = std::fs::symlink_metadata(&f).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o700);
+    }
+
+    #[test]
+    fn an_older_versions_notes_folder_is_moved_aside_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::at(dir.path().join("spool"));
+        std::fs::create_dir_all(s.notes()).unwrap();
+        std::fs::set_permissions(s.notes(), std::fs::Permissions::from_mode(0o1733)).unwrap();
+        std::fs::create_dir(s.notes().join("4200")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", s.notes().join("50.1.1")).unwrap();
+        let _lock = s.prepare().unwrap();
+        let m = std::fs::symlink_metadata(s.notes()).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o755);
+        assert_eq!(std::fs::read_dir(s.notes()).unwrap().count(), 0);
+        let aside: Vec<_> = std::fs::read_dir(&s.root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("notes-before-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        let m = std::fs::symlink_metadata(&aside[0]).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o700);
+        assert!(std::path::Path::new("/etc/passwd").exists());
+    }
+
+    /// One user's flood of notes and junk delays no one else's notes beyond their turn:
+    /// each user gets at most their share of a cycle, users are taken in turn, and a user
+    /// who leaves more waits for the next cycles.
+    #[test]
+    fn the_scan_is_fair_between_users() {
+        let (_dir, mut s, _lock) = spool();
+        // Mallory (1001, first in every order) leaves 500 notes and 500 links; 40 other
+        // users leave one note each.
+        s.make_folder(1001, 1001).unwrap();
+        for i in 0..500 {
+            note(&s, 1001, &format!("{}.1.1", 100 + i));
+            std::os::unix::fs::symlink(
+                "/etc/passwd",
+                s.folder(1001).join(format!("{}.2.2", 100 + i)),
+            )
+            .unwrap();
+        }
+        let others: Vec<u32> = (2000..2040).collect();
+        for &u in &others {
+            s.make_folder(u, u).unwrap();
+            note(&s, u, &format!("{u}.1.1"));
+        }
+        let mut waiting: HashSet<u32> = others.iter().copied().collect();
+        let mut hers = 0;
+        let mut cycles = 0;
+        while !waiting.is_empty() {
+            cycles += 1;
+            assert!(
+                cycles <= 2,
+                "{} users still wait after {cycles} cycles",
+                waiting.len()
+            );
+            let notes = s.scan().unwrap();
+            assert!(notes.len() <= MAX_NOTES_PER_CYCLE);
+            let mallorys = notes.iter().filter(|n| n.uid == 1001).count();
+            assert!(mallorys <= NOTES_PER_USER_PER_CYCLE, "{mallorys}");
+            hers += mallorys;
+            for n in &notes {
+                waiting.remove(&n.uid);
+                s.remove(n);
+            }
+        }
+        // Mallory's notes are taken too, a share a cycle, and her links go.
+        for _ in 0..200 {
+            let notes = s.scan().unwrap();
+            if notes.is_empty() {
+                break;
+            }
+            hers += notes.len();
+            for n in &notes {
+                s.remove(n);
+            }
+        }
+        assert_eq!(hers, 500);
+        assert_eq!(std::fs::read_dir(s.folder(1001)).unwrap().count(), 0);
+        assert!(std::path::Path::new("/etc/passwd").exists());
+    }
+
+    /// The daemon's own sbatch whose answer was lost, for a user who is opted in: a note
+    /// (and, before SLURM_SUPERVISOR=off, the site's filter wrote one) names its job
+    /// before reconciliation has found it by its tag. In the daemon's cycle order the job
+    /// is one chain, and its out-of-memory ending one retry.
+    #[tokio::test]
+    async fn a_lost_sbatch_answer_makes_one_chain_and_one_retry() {
+        use crate::slurm::fake::{Ending, FakeSlurm};
+        let (dir, _, lock) = spool();
+        drop(lock);
+        let config = Config::parse(
+            &format!(
+                "state_dir = {:?}\n[retry]\nbackoff_initial = \"0s\"\nbackoff_jitter = 0.0\nin_place = false\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+                dir.path().display().to_string(),
+                dir.path().join("spool").display().to_string(),
+            ),
+            None,
+        )
+        .unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let mut store = crate::store::Store::in_memory().unwrap();
+        store.set_plain_opt(uid, true, 1).unwrap();
+        let plain = Plain::start(&config, &store).unwrap().unwrap();
+        let notes = plain.spool.folder(uid);
+        let fake = FakeSlurm::new();
+        let mut engine = crate::daemon::engine::Engine::new(config, store, fake.clone());
+        let new = crate::store::NewSubmission {
+            owner_uid: uid,
+            user: "root".into(),
+            argv: vec!["--mem=100M".into(), "job.sh".into()],
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            script_name: Some("job.sh".into()),
+            script: Some(b"#!/bin/sh\ntrue\n".to_vec()),
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        };
+        let submitted =
+            crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
+        let t = crate::clock::now();
+        let l = engine.begin_submission(&new, &submitted, t).unwrap();
+        let sub = engine.store().submission(l.submission_id).unwrap();
+        fake.lose_next_sbatch_reply();
+        engine.run_launch(&l, &sub, t).await.unwrap();
+        let job = fake.live_jobs()[0].clone();
+        assert!(engine.store().resolve(&job).unwrap().is_empty());
+        std::fs::write(notes.join(format!("{job}.1.1")), b"").unwrap();
+        let mut plain = Some(plain);
+        for _ in 0..2 {
+            crate::daemon::timed_cycle(&mut engine, &mut plain)
+                .await
+                .unwrap();
+        }
+        assert_eq!(engine.store().resolve(&job).unwrap().len(), 1);
+        assert_eq!(std::fs::read_dir(&notes).unwrap().count(), 0);
+        assert!(fake.end(&job, Ending::OutOfMemory));
+        for _ in 0..3 {
+            crate::daemon::timed_cycle(&mut engine, &mut plain)
+                .await
+                .unwrap();
+        }
+        assert_eq!(fake.sbatch_calls().len(), 2, "{:#?}", fake.sbatch_calls());
     }
 
     #[test]
     fn publishing_writes_the_choices_and_the_default() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Spool {
-            root: dir.path().join("spool"),
-        };
+        let s = Spool::at(dir.path().join("spool"));
         let _lock = s.prepare().unwrap();
         s.publish(
             &[(1000, true), (1001, false)],
@@ -680,7 +1129,7 @@ mod tests {
         let read = |p: &str| std::fs::read_to_string(s.root.join(p)).unwrap();
         assert_eq!(read("optin/1000"), "in\n");
         assert_eq!(read("optin/1001"), "out\n");
-        assert_eq!(read("default"), "groups 5 6\n");
+        assert_eq!(read("default"), "groups 5 6\nnotes per-user\n");
         let mode = std::fs::metadata(s.root.join("optin/1000"))
             .unwrap()
             .permissions()
@@ -689,6 +1138,6 @@ mod tests {
         s.publish(&[(1001, true)], &SiteDefault::None).unwrap();
         assert!(!s.root.join("optin/1000").exists());
         assert_eq!(read("optin/1001"), "in\n");
-        assert_eq!(read("default"), "none\n");
+        assert_eq!(read("default"), "none\nnotes per-user\n");
     }
 }

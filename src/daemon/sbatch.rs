@@ -431,12 +431,15 @@ pub fn preview_argv(
 }
 
 /// Whether a launch's job is held by what it is submitted with: `--hold` in its argv (a
-/// gate's, the user's own) or in its script's `#SBATCH` lines. Unreadable counts as held:
-/// cluster mode then leaves the job as sbatch makes it.
-pub fn holds(argv: &[String], script: Option<&[u8]>) -> bool {
-    Submitted::read(argv, script)
-        .map(|s| s.has("hold"))
-        .unwrap_or(true)
+/// gate's, the user's own), in its script's `#SBATCH` lines, or `SBATCH_HOLD` in the
+/// environment sbatch runs with (sbatch takes the variable as `--hold` whatever its value).
+/// Unreadable counts as held: cluster mode then leaves the job as sbatch makes it, and
+/// never releases a hold its owner asked for.
+pub fn holds(argv: &[String], script: Option<&[u8]>, env: &[(String, String)]) -> bool {
+    env.iter().any(|(k, _)| k == "SBATCH_HOLD")
+        || Submitted::read(argv, script)
+            .map(|s| s.has("hold"))
+            .unwrap_or(true)
 }
 
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
@@ -483,7 +486,7 @@ pub async fn sbatch<S: Slurm>(
         env: sbatch_env(&sub.env),
         stdin,
         run_as: owner,
-        held: holds(&l.argv, sub.script.as_deref()),
+        held: holds(&l.argv, sub.script.as_deref(), &sub.env),
     };
     let confirm = req.run_as.is_some();
     let result = slurm.sbatch(&req).await;
@@ -522,18 +525,23 @@ async fn confirm_job<S: Slurm>(slurm: &S, job: String, tag: &str) -> LaunchOutco
     }
 }
 
-/// The environment sbatch runs with: the user's, except which Slurm it talks to. The
-/// daemon watches the cluster of its own `SLURM_CONF`, so a job must go there; a user's
-/// `SLURM_CONF` could also point sbatch at a file that makes it hang.
+/// The environment sbatch runs with: the user's, except which Slurm it talks to and the
+/// plain-sbatch switch. The daemon watches the cluster of its own `SLURM_CONF`, so a job
+/// must go there; a user's `SLURM_CONF` could also point sbatch at a file that makes it
+/// hang. `SLURM_SUPERVISOR=off` keeps the site's cli_filter (and job_submit script) from
+/// noting or marking the daemon's own submission as a plain sbatch: the job is this
+/// store's already, and a note would make it a second chain (docs/guarantees.md). The
+/// job's environment carries it too (docs/plain-sbatch.md).
 fn sbatch_env(user: &[(String, String)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = user
         .iter()
-        .filter(|(k, _)| k != "SLURM_CONF")
+        .filter(|(k, _)| k != "SLURM_CONF" && k != crate::slurm::PLAIN_SWITCH)
         .cloned()
         .collect();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         env.push(("SLURM_CONF".into(), conf));
     }
+    env.push((crate::slurm::PLAIN_SWITCH.into(), "off".into()));
     env
 }
 
@@ -695,6 +703,74 @@ mod tests {
         assert_eq!(old, "first");
         remove_snapshot(&p);
         assert!(!p.parent().unwrap().exists());
+    }
+
+    #[test]
+    fn the_daemons_own_sbatch_never_runs_the_plain_sbatch_filter() {
+        let env = sbatch_env(&[
+            ("SLURM_SUPERVISOR".into(), "on".into()),
+            ("HOME".into(), "/home/a".into()),
+        ]);
+        let switch: Vec<_> = env
+            .iter()
+            .filter(|(k, _)| k == "SLURM_SUPERVISOR")
+            .collect();
+        assert_eq!(
+            switch,
+            [&("SLURM_SUPERVISOR".to_string(), "off".to_string())]
+        );
+        assert!(env.contains(&("HOME".into(), "/home/a".into())));
+    }
+
+    #[test]
+    fn a_hold_asked_for_in_the_environment_is_the_users() {
+        let argv = vec!["job.sh".to_string()];
+        let script = Some(&b"#!/bin/sh\ntrue\n"[..]);
+        assert!(!holds(&argv, script, &[]));
+        assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), "1".into())]));
+        // sbatch takes the variable as --hold whatever its value.
+        assert!(holds(
+            &argv,
+            script,
+            &[("SBATCH_HOLD".into(), String::new())]
+        ));
+        assert!(holds(&["--hold".into(), "job.sh".into()], script, &[]));
+    }
+
+    /// `SBATCH_HOLD=1` in a submission's environment holds the job as `--hold` does: the
+    /// sbatch is told so, and cluster mode, which releases every job it submitted held
+    /// once its fence is checked, submits this one as it is and never releases it.
+    #[tokio::test]
+    async fn a_submission_held_by_its_environment_stays_held() {
+        use crate::slurm::fake::FakeSlurm;
+        let fake = FakeSlurm::new();
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::parse(
+            &format!("state_dir = {:?}\n", dir.path().display().to_string()),
+            None,
+        )
+        .unwrap();
+        let mut store = Store::in_memory().unwrap();
+        let new = NewSubmission {
+            owner_uid: nix::unistd::geteuid().as_raw(),
+            user: "root".into(),
+            argv: vec!["--wrap=true".into()],
+            cwd: "/tmp".into(),
+            env: vec![("SBATCH_HOLD".into(), "1".into())],
+            script_name: None,
+            script: None,
+            max_retries: 3,
+            restartable: false,
+            array_tasks: None,
+        };
+        let submitted = Submitted::read(&new.argv, None).unwrap();
+        let l = begin_submission(&mut store, &config, &new, &submitted, 10).unwrap();
+        let sub = store.submission(l.submission_id).unwrap();
+        let LaunchOutcome::Submitted(job) = sbatch(&fake, dir.path(), &l, &sub).await else {
+            panic!("not submitted")
+        };
+        assert!(fake.sbatch_calls()[0].held, "the sbatch was not told");
+        assert!(fake.job(&job).unwrap().held);
     }
 
     #[test]

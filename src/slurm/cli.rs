@@ -803,7 +803,18 @@ impl Slurm for SlurmCli {
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
         // The user's bytes go back to their raw form here (see `osbytes`).
         use crate::osbytes::to_os;
-        let env: Vec<_> = req.env.iter().map(|(k, v)| (to_os(k), to_os(v))).collect();
+        // The site's plain-sbatch filter is never run for the daemon's own sbatch: its
+        // job is recorded already (`super::PLAIN_SWITCH`).
+        let env: Vec<_> = req
+            .env
+            .iter()
+            .filter(|(k, _)| k != super::PLAIN_SWITCH)
+            .map(|(k, v)| (to_os(k), to_os(v)))
+            .chain(std::iter::once((
+                super::PLAIN_SWITCH.into(),
+                std::ffi::OsString::from("off"),
+            )))
+            .collect();
         let cwd = crate::osbytes::to_path(&req.cwd.to_string_lossy());
         let run_as = req.run_as.clone();
         let argv: Vec<std::ffi::OsString> = req.argv.iter().map(|a| to_os(a)).collect();

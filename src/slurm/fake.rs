@@ -132,6 +132,9 @@ pub enum Ending {
 pub struct SbatchCall {
     pub argv: Vec<String>,
     pub cwd: std::path::PathBuf,
+    /// Whether the caller said the job is held by what it is submitted with
+    /// ([`SbatchRequest::held`]: cluster mode then never releases it).
+    pub held: bool,
     /// The value in force (command line over script) of each option.
     pub comment: Option<String>,
     pub array: Option<String>,
@@ -764,7 +767,10 @@ impl FakeSlurm {
                 ended_rows: None,
                 requeued_runs: Vec::new(),
                 dependency: opt("dependency").unwrap_or_default(),
-                held: cmd.has("hold") || directives.has("hold"),
+                // As sbatch: SBATCH_HOLD in its environment is --hold, whatever its value.
+                held: cmd.has("hold")
+                    || directives.has("hold")
+                    || req.env.iter().any(|(k, _)| k == "SBATCH_HOLD"),
                 user: user.clone(),
                 uid,
             })
@@ -772,6 +778,7 @@ impl FakeSlurm {
         let call = SbatchCall {
             argv: req.argv.clone(),
             cwd: req.cwd.clone(),
+            held: req.held,
             comment: opt("comment"),
             array: opt("array"),
             mem: opt("mem"),
@@ -814,6 +821,7 @@ impl Slurm for FakeSlurm {
             s.calls.push(SbatchCall {
                 argv: req.argv.clone(),
                 cwd: req.cwd.clone(),
+                held: req.held,
                 comment: None,
                 array: None,
                 mem: None,
@@ -847,6 +855,7 @@ impl Slurm for FakeSlurm {
                 s.calls.push(SbatchCall {
                     argv: req.argv.clone(),
                     cwd: req.cwd.clone(),
+                    held: req.held,
                     comment: None,
                     array: None,
                     mem: None,
@@ -1024,6 +1033,10 @@ impl Slurm for FakeSlurm {
         if let Some(t) = j.array_task {
             m.insert("ArrayJobId".into(), j.base_id());
             m.insert("ArrayTaskId".into(), t.to_string());
+        }
+        // As Slurm: the script's path as sbatch was given it (none for --wrap or stdin).
+        if let Some(script) = sbatch_args::parse(&j.argv).ok().and_then(|c| c.script) {
+            m.insert("Command".into(), script);
         }
         Ok(m)
     }

@@ -20,6 +20,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
 
+/// The variable that turns the plain-sbatch cli_filter and job_submit script off for one
+/// submission (`config/slurm/cli_filter.lua`). Every sbatch the daemon runs has it set to
+/// `off`: the daemon's own jobs are never noted or marked as plain sbatch.
+pub const PLAIN_SWITCH: &str = "SLURM_SUPERVISOR";
+
 /// An sbatch to run: the exact argv (without the `sbatch` itself), where, with what environment.
 #[derive(Debug, Clone)]
 pub struct SbatchRequest {
@@ -31,7 +36,8 @@ pub struct SbatchRequest {
     /// The user to run it as (a system-wide daemon acts for users, never as root for them).
     pub run_as: Option<RunAs>,
     /// The job is held by what it is submitted with (`--hold` in the argv or in the
-    /// script's `#SBATCH` lines: a gate, the user's own): cluster mode does not release it.
+    /// script's `#SBATCH` lines, `SBATCH_HOLD` in the environment: a gate, the user's
+    /// own): cluster mode does not release it.
     pub held: bool,
 }
 

@@ -406,7 +406,29 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             launch_id,
             job_id,
             now,
-        } => exec_launch_submitted(tx, launch_id, &job_id, now)?,
+        } => {
+            // An entry written before migration 14 may make a second live attempt on one
+            // job (a plain-sbatch note of the daemon's own job adopted it twice): it is
+            // applied as the migration keeps such pairs (`twin`), so a new replica can
+            // replay a journal that holds one. The store that writes entries now refuses
+            // a second live attempt, so no later entry makes one.
+            tx.execute_batch("SAVEPOINT replay_launch")?;
+            let first = exec_launch_submitted(tx, launch_id, &job_id, now, false);
+            let undo = "ROLLBACK TO replay_launch; RELEASE replay_launch";
+            match first {
+                Ok(()) => tx.execute_batch("RELEASE replay_launch")?,
+                Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                    if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
+                {
+                    tx.execute_batch(undo)?;
+                    exec_launch_submitted(tx, launch_id, &job_id, now, true)?
+                }
+                Err(e) => {
+                    tx.execute_batch(undo)?;
+                    return Err(e);
+                }
+            }
+        }
         Op::DiscardSubmission { launch_id } => exec_discard_submission(tx, launch_id)?,
         Op::NoteSubmitRequest {
             owner_uid,
@@ -902,7 +924,15 @@ fn refuse_launch_in_flight(tx: &Connection, chain_id: i64) -> Result<()> {
     Ok(())
 }
 
-fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
+/// `twin`: the attempts are a second live attempt on their job, kept as they were
+/// (a replayed entry from before migration 14, see `apply_op`); false for every new write.
+fn exec_launch_submitted(
+    tx: &Connection,
+    launch_id: i64,
+    job_id: &str,
+    now: i64,
+    twin: bool,
+) -> Result<()> {
     // Only an intent: a launch settled meanwhile (by reconciliation, by another daemon in
     // cluster mode) keeps the job it has.
     let changed = tx
@@ -919,9 +949,9 @@ fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64
             None => job_id.to_string(),
         };
         tx.prepare_cached(
-            "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4 WHERE chain_id = ?1 AND n = ?2",
+            "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4, twin = ?6 WHERE chain_id = ?1 AND n = ?2",
         )?
-        .execute(params![chain, n, jid, now, job_id])?;
+        .execute(params![chain, n, jid, now, job_id, twin])?;
         tx.prepare_cached(
             "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
         )?
@@ -1900,7 +1930,7 @@ impl Store {
     /// under `job_id_task`) and their chains active.
     pub fn launch_submitted(&mut self, launch_id: i64, job_id: &str, now: i64) -> Result<()> {
         self.write(
-            |tx, _| exec_launch_submitted(tx, launch_id, job_id, now),
+            |tx, _| exec_launch_submitted(tx, launch_id, job_id, now, false),
             |_, p| {
                 p.push(&Op::LaunchSubmitted {
                     launch_id,

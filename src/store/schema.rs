@@ -297,4 +297,21 @@ CREATE TABLE plain_refused (
 ) WITHOUT ROWID;
 CREATE INDEX plain_refused_by_time ON plain_refused(noted_at);
 "#,
+    // 14: one Slurm job is the live attempt of one chain at most: the store refuses a
+    // second (docs/guarantees.md), whatever code asks for it. Before this, a plain-sbatch
+    // note of the daemon's own job whose sbatch answer was lost could adopt it as a second
+    // chain beside the one reconciliation recorded it on. Such pairs already in a store
+    // are kept as they are (`twin = 1` on the later chain's attempt: no decision is made
+    // for them here), and end as they would have; no new one can be made.
+    r#"
+ALTER TABLE attempts ADD COLUMN twin INTEGER NOT NULL DEFAULT 0;
+UPDATE attempts SET twin = 1
+ WHERE state = 'live' AND slurm_job_id IS NOT NULL
+   AND EXISTS (SELECT 1 FROM attempts o
+                WHERE o.slurm_job_id = attempts.slurm_job_id AND o.state = 'live'
+                  AND (o.chain_id < attempts.chain_id
+                       OR (o.chain_id = attempts.chain_id AND o.n < attempts.n)));
+CREATE UNIQUE INDEX attempts_one_live_per_job ON attempts(slurm_job_id)
+ WHERE state = 'live' AND twin = 0;
+"#,
 ];

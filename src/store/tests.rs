@@ -281,3 +281,82 @@ fn a_replica_of_another_shared_database_is_refused_and_left_as_it_is() {
     );
     assert_eq!(std::fs::read(&p).unwrap(), before);
 }
+
+/// One Slurm job is the live attempt of one chain at most: the store itself refuses a
+/// second (a plain-sbatch adoption of a job a launch of its own made, after a lost sbatch
+/// answer, made two chains of one job), and the first stays as it was.
+#[test]
+fn a_job_is_the_live_attempt_of_one_chain_at_most() {
+    let mut s = Store::in_memory().unwrap();
+    let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(a.id, "42", 101).unwrap();
+    assert!(s.launch_submitted(b.id, "42", 102).is_err());
+    assert_eq!(s.resolve("42").unwrap().len(), 1);
+    assert_eq!(s.live_jobs().unwrap().len(), 1);
+    // Another job is fine, and so is the same id once the first attempt has ended (an
+    // attempt requeued in place keeps its job id).
+    s.launch_submitted(b.id, "43", 102).unwrap();
+    assert_eq!(s.live_jobs().unwrap().len(), 2);
+}
+
+/// A store that already holds two live attempts on one job (made before the constraint)
+/// is migrated: the pair is kept as it is, and no new one can be made.
+#[test]
+fn the_migration_keeps_existing_twins_and_refuses_new_ones() {
+    let conn = Connection::open_in_memory().unwrap();
+    let before = schema::MIGRATIONS
+        .iter()
+        .position(|m| m.contains("attempts_one_live_per_job"))
+        .unwrap();
+    for sql in &schema::MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
+             VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (1000, 'alice', '[]', '/tmp', '[]', 5, 1);
+         INSERT INTO chains (submission_id, state, created_at, updated_at, owner_uid)
+             VALUES (1, 'active', 1, 1, 1000), (2, 'active', 1, 1, 1000);
+         INSERT INTO launches (submission_id, tag, argv, state, job_id, created_at)
+             VALUES (1, 't1', '[]', 'submitted', '42', 1), (2, 't2', '[]', 'submitted', '42', 1);
+         INSERT INTO attempts (chain_id, n, launch_id, slurm_job_id, slurm_base_id, state, plan)
+             VALUES (1, 1, 1, '42', '42', 'live', '{}'), (2, 1, 2, '42', '42', 'live', '{}');",
+    )
+    .unwrap();
+    let mut s = Store::init(conn).unwrap();
+    assert_eq!(s.resolve("42").unwrap().len(), 2);
+    let c = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    assert!(s.launch_submitted(c.id, "42", 101).is_err());
+    s.launch_submitted(c.id, "44", 101).unwrap();
+}
+
+/// A journal written before the one-live-attempt constraint may hold an entry that made a
+/// second live attempt on one job: a new replica replays it (the pair kept as the
+/// migration keeps it), and refuses a new one all the same.
+#[test]
+fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
+    let journal = MemoryJournal::default();
+    {
+        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        s.launch_submitted(a.id, "42", 101).unwrap();
+        s.launch_submitted(b.id, "43", 102).unwrap();
+    }
+    // As an older store wrote it: the second launch on job 42 too.
+    {
+        let mut entries = journal.entries.lock().unwrap();
+        let last = entries.last_mut().unwrap();
+        let text = String::from_utf8(last.1.clone()).unwrap();
+        assert!(text.contains("\"43\""), "{text}");
+        last.1 = text.replace("\"43\"", "\"42\"").into_bytes();
+    }
+    let mut replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    assert_eq!(replica.resolve("42").unwrap().len(), 2);
+    let c = replica
+        .create_submission(&sub(None), 103, |_| vec![])
+        .unwrap();
+    assert!(replica.launch_submitted(c.id, "42", 104).is_err());
+}

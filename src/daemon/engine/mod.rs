@@ -197,19 +197,31 @@ impl<S: Slurm> Engine<S> {
         self.slurm.show_job(id).await
     }
 
-    /// A job's owner and state as the poll's squeue shows them (for `adopt`): fields Slurm
-    /// writes, never the job's own text. `None` when squeue does not show exactly one row
-    /// for the job.
-    pub async fn job_owner(
+    /// Who owns a job, from every row squeue shows for its id (an array's tasks and a
+    /// heterogeneous job's components are rows of their own, all of one owner), and its
+    /// state when one row is the job itself: fields Slurm writes, never the job's own
+    /// text (for `adopt`, which asks this before anything else). `None` when squeue shows
+    /// no row, or rows of more than one owner.
+    pub async fn job_owner_of_any(
         &self,
         id: &str,
-    ) -> Result<Option<(u32, crate::slurm::types::JobState)>, SlurmError> {
+    ) -> Result<Option<(u32, Option<crate::slurm::types::JobState>)>, SlurmError> {
         let p = self.slurm.squeue(&[id.to_string()]).await?;
-        let mut rows = p.rows.iter().filter(|r| r.job_id == id);
-        match (rows.next(), rows.next(), p.errors.is_empty()) {
-            (Some(r), None, true) => Ok(Some((r.uid, r.state))),
-            _ => Ok(None),
+        if !p.errors.is_empty() {
+            return Ok(None);
         }
+        let Some(first) = p.rows.first() else {
+            return Ok(None);
+        };
+        if p.rows.iter().any(|r| r.uid != first.uid) {
+            return Ok(None);
+        }
+        let mut own = p.rows.iter().filter(|r| r.job_id == id);
+        let state = match (own.next(), own.next()) {
+            (Some(r), None) => Some(r.state),
+            _ => None,
+        };
+        Ok(Some((first.uid, state)))
     }
 
     /// A job's batch script (for `adopt`).

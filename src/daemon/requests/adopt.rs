@@ -163,6 +163,43 @@ pub async fn adopt_job<S: Slurm>(
         let usage =
             |m: String| Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {m}"));
         let id = &id.to_string();
+        // Whose job it is comes first: nothing of another user's job (whether it is an
+        // array, heterogeneous, supervised, or there at all) is told to a caller it does
+        // not belong to, who gets the answer an unknown job gets. From squeue's fields,
+        // which Slurm writes: in `scontrol show job` the owner's own text (name, comment,
+        // command, paths) sits among the keys and can hold ` UserId=root(0)`. The user
+        // name is the owner uid's account, never a name read from text.
+        let unknown = || {
+            Response::error(
+                ErrorKind::NotFound,
+                format!("Slurm shows no live job {id} of yours; only your own pending or running job can be adopted (squeue --me lists them)"),
+            )
+        };
+        let (owner, state) = engine
+            .job_owner_of_any(id)
+            .await
+            .map_err(|e| {
+                Response::error(
+                    ErrorKind::Unavailable,
+                    format!("cannot ask Slurm about {id}: {e}"),
+                )
+            })?
+            .ok_or_else(unknown)?;
+        let allowed = match who {
+            Owner::Caller => sees_all(uid) || owner == uid,
+            Owner::Exactly | Owner::Marked(_) => owner == uid,
+        };
+        if !allowed {
+            return Err(match who {
+                Owner::Caller => unknown(),
+                // A plain-sbatch note or mark naming another user's job: the daemon's
+                // own bookkeeping, never shown to the note's owner (`daemon::plain`).
+                Owner::Exactly | Owner::Marked(_) => Response::error(
+                    ErrorKind::Forbidden,
+                    format!("job {id} belongs to another user"),
+                ),
+            });
+        }
         if !engine.store().resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
@@ -170,10 +207,8 @@ pub async fn adopt_job<S: Slurm>(
             ));
         }
         let job = engine.show_job(id).await.map_err(|e| match e {
-            crate::slurm::SlurmError::Rejected { .. } => Response::error(
-                ErrorKind::NotFound,
-                format!("Slurm does not know a live job {id}: {e}"),
-            ),
+            // Gone since squeue showed it.
+            crate::slurm::SlurmError::Rejected { .. } => unknown(),
             // A record that cannot be read as Slurm wrote it: asking again will not help.
             e @ crate::slurm::SlurmError::Garbage { .. } => {
                 Response::error(ErrorKind::Usage, format!("cannot adopt {id}: {e}"))
@@ -196,35 +231,26 @@ pub async fn adopt_job<S: Slurm>(
                 "array jobs cannot be adopted yet; submit arrays with supervisorctl submit".into(),
             ));
         }
-        // Who owns it, and whether it is live, from squeue's fields, which Slurm writes:
-        // in `scontrol show job` the owner's own text (name, comment, command, paths) sits
-        // among the keys and can hold ` UserId=root(0)`. The user name is the owner uid's
-        // account, never a name read from text.
-        let (owner, state) = engine
-            .job_owner(id)
-            .await
-            .map_err(|e| {
-                Response::error(
-                    ErrorKind::Unavailable,
-                    format!("cannot ask Slurm about {id}: {e}"),
-                )
-            })?
-            .ok_or_else(|| {
-                Response::error(
-                    ErrorKind::NotFound,
-                    format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
-                )
-            })?;
-        let allowed = match who {
-            Owner::Caller => sees_all(uid) || owner == uid,
-            Owner::Exactly | Owner::Marked(_) => owner == uid,
-        };
-        if !allowed {
+        // A job with this store's tag is the job of one of its launches, whose sbatch
+        // answer was lost or not recorded yet: reconciliation finds it by that tag and
+        // records it on its own chain. Adopted here too, it would be watched and retried
+        // twice (docs/guarantees.md).
+        let ours = format!("ssv-{}-", engine.store().instance());
+        if let Some(tag) = job
+            .get("Comment")
+            .and_then(|c| crate::daemon::sbatch::tags_in(c).find(|t| t.starts_with(&ours)))
+        {
             return Err(Response::error(
-                ErrorKind::Forbidden,
-                format!("job {id} belongs to another user"),
+                ErrorKind::Conflict,
+                format!("{id} carries this supervisor's tag {tag}: it is the job of a supervised chain, recorded on it by the next cycle"),
             ));
         }
+        let state = state.ok_or_else(|| {
+            Response::error(
+                ErrorKind::NotFound,
+                format!("squeue shows no single live job {id}; only a pending or running job can be adopted"),
+            )
+        })?;
         // The listing of marks is a candidate only (an admin comment with a line break could
         // make a line up): the mark must be the record's, which cannot span lines and names
         // each key once.
@@ -311,6 +337,64 @@ pub async fn adopt_job<S: Slurm>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Mallory asks to adopt alice's jobs: an array, a plain one, one already supervised.
+    /// She learns nothing of them: each answer is the one a job that does not exist gets.
+    /// Alice herself is told what her array is.
+    #[tokio::test]
+    async fn another_users_job_is_answered_as_an_unknown_one() {
+        use crate::slurm::fake::FakeSlurm;
+        use crate::slurm::SbatchRequest;
+        let (alice, mallory) = (1001, 1002);
+        let fake = FakeSlurm::new();
+        let mut engine = Engine::new(
+            crate::config::Config::parse("", None).unwrap(),
+            crate::store::Store::in_memory().unwrap(),
+            fake.clone(),
+        );
+        let submit = |argv: &[&str]| SbatchRequest {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: "/tmp".into(),
+            env: Vec::new(),
+            stdin: Some(b"#!/bin/sh\ntrue\n".to_vec()),
+            run_as: None,
+            held: false,
+        };
+        let array = fake.sbatch(&submit(&["--array=0-1"])).await.unwrap();
+        for t in 0..2 {
+            assert!(fake.set_owner(&format!("{array}_{t}"), alice));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("job.sh");
+        std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+        let plain = fake
+            .sbatch(&submit(&[script.to_str().unwrap()]))
+            .await
+            .unwrap();
+        assert!(fake.set_owner(&plain, alice));
+        let answer = |r: Handled<AdoptAnswer>, id: &str| match r {
+            Err(Response::Error(e)) => (e.kind, e.message.replace(id, "ID")),
+            other => panic!("{id}: {other:?}"),
+        };
+        let unknown = answer(adopt(&mut engine, &["4242".into()], mallory).await, "4242");
+        assert_eq!(unknown.0, ErrorKind::NotFound);
+        for id in [&array, &plain] {
+            let theirs = answer(
+                adopt(&mut engine, std::slice::from_ref(id), mallory).await,
+                id,
+            );
+            assert_eq!(theirs, unknown, "{id}");
+        }
+        // Supervised (alice adopted it): still nothing for mallory, not even that.
+        adopt(&mut engine, std::slice::from_ref(&plain), alice)
+            .await
+            .unwrap();
+        let theirs = answer(
+            adopt(&mut engine, std::slice::from_ref(&plain), mallory).await,
+            &plain,
+        );
+        assert_eq!(theirs, unknown);
+    }
 
     fn job(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         pairs
