@@ -152,12 +152,17 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    /// Records a user's choice (replacing an earlier one).
-    pub fn set_plain_opt(&mut self, uid: u32, opted_in: bool, now: i64) -> Result<()> {
+    /// Records a user's choice (replacing an earlier one); false, and nothing written (no
+    /// journal entry either), when it is the choice recorded already.
+    pub fn set_plain_opt(&mut self, uid: u32, opted_in: bool, now: i64) -> Result<bool> {
+        if self.plain_opt(uid)? == Some(opted_in) {
+            return Ok(false);
+        }
         self.write(
             |tx, _| exec_set_plain_opt(tx, uid, opted_in, now),
             |_, p| p.push(&Op::SetPlainOpt { uid, opted_in, now }),
-        )
+        )?;
+        Ok(true)
     }
 
     /// A user's own choice, if they made one.
