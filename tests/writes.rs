@@ -8,7 +8,9 @@ use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
 use slurm_supervisor::model::ChainState;
-use slurm_supervisor::protocol::{ErrorKind, Request, Resolution, ResolveAction, Response, SubmitRequest};
+use slurm_supervisor::protocol::{
+    ErrorKind, Request, Resolution, ResolveAction, Response, SubmitRequest,
+};
 use slurm_supervisor::slurm::fake::{Ending, FakeSlurm};
 use slurm_supervisor::store::journal::MemoryJournal;
 use slurm_supervisor::store::Store;
@@ -181,7 +183,10 @@ async fn an_opt_in_where_plain_sbatch_is_off_is_refused_and_writes_nothing() {
     for opted_in in [true, false, true] {
         let (kind, message) = error(d.ask(Request::PlainOpt { opted_in }).await);
         assert_eq!(kind, ErrorKind::Conflict);
-        assert!(message.contains("[plain_sbatch] enabled = false"), "{message}");
+        assert!(
+            message.contains("[plain_sbatch] enabled = false"),
+            "{message}"
+        );
     }
     assert_eq!(d.entries(), 0);
     assert_eq!(d.engine.store().plain_opt(d.uid).unwrap(), None);
@@ -198,9 +203,15 @@ async fn decision_records_count_in_the_users_stored_bytes() {
     let totals = d.engine.store().user_totals(d.uid).unwrap();
     assert!(totals.decision_bytes > 0, "{totals:?}");
     let (records, entries) = (d.decisions(c), d.entries());
-    let (kind, message) = error(d.ask(classify(c, ResolveAction::Hold, &"y".repeat(4000))).await);
+    let (kind, message) = error(
+        d.ask(classify(c, ResolveAction::Hold, &"y".repeat(4000)))
+            .await,
+    );
     assert_eq!(kind, ErrorKind::Unavailable);
-    assert!(message.contains("limits.max_stored_bytes_per_user"), "{message}");
+    assert!(
+        message.contains("limits.max_stored_bytes_per_user"),
+        "{message}"
+    );
     assert_eq!((d.decisions(c), d.entries()), (records, entries));
     // A submit that the submissions alone leave room for is refused: the records take it.
     assert!(totals.decision_bytes > 200, "{totals:?}");
@@ -225,7 +236,10 @@ async fn a_users_requests_that_change_something_are_rate_limited() {
     for _ in 0..5 {
         // Each an opt-in where plain sbatch is off: refused for that, until the rate is.
         let (kind, message) = error(d.ask(Request::PlainOpt { opted_in: true }).await);
-        refused.push((kind, message.contains("limits.write_requests_per_minute = 3")));
+        refused.push((
+            kind,
+            message.contains("limits.write_requests_per_minute = 3"),
+        ));
     }
     assert_eq!(
         refused,
@@ -250,8 +264,7 @@ async fn a_users_requests_that_change_something_are_rate_limited() {
     }
     // Another user has a rate of their own.
     let other = d.uid + 1;
-    let (kind, _) = error(
-        requests::handle(&mut d.engine, Request::PlainOpt { opted_in: true }, other).await,
-    );
+    let (kind, _) =
+        error(requests::handle(&mut d.engine, Request::PlainOpt { opted_in: true }, other).await);
     assert_eq!(kind, ErrorKind::Conflict);
 }

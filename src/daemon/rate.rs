@@ -96,7 +96,8 @@ mod tests {
         let t0 = Instant::now();
         let mut r = WriteRate::new(10);
         for uid in 0..(KEPT as u32 * 2) {
-            r.take(uid, t0 + Duration::from_secs(60 * u64::from(uid))).unwrap();
+            r.take(uid, t0 + Duration::from_secs(60 * u64::from(uid)))
+                .unwrap();
         }
         assert!(r.buckets.len() <= KEPT);
         // A user still in the middle of a burst keeps their bucket.

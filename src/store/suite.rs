@@ -300,6 +300,12 @@ fn plain_sbatch_not_recovered_and_refusals(journaled) {
     s.note_plain_refused("77", 1000, "a job array", 100).unwrap();
     s.note_plain_refused("77", 1001, "not theirs", 101).unwrap();
     s.note_plain_refused("77", 1000, "a job array, again", 102).unwrap();
+    // The same word again writes nothing, the journal included.
+    let seq = s.journal_seq();
+    for t in 103..110 {
+        s.note_plain_refused("77", 1000, "a job array, again", t).unwrap();
+    }
+    assert_eq!(s.journal_seq(), seq);
     let r = s.plain_refusals("77").unwrap();
     assert_eq!(r.len(), 2);
     assert_eq!((r[0].owner_uid, r[0].reason.as_str(), r[0].noted_at), (1000, "a job array, again", 102));

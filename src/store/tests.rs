@@ -293,7 +293,10 @@ fn the_user_totals_use_the_open_states_and_the_partial_index() {
         .unwrap();
     let list = format!("IN ({})", open_states());
     assert_eq!(m.matches("IN (").count(), m.matches(&list).count(), "{m}");
-    assert_eq!(RECOUNT_USER_TOTALS.matches("IN (").count(), RECOUNT_USER_TOTALS.matches(&list).count());
+    assert_eq!(
+        RECOUNT_USER_TOTALS.matches("IN (").count(),
+        RECOUNT_USER_TOTALS.matches(&list).count()
+    );
     let s = Store::in_memory().unwrap();
     let plan: Vec<String> = s
         .conn
@@ -306,7 +309,10 @@ fn the_user_totals_use_the_open_states_and_the_partial_index() {
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap();
-    assert!(plan.iter().any(|p| p.contains("chains_open_by_submission")), "{plan:?}");
+    assert!(
+        plan.iter().any(|p| p.contains("chains_open_by_submission")),
+        "{plan:?}"
+    );
 }
 
 /// A store whose totals are missing (migrated, or copied without them) has them counted
@@ -317,7 +323,8 @@ fn missing_user_totals_are_counted_from_the_rows_at_open() {
     let p = dir.path().join("s.db");
     {
         let mut s = Store::open(&p).unwrap();
-        s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec![]).unwrap();
+        s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec![])
+            .unwrap();
         s.conn
             .execute_batch("DELETE FROM user_totals; DELETE FROM meta WHERE key = 'user_totals';")
             .unwrap();
@@ -347,7 +354,8 @@ fn the_totals_migration_counts_an_existing_store() {
     for sql in &schema::MIGRATIONS[..before] {
         conn.execute_batch(sql).unwrap();
     }
-    conn.pragma_update(None, "user_version", before as i64).unwrap();
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
     conn.execute_batch(
         "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
              VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[\"x\"]', '/', '[]', 5, 1);
@@ -358,7 +366,11 @@ fn the_totals_migration_counts_an_existing_store() {
     let s = Store::init(conn).unwrap();
     assert_eq!(
         s.user_totals(1000).unwrap(),
-        UserTotals { open_chains: 1, open_bytes: 2 + 4 + 2, decision_bytes: 0 }
+        UserTotals {
+            open_chains: 1,
+            open_bytes: 2 + 4 + 2,
+            decision_bytes: 0
+        }
     );
     assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
 }

@@ -157,8 +157,8 @@ fn room_for_records<S: Slurm>(
         let Some(d) = tr.record.as_ref().filter(|_| tr.update.state.is_open()) else {
             continue;
         };
-        let bytes = d.reason.to_string().len()
-            + serde_json::to_string(&d.inputs).map_or(0, |s| s.len());
+        let bytes =
+            d.reason.to_string().len() + serde_json::to_string(&d.inputs).map_or(0, |s| s.len());
         *by_owner.entry(engine.store().owner_of(*c)?).or_default() += bytes as u64;
     }
     for (owner, bytes) in by_owner {
