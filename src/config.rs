@@ -396,8 +396,9 @@ pub struct LimitsConfig {
     pub max_open_chains_per_user: usize,
     /// Submissions of one user whose sbatch is still running.
     pub submits_in_flight_per_user: usize,
-    /// What the submissions of one user's unfinished chains may take in the store
-    /// together (scripts, arguments, environments, working directories).
+    /// What one user's unfinished chains may keep in the store together: their
+    /// submissions (scripts, arguments, environments, working directories) and their
+    /// decision records (reasons and inputs).
     pub max_stored_bytes_per_user: MemSize,
     /// Requests that change something (submit, cancel, classify, recover, adopt, opt-in,
     /// opt-out) one user may make in a minute: a token bucket holding a minute's worth.
