@@ -756,10 +756,23 @@ fn ensure_user_totals(conn: &mut Connection) -> Result<()> {
 /// This is the one way a chain's state changes. A transition with a notification gets
 /// its row here, in the transaction of the decision that asked for it: the notification
 /// can be delivered late, or twice after a crash, but never lost.
-fn apply_in(tx: &Connection, chain_id: i64, t: &Step<'_>, now: i64) -> Result<bool> {
-    let (state, reminded, expired): (String, bool, bool) = tx
-        .prepare_cached("SELECT state, reminded, expired FROM chains WHERE id = ?1")?
-        .query_row([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+fn apply_in(
+    tx: &Connection,
+    chain_id: i64,
+    t: &Step<'_>,
+    now: i64,
+    totals: &mut TotalsDelta,
+) -> Result<bool> {
+    let (state, reminded, expired, owner, submission): (String, bool, bool, u32, i64) = tx
+        .prepare_cached(
+            "SELECT state, reminded, expired,
+                    COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
+                    submission_id
+             FROM chains WHERE id = ?1",
+        )?
+        .query_row([chain_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     if parse_name::<ChainState>(&state)? != t.from {
         return Ok(false);
     }
@@ -857,7 +870,95 @@ fn apply_in(tx: &Connection, chain_id: i64, t: &Step<'_>, now: i64) -> Result<bo
         )?
         .execute(params![chain_id, n.kind.as_str(), n.names_decision, now])?;
     }
+    let was_open = t.from.is_open();
+    let is_open = if u.changes_chain {
+        u.state.is_open()
+    } else {
+        was_open
+    };
+    let record = t
+        .record
+        .as_ref()
+        .map_or(0, |d| (d.reason.len() + d.inputs.len()) as i64);
+    match (was_open, is_open) {
+        (true, true) => totals.add(owner, [0, 0, record]),
+        (true, false) | (false, true) => {
+            // The record just written counts with the chain's others when it opens, and
+            // was never counted when it closes.
+            let unseen = if is_open { 0 } else { record };
+            totals.opened_or_closed(tx, owner, submission, chain_id, is_open, unseen)?
+        }
+        (false, false) => {}
+    }
     Ok(true)
+}
+
+/// The changes to users' totals (`user_totals`: unfinished chains, their submissions'
+/// bytes, their decision records' bytes) that a write's chain changes make, gathered and
+/// written once at its end ([`TotalsDelta::write`]): a burst of 10,000 endings is one
+/// update of its owner's row, not 10,000. Inserted and removed chains are counted by the
+/// triggers of migration 14 (a submission, a discarded submission: rare); state changes
+/// and decision records here, in the write that makes them, on every replica alike.
+#[derive(Debug, Default)]
+struct TotalsDelta(std::collections::BTreeMap<u32, [i64; 3]>);
+
+impl TotalsDelta {
+    fn add(&mut self, owner: u32, d: [i64; 3]) {
+        if d != [0; 3] {
+            let e = self.0.entry(owner).or_default();
+            for (a, b) in e.iter_mut().zip(d) {
+                *a += b;
+            }
+        }
+    }
+
+    /// Chain `chain` of `submission` has just become unfinished (`opened`) or finished
+    /// (its row written, and its records): it counts, with its records (but the
+    /// `uncounted` bytes of them, never added), and its submission counts once while
+    /// one of its chains is unfinished.
+    fn opened_or_closed(
+        &mut self,
+        tx: &Connection,
+        owner: u32,
+        submission: i64,
+        chain: i64,
+        opened: bool,
+        uncounted: i64,
+    ) -> Result<()> {
+        let (others_open, bytes, records): (bool, i64, i64) = tx
+            .prepare_cached(&format!(
+                "SELECT EXISTS (SELECT 1 FROM chains WHERE submission_id = ?1 AND state IN ({}) AND id <> ?2),
+                        (SELECT COALESCE(octet_length(script), 0) + octet_length(argv) + octet_length(env) + octet_length(cwd)
+                           FROM submissions WHERE id = ?1),
+                        (SELECT COALESCE(SUM(octet_length(reason) + octet_length(inputs)), 0)
+                           FROM decisions WHERE chain_id = ?2)",
+                open_states()
+            ))?
+            .query_row(params![submission, chain], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        let sign = if opened { 1 } else { -1 };
+        let bytes = if others_open { 0 } else { bytes };
+        self.add(owner, [sign, sign * bytes, sign * (records - uncounted)]);
+        Ok(())
+    }
+
+    /// Writes the changes gathered (in the write's transaction); a row left at zero goes
+    /// (trigger `user_totals_emptied`).
+    fn write(self, tx: &Connection) -> Result<()> {
+        let mut q = tx.prepare_cached(
+            "INSERT INTO user_totals (owner_uid, open_chains, open_bytes, decision_bytes) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (owner_uid) DO UPDATE SET open_chains = open_chains + excluded.open_chains,
+                 open_bytes = open_bytes + excluded.open_bytes,
+                 decision_bytes = decision_bytes + excluded.decision_bytes",
+        )?;
+        for (owner, [chains, bytes, records]) in self.0 {
+            if [chains, bytes, records] != [0; 3] {
+                q.execute(params![owner, chains, bytes, records])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes an attempt's change (its conditions were checked); returns the observation
@@ -948,7 +1049,16 @@ fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64
     if changed == 0 {
         return Ok(());
     }
+    let mut totals = TotalsDelta::default();
     for (chain, n, task) in launch_members(tx, launch_id)? {
+        // A chain that had ended (none should, with a launch in flight) is unfinished again.
+        let (open, owner, submission): (bool, u32, i64) = tx
+            .prepare_cached(&format!(
+                "SELECT state IN ({}), COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
+                        submission_id FROM chains WHERE id = ?1",
+                open_states()
+            ))?
+            .query_row([chain], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         let jid = match task {
             Some(t) => format!("{job_id}_{t}"),
             None => job_id.to_string(),
@@ -961,7 +1071,11 @@ fn exec_launch_submitted(tx: &Connection, launch_id: i64, job_id: &str, now: i64
             "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
         )?
         .execute(params![chain, now])?;
+        if !open {
+            totals.opened_or_closed(tx, owner, submission, chain, true, 0)?;
+        }
     }
+    totals.write(tx)?;
     pipeline::note_rewire(tx, launch_id, now)
 }
 
@@ -1078,8 +1192,9 @@ fn exec_apply<'s>(
         )?;
     }
     let mut applied = Applied::default();
+    let mut totals = TotalsDelta::default();
     for (chain, t) in steps {
-        if apply_in(tx, chain, t, now)? {
+        if apply_in(tx, chain, t, now, &mut totals)? {
             applied.chains.push(chain);
         } else if all_or_none {
             tx.execute_batch("ROLLBACK TO all_or_none; RELEASE all_or_none")?;
@@ -1089,6 +1204,7 @@ fn exec_apply<'s>(
             });
         }
     }
+    totals.write(tx)?;
     if let Some((submission, opened)) = settled_gates {
         tx.execute(
             "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
