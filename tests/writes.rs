@@ -87,6 +87,16 @@ impl Daemon {
     }
 }
 
+/// Whatever a test did, each user's totals are what the rows say.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let t = self.engine.store().recount_user_totals().unwrap();
+            assert_eq!(t.kept, t.counted, "the users' totals differ from the rows");
+        }
+    }
+}
+
 fn classify(chain: i64, action: ResolveAction, reason: &str) -> Request {
     Request::Classify(Resolution {
         id: format!("c{chain}"),
