@@ -814,6 +814,7 @@ impl Daemon {
             format!(
                 "state_dir = {:?}\npoll_interval = {:?}\n\n[slurm]\nbin_dir = {:?}\n\n\
                  [retry]\nbackoff_initial = \"1d\"\nbackoff_max = \"1d\"\nbackoff_jitter = 0.0\n\n\
+                 [limits]\nmax_open_chains_per_user = 1000000\n\n\
                  [[rules]]\nname = \"bench permanent\"\nkind = \"permanent\"\nexit_codes = [1]\n{store}",
                 state_dir.display().to_string(),
                 std::env::var("BURST_POLL_INTERVAL").unwrap_or_else(|_| "1s".into()),

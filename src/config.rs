@@ -396,9 +396,14 @@ pub struct LimitsConfig {
     pub max_open_chains_per_user: usize,
     /// Submissions of one user whose sbatch is still running.
     pub submits_in_flight_per_user: usize,
-    /// What the submissions of one user's unfinished chains may take in the store
-    /// together (scripts, arguments, environments, working directories).
+    /// What one user's unfinished chains may keep in the store together: their
+    /// submissions (scripts, arguments, environments, working directories) and their
+    /// decision records (reasons and inputs).
     pub max_stored_bytes_per_user: MemSize,
+    /// Requests that change something (submit, cancel, classify, recover, adopt, opt-in,
+    /// opt-out) one user may make in a minute: a token bucket holding a minute's worth.
+    /// Reads are not counted.
+    pub write_requests_per_minute: u32,
 }
 
 impl Default for LimitsConfig {
@@ -411,6 +416,7 @@ impl Default for LimitsConfig {
             max_open_chains_per_user: 10_000,
             submits_in_flight_per_user: 4,
             max_stored_bytes_per_user: MemSize(1 << 30),
+            write_requests_per_minute: 3000,
         }
     }
 }
@@ -1066,6 +1072,12 @@ impl Config {
                 raw.limits.submits_in_flight_per_user as u64,
                 1,
                 1024,
+            ),
+            (
+                "limits.write_requests_per_minute",
+                u64::from(raw.limits.write_requests_per_minute),
+                1,
+                1_000_000,
             ),
             ("retry.max_retries", raw.retry.max_retries as u64, 0, 10_000),
         ];

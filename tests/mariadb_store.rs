@@ -282,7 +282,9 @@ fn writes(s: &mut Store, n: usize, at: i64) {
             .unwrap();
         s.launch_submitted(l.id, &format!("{}", 1000 + at + i as i64), at + i as i64)
             .unwrap();
-        s.set_plain_opt(1000 + i as u32, i % 2 == 0, at).unwrap();
+        // A user of its own each time: an opt-in that changes nothing writes nothing.
+        s.set_plain_opt(1000 + (at as u32) + i as u32, i % 2 == 0, at)
+            .unwrap();
     }
 }
 

@@ -135,6 +135,17 @@ impl Pipe {
     }
 }
 
+/// Whatever a test did (rewirings, holds, releases, cancels, retries), each user's
+/// totals are what the rows say (issue 32).
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let t = self.engine.store().recount_user_totals().unwrap();
+            assert_eq!(t.kept, t.counted, "the users' totals differ from the rows");
+        }
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn waiting_jobs_follow_a_retried_chain_to_its_new_attempt() {
     let mut p = Pipe::new();

@@ -8,7 +8,7 @@
 //! clears sbatch's environment):
 //! - `jobs.txt`, one job a line, `JOBID|STATE|EXIT|PARTITION|COMMENT[|UID]`, which the
 //!   bench rewrites (write and rename) between phases; sbatch appends the jobs it creates,
-//!   with the uid it ran as (a line without one is the built store's owner, uid 1000);
+//!   with the uid it ran as (a line without one is the built store's owner, the user running the bench);
 //! - `calls.log`, where every call appends one line, `START_UNIX_SECS NAME IDS WALL_US PPID`
 //!   (IDS: how many job ids the call was asked about; PPID: the daemon that ran it, when
 //!   two share the fake), in one `O_APPEND` write;
@@ -103,8 +103,12 @@ struct Job<'a> {
     uid: u32,
 }
 
-/// The owner of the bench's built store (`benches/common`), for lines without a uid.
-const STORE_OWNER: u32 = 1000;
+/// The owner of the bench's built store (`benches/common`: the user who runs the bench),
+/// for lines without a uid.
+fn store_owner() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
 
 fn jobs(text: &str) -> HashMap<&str, Job<'_>> {
     text.lines()
@@ -117,7 +121,10 @@ fn jobs(text: &str) -> HashMap<&str, Job<'_>> {
                     exit: f.next()?,
                     partition: f.next()?,
                     comment: f.next().unwrap_or(""),
-                    uid: f.next().and_then(|u| u.parse().ok()).unwrap_or(STORE_OWNER),
+                    uid: f
+                        .next()
+                        .and_then(|u| u.parse().ok())
+                        .unwrap_or_else(store_owner),
                 },
             ))
         })

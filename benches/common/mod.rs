@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A submission as `supervisorctl submit` records it, with a realistic environment and
-/// script (the store keeps both so that a retry can be rebuilt).
+/// script (the store keeps both so that a retry can be rebuilt). Its owner is the user
+/// who runs the bench, who submits in (6): the submitter's own chains are the ones open,
+/// as in issue 32's measurement (the per-user limits read what that user has open).
 pub fn submission(i: usize) -> NewSubmission {
     let mut env: Vec<(String, String)> = [
         ("HOME", "/home/alice"),
@@ -36,7 +38,7 @@ pub fn submission(i: usize) -> NewSubmission {
         "/opt/openmpi/4.1.5/lib:/opt/gcc/12.2/lib64:/home/alice/miniconda3/envs/train/lib".into(),
     ));
     NewSubmission {
-        owner_uid: 1000,
+        owner_uid: nix::unistd::getuid().as_raw(),
         user: "alice".into(),
         argv: vec![
             "--job-name".into(),

@@ -16,6 +16,7 @@ pub mod notifications;
 pub mod pid_lock;
 pub mod plain;
 pub mod program;
+pub mod rate;
 pub mod reads;
 mod refusals;
 pub mod requests;

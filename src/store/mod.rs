@@ -687,7 +687,8 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
     }
-    backfill_dependencies(conn)
+    backfill_dependencies(conn)?;
+    ensure_user_totals(conn)
 }
 
 /// `VACUUM INTO dest` on `conn` (one read transaction); the journal entry the copy holds.
@@ -735,6 +736,78 @@ fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
+/// [`Store::recount_user_totals`]: every user's totals as kept and as counted anew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserTotalsCheck {
+    pub kept: Vec<(u32, UserTotals)>,
+    pub counted: Vec<(u32, UserTotals)>,
+}
+
+/// Each user's totals as the per-user limits read them ([`Store::user_totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserTotals {
+    /// Unfinished chains (active, ready, pending_failed).
+    pub open_chains: u64,
+    /// The bytes of the submissions with an unfinished chain (script, argv, environment,
+    /// working directory), each submission once however many of its chains are open.
+    pub open_bytes: u64,
+    /// The bytes of the decision records (reason and inputs) of unfinished chains.
+    pub decision_bytes: u64,
+}
+
+impl UserTotals {
+    /// What the limit `limits.max_stored_bytes_per_user` counts.
+    pub fn kept_bytes(&self) -> u64 {
+        self.open_bytes.saturating_add(self.decision_bytes)
+    }
+}
+
+/// Every user's totals computed from the rows (what the triggers of migration 14 keep up
+/// to date as `user_totals`), owners with nothing open left out.
+const RECOUNT_USER_TOTALS: &str = "
+    SELECT owner_uid, SUM(chains), SUM(bytes), SUM(decided) FROM (
+        SELECT s.owner_uid, COUNT(*) AS chains, 0 AS bytes, 0 AS decided
+          FROM chains c JOIN submissions s ON s.id = c.submission_id
+          WHERE c.state IN ('active', 'ready', 'pending_failed') GROUP BY s.owner_uid
+        UNION ALL
+        SELECT owner_uid, 0, SUM(COALESCE(octet_length(script), 0) + octet_length(argv)
+                                 + octet_length(env) + octet_length(cwd)), 0
+          FROM submissions WHERE id IN
+            (SELECT submission_id FROM chains WHERE state IN ('active', 'ready', 'pending_failed'))
+          GROUP BY owner_uid
+        UNION ALL
+        SELECT s.owner_uid, 0, 0, SUM(octet_length(d.reason) + octet_length(d.inputs))
+          FROM decisions d JOIN chains c ON c.id = d.chain_id JOIN submissions s ON s.id = c.submission_id
+          WHERE c.state IN ('active', 'ready', 'pending_failed') GROUP BY s.owner_uid
+    ) GROUP BY owner_uid ORDER BY owner_uid";
+
+/// Fills `user_totals` from the rows when its `meta` row says nothing did (a store
+/// migrated to 14, or a table copied without it); the triggers keep it from then on.
+fn ensure_user_totals(conn: &mut Connection) -> Result<()> {
+    let done: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM meta WHERE key = 'user_totals')",
+        [],
+        |r| r.get(0),
+    )?;
+    if done {
+        return Ok(());
+    }
+    let tx = conn.savepoint()?;
+    tx.execute("DELETE FROM user_totals", [])?;
+    tx.execute(
+        &format!(
+            "INSERT INTO user_totals (owner_uid, open_chains, open_bytes, decision_bytes) {RECOUNT_USER_TOTALS}"
+        ),
+        [],
+    )?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('user_totals', '1')",
+        [],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// Applies one transition in the caller's transaction, if its conditions hold (all read
 /// before anything is written): the chain is still in the state it was decided from, a
 /// reminder or expiry was not made before, a once-only report was not made before, and an
@@ -743,10 +816,23 @@ fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
 /// This is the one way a chain's state changes. A transition with a notification gets
 /// its row here, in the transaction of the decision that asked for it: the notification
 /// can be delivered late, or twice after a crash, but never lost.
-fn apply_in(tx: &Connection, chain_id: i64, t: &Step<'_>, now: i64) -> Result<bool> {
-    let (state, reminded, expired): (String, bool, bool) = tx
-        .prepare_cached("SELECT state, reminded, expired FROM chains WHERE id = ?1")?
-        .query_row([chain_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+fn apply_in(
+    tx: &Connection,
+    chain_id: i64,
+    t: &Step<'_>,
+    now: i64,
+    totals: &mut TotalsDelta,
+) -> Result<bool> {
+    let (state, reminded, expired, owner, submission): (String, bool, bool, u32, i64) = tx
+        .prepare_cached(
+            "SELECT state, reminded, expired,
+                    COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
+                    submission_id
+             FROM chains WHERE id = ?1",
+        )?
+        .query_row([chain_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     if parse_name::<ChainState>(&state)? != t.from {
         return Ok(false);
     }
@@ -844,7 +930,95 @@ fn apply_in(tx: &Connection, chain_id: i64, t: &Step<'_>, now: i64) -> Result<bo
         )?
         .execute(params![chain_id, n.kind.as_str(), n.names_decision, now])?;
     }
+    let was_open = t.from.is_open();
+    let is_open = if u.changes_chain {
+        u.state.is_open()
+    } else {
+        was_open
+    };
+    let record = t
+        .record
+        .as_ref()
+        .map_or(0, |d| (d.reason.len() + d.inputs.len()) as i64);
+    match (was_open, is_open) {
+        (true, true) => totals.add(owner, [0, 0, record]),
+        (true, false) | (false, true) => {
+            // The record just written counts with the chain's others when it opens, and
+            // was never counted when it closes.
+            let unseen = if is_open { 0 } else { record };
+            totals.opened_or_closed(tx, owner, submission, chain_id, is_open, unseen)?
+        }
+        (false, false) => {}
+    }
     Ok(true)
+}
+
+/// The changes to users' totals (`user_totals`: unfinished chains, their submissions'
+/// bytes, their decision records' bytes) that a write's chain changes make, gathered and
+/// written once at its end ([`TotalsDelta::write`]): a burst of 10,000 endings is one
+/// update of its owner's row, not 10,000. Inserted and removed chains are counted by the
+/// triggers of migration 14 (a submission, a discarded submission: rare); state changes
+/// and decision records here, in the write that makes them, on every replica alike.
+#[derive(Debug, Default)]
+struct TotalsDelta(std::collections::BTreeMap<u32, [i64; 3]>);
+
+impl TotalsDelta {
+    fn add(&mut self, owner: u32, d: [i64; 3]) {
+        if d != [0; 3] {
+            let e = self.0.entry(owner).or_default();
+            for (a, b) in e.iter_mut().zip(d) {
+                *a += b;
+            }
+        }
+    }
+
+    /// Chain `chain` of `submission` has just become unfinished (`opened`) or finished
+    /// (its row written, and its records): it counts, with its records (but the
+    /// `uncounted` bytes of them, never added), and its submission counts once while
+    /// one of its chains is unfinished.
+    fn opened_or_closed(
+        &mut self,
+        tx: &Connection,
+        owner: u32,
+        submission: i64,
+        chain: i64,
+        opened: bool,
+        uncounted: i64,
+    ) -> Result<()> {
+        let (others_open, bytes, records): (bool, i64, i64) = tx
+            .prepare_cached(&format!(
+                "SELECT EXISTS (SELECT 1 FROM chains WHERE submission_id = ?1 AND state IN ({}) AND id <> ?2),
+                        (SELECT COALESCE(octet_length(script), 0) + octet_length(argv) + octet_length(env) + octet_length(cwd)
+                           FROM submissions WHERE id = ?1),
+                        (SELECT COALESCE(SUM(octet_length(reason) + octet_length(inputs)), 0)
+                           FROM decisions WHERE chain_id = ?2)",
+                open_states()
+            ))?
+            .query_row(params![submission, chain], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        let sign = if opened { 1 } else { -1 };
+        let bytes = if others_open { 0 } else { bytes };
+        self.add(owner, [sign, sign * bytes, sign * (records - uncounted)]);
+        Ok(())
+    }
+
+    /// Writes the changes gathered (in the write's transaction); a row left at zero goes
+    /// (trigger `user_totals_emptied`).
+    fn write(self, tx: &Connection) -> Result<()> {
+        let mut q = tx.prepare_cached(
+            "INSERT INTO user_totals (owner_uid, open_chains, open_bytes, decision_bytes) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (owner_uid) DO UPDATE SET open_chains = open_chains + excluded.open_chains,
+                 open_bytes = open_bytes + excluded.open_bytes,
+                 decision_bytes = decision_bytes + excluded.decision_bytes",
+        )?;
+        for (owner, [chains, bytes, records]) in self.0 {
+            if [chains, bytes, records] != [0; 3] {
+                q.execute(params![owner, chains, bytes, records])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes an attempt's change (its conditions were checked); returns the observation
@@ -943,7 +1117,16 @@ fn exec_launch_submitted(
     if changed == 0 {
         return Ok(());
     }
+    let mut totals = TotalsDelta::default();
     for (chain, n, task) in launch_members(tx, launch_id)? {
+        // A chain that had ended (none should, with a launch in flight) is unfinished again.
+        let (open, owner, submission): (bool, u32, i64) = tx
+            .prepare_cached(&format!(
+                "SELECT state IN ({}), COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
+                        submission_id FROM chains WHERE id = ?1",
+                open_states()
+            ))?
+            .query_row([chain], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         let jid = match task {
             Some(t) => format!("{job_id}_{t}"),
             None => job_id.to_string(),
@@ -956,7 +1139,11 @@ fn exec_launch_submitted(
             "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
         )?
         .execute(params![chain, now])?;
+        if !open {
+            totals.opened_or_closed(tx, owner, submission, chain, true, 0)?;
+        }
     }
+    totals.write(tx)?;
     pipeline::note_rewire(tx, launch_id, now)
 }
 
@@ -1073,8 +1260,9 @@ fn exec_apply<'s>(
         )?;
     }
     let mut applied = Applied::default();
+    let mut totals = TotalsDelta::default();
     for (chain, t) in steps {
-        if apply_in(tx, chain, t, now)? {
+        if apply_in(tx, chain, t, now, &mut totals)? {
             applied.chains.push(chain);
         } else if all_or_none {
             tx.execute_batch("ROLLBACK TO all_or_none; RELEASE all_or_none")?;
@@ -1084,6 +1272,7 @@ fn exec_apply<'s>(
             });
         }
     }
+    totals.write(tx)?;
     if let Some((submission, opened)) = settled_gates {
         tx.execute(
             "UPDATE waits_on SET gate = ?2 WHERE submission_id = ?1 AND gate = 'closed'",
@@ -2196,29 +2385,54 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The bytes the submissions of a user's unfinished chains take (script, argv, env,
-    /// cwd), each submission once however many of its chains are open.
-    pub fn open_stored_bytes_of(&self, owner_uid: u32) -> Result<u64> {
+    /// A user's totals (unfinished chains, the bytes their submissions and decision
+    /// records take): one row, kept up to date by the writes that change them.
+    pub fn user_totals(&self, owner_uid: u32) -> Result<UserTotals> {
         Ok(self
             .conn
-            .prepare_cached(&format!(
-                "SELECT COALESCE(SUM(COALESCE(octet_length(s.script), 0) + octet_length(s.argv) \
-                 + octet_length(s.env) + octet_length(s.cwd)), 0) FROM submissions s \
-                 WHERE s.id IN (SELECT submission_id FROM chains WHERE owner_uid = ?1 AND state IN ({}))",
-                open_states()
-            ))?
-            .query_row([owner_uid], |r| r.get(0))?)
+            .prepare_cached(
+                "SELECT open_chains, open_bytes, decision_bytes FROM user_totals WHERE owner_uid = ?1",
+            )?
+            .query_row([owner_uid], |r| {
+                Ok(UserTotals {
+                    open_chains: r.get(0)?,
+                    open_bytes: r.get(1)?,
+                    decision_bytes: r.get(2)?,
+                })
+            })
+            .optional()?
+            .unwrap_or_default())
     }
 
     /// How many unfinished chains (active, ready, pending_failed) a user has.
     pub fn open_chains_of(&self, owner_uid: u32) -> Result<u64> {
-        Ok(self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
-                open_states()
-            ))?
-            .query_row([owner_uid], |r| r.get(0))?)
+        Ok(self.user_totals(owner_uid)?.open_chains)
+    }
+
+    /// Every user's totals as kept, and as computed from the rows now: equal unless
+    /// something wrote the rows past the store's own writes (the store's tests check it
+    /// after every case).
+    pub fn recount_user_totals(&self) -> Result<UserTotalsCheck> {
+        let read = |sql: &str| -> Result<Vec<(u32, UserTotals)>> {
+            let mut q = self.conn.prepare(sql)?;
+            let rows = q.query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    UserTotals {
+                        open_chains: r.get(1)?,
+                        open_bytes: r.get(2)?,
+                        decision_bytes: r.get(3)?,
+                    },
+                ))
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        };
+        Ok(UserTotalsCheck {
+            kept: read(
+                "SELECT owner_uid, open_chains, open_bytes, decision_bytes FROM user_totals ORDER BY owner_uid",
+            )?,
+            counted: read(RECOUNT_USER_TOTALS)?,
+        })
     }
 
     pub fn chains_in_state(&self, state: ChainState) -> Result<Vec<Chain>> {

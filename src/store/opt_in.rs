@@ -117,6 +117,8 @@ impl Store {
 
     /// Records that a plain-sbatch job of `owner_uid`'s note is not supervised, and why
     /// (replacing an earlier word on it; refusals older than [`REFUSAL_KEPT_SECS`] go).
+    /// The same word on it again, while it is kept, writes nothing: a user who leaves
+    /// note after note for one job makes no write (nor journal entry) after the first.
     pub fn note_plain_refused(
         &mut self,
         job_id: &str,
@@ -124,6 +126,18 @@ impl Store {
         reason: &str,
         now: i64,
     ) -> Result<()> {
+        let kept: Option<(String, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT reason, noted_at FROM plain_refused WHERE job_id = ?1 AND owner_uid = ?2",
+            )?
+            .query_row(params![job_id, owner_uid], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if kept.is_some_and(|(said, at)| {
+            said == cut(reason, MAX_REASON_BYTES) && at >= now - REFUSAL_KEPT_SECS
+        }) {
+            return Ok(());
+        }
         self.write(
             |tx, _| exec_note_plain_refused(tx, job_id, owner_uid, reason, now),
             |_, p| {
@@ -152,12 +166,17 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    /// Records a user's choice (replacing an earlier one).
-    pub fn set_plain_opt(&mut self, uid: u32, opted_in: bool, now: i64) -> Result<()> {
+    /// Records a user's choice (replacing an earlier one); false, and nothing written (no
+    /// journal entry either), when it is the choice recorded already.
+    pub fn set_plain_opt(&mut self, uid: u32, opted_in: bool, now: i64) -> Result<bool> {
+        if self.plain_opt(uid)? == Some(opted_in) {
+            return Ok(false);
+        }
         self.write(
             |tx, _| exec_set_plain_opt(tx, uid, opted_in, now),
             |_, p| p.push(&Op::SetPlainOpt { uid, opted_in, now }),
-        )
+        )?;
+        Ok(true)
     }
 
     /// A user's own choice, if they made one.

@@ -314,4 +314,65 @@ UPDATE attempts SET twin = 1
 CREATE UNIQUE INDEX attempts_one_live_per_job ON attempts(slurm_job_id)
  WHERE state = 'live' AND twin = 0;
 "#,
+    // 15: each user's totals, which the per-user limits read in one row (a submit no longer
+    // sums every unfinished submission of its user): unfinished chains, the bytes of the
+    // submissions with an unfinished chain (script, argv, environment, working directory;
+    // an array's once), and the bytes of the decision records of unfinished chains (reason
+    // and inputs). Changed by every write that changes them, in its own transaction, on
+    // the writer and on every replica that applies its journal entry alike: a chain
+    // inserted or removed by the triggers below, a chain's state and its decision
+    // records by `apply_in` and `exec_launch_submitted` (store/mod.rs, `TotalsDelta`: an
+    // UPDATE trigger on `chains` costs every ending, even when it does nothing). A row
+    // whose totals are all zero is removed, so the table is exactly what
+    // `Store::recount_user_totals` computes from the rows. Filled (and refilled whenever
+    // the `meta` row `user_totals` is missing) at open. The list of open states is
+    // `open_states()` in store/mod.rs, word for word (a unit test checks).
+    r#"
+CREATE TABLE user_totals (
+    owner_uid      INTEGER PRIMARY KEY,
+    open_chains    INTEGER NOT NULL DEFAULT 0,
+    open_bytes     INTEGER NOT NULL DEFAULT 0,
+    decision_bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX chains_open_by_submission ON chains(submission_id) WHERE state IN ('active', 'ready', 'pending_failed');
+
+CREATE TRIGGER user_totals_chain_opened AFTER INSERT ON chains
+WHEN NEW.state IN ('active', 'ready', 'pending_failed')
+BEGIN
+    INSERT OR IGNORE INTO user_totals (owner_uid)
+        SELECT owner_uid FROM submissions WHERE id = NEW.submission_id;
+    UPDATE user_totals SET
+        open_chains = open_chains + 1,
+        open_bytes = open_bytes + CASE
+            WHEN EXISTS (SELECT 1 FROM chains WHERE submission_id = NEW.submission_id
+                         AND state IN ('active', 'ready', 'pending_failed') AND id <> NEW.id) THEN 0
+            ELSE (SELECT COALESCE(octet_length(script), 0) + octet_length(argv) + octet_length(env) + octet_length(cwd)
+                  FROM submissions WHERE id = NEW.submission_id) END,
+        decision_bytes = decision_bytes + (SELECT COALESCE(SUM(octet_length(reason) + octet_length(inputs)), 0)
+                                           FROM decisions WHERE chain_id = NEW.id)
+    WHERE owner_uid = (SELECT owner_uid FROM submissions WHERE id = NEW.submission_id);
+END;
+
+-- A discarded submission (sbatch refused its first launch): its chains go before it.
+CREATE TRIGGER user_totals_chain_removed AFTER DELETE ON chains
+WHEN OLD.state IN ('active', 'ready', 'pending_failed')
+BEGIN
+    UPDATE user_totals SET
+        open_chains = open_chains - 1,
+        open_bytes = open_bytes - CASE
+            WHEN EXISTS (SELECT 1 FROM chains WHERE submission_id = OLD.submission_id
+                         AND state IN ('active', 'ready', 'pending_failed')) THEN 0
+            ELSE (SELECT COALESCE(octet_length(script), 0) + octet_length(argv) + octet_length(env) + octet_length(cwd)
+                  FROM submissions WHERE id = OLD.submission_id) END,
+        decision_bytes = decision_bytes - (SELECT COALESCE(SUM(octet_length(reason) + octet_length(inputs)), 0)
+                                           FROM decisions WHERE chain_id = OLD.id)
+    WHERE owner_uid = (SELECT owner_uid FROM submissions WHERE id = OLD.submission_id);
+END;
+
+CREATE TRIGGER user_totals_emptied AFTER UPDATE ON user_totals
+WHEN NEW.open_chains = 0 AND NEW.open_bytes = 0 AND NEW.decision_bytes = 0
+BEGIN
+    DELETE FROM user_totals WHERE owner_uid = NEW.owner_uid;
+END;
+"#,
 ];

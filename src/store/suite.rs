@@ -61,6 +61,11 @@ impl Drop for Journaled {
         if std::thread::panicking() {
             return;
         }
+        let totals = self.store.recount_user_totals().unwrap();
+        assert_eq!(
+            totals.kept, totals.counted,
+            "the users' totals kept differ from what the rows say"
+        );
         let replica = (self.replica)();
         assert_eq!(replica.journal_seq(), self.store.journal_seq());
         assert_eq!(
@@ -206,9 +211,78 @@ fn plain_sbatch_choices(journaled) {
     assert_eq!(s.plain_opt(1000).unwrap(), None);
     s.set_plain_opt(1000, true, 100).unwrap();
     s.set_plain_opt(1001, false, 101).unwrap();
-    s.set_plain_opt(1000, false, 102).unwrap();
+    assert!(s.set_plain_opt(1000, false, 102).unwrap());
     assert_eq!(s.plain_opt(1000).unwrap(), Some(false));
+    // The same choice again changes nothing and writes nothing, the journal included.
+    let seq = s.journal_seq();
+    let rows = dump(&s);
+    for t in 103..110 {
+        assert!(!s.set_plain_opt(1000, false, t).unwrap());
+    }
+    assert_eq!(s.journal_seq(), seq);
+    assert_eq!(dump(&s), rows);
     assert_eq!(s.plain_opts().unwrap(), vec![(1000, false), (1001, false)]);
+}
+
+/// Each user's totals follow every write that changes them, on the writer and (the case
+/// ends with a replica made from the journal) on every replica, and equal what the rows
+/// say at every step.
+fn user_totals_follow_every_write(journaled) {
+    let mut s = journaled();
+    let check = |s: &Store| {
+        let t = s.recount_user_totals().unwrap();
+        assert_eq!(t.kept, t.counted);
+    };
+    let new = sub(Some(vec![1, 2]));
+    let bytes = (new.script.as_ref().unwrap().len()
+        + json(&new.argv).len()
+        + json(&new.env).len()
+        + new.cwd.len()) as u64;
+    let l = s.create_submission(&new, 100, |_| vec![]).unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    let alice = s.user_totals(1000).unwrap();
+    assert_eq!(alice, UserTotals { open_chains: 2, open_bytes: bytes, decision_bytes: 0 });
+    assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
+    check(&s);
+    // A decision on an open chain counts; the submission counts once while a chain of
+    // it is open.
+    let pending = ChainUpdate {
+        last_classification: Some(Classification::Ambiguous),
+        ..ChainUpdate::to(ChainState::PendingFailed)
+    };
+    let d = decision(Classification::Ambiguous, Action::Escalate);
+    assert!(record_ending(&mut s, 1, 1, tr(ChainState::Active, &pending, d.clone()), 200).unwrap());
+    let one = s.user_totals(1000).unwrap();
+    assert_eq!((one.open_chains, one.open_bytes), (2, bytes));
+    let record = s.decisions(1).unwrap().pop().unwrap();
+    let record_bytes = (record.reason.len() + json(&record.inputs).len()) as u64;
+    assert_eq!(one.decision_bytes, record_bytes);
+    check(&s);
+    // Ending chain 1 takes its records and the chain off; ending chain 2 the submission.
+    let failed = tr(ChainState::PendingFailed, &ChainUpdate::to(ChainState::Failed), d.clone());
+    assert!(s.apply_one(1, &failed, 300).unwrap());
+    let after = s.user_totals(1000).unwrap();
+    assert_eq!(after, UserTotals { open_chains: 1, open_bytes: bytes, decision_bytes: 0 });
+    check(&s);
+    let done = tr(ChainState::Active, &ChainUpdate::to(ChainState::Completed), d.clone());
+    assert!(record_ending(&mut s, 2, 1, done, 310).unwrap());
+    assert_eq!(s.user_totals(1000).unwrap(), UserTotals::default());
+    check(&s);
+    // A recovered chain is open again, with its records.
+    let again = tr(ChainState::Failed, &ChainUpdate::to(ChainState::Ready), d);
+    assert!(s.apply_one(1, &again, 400).unwrap());
+    let back = s.user_totals(1000).unwrap();
+    assert_eq!((back.open_chains, back.open_bytes), (1, bytes));
+    assert!(back.decision_bytes > record_bytes);
+    check(&s);
+    // A discarded submission takes what it added away again; another user's is theirs.
+    let bob = NewSubmission { owner_uid: 2000, user: "bob".into(), ..sub(None) };
+    let lb = s.create_submission(&bob, 500, |_| vec![]).unwrap();
+    assert_eq!(s.user_totals(2000).unwrap().open_chains, 1);
+    assert_eq!(s.user_totals(1000).unwrap(), back);
+    s.discard_submission(lb.id).unwrap();
+    assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
+    check(&s);
 }
 
 fn plain_sbatch_not_recovered_and_refusals(journaled) {
@@ -226,6 +300,12 @@ fn plain_sbatch_not_recovered_and_refusals(journaled) {
     s.note_plain_refused("77", 1000, "a job array", 100).unwrap();
     s.note_plain_refused("77", 1001, "not theirs", 101).unwrap();
     s.note_plain_refused("77", 1000, "a job array, again", 102).unwrap();
+    // The same word again writes nothing, the journal included.
+    let seq = s.journal_seq();
+    for t in 103..110 {
+        s.note_plain_refused("77", 1000, "a job array, again", t).unwrap();
+    }
+    assert_eq!(s.journal_seq(), seq);
     let r = s.plain_refusals("77").unwrap();
     assert_eq!(r.len(), 2);
     assert_eq!((r[0].owner_uid, r[0].reason.as_str(), r[0].noted_at), (1000, "a job array, again", 102));

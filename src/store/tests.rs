@@ -17,7 +17,7 @@ fn reopening_keeps_everything() {
 }
 
 #[test]
-fn open_chains_are_counted_per_owner_from_the_partial_index() {
+fn open_chains_are_counted_per_owner_and_a_write_past_the_store_is_found() {
     // It writes rows by hand: not a journaled store.
     let mut s = Store::in_memory().unwrap();
     s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec!["job.sh".into()])
@@ -32,32 +32,15 @@ fn open_chains_are_counted_per_owner_from_the_partial_index() {
     assert_eq!(s.open_chains_of(1000).unwrap(), 3);
     assert_eq!(s.open_chains_of(2000).unwrap(), 1);
     assert_eq!(s.open_chains_of(3000).unwrap(), 0);
+    let t = s.recount_user_totals().unwrap();
+    assert_eq!(t.kept, t.counted);
+    // A state changed past the store's writes is not counted; the recount finds it.
     s.conn
         .execute("UPDATE chains SET state = 'completed' WHERE id = 1", [])
         .unwrap();
-    s.conn
-        .execute(
-            "UPDATE chains SET state = 'pending_failed' WHERE id = 2",
-            [],
-        )
-        .unwrap();
-    assert_eq!(s.open_chains_of(1000).unwrap(), 2);
-    // The count reads the partial index only: the query repeats its WHERE word for word.
-    let plan: Vec<String> = s
-        .conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM chains WHERE owner_uid = ?1 AND state IN ({})",
-            open_states()
-        ))
-        .unwrap()
-        .query_map([1000], |r| r.get::<_, String>(3))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert!(
-        plan.iter().any(|p| p.contains("chains_open_by_owner")),
-        "{plan:?}"
-    );
+    let t = s.recount_user_totals().unwrap();
+    assert_ne!(t.kept, t.counted);
+    assert_eq!(t.counted[0].1.open_chains, 2);
 }
 
 #[test]
@@ -280,6 +263,99 @@ fn a_replica_of_another_shared_database_is_refused_and_left_as_it_is() {
         "{e}"
     );
     assert_eq!(std::fs::read(&p).unwrap(), before);
+}
+
+/// The totals' triggers and the counting anew name the open states `open_states()`
+/// names, and the trigger's look for another open chain of a submission is an index
+/// lookup (a 10,000-task array's endings must not each walk its chains).
+#[test]
+fn the_user_totals_use_the_open_states_and_the_partial_index() {
+    let m = schema::MIGRATIONS
+        .iter()
+        .find(|m| m.contains("CREATE TABLE user_totals"))
+        .unwrap();
+    let list = format!("IN ({})", open_states());
+    assert_eq!(m.matches("IN (").count(), m.matches(&list).count(), "{m}");
+    assert_eq!(
+        RECOUNT_USER_TOTALS.matches("IN (").count(),
+        RECOUNT_USER_TOTALS.matches(&list).count()
+    );
+    let s = Store::in_memory().unwrap();
+    let plan: Vec<String> = s
+        .conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN SELECT 1 FROM chains WHERE submission_id = ?1 AND state IN ({}) AND id <> ?2",
+            open_states()
+        ))
+        .unwrap()
+        .query_map([1, 2], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|p| p.contains("chains_open_by_submission")),
+        "{plan:?}"
+    );
+}
+
+/// A store whose totals are missing (migrated, or copied without them) has them counted
+/// from the rows at open; the triggers keep them from then on.
+#[test]
+fn missing_user_totals_are_counted_from_the_rows_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.db");
+    {
+        let mut s = Store::open(&p).unwrap();
+        s.create_submission(&sub(Some(vec![1, 2, 3])), 100, |_| vec![])
+            .unwrap();
+        s.conn
+            .execute_batch("DELETE FROM user_totals; DELETE FROM meta WHERE key = 'user_totals';")
+            .unwrap();
+        assert_eq!(s.user_totals(1000).unwrap(), UserTotals::default());
+    }
+    let mut s = Store::open(&p).unwrap();
+    assert_eq!(s.user_totals(1000).unwrap().open_chains, 3);
+    let t = s.recount_user_totals().unwrap();
+    assert_eq!(t.kept, t.counted);
+    s.create_submission(&sub(None), 200, |_| vec![]).unwrap();
+    assert_eq!(s.user_totals(1000).unwrap().open_chains, 4);
+    // With the mark there, nothing is counted again at open (a restart reads one row).
+    drop(s);
+    let s = Store::open(&p).unwrap();
+    let t = s.recount_user_totals().unwrap();
+    assert_eq!(t.kept, t.counted);
+}
+
+/// A store made before the totals (migration 14) gets them from its rows.
+#[test]
+fn the_totals_migration_counts_an_existing_store() {
+    let conn = Connection::open_in_memory().unwrap();
+    let before = schema::MIGRATIONS
+        .iter()
+        .position(|m| m.contains("CREATE TABLE user_totals"))
+        .unwrap();
+    for sql in &schema::MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
+             VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[\"x\"]', '/', '[]', 5, 1);
+         INSERT INTO chains (submission_id, owner_uid, state, created_at, updated_at)
+             VALUES (1, 1000, 'active', 1, 1), (1, 1000, 'completed', 1, 1), (2, 2000, 'failed', 1, 1);",
+    )
+    .unwrap();
+    let s = Store::init(conn).unwrap();
+    assert_eq!(
+        s.user_totals(1000).unwrap(),
+        UserTotals {
+            open_chains: 1,
+            open_bytes: 2 + 4 + 2,
+            decision_bytes: 0
+        }
+    );
+    assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
 }
 
 /// One Slurm job is the live attempt of one chain at most: the store itself refuses a

@@ -76,6 +76,9 @@ pub struct Engine<S: Slurm> {
     /// What `pipeline::watch_pending` asks this cycle and the answer, read by this
     /// cycle's poll in its one squeue.
     polled_pending: Option<(pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
+    /// Each user's rate of requests that change something (`[limits]
+    /// write_requests_per_minute`).
+    write_rate: crate::daemon::rate::WriteRate,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -106,7 +109,6 @@ const MAX_RETRY_FLIGHTS_PER_USER: usize = 4;
 impl<S: Slurm> Engine<S> {
     pub fn new(config: Config, store: Store, slurm: S) -> Self {
         Engine {
-            config,
             store,
             slurm,
             partitions: HashMap::new(),
@@ -123,7 +125,20 @@ impl<S: Slurm> Engine<S> {
             waiters_seen: None,
             waiters_after: None,
             polled_pending: None,
+            write_rate: crate::daemon::rate::WriteRate::new(
+                config.limits.write_requests_per_minute,
+            ),
+            config,
         }
+    }
+
+    /// Takes one of `uid`'s requests that change something from their rate; when they
+    /// have made a minute's worth, how long until they may make another.
+    pub fn take_write(&mut self, uid: u32) -> Result<(), (u32, std::time::Duration)> {
+        let per_minute = self.write_rate.per_minute();
+        self.write_rate
+            .take(uid, Instant::now())
+            .map_err(|wait| (per_minute, wait))
     }
 
     pub fn config(&self) -> &Config {

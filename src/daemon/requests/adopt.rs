@@ -315,6 +315,12 @@ pub async fn adopt_job<S: Slurm>(
             array_tasks: None,
             argv,
         };
+        // An adopted job's submission is kept like a submitted one: it counts in its
+        // owner's limits.
+        let size = new.script.as_ref().map_or(0, Vec::len)
+            + new.cwd.len()
+            + new.argv.iter().map(|a| a.len() + 3).sum::<usize>();
+        super::submit::check_room(engine, owner, 1, size as u64)?;
         let t = now();
         let l = engine
             .begin_submission(&new, &submitted, t)

@@ -5,9 +5,10 @@ use super::resolution::{commit, plan_from, preview, transitions, usage};
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Engine;
+use crate::model::Action;
 use crate::policy::{self, Event};
 use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
-use crate::protocol::{Resolution, ResolveAction};
+use crate::protocol::{ErrorKind, Resolution, ResolveAction, Response};
 use crate::slurm::Slurm;
 use crate::store::chain_label;
 
@@ -57,6 +58,30 @@ pub(super) fn classify<S: Slurm>(
         .first()
         .map(|(_, tr)| policy::resolution_action(tr))
         .unwrap_or(r.action);
+    // A hold of a chain already held changes nothing, so it writes nothing: a record per
+    // repeated request would let anyone grow the store (and the journal) without end.
+    let (chains, items) = if action == ResolveAction::Hold {
+        let mut keep = (Vec::new(), Vec::new());
+        for (c, item) in chains.into_iter().zip(items) {
+            if !held(engine, c.id)? {
+                keep.0.push(c);
+                keep.1.push(item);
+            }
+        }
+        if keep.0.is_empty() {
+            return Err(Response::error(
+                ErrorKind::Conflict,
+                format!(
+                    "{} is already held for a person (its latest decision is a hold); nothing changed: \
+                     resolve it with --action retry or --action fail",
+                    r.id
+                ),
+            ));
+        }
+        keep
+    } else {
+        (chains, items)
+    };
     // A retry is previewed for every chain first, dry run or not: one that sbatch would
     // refuse is turned down here, before any of them is recorded.
     let mut resolutions = Vec::new();
@@ -92,4 +117,13 @@ pub(super) fn classify<S: Slurm>(
         resolved: done,
         action,
     }))
+}
+
+/// Whether a chain's latest decision holds it for a person (as the agent and `pending`
+/// read it).
+fn held<S: Slurm>(engine: &Engine<S>, chain: i64) -> Result<bool, Response> {
+    Ok(engine
+        .store()
+        .last_decision(chain)?
+        .is_some_and(|d| d.action == Action::Hold))
 }

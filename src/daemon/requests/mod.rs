@@ -103,6 +103,11 @@ pub async fn begin<S: Slurm>(
     span: tracing::Span,
 ) -> Plan {
     let answered = |r: Result<Response, Response>| Plan::Done(r.unwrap_or_else(|e| e));
+    if !request.is_read() {
+        if let Err((per_minute, wait)) = engine.take_write(uid) {
+            return Plan::Done(too_many(per_minute, wait));
+        }
+    }
     match request {
         Request::Submit(r) => match begin_submit(engine, r, uid, span) {
             Ok(p) => {
@@ -151,6 +156,19 @@ pub async fn begin<S: Slurm>(
     }
 }
 
+/// The answer to a request past its user's rate: nothing was done, try again later (exit
+/// 75, as for a daemon that is busy).
+fn too_many(per_minute: u32, wait: std::time::Duration) -> Response {
+    Response::error(
+        crate::protocol::ErrorKind::Unavailable,
+        format!(
+            "you have made more requests that change something than limits.write_requests_per_minute = {per_minute} allows; \
+             nothing was done: try again in {:.1}s",
+            wait.as_secs_f64().max(0.1)
+        ),
+    )
+}
+
 /// Records a user's plain-sbatch choice (the daemon then publishes it for the filter,
 /// `daemon::plain`).
 fn plain_opt<S: Slurm>(
@@ -158,13 +176,24 @@ fn plain_opt<S: Slurm>(
     uid: u32,
     opted_in: bool,
 ) -> Result<crate::protocol::views::PlainOptAnswer, Response> {
+    // A choice this daemon would never read changes nothing: refused, so nothing is kept
+    // (each one a journal entry every node applies, in cluster mode).
+    if !engine.config().plain_sbatch.enabled {
+        return Err(crate::protocol::Response::error(
+            crate::protocol::ErrorKind::Conflict,
+            "this daemon does not supervise plain sbatch submissions ([plain_sbatch] enabled = false), \
+             so your choice would change nothing and is not recorded; submit with `supervisorctl submit`, \
+             or ask your admin to enable plain sbatch",
+        ));
+    }
+    // The same choice again is answered as it stands, and writes nothing.
     engine
         .store_mut()
         .set_plain_opt(uid, opted_in, crate::clock::now())?;
     Ok(crate::protocol::views::PlainOptAnswer {
         uid,
         opted_in,
-        enabled: engine.config().plain_sbatch.enabled,
+        enabled: true,
     })
 }
 

@@ -145,6 +145,29 @@ pub(super) fn transitions<S: Slurm>(
         .collect()
 }
 
+/// Refuses records that would take a user past `limits.max_stored_bytes_per_user`: those
+/// of resolutions that keep a chain open (a retry, a hold) count in its owner's totals.
+/// A resolution that ends a chain frees what it kept, and is never refused for room.
+fn room_for_records<S: Slurm>(
+    engine: &Engine<S>,
+    items: &[(i64, Transition)],
+) -> Result<(), Response> {
+    let mut by_owner: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    for (c, tr) in items {
+        let Some(d) = tr.record.as_ref().filter(|_| tr.update.state.is_open()) else {
+            continue;
+        };
+        let bytes =
+            d.reason.to_string().len() + serde_json::to_string(&d.inputs).map_or(0, |s| s.len());
+        *by_owner.entry(engine.store().owner_of(*c)?).or_default() += bytes as u64;
+    }
+    for (owner, bytes) in by_owner {
+        let totals = engine.store().user_totals(owner)?;
+        super::submit::check_bytes(engine, &totals, bytes, "this decision record")?;
+    }
+    Ok(())
+}
+
 /// Records the transitions of a request as one transaction: an array's chains change
 /// together or not at all.
 pub(super) fn commit<S: Slurm>(
@@ -153,6 +176,7 @@ pub(super) fn commit<S: Slurm>(
     t: i64,
     moved: &str,
 ) -> Result<Vec<String>, Response> {
+    room_for_records(engine, &items)?;
     let mut ready = Vec::with_capacity(items.len());
     for (c, tr) in items {
         let with =

@@ -216,16 +216,6 @@ pub fn begin_submit<S: Slurm>(
         None => None,
     };
     let new_chains = array_tasks.as_ref().map_or(1, Vec::len);
-    let open = engine.store().open_chains_of(uid)? as usize;
-    if open + new_chains > limits.max_open_chains_per_user {
-        return Err(Response::error(
-            ErrorKind::Unavailable,
-            format!(
-                "you have {open} unfinished chains and this adds {new_chains}: more than limits.max_open_chains_per_user = {}; wait for some to end",
-                limits.max_open_chains_per_user
-            ),
-        ));
-    }
     // What the store keeps for this user's unfinished work, this submission included.
     let size = r.script.as_ref().map_or(0, Vec::len)
         + r.cwd.len()
@@ -234,16 +224,7 @@ pub fn begin_submit<S: Slurm>(
             .iter()
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum::<usize>();
-    let stored = engine.store().open_stored_bytes_of(uid)?;
-    let max = limits.max_stored_bytes_per_user.0;
-    if stored.saturating_add(size as u64) > max {
-        return Err(Response::error(
-            ErrorKind::Unavailable,
-            format!(
-                "your unfinished chains' submissions take {stored} bytes and this one {size}: more than limits.max_stored_bytes_per_user = {max}; wait for some to end"
-            ),
-        ));
-    }
+    check_room(engine, uid, new_chains, size as u64)?;
     let new = NewSubmission {
         owner_uid: uid,
         user: crate::daemon::access::user_name(uid),
@@ -283,6 +264,51 @@ pub fn begin_submit<S: Slurm>(
         t,
         span,
     })
+}
+
+/// Refuses new work past the caller's limits: `new_chains` more unfinished chains, and
+/// `bytes` more kept for them. One read of the user's totals, whatever they have open.
+pub fn check_room<S: Slurm>(
+    engine: &Engine<S>,
+    uid: u32,
+    new_chains: usize,
+    bytes: u64,
+) -> Result<(), Response> {
+    let limits = &engine.config().limits;
+    let totals = engine.store().user_totals(uid)?;
+    let open = totals.open_chains as usize;
+    if open + new_chains > limits.max_open_chains_per_user {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "you have {open} unfinished chains and this adds {new_chains}: more than limits.max_open_chains_per_user = {}; wait for some to end",
+                limits.max_open_chains_per_user
+            ),
+        ));
+    }
+    check_bytes(engine, &totals, bytes, "this one")
+}
+
+/// Refuses to keep `bytes` more for a user whose unfinished chains' submissions and
+/// decision records would then take more than `limits.max_stored_bytes_per_user`.
+pub fn check_bytes<S: Slurm>(
+    engine: &Engine<S>,
+    totals: &crate::store::UserTotals,
+    bytes: u64,
+    what: &str,
+) -> Result<(), Response> {
+    let max = engine.config().limits.max_stored_bytes_per_user.0;
+    let kept = totals.kept_bytes();
+    if kept.saturating_add(bytes) > max {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "your unfinished chains' submissions and decision records take {kept} bytes and {what} {bytes}: \
+                 more than limits.max_stored_bytes_per_user = {max}; wait for some to end, or cancel some"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Records what came of a submission's sbatch and says it to the client. Whatever the
