@@ -402,8 +402,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 };
                 // Published before the answer: an sbatch right after `opt-in` is noted.
+                // Only the asker's own file, and only if it changed: a repeated `opt-in`
+                // rewrites no one's (issue 32's attacking review).
                 if let (true, Some(p)) = (opt, &mut plain) {
-                    p.publish(engine.store());
+                    p.publish_choice(engine.store(), ctl.uid);
                 }
                 // A user met: their notes folder is made if the site opts them in.
                 if let Some(p) = &mut plain {
