@@ -262,7 +262,23 @@ impl Spool {
                 continue;
             };
             match uid_of_name(name.as_bytes()) {
-                Some(uid) if m.file_type().is_dir() && m.uid() == uid => found.push((uid, m)),
+                Some(uid) if m.file_type().is_dir() && m.uid() == uid => {
+                    // A folder its user opened to others (where they could plant links
+                    // and FIFOs for the user's own filter) is closed again each cycle. It
+                    // cannot be replaced by its user (`notes/` is the daemon's): the mode
+                    // is set on the folder lstat saw.
+                    if m.mode() & 0o7777 != 0o700 {
+                        if let Err(e) =
+                            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                        {
+                            tracing::warn!(
+                                "plain sbatch: cannot close {} to others again: {e}",
+                                path.display()
+                            );
+                        }
+                    }
+                    found.push((uid, m))
+                }
                 _ => {
                     let removed = if m.file_type().is_dir() {
                         std::fs::remove_dir(&path)
@@ -1031,6 +1047,23 @@ mod tests {
         s.make_folder(1001, 1001).unwrap();
         let m = std::fs::symlink_metadata(&f).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o700);
+    }
+
+    /// Issue 32's attacking review: a user's `opt-in` no longer puts every user's folder
+    /// right (it publishes the asker's file only), so the scan does: a folder its user
+    /// opened to others is 0700 again after the next cycle's scan, before anything in it
+    /// is taken.
+    #[test]
+    fn the_scan_closes_a_folder_its_user_opened_to_others() {
+        let (_dir, mut s, _lock) = spool();
+        s.make_folder(1001, 1001).unwrap();
+        let f = s.folder(1001);
+        for mode in [0o777, 0o1777, 0o755, 0o711] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            s.scan().unwrap();
+            let m = std::fs::symlink_metadata(&f).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o700, "{mode:o}");
+        }
     }
 
     #[test]
