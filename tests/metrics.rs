@@ -344,16 +344,20 @@ fn only_get_metrics_is_served() {
     assert_eq!(get(port, "/metrics").0, 200);
 }
 
+/// An address this host does not have stops the daemon, naming the key. (A port another
+/// process holds does not: the daemon goes on and takes it once it is free, so no user
+/// can keep it from starting: tests/net.rs,
+/// `a_user_holding_the_ports_keeps_the_daemon_from_neither_starting_nor_listening`.)
 #[test]
-fn an_address_in_use_stops_the_daemon_naming_the_key() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
+fn an_address_that_cannot_be_had_stops_the_daemon_naming_the_key() {
+    // TEST-NET-1 (RFC 5737): no host has it.
+    let (host, port) = ("192.0.2.1", 9464);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("supervisor.toml");
     std::fs::write(
         &config,
         format!(
-            "state_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+            "state_dir = {:?}\n[metrics]\nlisten = \"{host}:{port}\"\n",
             dir.path().join("state").display().to_string()
         ),
     )
@@ -368,7 +372,7 @@ fn an_address_in_use_stops_the_daemon_naming_the_key() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "cannot serve metrics on 127.0.0.1:{port} (metrics.listen)"
+            "cannot serve metrics on {host}:{port} (metrics.listen)"
         )),
         "{stderr}"
     );

@@ -2118,3 +2118,51 @@ fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
         "{by_alice:?}"
     );
 }
+
+/// Issue 32's attacking review: a user who binds the daemon's network port (or its
+/// metrics port) while the daemon is down, with no socket unit holding them, used to keep
+/// the daemon from starting at all (it stopped when it could not bind): no supervision
+/// and no Unix socket for anyone. Now it starts, serves the Unix socket, and takes each
+/// port once the squatter lets go.
+#[test]
+fn a_user_holding_the_ports_keeps_the_daemon_from_neither_starting_nor_listening() {
+    let port = free_port("127.0.0.1");
+    let metrics_port = free_port("127.0.0.1");
+    // mallory's: bound first (as anyone may bind a port above 1023).
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let metrics_squatter = std::net::TcpListener::bind(("127.0.0.1", metrics_port)).unwrap();
+    // The daemon starts (`start_on` waits for its Unix socket's answer).
+    let n = Net::start_on(
+        ("127.0.0.1", port),
+        &[],
+        &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        "1s",
+        "",
+    );
+    let log = n.sys.d.log();
+    assert!(
+        log.contains("another process holds the port"),
+        "{}",
+        common::tail(&log, 20)
+    );
+    drop(squatter);
+    drop(metrics_squatter);
+    wait_for(
+        "the daemon to take its network port",
+        Duration::from_secs(30),
+        || n.ctl("alice", &["status", "--json"]).status.success(),
+    );
+    wait_for(
+        "the daemon to take its metrics port",
+        Duration::from_secs(30),
+        || {
+            let Ok(mut s) = TcpStream::connect(("127.0.0.1", metrics_port)) else {
+                return false;
+            };
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            answer.starts_with("HTTP/1.1 200")
+        },
+    );
+}

@@ -2694,3 +2694,56 @@ fn assert_alice_waited_behind_at_most_two_of_bobs(log: &Path) {
         "alice's notification waited behind {before_alice} of bob's stalled programs:\n{text}"
     );
 }
+
+/// Issue 32's attacking review: a user's `opt-in`, repeated, makes the daemon rewrite no
+/// other user's published choice nor the site's default (it used to rewrite every user's
+/// `optin/<uid>` and `default` on the loop for each request: O(users) file writes per
+/// request, a request that changes nothing), and not even the asker's own file when the
+/// choice is the one published.
+#[test]
+fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
+    let mut sys = System::prepare("", "");
+    let spool = sys.root().join("spool");
+    let text = std::fs::read_to_string(&sys.d.config).unwrap();
+    std::fs::write(
+        &sys.d.config,
+        format!(
+            "{text}\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+            spool.display().to_string()
+        ),
+    )
+    .unwrap();
+    sys.spawn();
+    let ino = |p: &Path| std::fs::symlink_metadata(p).unwrap().ino();
+    let file_of = |user: &str| spool.join("optin").join(User::get(user).uid.to_string());
+    let opt = |user: &str, what: &str| {
+        let out = sys.as_user(user, &[what]);
+        assert!(out.status.success(), "{user} {what}: {}", err_text(&out));
+    };
+    // Published before the answer.
+    opt("bob", "opt-in");
+    let bob = ino(&file_of("bob"));
+    let default = ino(&spool.join("default"));
+    opt("alice", "opt-in");
+    let alice = ino(&file_of("alice"));
+    assert_eq!(std::fs::read(file_of("alice")).unwrap(), b"in\n");
+    for _ in 0..3 {
+        opt("alice", "opt-in");
+    }
+    assert_eq!(ino(&file_of("bob")), bob, "bob's file was rewritten");
+    assert_eq!(
+        ino(&spool.join("default")),
+        default,
+        "default was rewritten"
+    );
+    assert_eq!(
+        ino(&file_of("alice")),
+        alice,
+        "alice's unchanged file was rewritten"
+    );
+    // A change is published at once, and only the asker's.
+    opt("alice", "opt-out");
+    assert_eq!(std::fs::read(file_of("alice")).unwrap(), b"out\n");
+    assert_eq!(std::fs::read(file_of("bob")).unwrap(), b"in\n");
+    assert_eq!(ino(&file_of("bob")), bob, "bob's file was rewritten");
+}

@@ -105,6 +105,37 @@ pub enum ListenError {
     },
 }
 
+impl ListenError {
+    /// Whether the listener could not be had only because another process holds the
+    /// port: the daemon then goes on without it and takes it once it is free
+    /// ([`listen_when_free`]), so no user who binds a port can keep it from starting.
+    pub fn is_taken(&self) -> bool {
+        matches!(self, ListenError::Io(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+    }
+}
+
+/// How often a port that another process held is tried again.
+pub const REBIND_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The listener for `addr` once the port is free: tried every [`REBIND_EVERY`] until it
+/// is had. Another process holding a port of the daemon's (a user who bound it while the
+/// daemon was down, without `slurm-supervisord.socket`) keeps that one listener away,
+/// never the daemon: the Unix socket and supervision go on meanwhile, and a squatter on
+/// the network port cannot prove itself to clients (docs/security.md, "Holding the port").
+pub async fn listen_when_free(name: &'static str, addr: SocketAddr) -> tokio::net::TcpListener {
+    loop {
+        tokio::time::sleep(REBIND_EVERY).await;
+        match listen(name, addr) {
+            Ok((l, _)) => {
+                tracing::info!(%addr, "the port is free again: listening on it");
+                return l;
+            }
+            Err(e) if e.is_taken() => {}
+            Err(e) => tracing::warn!(%addr, "cannot listen on {addr} yet: {e}"),
+        }
+    }
+}
+
 /// Whether a socket systemd bound on `passed` is the config's `configured`: the same
 /// address, or, for an address of any host (`0.0.0.0`, `::`), the same port on any host.
 fn agrees(passed: SocketAddr, configured: SocketAddr) -> bool {

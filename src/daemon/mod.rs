@@ -218,9 +218,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
         None => None,
         Some(addr) => Some((
             addr,
-            activation::listen(activation::METRICS, addr)
-                .map_err(|source| DaemonError::Metrics { addr, source })?
-                .0,
+            match activation::listen(activation::METRICS, addr) {
+                Ok((l, _)) => Some(l),
+                Err(e) if e.is_taken() => {
+                    error!(%addr, "cannot serve metrics on {addr} (metrics.listen): {e}; another process holds the port (`ss -ltnp 'sport = :{}'`): serving without metrics, and taking the port once it is free (hold it with a socket unit, docs/security.md)", addr.port());
+                    None
+                }
+                Err(source) => return Err(DaemonError::Metrics { addr, source }),
+            },
         )),
     };
     // The network listener, if asked for: bound (and libmunge loaded) before the socket
@@ -233,11 +238,21 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 None => None,
                 Some(f) => Some(crate::tls::server_config(&f.cert, &f.key)?),
             };
-            let (listener, inherited) = activation::listen(activation::SERVER, addr)
-                .map_err(|source| DaemonError::Listen { addr, source })?;
-            if inherited {
-                info!(%addr, "network listener from systemd (slurm-supervisord.socket)");
-            }
+            let listener = match activation::listen(activation::SERVER, addr) {
+                Ok((listener, inherited)) => {
+                    if inherited {
+                        info!(%addr, "network listener from systemd (slurm-supervisord.socket)");
+                    }
+                    Some(listener)
+                }
+                // Another process holds the port: it keeps the network listener away
+                // until it lets go, never the daemon.
+                Err(e) if e.is_taken() => {
+                    error!(%addr, "cannot listen for network clients on {addr} (server.listen): {e}; another process holds the port (`ss -ltnp 'sport = :{}'`): serving the Unix socket and supervising meanwhile, and taking the port once it is free; enable slurm-supervisord.socket so that no one can hold it (docs/security.md, \"Holding the port\")", addr.port());
+                    None
+                }
+                Err(source) => return Err(DaemonError::Listen { addr, source }),
+            };
             Some((addr, munge, tls, listener))
         }
     };
@@ -284,7 +299,13 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             tls,
         );
-        tokio::spawn(net::serve(listener, served))
+        tokio::spawn(async move {
+            let listener = match listener {
+                Some(l) => l,
+                None => activation::listen_when_free(activation::SERVER, addr).await,
+            };
+            net::serve(listener, served).await
+        })
     });
     let (metrics_server, scraper) = match metrics_listener {
         None => (None, None),
@@ -292,10 +313,16 @@ pub async fn run<S: Slurm + Clone + 'static>(
             let scraper = std::sync::Arc::new(crate::metrics::Scraper::new(&config));
             info!(%addr, "serving metrics at /metrics");
             (
-                Some(tokio::spawn(crate::metrics::http::serve(
-                    listener,
-                    scraper.clone(),
-                ))),
+                Some(tokio::spawn({
+                    let scraper = scraper.clone();
+                    async move {
+                        let listener = match listener {
+                            Some(l) => l,
+                            None => activation::listen_when_free(activation::METRICS, addr).await,
+                        };
+                        crate::metrics::http::serve(listener, scraper).await
+                    }
+                })),
                 Some(scraper),
             )
         }
@@ -403,8 +430,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 };
                 // Published before the answer: an sbatch right after `opt-in` is noted.
+                // Only the asker's own file, and only if it changed: a repeated `opt-in`
+                // rewrites no one's (issue 32's attacking review).
                 if let (true, Some(p)) = (opt, &mut plain) {
-                    p.publish(engine.store());
+                    p.publish_choice(engine.store(), ctl.uid);
                 }
                 // A user met: their notes folder is made if the site opts them in.
                 if let Some(p) = &mut plain {

@@ -207,21 +207,7 @@ impl Spool {
     /// file is written whole and renamed into place, so the filter never reads half of
     /// one.
     pub fn publish(&self, choices: &[(u32, bool)], site: &SiteDefault) -> std::io::Result<()> {
-        let write = |path: &Path, text: &str| -> std::io::Result<()> {
-            let tmp = path.with_extension("new");
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-            drop(f);
-            std::fs::rename(&tmp, path)
-        };
-        write(
+        replace_file(
             &self.root.join("default"),
             &format!("{}{LAYOUT_LINE}\n", site.published()),
         )?;
@@ -233,10 +219,31 @@ impl Spool {
             }
         }
         for (uid, opted_in) in choices {
-            let text = if *opted_in { "in\n" } else { "out\n" };
-            write(&self.optin().join(uid.to_string()), text)?;
+            replace_file(&self.optin().join(uid.to_string()), choice_text(*opted_in))?;
         }
         Ok(())
+    }
+
+    /// Publishes one user's own choice (`None`: none recorded) after a request of theirs:
+    /// their `optin/<uid>` only, and only when it says something else than the choice. A
+    /// user's `opt-in`, however often repeated, costs one small read and at most one file,
+    /// never a rewrite of every user's (that is `publish`, at start and reload).
+    pub fn publish_one(&self, uid: u32, choice: Option<bool>) -> std::io::Result<()> {
+        let path = self.optin().join(uid.to_string());
+        let Some(opted_in) = choice else {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        };
+        let text = choice_text(opted_in);
+        // lstat first: only a regular file of the daemon's own folder is read.
+        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file())
+            && std::fs::read(&path).is_ok_and(|b| b == text.as_bytes());
+        if same {
+            return Ok(());
+        }
+        replace_file(&path, text)
     }
 
     /// The users' folders the scan trusts, by uid: a folder named by a uid and owned by
@@ -255,7 +262,23 @@ impl Spool {
                 continue;
             };
             match uid_of_name(name.as_bytes()) {
-                Some(uid) if m.file_type().is_dir() && m.uid() == uid => found.push((uid, m)),
+                Some(uid) if m.file_type().is_dir() && m.uid() == uid => {
+                    // A folder its user opened to others (where they could plant links
+                    // and FIFOs for the user's own filter) is closed again each cycle. It
+                    // cannot be replaced by its user (`notes/` is the daemon's): the mode
+                    // is set on the folder lstat saw.
+                    if m.mode() & 0o7777 != 0o700 {
+                        if let Err(e) =
+                            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                        {
+                            tracing::warn!(
+                                "plain sbatch: cannot close {} to others again: {e}",
+                                path.display()
+                            );
+                        }
+                    }
+                    found.push((uid, m))
+                }
                 _ => {
                     let removed = if m.file_type().is_dir() {
                         std::fs::remove_dir(&path)
@@ -374,6 +397,32 @@ impl Spool {
     pub fn remove(&self, note: &Note) {
         let _ = std::fs::remove_file(self.folder(note.uid).join(&note.name));
     }
+}
+
+/// What `optin/<uid>` says for a choice.
+fn choice_text(opted_in: bool) -> &'static str {
+    if opted_in {
+        "in\n"
+    } else {
+        "out\n"
+    }
+}
+
+/// Writes `text` whole into a new file beside `path` and renames it into place, so the
+/// filter never reads half of one.
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// The uid a folder's name is: digits only, no leading zero (but `0` itself).
@@ -589,6 +638,35 @@ impl Plain {
             }
             Err(e) => tracing::error!(
                 "cannot publish who is opted in to plain sbatch in {}: {e}",
+                self.spool.root.display()
+            ),
+        }
+    }
+
+    /// Publishes `uid`'s own choice after a request of theirs (`Spool::publish_one`: their
+    /// file only, and only when it changed), and makes their notes folder if they are
+    /// opted in. O(1) whatever the number of users: a user who repeats `opt-in` makes the
+    /// daemon rewrite no one's file.
+    pub fn publish_choice(&mut self, store: &crate::store::Store, uid: u32) {
+        let result = store
+            .plain_opt(uid)
+            .map_err(|e| e.to_string())
+            .and_then(|choice| {
+                self.spool
+                    .publish_one(uid, choice)
+                    .map_err(|e| e.to_string())?;
+                Ok(choice)
+            });
+        match result {
+            Ok(choice) => {
+                self.seen.remove(&uid);
+                if choice == Some(true) {
+                    self.make_folder(uid);
+                    self.seen.insert(uid);
+                }
+            }
+            Err(e) => tracing::error!(
+                "cannot publish uid {uid}'s plain-sbatch choice in {}: {e}",
                 self.spool.root.display()
             ),
         }
@@ -969,6 +1047,23 @@ mod tests {
         s.make_folder(1001, 1001).unwrap();
         let m = std::fs::symlink_metadata(&f).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o700);
+    }
+
+    /// Issue 32's attacking review: a user's `opt-in` no longer puts every user's folder
+    /// right (it publishes the asker's file only), so the scan does: a folder its user
+    /// opened to others is 0700 again after the next cycle's scan, before anything in it
+    /// is taken.
+    #[test]
+    fn the_scan_closes_a_folder_its_user_opened_to_others() {
+        let (_dir, mut s, _lock) = spool();
+        s.make_folder(1001, 1001).unwrap();
+        let f = s.folder(1001);
+        for mode in [0o777, 0o1777, 0o755, 0o711] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            s.scan().unwrap();
+            let m = std::fs::symlink_metadata(&f).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o700, "{mode:o}");
+        }
     }
 
     #[test]

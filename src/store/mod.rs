@@ -61,6 +61,16 @@ pub enum StoreError {
 
 impl StoreError {
     /// True when the database file itself is damaged: carrying on would only fail again.
+    /// Whether the store refused the write for a constraint of its own (e.g. one live
+    /// attempt per Slurm job, migration 14): that write alone is wrong, not the store.
+    pub fn is_constraint(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation
+        )
+    }
+
     pub fn is_corruption(&self) -> bool {
         match self {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => matches!(

@@ -149,7 +149,18 @@ impl<S: Slurm> Engine<S> {
         match outcome {
             LaunchOutcome::Submitted(job) => {
                 crate::failpoint::hit("after-sbatch");
-                self.store.launch_submitted(l.id, job, t)?;
+                // sbatch runs as the user, with the user's environment, and the user can
+                // change her job's comment: a job (with this launch's tag) that another
+                // chain records as its live attempt is refused by the store (one job is
+                // one chain's); the launch stays an intent, and no other launch or cycle
+                // is held up.
+                if let Err(e) = self.store.launch_submitted(l.id, job, t) {
+                    if !e.is_constraint() {
+                        return Err(e);
+                    }
+                    tracing::error!(job = %job, "sbatch answered a job another chain records already ({e}); the launch is settled by its tag");
+                    return Ok(());
+                }
                 tracing::Span::current().record("job", tracing::field::display(job));
                 info!("submitted");
             }

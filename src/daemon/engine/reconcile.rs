@@ -62,7 +62,16 @@ impl<S: Slurm> Engine<S> {
                     let job = job.as_str();
                     span.record("job", tracing::field::display(job));
                     span.in_scope(|| info!("found the job of an interrupted launch in slurm; adopting it, not submitting again"));
-                    self.store.launch_submitted(l.id, job, t)?;
+                    match self.store.launch_submitted(l.id, job, t) {
+                        Ok(()) => {}
+                        // Another chain records this job as its live attempt (one job is
+                        // one chain's at most): that launch waits, no one else's does.
+                        Err(e) if e.is_constraint() => {
+                            span.in_scope(|| tracing::error!("the job found by this launch's tag is recorded on another chain already ({e}); this launch waits, nothing is submitted again"));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                     // Cluster mode submits every job held and releases it once the job is
                     // recorded: a job of an interrupted launch (a daemon that stopped or
                     // was deposed around its sbatch) is released here, by the daemon that
@@ -215,5 +224,50 @@ mod tests {
                 serde_json::json!({"job": stray, "tag": l.tag, "recorded": job})
             )]
         );
+    }
+
+    /// Issue 32's attacking review: a job found by a launch's tag whose id another chain
+    /// already records as its live attempt is refused by the store's one live attempt per
+    /// job. A user can make that happen to her own jobs: her sbatch (her code, with her
+    /// environment) prints garbage so the launch stays an intent, she takes the tag out of
+    /// the job's comment (`scontrol update`), leaves a plain-sbatch note for it (adopted
+    /// as a second chain: no tag), then puts the tag back. That refusal held up the whole
+    /// reconciliation, and so every cycle for every user; it now holds up that launch
+    /// alone, which stays an intent.
+    #[tokio::test]
+    async fn a_job_another_chain_records_holds_up_only_its_own_launch() {
+        let (fake, mut engine, victim) = waiting_launch();
+        let other = engine
+            .store_mut()
+            .create_submission_waiting(
+                &crate::daemon::engine::sweep::tests::submission(),
+                &[],
+                10,
+                |_| Vec::new(),
+            )
+            .unwrap();
+        let liar = engine
+            .store_mut()
+            .create_submission_waiting(
+                &crate::daemon::engine::sweep::tests::submission(),
+                &[],
+                10,
+                |_| Vec::new(),
+            )
+            .unwrap();
+        let job = held_job(&fake, &victim.tag, &[]).await;
+        let others = held_job(&fake, &other.tag, &[]).await;
+        // The lying launch recorded the victim's job id first.
+        engine
+            .store_mut()
+            .launch_submitted(liar.id, &job, 11)
+            .unwrap();
+        assert!(engine.reconcile_launches(20).await.unwrap());
+        assert_eq!(
+            engine.store().launch(other.id).unwrap().job_id.as_deref(),
+            Some(others.as_str()),
+            "the other launch was not reconciled"
+        );
+        assert_eq!(engine.store().launch(victim.id).unwrap().job_id, None);
     }
 }

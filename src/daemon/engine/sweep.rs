@@ -226,7 +226,7 @@ pub(crate) mod tests {
     use crate::slurm::SbatchRequest;
     use crate::store::{NewSubmission, Store};
 
-    fn submission() -> NewSubmission {
+    pub(crate) fn submission() -> NewSubmission {
         crate::daemon::engine::launch::tests::submission(nix::unistd::getuid().as_raw())
     }
 
