@@ -2561,10 +2561,11 @@ fn round2_item8_a_users_sbatch_output_cannot_forge_a_log_line() {
 /// The owner check is per attempt, not per job id (the review of round two): bob's sbatch
 /// (his environment: sitecustomize stands for LD_PRELOAD) writes his job's comment with a
 /// line that maps his launch's tag to alice's running job, and its answer is lost, so the
-/// tag lookup gives his chain her job id. Two live chains of two users then hold the same
-/// id: each sees only the rows Slurm shows owned by its owner. alice's chain is judged on
-/// her job as usual; bob's sees nothing of hers (no state, no ending) and, after
-/// `lost_job_after`, waits for a person.
+/// tag lookup gives his chain her job id. The store holds one live attempt per Slurm job
+/// (issue 32), so while her chain's attempt is live his launch waits, unrecorded; once
+/// hers has ended his chain may record the id, and then sees only the rows Slurm shows
+/// owned by bob: nothing of hers (no state, no ending), and after `lost_job_after` it
+/// waits for a person.
 #[test]
 fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
     let sys = System::start("lost_job_after = \"3s\"", "");
@@ -2591,18 +2592,27 @@ fn round2_two_chains_of_two_users_holding_one_job_id_each_see_only_their_own() {
     assert_eq!(out.status.code(), Some(75), "{}", err_text(&out));
     sys.fake.ctl(&["mode", "sbatch@bob", "ok"]);
     let bobs = || sys.json_as("bob", &["status", "--json"]);
+    // His launch's tag lookup names her job, which her chain's live attempt holds: the
+    // store refuses a second live attempt on it, and his launch waits unrecorded.
     wait_until(
-        "bob's launch settled by its tag",
+        "bob's launch refused the job another chain records",
         Duration::from_secs(60),
-        || bobs()[0]["slurm_job_id"] == a.as_str(),
+        || sys.d.log().contains("is recorded on another chain already"),
     );
+    assert_ne!(bobs()[0]["slurm_job_id"], a.as_str(), "{:#}", bobs());
     // alice's job runs, then completes: her chain sees it; bob's sees none of it.
-    // (Root sees both chains under that id; each user sees their own.)
     let alices = || sys.json_as("alice", &["status", "--json", &a]);
     sys.fake.ctl(&["finish", &a, "COMPLETED", "0:0"]);
     wait_until("alice's chain to complete", Duration::from_secs(30), || {
         alices()[0]["state"] == "completed"
     });
+    // Her attempt has ended: his launch may now record the id (root sees both chains
+    // under it; each user sees their own).
+    wait_until(
+        "bob's launch settled by its tag",
+        Duration::from_secs(60),
+        || bobs()[0]["slurm_job_id"] == a.as_str(),
+    );
     wait_until(
         "bob's chain to wait for a person",
         Duration::from_secs(60),
