@@ -532,6 +532,29 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     answered
 }
 
+/// One line of at most `max` bytes from the client, within `limits.request_timeout`; a
+/// client that sends no `what` in time is refused as `slow`.
+async fn line_in_time<R>(
+    reader: &mut R,
+    max: u64,
+    net: &NetServer,
+    what: &str,
+) -> Result<Vec<u8>, Result<Refusal, std::io::Error>>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    let mut line = Vec::new();
+    let limit = net.shared.limits.request_timeout.0;
+    match read_request(&mut reader.take(max), &mut line, limit).await {
+        Ok(()) => Ok(line),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Ok(Refusal::new(
+            "slow",
+            format!("no {what} in time (limits.request_timeout = {limit:?})"),
+        ))),
+        Err(e) => Err(Err(e)),
+    }
+}
+
 /// Says hello, proves this daemon to a client that opens, reads and checks the
 /// credential, and takes a slot for its uid. A standby says so and where the active daemon
 /// is, and goes on: it answers reads from its replica and refuses changes, as on its Unix
@@ -565,26 +588,7 @@ where
     // never reads them does not hold this up.
     send_line(write, &hello_line).await?;
     // The client's opening: its nonce, for the proof.
-    let mut line = Vec::new();
-    let got = read_request(
-        &mut reader.take(MAX_OPENING),
-        &mut line,
-        net.shared.limits.request_timeout.0,
-    )
-    .await;
-    match got {
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            return Err(Ok(Refusal::new(
-                "slow",
-                format!(
-                    "no opening in time (limits.request_timeout = {:?})",
-                    net.shared.limits.request_timeout.0
-                ),
-            )))
-        }
-        Err(e) => return Err(Err(e)),
-        Ok(()) => {}
-    }
+    let line = line_in_time(reader, MAX_OPENING, net, "opening").await?;
     // Nothing at all: a client that read a standby's hello and went to the active daemon
     // with its change, one that only looked, or one of another version. Not a refusal.
     if line.is_empty() {
@@ -618,26 +622,7 @@ where
             ))
         })?;
     send_line(write, proof.as_bytes()).await?;
-    let mut line = Vec::new();
-    let got = read_request(
-        &mut reader.take(MAX_CREDENTIAL_LINE),
-        &mut line,
-        net.shared.limits.request_timeout.0,
-    )
-    .await;
-    match got {
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            return Err(Ok(Refusal::new(
-                "slow",
-                format!(
-                    "no credential in time (limits.request_timeout = {:?})",
-                    net.shared.limits.request_timeout.0
-                ),
-            )))
-        }
-        Err(e) => return Err(Err(e)),
-        Ok(()) => {}
-    }
+    let line = line_in_time(reader, MAX_CREDENTIAL_LINE, net, "credential").await?;
     // Nothing: a client that did not take this daemon's proof (it says why on its side).
     if line.is_empty() {
         return Err(Err(std::io::Error::new(
