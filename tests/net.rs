@@ -194,11 +194,28 @@ impl Net {
                 std::fs::create_dir(&state).unwrap();
                 chown(&state, user);
                 chown(&sys.root().join("run"), user);
-                sys.d.launcher = ["runuser", "-u", user, "--"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                let child = sys.daemon_command(&sys.d.config.clone()).spawn().unwrap();
+                // setpriv execs the daemon (runuser would fork and wait for it), so the
+                // child the test kills at its end is the daemon itself, not a parent that
+                // leaves it running.
+                sys.d.launcher = [
+                    "setpriv",
+                    "--reuid",
+                    user,
+                    "--regid",
+                    user,
+                    "--init-groups",
+                    "--",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let child = sys
+                    .daemon_command(&sys.d.config.clone())
+                    .env("HOME", format!("/home/{user}"))
+                    .env("USER", user)
+                    .env("LOGNAME", user)
+                    .spawn()
+                    .unwrap();
                 sys.d.child = Some(child);
                 wait_for(
                     &format!("{user}'s own daemon to answer her"),
