@@ -249,25 +249,35 @@ fn a_database_of_another_cluster_or_of_a_later_version_is_refused() {
 /// A snapshot of `store`'s replica at its last entry written under `epoch`, and the
 /// journal pruned, as the active daemon's snapshot thread does it (a policy of one entry).
 fn snapshot(db: &Db, epoch: Epoch, store: &Store) -> Pruned {
+    let (seq, why, pruned) = snapshot_now(db, epoch, None, |dest| store.snapshot_to(dest));
+    assert_eq!((seq, why), (store.journal_seq(), "entries"));
+    pruned
+}
+
+/// A snapshot under `epoch` made by `copy` (a replica file beside `near`), due at once (a
+/// policy of one entry), and the journal pruned: its entry, why it was due, the pruning.
+fn snapshot_now(
+    db: &Db,
+    epoch: Epoch,
+    near: Option<&std::path::Path>,
+    copy: impl FnOnce(&std::path::Path) -> Result<u64, slurm_supervisor::store::StoreError>,
+) -> (u64, &'static str, Pruned) {
     let policy = SnapshotPolicy {
         entries: 1,
         bytes: 0,
         interval: Duration::ZERO,
     };
-    let (seq, why, pruned) = db
-        .connect()
+    db.connect()
         .snapshot_if_due(
             epoch,
             &policy,
             &mut EntrySizes::default(),
-            None,
-            |dest| store.snapshot_to(dest),
+            near,
+            copy,
             &|| false,
         )
         .unwrap()
-        .expect("a snapshot was due");
-    assert_eq!((seq, why), (store.journal_seq(), "entries"));
-    pruned
+        .expect("a snapshot was due")
 }
 
 /// Some writes of every kind a cycle makes: submissions, a launch's job, notes.
@@ -351,23 +361,8 @@ fn a_node_started_after_pruning_holds_the_same_rows_as_one_that_replayed_everyth
     // The daemon's way: the replica's file snapshotted on a read-only connection of its
     // own while the store is open (and another node started from that snapshot).
     let path = dir.path().join("replica.db");
-    let policy = SnapshotPolicy {
-        entries: 1,
-        bytes: 0,
-        interval: Duration::ZERO,
-    };
-    let (seq, _, pruned) = db
-        .connect()
-        .snapshot_if_due(
-            second,
-            &policy,
-            &mut EntrySizes::default(),
-            Some(&path),
-            |d| Store::snapshot_file(&path, d),
-            &|| false,
-        )
-        .unwrap()
-        .unwrap();
+    let (seq, _, pruned) =
+        snapshot_now(&db, second, Some(&path), |d| Store::snapshot_file(&path, d));
     assert_eq!((seq, pruned.through), (45, 30));
     let (j4, _) = db.journal(None);
     let login4 = Store::in_memory_replica(&instance, Box::new(j4)).unwrap();
