@@ -237,24 +237,19 @@ mod tests {
     #[tokio::test]
     async fn a_job_another_chain_records_holds_up_only_its_own_launch() {
         let (fake, mut engine, victim) = waiting_launch();
-        let other = engine
-            .store_mut()
-            .create_submission_waiting(
-                &crate::daemon::engine::sweep::tests::submission(),
-                &[],
-                10,
-                |_| Vec::new(),
-            )
-            .unwrap();
-        let liar = engine
-            .store_mut()
-            .create_submission_waiting(
-                &crate::daemon::engine::sweep::tests::submission(),
-                &[],
-                10,
-                |_| Vec::new(),
-            )
-            .unwrap();
+        let mut waiting = || {
+            engine
+                .store_mut()
+                .create_submission_waiting(
+                    &crate::daemon::engine::sweep::tests::submission(),
+                    &[],
+                    10,
+                    |_| Vec::new(),
+                )
+                .unwrap()
+        };
+        let other = waiting();
+        let liar = waiting();
         let job = held_job(&fake, &victim.tag, &[]).await;
         let others = held_job(&fake, &other.tag, &[]).await;
         // The lying launch recorded the victim's job id first.
