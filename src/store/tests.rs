@@ -45,17 +45,8 @@ fn open_chains_are_counted_per_owner_and_a_write_past_the_store_is_found() {
 
 #[test]
 fn the_owner_migration_fills_in_the_owners_of_existing_chains() {
-    let conn = Connection::open_in_memory().unwrap();
     // The store as it was just before the migration that added `chains.owner_uid`.
-    let before = schema::MIGRATIONS
-        .iter()
-        .position(|m| m.contains("chains_open_by_owner"))
-        .unwrap();
-    for sql in &schema::MIGRATIONS[..before] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", before as i64)
-        .unwrap();
+    let conn = store_before_migration("chains_open_by_owner");
     conn.execute_batch(
         "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
              VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[]', '/tmp', '[]', 5, 1);
@@ -329,16 +320,7 @@ fn missing_user_totals_are_counted_from_the_rows_at_open() {
 /// A store made before the totals (migration 14) gets them from its rows.
 #[test]
 fn the_totals_migration_counts_an_existing_store() {
-    let conn = Connection::open_in_memory().unwrap();
-    let before = schema::MIGRATIONS
-        .iter()
-        .position(|m| m.contains("CREATE TABLE user_totals"))
-        .unwrap();
-    for sql in &schema::MIGRATIONS[..before] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", before as i64)
-        .unwrap();
+    let conn = store_before_migration("CREATE TABLE user_totals");
     conn.execute_batch(
         "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
              VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (2000, 'bob', '[\"x\"]', '/', '[]', 5, 1);
@@ -380,16 +362,7 @@ fn a_job_is_the_live_attempt_of_one_chain_at_most() {
 /// is migrated: the pair is kept as it is, and no new one can be made.
 #[test]
 fn the_migration_keeps_existing_twins_and_refuses_new_ones() {
-    let conn = Connection::open_in_memory().unwrap();
-    let before = schema::MIGRATIONS
-        .iter()
-        .position(|m| m.contains("attempts_one_live_per_job"))
-        .unwrap();
-    for sql in &schema::MIGRATIONS[..before] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", before as i64)
-        .unwrap();
+    let conn = store_before_migration("attempts_one_live_per_job");
     conn.execute_batch(
         "INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
              VALUES (1000, 'alice', '[]', '/tmp', '[]', 5, 1), (1000, 'alice', '[]', '/tmp', '[]', 5, 1);
@@ -435,4 +408,19 @@ fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
         .create_submission(&sub(None), 103, |_| vec![])
         .unwrap();
     assert!(replica.launch_submitted(c.id, "42", 104).is_err());
+}
+
+/// An in-memory store as it was just before the migration whose text contains `marker`.
+fn store_before_migration(marker: &str) -> Connection {
+    let conn = Connection::open_in_memory().unwrap();
+    let before = schema::MIGRATIONS
+        .iter()
+        .position(|m| m.contains(marker))
+        .unwrap();
+    for sql in &schema::MIGRATIONS[..before] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", before as i64)
+        .unwrap();
+    conn
 }
