@@ -355,6 +355,17 @@ impl SlurmCli {
             .await
     }
 
+    /// One value of `scontrol show config` (`None`: not set, or `(null)`).
+    async fn config_value(&self, key: &str) -> Result<Option<String>, SlurmError> {
+        let ran = self
+            .query("scontrol", vec!["show".into(), "config".into()])
+            .await?;
+        if ran.code != Some(0) {
+            return Err(Self::failure("scontrol", &ran));
+        }
+        Ok(parse::show_config_value(&ran.stdout, key))
+    }
+
     async fn query(&self, name: &str, args: Vec<String>) -> Result<Ran, SlurmError> {
         self.query_keeping(name, args, Keep::All, &[]).await
     }
@@ -1056,13 +1067,7 @@ impl Slurm for SlurmCli {
     }
 
     async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
-        let ran = self
-            .query("scontrol", vec!["show".into(), "config".into()])
-            .await?;
-        if ran.code != Some(0) {
-            return Err(Self::failure("scontrol", &ran));
-        }
-        Ok(parse::show_config_value(&ran.stdout, "MailProg"))
+        self.config_value("MailProg").await
     }
 
     async fn held_with(&self, needle: &str) -> Result<Parsed<HeldRow>, SlurmError> {
@@ -1109,25 +1114,15 @@ impl Slurm for SlurmCli {
     }
 
     async fn slurm_user_uid(&self) -> Result<Option<u32>, SlurmError> {
-        let ran = self
-            .query("scontrol", vec!["show".into(), "config".into()])
-            .await?;
-        if ran.code != Some(0) {
-            return Err(Self::failure("scontrol", &ran));
-        }
-        Ok(parse::show_config_value(&ran.stdout, "SlurmUser")
+        Ok(self
+            .config_value("SlurmUser")
+            .await?
             .as_deref()
             .and_then(parse::uid_in_parentheses))
     }
 
     async fn cluster_name(&self) -> Result<Option<String>, SlurmError> {
-        let ran = self
-            .query("scontrol", vec!["show".into(), "config".into()])
-            .await?;
-        if ran.code != Some(0) {
-            return Err(Self::failure("scontrol", &ran));
-        }
-        Ok(parse::show_config_value(&ran.stdout, "ClusterName"))
+        self.config_value("ClusterName").await
     }
 
     async fn partition_limits(&self) -> Result<HashMap<String, Option<u64>>, SlurmError> {
