@@ -1190,7 +1190,21 @@ impl Harness {
                     .chain(c.id)
                     .map_err(store_err)?
                     .expect("exists");
-                if c.state == ChainState::PendingFailed {
+                let already_held = before.as_ref().is_some_and(|d| d.action == Action::Hold);
+                if c.state == ChainState::PendingFailed
+                    && *action == ResolveAction::Hold
+                    && already_held
+                {
+                    // A hold of a chain already held changes nothing, so it writes nothing.
+                    ensure!(
+                        matches!(&answer, Response::Error(e) if e.kind == ErrorKind::Conflict)
+                            && after.len() == count
+                            && now.state == c.state,
+                        "holding the held c{} gave {answer:?}:\n{}",
+                        c.id,
+                        self.describe(c.id)
+                    );
+                } else if c.state == ChainState::PendingFailed {
                     // A later fact is a new record pointing at the one it resolves.
                     ensure!(
                         matches!(answer, Response::Ok(_)) && after.len() == count + 1,

@@ -265,9 +265,14 @@ fn reason(job: &str) -> String {
 fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorded_one_left_held() {
     require_slurm();
     let shared = Shared::new();
-    let mut a = shared.daemon("loginA");
+    // The sweep releases a recorded job only while its launch is recent (sbatch_timeout
+    // and two leases); later a hold is its owner's and is left without a word. Every wait
+    // below together outlasts the default 60 s on a busy machine, so the launch is kept
+    // recent for the whole test.
+    let recent = "sbatch_timeout = \"600s\"\n";
+    let mut a = shared.daemon_with("loginA", recent, "");
     wait_for("loginA to act", Duration::from_secs(30), || active(&a));
-    let b = shared.daemon("loginB");
+    let b = shared.daemon_with("loginB", recent, "");
     let script = a.write_script("sleepy.sh", "sleep 120");
     // Pending (it may start in an hour), so a hold keeps it from running.
     let job = a.submit(&[
