@@ -364,6 +364,74 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
     common::run("scancel", &[&job]);
 }
 
+/// A user's own hold in cluster mode (issue 32): the daemon submits every job held and
+/// releases it after the fence, but not one its owner asked to be held (`--hold`), and the
+/// sweep of held jobs leaves it too. A stray held job under the same tag, which the sweep
+/// cancels, shows a sweep has looked at both. `SBATCH_HOLD=1` in the submitter's
+/// environment is no hold: Slurm's sbatch does not read it, so that job runs, as the
+/// user's own sbatch would have run it, and under the fence as any other.
+#[test]
+fn a_users_own_hold_is_kept_in_cluster_mode_and_sbatch_hold_is_no_hold() {
+    require_slurm();
+    let shared = Shared::new();
+    let a = shared.daemon("loginA");
+    wait_for("loginA to act", Duration::from_secs(30), || active(&a));
+    let submit = |args: &[&str]| {
+        let out = std::process::Command::new(common::CTL)
+            .arg("--config")
+            .arg(&a.config)
+            .arg("submit")
+            .arg("--")
+            .args(args)
+            .env("SBATCH_HOLD", "1")
+            .current_dir(a.work_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let held = submit(&["--hold", "--time=1", "--mem=50M", "--wrap=true"]);
+    let runs = submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    assert!(reason(&held).ends_with("|JobHeldUser"), "{}", reason(&held));
+    let comment = common::run("squeue", &["--noheader", "--jobs", &held, "--format=%k"]);
+    let tag = comment
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
+        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
+        .to_string();
+    let stray = common::run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--time=1",
+            "--mem=50M",
+            &format!("--comment={tag}"),
+            "--wrap=true",
+        ],
+    )
+    .trim()
+    .to_string();
+    wait_for(
+        "a sweep to cancel the stray job",
+        Duration::from_secs(60),
+        || common::sacct_state(&stray).starts_with("CANCELLED"),
+    );
+    assert!(reason(&held).ends_with("|JobHeldUser"), "{}", reason(&held));
+    assert_eq!(
+        a.status(&held)[0]["state"],
+        "active",
+        "{:#}",
+        a.history(&held)
+    );
+    a.wait_state(&runs, "completed", Duration::from_secs(120));
+    common::run("scancel", &[&held]);
+}
+
 /// The hello of the daemon at `addr` (`protocol::net`).
 fn hello(addr: &str) -> slurm_supervisor::protocol::net::Hello {
     use std::io::BufRead;

@@ -696,3 +696,131 @@ fn no_user_can_take_the_name_of_another_users_note() {
     }
     let _ = pout;
 }
+
+/// One job, one chain (issue 32): the daemon's own sbatch for an opted-in user whose
+/// answer is lost (a wrapper runs the real sbatch, then says what a lost reply says). The
+/// site's filter and job_submit script see `SLURM_SUPERVISOR=off` and leave that sbatch
+/// alone, so the job is found only by its launch's tag: one chain, and its out-of-memory
+/// ending one retry. Before, the shipped filter noted it and the job_submit script marked
+/// it, plain-sbatch discovery took it up as a second chain, and the ending was retried
+/// twice.
+#[test]
+fn a_lost_sbatch_reply_for_an_opted_in_user_makes_one_chain_and_one_retry() {
+    require_slurm();
+    let _one = SPOOL.lock().unwrap_or_else(|e| e.into_inner());
+    let real = slurm_bin_dir().unwrap_or_else(|| PathBuf::from("/usr/bin"));
+    let wrappers = tempfile::Builder::new()
+        .prefix("ssv-lost-reply-")
+        .tempdir_in(scratch_root())
+        .unwrap();
+    chmod(wrappers.path(), 0o755);
+    for name in [
+        "sacct", "scancel", "scontrol", "sinfo", "squeue", "sprio", "sshare",
+    ] {
+        let cmd = real.join(name);
+        if cmd.exists() {
+            std::os::unix::fs::symlink(&cmd, wrappers.path().join(name)).unwrap();
+        }
+    }
+    // The first attempt's sbatch (its tag ends in `.1`) creates the job and loses the
+    // answer; every other sbatch is the real one.
+    let sbatch = wrappers.path().join("sbatch");
+    std::fs::write(
+        &sbatch,
+        format!(
+            "#!/bin/bash\nfor a in \"$@\"; do\n  [[ $a =~ ssv-[0-9a-f]{{8}}-L[0-9]+-c[0-9]+\\.1([^0-9]|$) ]] && lose=1\ndone\n\
+             if [[ $lose ]]; then\n  {real:?} \"$@\" >/dev/null || exit\n  \
+             echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv operation' >&2\n  exit 1\nfi\n\
+             exec {real:?} \"$@\"\n",
+            real = real.join("sbatch").display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&sbatch, 0o755);
+
+    let extra = format!(
+        "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nadmin_comment = true\nspool = {:?}\n",
+        spool().display().to_string()
+    );
+    let (d, ctl) = root_daemon_with_bin("ssv-plain-lost-", wrappers.path(), &extra);
+    let config = d.config.clone();
+    let home = home_of(&d, IN);
+    let out = ctl_as(IN, &ctl, &config, &["opt-in"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let submit = Command::new("runuser")
+        .args(["-u", IN, "--"])
+        .arg(&ctl)
+        .arg("--config")
+        .arg(&config)
+        .args(["submit", "--", "--mem=100M", "-o", "oom.out", "oom.sh"])
+        .current_dir(&home)
+        .output()
+        .unwrap();
+    // The answer was lost: the client is told to look again, not given a job id.
+    assert_eq!(
+        submit.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&submit.stderr)
+    );
+    let mine = || -> Vec<serde_json::Value> {
+        let out = ctl_as(IN, &ctl, &config, &["status", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the launch to be found by its tag",
+        Duration::from_secs(60),
+        || mine().iter().any(|c| c["slurm_job_id"].is_string()),
+    );
+    let job = mine()
+        .iter()
+        .find_map(|c| c["slurm_job_id"].as_str().map(str::to_string))
+        .unwrap();
+    // Neither the filter nor the job_submit script took the daemon's sbatch for a plain one.
+    assert!(notes_of(&job).is_empty(), "a note for the daemon's {job}");
+    assert_eq!(sacct_field(&job, "AdminComment"), "", "{job} was marked");
+
+    let rows = d.wait_state(&job, "completed", Duration::from_secs(300));
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let chains = mine();
+    assert_eq!(chains.len(), 1, "one job, one chain: {chains:#?}");
+    let h = d.history(&job);
+    assert_eq!(attempts(&h).len(), 2, "{h:#}");
+    assert!(
+        decisions(&h).iter().any(|d| d["classification"] == "oom"),
+        "{h:#}"
+    );
+    // Slurm ran two jobs under this store's tags for the user: the first and one retry.
+    let comment = sacct_field(&job, "Comment");
+    let store = tags_prefix(&comment);
+    let tagged = run(
+        "sacct",
+        &[
+            "--parsable2",
+            "--noheader",
+            "-X",
+            "-u",
+            IN,
+            "--starttime=now-1hour",
+            "--format=JobID,Comment",
+        ],
+    );
+    let ours: Vec<&str> = tagged.lines().filter(|l| l.contains(&store)).collect();
+    assert_eq!(ours.len(), 2, "{ours:#?}");
+}
+
+/// `ssv-INSTANCE-` of the first tag in a job's comment.
+fn tags_prefix(comment: &str) -> String {
+    let at = comment
+        .find("ssv-")
+        .unwrap_or_else(|| panic!("no tag in {comment:?}"));
+    comment[at..at + "ssv-".len() + 9].to_string()
+}

@@ -431,15 +431,16 @@ pub fn preview_argv(
 }
 
 /// Whether a launch's job is held by what it is submitted with: `--hold` in its argv (a
-/// gate's, the user's own), in its script's `#SBATCH` lines, or `SBATCH_HOLD` in the
-/// environment sbatch runs with (sbatch takes the variable as `--hold` whatever its value).
+/// gate's, the user's own) or in its script's `#SBATCH` lines. Not the environment: the
+/// sbatch of Slurm 22.05 and of 24.11 reads no `SBATCH_HOLD` (it is in neither binary's
+/// list of input variables), so a user's `SBATCH_HOLD=1` holds nothing there, and taking
+/// it for a hold would let any submission skip cluster mode's held sbatch and its fence.
 /// Unreadable counts as held: cluster mode then leaves the job as sbatch makes it, and
 /// never releases a hold its owner asked for.
-pub fn holds(argv: &[String], script: Option<&[u8]>, env: &[(String, String)]) -> bool {
-    env.iter().any(|(k, _)| k == "SBATCH_HOLD")
-        || Submitted::read(argv, script)
-            .map(|s| s.has("hold"))
-            .unwrap_or(true)
+pub fn holds(argv: &[String], script: Option<&[u8]>) -> bool {
+    Submitted::read(argv, script)
+        .map(|s| s.has("hold"))
+        .unwrap_or(true)
 }
 
 /// Runs the sbatch of a launch. The script snapshot is (re)written just before, so a
@@ -486,7 +487,7 @@ pub async fn sbatch<S: Slurm>(
         env: sbatch_env(&sub.env),
         stdin,
         run_as: owner,
-        held: holds(&l.argv, sub.script.as_deref(), &sub.env),
+        held: holds(&l.argv, sub.script.as_deref()),
     };
     let confirm = req.run_as.is_some();
     let result = slurm.sbatch(&req).await;
@@ -723,25 +724,22 @@ mod tests {
     }
 
     #[test]
-    fn a_hold_asked_for_in_the_environment_is_the_users() {
+    fn only_a_hold_in_the_argv_or_the_script_is_the_users() {
         let argv = vec!["job.sh".to_string()];
         let script = Some(&b"#!/bin/sh\ntrue\n"[..]);
-        assert!(!holds(&argv, script, &[]));
-        assert!(holds(&argv, script, &[("SBATCH_HOLD".into(), "1".into())]));
-        // sbatch takes the variable as --hold whatever its value.
+        assert!(!holds(&argv, script));
+        assert!(holds(&["--hold".into(), "job.sh".into()], script));
         assert!(holds(
             &argv,
-            script,
-            &[("SBATCH_HOLD".into(), String::new())]
+            Some(&b"#!/bin/sh\n#SBATCH --hold\ntrue\n"[..])
         ));
-        assert!(holds(&["--hold".into(), "job.sh".into()], script, &[]));
     }
 
-    /// `SBATCH_HOLD=1` in a submission's environment holds the job as `--hold` does: the
-    /// sbatch is told so, and cluster mode, which releases every job it submitted held
-    /// once its fence is checked, submits this one as it is and never releases it.
+    /// `SBATCH_HOLD=1` in a submission's environment is no hold (Slurm's sbatch does not
+    /// read it): cluster mode submits the job held and releases it after its fence, as
+    /// any other, so the variable cannot take a submission out from under the fence.
     #[tokio::test]
-    async fn a_submission_held_by_its_environment_stays_held() {
+    async fn sbatch_hold_in_the_environment_holds_nothing() {
         use crate::slurm::fake::FakeSlurm;
         let fake = FakeSlurm::new();
         let dir = tempfile::tempdir().unwrap();
@@ -769,8 +767,8 @@ mod tests {
         let LaunchOutcome::Submitted(job) = sbatch(&fake, dir.path(), &l, &sub).await else {
             panic!("not submitted")
         };
-        assert!(fake.sbatch_calls()[0].held, "the sbatch was not told");
-        assert!(fake.job(&job).unwrap().held);
+        assert!(!fake.sbatch_calls()[0].held);
+        assert!(!fake.job(&job).unwrap().held);
     }
 
     #[test]

@@ -767,10 +767,8 @@ impl FakeSlurm {
                 ended_rows: None,
                 requeued_runs: Vec::new(),
                 dependency: opt("dependency").unwrap_or_default(),
-                // As sbatch: SBATCH_HOLD in its environment is --hold, whatever its value.
-                held: cmd.has("hold")
-                    || directives.has("hold")
-                    || req.env.iter().any(|(k, _)| k == "SBATCH_HOLD"),
+                // As sbatch: only --hold holds (Slurm 22.05 and 24.11 read no SBATCH_HOLD).
+                held: cmd.has("hold") || directives.has("hold"),
                 user: user.clone(),
                 uid,
             })

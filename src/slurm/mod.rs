@@ -36,8 +36,8 @@ pub struct SbatchRequest {
     /// The user to run it as (a system-wide daemon acts for users, never as root for them).
     pub run_as: Option<RunAs>,
     /// The job is held by what it is submitted with (`--hold` in the argv or in the
-    /// script's `#SBATCH` lines, `SBATCH_HOLD` in the environment: a gate, the user's
-    /// own): cluster mode does not release it.
+    /// script's `#SBATCH` lines: a gate, the user's own): cluster mode does not release
+    /// it.
     pub held: bool,
 }
 

@@ -552,6 +552,21 @@ pub fn root_daemon(prefix: &str, extra: &str) -> (Daemon, PathBuf) {
 
 /// [`root_daemon`], started under `launcher` (a command that then runs the daemon).
 pub fn root_daemon_under(prefix: &str, extra: &str, launcher: &[&str]) -> (Daemon, PathBuf) {
+    root_daemon_of(prefix, slurm_bin_dir().as_deref(), extra, launcher)
+}
+
+/// [`root_daemon`] whose Slurm commands are those in `bin_dir` (a directory of wrappers
+/// that misbehave on purpose).
+pub fn root_daemon_with_bin(prefix: &str, bin_dir: &Path, extra: &str) -> (Daemon, PathBuf) {
+    root_daemon_of(prefix, Some(bin_dir), extra, &[])
+}
+
+fn root_daemon_of(
+    prefix: &str,
+    bin_dir: Option<&Path>,
+    extra: &str,
+    launcher: &[&str],
+) -> (Daemon, PathBuf) {
     use system::chmod;
     let dir = tempfile::Builder::new()
         .prefix(prefix)
@@ -568,7 +583,7 @@ pub fn root_daemon_under(prefix: &str, extra: &str, launcher: &[&str]) -> (Daemo
             "state_dir = {:?}\nsocket = {:?}\npoll_interval = \"1s\"\n{}[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n{extra}",
             dir.path().join("state").display().to_string(),
             run_dir.join("supervisor.sock").display().to_string(),
-            slurm_bin_dir()
+            bin_dir
                 .map(|d| format!("[slurm]\nbin_dir = {:?}\n", d.display().to_string()))
                 .unwrap_or_default()
         ),

@@ -78,7 +78,7 @@ impl<S: Slurm> Engine<S> {
                     // recorded it. A released job's release changes nothing.
                     let run_as = crate::slurm::RunAs::lookup(sub.owner_uid);
                     if self.config.cluster.is_some()
-                        && !crate::daemon::sbatch::holds(&l.argv, sub.script.as_deref(), &sub.env)
+                        && !crate::daemon::sbatch::holds(&l.argv, sub.script.as_deref())
                     {
                         let base = crate::slurm::jobid::base_job_id(job).to_string();
                         match self.slurm.release(&[base], run_as.as_ref()).await {

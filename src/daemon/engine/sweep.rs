@@ -89,7 +89,7 @@ impl<S: Slurm> Engine<S> {
                     LaunchState::Intent => {}
                     LaunchState::Submitted if recorded.as_deref() == Some(base.as_str()) => {
                         if launch.requeue_of.is_some()
-                            || holds(&launch.argv, sub.script.as_deref(), &sub.env)
+                            || holds(&launch.argv, sub.script.as_deref())
                             || t - launch.created_at > recent
                         {
                             break;
