@@ -253,7 +253,7 @@ fn validate_compiles_the_rules_patterns_and_needs_the_daemon_beside_it() {
     let alone_dir = dir.path().join("alone");
     std::fs::create_dir(&alone_dir).unwrap();
     let alone = alone_dir.join("supervisorctl");
-    std::fs::copy(CTL, &alone).unwrap();
+    copy_executable(std::path::Path::new(CTL), &alone);
     let out = validate(&alone, &good);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(70), "{err}");

@@ -6,6 +6,7 @@
 mod common;
 
 use common::fake::{start, wait_until};
+use common::write_executable;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use std::time::Duration;
 /// JSON line of `mail.jsonl`, both in `dir`.
 fn notify_config(dir: &Path, mail: bool) -> String {
     let record = dir.join("record.py");
-    std::fs::write(
+    write_executable(
         &record,
         r#"#!/usr/bin/env python3
 import json, sys
@@ -25,24 +26,16 @@ body = sys.stdin.read()
 with open(out, "a") as f:
     f.write(json.dumps({"argv": argv, "stdin": body}) + "\n")
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&record, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let mail_prog = dir.join("fake-mail");
-    std::fs::write(
+    write_executable(
         &mail_prog,
         format!(
             "#!/bin/sh\nexec {} {} \"$@\"\n",
             record.display(),
             dir.join("mail.jsonl").display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &mail_prog,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     format!(
         "[notify]\nmail = {mail}\nmail_program = {:?}\ncommand = [{:?}, {:?}]\n",
         mail_prog.display().to_string(),
@@ -343,7 +336,7 @@ fn a_failed_delivery_is_retried_and_what_went_out_is_not_sent_again() {
     let dir = tempfile::tempdir().unwrap();
     let flaky = dir.path().join("flaky");
     let once = dir.path().join("failed-once");
-    std::fs::write(
+    write_executable(
         &flaky,
         format!(
             "#!/bin/sh\nif [ ! -e {once} ]; then : > {once}; exit 3; fi\nexec {} {}\n",
@@ -351,9 +344,7 @@ fn a_failed_delivery_is_retried_and_what_went_out_is_not_sent_again() {
             dir.path().join("events.jsonl").display(),
             once = once.display(),
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&flaky, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let cfg = notify_config(dir.path(), true).replace(
         &format!(
             "command = [{:?}, {:?}]",
@@ -386,15 +377,13 @@ fn a_stuck_mail_program_is_killed_and_holds_nothing_up() {
     let dir = tempfile::tempdir().unwrap();
     let stuck = dir.path().join("stuck-mail");
     let pids = dir.path().join("pids");
-    std::fs::write(
+    write_executable(
         &stuck,
         format!(
             "#!/bin/sh\nsleep 600 &\necho $$ $! >> {}\nwait\n",
             pids.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&stuck, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     let cfg = format!(
         "[notify]\nmail_program = {:?}\ntimeout = \"2s\"\nmax_attempts = 1\n",
         stuck.display().to_string()

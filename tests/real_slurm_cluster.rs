@@ -82,17 +82,14 @@ fn noting_bin_dir(dir: &Path, log: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     for cmd in ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo"] {
-        let p = bin.join(cmd);
-        std::fs::write(
-            &p,
+        common::write_executable(
+            &bin.join(cmd),
             format!(
                 "#!/bin/sh\necho \"{cmd} $*\" >> {log}\nexec {real}/{cmd} \"$@\"\n",
                 log = log.display(),
                 real = real.display()
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
     }
     bin
 }

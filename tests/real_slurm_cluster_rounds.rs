@@ -102,8 +102,7 @@ impl Cluster {
             .keep();
         chmod(&root, 0o755);
         let ctl = root.join("supervisorctl");
-        std::fs::copy(common::CTL, &ctl).unwrap();
-        chmod(&ctl, 0o755);
+        common::copy_executable(Path::new(common::CTL), &ctl);
         for u in ["alice", "bob"] {
             let h = root.join("home").join(u);
             std::fs::create_dir_all(&h).unwrap();
@@ -131,13 +130,10 @@ impl Cluster {
             } else {
                 String::new()
             };
-            let p = bin.join(cmd);
-            std::fs::write(
-                &p,
+            common::write_executable(
+                &bin.join(cmd),
                 format!("#!/bin/sh\n{slow}exec {}/{cmd} \"$@\"\n", real.display()),
-            )
-            .unwrap();
-            chmod(&p, 0o755);
+            );
         }
         let password_file = root.join("db-password");
         std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
@@ -319,7 +315,7 @@ impl Cluster {
     fn fail_once_script(&self, user: &str, name: &str, go: &Path, error: &str) -> PathBuf {
         let dir = self.user_dir(user, name);
         let script = dir.join("job.sh");
-        std::fs::write(
+        common::write_executable(
             &script,
             format!(
                 "#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.2; done\n\
@@ -328,9 +324,7 @@ impl Cluster {
                 go = go.display(),
                 dir = dir.display()
             ),
-        )
-        .unwrap();
-        chmod(&script, 0o755);
+        );
         chown(&script, user);
         script
     }

@@ -724,9 +724,8 @@ fn a_lost_sbatch_reply_for_an_opted_in_user_makes_one_chain_and_one_retry() {
     }
     // The first attempt's sbatch (its tag ends in `.1`) creates the job and loses the
     // answer; every other sbatch is the real one.
-    let sbatch = wrappers.path().join("sbatch");
-    std::fs::write(
-        &sbatch,
+    write_executable(
+        &wrappers.path().join("sbatch"),
         format!(
             "#!/bin/bash\nfor a in \"$@\"; do\n  [[ $a =~ ssv-[0-9a-f]{{8}}-L[0-9]+-c[0-9]+\\.1([^0-9]|$) ]] && lose=1\ndone\n\
              if [[ $lose ]]; then\n  {real:?} \"$@\" >/dev/null || exit\n  \
@@ -734,9 +733,7 @@ fn a_lost_sbatch_reply_for_an_opted_in_user_makes_one_chain_and_one_retry() {
              exec {real:?} \"$@\"\n",
             real = real.join("sbatch").display().to_string()
         ),
-    )
-    .unwrap();
-    chmod(&sbatch, 0o755);
+    );
 
     let extra = format!(
         "[notify]\nmail = false\n[plain_sbatch]\nenabled = true\nadmin_comment = true\nspool = {:?}\n",

@@ -2673,15 +2673,13 @@ fn stalling_program() -> (tempfile::TempDir, PathBuf, PathBuf) {
     std::fs::write(&log, "").unwrap();
     chmod(&log, 0o666);
     let prog = tools.path().join("program.sh");
-    std::fs::write(
+    write_executable(
         &prog,
         format!(
             "#!/bin/sh\necho \"start $(id -un)\" >> {log}\ncat > /dev/null\n[ \"$(id -un)\" = bob ] && sleep 60\necho \"done $(id -un)\" >> {log}\n",
             log = log.display()
         ),
-    )
-    .unwrap();
-    chmod(&prog, 0o755);
+    );
     (tools, prog, log)
 }
 

@@ -62,12 +62,10 @@ fn fake_sbatch() -> (tempfile::TempDir, SlurmCli) {
     std::fs::create_dir(&bin).unwrap();
     chmod(&bin, 0o755);
     let sbatch = bin.join("sbatch");
-    std::fs::write(
+    common::write_executable(
         &sbatch,
         "#!/bin/sh\n{ id -u; id -g; id -G; pwd; cat; } > ran\necho 4242\n",
-    )
-    .unwrap();
-    chmod(&sbatch, 0o755);
+    );
     let mut cfg = slurm_supervisor::config::Config::defaults().slurm;
     cfg.bin_dir = Some(bin);
     (dir, SlurmCli::new(&cfg))

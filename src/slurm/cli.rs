@@ -1413,13 +1413,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ran = dir.path().join("ran");
         let sbatch = dir.path().join("sbatch");
-        std::fs::write(
+        write_executable(
             &sbatch,
             format!("#!/bin/sh\ntouch {}\necho 1\n", ran.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&sbatch, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        );
         let cli = SlurmCli {
             bin_dir: Some(dir.path().to_path_buf()),
             timeout: Duration::from_secs(60),
@@ -1456,6 +1453,26 @@ mod tests {
         assert!(ran.exists());
     }
 
+    /// `content` written to `path` as an executable by a child `install`, never by this
+    /// process: a file this process holds open for writing is inherited for a moment by
+    /// every child another test thread forks, and executing it then fails with ETXTBSY.
+    fn write_executable(path: &std::path::Path, content: String) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("install")
+            .args(["-m", "0755", "/dev/stdin"])
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(content.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+
     /// A fake `squeue` in a folder of its own: notes each call's arguments in `calls`, and
     /// answers with `body` (a shell `case` on the arguments).
     fn fake_squeue(body: &str) -> (tempfile::TempDir, SlurmCli) {
@@ -1465,9 +1482,7 @@ mod tests {
             dir.path().display()
         );
         let squeue = dir.path().join("squeue");
-        std::fs::write(&squeue, script).unwrap();
-        std::fs::set_permissions(&squeue, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        write_executable(&squeue, script);
         let cli = SlurmCli {
             bin_dir: Some(dir.path().to_path_buf()),
             timeout: Duration::from_secs(60),

@@ -16,7 +16,7 @@ impl Fake {
         std::fs::create_dir_all(&bin).unwrap();
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake-slurm/fake_slurm.py");
         let me = bin.join("fake_slurm.py");
-        std::fs::copy(&src, &me).unwrap();
+        super::copy_executable(&src, &me);
         for name in ["sbatch", "squeue", "sacct", "scancel", "sinfo", "scontrol"] {
             std::os::unix::fs::symlink(&me, bin.join(name)).unwrap();
         }

@@ -352,6 +352,42 @@ pub fn tail(s: &str, n: usize) -> String {
 }
 
 /// Where test state goes: under /tmp, which the Slurm job steps can write to.
+/// `content` written to `path` as an executable (mode 0755) by a child `install`, never
+/// by this process. A file this process holds open for writing is inherited, for a moment,
+/// by every child another test thread forks meanwhile (between its fork and its exec), and
+/// executing the file in that moment fails with ETXTBSY ("Text file busy"). A file written
+/// by another process is never open for writing here. Every test that runs a program it
+/// wrote goes through this or [`copy_executable`].
+pub fn write_executable(path: &Path, content: impl AsRef<[u8]>) {
+    use std::io::Write;
+    let mut child = Command::new("install")
+        .args(["-m", "0755", "/dev/stdin"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run install");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(content.as_ref())
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "install of {} failed", path.display());
+}
+
+/// `src` copied to `dst` as an executable (mode 0755) by a child `install`, never by this
+/// process (see [`write_executable`]).
+pub fn copy_executable(src: &Path, dst: &Path) {
+    let status = Command::new("install")
+        .args(["-m", "0755"])
+        .arg(src)
+        .arg(dst)
+        .status()
+        .expect("run install");
+    assert!(status.success(), "install of {} failed", dst.display());
+}
+
 pub fn scratch_root() -> PathBuf {
     let p = PathBuf::from("/tmp/ssv-tests");
     std::fs::create_dir_all(&p).unwrap();
@@ -591,8 +627,7 @@ fn root_daemon_of(
     .unwrap();
     chmod(&config, 0o644);
     let ctl = dir.path().join("supervisorctl");
-    std::fs::copy(CTL, &ctl).unwrap();
-    chmod(&ctl, 0o755);
+    copy_executable(Path::new(CTL), &ctl);
     let mut d = Daemon {
         dir,
         config,

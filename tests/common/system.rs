@@ -97,8 +97,7 @@ impl System {
         chmod(&run_dir, 0o755);
         let socket = run_dir.join("supervisor.sock");
         let ctl = root.join("supervisorctl");
-        std::fs::copy(CTL, &ctl).unwrap();
-        chmod(&ctl, 0o755);
+        super::copy_executable(std::path::Path::new(CTL), &ctl);
         std::fs::create_dir(root.join("home")).unwrap();
         chmod(&root.join("home"), 0o755);
         for u in ["alice", "bob"] {
