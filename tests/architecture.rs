@@ -8,7 +8,10 @@
 //! the `tests.rs` files declared under `#[cfg(test)]`), and resolves each path that names
 //! a module of the crate: `use crate::x`, `crate::x::` anywhere, `super::` and `self::`
 //! from where the file (or inline module) sits, and a path starting with a child
-//! module's name. `use` groups (`crate::{a, b::c}`) count once per item.
+//! module's name. `use` groups (`crate::{a, b::c}`) count once per item. A path in an
+//! attribute's string (`#[serde(with = "crate::x")]`) counts as written, and a name a
+//! `pub use` gives (`crate::Store` re-exported from `store`) as the part it names.
+//! [`NEVER_REACHES`] looks through chains of imports, where a rule sees one at a time.
 //!
 //! The parts are the top-level modules, except that `daemon` and `slurm` are split into
 //! their sub-modules (`daemon/engine`, `daemon/sbatch`, `slurm/cli`, `slurm/types`, ...),
@@ -63,6 +66,13 @@ const RULES: &[Rule] = &[
         but: &[],
         why: "election decides from the lease's answers and the monotonic time it is \
               given: it reads no database, no clock and knows no other part",
+    },
+    Rule {
+        from: &["tls", "dbconfig"],
+        never: &["*"],
+        but: &[],
+        why: "leaves: reading a TLS key and certificate, and a database's connection \
+              settings, know nothing of the supervisor that uses them",
     },
     Rule {
         from: &["munge"],
@@ -151,6 +161,16 @@ const RULES: &[Rule] = &[
               control protocol carries",
     },
     Rule {
+        from: &["client"],
+        never: &[
+            "daemon/*", "store", "policy", "slurm/*", "metrics", "classify", "ctl", "mcp",
+        ],
+        but: &[],
+        why: "the client reaches a daemon by its protocol (socket, network, MUNGE, TLS); \
+              supervisorctl and the MCP server stand on it, and nothing of the daemon's \
+              inside is its business",
+    },
+    Rule {
         from: &["ctl", "mcp"],
         never: &["daemon/*", "store", "policy", "slurm/*", "metrics"],
         but: &[],
@@ -166,11 +186,50 @@ const RULES: &[Rule] = &[
     },
     Rule {
         from: &["daemon/engine"],
-        never: &["daemon/requests", "daemon/reads", "daemon/server", "daemon"],
+        never: &[
+            "daemon/requests",
+            "daemon/reads",
+            "daemon/server",
+            "daemon/net",
+            "daemon/cluster",
+            "daemon",
+        ],
         but: &[],
-        why: "the engine carries transitions out; the loop and the requests call it, \
-              never the other way",
+        why: "the engine carries transitions out; the loop, the requests, the network \
+              server and cluster mode call it, never the other way",
     },
+    Rule {
+        from: &["daemon/reads"],
+        never: &["daemon/engine", "daemon/requests", "daemon/sbatch"],
+        but: &[],
+        why: "reads answer from the store (a snapshot or the replica) beside the loop: \
+              they run no transition and no Slurm command",
+    },
+];
+
+/// Parts `from` never reaches through any chain of imports (a rule above sees one
+/// import at a time): `(from, never, why)`.
+const NEVER_REACHES: &[(&str, &str, &str)] = &[
+    (
+        "policy",
+        "store",
+        "decisions are pure: no chain of imports takes policy to the database",
+    ),
+    (
+        "policy",
+        "slurm/cli",
+        "decisions are pure: no chain of imports takes policy to a Slurm command",
+    ),
+    (
+        "classify",
+        "store",
+        "classify is a pure function of what Slurm printed and the rules",
+    ),
+    (
+        "classify",
+        "slurm/cli",
+        "classify is a pure function of what Slurm printed and the rules",
+    ),
 ];
 
 /// Imports a rule forbids that are allowed all the same: `(file, part it imports, why)`.
@@ -188,6 +247,9 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[(
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Ident(String),
+    /// A string literal's text (escapes left as written): a path in an attribute's string
+    /// (`#[serde(with = "crate::x")]`) is read from it.
+    Str(String),
     /// `::`
     PathSep,
     Punct(char),
@@ -229,7 +291,10 @@ fn tokens(text: &str) -> Vec<(Tok, usize)> {
                 }
             }
         } else if ch == '"' {
+            let (start, l) = (i + 1, line);
             i = skip_string(&c, i + 1, &mut line);
+            let end = i.saturating_sub(1).max(start);
+            out.push((Tok::Str(c[start..end].iter().collect()), l));
         } else if ch == '\'' {
             // A char literal ('x', '\n', '\u{1b}') or a lifetime ('a, 'static).
             if at(i + 1) == '\\' {
@@ -337,6 +402,9 @@ struct Ref {
 struct Scanned {
     refs: Vec<Ref>,
     test_children: Vec<String>,
+    /// `pub use` items: the name they give (resolved from the crate's root, as
+    /// `["store", "Transition"]`) and what it names (`["policy", "Transition"]`).
+    reexports: Vec<(Vec<String>, Vec<String>)>,
 }
 
 fn is_ident(t: Option<&(Tok, usize)>, s: &str) -> bool {
@@ -371,6 +439,7 @@ fn scan(text: &str, module: &[String]) -> Scanned {
     let toks = tokens(text);
     let mut refs = Vec::new();
     let mut test_children = Vec::new();
+    let mut reexports = Vec::new();
     // Child modules declared in this file: a path may start with one's name.
     let children: BTreeSet<String> = toks
         .windows(3)
@@ -398,7 +467,21 @@ fn scan(text: &str, module: &[String]) -> Scanned {
                     &Tok::Punct(')'),
                 ];
             if !cfg_test {
-                i = end;
+                // A path an attribute names in a string (`#[serde(with = "crate::x")]`);
+                // the attribute's other paths are read as any code's.
+                let here: Vec<String> = module
+                    .iter()
+                    .cloned()
+                    .chain(inline.iter().map(|(n, _)| n.clone()))
+                    .collect();
+                for (t, line) in &toks[i + 2..end.saturating_sub(1)] {
+                    if let Tok::Str(text) = t {
+                        if let Some(path) = string_path(text, &here) {
+                            refs.push(Ref { line: *line, path });
+                        }
+                    }
+                }
+                i += 2;
                 continue;
             }
             let mut j = end;
@@ -456,6 +539,30 @@ fn scan(text: &str, module: &[String]) -> Scanned {
             .cloned()
             .chain(inline.iter().map(|(n, _)| n.clone()))
             .collect();
+        // `pub use` (or `pub(crate) use`, ...): a name other parts may reach this by.
+        if is_ident(toks.get(i), "use")
+            && (is_ident(toks.get(i.wrapping_sub(1)), "pub")
+                || is_punct(toks.get(i.wrapping_sub(1)), ')')
+                    && (2..=4).any(|k| is_ident(toks.get(i.wrapping_sub(k)), "pub")))
+        {
+            let base = match toks.get(i + 1).map(|t| &t.0) {
+                Some(Tok::Ident(w)) if w == "crate" => Some((Vec::new(), i + 3)),
+                Some(Tok::Ident(w)) if w == "super" || w == "self" => Some((here.clone(), i + 1)),
+                Some(Tok::Ident(w)) if inline.is_empty() && children.contains(w) => {
+                    Some((here.clone(), i + 1))
+                }
+                _ => None,
+            };
+            if let Some((base, from)) = base {
+                let mut items = Vec::new();
+                use_tree(&toks, from, base, &mut items);
+                for (target, name) in items {
+                    let mut alias = here.clone();
+                    alias.push(name);
+                    reexports.push((alias, target));
+                }
+            }
+        }
         // Not a path's start: inside one (`a::crate`), a macro's `$crate`, a field, or the
         // scope of a `pub(in crate::x)`.
         let after_sep = i > 0 && matches!(toks[i - 1].0, Tok::PathSep | Tok::Punct('$' | '.'))
@@ -483,6 +590,77 @@ fn scan(text: &str, module: &[String]) -> Scanned {
     Scanned {
         refs,
         test_children,
+        reexports,
+    }
+}
+
+/// The path a string names, if it is one of the crate's (`crate::x::y`, `super::x`,
+/// `self::x`) resolved from `here`.
+fn string_path(text: &str, here: &[String]) -> Option<Vec<String>> {
+    let toks = tokens(text);
+    let base = match toks.first().map(|t| &t.0) {
+        Some(Tok::Ident(w)) if w == "crate" => (Vec::new(), 2),
+        Some(Tok::Ident(w)) if w == "super" || w == "self" => (here.to_vec(), 0),
+        _ => return None,
+    };
+    if !matches!(toks.get(1), Some((Tok::PathSep, _))) {
+        return None;
+    }
+    let (paths, _) = read_path(&toks, base.1, base.0);
+    paths.into_iter().next()
+}
+
+/// The items of a `use` tree from `i` onto `base`, each with the name it gives:
+/// `a::B` gives `B`, `a::B as C` gives `C`, `a::{self, B}` gives `a` and `B`; a glob
+/// (`a::*`) gives none it could name.
+fn use_tree(
+    toks: &[(Tok, usize)],
+    mut i: usize,
+    mut base: Vec<String>,
+    out: &mut Vec<(Vec<String>, String)>,
+) -> usize {
+    loop {
+        match toks.get(i).map(|t| &t.0) {
+            Some(Tok::Ident(w)) => {
+                match w.as_str() {
+                    "super" => {
+                        base.pop();
+                    }
+                    "self" => {}
+                    _ => base.push(w.clone()),
+                }
+                i += 1;
+                if matches!(toks.get(i), Some((Tok::PathSep, _))) {
+                    i += 1;
+                    continue;
+                }
+                let name = if is_ident(toks.get(i), "as") {
+                    i += 2;
+                    match toks.get(i - 1).map(|t| &t.0) {
+                        Some(Tok::Ident(n)) => n.clone(),
+                        _ => return i,
+                    }
+                } else {
+                    base.last().cloned().unwrap_or_default()
+                };
+                if name != "_" && !name.is_empty() {
+                    out.push((base, name));
+                }
+                return i;
+            }
+            Some(Tok::Punct('{')) => {
+                i += 1;
+                loop {
+                    match toks.get(i).map(|t| &t.0) {
+                        None => return i,
+                        Some(Tok::Punct('}')) => return i + 1,
+                        Some(Tok::Punct(',')) => i += 1,
+                        _ => i = use_tree(toks, i, base.clone(), out).max(i + 1),
+                    }
+                }
+            }
+            _ => return i,
+        }
     }
 }
 
@@ -575,7 +753,10 @@ struct Import {
     line: usize,
     from: String,
     to: String,
+    /// As written.
     path: String,
+    /// What it names once `pub use` names are followed.
+    resolved: String,
 }
 
 struct Crate {
@@ -584,6 +765,30 @@ struct Crate {
 }
 
 fn read_crate() -> Crate {
+    read_crate_with(&[])
+}
+
+/// What `path` names once the `pub use` names on its way are followed (`crate::Store`
+/// re-exported from `store` is `store::Store`).
+fn resolve(path: &[String], aliases: &BTreeMap<Vec<String>, Vec<String>>) -> Vec<String> {
+    let mut p = path.to_vec();
+    for _ in 0..8 {
+        let Some(k) = (1..=p.len()).rev().find(|&k| aliases.contains_key(&p[..k])) else {
+            break;
+        };
+        let mut next = aliases[&p[..k]].clone();
+        next.extend_from_slice(&p[k..]);
+        if next == p {
+            break;
+        }
+        p = next;
+    }
+    p
+}
+
+/// [`read_crate`], with each `(file, text)` of `extra` added at the end of that file under
+/// `src/` (a file that does not exist is read as if it held the text alone).
+fn read_crate_with(extra: &[(&str, &str)]) -> Crate {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = root.join("src");
     let mut files = Vec::new();
@@ -607,9 +812,24 @@ fn read_crate() -> Crate {
     };
     let mut scanned = Vec::new();
     let mut test_modules: BTreeSet<Vec<String>> = BTreeSet::new();
+    let mut aliases: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+    for (file, _) in extra {
+        let f = src.join(file);
+        if !files.contains(&f) {
+            files.push(f);
+        }
+    }
     for f in &files {
         let module = module_of(f.strip_prefix(&src).unwrap());
-        let s = scan(&std::fs::read_to_string(f).unwrap(), &module);
+        let mut text = std::fs::read_to_string(f).unwrap_or_default();
+        for (file, added) in extra {
+            if src.join(file) == *f {
+                text.push('\n');
+                text.push_str(added);
+            }
+        }
+        let s = scan(&text, &module);
+        aliases.extend(s.reexports.iter().cloned());
         for c in &s.test_children {
             let mut m = module.clone();
             m.push(c.clone());
@@ -627,11 +847,12 @@ fn read_crate() -> Crate {
         parts.insert(from.clone());
         let mut seen = BTreeSet::new();
         for r in s.refs {
+            let path = resolve(&r.path, &aliases);
             // A path written twice on one line is one import.
-            if !seen.insert((r.line, r.path.clone())) {
+            if !seen.insert((r.line, path.clone())) {
                 continue;
             }
-            let to = part(&r.path);
+            let to = part(&path);
             if to != from {
                 imports.push(Import {
                     file: f.strip_prefix(root).unwrap().display().to_string(),
@@ -639,6 +860,7 @@ fn read_crate() -> Crate {
                     from: from.clone(),
                     to,
                     path: format!("crate::{}", r.path.join("::")),
+                    resolved: path.join("::"),
                 });
             }
         }
@@ -664,7 +886,16 @@ fn forbids(rule: &Rule, from: &str, to: &str) -> bool {
 
 #[test]
 fn no_part_imports_what_the_rules_forbid() {
-    let c = read_crate();
+    let report = forbidden(&read_crate());
+    assert!(
+        report.is_empty(),
+        "forbidden imports (the rules are in tests/architecture.rs, their reasons in \
+         docs/ARCHITECTURE.md, \"Architecture invariants\"):\n\n{report}"
+    );
+}
+
+/// What [`RULES`] and [`NEVER_REACHES`] find in `c`, one paragraph a broken rule.
+fn forbidden(c: &Crate) -> String {
     let mut used = vec![false; EXCEPTIONS.len()];
     let mut report = String::new();
     for rule in RULES {
@@ -677,9 +908,14 @@ fn no_part_imports_what_the_rules_forbid() {
                 used[k] = true;
                 continue;
             }
+            let via = if i.resolved == i.path.trim_start_matches("crate::") {
+                String::new()
+            } else {
+                format!(", which is crate::{}", i.resolved)
+            };
             let _ = writeln!(
                 lines,
-                "  {}:{}: {} imports {} ({})",
+                "  {}:{}: {} imports {} ({}{via})",
                 i.file, i.line, i.from, i.to, i.path
             );
         }
@@ -708,10 +944,126 @@ fn no_part_imports_what_the_rules_forbid() {
             );
         }
     }
+    // Reached through any chain of imports: the shortest chain, each step where it is.
+    let mut edges: BTreeMap<&str, BTreeMap<&str, &Import>> = BTreeMap::new();
+    for i in &c.imports {
+        edges
+            .entry(i.from.as_str())
+            .or_default()
+            .entry(i.to.as_str())
+            .or_insert(i);
+    }
+    for (from, never, why) in NEVER_REACHES {
+        let mut back: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut queue: std::collections::VecDeque<&str> = c
+            .parts
+            .iter()
+            .map(String::as_str)
+            .filter(|p| covers(from, p))
+            .collect();
+        let starts: Vec<&str> = queue.iter().copied().collect();
+        let mut found = None;
+        while let Some(n) = queue.pop_front() {
+            if covers(never, n) {
+                found = Some(n);
+                break;
+            }
+            for &m in edges.get(n).map(|e| e.keys()).into_iter().flatten() {
+                if !starts.contains(&m) && !back.contains_key(m) {
+                    back.insert(m, n);
+                    queue.push_back(m);
+                }
+            }
+        }
+        let Some(mut n) = found else { continue };
+        let mut steps = Vec::new();
+        while let Some(&prev) = back.get(n) {
+            let i = edges[prev][n];
+            steps.push(format!(
+                "  {} -> {}: {}:{} ({})",
+                prev, n, i.file, i.line, i.path
+            ));
+            n = prev;
+        }
+        steps.reverse();
+        let _ = writeln!(
+            report,
+            "{from} never reaches {never}, through any part: {}\n{}\n",
+            why.split_whitespace().collect::<Vec<_>>().join(" "),
+            steps.join("\n")
+        );
+    }
+    report
+}
+
+/// The holes an earlier reading of the rules left (issue 33), each added to the real
+/// source in turn: every one is refused now, naming the file the import is in.
+#[test]
+fn the_rules_refuse_each_hole_they_once_let_through() {
+    let holes: &[(&str, &str, &str)] = &[
+        (
+            "tls.rs",
+            "fn probe() { crate::config::Config::defaults(); }",
+            "tls imports config",
+        ),
+        (
+            "client.rs",
+            "use crate::daemon::server::Server;",
+            "client imports daemon/server",
+        ),
+        (
+            "client/net.rs",
+            "use crate::store::Store;",
+            "client imports store",
+        ),
+        (
+            "daemon/engine/mod.rs",
+            "use crate::daemon::net::Listener;",
+            "daemon/engine imports daemon/net",
+        ),
+        (
+            "daemon/reads/mod.rs",
+            "use crate::daemon::engine::Engine;",
+            "daemon/reads imports daemon/engine",
+        ),
+        (
+            "policy/mod.rs",
+            "#[derive(serde::Serialize)]\nstruct Probe {\n    #[serde(with = \"crate::store::probe\")]\n    at: u8,\n}",
+            "policy imports store",
+        ),
+        (
+            "lib.rs",
+            "pub use crate::store::Store as ProbeStore;",
+            "",
+        ),
+        (
+            "dependency.rs",
+            "use crate::store::Probe;",
+            "policy never reaches store",
+        ),
+    ];
     assert!(
-        report.is_empty(),
-        "forbidden imports (the rules are in tests/architecture.rs, their reasons in \
-         docs/ARCHITECTURE.md, \"Architecture invariants\"):\n\n{report}"
+        forbidden(&read_crate()).is_empty(),
+        "the crate breaks a rule already"
+    );
+    for (file, text, want) in holes {
+        if want.is_empty() {
+            continue;
+        }
+        let report = forbidden(&read_crate_with(&[(file, text)]));
+        assert!(
+            report.contains(want) && report.contains(&format!("src/{file}")),
+            "{text:?} added to src/{file} is not refused as {want:?}:\n{report}"
+        );
+    }
+    // A root re-export used from policy is the part it names.
+    let report = forbidden(&read_crate_with(&[
+        ("lib.rs", holes[6].1),
+        ("policy/mod.rs", "fn probe(_: crate::ProbeStore) {}"),
+    ]));
+    assert!(
+        report.contains("policy imports store") && report.contains("which is crate::store::Store"),
+        "{report}"
     );
 }
 
@@ -842,6 +1194,13 @@ fn every_rule_names_parts_that_exist() {
     for rule in RULES {
         for p in rule.from.iter().chain(rule.never).chain(rule.but) {
             if *p != "*" && !c.parts.iter().any(|part| covers(p, part)) {
+                unknown.push(*p);
+            }
+        }
+    }
+    for (from, never, _) in NEVER_REACHES {
+        for p in [from, never] {
+            if !c.parts.iter().any(|part| covers(p, part)) {
                 unknown.push(*p);
             }
         }
