@@ -273,6 +273,41 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
         target: "<= 300 ms".into(),
     });
 
+    // (7b) Memory over many cycles with nothing ending (`BURST_STEADY_CYCLES`, 50): it
+    // stays level, it does not creep cycle after cycle.
+    let cycles = env_or("BURST_STEADY_CYCLES", 50).max(10);
+    let mut rss = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
+        d.after_cycle(s.limit);
+        rss.push(d.memory().0);
+    }
+    let avg = |v: &[u64]| v.iter().sum::<u64>() / v.len() as u64;
+    let (first, last) = (avg(&rss[..10]), avg(&rss[rss.len() - 10..]));
+    let (lo, hi) = (*rss.iter().min().unwrap(), *rss.iter().max().unwrap());
+    let hwm = d.memory().1;
+    println!(
+        "  (7b) daemon VmRSS over {cycles} cycles, nothing ending: first ten {}, last ten {} (min {}, max {}), VmHWM {}",
+        mib(first),
+        mib(last),
+        mib(lo),
+        mib(hi),
+        mib(hwm)
+    );
+    rows.push(Row {
+        what: format!(
+            "(7b) daemon VmRSS over {cycles} cycles: first ten / last ten (min-max, VmHWM)"
+        ),
+        measured: format!(
+            "{} / {} ({}-{}, {})",
+            mib(first),
+            mib(last),
+            mib(lo),
+            mib(hi),
+            mib(hwm)
+        ),
+        target: "level; VmHWM <= 64 MiB".into(),
+    });
+
     // (4) status --json of every chain.
     let mut times = Vec::new();
     let (mut client_rss, mut bytes) = (0, 0);

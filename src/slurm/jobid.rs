@@ -316,26 +316,28 @@ pub fn queued_states<'a>(
 ) -> HashMap<String, JobState> {
     let mut out = HashMap::new();
     for (job_id, state) in rows {
-        queued_state_into(&mut out, job_id, state);
+        queued_state_into(&mut out, job_id.to_string(), state);
     }
     out
 }
 
-/// Adds what one squeue row shows to `out` (see [`queued_states`]).
-pub fn queued_state_into(out: &mut HashMap<String, JobState>, job_id: &str, state: JobState) {
+/// Adds what one squeue row shows to `out` (see [`queued_states`]). The row's job id is
+/// taken, not copied: the poll hands over each row as it goes, so a cycle never holds a
+/// second copy of every id.
+pub fn queued_state_into(out: &mut HashMap<String, JobState>, job_id: String, state: JobState) {
     if !job_id.contains('[') {
         // No task list: the row's own job (most rows, read without parsing).
-        out.insert(job_id.to_string(), state);
+        out.insert(job_id, state);
         return;
     }
-    match JobId::parse(job_id) {
+    match JobId::parse(&job_id) {
         Ok(id) if matches!(id.names(), Names::PendingTasks(_)) => {
             for t in id.pending_task_ids() {
                 out.insert(t.to_string(), state);
             }
         }
         _ => {
-            out.insert(job_id.to_string(), state);
+            out.insert(job_id, state);
         }
     }
 }

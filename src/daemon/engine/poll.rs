@@ -291,17 +291,26 @@ enum Queued {
 impl Queued {
     fn of(view: View) -> Queued {
         match view {
+            // Each map sized once (no table grown and copied while the rows are still
+            // held), and each row's id moved into it.
             View::Owned(p) => {
-                let mut by_owner: HashMap<u32, HashMap<String, JobState>> = HashMap::new();
+                let mut rows_of: HashMap<u32, usize> = HashMap::new();
+                for r in &p.rows {
+                    *rows_of.entry(r.uid).or_default() += 1;
+                }
+                let mut by_owner: HashMap<u32, HashMap<String, JobState>> = rows_of
+                    .into_iter()
+                    .map(|(uid, n)| (uid, HashMap::with_capacity(n)))
+                    .collect();
                 for r in p.rows {
-                    queued_state_into(by_owner.entry(r.uid).or_default(), &r.job_id, r.state);
+                    queued_state_into(by_owner.entry(r.uid).or_default(), r.job_id, r.state);
                 }
                 Queued::Owned(by_owner)
             }
             View::States(p) => {
                 let mut states = HashMap::with_capacity(p.rows.len());
                 for r in p.rows {
-                    queued_state_into(&mut states, &r.job_id, r.state);
+                    queued_state_into(&mut states, r.job_id, r.state);
                 }
                 Queued::States(states)
             }
