@@ -5,7 +5,9 @@
 //! changes something ([`Write`], from this folder: handled on the daemon's loop, which
 //! reads from the type what follows it: due retries launched, a plain-sbatch choice
 //! published). The socket routes a request with [`route`], the loop begins it with
-//! [`on_loop`]; a new request is its file and one line in [`dispatch`].
+//! [`on_loop`]. A new request is its file, its `mod` line and one line in [`dispatch`],
+//! besides its `Request` variant on the wire (docs/ARCHITECTURE.md, "Where to change
+//! what").
 //!
 //! One path for every request that changes something, the daemon's and the tests'
 //! alike, as mini-redis parses a command once and applies it: [`begin`] checks it and does
@@ -40,7 +42,8 @@ pub use submit::PendingSubmit;
 
 /// Every control request, to the file that answers it: the one `match` on a request in
 /// the daemon. A read names how it is answered (`reads`), a request that changes
-/// something is its [`Write`]. A new request is its file and one line here.
+/// something is its [`Write`]. A new request is its file and one line here (and its
+/// `mod` line).
 fn dispatch<T: To>(request: Request, to: T) -> T::Out {
     match request {
         Request::Ping => to.read(reads::ping::read()),
