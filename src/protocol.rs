@@ -46,48 +46,57 @@ pub enum Request {
     Ping,
 }
 
+/// What a request is, as both sides need to know it: said once for each kind, in
+/// [`Request::head`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head<'a> {
+    /// The request's `cmd`, as it is sent.
+    pub cmd: &'static str,
+    /// It only reads: any daemon answers it (a standby of cluster mode too, from its
+    /// replica), off the daemon's loop, and a client may send it again when its answer
+    /// was lost. Every other request changes something: the active daemon's loop answers
+    /// it.
+    pub read: bool,
+    /// The chain or job it names, as the client gave it.
+    pub subject: Option<&'a str>,
+}
+
 impl Request {
+    /// What this request is. The one `match` on a request outside the daemon's dispatch
+    /// (`daemon::requests::dispatch`, which says how each is answered); no wildcard, so a
+    /// new request is placed here when it is added.
+    pub fn head(&self) -> Head<'_> {
+        let (cmd, read, subject) = match self {
+            Request::Submit(_) => ("submit", false, None),
+            Request::Adopt { .. } => ("adopt", false, None),
+            Request::PlainOpt { .. } => ("plain_opt", false, None),
+            Request::Status { id } => ("status", true, id.as_deref()),
+            Request::History { id } => ("history", true, Some(id.as_str())),
+            Request::Pending => ("pending", true, None),
+            Request::Classify(r) => ("classify", false, Some(r.id.as_str())),
+            Request::Recover(r) => ("recover", false, Some(r.id.as_str())),
+            Request::Cancel { id } => ("cancel", false, Some(id.as_str())),
+            Request::Stats { id } => ("stats", true, id.as_deref()),
+            Request::Cluster => ("cluster", true, None),
+            Request::Ping => ("ping", true, None),
+        };
+        Head { cmd, read, subject }
+    }
+
     /// The request's `cmd`, as it is sent.
     pub fn cmd(&self) -> &'static str {
-        match self {
-            Request::Submit(_) => "submit",
-            Request::Adopt { .. } => "adopt",
-            Request::PlainOpt { .. } => "plain_opt",
-            Request::Status { .. } => "status",
-            Request::History { .. } => "history",
-            Request::Pending => "pending",
-            Request::Classify(_) => "classify",
-            Request::Recover(_) => "recover",
-            Request::Cancel { .. } => "cancel",
-            Request::Stats { .. } => "stats",
-            Request::Cluster => "cluster",
-            Request::Ping => "ping",
-        }
+        self.head().cmd
     }
 
     /// True for the requests that only read: answered from the store by any daemon,
     /// a standby of cluster mode too (its replica), off the daemon's loop.
     pub fn is_read(&self) -> bool {
-        matches!(
-            self,
-            Request::Ping
-                | Request::Status { .. }
-                | Request::History { .. }
-                | Request::Pending
-                | Request::Stats { .. }
-                | Request::Cluster
-        )
+        self.head().read
     }
 
     /// The chain or job a request names, as the client gave it.
     pub fn subject(&self) -> Option<&str> {
-        match self {
-            Request::Classify(r) => Some(&r.id),
-            Request::Recover(r) => Some(&r.id),
-            Request::Cancel { id } | Request::History { id } => Some(id),
-            Request::Status { id } | Request::Stats { id } => id.as_deref(),
-            _ => None,
-        }
+        self.head().subject
     }
 }
 
@@ -240,6 +249,39 @@ pub mod script_bytes {
                 .decode(t)
                 .map(Some)
                 .map_err(|e| serde::de::Error::custom(format!("script is not valid base64: {e}"))),
+        }
+    }
+}
+
+/// One request of each kind as a client sends it, for the tests of both sides.
+#[cfg(test)]
+pub(crate) const ONE_OF_EACH: &[&str] = &[
+    r#"{"cmd":"submit","argv":["job.sh"],"cwd":"/tmp","env":[],"script":"IyEvYmluL3NoCg==","max_retries":null,"restartable":false,"request_id":"r1"}"#,
+    r#"{"cmd":"adopt","job_ids":["12"]}"#,
+    r#"{"cmd":"plain_opt","opted_in":true}"#,
+    r#"{"cmd":"status","id":null}"#,
+    r#"{"cmd":"status","id":"c1"}"#,
+    r#"{"cmd":"history","id":"c1"}"#,
+    r#"{"cmd":"pending"}"#,
+    r#"{"cmd":"classify","id":"c1","action":"retry","mem":null,"time":null,"partition":null,"exclude":[],"reason":"r","confidence":null,"dry_run":false}"#,
+    r#"{"cmd":"recover","id":"c1","mem":null,"time":null,"reason":null,"dry_run":false}"#,
+    r#"{"cmd":"cancel","id":"c1"}"#,
+    r#"{"cmd":"stats","id":null}"#,
+    r#"{"cmd":"cluster"}"#,
+    r#"{"cmd":"ping"}"#,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_request_reads_back_as_it_was_sent_and_its_head_names_its_cmd() {
+        for line in ONE_OF_EACH {
+            let sent: serde_json::Value = serde_json::from_str(line).unwrap();
+            let request: Request = serde_json::from_str(line).unwrap();
+            assert_eq!(serde_json::to_value(&request).unwrap(), sent, "{line}");
+            assert_eq!(sent["cmd"], request.head().cmd, "{line}");
         }
     }
 }

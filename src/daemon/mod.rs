@@ -411,12 +411,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 }
                 let span = requests::span(&ctl.request, ctl.uid);
-                // A resolution or recover may have made a retry due right now; other
-                // requests make no Slurm calls outside the poll cadence.
-                let may_launch = matches!(ctl.request, crate::protocol::Request::Classify(_) | crate::protocol::Request::Recover(_));
-                // A user's plain-sbatch choice is published for the filter at once.
-                let opt = matches!(ctl.request, crate::protocol::Request::PlainOpt { .. });
-                let response = match requests::begin(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await {
+                // What follows the answer is the request's to say (`requests::Write`):
+                // due retries launched, a plain-sbatch choice published.
+                let begun = requests::on_loop(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
+                let after = begun.after;
+                let response = match begun.plan {
                     requests::Plan::Done(response) => response,
                     // A submit's sbatch, a cancel's scancels: as the user, who could hold
                     // them (a slow controller, a SIGSTOP to their own process), so beside
@@ -432,7 +431,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // Published before the answer: an sbatch right after `opt-in` is noted.
                 // Only the asker's own file, and only if it changed: a repeated `opt-in`
                 // rewrites no one's (issue 32's attacking review).
-                if let (true, Some(p)) = (opt, &mut plain) {
+                if let (true, Some(p)) = (after.publish_opt_in, &mut plain) {
                     p.publish_choice(engine.store(), ctl.uid);
                 }
                 // A user met: their notes folder is made if the site opts them in.
@@ -440,7 +439,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     p.seen(engine.store(), ctl.uid);
                 }
                 let _ = ctl.reply.send(response);
-                if may_launch {
+                if after.launch {
                     if let Err(e) = engine.launch_ready(crate::clock::now()).await {
                         error!("launching due retries failed: {e}");
                     }

@@ -6,7 +6,8 @@
 //! are answered here, from a read-only store connection on a blocking thread, so they never
 //! wait for the daemon's loop; requests that change something go to the loop.
 
-use super::reads;
+use super::reads::{self, Read};
+use super::requests::{self, Route};
 use crate::config::LimitsConfig;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::store::Store;
@@ -188,45 +189,7 @@ impl Shared {
             daemon_uid: nix::unistd::geteuid().as_raw(),
         })
     }
-
-    /// `cluster`'s answer for `uid`: every daemon's role in cluster mode; on a single
-    /// node, that this one always acts. The shared database's last error is root's to
-    /// read: its text may name the server, the account and what the server said of them;
-    /// anyone else is told only that there is one.
-    fn cluster_answer(&self, uid: u32) -> crate::protocol::views::ClusterAnswer {
-        cluster_answer_for(self.cluster_answer_whole(), uid)
-    }
-
-    fn cluster_answer_whole(&self) -> crate::protocol::views::ClusterAnswer {
-        match &self.cluster {
-            Some(c) => c.answer(),
-            None => crate::protocol::views::ClusterAnswer {
-                mode: "single".into(),
-                answered_by: nix::unistd::gethostname()
-                    .map(|h| h.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-                lease: None,
-                nodes: Vec::new(),
-                error: None,
-            },
-        }
-    }
 }
-
-/// `cluster`'s answer as `uid` may read it: the database's error text is root's.
-fn cluster_answer_for(
-    mut a: crate::protocol::views::ClusterAnswer,
-    uid: u32,
-) -> crate::protocol::views::ClusterAnswer {
-    if uid != 0 && a.error.is_some() {
-        a.error = Some(CLUSTER_ERROR_HIDDEN.to_string());
-    }
-    a
-}
-
-/// What `cluster` says of the shared database's last error to anyone but root.
-pub const CLUSTER_ERROR_HIDDEN: &str =
-    "the shared database could not be read (its error is shown to root only: see the daemon's log)";
 
 /// Accepts connections until the loop goes away.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
@@ -352,10 +315,6 @@ impl std::io::Write for ChunkWriter {
     }
 }
 
-/// Writes one list answer to the socket as it is made.
-type ListWriter =
-    fn(&Store, u32, &mut dyn std::io::Write) -> Result<(), reads::status::StreamError>;
-
 /// A list answer (`status` of every chain, `pending`) written to the client as it is read
 /// from the store: however many chains, and however slowly the client reads, the daemon
 /// holds a few chunks of the answer (and the one element being written) at a time.
@@ -363,7 +322,7 @@ async fn stream_list<W: AsyncWrite + Unpin>(
     write: &mut W,
     readers: Arc<Readers>,
     uid: u32,
-    write_all: ListWriter,
+    write_all: reads::ListWriter,
 ) -> std::io::Result<()> {
     let (to_socket, mut chunks) = mpsc::channel::<Vec<u8>>(4);
     let producer = tokio::task::spawn_blocking(move || {
@@ -530,63 +489,47 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
             };
             match parsed {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
-                Ok(Request::Status { id: None }) => {
-                    return stream_list(write, readers, uid, reads::status::write_all).await;
-                }
-                Ok(Request::Pending) => {
-                    return stream_list(write, readers, uid, reads::pending::write_all).await;
-                }
-                // Nodes and times only: anyone may read it, a standby answers it too.
-                Ok(Request::Cluster) => Response::answer(&shared.cluster_answer(uid)),
-                Ok(request) if reads::is_read(&request) => {
-                    // The query and the JSON of a big answer are work for a blocking thread,
-                    // not for the threads that accept and read everyone's requests.
-                    let out = tokio::task::spawn_blocking(move || {
-                        line_of(
-                            &readers
-                                .with(|store| {
-                                    reads::handle(store, &request, uid)
-                                        .expect("is_read requests are reads")
-                                })
-                                .unwrap_or_else(|e| {
-                                    Response::error(ErrorKind::Internal, e.to_string())
-                                }),
-                        )
-                    })
-                    .await
-                    .unwrap_or_else(|e| {
-                        line_of(&Response::error(ErrorKind::Internal, e.to_string()))
-                    });
-                    return write_line(write, out).await;
-                }
-                Ok(request) => {
-                    let submit = matches!(request, Request::Submit(_));
-                    let (reply, answer) = oneshot::channel();
-                    if to_loop
-                        .send(Control {
-                            request,
-                            uid,
-                            reply,
-                        })
-                        .await
-                        .is_err()
-                    {
-                        Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
-                    } else {
-                        answer.await.unwrap_or_else(|_| {
-                        Response::error(
-                            ErrorKind::Unavailable,
-                            if submit {
-                                "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
-                                 (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`"
-                            } else {
-                                "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
-                                 once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)"
-                            },
-                        )
-                    })
+                Ok(request) => match requests::route(request) {
+                    Route::Read(Read::List { stream, .. }) => {
+                        return stream_list(write, readers, uid, stream).await;
                     }
-                }
+                    // Nodes and times only: anyone may read it, a standby answers it too.
+                    Route::Read(Read::Node(answer)) => answer(shared.cluster.as_ref(), uid),
+                    Route::Read(Read::Store(answer)) => {
+                        // The query and the JSON of a big answer are work for a blocking
+                        // thread, not for the threads that accept and read everyone's
+                        // requests.
+                        let out =
+                            tokio::task::spawn_blocking(move || {
+                                line_of(&readers.with(|store| answer(store, uid)).unwrap_or_else(
+                                    |e| Response::error(ErrorKind::Internal, e.to_string()),
+                                ))
+                            })
+                            .await
+                            .unwrap_or_else(|e| {
+                                line_of(&Response::error(ErrorKind::Internal, e.to_string()))
+                            });
+                        return write_line(write, out).await;
+                    }
+                    Route::Loop { request, lost } => {
+                        let (reply, answer) = oneshot::channel();
+                        if to_loop
+                            .send(Control {
+                                request,
+                                uid,
+                                reply,
+                            })
+                            .await
+                            .is_err()
+                        {
+                            Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
+                        } else {
+                            answer
+                                .await
+                                .unwrap_or_else(|_| Response::error(ErrorKind::Unavailable, lost))
+                        }
+                    }
+                },
             }
         }
     };
@@ -611,25 +554,5 @@ mod tests {
             owner_only(1000, 0).is_err(),
             "root is not the per-user daemon's user"
         );
-    }
-
-    #[test]
-    fn the_databases_error_text_is_roots_to_read() {
-        let answer = crate::protocol::views::ClusterAnswer {
-            mode: "cluster".into(),
-            answered_by: "login1".into(),
-            lease: None,
-            nodes: Vec::new(),
-            error: Some("Access denied for user 'ssv'@'login1' (using password: YES)".into()),
-        };
-        let root = cluster_answer_for(answer.clone(), 0);
-        assert_eq!(root.error, answer.error);
-        let alice = cluster_answer_for(answer.clone(), 1000);
-        assert_eq!(alice.error.as_deref(), Some(CLUSTER_ERROR_HIDDEN));
-        let fine = crate::protocol::views::ClusterAnswer {
-            error: None,
-            ..answer
-        };
-        assert_eq!(cluster_answer_for(fine, 1000).error, None);
     }
 }

@@ -1,40 +1,48 @@
-//! Read requests (status, history, pending, stats, ping). They change nothing, so the
-//! control socket answers them itself from a read-only store connection, off the daemon's
-//! loop: no poll cycle, sbatch or other user's request can hold them up.
+//! Read requests (status, history, pending, stats, cluster, ping), one file each. They
+//! change nothing, so the control socket answers them itself from a read-only store
+//! connection, off the daemon's loop: no poll cycle, sbatch or other user's request can
+//! hold them up. Each file says how it is answered as a [`Read`]; the daemon's one
+//! dispatch (`requests::dispatch`) names it for its request.
 
-mod history;
+pub mod cluster;
+pub mod history;
 pub mod pending;
-mod stats;
+pub mod ping;
+pub mod stats;
 pub mod status;
 pub mod views;
 
-use crate::protocol::views::Pong;
-use crate::protocol::{Request, Response};
+use crate::protocol::Response;
 use crate::store::Store;
 use serde::Serialize;
 
-/// Answers `request` if it is a read; `None` for requests that must go to the loop.
-/// The answer is typed until here, where it becomes the wire's JSON.
-pub fn handle(store: &Store, request: &Request, uid: u32) -> Option<Response> {
-    Some(match request {
-        Request::Ping => Response::answer(&Pong { pong: true }),
-        Request::Status { id } => answer(status::status(store, id.as_deref(), uid)),
-        Request::History { id } => answer(history::history(store, id, uid)),
-        Request::Pending => answer(pending::pending(store, uid)),
-        Request::Stats { id } => answer(stats::stats(store, id.as_deref(), uid)),
-        _ => return None,
-    })
+/// How a read is answered, never by the engine: by any daemon (a standby of cluster mode
+/// too), off its loop.
+pub enum Read {
+    /// Made whole from a read-only store connection (the replica, on a standby).
+    Store(Whole),
+    /// A list that can be long: written to the client as it is read from the store
+    /// (`server::stream_list`), or made whole where no client's socket waits for it (the
+    /// in-process tests' `requests::handle`).
+    List {
+        stream: ListWriter,
+        whole: fn(&Store, u32) -> Response,
+    },
+    /// From what this node knows of the cluster (the lease thread's view; `None` on a
+    /// single node), not from the store.
+    Node(fn(Option<&super::cluster::Activity>, u32) -> Response),
 }
 
+/// A read's answer for a caller, made whole from the store (on a blocking thread).
+pub type Whole = Box<dyn FnOnce(&Store, u32) -> Response + Send>;
+
+/// Writes one list answer to a client as it is made.
+pub type ListWriter = fn(&Store, u32, &mut dyn std::io::Write) -> Result<(), status::StreamError>;
+
+/// A typed answer, or the refusal, as the wire's JSON.
 fn answer<T: Serialize>(result: Result<T, Response>) -> Response {
     match result {
         Ok(v) => Response::answer(&v),
         Err(r) => r,
     }
-}
-
-/// True for the requests `handle` answers: the reads of the store (`Request::is_read`,
-/// but `cluster`, which the server answers from the lease thread's view).
-pub fn is_read(request: &Request) -> bool {
-    request.is_read() && !matches!(request, Request::Cluster)
 }

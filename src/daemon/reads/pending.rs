@@ -3,7 +3,7 @@
 //! a time, holding one chain's view, not the list.
 
 use super::status::StreamError;
-use super::views;
+use super::{views, Read};
 use crate::daemon::access::sees_all;
 use crate::model::ChainState;
 use crate::protocol::views::PendingChain;
@@ -11,7 +11,15 @@ use crate::protocol::Response;
 use crate::store::Store;
 use std::io::Write;
 
-pub(super) fn pending(store: &Store, uid: u32) -> Result<Vec<PendingChain>, Response> {
+/// How `pending` is answered: streamed, a chain at a time.
+pub fn read() -> Read {
+    Read::List {
+        stream: write_all,
+        whole: |store, uid| super::answer(pending(store, uid)),
+    }
+}
+
+fn pending(store: &Store, uid: u32) -> Result<Vec<PendingChain>, Response> {
     let mut out = Vec::new();
     for c in store.chains_in_state(ChainState::PendingFailed)? {
         if sees_all(uid) || store.owner_of(c.id)? == uid {

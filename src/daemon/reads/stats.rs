@@ -1,6 +1,7 @@
 //! `supervisorctl stats`: how recovery went, per chain and in total. Measured from the
 //! decision records, so it is as honest as they are.
 
+use super::Read;
 use crate::daemon::access::{chains_for, sees_all};
 use crate::model::{Action, ChainState};
 use crate::protocol::views::{ChainStats, StatsAnswer, StatsTotal};
@@ -15,7 +16,13 @@ struct Counts {
     agent_retries: u32,
 }
 
-pub(super) fn stats(store: &Store, id: Option<&str>, uid: u32) -> Result<StatsAnswer, Response> {
+pub fn read(id: Option<String>) -> Read {
+    Read::Store(Box::new(move |store, uid| {
+        super::answer(stats(store, id.as_deref(), uid))
+    }))
+}
+
+fn stats(store: &Store, id: Option<&str>, uid: u32) -> Result<StatsAnswer, Response> {
     let chains = match id {
         Some(id) => chains_for(store, id, uid)?,
         None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,

@@ -2,14 +2,28 @@
 //! is written out row by row as it is read (`write_all`): one query, and nothing of it
 //! kept, however many chains the store holds.
 
-use super::views;
+use super::{views, Read};
 use crate::daemon::access::{chains_for, sees_all};
 use crate::protocol::views::ChainRow;
 use crate::protocol::Response;
 use crate::store::{Store, StoreError};
 use std::io::Write;
 
-pub(super) fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Response> {
+/// How `status` is answered: every chain of the caller's streamed as it is read, or the
+/// chains one id names.
+pub fn read(id: Option<String>) -> Read {
+    match id {
+        None => Read::List {
+            stream: write_all,
+            whole: |store, uid| super::answer(status(store, None, uid)),
+        },
+        Some(id) => Read::Store(Box::new(move |store, uid| {
+            super::answer(status(store, Some(&id), uid))
+        })),
+    }
+}
+
+fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Response> {
     let chains = match id {
         Some(id) => chains_for(store, id, uid)?,
         None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,

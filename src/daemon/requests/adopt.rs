@@ -5,8 +5,9 @@ use crate::clock::now;
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
 use crate::daemon::engine::Engine;
 
+use super::Plan;
 use crate::protocol::views::AdoptAnswer;
-use crate::protocol::{ErrorKind, Response};
+use crate::protocol::{ErrorKind, Request, Response};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, NewSubmission};
@@ -104,6 +105,23 @@ pub fn not_recovered(job: &std::collections::BTreeMap<String, String>) -> Vec<St
         }
     }
     out
+}
+
+/// `adopt JOBID...`: jobs submitted with plain sbatch, supervised from now on.
+pub struct Adopt {
+    pub job_ids: Vec<String>,
+}
+
+impl super::Write for Adopt {
+    fn into_request(self) -> Request {
+        Request::Adopt {
+            job_ids: self.job_ids,
+        }
+    }
+
+    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(adopt(engine, &self.job_ids, uid).await)
+    }
 }
 
 /// Job ids one `adopt` request may name: each costs two Slurm calls on the daemon's loop.

@@ -11,14 +11,43 @@
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
+use super::Beside;
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Engine;
 use crate::protocol::views::CancelAnswer;
-use crate::protocol::{ErrorKind, Response};
+use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::{RunAs, Slurm, SlurmError};
 use crate::store::{chain_label, Batch, Chain};
 use std::collections::BTreeMap;
+
+/// `cancel ID`.
+pub struct Cancel {
+    pub id: String,
+}
+
+impl super::Write for Cancel {
+    fn into_request(self) -> Request {
+        Request::Cancel { id: self.id }
+    }
+
+    /// Answered now when no job is to be stopped; else the chains held while the
+    /// scancels run beside the loop.
+    async fn begin<S: Slurm>(
+        self,
+        engine: &mut Engine<S>,
+        uid: u32,
+        span: tracing::Span,
+    ) -> super::Plan {
+        match begin_cancel(engine, &self.id, uid, span) {
+            Ok(BegunCancel::Scancel(p)) => {
+                engine.hold(&p.chains);
+                super::Plan::Beside(Beside::Cancel(p))
+            }
+            Ok(BegunCancel::Done(r)) | Err(r) => super::Plan::Done(r),
+        }
+    }
+}
 
 /// A cancel whose scancel is to run (beside the loop, in the daemon).
 #[derive(Debug)]

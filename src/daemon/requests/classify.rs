@@ -2,21 +2,30 @@
 //! (with resources of their choice), fail, or hold for a person.
 
 use super::resolution::{commit, plan_from, preview, transitions, usage};
+use super::Plan;
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Engine;
 use crate::model::Action;
 use crate::policy::{self, Event};
 use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
-use crate::protocol::{ErrorKind, Resolution, ResolveAction, Response};
+use crate::protocol::{ErrorKind, Request, Resolution, ResolveAction, Response};
 use crate::slurm::Slurm;
 use crate::store::chain_label;
 
-pub(super) fn classify<S: Slurm>(
-    engine: &mut Engine<S>,
-    r: Resolution,
-    uid: u32,
-) -> Handled<ClassifyReply> {
+impl super::Write for Resolution {
+    const MAY_MAKE_RETRY_DUE: bool = true;
+
+    fn into_request(self) -> Request {
+        Request::Classify(self)
+    }
+
+    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(classify(engine, self, uid))
+    }
+}
+
+fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled<ClassifyReply> {
     super::resolution::check_sizes(
         Some(&r.reason),
         &[r.mem.as_deref(), r.time.as_deref(), r.partition.as_deref()],

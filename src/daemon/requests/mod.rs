@@ -1,11 +1,19 @@
-//! Control requests that change something, handled on the daemon's loop (reads are
-//! answered by `reads`, off the loop). One file per request kind.
+//! Control requests, one file each, and their one dispatch ([`dispatch`]): the only
+//! `match` on a request in the daemon. Each arm names the file that answers its request,
+//! as a read ([`Read`], from `reads`: answered by the control socket itself, off the
+//! loop, from a read-only store connection, never the engine) or as a request that
+//! changes something ([`Write`], from this folder: handled on the daemon's loop, which
+//! reads from the type what follows it: due retries launched, a plain-sbatch choice
+//! published). The socket routes a request with [`route`], the loop begins it with
+//! [`on_loop`]. A new request is its file, its `mod` line and one line in [`dispatch`],
+//! besides its `Request` variant on the wire (docs/ARCHITECTURE.md, "Where to change
+//! what").
 //!
-//! One path for every such request, the daemon's and the tests' alike, as mini-redis
-//! parses a command once and applies it: [`begin`] checks it and does what can be done on
-//! the loop, and comes back with a [`Plan`]: answered now, or a Slurm command to run
-//! beside the loop ([`Beside`]: a submit's sbatch, a cancel's scancels, run as the
-//! caller, who could hold them), whose answer [`finish`] records and turns into the
+//! One path for every request that changes something, the daemon's and the tests'
+//! alike, as mini-redis parses a command once and applies it: [`begin`] checks it and does
+//! what can be done on the loop, and comes back with a [`Plan`]: answered now, or a Slurm
+//! command to run beside the loop ([`Beside`]: a submit's sbatch, a cancel's scancels, run
+//! as the caller, who could hold them), whose answer [`finish`] records and turns into the
 //! answer. The daemon runs [`carry_out`] beside its loop; [`handle`] (the in-process
 //! tests) awaits it in place. The answer is the truth: a submission the client is told
 //! failed is never submitted later.
@@ -13,20 +21,178 @@
 pub mod adopt;
 pub mod cancel;
 mod classify;
+mod plain_opt;
 mod recover;
 mod resolution;
 pub mod submit;
 
 use super::engine::Engine;
+use super::reads::{self, Read};
 use super::sbatch::{self, LaunchOutcome};
 use crate::protocol::{Request, Response};
 use crate::slurm::Slurm;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 
 pub use cancel::PendingCancel;
-use cancel::{begin_cancel, finish_cancel, run_scancels, BegunCancel};
+use cancel::{finish_cancel, run_scancels};
+use submit::finish_submit;
 pub use submit::PendingSubmit;
-use submit::{begin_submit, finish_submit};
+
+/// Every control request, to the file that answers it: the one `match` on a request in
+/// the daemon. A read names how it is answered (`reads`), a request that changes
+/// something is its [`Write`]. A new request is its file and one line here (and its
+/// `mod` line).
+fn dispatch<T: To>(request: Request, to: T) -> T::Out {
+    match request {
+        Request::Ping => to.read(reads::ping::read()),
+        Request::Status { id } => to.read(reads::status::read(id)),
+        Request::History { id } => to.read(reads::history::read(id)),
+        Request::Pending => to.read(reads::pending::read()),
+        Request::Stats { id } => to.read(reads::stats::read(id)),
+        Request::Cluster => to.read(reads::cluster::read()),
+        Request::Submit(r) => to.write(r),
+        Request::Adopt { job_ids } => to.write(adopt::Adopt { job_ids }),
+        Request::PlainOpt { opted_in } => to.write(plain_opt::PlainOpt { opted_in }),
+        Request::Classify(r) => to.write(r),
+        Request::Recover(r) => to.write(r),
+        Request::Cancel { id } => to.write(cancel::Cancel { id }),
+    }
+}
+
+/// Where [`dispatch`] takes a request: the control socket ([`route`]) or the loop
+/// ([`on_loop`]).
+trait To {
+    type Out;
+    fn read(self, read: Read) -> Self::Out;
+    fn write<W: Write>(self, write: W) -> Self::Out;
+}
+
+/// A request that changes something: handled on the active daemon's loop, counted by its
+/// caller's write rate (`rate.rs`); each checks in its own file who may do it to which
+/// chains (`access`). Its constants say what follows it on the loop.
+pub trait Write: Sized + 'static {
+    /// It may make a retry due at once (a resolution, a recover): the loop launches due
+    /// retries right after answering, not at the next cycle. Other requests make no Slurm
+    /// call outside the poll cadence.
+    const MAY_MAKE_RETRY_DUE: bool = false;
+    /// It changes the caller's plain-sbatch choice: the loop publishes the caller's opt-in
+    /// file for the filter before answering, so an sbatch right after `opt-in` is noted.
+    const CHANGES_OPT_IN: bool = false;
+    /// What the client is told when the daemon stops before answering.
+    const LOST: &'static str = "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
+                                 once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)";
+
+    /// The request as it came, for the socket to hand to the loop.
+    fn into_request(self) -> Request;
+
+    /// Checks it for `uid` and does what can be done on the loop (see [`begin`]).
+    fn begin<S: Slurm>(
+        self,
+        engine: &mut Engine<S>,
+        uid: u32,
+        span: tracing::Span,
+    ) -> impl Future<Output = Plan>;
+}
+
+/// How the control socket answers a request.
+pub enum Route {
+    /// Itself, off the loop.
+    Read(Read),
+    /// On the loop: the request goes there as it came; `lost` is the answer if the daemon
+    /// stops first.
+    Loop {
+        request: Request,
+        lost: &'static str,
+    },
+}
+
+/// How the control socket answers `request`.
+pub fn route(request: Request) -> Route {
+    struct Socket;
+    impl To for Socket {
+        type Out = Route;
+        fn read(self, read: Read) -> Route {
+            Route::Read(read)
+        }
+        fn write<W: Write>(self, write: W) -> Route {
+            Route::Loop {
+                request: write.into_request(),
+                lost: W::LOST,
+            }
+        }
+    }
+    dispatch(request, Socket)
+}
+
+/// What the loop does after answering a request (the request's [`Write`] constants).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct After {
+    /// Launch the retries due now.
+    pub launch: bool,
+    /// Publish the caller's plain-sbatch choice (before the answer).
+    pub publish_opt_in: bool,
+}
+
+/// A request begun on the loop: its plan and what follows it.
+pub struct Begun {
+    pub plan: Plan,
+    pub after: After,
+}
+
+/// Begins a request on the loop (the rate checked, then [`Write::begin`]; a read, which
+/// the socket answers itself, is answered here from the engine's store for the in-process
+/// tests) and says what follows it.
+pub async fn on_loop<S: Slurm>(
+    engine: &mut Engine<S>,
+    request: Request,
+    uid: u32,
+    span: tracing::Span,
+) -> Begun {
+    struct Loop<'a, S: Slurm> {
+        engine: &'a mut Engine<S>,
+        uid: u32,
+        span: tracing::Span,
+    }
+    impl<'a, S: Slurm> To for Loop<'a, S> {
+        type Out = Pin<Box<dyn Future<Output = Begun> + 'a>>;
+        fn read(self, read: Read) -> Self::Out {
+            let answer = answer_read(self.engine.store(), read, self.uid);
+            Box::pin(std::future::ready(Begun {
+                plan: Plan::Done(answer),
+                after: After::default(),
+            }))
+        }
+        fn write<W: Write>(self, write: W) -> Self::Out {
+            let after = After {
+                launch: W::MAY_MAKE_RETRY_DUE,
+                publish_opt_in: W::CHANGES_OPT_IN,
+            };
+            Box::pin(async move {
+                let plan = match self.engine.take_write(self.uid) {
+                    Err((per_minute, wait)) => Plan::Done(too_many(per_minute, wait)),
+                    Ok(()) => write.begin(self.engine, self.uid, self.span).await,
+                };
+                Begun { plan, after }
+            })
+        }
+    }
+    dispatch(request, Loop { engine, uid, span }).await
+}
+
+/// A read answered whole from `store`, where no client's socket waits (the socket streams
+/// lists and answers `cluster` from the lease thread's view).
+fn answer_read(store: &crate::store::Store, read: Read, uid: u32) -> Response {
+    match read {
+        Read::Store(answer) => answer(store, uid),
+        Read::List { whole, .. } => whole(store, uid),
+        Read::Node(_) => Response::error(
+            crate::protocol::ErrorKind::Internal,
+            "cluster is answered by the control socket, not the loop",
+        ),
+    }
+}
 
 /// The span of one control request handled on the loop: its `cmd`, the caller's uid, the
 /// chain or job it names as given (`subject`), and the `chain` and `job` a submit made once
@@ -57,6 +223,16 @@ pub enum Plan {
     Done(Response),
     /// A Slurm command to run beside the loop.
     Beside(Beside),
+}
+
+impl Plan {
+    /// A request's typed answer, or its refusal, answered now.
+    fn answered<T: serde::Serialize>(result: Result<T, Response>) -> Plan {
+        Plan::Done(match result {
+            Ok(a) => Response::answer(&a),
+            Err(e) => e,
+        })
+    }
 }
 
 /// A request's Slurm command, to run beside the loop.
@@ -93,67 +269,16 @@ pub enum Landed {
     Cancel(PendingCancel, Result<(), String>),
 }
 
-/// Checks a request that changes something and does what can be done on the loop. The
-/// one entry for such requests, the daemon's and the tests' alike; reads are answered off
-/// the loop (`reads`).
+/// Checks a request and does what can be done on the loop ([`on_loop`]'s plan). The one
+/// entry for such requests, the daemon's and the tests' alike; reads are answered off the
+/// loop (`reads`).
 pub async fn begin<S: Slurm>(
     engine: &mut Engine<S>,
     request: Request,
     uid: u32,
     span: tracing::Span,
 ) -> Plan {
-    let answered = |r: Result<Response, Response>| Plan::Done(r.unwrap_or_else(|e| e));
-    if !request.is_read() {
-        if let Err((per_minute, wait)) = engine.take_write(uid) {
-            return Plan::Done(too_many(per_minute, wait));
-        }
-    }
-    match request {
-        Request::Submit(r) => match begin_submit(engine, r, uid, span) {
-            Ok(p) => {
-                engine.start_flight(p.launch.id, p.uid);
-                Plan::Beside(Beside::Submit(Box::new(p)))
-            }
-            Err(e) => Plan::Done(e),
-        },
-        Request::Cancel { id } => match begin_cancel(engine, &id, uid, span) {
-            Ok(BegunCancel::Scancel(p)) => {
-                engine.hold(&p.chains);
-                Plan::Beside(Beside::Cancel(p))
-            }
-            Ok(BegunCancel::Done(r)) | Err(r) => Plan::Done(r),
-        },
-        Request::Classify(r) => {
-            answered(classify::classify(engine, r, uid).map(|a| Response::answer(&a)))
-        }
-        Request::Recover(r) => {
-            answered(recover::recover(engine, r, uid).map(|a| Response::answer(&a)))
-        }
-        Request::Adopt { job_ids } => answered(
-            adopt::adopt(engine, &job_ids, uid)
-                .await
-                .map(|a| Response::answer(&a)),
-        ),
-        Request::PlainOpt { opted_in } => {
-            answered(plain_opt(engine, uid, opted_in).map(|a| Response::answer(&a)))
-        }
-        // The socket answers it (`server::answer`), from the lease thread's view, not
-        // the store.
-        Request::Cluster => Plan::Done(Response::error(
-            crate::protocol::ErrorKind::Internal,
-            "cluster is answered by the control socket, not the loop",
-        )),
-        Request::Ping
-        | Request::Status { .. }
-        | Request::History { .. }
-        | Request::Pending
-        | Request::Stats { .. } => {
-            match crate::daemon::reads::handle(engine.store(), &request, uid) {
-                Some(r) => Plan::Done(r),
-                None => unreachable!("a read is answered by reads::handle"),
-            }
-        }
-    }
+    on_loop(engine, request, uid, span).await.plan
 }
 
 /// The answer to a request past its user's rate: nothing was done, try again later (exit
@@ -167,34 +292,6 @@ fn too_many(per_minute: u32, wait: std::time::Duration) -> Response {
             wait.as_secs_f64().max(0.1)
         ),
     )
-}
-
-/// Records a user's plain-sbatch choice (the daemon then publishes it for the filter,
-/// `daemon::plain`).
-fn plain_opt<S: Slurm>(
-    engine: &mut Engine<S>,
-    uid: u32,
-    opted_in: bool,
-) -> Result<crate::protocol::views::PlainOptAnswer, Response> {
-    // A choice this daemon would never read changes nothing: refused, so nothing is kept
-    // (each one a journal entry every node applies, in cluster mode).
-    if !engine.config().plain_sbatch.enabled {
-        return Err(crate::protocol::Response::error(
-            crate::protocol::ErrorKind::Conflict,
-            "this daemon does not supervise plain sbatch submissions ([plain_sbatch] enabled = false), \
-             so your choice would change nothing and is not recorded; submit with `supervisorctl submit`, \
-             or ask your admin to enable plain sbatch",
-        ));
-    }
-    // The same choice again is answered as it stands, and writes nothing.
-    engine
-        .store_mut()
-        .set_plain_opt(uid, opted_in, crate::clock::now())?;
-    Ok(crate::protocol::views::PlainOptAnswer {
-        uid,
-        opted_in,
-        enabled: true,
-    })
 }
 
 /// Runs a request's Slurm command (beside the loop, in the daemon).
@@ -239,6 +336,78 @@ pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32
             let dir = engine.config().state_dir.clone();
             let landed = carry_out(engine.slurm(), &dir, command).await;
             finish(engine, landed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ONE_OF_EACH;
+
+    /// What [`dispatch`] says of a request: a read or not, what follows it on the loop,
+    /// and what its client is told if the daemon stops first.
+    struct Probe;
+    impl To for Probe {
+        type Out = (bool, After, Option<&'static str>);
+        fn read(self, _: Read) -> Self::Out {
+            (true, After::default(), None)
+        }
+        fn write<W: Write>(self, _: W) -> Self::Out {
+            let after = After {
+                launch: W::MAY_MAKE_RETRY_DUE,
+                publish_opt_in: W::CHANGES_OPT_IN,
+            };
+            (false, after, Some(W::LOST))
+        }
+    }
+
+    fn request(line: &str) -> Request {
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn the_dispatch_reads_what_the_protocol_calls_a_read_and_hands_the_rest_on_as_it_came() {
+        for line in ONE_OF_EACH {
+            let sent = request(line);
+            match route(sent.clone()) {
+                Route::Read(_) => assert!(sent.is_read(), "{line} is answered as a read"),
+                Route::Loop { request, .. } => {
+                    assert!(!sent.is_read(), "{line} goes to the loop");
+                    assert_eq!(
+                        serde_json::to_value(&request).unwrap(),
+                        serde_json::to_value(&sent).unwrap(),
+                        "{line} reaches the loop as it came"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn resolutions_launch_due_retries_and_an_opt_in_is_published_after_its_answer() {
+        for line in ONE_OF_EACH {
+            let r = request(line);
+            let cmd = r.cmd();
+            let (read, after, lost) = dispatch(r, Probe);
+            let launch = matches!(cmd, "classify" | "recover");
+            let publish_opt_in = cmd == "plain_opt";
+            assert_eq!(
+                after,
+                After {
+                    launch,
+                    publish_opt_in
+                },
+                "{line}"
+            );
+            match lost {
+                None => assert!(read),
+                Some(lost) => assert_eq!(
+                    lost.contains("nothing will be submitted later"),
+                    cmd == "submit",
+                    "{line}: {lost}"
+                ),
+            }
         }
     }
 }

@@ -1,19 +1,28 @@
 //! `recover`: a person asks for a failed or `pending_failed` chain to be retried.
 
 use super::resolution::{commit, plan_from, preview, transitions};
+use super::Plan;
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Engine;
 use crate::policy::Event;
 use crate::protocol::views::{RecoverAnswer, RecoverDryRun, RecoverReply, SbatchPreview};
-use crate::protocol::{RecoverRequest, Response};
+use crate::protocol::{RecoverRequest, Request, Response};
 use crate::slurm::Slurm;
 
-pub(super) fn recover<S: Slurm>(
-    engine: &mut Engine<S>,
-    r: RecoverRequest,
-    uid: u32,
-) -> Handled<RecoverReply> {
+impl super::Write for RecoverRequest {
+    const MAY_MAKE_RETRY_DUE: bool = true;
+
+    fn into_request(self) -> Request {
+        Request::Recover(self)
+    }
+
+    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(recover(engine, self, uid))
+    }
+}
+
+fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Handled<RecoverReply> {
     super::resolution::check_sizes(
         r.reason.as_deref(),
         &[r.mem.as_deref(), r.time.as_deref()],

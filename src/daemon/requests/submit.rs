@@ -1,12 +1,13 @@
 //! `submit`: checks a submission, records its intent, and after its sbatch (run beside
 //! the loop) records what came of it and answers.
 
+use super::{Beside, Plan};
 use crate::clock::now;
 use crate::daemon::access::internal;
 use crate::daemon::engine::Engine;
 use crate::daemon::sbatch::LaunchOutcome;
 use crate::protocol::views::SubmitAnswer;
-use crate::protocol::{ErrorBody, ErrorKind, Response, SubmitRequest};
+use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, Launch, NewSubmission, Submission, SubmitRequestState};
@@ -29,6 +30,26 @@ pub struct PendingSubmit {
     pub t: i64,
     /// The request's span (see `requests::span`), entered again when the answer is made.
     pub span: tracing::Span,
+}
+
+impl super::Write for SubmitRequest {
+    const LOST: &'static str = "the daemon stopped before answering; nothing will be submitted later on this request's behalf \
+                                 (a job sbatch had already created is found by its tag and supervised): check `supervisorctl status`";
+
+    fn into_request(self) -> Request {
+        Request::Submit(self)
+    }
+
+    /// The intent recorded and the launch in flight; its sbatch runs beside the loop.
+    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, span: tracing::Span) -> Plan {
+        match begin_submit(engine, self, uid, span) {
+            Ok(p) => {
+                engine.start_flight(p.launch.id, p.uid);
+                Plan::Beside(Beside::Submit(Box::new(p)))
+            }
+            Err(e) => Plan::Done(e),
+        }
+    }
 }
 
 fn usage(m: impl Into<String>) -> Response {

@@ -1,0 +1,55 @@
+//! `opt-in` / `opt-out`: a user's choice for their plain `sbatch` submissions, recorded;
+//! the loop then publishes it for the filter (`daemon::plain`) before answering.
+
+use super::Plan;
+use crate::daemon::engine::Engine;
+use crate::protocol::views::PlainOptAnswer;
+use crate::protocol::{ErrorKind, Request, Response};
+use crate::slurm::Slurm;
+
+/// The caller's plain `sbatch` submissions are supervised (true) or not (false) from now
+/// on.
+pub struct PlainOpt {
+    pub opted_in: bool,
+}
+
+impl super::Write for PlainOpt {
+    const CHANGES_OPT_IN: bool = true;
+
+    fn into_request(self) -> Request {
+        Request::PlainOpt {
+            opted_in: self.opted_in,
+        }
+    }
+
+    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(plain_opt(engine, uid, self.opted_in))
+    }
+}
+
+/// Records a user's plain-sbatch choice.
+fn plain_opt<S: Slurm>(
+    engine: &mut Engine<S>,
+    uid: u32,
+    opted_in: bool,
+) -> Result<PlainOptAnswer, Response> {
+    // A choice this daemon would never read changes nothing: refused, so nothing is kept
+    // (each one a journal entry every node applies, in cluster mode).
+    if !engine.config().plain_sbatch.enabled {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            "this daemon does not supervise plain sbatch submissions ([plain_sbatch] enabled = false), \
+             so your choice would change nothing and is not recorded; submit with `supervisorctl submit`, \
+             or ask your admin to enable plain sbatch",
+        ));
+    }
+    // The same choice again is answered as it stands, and writes nothing.
+    engine
+        .store_mut()
+        .set_plain_opt(uid, opted_in, crate::clock::now())?;
+    Ok(PlainOptAnswer {
+        uid,
+        opted_in,
+        enabled: true,
+    })
+}
