@@ -15,6 +15,14 @@
 //! every replica that applied entries 1..=n holds the same rows as the daemon that wrote
 //! them (`every_store_test_replays_to_the_same_rows`).
 //!
+//! **Invariant:** an operation carries every value its rows get, computed once by the
+//! writer: applying one never parses, classifies, reads the clock or the config, or
+//! decides with a limit of this program's. A submission's dependency rows (its
+//! `--dependency`, read from argv and script by `sbatch_args`) are in
+//! [`Op::CreateSubmission`]; what is kept of a note, and which old rows go, are in the
+//! note's operation. So a replica of another version, whose parser or limits differ,
+//! still makes the same rows (`a_replica_whose_parser_differs_makes_the_same_rows`).
+//!
 //! **Invariant:** an entry is in the journal before the transaction it records is
 //! committed to the writer's replica, and the writer's replica holds every earlier entry:
 //! entry `n` is appended only by the holder of the lease, whose replica applied 1..n-1.
@@ -33,15 +41,29 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The journal's format: what [`Op`]s mean and how the replica applies them. Any change to
-/// an operation's values or to how the store applies one (a migration among them) must
-/// raise it; a replica never applies an entry of a later format than its own
-/// ([`StoreError::JournalTooNew`]). Low byte: the operations' revision; above it: the
-/// replica's schema version.
-pub const FORMAT: u32 = ((super::schema::MIGRATIONS.len() as u32) << 8) | OPS_REVISION;
+/// The journal's format: what [`Op`]s mean and how the replica applies them, so which
+/// writer made an entry. Any change to an operation's values or to how the store applies
+/// one (a migration among them) must raise it; a replica never applies an entry of a
+/// later format than its own ([`StoreError::JournalTooNew`]), nor one of a format no
+/// version wrote ([`StoreError::JournalFormatUnknown`]). Low byte: the operations'
+/// revision; above it: the replica's schema version.
+pub const FORMAT: u32 = ((SCHEMA as u32) << 8) | OPS_REVISION;
+
+/// The replica's schema version (the number of migrations).
+const SCHEMA: usize = super::schema::MIGRATIONS.len();
 
 /// The revision of [`Op`] and its application (raise it with any change).
-const OPS_REVISION: u32 = 1;
+/// 2: every operation carries the values its rows get (a submission's dependency rows,
+/// what a note keeps and which old rows it removes); revision 1 re-derived them when
+/// applied.
+const OPS_REVISION: u32 = 2;
+
+/// The revision whose entries are read by deriving what they lack once, as their writer
+/// did when it applied them ([`upgrade_legacy`]).
+const LEGACY_REVISION: u32 = 1;
+
+/// The schema version of the first journal (revision 1 was written from there on).
+const FIRST_JOURNAL_SCHEMA: u32 = 10;
 
 /// Where the journal's entries go and come from: the shared database (`cluster::log`),
 /// or memory (tests).
@@ -85,6 +107,9 @@ pub(super) enum Op<'a> {
         /// The sbatch argv made for the launch's tag (the tag itself is the launch id's,
         /// which applying the operation assigns again).
         argv: Cow<'a, [String]>,
+        /// The jobs the submission waits on (`--dependency`), as its `dependencies` rows
+        /// hold them: kind and job, read from argv and script by the writer.
+        dependencies: Cow<'a, [(String, String)]>,
     },
     BeginRelaunch {
         submission_id: i64,
@@ -112,6 +137,8 @@ pub(super) enum Op<'a> {
         request_id: Cow<'a, str>,
         submission_id: i64,
         now: i64,
+        /// How many of the owner's request ids are kept (the newest).
+        keep: i64,
     },
     NoteLaunchError {
         launch_id: i64,
@@ -128,17 +155,21 @@ pub(super) enum Op<'a> {
         opted_in: bool,
         now: i64,
     },
-    /// What could not be recovered from Slurm for an adopted job's submission.
+    /// What could not be recovered from Slurm for an adopted job's submission (the items
+    /// as kept: cut by the writer).
     NoteNotRecovered {
         submission_id: i64,
         items: Cow<'a, [String]>,
     },
-    /// A plain-sbatch job the daemon did not supervise, and why.
+    /// A plain-sbatch job the daemon did not supervise, and why (the reason as kept: cut
+    /// by the writer).
     NotePlainRefused {
         job_id: Cow<'a, str>,
         owner_uid: u32,
         reason: Cow<'a, str>,
         now: i64,
+        /// The refusals noted before it are removed.
+        forget_before: i64,
     },
     Apply {
         steps: Vec<(i64, Step<'a>)>,
@@ -271,8 +302,17 @@ impl Pending {
 }
 
 /// Reads an entry's operations. A body that is not the operations of a known format is
-/// refused, never half applied.
+/// refused, never half applied; an entry of [`LEGACY_REVISION`] gets the values it lacks
+/// derived once ([`upgrade_legacy`]).
 pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static>> {
+    let corrupt = |e: serde_json::Error| {
+        StoreError::Corrupt(format!(
+            "journal entry {seq} (format {format}) cannot be read: {e}"
+        ))
+    };
+    if format == FORMAT {
+        return serde_json::from_slice(body).map_err(corrupt);
+    }
     if format > FORMAT {
         return Err(StoreError::JournalTooNew {
             seq,
@@ -280,11 +320,78 @@ pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static
             known: FORMAT,
         });
     }
-    serde_json::from_slice(body).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "journal entry {seq} (format {format}) cannot be read: {e}"
-        ))
-    })
+    let schema = format >> 8;
+    if format & 0xff != LEGACY_REVISION || !(FIRST_JOURNAL_SCHEMA..=SCHEMA as u32).contains(&schema)
+    {
+        return Err(StoreError::JournalFormatUnknown {
+            seq,
+            found: format,
+            known: FORMAT,
+        });
+    }
+    let mut ops: Vec<serde_json::Value> = serde_json::from_slice(body).map_err(corrupt)?;
+    for op in &mut ops {
+        upgrade_legacy(op).map_err(corrupt)?;
+    }
+    serde_json::from_value(serde_json::Value::Array(ops)).map_err(corrupt)
+}
+
+/// Gives an operation of [`LEGACY_REVISION`] the values its writer derived when it applied
+/// it, derived the same way once, here: a submission's dependency rows from its argv and
+/// script, the request ids kept, what a note keeps and which refusals it removes. Only a
+/// journal written before [`OPS_REVISION`] 2 holds such entries; the rows they make are
+/// those the version that wrote them made, as far as the parser agrees with it.
+fn upgrade_legacy(op: &mut serde_json::Value) -> serde_json::Result<()> {
+    use serde::de::Error;
+    use serde_json::{json, Value};
+    let Some(fields) = op.as_object_mut() else {
+        return Err(serde_json::Error::custom("an operation is not an object"));
+    };
+    match fields.get("op").and_then(Value::as_str) {
+        Some("create_submission") => {
+            let new: NewSubmission = serde_json::from_value(
+                fields
+                    .get("new")
+                    .cloned()
+                    .ok_or_else(|| serde_json::Error::missing_field("new"))?,
+            )?;
+            let rows = super::dependency_rows(&new.argv, new.script.as_deref());
+            fields.insert("dependencies".into(), json!(rows));
+        }
+        Some("note_submit_request") => {
+            fields.insert("keep".into(), json!(super::SUBMIT_REQUESTS_KEPT));
+        }
+        Some("note_not_recovered") => {
+            let items: Vec<String> = serde_json::from_value(
+                fields
+                    .get("items")
+                    .cloned()
+                    .ok_or_else(|| serde_json::Error::missing_field("items"))?,
+            )?;
+            fields.insert("items".into(), json!(super::opt_in::kept_items(&items)));
+        }
+        Some("note_plain_refused") => {
+            let reason: String = serde_json::from_value(
+                fields
+                    .get("reason")
+                    .cloned()
+                    .ok_or_else(|| serde_json::Error::missing_field("reason"))?,
+            )?;
+            let now: i64 = serde_json::from_value(
+                fields
+                    .get("now")
+                    .cloned()
+                    .ok_or_else(|| serde_json::Error::missing_field("now"))?,
+            )?;
+            fields.insert("reason".into(), json!(super::opt_in::kept_reason(&reason)));
+            fields.insert(
+                "forget_before".into(),
+                json!(super::opt_in::forget_refusals_before(now)),
+            );
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// An entry as stored: its format and its body.

@@ -46,6 +46,10 @@ pub enum StoreError {
     InFlight { chain: i64 },
     #[error("journal entry {seq} is of format {found}, newer than this program knows ({known}); upgrade slurm-supervisor on this node")]
     JournalTooNew { seq: u64, found: u32, known: u32 },
+    /// An entry of a format no version of this program wrote (its own is `known`): it is
+    /// refused, never applied by guessing.
+    #[error("journal entry {seq} is of format {found}, which this program does not know (its own is {known}): it was not written by this version or an earlier one; upgrade slurm-supervisor on this node")]
+    JournalFormatUnknown { seq: u64, found: u32, known: u32 },
     /// The journal's entries after `after` were pruned (through entry `through`): the
     /// replica must be reloaded from a snapshot (`Store::catch_up` does).
     #[error("the shared journal was pruned through entry {through}, and this replica is at entry {after}: it reloads from the snapshot")]
@@ -382,8 +386,11 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             edges,
             now,
             argv,
+            dependencies,
         } => {
-            Store::exec_create_submission(tx, instance, &new, &edges, now, |_| argv.into_owned())?;
+            Store::exec_create_submission(tx, instance, &new, &edges, &dependencies, now, |_| {
+                argv.into_owned()
+            })?;
         }
         Op::BeginRelaunch {
             submission_id,
@@ -445,7 +452,8 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             request_id,
             submission_id,
             now,
-        } => exec_note_submit_request(tx, owner_uid, &request_id, submission_id, now)?,
+            keep,
+        } => exec_note_submit_request(tx, owner_uid, &request_id, submission_id, now, keep)?,
         Op::NoteLaunchError {
             launch_id,
             error,
@@ -464,7 +472,8 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             owner_uid,
             reason,
             now,
-        } => opt_in::exec_note_plain_refused(tx, &job_id, owner_uid, &reason, now)?,
+            forget_before,
+        } => opt_in::exec_note_plain_refused(tx, &job_id, owner_uid, &reason, now, forget_before)?,
         Op::Apply {
             steps,
             all_or_none,
@@ -661,22 +670,34 @@ fn launch_members(tx: &Connection, launch_id: i64) -> Result<Vec<(i64, u32, Opti
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Records the jobs a submission waits on (its `--dependency`).
+/// The rows of the jobs a submission waits on (its `--dependency`: kind and job), read
+/// from its argv and script. Only a writer (and the reading of an entry, or a store,
+/// from before they were carried) calls it; applying an operation never does.
+fn dependency_rows(argv: &[String], script: Option<&[u8]>) -> Vec<(String, String)> {
+    #[cfg(test)]
+    if let Some(rows) = tests::parser_override(argv) {
+        return rows;
+    }
+    crate::dependency::submission_dependencies(argv, script)
+        .into_iter()
+        .map(|e| (e.kind, e.job))
+        .collect()
+}
+
+/// Records the jobs a submission waits on (its `--dependency`), as given.
 fn insert_dependencies(
     tx: &Connection,
     submission_id: i64,
-    argv: &[String],
-    script: Option<&[u8]>,
+    rows: &[(String, String)],
 ) -> Result<()> {
-    let edges = crate::dependency::submission_dependencies(argv, script);
-    if edges.is_empty() {
+    if rows.is_empty() {
         return Ok(());
     }
     let mut ins = tx.prepare_cached(
         "INSERT INTO dependencies (submission_id, kind, job_id) VALUES (?1, ?2, ?3)",
     )?;
-    for e in edges {
-        ins.execute(params![submission_id, e.kind, e.job])?;
+    for (kind, job) in rows {
+        ins.execute(params![submission_id, kind, job])?;
     }
     Ok(())
 }
@@ -739,7 +760,7 @@ fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
     };
     for (id, argv, script) in subs {
         let argv: Vec<String> = from_json(&argv)?;
-        insert_dependencies(&tx, id, &argv, script.as_deref())?;
+        insert_dependencies(&tx, id, &dependency_rows(&argv, script.as_deref()))?;
     }
     tx.execute("DELETE FROM meta WHERE key = 'dependencies_backfill'", [])?;
     tx.commit()?;
@@ -1161,12 +1182,14 @@ fn exec_launch_submitted(
 /// thousand are many more than any retry needs, and the table stays bounded.
 pub const SUBMIT_REQUESTS_KEPT: i64 = 1000;
 
+/// Records a request id, and keeps the owner's newest `keep`.
 fn exec_note_submit_request(
     tx: &Connection,
     owner_uid: u32,
     request_id: &str,
     submission_id: i64,
     now: i64,
+    keep: i64,
 ) -> Result<()> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO submit_requests (owner_uid, request_id, submission_id, created_at)
@@ -1178,7 +1201,7 @@ fn exec_note_submit_request(
            (SELECT request_id FROM submit_requests WHERE owner_uid = ?1
             ORDER BY created_at DESC, submission_id DESC LIMIT ?2)",
     )?
-    .execute(params![owner_uid, SUBMIT_REQUESTS_KEPT])?;
+    .execute(params![owner_uid, keep])?;
     Ok(())
 }
 
@@ -1864,9 +1887,18 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
+        let dependencies = dependency_rows(&new.argv, new.script.as_deref());
         self.write(
             |tx, instance| {
-                Self::exec_create_submission(tx, instance, new, edges, now, argv_for_tag)
+                Self::exec_create_submission(
+                    tx,
+                    instance,
+                    new,
+                    edges,
+                    &dependencies,
+                    now,
+                    argv_for_tag,
+                )
             },
             |launch, p| {
                 p.push(&Op::CreateSubmission {
@@ -1874,16 +1906,20 @@ impl Store {
                     edges: Cow::Borrowed(edges),
                     now,
                     argv: Cow::Borrowed(&launch.argv),
+                    dependencies: Cow::Borrowed(&dependencies),
                 })
             },
         )
     }
 
+    /// Writes the submission, its dependency rows as given (`dependencies`, read once by
+    /// the writer), its waits, chains and first launch.
     fn exec_create_submission(
         tx: &Connection,
         instance: &str,
         new: &NewSubmission,
         edges: &[crate::dependency::Edge],
+        dependencies: &[(String, String)],
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
@@ -1904,7 +1940,7 @@ impl Store {
                 new.restartable
             ])?;
         let submission_id = tx.last_insert_rowid();
-        insert_dependencies(tx, submission_id, &new.argv, new.script.as_deref())?;
+        insert_dependencies(tx, submission_id, dependencies)?;
         pipeline::insert_waits(tx, submission_id, edges)?;
         let tasks: Vec<Option<u32>> = match &new.array_tasks {
             Some(t) => t.iter().copied().map(Some).collect(),
@@ -2151,14 +2187,16 @@ impl Store {
         submission_id: i64,
         now: i64,
     ) -> Result<()> {
+        let keep = SUBMIT_REQUESTS_KEPT;
         self.write(
-            |tx, _| exec_note_submit_request(tx, owner_uid, request_id, submission_id, now),
+            |tx, _| exec_note_submit_request(tx, owner_uid, request_id, submission_id, now, keep),
             |_, p| {
                 p.push(&Op::NoteSubmitRequest {
                     owner_uid,
                     request_id: Cow::Borrowed(request_id),
                     submission_id,
                     now,
+                    keep,
                 })
             },
         )

@@ -424,3 +424,141 @@ fn store_before_migration(marker: &str) -> Connection {
         .unwrap();
     conn
 }
+
+thread_local! {
+    /// What [`dependency_rows`] returns on this thread instead of the parser's reading
+    /// (a parser of another version), while set.
+    static PARSER: std::cell::RefCell<Option<Vec<(String, String)>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The test hook of [`dependency_rows`].
+pub(super) fn parser_override(_argv: &[String]) -> Option<Vec<(String, String)>> {
+    PARSER.with(|p| p.borrow().clone())
+}
+
+/// Makes the parser read `rows` from every submission on this thread until dropped.
+struct ParserReads;
+
+impl ParserReads {
+    fn set(rows: &[(&str, &str)]) -> ParserReads {
+        let rows = rows
+            .iter()
+            .map(|(k, j)| (k.to_string(), j.to_string()))
+            .collect();
+        PARSER.with(|p| *p.borrow_mut() = Some(rows));
+        ParserReads
+    }
+}
+
+impl Drop for ParserReads {
+    fn drop(&mut self) {
+        PARSER.with(|p| *p.borrow_mut() = None);
+    }
+}
+
+/// A journal of every operation whose rows were derived by the writer: a submission with
+/// a `--dependency`, a request id, what was not recovered, a plain refusal.
+fn journal_of_derived_rows(journal: &MemoryJournal) -> Store {
+    let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    let waiting = NewSubmission {
+        argv: vec!["--dependency=afterok:123:456_2".into(), "job.sh".into()],
+        ..sub(None)
+    };
+    let l = s.create_submission(&waiting, 100, |_| vec![]).unwrap();
+    s.note_submit_request(1000, "r1", l.submission_id, 100)
+        .unwrap();
+    s.note_not_recovered(l.submission_id, &["--gres".into(), "--licenses".into()])
+        .unwrap();
+    s.note_plain_refused("77", 1000, "not opted in", 100)
+        .unwrap();
+    s.note_plain_refused("78", 1000, "not opted in", 100 + 40 * 24 * 3600)
+        .unwrap();
+    s
+}
+
+fn dependency_rows_of(s: &Store) -> Vec<(String, String)> {
+    s.conn
+        .prepare("SELECT kind, job_id FROM dependencies ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A replica whose `--dependency` parser reads another thing than the writer's (another
+/// version's, during a rolling upgrade) makes the same rows: the entry carries them.
+#[test]
+fn a_replica_whose_parser_differs_makes_the_same_rows() {
+    let journal = MemoryJournal::default();
+    let writer = journal_of_derived_rows(&journal);
+    let rows = dependency_rows_of(&writer);
+    assert_eq!(
+        rows,
+        [
+            ("afterok".to_string(), "123".to_string()),
+            ("afterok".to_string(), "456_2".to_string())
+        ]
+    );
+    let _other = ParserReads::set(&[("afterany", "999")]);
+    let replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    assert_eq!(dependency_rows_of(&replica), rows);
+    assert_eq!(dump(&replica), dump(&writer));
+}
+
+/// An entry of a format no version wrote (an unknown revision, or older than the journal)
+/// is refused whole, with what to do.
+#[test]
+fn an_entry_of_an_unknown_format_is_refused_whole() {
+    // Revision 0; revision 1 before the first journal; a revision no version had.
+    for format in [
+        journal::FORMAT & !0xff,
+        (9 << 8) | 1,
+        (journal::FORMAT - 0x100) | 0x7f,
+    ] {
+        let journal = MemoryJournal::default();
+        journal
+            .entries
+            .lock()
+            .unwrap()
+            .push((format, b"[]".to_vec()));
+        let e = match Store::in_memory_replica(INSTANCE, Box::new(journal)) {
+            Err(e) => e,
+            Ok(_) => panic!("a replica applied an entry of format {format}"),
+        };
+        assert!(
+            matches!(e, StoreError::JournalFormatUnknown { seq: 1, found, .. } if found == format),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("upgrade slurm-supervisor on this node"),
+            "{e}"
+        );
+    }
+}
+
+/// An entry as the previous revision wrote it (no dependency rows, no limits: its writer
+/// derived them when it applied it) replays to the rows its writer made.
+#[test]
+fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
+    let journal = MemoryJournal::default();
+    let writer = journal_of_derived_rows(&journal);
+    {
+        let mut entries = journal.entries.lock().unwrap();
+        for (format, body) in entries.iter_mut() {
+            let mut ops: Vec<serde_json::Value> = serde_json::from_slice(body).unwrap();
+            for op in &mut ops {
+                let fields = op.as_object_mut().unwrap();
+                for new in ["dependencies", "keep", "forget_before"] {
+                    fields.remove(new);
+                }
+            }
+            *format = (journal::FORMAT & !0xff) | 1;
+            *body = serde_json::to_vec(&ops).unwrap();
+        }
+    }
+    let replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    assert_eq!(dependency_rows_of(&replica).len(), 2);
+    assert_eq!(dump(&replica), dump(&writer));
+}
