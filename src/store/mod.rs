@@ -11,9 +11,15 @@ pub mod journal;
 mod metrics;
 mod opt_in;
 pub use opt_in::PlainRefusal;
+mod decisions;
 mod pipeline;
 mod schema;
 pub mod snapshot;
+pub use decisions::DecisionRecord;
+use decisions::*;
+mod notifications;
+use notifications::*;
+pub use notifications::{Notification, Waiting};
 mod totals;
 use totals::*;
 pub use totals::{UserTotals, UserTotalsCheck};
@@ -246,26 +252,6 @@ pub struct Launch {
     /// An in-place requeue of this ended job instead of an sbatch; `argv` then holds the
     /// `scontrol update` fields.
     pub requeue_of: Option<String>,
-}
-
-/// A decision record as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DecisionRecord {
-    pub id: i64,
-    pub chain_id: i64,
-    pub attempt_n: u32,
-    pub observation_id: Option<i64>,
-    pub at: i64,
-    pub classification: Classification,
-    pub class: RecoveryClass,
-    pub action: Action,
-    pub reason: String,
-    /// The reason's stable name ([`crate::policy::Reason::code`]); `None` for records
-    /// written before it was stored.
-    pub reason_code: Option<String>,
-    pub inputs: serde_json::Value,
-    pub resolves: Option<i64>,
-    pub actor: String,
 }
 
 pub use crate::policy::{AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, Transition};
@@ -525,7 +511,6 @@ const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classificat
 const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid, a.owner_seen";
 const ATTEMPT_FROM: &str =
     "attempts a JOIN launches l ON l.id = a.launch_id JOIN submissions s ON s.id = l.submission_id";
-const DECISION_COLS: &str = "id, chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor, reason_code";
 
 fn chain_from(row: &Row) -> rusqlite::Result<(Chain, String, Option<String>, String)> {
     Ok((
@@ -590,78 +575,6 @@ fn finish_attempt(raw: RawAttempt) -> Result<Attempt> {
     a.state = AttemptState::parse(&state)?;
     a.plan = from_json(&plan)?;
     Ok(a)
-}
-
-type RawDecision = (DecisionRecord, String, String, String, String);
-
-fn decision_from(row: &Row) -> rusqlite::Result<RawDecision> {
-    Ok((
-        DecisionRecord {
-            id: row.get(0)?,
-            chain_id: row.get(1)?,
-            attempt_n: row.get(2)?,
-            observation_id: row.get(3)?,
-            at: row.get(4)?,
-            classification: Classification::Ambiguous,
-            class: RecoveryClass::R2,
-            action: Action::None,
-            reason: row.get(8)?,
-            inputs: serde_json::Value::Null,
-            resolves: row.get(10)?,
-            actor: row.get(11)?,
-            reason_code: row.get(12)?,
-        },
-        row.get(5)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(9)?,
-    ))
-}
-
-fn finish_decision(raw: RawDecision) -> Result<DecisionRecord> {
-    let (mut d, c, class, action, inputs) = raw;
-    d.classification = parse_name(&c)?;
-    d.class = parse_name(&class)?;
-    d.action = parse_name(&action)?;
-    d.inputs = from_json(&inputs)?;
-    Ok(d)
-}
-
-/// Appends a decision record. The facts later queries need (the reason's name, whether
-/// it is an infrastructure failure, the failed nodes) are columns, written here with it.
-/// A resolution points at the chain's latest decision, read in the same transaction.
-fn insert_decision(
-    tx: &Connection,
-    chain_id: i64,
-    n: u32,
-    obs: Option<i64>,
-    at: i64,
-    d: &WrittenRecord,
-) -> Result<i64> {
-    tx.execute(
-        "INSERT INTO decisions (chain_id, attempt_n, observation_id, at, classification, class, action, reason, inputs, resolves, actor,
-                                reason_code, infra_failure, failed_nodes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
-                 CASE WHEN ?10 THEN (SELECT MAX(id) FROM decisions WHERE chain_id = ?1) END,
-                 ?11, ?12, ?13, ?14)",
-        params![
-            chain_id,
-            n,
-            obs,
-            at,
-            d.classification.as_str(),
-            d.class.as_str(),
-            d.action.as_str(),
-            d.reason,
-            d.inputs,
-            d.resolves_latest,
-            d.actor,
-            d.reason_code,
-            d.infra_failure,
-            d.failed_nodes,
-        ],
-    )?;
-    Ok(tx.last_insert_rowid())
 }
 
 /// The attempts a launch covers: chain, attempt number, array task.
@@ -1181,45 +1094,6 @@ fn exec_apply<'s>(
     Ok(applied)
 }
 
-fn exec_notifications_sent(tx: &Connection, items: &[(i64, (bool, bool))], now: i64) -> Result<()> {
-    let mut q = tx.prepare_cached(
-        "UPDATE notifications SET sent_at = ?2,
-             mail_done = MAX(mail_done, ?3), command_done = MAX(command_done, ?4)
-         WHERE id = ?1 AND sent_at IS NULL",
-    )?;
-    for (id, done) in items {
-        q.execute(params![id, now, done.0, done.1])?;
-    }
-    Ok(())
-}
-
-fn exec_notification_failed(
-    tx: &Connection,
-    id: i64,
-    done: (bool, bool),
-    error: &str,
-    next_try: Option<i64>,
-    now: i64,
-) -> Result<()> {
-    tx.execute(
-        "UPDATE notifications SET tries = tries + 1, error = ?2,
-             next_try = COALESCE(?3, next_try),
-             gave_up_at = CASE WHEN ?3 IS NULL THEN ?4 END,
-             mail_done = MAX(mail_done, ?5), command_done = MAX(command_done, ?6)
-         WHERE id = ?1 AND sent_at IS NULL",
-        params![id, error, next_try, now, done.0, done.1],
-    )?;
-    Ok(())
-}
-
-fn exec_notification_mailed(tx: &Connection, id: i64) -> Result<()> {
-    tx.execute(
-        "UPDATE notifications SET mail_done = 1 WHERE id = ?1 AND sent_at IS NULL",
-        params![id],
-    )?;
-    Ok(())
-}
-
 /// Transitions to apply together, in one transaction ([`Store::apply`]).
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
@@ -1272,31 +1146,6 @@ impl Applied {
     pub fn any(&self) -> bool {
         !self.chains.is_empty()
     }
-}
-
-/// A notification waiting in the outbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notification {
-    pub id: i64,
-    pub chain_id: i64,
-    /// `pending_failed`, `completed`, `failed`, `reminder`, `expired` or
-    /// `dependency_never_satisfied` (`notification::Kind`).
-    pub kind: String,
-    pub decision_id: Option<i64>,
-    pub created_at: i64,
-    /// Failed deliveries so far.
-    pub tries: u32,
-    /// Its mail went out already (a retry for the command does not mail again).
-    pub mail_done: bool,
-    /// `notify.command` took it already.
-    pub command_done: bool,
-}
-
-/// A `pending_failed` chain and when it entered that state.
-#[derive(Debug, Clone)]
-pub struct Waiting {
-    pub chain: Chain,
-    pub pending_since: i64,
 }
 
 impl Store {
@@ -2413,36 +2262,6 @@ impl Store {
         rows.map(|r| finish_attempt(r?)).collect()
     }
 
-    pub fn decisions(&self, chain_id: i64) -> Result<Vec<DecisionRecord>> {
-        let mut q = self.conn.prepare_cached(&format!(
-            "SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 ORDER BY id"
-        ))?;
-        let rows = q.query_map([chain_id], decision_from)?;
-        rows.map(|r| finish_decision(r?)).collect()
-    }
-
-    /// The observations of a chain as stored (JSON), oldest first.
-    pub fn observations(&self, chain_id: i64) -> Result<Vec<(i64, u32, i64, serde_json::Value)>> {
-        let mut q = self.conn.prepare_cached("SELECT id, attempt_n, observed_at, body FROM observations WHERE chain_id = ?1 ORDER BY id")?;
-        let rows = q.query_map([chain_id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
-        })?;
-        rows.map(|r| {
-            let (id, n, at, body) = r?;
-            Ok((id, n, at, from_json(&body)?))
-        })
-        .collect()
-    }
-
-    /// Counts of resubmissions (automatic or agent-ordered) by the classification that caused them.
-    pub fn resubmits_by_class(&self, chain_id: i64) -> Result<Vec<(String, u32)>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT classification, COUNT(*) FROM decisions WHERE chain_id = ?1 AND action = 'resubmit' GROUP BY classification",
-        )?;
-        let rows = q.query_map([chain_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
     /// What the poll saw of live attempts, in one transaction: the last squeue state
     /// (chain, attempt, state), and whether Slurm has shown each attempt's job owned by
     /// its chain's owner (set when it did, cleared when the job left the queue).
@@ -2641,202 +2460,6 @@ impl Store {
         )?;
         let rows = q.query_map([submission_id], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// How many infrastructure failures (node_fail, boot_fail, transient endings) the
-    /// supervisor recorded across all chains since `since`.
-    pub fn infra_failures_since(&self, since: i64) -> Result<u32> {
-        Ok(self.conn.query_row(
-            "SELECT COUNT(*) FROM decisions WHERE at >= ?1 AND infra_failure = 1",
-            [since],
-            |r| r.get(0),
-        )?)
-    }
-
-    /// Infrastructure failures since `since`, counted per owner of the chain (what the
-    /// breaker weighs: `policy::breaker_failures`).
-    pub fn infra_failures_by_owner_since(&self, since: i64) -> Result<Vec<(u32, u32)>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT s.owner_uid, COUNT(*) FROM decisions d JOIN chains c ON c.id = d.chain_id \
-             JOIN submissions s ON s.id = c.submission_id \
-             WHERE d.at >= ?1 AND d.infra_failure = 1 GROUP BY s.owner_uid",
-        )?;
-        let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// The nodes of node_fail/boot_fail endings since `since`, with when they were recorded.
-    pub fn node_failures_since(&self, since: i64) -> Result<Vec<(String, i64)>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT failed_nodes, at FROM decisions WHERE at >= ?1 AND failed_nodes IS NOT NULL",
-        )?;
-        let rows = q.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Decision counts by chain, actor kind (`supervisor` or not) and action.
-    pub fn decision_counts(&self) -> Result<Vec<(i64, bool, Action, u32)>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT chain_id, actor = 'supervisor', action, COUNT(*) FROM decisions GROUP BY chain_id, actor = 'supervisor', action ORDER BY chain_id",
-        )?;
-        let rows = q.query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, bool>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, u32>(3)?,
-            ))
-        })?;
-        rows.map(|r| {
-            let (c, sup, a, n) = r?;
-            Ok((c, sup, parse_name(&a)?, n))
-        })
-        .collect()
-    }
-
-    /// One decision record by its id.
-    pub fn decision(&self, id: i64) -> Result<Option<DecisionRecord>> {
-        let raw = self
-            .conn
-            .query_row(
-                &format!("SELECT {DECISION_COLS} FROM decisions WHERE id = ?1"),
-                [id],
-                decision_from,
-            )
-            .optional()?;
-        raw.map(finish_decision).transpose()
-    }
-
-    /// Notifications due at `now`, oldest first, at most `limit`.
-    pub fn due_notifications(&self, now: i64, limit: usize) -> Result<Vec<Notification>> {
-        self.due_notifications_fair(now, limit, limit)
-    }
-
-    /// Due notifications, oldest first, at most `per_owner` of any one owner's chains: a
-    /// user with thousands due does not fill the page ahead of everyone else's.
-    pub fn due_notifications_fair(
-        &self,
-        now: i64,
-        limit: usize,
-        per_owner: usize,
-    ) -> Result<Vec<Notification>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT id, chain_id, kind, decision_id, created_at, tries, mail_done, command_done FROM (
-                 SELECT n.*, ROW_NUMBER() OVER (PARTITION BY c.owner_uid ORDER BY n.next_try, n.id) AS k
-                 FROM notifications n JOIN chains c ON c.id = n.chain_id
-                 WHERE n.sent_at IS NULL AND n.gave_up_at IS NULL AND n.next_try <= ?1)
-             WHERE k <= ?3
-             ORDER BY next_try, id LIMIT ?2",
-        )?;
-        let rows = q.query_map(params![now, limit as i64, per_owner as i64], |r| {
-            Ok(Notification {
-                id: r.get(0)?,
-                chain_id: r.get(1)?,
-                kind: r.get(2)?,
-                decision_id: r.get(3)?,
-                created_at: r.get(4)?,
-                tries: r.get(5)?,
-                mail_done: r.get(6)?,
-                command_done: r.get(7)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// A notification was delivered (or had nothing to deliver): `done` says whether a
-    /// mail and the command took it.
-    pub fn notification_sent(&mut self, id: i64, done: (bool, bool), now: i64) -> Result<()> {
-        self.notifications_sent(&[(id, done)], now)
-    }
-
-    /// Several notifications delivered, in one transaction (one sync to disk).
-    pub fn notifications_sent(&mut self, items: &[(i64, (bool, bool))], now: i64) -> Result<()> {
-        self.write(
-            |tx, _| exec_notifications_sent(tx, items, now),
-            |_, p| {
-                p.push(&Op::NotificationsSent {
-                    items: Cow::Borrowed(items),
-                    now,
-                })
-            },
-        )
-    }
-
-    /// A delivery failed: what did go out (`mail_done`, `command_done`) is kept, the rest
-    /// is tried again from `next_try`, or (`next_try` `None`) given up.
-    pub fn notification_failed(
-        &mut self,
-        id: i64,
-        done: (bool, bool),
-        error: &str,
-        next_try: Option<i64>,
-        now: i64,
-    ) -> Result<()> {
-        self.write(
-            |tx, _| exec_notification_failed(tx, id, done, error, next_try, now),
-            |_, p| {
-                p.push(&Op::NotificationFailed {
-                    id,
-                    done,
-                    error: Cow::Borrowed(error),
-                    next_try,
-                    now,
-                })
-            },
-        )
-    }
-
-    /// A notification whose mail went out and whose command was not run yet (its owner's
-    /// turn ran out of time): it stays due, no try counted.
-    pub fn notification_mailed(&mut self, id: i64) -> Result<()> {
-        self.write(
-            |tx, _| exec_notification_mailed(tx, id),
-            |_, p| p.push(&Op::NotificationMailed { id }),
-        )
-    }
-
-    /// Chains in `pending_failed` since `cutoff` or before, not reminded and not expired:
-    /// an indexed read of the waiting chains only.
-    pub fn chains_to_remind(&self, cutoff: i64) -> Result<Vec<i64>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT id FROM chains WHERE state = 'pending_failed' AND pending_since <= ?1
-               AND reminded = 0 AND expired = 0 ORDER BY pending_since",
-        )?;
-        let rows = q.query_map([cutoff], |r| r.get(0))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Chains in `pending_failed` since `cutoff` or before that no expiry resolved yet.
-    pub fn chains_to_expire(&self, cutoff: i64) -> Result<Vec<Waiting>> {
-        let mut q = self.conn.prepare_cached(&format!(
-            "SELECT {CHAIN_COLS}, pending_since FROM chains WHERE state = 'pending_failed'
-               AND pending_since <= ?1 AND expired = 0 ORDER BY pending_since"
-        ))?;
-        let rows = q.query_map([cutoff], |r| Ok((chain_from(r)?, r.get::<_, i64>(9)?)))?;
-        rows.map(|r| {
-            let (raw, pending_since) = r?;
-            Ok(Waiting {
-                chain: finish_chain(raw)?,
-                pending_since,
-            })
-        })
-        .collect()
-    }
-
-    /// The latest decision of a chain, if any.
-    /// The latest decision of a chain, if any. A note that an in-place requeue was refused
-    /// (`in_place_refused`) only says how the decision before it is carried out, so it is
-    /// passed over: an agent's retry stays the agent's.
-    pub fn last_decision(&self, chain_id: i64) -> Result<Option<DecisionRecord>> {
-        let raw = self
-            .conn
-            .query_row(
-                &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 AND reason_code IS NOT 'in_place_refused' ORDER BY id DESC LIMIT 1"),
-                [chain_id],
-                decision_from,
-            )
-            .optional()?;
-        raw.map(finish_decision).transpose()
     }
 }
 
