@@ -119,6 +119,44 @@ pub(super) fn exec_note_launch_error(
     Ok(())
 }
 
+const LAUNCH_COLS: &str =
+    "id, submission_id, tag, argv, state, job_id, error, created_at, unpromised, requeue_of";
+
+/// A launch row as read ([`LAUNCH_COLS`]), with its argv (JSON) and its state's name, for
+/// [`finish_launch`] to read.
+pub(super) type RawLaunch = (Launch, String, String);
+
+pub(super) fn launch_from(row: &Row) -> rusqlite::Result<RawLaunch> {
+    Ok((
+        Launch {
+            id: row.get(0)?,
+            submission_id: row.get(1)?,
+            tag: row.get(2)?,
+            argv: Vec::new(),
+            state: LaunchState::Intent,
+            job_id: row.get(5)?,
+            error: row.get(6)?,
+            created_at: row.get(7)?,
+            unpromised: row.get(8)?,
+            requeue_of: row.get(9)?,
+        },
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
+pub(super) fn finish_launch(raw: RawLaunch) -> Result<Launch> {
+    let (mut l, argv, state) = raw;
+    l.argv = from_json(&argv)?;
+    l.state = match state.as_str() {
+        "intent" => LaunchState::Intent,
+        "submitted" => LaunchState::Submitted,
+        "failed" => LaunchState::Failed,
+        s => return Err(StoreError::Corrupt(format!("unknown launch state {s:?}"))),
+    };
+    Ok(l)
+}
+
 impl Store {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn insert_launch(
@@ -347,40 +385,11 @@ impl Store {
 
     pub fn launch(&self, id: i64) -> Result<Launch> {
         let raw = self.conn.query_row(
-            "SELECT id, submission_id, tag, argv, state, job_id, error, created_at, unpromised, requeue_of FROM launches WHERE id = ?1",
+            &format!("SELECT {LAUNCH_COLS} FROM launches WHERE id = ?1"),
             [id],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                    r.get::<_, i64>(7)?,
-                    r.get::<_, bool>(8)?,
-                    r.get::<_, Option<String>>(9)?,
-                ))
-            },
+            launch_from,
         )?;
-        Ok(Launch {
-            id: raw.0,
-            submission_id: raw.1,
-            tag: raw.2,
-            argv: from_json(&raw.3)?,
-            state: match raw.4.as_str() {
-                "intent" => LaunchState::Intent,
-                "submitted" => LaunchState::Submitted,
-                "failed" => LaunchState::Failed,
-                s => return Err(StoreError::Corrupt(format!("unknown launch state {s:?}"))),
-            },
-            job_id: raw.5,
-            error: raw.6,
-            created_at: raw.7,
-            unpromised: raw.8,
-            requeue_of: raw.9,
-        })
+        finish_launch(raw)
     }
 
     /// The launch with this tag, if there is one.

@@ -156,6 +156,39 @@ pub(super) fn exec_discard_submission(tx: &Connection, launch_id: i64) -> Result
     Ok(())
 }
 
+const SUBMISSION_COLS: &str = "id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable";
+
+/// A submission row as read ([`SUBMISSION_COLS`]), with its argv and environment (JSON),
+/// for [`finish_submission`] to read.
+pub(super) type RawSubmission = (Submission, String, String);
+
+pub(super) fn submission_from(row: &Row) -> rusqlite::Result<RawSubmission> {
+    Ok((
+        Submission {
+            id: row.get(0)?,
+            owner_uid: row.get(1)?,
+            user: row.get(2)?,
+            argv: Vec::new(),
+            cwd: row.get(4)?,
+            env: Vec::new(),
+            script_name: row.get(6)?,
+            script: row.get(7)?,
+            max_retries: row.get(8)?,
+            restartable: row.get(10)?,
+            created_at: row.get(9)?,
+        },
+        row.get(3)?,
+        row.get(5)?,
+    ))
+}
+
+pub(super) fn finish_submission(raw: RawSubmission) -> Result<Submission> {
+    let (mut s, argv, env) = raw;
+    s.argv = from_json(&argv)?;
+    s.env = from_json(&env)?;
+    Ok(s)
+}
+
 impl Store {
     /// Records a new submission with its chains and the intent of its first launch.
     /// `argv_for_tag` builds the exact sbatch argv once the tag is known.
@@ -320,37 +353,11 @@ impl Store {
 
     pub fn submission(&self, id: i64) -> Result<Submission> {
         let raw = self.conn.query_row(
-            "SELECT id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable FROM submissions WHERE id = ?1",
+            &format!("SELECT {SUBMISSION_COLS} FROM submissions WHERE id = ?1"),
             [id],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, u32>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                    r.get::<_, Option<Vec<u8>>>(7)?,
-                    r.get::<_, u32>(8)?,
-                    r.get::<_, i64>(9)?,
-                    r.get::<_, bool>(10)?,
-                ))
-            },
+            submission_from,
         )?;
-        Ok(Submission {
-            id: raw.0,
-            owner_uid: raw.1,
-            user: raw.2,
-            argv: from_json(&raw.3)?,
-            cwd: raw.4,
-            env: from_json(&raw.5)?,
-            script_name: raw.6,
-            script: raw.7,
-            max_retries: raw.8,
-            restartable: raw.10,
-            created_at: raw.9,
-        })
+        finish_submission(raw)
     }
 
     /// The submissions that wait on some job with `--dependency`.
