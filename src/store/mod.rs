@@ -3,41 +3,72 @@
 //! Every state change that must survive a crash is one transaction. The write-ahead
 //! intent of a launch (see `schema.rs`) is committed before sbatch runs.
 //!
-//! `cluster/` is cluster mode's shared database (MariaDB/MySQL): for now its connection
-//! and the lease that elects the one daemon that acts.
+//! This file keeps [`Store`], [`StoreError`], the one write path ([`Store::write`]: a
+//! savepoint, and in cluster mode the journal entry), the dispatch of a journal operation
+//! to the function that applies it ([`apply_op`]) and catch-up ([`Store::catch_up`]).
+//! Each aggregate is a file of its own with its reads, its writes, the `exec_*` function
+//! that applies each write, and one row decoder per row type (`*_from`):
+//!
+//! - `open.rs`: opening a store or a replica, migrations, snapshots of the file;
+//! - `submissions.rs`: submissions, their dependency rows, request ids, discarding one;
+//! - `launches.rs`: launches (the intent of an sbatch or requeue) and their answers;
+//! - `chains.rs`, `attempts.rs`: reading chains and attempts, the poll's live jobs;
+//! - `apply.rs`: applying transitions, the one writer of chain states and decisions;
+//! - `decisions.rs`: decision records and observations, and the counts read of them;
+//! - `notifications.rs`: queued notifications, reminders and expiries due;
+//! - `totals.rs`: each user's totals, which the per-user limits read;
+//! - `pipeline.rs`: what a submission waits on, gates, rewiring;
+//! - `opt_in.rs`: plain `sbatch` choices, refusals, what was not recovered;
+//! - `metrics.rs`: the decision tally; `schema.rs`: the migrations;
+//! - `journal.rs`: the journal's operations ([`journal::Op`]) and entries;
+//!   `snapshot.rs`: the snapshot format; `cluster/`: cluster mode's shared database (its
+//!   connection, the lease, the journal and snapshots on it, the nodes).
+//!
+//! **A new write** is, in its aggregate's file, one public method that calls
+//! [`Store::write`] with its `exec_*` and pushes its operation, and the `exec_*` function
+//! (all its SQL, in the caller's transaction, from the operation's values alone); one
+//! [`journal::Op`] variant in `journal.rs` carrying every value its rows get (computed by
+//! the method, never by `exec_*`: a replica applies it with `exec_*` alone, see
+//! `journal.rs`), and its arm in [`apply_op`] here. A new read is one method beside the
+//! aggregate's others, decoding rows with the aggregate's `*_from`.
 
 pub mod cluster;
 pub mod journal;
-mod metrics;
-mod opt_in;
-pub use opt_in::PlainRefusal;
+pub mod snapshot;
+
 mod apply;
 mod attempts;
 mod chains;
 mod decisions;
 mod launches;
+mod metrics;
+mod notifications;
 mod open;
+mod opt_in;
 mod pipeline;
 mod schema;
-pub mod snapshot;
-use launches::*;
-pub use launches::{Launch, LaunchState};
 mod submissions;
+mod totals;
+
 use apply::*;
-pub use apply::{Applied, Batch};
 use attempts::*;
+use chains::*;
+use decisions::*;
+use launches::*;
+use notifications::*;
+use submissions::*;
+use totals::*;
+
+pub use apply::{Applied, Batch};
 pub use attempts::{Attempt, AttemptState, LiveJob};
 pub use chains::ChainSummary;
-use chains::*;
 pub use decisions::DecisionRecord;
-use decisions::*;
-use submissions::*;
-pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
-mod notifications;
-use notifications::*;
+pub use launches::{Launch, LaunchState};
+pub use metrics::DecisionTally;
 pub use notifications::{Notification, Waiting};
-mod totals;
-use totals::*;
+pub use opt_in::PlainRefusal;
+pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
+pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
 pub use totals::{UserTotals, UserTotalsCheck};
 
 use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
@@ -47,9 +78,6 @@ use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
-
-pub use metrics::DecisionTally;
-pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
 
 /// A store failure. The daemon treats these as fatal for the operation at hand and never
 /// as a fact about a job.
