@@ -129,6 +129,14 @@ pub(super) enum Op<'a> {
         job_id: Cow<'a, str>,
         now: i64,
     },
+    /// [`Op::LaunchSubmitted`] as an entry of revision 1 holds it (read from one, never
+    /// written): written before migration 14, it may make a second live attempt on one
+    /// job, which applying it keeps (`apply_op`).
+    LegacyLaunchSubmitted {
+        launch_id: i64,
+        job_id: Cow<'a, str>,
+        now: i64,
+    },
     DiscardSubmission {
         launch_id: i64,
     },
@@ -338,7 +346,9 @@ pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static
 
 /// Gives an operation of [`LEGACY_REVISION`] the values its writer derived when it applied
 /// it, derived the same way once, here: a submission's dependency rows from its argv and
-/// script, the request ids kept, what a note keeps and which refusals it removes. Only a
+/// script, the request ids kept, what a note keeps and which refusals it removes; a
+/// launch's answer may make a second live attempt on its job
+/// ([`Op::LegacyLaunchSubmitted`]). Only a
 /// journal written before [`OPS_REVISION`] 2 holds such entries; the rows they make are
 /// those the version that wrote them made, as far as the parser agrees with it.
 fn upgrade_legacy(op: &mut serde_json::Value) -> serde_json::Result<()> {
@@ -357,6 +367,9 @@ fn upgrade_legacy(op: &mut serde_json::Value) -> serde_json::Result<()> {
             )?;
             let rows = super::dependency_rows(&new.argv, new.script.as_deref());
             fields.insert("dependencies".into(), json!(rows));
+        }
+        Some("launch_submitted") => {
+            fields.insert("op".into(), json!("legacy_launch_submitted"));
         }
         Some("note_submit_request") => {
             fields.insert("keep".into(), json!(super::SUBMIT_REQUESTS_KEPT));

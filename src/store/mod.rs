@@ -290,12 +290,18 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             launch_id,
             job_id,
             now,
+        } => exec_launch_submitted(tx, launch_id, &job_id, now, false)?,
+        Op::LegacyLaunchSubmitted {
+            launch_id,
+            job_id,
+            now,
         } => {
             // An entry written before migration 14 may make a second live attempt on one
             // job (a plain-sbatch note of the daemon's own job adopted it twice): it is
             // applied as the migration keeps such pairs (`twin`), so a new replica can
             // replay a journal that holds one. The store that writes entries now refuses
-            // a second live attempt, so no later entry makes one.
+            // a second live attempt, so no entry of revision 2 makes one, and one that
+            // would is refused with the error its writer got.
             tx.execute_batch("SAVEPOINT replay_launch")?;
             let first = exec_launch_submitted(tx, launch_id, &job_id, now, false);
             let undo = "ROLLBACK TO replay_launch; RELEASE replay_launch";

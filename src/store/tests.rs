@@ -394,9 +394,12 @@ fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
         s.launch_submitted(a.id, "42", 101).unwrap();
         s.launch_submitted(b.id, "43", 102).unwrap();
     }
-    // As an older store wrote it: the second launch on job 42 too.
+    // As an older store wrote it (revision 1): the second launch on job 42 too.
     {
         let mut entries = journal.entries.lock().unwrap();
+        for (format, _) in entries.iter_mut() {
+            *format = (journal::FORMAT & !0xff) | 1;
+        }
         let last = entries.last_mut().unwrap();
         let text = String::from_utf8(last.1.clone()).unwrap();
         assert!(text.contains("\"43\""), "{text}");
@@ -561,4 +564,30 @@ fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
     let replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
     assert_eq!(dependency_rows_of(&replica).len(), 2);
     assert_eq!(dump(&replica), dump(&writer));
+}
+
+/// An entry of this revision that would make a second live attempt on one job (no writer
+/// of it makes one: its own write is refused) is refused, not applied as an older
+/// journal's would be: applying an entry of this revision decides nothing.
+#[test]
+fn an_entry_of_this_revision_that_makes_a_second_live_attempt_on_one_job_is_refused() {
+    let journal = MemoryJournal::default();
+    {
+        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        s.launch_submitted(a.id, "42", 101).unwrap();
+        s.launch_submitted(b.id, "43", 102).unwrap();
+    }
+    {
+        let mut entries = journal.entries.lock().unwrap();
+        let last = entries.last_mut().unwrap();
+        let text = String::from_utf8(last.1.clone()).unwrap();
+        last.1 = text.replace("\"43\"", "\"42\"").into_bytes();
+    }
+    let e = match Store::in_memory_replica(INSTANCE, Box::new(journal)) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica applied a second live attempt on job 42"),
+    };
+    assert!(e.is_constraint(), "{e}");
 }
