@@ -59,7 +59,7 @@ const SCHEMA: usize = super::schema::MIGRATIONS.len();
 const OPS_REVISION: u32 = 2;
 
 /// The revision whose entries are read by deriving what they lack once, as their writer
-/// did when it applied them ([`upgrade_legacy`]).
+/// did when it applied them (`store::legacy`).
 const LEGACY_REVISION: u32 = 1;
 
 /// The schema version of the first journal (revision 1 was written from there on).
@@ -310,9 +310,15 @@ impl Pending {
 }
 
 /// Reads an entry's operations. A body that is not the operations of a known format is
-/// refused, never half applied; an entry of [`LEGACY_REVISION`] gets the values it lacks
-/// derived once ([`upgrade_legacy`]).
-pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static>> {
+/// refused, never half applied; each operation of an entry of [`LEGACY_REVISION`] gets
+/// the values it lacks from `upgrade` (`store::legacy::upgrade`: derived once, as its
+/// writer derived them when it applied it).
+pub(super) fn decode(
+    seq: u64,
+    format: u32,
+    body: &[u8],
+    upgrade: impl Fn(&mut serde_json::Value) -> serde_json::Result<()>,
+) -> Result<Entry<'static>> {
     let corrupt = |e: serde_json::Error| {
         StoreError::Corrupt(format!(
             "journal entry {seq} (format {format}) cannot be read: {e}"
@@ -339,72 +345,9 @@ pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static
     }
     let mut ops: Vec<serde_json::Value> = serde_json::from_slice(body).map_err(corrupt)?;
     for op in &mut ops {
-        upgrade_legacy(op).map_err(corrupt)?;
+        upgrade(op).map_err(corrupt)?;
     }
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(corrupt)
-}
-
-/// Gives an operation of [`LEGACY_REVISION`] the values its writer derived when it applied
-/// it, derived the same way once, here: a submission's dependency rows from its argv and
-/// script, the request ids kept, what a note keeps and which refusals it removes; a
-/// launch's answer may make a second live attempt on its job
-/// ([`Op::LegacyLaunchSubmitted`]). Only a
-/// journal written before [`OPS_REVISION`] 2 holds such entries; the rows they make are
-/// those the version that wrote them made, as far as the parser agrees with it.
-fn upgrade_legacy(op: &mut serde_json::Value) -> serde_json::Result<()> {
-    use serde::de::Error;
-    use serde_json::{json, Value};
-    let Some(fields) = op.as_object_mut() else {
-        return Err(serde_json::Error::custom("an operation is not an object"));
-    };
-    match fields.get("op").and_then(Value::as_str) {
-        Some("create_submission") => {
-            let new: NewSubmission = serde_json::from_value(
-                fields
-                    .get("new")
-                    .cloned()
-                    .ok_or_else(|| serde_json::Error::missing_field("new"))?,
-            )?;
-            let rows = super::dependency_rows(&new.argv, new.script.as_deref());
-            fields.insert("dependencies".into(), json!(rows));
-        }
-        Some("launch_submitted") => {
-            fields.insert("op".into(), json!("legacy_launch_submitted"));
-        }
-        Some("note_submit_request") => {
-            fields.insert("keep".into(), json!(super::SUBMIT_REQUESTS_KEPT));
-        }
-        Some("note_not_recovered") => {
-            let items: Vec<String> = serde_json::from_value(
-                fields
-                    .get("items")
-                    .cloned()
-                    .ok_or_else(|| serde_json::Error::missing_field("items"))?,
-            )?;
-            fields.insert("items".into(), json!(super::opt_in::kept_items(&items)));
-        }
-        Some("note_plain_refused") => {
-            let reason: String = serde_json::from_value(
-                fields
-                    .get("reason")
-                    .cloned()
-                    .ok_or_else(|| serde_json::Error::missing_field("reason"))?,
-            )?;
-            let now: i64 = serde_json::from_value(
-                fields
-                    .get("now")
-                    .cloned()
-                    .ok_or_else(|| serde_json::Error::missing_field("now"))?,
-            )?;
-            fields.insert("reason".into(), json!(super::opt_in::kept_reason(&reason)));
-            fields.insert(
-                "forget_before".into(),
-                json!(super::opt_in::forget_refusals_before(now)),
-            );
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// An entry as stored: its format and its body.

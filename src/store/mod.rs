@@ -20,7 +20,8 @@
 //! - `pipeline.rs`: what a submission waits on, gates, rewiring;
 //! - `opt_in.rs`: plain `sbatch` choices, refusals, what was not recovered;
 //! - `metrics.rs`: the decision tally; `schema.rs`: the migrations;
-//! - `journal.rs`: the journal's operations ([`journal::Op`]) and entries;
+//! - `journal.rs`: the journal's operations ([`journal::Op`]) and entries; `legacy.rs`:
+//!   reading the entries of revision 1;
 //!   `snapshot.rs`: the snapshot format; `cluster/`: cluster mode's shared database (its
 //!   connection, the lease, the journal and snapshots on it, the nodes).
 //!
@@ -41,6 +42,7 @@ mod attempts;
 mod chains;
 mod decisions;
 mod launches;
+mod legacy;
 mod metrics;
 mod notifications;
 mod open;
@@ -475,7 +477,7 @@ impl Store {
                             j.seq
                         )));
                     }
-                    let ops = journal::decode(seq, format, &body)?;
+                    let ops = journal::decode(seq, format, &body, legacy::upgrade)?;
                     let tx = conn.savepoint()?;
                     for op in ops {
                         apply_op(&tx, instance, op)?;
