@@ -235,7 +235,7 @@ impl Store {
     /// Replaces every row of this replica by snapshot `head`'s (read from the journal,
     /// checked), in one SQLite transaction: a crash meanwhile leaves the replica as it was.
     pub(super) fn load_snapshot(&mut self, head: &snapshot::SnapshotHead) -> Result<()> {
-        head.check_known()?;
+        head.check_known(journal::FORMAT)?;
         let file = snapshot::TempFile::beside(self.conn.path().map(Path::new));
         let j = self.journal.as_mut().expect("a replica");
         j.sink.read_snapshot(head, &file.0)?;
