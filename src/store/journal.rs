@@ -13,7 +13,7 @@
 //! replica's state and the operation's values alone (ids are the tables' next row ids;
 //! times are the values given; the store's instance comes from the shared database). So
 //! every replica that applied entries 1..=n holds the same rows as the daemon that wrote
-//! them (`every_store_test_replays_to_the_same_rows`).
+//! them (every case of `store::suite` checks it when it ends: `suite::Journaled`).
 //!
 //! **Invariant:** an operation carries every value its rows get, computed once by the
 //! writer: applying one never parses, classifies, reads the clock or the config, or
