@@ -13,7 +13,15 @@
 //! replica's state and the operation's values alone (ids are the tables' next row ids;
 //! times are the values given; the store's instance comes from the shared database). So
 //! every replica that applied entries 1..=n holds the same rows as the daemon that wrote
-//! them (`every_store_test_replays_to_the_same_rows`).
+//! them (every case of `store::suite` checks it when it ends: `suite::Journaled`).
+//!
+//! **Invariant:** an operation carries every value its rows get, computed once by the
+//! writer: applying one never parses, classifies, reads the clock or the config, or
+//! decides with a limit of this program's. A submission's dependency rows (its
+//! `--dependency`, read from argv and script by `sbatch_args`) are in
+//! [`Op::CreateSubmission`]; what is kept of a note, and which old rows go, are in the
+//! note's operation. So a replica of another version, whose parser or limits differ,
+//! still makes the same rows (`a_replica_whose_parser_differs_makes_the_same_rows`).
 //!
 //! **Invariant:** an entry is in the journal before the transaction it records is
 //! committed to the writer's replica, and the writer's replica holds every earlier entry:
@@ -33,15 +41,29 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The journal's format: what [`Op`]s mean and how the replica applies them. Any change to
-/// an operation's values or to how the store applies one (a migration among them) must
-/// raise it; a replica never applies an entry of a later format than its own
-/// ([`StoreError::JournalTooNew`]). Low byte: the operations' revision; above it: the
-/// replica's schema version.
-pub const FORMAT: u32 = ((super::schema::MIGRATIONS.len() as u32) << 8) | OPS_REVISION;
+/// The journal's format: what [`Op`]s mean and how the replica applies them, so which
+/// writer made an entry. Any change to an operation's values or to how the store applies
+/// one (a migration among them) must raise it; a replica never applies an entry of a
+/// later format than its own ([`StoreError::JournalTooNew`]), nor one of a format no
+/// version wrote ([`StoreError::JournalFormatUnknown`]). Low byte: the operations'
+/// revision; above it: the replica's schema version.
+pub const FORMAT: u32 = ((SCHEMA as u32) << 8) | OPS_REVISION;
+
+/// The replica's schema version (the number of migrations).
+const SCHEMA: usize = super::schema::MIGRATIONS.len();
 
 /// The revision of [`Op`] and its application (raise it with any change).
-const OPS_REVISION: u32 = 1;
+/// 2: every operation carries the values its rows get (a submission's dependency rows,
+/// what a note keeps and which old rows it removes); revision 1 re-derived them when
+/// applied.
+const OPS_REVISION: u32 = 2;
+
+/// The revision whose entries are read by deriving what they lack once, as their writer
+/// did when it applied them (`store::legacy`).
+const LEGACY_REVISION: u32 = 1;
+
+/// The schema version of the first journal (revision 1 was written from there on).
+const FIRST_JOURNAL_SCHEMA: u32 = 10;
 
 /// Where the journal's entries go and come from: the shared database (`cluster::log`),
 /// or memory (tests).
@@ -85,6 +107,9 @@ pub(super) enum Op<'a> {
         /// The sbatch argv made for the launch's tag (the tag itself is the launch id's,
         /// which applying the operation assigns again).
         argv: Cow<'a, [String]>,
+        /// The jobs the submission waits on (`--dependency`), as its `dependencies` rows
+        /// hold them: kind and job, read from argv and script by the writer.
+        dependencies: Cow<'a, [(String, String)]>,
     },
     BeginRelaunch {
         submission_id: i64,
@@ -104,6 +129,14 @@ pub(super) enum Op<'a> {
         job_id: Cow<'a, str>,
         now: i64,
     },
+    /// [`Op::LaunchSubmitted`] as an entry of revision 1 holds it (read from one, never
+    /// written): written before migration 14, it may make a second live attempt on one
+    /// job, which applying it keeps (`apply_op`).
+    LegacyLaunchSubmitted {
+        launch_id: i64,
+        job_id: Cow<'a, str>,
+        now: i64,
+    },
     DiscardSubmission {
         launch_id: i64,
     },
@@ -112,6 +145,8 @@ pub(super) enum Op<'a> {
         request_id: Cow<'a, str>,
         submission_id: i64,
         now: i64,
+        /// How many of the owner's request ids are kept (the newest).
+        keep: i64,
     },
     NoteLaunchError {
         launch_id: i64,
@@ -128,17 +163,21 @@ pub(super) enum Op<'a> {
         opted_in: bool,
         now: i64,
     },
-    /// What could not be recovered from Slurm for an adopted job's submission.
+    /// What could not be recovered from Slurm for an adopted job's submission (the items
+    /// as kept: cut by the writer).
     NoteNotRecovered {
         submission_id: i64,
         items: Cow<'a, [String]>,
     },
-    /// A plain-sbatch job the daemon did not supervise, and why.
+    /// A plain-sbatch job the daemon did not supervise, and why (the reason as kept: cut
+    /// by the writer).
     NotePlainRefused {
         job_id: Cow<'a, str>,
         owner_uid: u32,
         reason: Cow<'a, str>,
         now: i64,
+        /// The refusals noted before it are removed.
+        forget_before: i64,
     },
     Apply {
         steps: Vec<(i64, Step<'a>)>,
@@ -271,8 +310,23 @@ impl Pending {
 }
 
 /// Reads an entry's operations. A body that is not the operations of a known format is
-/// refused, never half applied.
-pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static>> {
+/// refused, never half applied; each operation of an entry of [`LEGACY_REVISION`] gets
+/// the values it lacks from `upgrade` (`store::legacy::upgrade`: derived once, as its
+/// writer derived them when it applied it).
+pub(super) fn decode(
+    seq: u64,
+    format: u32,
+    body: &[u8],
+    upgrade: impl Fn(&mut serde_json::Value) -> serde_json::Result<()>,
+) -> Result<Entry<'static>> {
+    let corrupt = |e: serde_json::Error| {
+        StoreError::Corrupt(format!(
+            "journal entry {seq} (format {format}) cannot be read: {e}"
+        ))
+    };
+    if format == FORMAT {
+        return serde_json::from_slice(body).map_err(corrupt);
+    }
     if format > FORMAT {
         return Err(StoreError::JournalTooNew {
             seq,
@@ -280,11 +334,20 @@ pub(super) fn decode(seq: u64, format: u32, body: &[u8]) -> Result<Entry<'static
             known: FORMAT,
         });
     }
-    serde_json::from_slice(body).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "journal entry {seq} (format {format}) cannot be read: {e}"
-        ))
-    })
+    let schema = format >> 8;
+    if format & 0xff != LEGACY_REVISION || !(FIRST_JOURNAL_SCHEMA..=SCHEMA as u32).contains(&schema)
+    {
+        return Err(StoreError::JournalFormatUnknown {
+            seq,
+            found: format,
+            known: FORMAT,
+        });
+    }
+    let mut ops: Vec<serde_json::Value> = serde_json::from_slice(body).map_err(corrupt)?;
+    for op in &mut ops {
+        upgrade(op).map_err(corrupt)?;
+    }
+    serde_json::from_value(serde_json::Value::Array(ops)).map_err(corrupt)
 }
 
 /// An entry as stored: its format and its body.

@@ -46,16 +46,33 @@ fn cut(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// What is kept of the items not recovered (decided by the writer, carried in its
+/// [`Op::NoteNotRecovered`]).
+pub(super) fn kept_items(items: &[String]) -> Vec<String> {
+    items
+        .iter()
+        .take(MAX_ITEMS)
+        .map(|i| cut(i, MAX_ITEM_BYTES))
+        .collect()
+}
+
+/// What is kept of a refusal's reason (decided by the writer, carried in its
+/// [`Op::NotePlainRefused`]).
+pub(super) fn kept_reason(reason: &str) -> String {
+    cut(reason, MAX_REASON_BYTES)
+}
+
+/// The refusals noted before this go when one is noted at `now`.
+pub(super) fn forget_refusals_before(now: i64) -> i64 {
+    now - REFUSAL_KEPT_SECS
+}
+
+/// Records the items as kept ([`kept_items`]).
 pub(super) fn exec_note_not_recovered(
     tx: &Connection,
     submission_id: i64,
     items: &[String],
 ) -> Result<()> {
-    let items: Vec<String> = items
-        .iter()
-        .take(MAX_ITEMS)
-        .map(|i| cut(i, MAX_ITEM_BYTES))
-        .collect();
     tx.prepare_cached(
         "INSERT INTO not_recovered (submission_id, items) VALUES (?1, ?2)
          ON CONFLICT (submission_id) DO UPDATE SET items = excluded.items",
@@ -64,20 +81,23 @@ pub(super) fn exec_note_not_recovered(
     Ok(())
 }
 
+/// Records the reason as kept ([`kept_reason`]), and forgets the refusals noted before
+/// `forget_before`.
 pub(super) fn exec_note_plain_refused(
     tx: &Connection,
     job_id: &str,
     owner_uid: u32,
     reason: &str,
     now: i64,
+    forget_before: i64,
 ) -> Result<()> {
     tx.prepare_cached("DELETE FROM plain_refused WHERE noted_at < ?1")?
-        .execute([now - REFUSAL_KEPT_SECS])?;
+        .execute([forget_before])?;
     tx.prepare_cached(
         "INSERT INTO plain_refused (job_id, owner_uid, reason, noted_at) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (job_id, owner_uid) DO UPDATE SET reason = excluded.reason, noted_at = excluded.noted_at",
     )?
-    .execute(params![job_id, owner_uid, cut(reason, MAX_REASON_BYTES), now])?;
+    .execute(params![job_id, owner_uid, reason, now])?;
     Ok(())
 }
 
@@ -92,12 +112,13 @@ pub struct PlainRefusal {
 impl Store {
     /// Records what could not be recovered from Slurm for an adopted job's submission.
     pub fn note_not_recovered(&mut self, submission_id: i64, items: &[String]) -> Result<()> {
+        let items = kept_items(items);
         self.write(
-            |tx, _| exec_note_not_recovered(tx, submission_id, items),
+            |tx, _| exec_note_not_recovered(tx, submission_id, &items),
             |_, p| {
                 p.push(&Op::NoteNotRecovered {
                     submission_id,
-                    items: items.into(),
+                    items: items.as_slice().into(),
                 })
             },
         )
@@ -133,19 +154,20 @@ impl Store {
             )?
             .query_row(params![job_id, owner_uid], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        if kept.is_some_and(|(said, at)| {
-            said == cut(reason, MAX_REASON_BYTES) && at >= now - REFUSAL_KEPT_SECS
-        }) {
+        let reason = kept_reason(reason);
+        let forget_before = forget_refusals_before(now);
+        if kept.is_some_and(|(said, at)| said == reason && at >= forget_before) {
             return Ok(());
         }
         self.write(
-            |tx, _| exec_note_plain_refused(tx, job_id, owner_uid, reason, now),
+            |tx, _| exec_note_plain_refused(tx, job_id, owner_uid, &reason, now, forget_before),
             |_, p| {
                 p.push(&Op::NotePlainRefused {
                     job_id: job_id.into(),
                     owner_uid,
-                    reason: reason.into(),
+                    reason: reason.as_str().into(),
                     now,
+                    forget_before,
                 })
             },
         )

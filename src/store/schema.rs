@@ -321,9 +321,10 @@ CREATE UNIQUE INDEX attempts_one_live_per_job ON attempts(slurm_job_id)
     // and inputs). Changed by every write that changes them, in its own transaction, on
     // the writer and on every replica that applies its journal entry alike: a chain
     // inserted or removed by the triggers below, a chain's state and its decision
-    // records by `apply_in` and `exec_launch_submitted` (store/mod.rs, `TotalsDelta`: an
-    // UPDATE trigger on `chains` costs every ending, even when it does nothing). A row
-    // whose totals are all zero is removed, so the table is exactly what
+    // records by `apply_in` and `exec_launch_submitted` (store/apply.rs, store/launches.rs;
+    // `TotalsDelta` in store/totals.rs: an UPDATE trigger on `chains` costs every ending,
+    // even when it does nothing). A row whose totals are all zero is removed, so the table
+    // is exactly what
     // `Store::recount_user_totals` computes from the rows. Filled (and refilled whenever
     // the `meta` row `user_totals` is missing) at open. The list of open states is
     // `open_states()` in store/mod.rs, word for word (a unit test checks).

@@ -45,19 +45,20 @@ pub struct SnapshotHead {
 }
 
 impl SnapshotHead {
-    /// Whether this program can load it.
-    pub fn check_known(&self) -> Result<()> {
+    /// Whether this program, whose journal format is `journal_format`
+    /// (`journal::FORMAT`), can load it.
+    pub fn check_known(&self, journal_format: u32) -> Result<()> {
         if self.format != FORMAT {
             return Err(StoreError::Corrupt(format!(
                 "the shared database's snapshot at journal entry {} is of snapshot format {}, which this program does not know ({FORMAT}); upgrade slurm-supervisor on this node",
                 self.seq, self.format
             )));
         }
-        if self.journal_format > super::journal::FORMAT {
+        if self.journal_format > journal_format {
             return Err(StoreError::JournalTooNew {
                 seq: self.seq,
                 found: self.journal_format,
-                known: super::journal::FORMAT,
+                known: journal_format,
             });
         }
         Ok(())
@@ -312,7 +313,7 @@ mod tests {
             id: 1,
             seq: 7,
             format: FORMAT,
-            journal_format: crate::store::journal::FORMAT,
+            journal_format: 0x0f02,
             parts: n,
             bytes,
             sha256,
@@ -338,7 +339,7 @@ mod tests {
             ..head
         };
         assert!(later
-            .check_known()
+            .check_known(0x0f02)
             .unwrap_err()
             .to_string()
             .contains("upgrade slurm-supervisor"));

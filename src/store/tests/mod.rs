@@ -2,6 +2,9 @@ use super::suite::*;
 use super::*;
 use journal::MemoryJournal;
 
+mod replica;
+pub(super) use replica::parser_override;
+
 #[test]
 fn reopening_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,61 +99,6 @@ fn the_live_jobs_are_read_again_whenever_the_store_changed() {
     assert_eq!(s.live_jobs().unwrap().len(), 2);
 }
 
-fn entries(j: &MemoryJournal) -> usize {
-    j.entries.lock().unwrap().len()
-}
-
-#[test]
-fn a_write_the_journal_refuses_is_rolled_back() {
-    use std::sync::atomic::Ordering;
-    let journal = MemoryJournal::default();
-    let mut s = memory_with(journal.clone());
-    let launch = s
-        .create_submission(&sub(None), 100, |_| vec!["job.sh".into()])
-        .unwrap();
-    assert_eq!(entries(&journal), 1);
-    journal.fenced.store(true, Ordering::SeqCst);
-    let e = s.launch_submitted(launch.id, "77", 101).unwrap_err();
-    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
-    // Nothing of it was kept: the launch is still an intent, the journal as it was.
-    assert_eq!(s.launch(launch.id).unwrap().state, LaunchState::Intent);
-    assert_eq!(entries(&journal), 1);
-    assert_eq!(s.journal_seq(), 1);
-    journal.fenced.store(false, Ordering::SeqCst);
-    s.launch_submitted(launch.id, "77", 102).unwrap();
-    assert_eq!(s.launch(launch.id).unwrap().job_id.as_deref(), Some("77"));
-    assert_eq!((entries(&journal), s.journal_seq()), (2, 2));
-}
-
-#[test]
-fn a_write_whose_append_answer_was_lost_is_settled_by_reading_the_journal_back() {
-    use std::sync::atomic::Ordering;
-    let journal = MemoryJournal::default();
-    let mut s = memory_with(journal.clone());
-    let launch = s
-        .create_submission(&sub(None), 100, |_| vec!["job.sh".into()])
-        .unwrap();
-    // The answer is lost, and the journal, read back at once, has the entry: done.
-    journal.lose_answers.store(true, Ordering::SeqCst);
-    s.launch_submitted(launch.id, "77", 101).unwrap();
-    assert_eq!(s.launch(launch.id).unwrap().job_id.as_deref(), Some("77"));
-    assert!(!s.journal_unsure());
-    // Lost, and the journal cannot be read back: the write fails, and nothing is decided
-    // on this replica until the journal is read...
-    journal.unreadable.store(true, Ordering::SeqCst);
-    assert!(s.note_launch_error(launch.id, "late", false).is_err());
-    assert!(s.journal_unsure());
-    assert_eq!(s.launch(launch.id).unwrap().error, None);
-    assert_eq!(entries(&journal), 3);
-    journal.lose_answers.store(false, Ordering::SeqCst);
-    journal.unreadable.store(false, Ordering::SeqCst);
-    // ...which the next write does first, so the entry it failed to confirm is applied
-    // and the next one follows it.
-    s.note_launch_error(launch.id, "later", false).unwrap();
-    assert!(!s.journal_unsure());
-    assert_eq!((entries(&journal), s.journal_seq()), (4, 4));
-}
-
 #[test]
 fn a_chain_with_a_launch_in_flight_gets_no_second_one_and_a_settled_launch_keeps_its_job() {
     let mut s = memory();
@@ -168,92 +116,6 @@ fn a_chain_with_a_launch_in_flight_gets_no_second_one_and_a_settled_launch_keeps
         s.attempts(1).unwrap()[0].slurm_job_id.as_deref(),
         Some("10")
     );
-}
-
-#[test]
-fn a_batch_is_one_entry_and_a_batch_the_journal_refuses_keeps_nothing() {
-    use std::sync::atomic::Ordering;
-    let journal = MemoryJournal::default();
-    let mut s = memory_with(journal.clone());
-    let a = s
-        .create_submission(&sub(None), 100, |_| vec!["a.sh".into()])
-        .unwrap();
-    let b = s
-        .create_submission(&sub(None), 100, |_| vec!["b.sh".into()])
-        .unwrap();
-    s.begin_batch().unwrap();
-    s.launch_submitted(a.id, "10", 101).unwrap();
-    s.launch_submitted(b.id, "11", 101).unwrap();
-    s.end_batch(true).unwrap();
-    assert_eq!(entries(&journal), 3, "two submissions and one batch");
-    s.begin_batch().unwrap();
-    s.note_launch_error(a.id, "x", false).unwrap();
-    journal.fenced.store(true, Ordering::SeqCst);
-    assert!(matches!(s.end_batch(true), Err(StoreError::Fenced { .. })));
-    journal.fenced.store(false, Ordering::SeqCst);
-    assert_eq!(s.launch(a.id).unwrap().error, None);
-    assert_eq!(s.journal_seq(), 3);
-    // A batch rolled back by the daemon appends nothing either.
-    s.begin_batch().unwrap();
-    s.note_launch_error(a.id, "y", false).unwrap();
-    s.end_batch(false).unwrap();
-    assert_eq!(entries(&journal), 3);
-    s.note_launch_error(b.id, "z", false).unwrap();
-    assert_eq!(entries(&journal), 4);
-}
-
-#[test]
-fn a_standby_replica_follows_the_writer_entry_by_entry() {
-    let journal = MemoryJournal::default();
-    let mut s = memory_with(journal.clone());
-    let mut standby = Store::in_memory_replica("0a1b2c3d", Box::new(journal.clone())).unwrap();
-    let launch = s
-        .create_submission(&sub(Some(vec![1, 2])), 100, |tag| {
-            vec![format!("--comment={tag}"), "job.sh".into()]
-        })
-        .unwrap();
-    s.launch_submitted(launch.id, "40", 101).unwrap();
-    assert_eq!(standby.catch_up().unwrap(), 2);
-    assert_eq!(standby.catch_up().unwrap(), 0);
-    assert_eq!(dump(&standby), dump(&s));
-    // The tag names the shared instance on every replica.
-    assert_eq!(standby.launch(launch.id).unwrap().tag, launch.tag);
-    assert!(launch.tag.starts_with("ssv-0a1b2c3d-"), "{}", launch.tag);
-}
-
-#[test]
-fn an_entry_of_a_later_format_is_refused_whole() {
-    let journal = MemoryJournal::default();
-    journal
-        .entries
-        .lock()
-        .unwrap()
-        .push((journal::FORMAT + 1, b"[]".to_vec()));
-    let e = match Store::in_memory_replica("0a1b2c3d", Box::new(journal)) {
-        Err(e) => e,
-        Ok(_) => panic!("a replica applied an entry of a later format"),
-    };
-    assert!(matches!(e, StoreError::JournalTooNew { seq: 1, .. }), "{e}");
-    assert!(e.to_string().contains("upgrade slurm-supervisor"), "{e}");
-}
-
-#[test]
-fn a_replica_of_another_shared_database_is_refused_and_left_as_it_is() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("replica.db");
-    drop(Store::open_replica(&p, "0a1b2c3d", Box::new(MemoryJournal::default())).unwrap());
-    let before = std::fs::read(&p).unwrap();
-    let e = match Store::open_replica(&p, "ffffffff", Box::new(MemoryJournal::default())) {
-        Err(e) => e,
-        Ok(_) => panic!("a replica of another database was opened"),
-    };
-    assert!(matches!(e, StoreError::NotAStore { .. }), "{e}");
-    assert!(
-        e.to_string()
-            .contains("not a replica of this shared database"),
-        "{e}"
-    );
-    assert_eq!(std::fs::read(&p).unwrap(), before);
 }
 
 /// The totals' triggers and the counting anew name the open states `open_states()`
@@ -379,35 +241,6 @@ fn the_migration_keeps_existing_twins_and_refuses_new_ones() {
     let c = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     assert!(s.launch_submitted(c.id, "42", 101).is_err());
     s.launch_submitted(c.id, "44", 101).unwrap();
-}
-
-/// A journal written before the one-live-attempt constraint may hold an entry that made a
-/// second live attempt on one job: a new replica replays it (the pair kept as the
-/// migration keeps it), and refuses a new one all the same.
-#[test]
-fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
-    let journal = MemoryJournal::default();
-    {
-        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
-        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        s.launch_submitted(a.id, "42", 101).unwrap();
-        s.launch_submitted(b.id, "43", 102).unwrap();
-    }
-    // As an older store wrote it: the second launch on job 42 too.
-    {
-        let mut entries = journal.entries.lock().unwrap();
-        let last = entries.last_mut().unwrap();
-        let text = String::from_utf8(last.1.clone()).unwrap();
-        assert!(text.contains("\"43\""), "{text}");
-        last.1 = text.replace("\"43\"", "\"42\"").into_bytes();
-    }
-    let mut replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
-    assert_eq!(replica.resolve("42").unwrap().len(), 2);
-    let c = replica
-        .create_submission(&sub(None), 103, |_| vec![])
-        .unwrap();
-    assert!(replica.launch_submitted(c.id, "42", 104).is_err());
 }
 
 /// An in-memory store as it was just before the migration whose text contains `marker`.
