@@ -555,11 +555,13 @@ fn scan(text: &str, module: &[String]) -> Scanned {
             };
             if let Some((base, from)) = base {
                 let mut items = Vec::new();
-                use_tree(&toks, from, base, &mut items);
+                path_items(&toks, from, base, &mut items);
                 for (target, name) in items {
-                    let mut alias = here.clone();
-                    alias.push(name);
-                    reexports.push((alias, target));
+                    if let Some(name) = name {
+                        let mut alias = here.clone();
+                        alias.push(name);
+                        reexports.push((alias, target));
+                    }
                 }
             }
         }
@@ -610,14 +612,15 @@ fn string_path(text: &str, here: &[String]) -> Option<Vec<String>> {
     paths.into_iter().next()
 }
 
-/// The items of a `use` tree from `i` onto `base`, each with the name it gives:
-/// `a::B` gives `B`, `a::B as C` gives `C`, `a::{self, B}` gives `a` and `B`; a glob
-/// (`a::*`) gives none it could name.
-fn use_tree(
+/// The paths of a `use` tree (or of any path) from `i` onto `base`, each with the name it
+/// gives: `a::B` gives `B`, `a::B as C` gives `C`, `a::{self, B}` gives `a` and `B`; a glob
+/// (`a::*`), `as _` and a path that goes on past a name (`a::B::<T>`, `a::f()`) give none,
+/// but are paths all the same. Returns the index after them.
+fn path_items(
     toks: &[(Tok, usize)],
     mut i: usize,
     mut base: Vec<String>,
-    out: &mut Vec<(Vec<String>, String)>,
+    out: &mut Vec<(Vec<String>, Option<String>)>,
 ) -> usize {
     loop {
         match toks.get(i).map(|t| &t.0) {
@@ -637,15 +640,13 @@ fn use_tree(
                 let name = if is_ident(toks.get(i), "as") {
                     i += 2;
                     match toks.get(i - 1).map(|t| &t.0) {
-                        Some(Tok::Ident(n)) => n.clone(),
-                        _ => return i,
+                        Some(Tok::Ident(n)) if n != "_" => Some(n.clone()),
+                        _ => None,
                     }
                 } else {
-                    base.last().cloned().unwrap_or_default()
+                    base.last().cloned()
                 };
-                if name != "_" && !name.is_empty() {
-                    out.push((base, name));
-                }
+                out.push((base, name));
                 return i;
             }
             Some(Tok::Punct('{')) => {
@@ -655,65 +656,28 @@ fn use_tree(
                         None => return i,
                         Some(Tok::Punct('}')) => return i + 1,
                         Some(Tok::Punct(',')) => i += 1,
-                        _ => i = use_tree(toks, i, base.clone(), out).max(i + 1),
+                        _ => i = path_items(toks, i, base.clone(), out).max(i + 1),
                     }
                 }
             }
-            _ => return i,
+            Some(Tok::Punct('*')) => {
+                out.push((base, None));
+                return i + 1;
+            }
+            _ => {
+                out.push((base, None));
+                return i;
+            }
         }
     }
 }
 
 /// Reads a path from `i` onto `base` (`super` goes up, `self` stays, a `{...}` group gives
 /// one path per item); returns the paths and the index after them.
-fn read_path(
-    toks: &[(Tok, usize)],
-    mut i: usize,
-    mut base: Vec<String>,
-) -> (Vec<Vec<String>>, usize) {
-    loop {
-        match toks.get(i).map(|t| &t.0) {
-            Some(Tok::Ident(w)) => {
-                match w.as_str() {
-                    "super" => {
-                        base.pop();
-                    }
-                    "self" => {}
-                    _ => base.push(w.clone()),
-                }
-                i += 1;
-                if matches!(toks.get(i), Some((Tok::PathSep, _))) {
-                    i += 1;
-                } else {
-                    return (vec![base], i);
-                }
-            }
-            Some(Tok::Punct('{')) => {
-                let mut out = Vec::new();
-                i += 1;
-                loop {
-                    match toks.get(i).map(|t| &t.0) {
-                        None => return (out, i),
-                        Some(Tok::Punct('}')) => return (out, i + 1),
-                        Some(Tok::Punct(',')) => i += 1,
-                        _ => {
-                            let (paths, end) = read_path(toks, i, base.clone());
-                            out.extend(paths);
-                            i = end;
-                            // `a as b`: on to the next item.
-                            while i < toks.len()
-                                && !is_punct(toks.get(i), ',')
-                                && !is_punct(toks.get(i), '}')
-                            {
-                                i += 1;
-                            }
-                        }
-                    }
-                }
-            }
-            _ => return (vec![base], i),
-        }
-    }
+fn read_path(toks: &[(Tok, usize)], i: usize, base: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    let mut items = Vec::new();
+    let end = path_items(toks, i, base, &mut items);
+    (items.into_iter().map(|(path, _)| path).collect(), end)
 }
 
 // ---- the parts and their imports --------------------------------------------------------

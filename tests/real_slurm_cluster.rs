@@ -251,6 +251,34 @@ fn node(v: &serde_json::Value, name: &str) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
+/// The tag of this store in `job`'s comment, as squeue shows it.
+fn tag_of(shared: &Shared, job: &str) -> String {
+    let comment = common::run("squeue", &["--noheader", "--jobs", job, "--format=%k"]);
+    comment
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
+        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
+        .to_string()
+}
+
+/// What a deposed daemon leaves when its sbatch outlived its lease: a held job with a
+/// launch's `tag` that nobody recorded. Its id.
+fn stray_held(tag: &str) -> String {
+    common::run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--time=1",
+            "--mem=50M",
+            &format!("--comment={tag}"),
+            "--wrap=true",
+        ],
+    )
+    .trim()
+    .to_string()
+}
+
 /// What squeue says a job waits for (`%r`), empty once it is not pending.
 fn reason(job: &str) -> String {
     common::run("squeue", &["--noheader", "--jobs", job, "--format=%T|%r"])
@@ -278,27 +306,10 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
         "--begin=now+1hour",
         script.to_str().unwrap(),
     ]);
-    let comment = common::run("squeue", &["--noheader", "--jobs", &job, "--format=%k"]);
-    let tag = comment
-        .split_whitespace()
-        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
-        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
-        .to_string();
+    let tag = tag_of(&shared, &job);
     // What a deposed daemon leaves when its sbatch outlived its lease: a job with the
     // launch's tag, submitted held, that nobody recorded.
-    let stray = common::run(
-        "sbatch",
-        &[
-            "--parsable",
-            "--hold",
-            "--time=1",
-            "--mem=50M",
-            &format!("--comment={tag}"),
-            "--wrap=true",
-        ],
-    )
-    .trim()
-    .to_string();
+    let stray = stray_held(&tag);
     // And the recorded job held again, as when its release failed.
     common::run("scontrol", &["uhold", &job]);
     assert!(
@@ -394,25 +405,8 @@ fn a_users_own_hold_is_kept_in_cluster_mode_and_sbatch_hold_is_no_hold() {
     let held = submit(&["--hold", "--time=1", "--mem=50M", "--wrap=true"]);
     let runs = submit(&["--time=1", "--mem=50M", "--wrap=true"]);
     assert!(reason(&held).ends_with("|JobHeldUser"), "{}", reason(&held));
-    let comment = common::run("squeue", &["--noheader", "--jobs", &held, "--format=%k"]);
-    let tag = comment
-        .split_whitespace()
-        .find(|w| w.starts_with(&format!("ssv-{}-", shared.instance())))
-        .unwrap_or_else(|| panic!("no tag in the job's comment {comment:?}"))
-        .to_string();
-    let stray = common::run(
-        "sbatch",
-        &[
-            "--parsable",
-            "--hold",
-            "--time=1",
-            "--mem=50M",
-            &format!("--comment={tag}"),
-            "--wrap=true",
-        ],
-    )
-    .trim()
-    .to_string();
+    let tag = tag_of(&shared, &held);
+    let stray = stray_held(&tag);
     wait_for(
         "a sweep to cancel the stray job",
         Duration::from_secs(60),
