@@ -3,7 +3,13 @@
 //!
 //! A burst is judged in batches of `JUDGE_BATCH`: the output tails of a batch are read
 //! side by side (each with a deadline), then the whole batch is decided and recorded in
-//! one transaction. Between batches the loop answers control requests.
+//! one transaction (one sync to disk). Between batches the loop answers control
+//! requests; the rest waits in the engine's backlog, in memory only: after a crash the
+//! next poll finds those endings again.
+//!
+//! A job Slurm cancelled because the attempt it waited on failed (`kill_invalid_depend`:
+//! `CANCELLED` by nobody, before it ever ran) is told here from one its user cancelled,
+//! and decided with the upstream chains that failed.
 
 use super::{log_transition, Engine, Found};
 use crate::classify::{self, Observation};

@@ -1,5 +1,38 @@
 //! Phase 2: one squeue for every live job; sacct for those that left the queue or were
 //! seen requeued; a job missing from both for `lost_job_after` is escalated.
+//!
+//! What the poll costs Slurm, at any scale: one squeue a cycle, one controller query
+//! (`SlurmCli::poll_query`). One live job alone is named (`--jobs=ID`, a lookup); more
+//! are asked for as a listing of every job (`--local --all`, no `--array`, so a pending
+//! array is one line whatever its size, its task list whole with `SLURM_BITSTR_LEN=0`),
+//! read a line at a time: the lines of a job asked about are kept whole, every other line
+//! is dropped as it is read, so memory is what the daemon's own jobs take and no one's
+//! jobs can make the answer too big. (Naming thousands of ids made squeue match each job
+//! against each id: 0.6 s of its CPU a cycle at 6,000.) While a live job's owner has not
+//! been seen, the listing carries the owner (`%U`: REQUEST_JOB_INFO and
+//! REQUEST_PARTITION_INFO); once every live job's owner has been seen, the states alone
+//! (`--only-job-state`, Slurm 23.11.5 on: one REQUEST_JOB_STATE). A squeue that refuses
+//! that option is noted once, one that fails three times in a row too, and the listing
+//! kept; a failed state-only query falls back to the listing in the same cycle. When the
+//! pipelines need the owners' pending jobs (after a retry's launch, else every ten poll
+//! intervals, at most a minute apart), the listing carries `%u` and `%E` too and keeps
+//! those pending lines (`squeue_with_pending`; another job's task list cut to 64 bytes as
+//! Slurm cuts it, a line past 4 KiB dropped unread), still one query. So at most two
+//! controller RPCs a cycle (22.05: always the two; 24.11: one, two on those cycles), and
+//! with `[plain_sbatch] admin_comment` one squeue more every ten poll intervals, at most
+//! a minute apart, for the job_submit script's marks. `benches/controller.rs` counts them
+//! with `sdiag` on the real Slurm; `slurm::cli`'s tests count the calls at 100,000 ids.
+//!
+//! Then one sacct per `sacct_chunk` (5,000) ids of jobs that left the queue or were seen
+//! requeued (slurmdbd filters by id in its query; the controller serves none), each list
+//! also cut at 64 KiB; sinfo at most once an hour (`judge`; a partition it does not list
+//! is remembered as unknown). What the poll reads of the store each cycle is
+//! `Store::live_jobs` (ids, last state, owner), kept while the store is unchanged; the
+//! attempts to judge are read whole (`live_attempts_of`). A row whose owner is not the
+//! chain's is not acted on, and logged once a job. The daemon's own Slurm commands run
+//! without the variables of its environment that would change what they print or whom
+//! they ask (`SQUEUE_*`, `SACCT_*`, `SLURM_TIME_FORMAT`, `SLURM_CLUSTERS`, ...: the list
+//! is `slurm::cli`'s `own_env`).
 
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
