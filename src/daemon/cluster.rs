@@ -17,10 +17,20 @@
 //!   no mail, no agent).
 //! - Every Slurm command of the daemon goes through [`Guarded`], which runs it only
 //!   while the election says this daemon acts, and a command that changes Slurm only if
-//!   its timeout ends before the lease's local deadline.
+//!   its timeout ends before the lease's local deadline. Every sbatch submits its job
+//!   held; [`Guarded`] releases it only
+//!   after a transaction fenced by the epoch the sbatch started under, and remembers
+//!   which jobs it released ([`Releases`]) for the sweep of held jobs
+//!   (`engine/sweep.rs`).
 //! - The writes are fenced by the database itself: the journal appends under the epoch
 //!   in a transaction that locks the lease row, so a deposed daemon's write is refused
 //!   and rolled back in its replica.
+//! - A thread of its own (`snapshot_thread`), while this daemon acts, asks every third of
+//!   a lease whether a snapshot is due (`snapshot_if_due`, after
+//!   `dbconfig::SnapshotPolicy`), writes it and prunes the journal.
+//! - A standby answers a write with where the active daemon is (or that none acts now);
+//!   `supervisorctl cluster` is answered from the lease and every daemon's row as the
+//!   lease thread, which writes this daemon's row, last read them ([`Cluster::seen`]).
 
 use crate::config::ClusterConfig;
 use crate::election::{Answer, Election, Epoch, Role};

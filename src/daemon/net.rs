@@ -10,6 +10,16 @@
 //! made for this daemon and this connection's nonce), the connection takes a slot of that
 //! uid's share, the same count the Unix socket takes, and from there it is the Unix
 //! socket's path: the same request reader and limits, and the same `server::answer`.
+//!
+//! The exchange itself (hello and nonce, the daemon's proof, the credential) is
+//! `protocol::net`'s. Here: the anonymous connections' calls to munged share
+//! [`MUNGE_CALLS_MAX`] places; a credential is checked against the connection's nonce and
+//! the daemon's identity; a per-user daemon refuses every uid but its own
+//! (`server::owner_only`); root from an origin not in `[server] root_nodes` is no one;
+//! TLS is optional (`[server] tls_cert`); and [`Activity`], asked at each connection, says
+//! whether this daemon acts (always on one node; in cluster mode the election's role), so
+//! a standby's hello names the active daemon. Refusals are logged within bounds
+//! (`refusals.rs`); the listeners come from systemd or are bound here (`activation.rs`).
 
 use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};

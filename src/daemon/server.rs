@@ -4,7 +4,12 @@
 //! gets a bounded share: at most `limits.connections_per_user` connections at once, a
 //! request line of bounded size delivered within `limits.request_timeout`. Read requests
 //! are answered here, from a read-only store connection on a blocking thread, so they never
-//! wait for the daemon's loop; requests that change something go to the loop.
+//! wait for the daemon's loop; requests that change something go to the loop
+//! (`requests::route` says which). `answer` is the one path from a request line to its
+//! answer for every listener, the network's too, and a per-user daemon serves its own uid
+//! alone on all of them (`owner_only`). A long list (`status` of every chain, `pending`)
+//! is written to the client as it is read (`stream_list`), so an answer nobody reads holds
+//! a few chunks.
 
 use super::reads::{self, Read};
 use super::requests::{self, Route};

@@ -1,7 +1,7 @@
 //! Chains a request holds while its Slurm command runs beside the loop (a `cancel`'s
 //! scancel, run as the jobs' owner). The cycle acts only on the chains nobody holds and
 //! asks here which those are; a request that would change a held chain is refused
-//! (`requests::refuse_held`).
+//! (`requests::cancel::refuse_held`).
 //!
 //! Holding a chain takes it out of the phases that would record its ending or start its
 //! next attempt: the poll notes nothing of it (not even the

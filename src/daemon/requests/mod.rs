@@ -17,6 +17,17 @@
 //! answer. The daemon runs [`carry_out`] beside its loop; [`handle`] (the in-process
 //! tests) awaits it in place. The answer is the truth: a submission the client is told
 //! failed is never submitted later.
+//!
+//! Who may send what follows from the split: a read, anyone, to any daemon (a standby of
+//! cluster mode too); a write, the active daemon only, within the caller's write rate
+//! (`rate.rs`, taken by [`on_loop`]; reads are not counted), each file checking which
+//! chains its caller may touch (`access`). `submit.rs` and `cancel.rs` are two halves
+//! around their Slurm command; a cancel holds its chains meanwhile (`engine/held.rs`),
+//! and `cancel::refuse_held` is the one check, in every request that changes chains, that
+//! none of them is held. `resolution.rs` holds what `classify` and `recover` share.
+//!
+//! **Invariant:** a request that would change nothing writes nothing (no row, no journal
+//! entry): it is refused or answered as things stand (`tests/writes.rs`).
 
 pub mod adopt;
 pub mod cancel;
