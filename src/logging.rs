@@ -9,6 +9,12 @@
 //! journal's stream) as text, without colours or a timestamp of their own. Anywhere else
 //! they go to stderr as text. Text lines are never coloured, and every control character
 //! in them is escaped (`EscapedLines`): one event is one line, whatever a user wrote.
+//!
+//! Lines say what happened; which chain, job, launch, cycle or request it was about comes
+//! from the span they are logged in (`engine::attempt_span`, `chain_span`, `launch_span`,
+//! `requests::span`, the `cycle` span in `daemon/mod.rs`), never from fields repeated in
+//! each line. A span is entered only around code that does not await (or the future is
+//! `instrument`ed).
 
 use std::os::unix::fs::MetadataExt;
 use tracing_subscriber::layer::SubscriberExt;

@@ -5,7 +5,9 @@ use clap::Parser;
 // features with CPUID, which traps to the hypervisor on a virtual machine; together about
 // 0.15 ms of a 1.2 ms start (docs/benchmarks.md, (6)). It is listed before std's
 // `-lgcc_s`, so the linker takes the unwinder from here and drops libgcc_s.so.1
-// (`--as-needed`); panics unwind as before. Test: `tests/fake_slurm.rs`
+// (`--as-needed`); panics unwind as before. The linker takes the unwinder from it only
+// because this binary's own code calls it: the generic code instantiated here, such as
+// clap's parsing, has landing pads that call `_Unwind_Resume`. Test: `tests/fake_slurm.rs`
 // `the_client_links_no_regex_engine_and_no_libgcc_s`.
 #[cfg_attr(
     all(

@@ -26,6 +26,15 @@
 //! never followed: nothing but the last component of a path the daemon removes is a
 //! user's, and that one is `unlink`ed, never opened.
 //!
+//! Adoption is `requests/adopt.rs`'s `adopt_job`, the one engine of adoption: it checks
+//! with squeue that the job is that uid's and never takes a job with this store's tag. A
+//! job the daemon will not supervise (an array, a heterogeneous job, a record it cannot
+//! read) is refused whole, runs as submitted, and is recorded (`plain_refused`), so its
+//! owner sees why (`access::chains_for`). With `[plain_sbatch] admin_comment`, the jobs
+//! the site's job_submit script (`config/slurm/job_submit.lua`) marked are listed too
+//! (`Slurm::marked_jobs`, see [`discover`]) and adopted the same way as their owner, the
+//! mark checked again in the job's own record.
+//!
 //! The filter learns who is opted in from files the daemon publishes here: `optin/<uid>`
 //! (`in` or `out`, a user's own choice, kept in the store) and `default` (`everyone`,
 //! `none`, or `groups GID...`: the config's site default; then `notes per-user`). The

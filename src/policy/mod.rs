@@ -5,6 +5,19 @@
 //! daemon must carry out ([`Effect`]). The daemon gathers the facts, calls it, and does
 //! what it says; no other module builds a decision record.
 //!
+//! An event is anything that can happen to a chain: an ending, a requeue by Slurm, a
+//! resolution, a recover, a cancel, a refused, unprepared or unconfirmed launch, a lost
+//! job, an expiry. The [`Context`] carries the time, the jitter, the partition's MaxTime,
+//! the quarantined nodes and the breaker's count. A [`Transition`] is every consequence,
+//! as values: the state it was decided from (the store's compare-and-set), the chain's
+//! update (with its `Clock`, the wait in `pending_failed`: started, kept, cleared,
+//! reminded, expired), the decision record, what happens to an attempt
+//! ([`AttemptChange`]), the notification to queue, a report made once per job, and the
+//! effects the daemon carries out in Slurm or reads first ([`Effect`]). What the move
+//! itself implies (the clock; the notification of entering `pending_failed`, `completed`
+//! or `failed`, or of a cancel for a dependency that can never hold) is filled in by
+//! [`Transition::finish`].
+//!
 //! Inside: the disposition table's readings (`table`; its rows are the model's, one per
 //! classification, as docs/design.md's table), the guards against an automatic retry in order (`guards`),
 //! resource escalation (`escalation`), and the reasons, an enum rendered to prose in one

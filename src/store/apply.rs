@@ -3,6 +3,12 @@
 //! enters as [`Step`]s (the values their rows get), is checked step by step against the
 //! rows ([`apply_in`]: the chain is still in the state it was decided from, ...), and is
 //! journaled as one [`Op::Apply`].
+//!
+//! A batch is applied in one transaction, either each step on its own (a step whose
+//! conditions do not hold is left out) or all or none (an array's resolution), with the
+//! launch a refusal fails and the gates a settlement closes. It writes what the
+//! transitions say and decides nothing: no notification kind, no clock, no state is
+//! chosen in SQL.
 
 use super::*;
 

@@ -1,5 +1,8 @@
 //! The store's journal on the shared database (`store::journal`): the table `journal`,
-//! and the row `cluster` that says whose store the database is.
+//! and the row `cluster` that says whose store the database is (the Slurm cluster's name,
+//! the store's instance, the newest journal format written). [`SharedJournal`] is the
+//! store's `Journal` on it; [`EpochCell`], the epoch the daemon acts under, shared by its
+//! election and its journal.
 //!
 //! An entry is appended in one transaction fenced by the appender's epoch ([`fence`]):
 //! the lease row is locked first and checked again before the commit, so an entry is in

@@ -1,6 +1,12 @@
-//! Cluster mode's shared database (MariaDB or MySQL): the connection, and the lease that
-//! elects the one daemon that acts (docs/cluster.md). The chains' tables are still
-//! SQLite's only; this is the foundation they will stand on.
+//! Cluster mode's shared database (MariaDB or MySQL; docs/cluster.md): the connection,
+//! and everything the daemons share there. `lease.rs`: the lease row that elects the one
+//! daemon that acts, and [`fence`], which every write transaction of the active daemon
+//! calls; `journal.rs`: the store's journal (every write transaction of the store, which
+//! each daemon applies to its own SQLite replica) and the `cluster` row; `snapshot.rs`:
+//! the replicas' snapshots and the journal's pruning; `nodes.rs`: each daemon's own row.
+//! The chains' tables themselves are each daemon's SQLite replica, never queried here.
+//! The address and password file are `crate::dbconfig`'s (the config loader reads them
+//! too).
 //!
 //! The `mysql` crate is synchronous, as the SQLite store is: the daemon's loop calls the
 //! store in place, and a shared database is one more blocking call with a timeout, not a

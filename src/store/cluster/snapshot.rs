@@ -10,7 +10,9 @@
 //!    that every part is there with the length listed.
 //!
 //! Only a complete snapshot is ever read, so a maker that dies (or is deposed) before step
-//! 3 leaves an incomplete row that nobody reads and the next pruning removes.
+//! 3 leaves an incomplete row that nobody reads and the next pruning removes. When one is
+//! made is `snapshot_if_due`'s question, asked by the active daemon's snapshot thread
+//! (`daemon::cluster`) after the site's `dbconfig::SnapshotPolicy`.
 //!
 //! **Pruning** (`prune`) keeps the newest [`KEEP`] complete snapshots. In one fenced
 //! transaction it records the horizon, the entry of the oldest snapshot kept
