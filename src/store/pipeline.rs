@@ -1,5 +1,9 @@
 //! Pipelines: which supervised chains a submission waits on, the gates of
 //! afterany/afternotok, and the launches whose new job the waiting jobs must follow.
+//!
+//! A launch that gives chains a later attempt is noted for rewiring (`note_rewire`) in the
+//! transaction that records its job id (`exec_launch_submitted`), so no crash loses it;
+//! the rewiring clears the note once done (`clear_rewires_in`).
 
 use super::journal::Op;
 use super::{open_states, parse_name, Result, Store};
