@@ -2,18 +2,18 @@
 //! `classify` and `policy::transition` what they mean, and carries the transitions out.
 //! Everything here runs on the daemon's one loop, so no two steps ever race on the store.
 //!
-//! Before them, `age` reminds of and expires chains left in `pending_failed` (no Slurm).
-//! A cycle has three phases, one file each, in this order ([`Engine::cycle`]):
-//! `reconcile` settles launches whose sbatch answer was lost (by their tags), `poll`
-//! watches live jobs (one squeue, sacct for the ones that left the queue) and hands
-//! endings to `judge`, which classifies and records them; then `pipeline` rewires and
-//! reports the jobs that wait on chains and settles their gates, and `launch` starts the
-//! retries that are due (beside the loop in the daemon, as *flights*: [`Flight`],
-//! [`Engine::take_flights`], [`Engine::land`]; in place with `[retry] in_place`:
-//! `requeue`) and records what sbatch answered. In cluster mode the daemon runs `sweep`
-//! (held jobs with this store's tag) after a cycle. `held` keeps the chains a request
-//! holds out of every phase. While Slurm does not answer, cycles back off and the outage
-//! is logged once.
+//! A cycle ([`Engine::cycle`]) runs its phases, one file each, in this order: `age`
+//! reminds of and expires chains left in `pending_failed` (no Slurm); `reconcile` settles
+//! launches whose sbatch answer was lost (by their tags); `poll` watches live jobs (one
+//! squeue, sacct for the ones that left the queue) and hands endings to `judge`, which
+//! classifies and records them; `pipeline` rewires and reports the jobs that wait on
+//! chains and settles their gates; `launch` starts the retries that are due (beside the
+//! loop in the daemon, as *flights*: [`Flight`], [`Engine::take_flights`],
+//! [`Engine::land`]; in place with `[retry] in_place`: `requeue`) and records what sbatch
+//! answered. In cluster mode the daemon runs `sweep` (held jobs with this store's tag)
+//! after a cycle, when due (the first cycle of each tenure, then once a lease). `held`
+//! keeps the chains a request holds out of every phase. While Slurm does not answer,
+//! cycles back off and the outage is logged once.
 //!
 //! The engine's fields are private: it holds the daemon's store, config and `Slurm` (in
 //! cluster mode `daemon::cluster::Guarded`).
