@@ -1,8 +1,9 @@
 //! The daemon: one tokio loop over a closed set of events.
 //!
 //! Cadence: a poll cycle every `poll_interval` (longer while Slurm is not answering);
-//! control requests are handled between cycles, in arrival order, on the same loop, so
-//! the store has one writer and no decision races another. Shutdown and reload come in
+//! control requests that change something are handled between cycles, in arrival order,
+//! on the same loop, so the store has one writer and no decision races another (reads are
+//! answered by the control socket itself, off the loop: `server`). Shutdown and reload come in
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 
 pub mod access;
