@@ -65,6 +65,16 @@ const LEGACY_REVISION: u32 = 1;
 /// The schema version of the first journal (revision 1 was written from there on).
 const FIRST_JOURNAL_SCHEMA: u32 = 10;
 
+/// The schema version of the first entries of [`OPS_REVISION`]: an entry of this
+/// revision written under any schema from this one to the replica's own is read as it
+/// is. A migration changes the tables an operation writes, not what it carries: an
+/// entry written before the replica's last migrations is still one it applies (as the
+/// writer's own replica applied it when it made it); a change to what an operation
+/// carries or means is a new revision.
+pub(super) const FIRST_REVISION_SCHEMA: u32 = 15;
+
+const _: () = assert!(FIRST_REVISION_SCHEMA <= SCHEMA as u32);
+
 /// Where the journal's entries go and come from: the shared database (`cluster::log`),
 /// or memory (tests).
 pub trait Journal: Send {
@@ -324,9 +334,6 @@ pub(super) fn decode(
             "journal entry {seq} (format {format}) cannot be read: {e}"
         ))
     };
-    if format == FORMAT {
-        return serde_json::from_slice(body).map_err(corrupt);
-    }
     if format > FORMAT {
         return Err(StoreError::JournalTooNew {
             seq,
@@ -335,6 +342,20 @@ pub(super) fn decode(
         });
     }
     let schema = format >> 8;
+    if format & 0xff == OPS_REVISION && (FIRST_REVISION_SCHEMA..=SCHEMA as u32).contains(&schema) {
+        let entry: Entry<'static> = serde_json::from_slice(body).map_err(corrupt)?;
+        // Made from entries of revision 1 only: one of this revision that asks for it
+        // would keep a second live attempt on one job, which this revision refuses.
+        if entry
+            .iter()
+            .any(|op| matches!(op, Op::LegacyLaunchSubmitted { .. }))
+        {
+            return Err(StoreError::Corrupt(format!(
+                "journal entry {seq} (format {format}) holds an operation only an entry of revision {LEGACY_REVISION} may hold"
+            )));
+        }
+        return Ok(entry);
+    }
     if format & 0xff != LEGACY_REVISION || !(FIRST_JOURNAL_SCHEMA..=SCHEMA as u32).contains(&schema)
     {
         return Err(StoreError::JournalFormatUnknown {

@@ -340,3 +340,63 @@ fn an_entry_of_this_revision_that_makes_a_second_live_attempt_on_one_job_is_refu
     };
     assert!(e.is_constraint(), "{e}");
 }
+
+/// An entry of this revision asking for what only revision 1's may (the operation that
+/// keeps a second live attempt on one job) is refused as corrupt, not applied.
+#[test]
+fn an_entry_of_this_revision_holding_a_legacy_operation_is_refused() {
+    let journal = MemoryJournal::default();
+    {
+        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        s.launch_submitted(a.id, "42", 101).unwrap();
+    }
+    {
+        let mut entries = journal.entries.lock().unwrap();
+        let last = entries.last_mut().unwrap();
+        let text = String::from_utf8(last.1.clone()).unwrap();
+        assert!(text.contains("\"launch_submitted\""), "{text}");
+        last.1 = text
+            .replace("\"launch_submitted\"", "\"legacy_launch_submitted\"")
+            .into_bytes();
+    }
+    let e = match Store::in_memory_replica(INSTANCE, Box::new(journal)) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica applied a legacy operation from an entry of this revision"),
+    };
+    assert!(
+        matches!(&e, StoreError::Corrupt(m) if m.contains("only an entry of revision 1")),
+        "{e}"
+    );
+}
+
+/// An entry of this revision made under any schema since the revision's first is applied
+/// as it is: the migrations after it changed tables, not what an operation carries (so
+/// the next migration leaves the journal readable). One from before the revision's first
+/// schema is no format any version wrote.
+#[test]
+fn an_entry_of_this_revision_from_an_earlier_schema_is_applied() {
+    let revision = journal::FORMAT & 0xff;
+    let first = journal::FIRST_REVISION_SCHEMA;
+    for schema in first..=(journal::FORMAT >> 8) {
+        let journal = MemoryJournal::default();
+        journal
+            .entries
+            .lock()
+            .unwrap()
+            .push(((schema << 8) | revision, b"[]".to_vec()));
+        Store::in_memory_replica(INSTANCE, Box::new(journal))
+            .unwrap_or_else(|e| panic!("schema {schema}: {e}"));
+    }
+    let journal = MemoryJournal::default();
+    journal
+        .entries
+        .lock()
+        .unwrap()
+        .push((((first - 1) << 8) | revision, b"[]".to_vec()));
+    let e = match Store::in_memory_replica(INSTANCE, Box::new(journal)) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica applied an entry of revision {revision} before its first schema"),
+    };
+    assert!(matches!(e, StoreError::JournalFormatUnknown { .. }), "{e}");
+}
