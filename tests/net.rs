@@ -7,7 +7,10 @@
 //! Covered: a user submits, follows and cancels over the network with the rights of the
 //! Unix socket (and no more: bob sees and cancels nothing of alice's); root from an
 //! unlisted node is no one, and an administrator once `server.root_nodes` lists it; and
-//! the attacks: a replayed credential, one for another connection's nonce, an expired one,
+//! the attacks: an opening that does not authenticate (version 2's bare opening, garbage,
+//! one for another uid, nonce, hello or address: a refusal and never the daemon's proof),
+//! a squatter and a relay on the port, a replayed credential, one for another connection's
+//! nonce, an expired one,
 //! one restricted to another uid, a body changed after the credential was made, another
 //! MUNGE key, garbage and huge lines, slowloris, a thousand connections, clients that
 //! never read (a small answer, and one far larger than the sockets' buffers). Each is
