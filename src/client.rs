@@ -109,10 +109,7 @@ fn send(endpoint: &Endpoint, request: &Request) -> Result<Answer, ClientError> {
             let (r, sent) = send_unix(socket, &line)?;
             Ok((Box::new(r), sent))
         }
-        Endpoint::Network(target) => {
-            let (r, sent) = net::send(target, &line, request.is_read(), ANSWER_TIMEOUT)?;
-            Ok((Box::new(r), sent))
-        }
+        Endpoint::Network(target) => net::send(target, &line, request.is_read(), ANSWER_TIMEOUT),
     }
 }
 

@@ -1,66 +1,92 @@
-//! What a MUNGE credential's payload says, so that it is good for one request only.
+//! What the MUNGE credentials of the network exchange (`protocol::net`) say, so that each
+//! is good for one connection only.
 //!
 //! A credential (see `munge`) proves who made it, when, and for which uid; on its own, a
-//! captured one could be sent again with another request, or to the other daemon of an
+//! captured one could be sent again on another connection, or to the other daemon of an
 //! active/standby pair, whose munged has not seen it (MUNGE's replay cache is per host).
-//! So the client signs a **binding** as the credential's payload: the SHA-256 of the
-//! request's body, the identity of the daemon it is for, and a **nonce** that daemon
-//! issued. The daemon recomputes the binding from the request it received, its own
-//! identity and the nonce it issued, and accepts the credential only if they are equal.
+//! So each credential's payload names the connection it was made for.
 //!
-//! The binding is a fixed layout of [`BINDING_LEN`] bytes, nothing to parse:
+//! The client authenticates first, with its **opening** ([`open`], [`check_opening`]):
+//! its credential's payload names a nonce of the client's own (which the daemon's proof
+//! must name), the daemon's identity and the nonce that daemon issued, the SHA-256 of the
+//! daemon's hello line, the address the client dialled, and a **commitment** to the
+//! request ([`commit`]: the SHA-256 of a fresh random salt and the request line), so that
+//! nothing of the request itself leaves before the daemon has proved itself. The daemon
+//! recomputes everything but the client's nonce and the commitment from its own
+//! connection, and takes those two from the payload; once proven, the client sends the
+//! salt and the request, and the daemon checks them against the commitment.
 //!
-//! | bytes  | what                                        |
-//! |--------|---------------------------------------------|
-//! | 0..4   | `MAGIC`, `b"SSVB"`: a supervisor binding    |
-//! | 4      | [`VERSION`], 1                              |
-//! | 5..37  | SHA-256 of the request body                 |
-//! | 37..69 | SHA-256 of the daemon's identity (UTF-8)    |
-//! | 69..85 | the nonce, [`NONCE_LEN`] bytes              |
+//! An opening is a fixed layout of [`OPENING_LEN`] bytes, nothing to parse:
+//!
+//! | bytes    | what                                                   |
+//! |----------|--------------------------------------------------------|
+//! | 0..4     | `MAGIC`, `b"SSVB"`: a supervisor binding                |
+//! | 4        | [`VERSION`], 2 (1 bound the request body itself)        |
+//! | 5..21    | the client's nonce, [`NONCE_LEN`] bytes                 |
+//! | 21..53   | SHA-256 of the daemon's identity (UTF-8)                |
+//! | 53..69   | the daemon's nonce, [`NONCE_LEN`] bytes                 |
+//! | 69..101  | SHA-256 of the hello line (without its newline)         |
+//! | 101..119 | the address dialled: 16 bytes of IPv6 (IPv4 as IPv4-mapped), 2 of port, big-endian |
+//! | 119..151 | the commitment: SHA-256 of the salt, then the request line without its newline |
 //!
 //! Hashing the identity keeps the layout fixed whatever its length. A change to the layout
 //! is a new version; a daemon refuses versions it does not know.
 //!
-//! The other way round, a daemon proves itself to a client before the client sends
-//! anything ([`prove`], [`check_proof`]): its own credential's payload names the nonce the
-//! client opened with, the daemon's identity and nonce, its hello, and the address the
-//! connection reached as the daemon sees it (docs/security.md, "The exchange").
+//! The other way round, the daemon proves itself to the client whose opening it accepted,
+//! before the client sends its request ([`prove`], [`check_proof`]): its own credential's
+//! payload names the client's nonce, the daemon's identity and nonce, its hello, and the
+//! address the connection reached as the daemon sees it (docs/security.md, "The
+//! exchange").
 //!
-//! Pure: no I/O, no clock, no randomness (issuing nonces is the caller's).
+//! Pure: no I/O, no clock, no randomness (drawing nonces and salts is the caller's).
 
 use sha2::{Digest, Sha256};
 
-/// The first bytes of every binding: a payload that is not one is refused as such.
+/// The first bytes of every opening: a payload that is not one is refused as such.
 const MAGIC: [u8; 4] = *b"SSVB";
 
 /// The layout's version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
-/// A nonce's length: 128 bits, drawn by the daemon from the operating system's CSPRNG.
+/// A nonce's length: 128 bits, drawn from the operating system's CSPRNG.
 pub const NONCE_LEN: usize = 16;
 
-/// A daemon-issued nonce.
+/// A nonce, the daemon's (in its hello) or the client's (in its opening).
 pub type Nonce = [u8; NONCE_LEN];
 
-/// A binding's length in bytes.
-pub const BINDING_LEN: usize = MAGIC.len() + 1 + 32 + 32 + NONCE_LEN;
+/// A salt's length: 256 bits, drawn by the client for each request.
+pub const SALT_LEN: usize = 32;
 
-/// Why a payload does not bind a credential to this request. The first that applies, in
-/// the order of the variants.
+/// What the client mixes into its commitment, so that the commitment says nothing of a
+/// request one could guess (`ping`).
+pub type Salt = [u8; SALT_LEN];
+
+/// The SHA-256 of a salt and a request line.
+pub type Commitment = [u8; 32];
+
+/// An opening's length in bytes.
+pub const OPENING_LEN: usize = MAGIC.len() + 1 + NONCE_LEN + 32 + NONCE_LEN + 32 + 18 + 32;
+
+/// Why a payload is not a client's opening for this connection. The first that applies,
+/// in the order of the variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
-    #[error("the credential's payload is {0} bytes, not a binding of {BINDING_LEN}")]
+    #[error("the credential's payload is {0} bytes, not an opening of {OPENING_LEN}")]
     Length(usize),
     #[error("the credential's payload is not a request binding")]
     Magic,
     #[error("request binding version {0} is unknown (this daemon reads version {VERSION})")]
     Version(u8),
-    #[error("the credential was made for another request body")]
-    Body,
     #[error("the credential was made for another daemon")]
     Daemon,
     #[error("the credential was made with another nonce")]
     Nonce,
+    #[error("the credential was made for another hello")]
+    Hello,
+    #[error("the credential was made for another address than the one this connection reached (a relay, or a NAT between)")]
+    Address,
+    #[error("the credential was made for another request body (its salt and request are not the opening's commitment)")]
+    Body,
 }
 
 impl Mismatch {
@@ -70,9 +96,11 @@ impl Mismatch {
             Mismatch::Length(_) => "length",
             Mismatch::Magic => "magic",
             Mismatch::Version(_) => "version",
-            Mismatch::Body => "body",
             Mismatch::Daemon => "daemon",
             Mismatch::Nonce => "nonce",
+            Mismatch::Hello => "hello",
+            Mismatch::Address => "address",
+            Mismatch::Body => "body",
         }
     }
 }
@@ -81,62 +109,103 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The payload a client signs for `body`, sent to `daemon_id` with the `nonce` it issued.
-pub fn bind(body: &[u8], daemon_id: &str, nonce: &Nonce) -> Vec<u8> {
-    let mut out = Vec::with_capacity(BINDING_LEN);
+/// The commitment to `request` (the request line without its newline) under `salt`.
+pub fn commit(salt: &Salt, request: &[u8]) -> Commitment {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(request);
+    h.finalize().into()
+}
+
+/// Whether `request` under `salt` is what `commitment` was made of (`Mismatch::Body` if
+/// not). Nothing here is secret once sent, so the comparison need not take constant time.
+pub fn check_commitment(
+    commitment: &Commitment,
+    salt: &Salt,
+    request: &[u8],
+) -> Result<(), Mismatch> {
+    if commit(salt, request) == *commitment {
+        Ok(())
+    } else {
+        Err(Mismatch::Body)
+    }
+}
+
+/// The payload of a client's opening credential: its `client_nonce`, for the daemon that
+/// said `hello_line` (naming `daemon_id` and `daemon_nonce`), reached at `dialled` (the
+/// address the client's socket is connected to), for the request `commitment` stands for.
+pub fn open(
+    client_nonce: &Nonce,
+    daemon_id: &str,
+    daemon_nonce: &Nonce,
+    hello_line: &[u8],
+    dialled: std::net::SocketAddr,
+    commitment: &Commitment,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(OPENING_LEN);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
-    out.extend_from_slice(&sha256(body));
+    out.extend_from_slice(client_nonce);
     out.extend_from_slice(&sha256(daemon_id.as_bytes()));
-    out.extend_from_slice(nonce);
-    debug_assert_eq!(out.len(), BINDING_LEN);
+    out.extend_from_slice(daemon_nonce);
+    out.extend_from_slice(&sha256(hello_line));
+    out.extend_from_slice(&address_bytes(dialled));
+    out.extend_from_slice(commitment);
+    debug_assert_eq!(out.len(), OPENING_LEN);
     out
 }
 
-/// Whether `payload` (a decoded credential's) binds it to `body`, received by `daemon_id`,
-/// which issued `nonce`. The values compared are not secret (anyone can hash a body they
-/// saw), so the comparison need not take constant time.
-pub fn check(payload: &[u8], body: &[u8], daemon_id: &str, nonce: &Nonce) -> Result<(), Mismatch> {
-    check_fields(payload, Some(body), daemon_id, nonce)
+/// What an accepted opening says that the daemon did not know: the client's nonce (its
+/// proof names it) and the commitment to the request to come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub client_nonce: Nonce,
+    pub commitment: Commitment,
 }
 
-/// [`check`] of everything but the body: whether `payload` was made for `daemon_id` and
-/// the `nonce` it issued. A daemon asks this before it reads a request's body, so that a
-/// credential made for another connection holds nothing of the caller's share meanwhile;
-/// [`check`] follows once the body is in.
-pub fn check_issued(payload: &[u8], daemon_id: &str, nonce: &Nonce) -> Result<(), Mismatch> {
-    check_fields(payload, None, daemon_id, nonce)
-}
-
-fn check_fields(
+/// Whether `payload` (a decoded opening credential's) was made for this connection: for
+/// `daemon_id`, which issued `daemon_nonce` and said `hello_line`, reached at `local` (the
+/// connection's local address as the daemon sees it). The values compared are not secret,
+/// so the comparison need not take constant time.
+pub fn check_opening(
     payload: &[u8],
-    body: Option<&[u8]>,
     daemon_id: &str,
-    nonce: &Nonce,
-) -> Result<(), Mismatch> {
-    let Ok(fields) = <&[u8; BINDING_LEN]>::try_from(payload) else {
+    daemon_nonce: &Nonce,
+    hello_line: &[u8],
+    local: std::net::SocketAddr,
+) -> Result<Opened, Mismatch> {
+    let Ok(fields) = <&[u8; OPENING_LEN]>::try_from(payload) else {
         return Err(Mismatch::Length(payload.len()));
     };
     let (magic, rest) = fields.split_at(MAGIC.len());
     let (version, rest) = rest.split_at(1);
-    let (body_hash, rest) = rest.split_at(32);
-    let (daemon_hash, their_nonce) = rest.split_at(32);
+    let (client_nonce, rest) = rest.split_at(NONCE_LEN);
+    let (daemon_hash, rest) = rest.split_at(32);
+    let (their_daemon_nonce, rest) = rest.split_at(NONCE_LEN);
+    let (hello_hash, rest) = rest.split_at(32);
+    let (address, commitment) = rest.split_at(18);
     if magic != MAGIC {
         return Err(Mismatch::Magic);
     }
     if version[0] != VERSION {
         return Err(Mismatch::Version(version[0]));
     }
-    if body.is_some_and(|body| body_hash != sha256(body)) {
-        return Err(Mismatch::Body);
-    }
     if daemon_hash != sha256(daemon_id.as_bytes()) {
         return Err(Mismatch::Daemon);
     }
-    if their_nonce != nonce {
+    if their_daemon_nonce != daemon_nonce {
         return Err(Mismatch::Nonce);
     }
-    Ok(())
+    if hello_hash != sha256(hello_line) {
+        return Err(Mismatch::Hello);
+    }
+    if address != address_bytes(local) {
+        return Err(Mismatch::Address);
+    }
+    Ok(Opened {
+        client_nonce: client_nonce.try_into().expect("a nonce's length"),
+        commitment: commitment.try_into().expect("a hash's length"),
+    })
 }
 
 /// The first bytes of a daemon's proof: its own credential's payload.
@@ -271,7 +340,7 @@ mod tests {
     fn a_proof_checks_against_its_connection_and_nothing_else() {
         let client: Nonce = [1; NONCE_LEN];
         let daemon: Nonce = [2; NONCE_LEN];
-        let hello = br#"{"version":2}"#;
+        let hello = br#"{"version":3}"#;
         let at: std::net::SocketAddr = "192.0.2.1:6827".parse().unwrap();
         let p = prove(&client, DAEMON, &daemon, hello, at);
         assert_eq!(p.len(), PROOF_LEN);
@@ -324,16 +393,6 @@ mod tests {
             code(&client, DAEMON, &daemon, hello, "[::1]:6827"),
             "address"
         );
-        // A binding is not a proof, nor the other way round.
-        let b = bind(BODY, DAEMON, &NONCE);
-        assert_eq!(
-            check_proof(&b, &client, DAEMON, &daemon, hello, at),
-            Err(ProofMismatch::Length(BINDING_LEN))
-        );
-        assert_eq!(
-            check(&p, BODY, DAEMON, &NONCE),
-            Err(Mismatch::Length(PROOF_LEN))
-        );
         let mut q = p.clone();
         q[0] = b'X';
         assert_eq!(
@@ -348,129 +407,113 @@ mod tests {
         );
     }
 
-    const BODY: &[u8] = b"{\"submit\":{\"argv\":[\"job.sh\"]}}";
     const DAEMON: &str = "cluster-a/login1";
-    const NONCE: Nonce = [7; NONCE_LEN];
-
-    fn check_code(payload: &[u8], body: &[u8], daemon: &str, nonce: &Nonce) -> &'static str {
-        match check(payload, body, daemon, nonce) {
-            Ok(()) => "ok",
-            Err(m) => m.code(),
-        }
-    }
 
     #[test]
-    fn a_binding_checks_against_what_it_was_made_for_and_nothing_else() {
-        let p = bind(BODY, DAEMON, &NONCE);
-        assert_eq!(p.len(), BINDING_LEN);
-        let mut other_nonce = NONCE;
-        other_nonce[NONCE_LEN - 1] ^= 1;
-        let mut longer_body = BODY.to_vec();
-        longer_body.push(b' ');
-        let table: &[(&[u8], &str, &Nonce, &str)] = &[
-            (BODY, DAEMON, &NONCE, "ok"),
-            (
-                b"{\"submit\":{\"argv\":[\"evil.sh\"]}}",
-                DAEMON,
-                &NONCE,
-                "body",
-            ),
-            (&longer_body, DAEMON, &NONCE, "body"),
-            (b"", DAEMON, &NONCE, "body"),
-            (BODY, "cluster-a/login2", &NONCE, "daemon"),
-            (BODY, "", &NONCE, "daemon"),
-            (BODY, DAEMON, &other_nonce, "nonce"),
-        ];
-        for (body, daemon, nonce, want) in table {
-            assert_eq!(
-                check_code(&p, body, daemon, nonce),
-                *want,
-                "body {:?}, daemon {daemon:?}",
-                String::from_utf8_lossy(body)
-            );
-        }
-    }
-
-    #[test]
-    fn the_layout_is_the_documented_one() {
-        let p = bind(b"abc", "d", &NONCE);
+    fn an_opening_checks_against_its_connection_and_nothing_else() {
+        let client: Nonce = [1; NONCE_LEN];
+        let daemon: Nonce = [2; NONCE_LEN];
+        let hello = br#"{"version":3}"#;
+        let at: std::net::SocketAddr = "192.0.2.1:6827".parse().unwrap();
+        let salt: Salt = [3; SALT_LEN];
+        let c = commit(&salt, b"{\"cmd\":\"ping\"}");
+        let p = open(&client, DAEMON, &daemon, hello, at, &c);
+        assert_eq!(p.len(), OPENING_LEN);
         assert_eq!(&p[0..4], b"SSVB");
-        assert_eq!(p[4], 1);
-        // SHA-256("abc"), FIPS 180-2's example.
+        assert_eq!(p[4], 2);
+        let code = |id: &str, daemon: &Nonce, hello: &[u8], at: &str| match check_opening(
+            &p,
+            id,
+            daemon,
+            hello,
+            at.parse().unwrap(),
+        ) {
+            Ok(o) => {
+                assert_eq!(o.client_nonce, client);
+                assert_eq!(o.commitment, c);
+                "ok"
+            }
+            Err(m) => m.code(),
+        };
+        assert_eq!(code(DAEMON, &daemon, hello, "192.0.2.1:6827"), "ok");
         assert_eq!(
-            p[5..37],
-            [
-                0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae,
-                0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61,
-                0xf2, 0x00, 0x15, 0xad
-            ]
+            code(DAEMON, &daemon, hello, "[::ffff:192.0.2.1]:6827"),
+            "ok"
         );
-        assert_eq!(p[37..69], sha256(b"d"));
-        assert_eq!(p[69..], NONCE);
+        assert_eq!(code("other", &daemon, hello, "192.0.2.1:6827"), "daemon");
+        assert_eq!(code(DAEMON, &client, hello, "192.0.2.1:6827"), "nonce");
+        assert_eq!(code(DAEMON, &daemon, b"{}", "192.0.2.1:6827"), "hello");
+        assert_eq!(code(DAEMON, &daemon, hello, "192.0.2.1:6828"), "address");
+        assert_eq!(code(DAEMON, &daemon, hello, "[::1]:6827"), "address");
+        // The commitment holds the request under its salt, and nothing else.
+        assert_eq!(check_commitment(&c, &salt, b"{\"cmd\":\"ping\"}"), Ok(()));
+        assert_eq!(
+            check_commitment(&c, &salt, b"{\"cmd\":\"ping\"} "),
+            Err(Mismatch::Body)
+        );
+        assert_eq!(
+            check_commitment(&c, &[4; SALT_LEN], b"{\"cmd\":\"ping\"}"),
+            Err(Mismatch::Body)
+        );
+        // An opening is not a proof, nor the other way round.
+        assert_eq!(
+            check_proof(&p, &client, DAEMON, &daemon, hello, at),
+            Err(ProofMismatch::Length(OPENING_LEN))
+        );
+        let q = prove(&client, DAEMON, &daemon, hello, at);
+        assert_eq!(
+            check_opening(&q, DAEMON, &daemon, hello, at),
+            Err(Mismatch::Length(PROOF_LEN))
+        );
     }
 
     #[test]
-    fn truncated_extended_and_garbage_payloads_are_refused_without_panicking() {
-        let p = bind(BODY, DAEMON, &NONCE);
+    fn truncated_changed_and_garbage_openings_are_refused_without_panicking() {
+        let (daemon, hello): (Nonce, &[u8]) = ([2; NONCE_LEN], b"h");
+        let at: std::net::SocketAddr = "192.0.2.1:6827".parse().unwrap();
+        let p = open(&[1; NONCE_LEN], DAEMON, &daemon, hello, at, &[5; 32]);
         for n in 0..p.len() {
             assert_eq!(
-                check(&p[..n], BODY, DAEMON, &NONCE),
+                check_opening(&p[..n], DAEMON, &daemon, hello, at),
                 Err(Mismatch::Length(n))
             );
         }
         let mut longer = p.clone();
         longer.push(0);
         assert_eq!(
-            check(&longer, BODY, DAEMON, &NONCE),
-            Err(Mismatch::Length(BINDING_LEN + 1))
+            check_opening(&longer, DAEMON, &daemon, hello, at),
+            Err(Mismatch::Length(OPENING_LEN + 1))
         );
         assert_eq!(
-            check(&[0xff; BINDING_LEN], BODY, DAEMON, &NONCE),
+            check_opening(&[0; OPENING_LEN], DAEMON, &daemon, hello, at),
             Err(Mismatch::Magic)
         );
-        assert_eq!(
-            check(&[0; BINDING_LEN], BODY, DAEMON, &NONCE),
-            Err(Mismatch::Magic)
-        );
-        // Any one byte changed is refused, by the field that holds it.
+        // Any one byte changed is refused by the field that holds it, but the client's
+        // nonce and the commitment, which the daemon takes from the opening.
         for i in 0..p.len() {
             let mut q = p.clone();
             q[i] ^= 0x80;
             let want = match i {
                 0..4 => "magic",
                 4 => "version",
-                5..37 => "body",
-                37..69 => "daemon",
-                _ => "nonce",
+                5..21 => "ok",
+                21..53 => "daemon",
+                53..69 => "nonce",
+                69..101 => "hello",
+                101..119 => "address",
+                _ => "ok",
             };
-            assert_eq!(check_code(&q, BODY, DAEMON, &NONCE), want, "byte {i}");
+            let got = match check_opening(&q, DAEMON, &daemon, hello, at) {
+                Ok(_) => "ok",
+                Err(m) => m.code(),
+            };
+            assert_eq!(got, want, "byte {i}");
         }
-    }
-
-    #[test]
-    fn the_issued_check_looks_at_everything_but_the_body() {
-        let p = bind(BODY, DAEMON, &NONCE);
-        assert_eq!(check_issued(&p, DAEMON, &NONCE), Ok(()));
-        let mut other_nonce = NONCE;
-        other_nonce[0] ^= 1;
-        assert_eq!(check_issued(&p, DAEMON, &other_nonce), Err(Mismatch::Nonce));
-        assert_eq!(check_issued(&p, "other", &NONCE), Err(Mismatch::Daemon));
-        assert_eq!(
-            check_issued(&p[1..], DAEMON, &NONCE),
-            Err(Mismatch::Length(84))
-        );
         let mut q = p.clone();
-        q[10] ^= 1;
-        assert_eq!(check_issued(&q, DAEMON, &NONCE), Ok(()));
-        assert_eq!(check(&q, BODY, DAEMON, &NONCE), Err(Mismatch::Body));
-    }
-
-    #[test]
-    fn an_unknown_version_is_refused_by_its_number() {
-        let mut p = bind(BODY, DAEMON, &NONCE);
-        for v in [0, 2, 255] {
-            p[4] = v;
-            assert_eq!(check(&p, BODY, DAEMON, &NONCE), Err(Mismatch::Version(v)));
-        }
+        q[4] = 1;
+        assert_eq!(
+            check_opening(&q, DAEMON, &daemon, hello, at),
+            Err(Mismatch::Version(1))
+        );
     }
 }

@@ -7,7 +7,10 @@
 //! Covered: a user submits, follows and cancels over the network with the rights of the
 //! Unix socket (and no more: bob sees and cancels nothing of alice's); root from an
 //! unlisted node is no one, and an administrator once `server.root_nodes` lists it; and
-//! the attacks: a replayed credential, one for another connection's nonce, an expired one,
+//! the attacks: an opening that does not authenticate (version 2's bare opening, garbage,
+//! one for another uid, nonce, hello or address: a refusal and never the daemon's proof),
+//! a squatter and a relay on the port, a replayed credential, one for another connection's
+//! nonce, an expired one,
 //! one restricted to another uid, a body changed after the credential was made, another
 //! MUNGE key, garbage and huge lines, slowloris, a thousand connections, clients that
 //! never read (a small answer, and one far larger than the sockets' buffers). Each is
@@ -288,11 +291,10 @@ impl Net {
         assert!(start.elapsed() <= within);
     }
 
-    /// A connection with the daemon's hello read, opened with a nonce, and the daemon's
-    /// proof read (not checked: `a_squatter_a_relay_and_a_daemon_of_another_user_are_refused`
-    /// checks it as the client does).
-    fn connect(&self) -> (TcpStream, BufReader<TcpStream>, Hello) {
-        let (s, r, hello, _) = connect_to(&self.addr);
+    /// A connection with the daemon's hello read, and nothing sent yet (`Net::send` opens
+    /// it, reads the daemon's proof and sends the request).
+    fn connect(&self) -> (TcpStream, BufReader<TcpStream>, Hi) {
+        let (s, r, hello) = connect_to(&self.addr);
         assert!(
             hello.active && hello.uid == 0 && hello.daemon == "login1",
             "{hello:?}"
@@ -316,22 +318,26 @@ impl Net {
         out.stdout.trim_ascii_end().to_vec()
     }
 
-    /// A credential by `user` bound to `body` for this connection's hello.
-    fn cred_for(&self, user: &str, hello: &Hello, body: &[u8]) -> Vec<u8> {
-        let nonce = hello.nonce_bytes().unwrap();
-        let payload = request_binding::bind(body, &hello.daemon, &nonce);
-        Self::cred_with(&self.munged, user, &payload, 0, 60)
+    /// An opening credential by `user` for this connection's hello, committed to `body`.
+    fn cred_for(&self, user: &str, hello: &Hi, body: &[u8]) -> Vec<u8> {
+        Self::cred_with(&self.munged, user, &hello.opening(body), 0, 60)
     }
 
-    /// Sends a credential line and a body line; returns the answer (until the daemon
-    /// closes).
+    /// Sends a credential as the opening line; if the daemon proves itself, sends the
+    /// salt and the body. Returns what the daemon said after the opening (a refusal), or
+    /// its answer to the body (until it closes).
     fn send(conn: (TcpStream, BufReader<TcpStream>), cred: &[u8], body: &[u8]) -> String {
         let (mut s, mut r) = conn;
         let mut out = cred.to_vec();
         out.push(b'\n');
-        out.extend_from_slice(body);
-        out.push(b'\n');
         let _ = s.write_all(&out);
+        let mut first = String::new();
+        let _ = r.read_line(&mut first);
+        if !first.starts_with("MUNGE:") {
+            let _ = r.read_to_string(&mut first);
+            return first;
+        }
+        let _ = s.write_all(&salted(body));
         let _ = s.shutdown(std::net::Shutdown::Write);
         let mut answer = String::new();
         let _ = r.read_to_string(&mut answer);
@@ -377,37 +383,82 @@ impl Net {
 
 const PING: &[u8] = br#"{"cmd":"ping"}"#;
 
-/// The opening line of a client with this `nonce` (`protocol::net::Opening`), asking
-/// for a proof alice can decode (these tests do not decode it).
-fn opening(nonce: &request_binding::Nonce) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
-        nonce: slurm_supervisor::protocol::net::nonce_hex(nonce),
-        uid: User::get("alice").uid,
-    })
-    .unwrap();
-    line.push(b'\n');
-    line
+/// The salt these tests commit their requests with (a client draws a fresh one each
+/// time; a fixed one lets `Net::send` follow any credential).
+const SALT: request_binding::Salt = [0x5a; request_binding::SALT_LEN];
+
+/// The salt line and the body line a client sends once the daemon proved itself.
+fn salted(body: &[u8]) -> Vec<u8> {
+    let mut out = slurm_supervisor::protocol::net::hex(&SALT).into_bytes();
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out.push(b'\n');
+    out
 }
 
-/// A connection to `addr` with the hello read, opened with a nonce, and the daemon's
-/// proof line read (without its newline).
-fn connect_to(addr: &str) -> (TcpStream, BufReader<TcpStream>, Hello, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).unwrap();
+/// A hello as a client reads it: what it says, its line (without the newline) and the
+/// address the client dialled, which an opening names.
+#[derive(Debug)]
+struct Hi {
+    hello: Hello,
+    line: Vec<u8>,
+    dialled: std::net::SocketAddr,
+}
+
+impl std::ops::Deref for Hi {
+    type Target = Hello;
+    fn deref(&self) -> &Hello {
+        &self.hello
+    }
+}
+
+impl Hi {
+    fn of(mut line: Vec<u8>, dialled: std::net::SocketAddr) -> Hi {
+        let hello: Hello = serde_json::from_slice(&line)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&line)));
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        Hi {
+            hello,
+            line,
+            dialled,
+        }
+    }
+
+    /// The payload of an opening for this hello committed to `body`, as a client makes it.
+    fn opening(&self, body: &[u8]) -> Vec<u8> {
+        self.opening_as(&self.daemon, &self.line, self.dialled, body)
+    }
+
+    /// The same with another daemon's identity, hello line or dialled address.
+    fn opening_as(
+        &self,
+        daemon: &str,
+        line: &[u8],
+        dialled: std::net::SocketAddr,
+        body: &[u8],
+    ) -> Vec<u8> {
+        request_binding::open(
+            &rand::random(),
+            daemon,
+            &self.nonce_bytes().unwrap(),
+            line,
+            dialled,
+            &request_binding::commit(&SALT, body),
+        )
+    }
+}
+
+/// A connection to `addr` with the hello read, nothing sent.
+fn connect_to(addr: &str) -> (TcpStream, BufReader<TcpStream>, Hi) {
+    let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    let hello: Hello = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-    s.write_all(&opening(&rand::random())).unwrap();
-    let mut proof = Vec::new();
-    r.read_until(b'\n', &mut proof).unwrap();
-    assert!(
-        proof.starts_with(b"MUNGE:") && proof.ends_with(b"\n"),
-        "no proof: {:?}",
-        String::from_utf8_lossy(&proof)
-    );
-    proof.pop();
-    (s, r, hello, proof)
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line).unwrap();
+    let hi = Hi::of(line, s.peer_addr().unwrap());
+    (s, r, hi)
 }
 
 /// Whether a log line is a refusal with `reason`.
@@ -576,7 +627,7 @@ fn replayed_and_other_connections_credentials_are_refused() {
     n.logged_refusal("nonce");
     // Made for another daemon (login2), with this connection's nonce.
     let (s, r, hello) = n.connect();
-    let payload = request_binding::bind(PING, "login2", &hello.nonce_bytes().unwrap());
+    let payload = hello.opening_as("login2", &hello.line, hello.dialled, PING);
     let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
     forbidden(&Net::send((s, r), &cred, PING), "another daemon");
     n.logged_refusal("daemon");
@@ -607,7 +658,7 @@ fn a_changed_body_an_expired_credential_another_uid_and_another_key_are_refused(
     n.logged_refusals("body", 2);
     // Restricted to bob: the root daemon cannot decode it.
     let (s, r, hello) = n.connect();
-    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let payload = hello.opening(PING);
     let bob = User::get("bob");
     let cred = Net::cred_with(&n.munged, "alice", &payload, bob.uid, 60);
     forbidden(&Net::send((s, r), &cred, PING), "not for this uid");
@@ -615,13 +666,13 @@ fn a_changed_body_an_expired_credential_another_uid_and_another_key_are_refused(
     // Another MUNGE key (another cluster's munged).
     let other = Munged::start();
     let (s, r, hello) = n.connect();
-    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let payload = hello.opening(PING);
     let cred = Net::cred_with(&other, "alice", &payload, 0, 60);
     forbidden(&Net::send((s, r), &cred, PING), "invalid credential");
     n.logged_refusal("invalid");
     // Expired: a time to live of one second, sent once it has passed.
     let (s, r, hello) = n.connect();
-    let payload = request_binding::bind(PING, &hello.daemon, &hello.nonce_bytes().unwrap());
+    let payload = hello.opening(PING);
     let made = std::time::SystemTime::now();
     let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 1);
     // The credential's clock counts whole seconds: past made + 1 s by a full second.
@@ -1167,24 +1218,23 @@ fn connect_small_buffer(addr: std::net::SocketAddrV4) -> TcpStream {
     }
 }
 
-/// Reads the daemon's hello, sends an opening and reads the daemon's proof, a byte at a
-/// time (nothing after it is taken).
-fn read_hello(s: &mut TcpStream) -> Hello {
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+/// One line from `s`, a byte at a time (nothing after it is taken).
+fn line_of(s: &mut TcpStream) -> Vec<u8> {
     let mut b = [0u8; 1];
-    let mut line_of = |s: &mut TcpStream| {
-        let mut line = Vec::new();
-        while !line.ends_with(b"\n") {
-            assert!(line.len() < 8192, "no line: {line:?}");
-            s.read_exact(&mut b).unwrap();
-            line.push(b[0]);
-        }
-        line
-    };
-    let hello = serde_json::from_slice(&line_of(s)).unwrap();
-    s.write_all(&opening(&rand::random())).unwrap();
-    assert!(line_of(s).starts_with(b"MUNGE:"), "no proof");
-    hello
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        assert!(line.len() < 8192, "no line: {line:?}");
+        s.read_exact(&mut b).unwrap();
+        line.push(b[0]);
+    }
+    line
+}
+
+/// Reads the daemon's hello, a byte at a time (nothing after it is taken).
+fn read_hello(s: &mut TcpStream) -> Hi {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let line = line_of(s);
+    Hi::of(line, s.peer_addr().unwrap())
 }
 
 /// The daemon's resident memory, in bytes.
@@ -1580,9 +1630,12 @@ fn two_login_nodes_a_client_that_never_reads_a_large_answer_holds_up_no_one() {
             let hello = read_hello(&mut s);
             let mut out = n.cred_for("bob", &hello, body);
             out.push(b'\n');
-            out.extend_from_slice(body);
-            out.push(b'\n');
             s.write_all(&out).unwrap();
+            // A connection refused for bob's share gets no proof: the next one is tried.
+            if !line_of(&mut s).starts_with(b"MUNGE:") {
+                continue;
+            }
+            s.write_all(&salted(body)).unwrap();
             let mut first = [0u8; 6];
             let got = s.peek(&mut first).unwrap();
             if first[..got].starts_with(b"{\"ok\"") {
@@ -1716,12 +1769,13 @@ fn a_per_user_daemon_serves_its_own_user_only() {
     assert_eq!(n.sys.sbatch_calls_of("alice").len(), 1);
     // bob (and root) with credentials made for alice's uid, bound to this connection.
     for (user, says) in [("bob", "not uid"), ("root", "not uid 0")] {
-        let (s, r, hello, _) = connect_to(&n.addr);
-        assert_eq!(hello.uid, alice.uid, "{hello:?}");
+        let (s, r, hello) = connect_to(&n.addr);
+        assert_eq!(hello.uid, alice.uid, "{:?}", *hello);
         let body = submit_body("echo not alice's\n");
-        let payload = request_binding::bind(&body, &hello.daemon, &hello.nonce_bytes().unwrap());
-        let cred = Net::cred_with(&n.munged, user, &payload, alice.uid, 60);
+        let cred = Net::cred_with(&n.munged, user, &hello.opening(&body), alice.uid, 60);
         let answer = Net::send((s, r), &cred, &body);
+        // Refused at the opening: no proof of alice's daemon for them.
+        assert!(!answer.contains("MUNGE:"), "{answer}");
         forbidden(&answer, says);
         forbidden(&answer, "own slurm-supervisord");
     }
@@ -1772,17 +1826,19 @@ impl Seen {
 }
 
 /// A squatter on a free port of loopback: it says a system-wide daemon's hello (uid 0),
-/// proves "itself" with a credential `maker` makes (the right payload for the client's
-/// nonce and this address: all but its maker is right), and answers any request with a
-/// submit's answer of its own, job 4242, as before issue 32 a client took it.
-fn squatter(n: &Net, maker: &str) -> (String, Seen) {
+/// reads the client's opening, and "proves itself" with a credential `maker` makes (the
+/// right layout for this hello and address; the client's nonce it cannot know, as the
+/// opening is restricted to root), or with no `maker` answers at once with a submit's
+/// answer of its own, job 4242, as before issue 32 a client took it. Whatever follows, it
+/// answers that way too.
+fn squatter(n: &Net, maker: Option<&str>) -> (String, Seen) {
     let port = free_port("127.0.0.1");
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let addr = l.local_addr().unwrap();
     let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = bytes.clone();
     let socket = n.munged.socket();
-    let maker = maker.to_string();
+    let maker = maker.map(str::to_string);
     std::thread::spawn(move || {
         let Ok((mut s, _)) = l.accept() else { return };
         let nonce: request_binding::Nonce = rand::random();
@@ -1805,21 +1861,25 @@ fn squatter(n: &Net, maker: &str) -> (String, Seen) {
             return;
         }
         seen.lock().unwrap().extend_from_slice(&line);
-        let opening: slurm_supervisor::protocol::net::Opening =
-            serde_json::from_slice(&line).unwrap();
-        let client_nonce = slurm_supervisor::protocol::net::nonce_from_hex(&opening.nonce).unwrap();
-        let payload = request_binding::prove(&client_nonce, "login1", &nonce, &hello, addr);
-        let mut made = std::process::Command::new("runuser");
-        made.args(["-u", &maker, "--"])
-            .arg(common::munged::program("munge"))
-            .arg(format!("--socket={}", socket.display()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        let mut child = made.spawn().unwrap();
-        child.stdin.take().unwrap().write_all(&payload).unwrap();
-        let proof = child.wait_with_output().unwrap().stdout;
-        s.write_all(proof.trim_ascii_end()).unwrap();
-        s.write_all(b"\n").unwrap();
+        const ANSWER: &[u8] = b"{\"ok\":{\"chains\":[\"c1\"],\"job_id\":\"4242\"}}\n";
+        match &maker {
+            None => s.write_all(ANSWER).unwrap(),
+            Some(maker) => {
+                let payload =
+                    request_binding::prove(&rand::random(), "login1", &nonce, &hello, addr);
+                let mut made = std::process::Command::new("runuser");
+                made.args(["-u", maker, "--"])
+                    .arg(common::munged::program("munge"))
+                    .arg(format!("--socket={}", socket.display()))
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped());
+                let mut child = made.spawn().unwrap();
+                child.stdin.take().unwrap().write_all(&payload).unwrap();
+                let proof = child.wait_with_output().unwrap().stdout;
+                s.write_all(proof.trim_ascii_end()).unwrap();
+                s.write_all(b"\n").unwrap();
+            }
+        }
         // Whatever comes next is what the client would give away.
         let mut rest = Vec::new();
         let mut buf = [0u8; 65536];
@@ -1830,8 +1890,7 @@ fn squatter(n: &Net, maker: &str) -> (String, Seen) {
                     rest.extend_from_slice(&buf[..k]);
                     seen.lock().unwrap().extend_from_slice(&buf[..k]);
                     if rest.iter().filter(|&&c| c == b'\n').count() >= 2 {
-                        let _ =
-                            s.write_all(b"{\"ok\":{\"chains\":[\"c1\"],\"job_id\":\"4242\"}}\n");
+                        let _ = s.write_all(ANSWER);
                         break;
                     }
                 }
@@ -1903,13 +1962,15 @@ fn submit_to(n: &Net, server: &str) -> Output {
     cmd.output().unwrap()
 }
 
-/// The daemon proves itself before a client sends anything: a program holding a
-/// daemon's port that answers itself (before issue 32 `submit` printed its job 4242 and
-/// exited 0), even with a proof right in every field but its maker (bob); and a relay to
-/// the real daemon (whose proof names the daemon's own address, not the relay's) are
-/// refused with the address and what to check, and get nothing of alice's: no
-/// credential, no script, no environment; nothing is submitted. The real daemon, dialled
-/// directly, is served.
+/// The daemon proves itself before a client sends any of its request: a program holding
+/// a daemon's port that answers itself (before issue 32 `submit` printed its job 4242 and
+/// exited 0), at once or after a proof right in layout but made by bob, is refused with
+/// the address and what to check, and gets only alice's opening credential, restricted
+/// to root (neither bob nor alice can decode it): no script, no environment, not even the
+/// command. A relay to the real daemon gets the same: the daemon refuses the opening, made
+/// for the relay's address (before protocol version 3, it was the client that refused the
+/// daemon's proof, made for the daemon's own address). Nothing is submitted. The real
+/// daemon, dialled directly, is served.
 #[test]
 fn a_squatter_a_relay_and_a_daemon_of_another_user_are_refused() {
     let n = Net::start("");
@@ -1918,18 +1979,13 @@ fn a_squatter_a_relay_and_a_daemon_of_another_user_are_refused() {
         "job.sh",
         b"#!/bin/sh\n# SECRET-SCRIPT-OF-ALICE\nsleep 600\n",
     );
-    let check = |out: &Output, server: &str, seen: &Seen, why: &str| {
+    let check = |out: &Output, seen: &Seen, says: &[&str]| {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{out:?}");
         assert!(out.stdout.is_empty(), "{out:?}");
-        assert!(
-            err.contains(&format!(
-                "{server} ({server}) did not prove it is slurm-supervisord"
-            )) && err.contains(why)
-                && err.contains("nothing was sent to it")
-                && err.contains("ss -ltnp"),
-            "{err}"
-        );
+        for s in says {
+            assert!(err.contains(s), "{s:?} not in {err}");
+        }
         let after = seen.after_opening();
         assert!(
             after.is_empty(),
@@ -1940,16 +1996,55 @@ fn a_squatter_a_relay_and_a_daemon_of_another_user_are_refused() {
         assert!(
             !all.contains("SECRET-SCRIPT")
                 && !all.contains("secret-token")
-                && !all.contains("MUNGE:"),
+                && !all.contains("submit"),
             "{all}"
         );
+        // The opening: one credential, which only root decodes.
+        let opening = all.trim_end();
+        assert!(
+            opening.starts_with("MUNGE:") && !opening.contains('\n'),
+            "{all}"
+        );
+        for user in ["bob", "alice"] {
+            let out = n
+                .munged
+                .run_as((user, None), "unmunge", &[], opening.as_bytes());
+            assert!(!out.status.success(), "{user} decoded the opening: {out:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+                "{out:?}"
+            );
+        }
     };
-    let (at, seen) = squatter(&n, "bob");
+    let unproven = |server: &str| {
+        vec![
+            format!("{server} ({server}) did not prove it is slurm-supervisord"),
+            "nothing of the request was sent to it".to_string(),
+            "ss -ltnp".to_string(),
+        ]
+    };
+    let (at, seen) = squatter(&n, Some("bob"));
     let out = submit_to(&n, &at);
-    check(&out, &at, &seen, "neither root");
+    let mut says = unproven(&at);
+    says.push("neither root".into());
+    check(
+        &out,
+        &seen,
+        &says.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let (at, seen) = squatter(&n, None);
+    let out = submit_to(&n, &at);
+    let mut says = unproven(&at);
+    says.push("its proof is not a credential".into());
+    check(
+        &out,
+        &seen,
+        &says.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let (at, seen) = relay(&n.addr);
     let out = submit_to(&n, &at);
-    check(&out, &at, &seen, "another address");
+    check(&out, &seen, &["another address", "a relay"]);
+    n.logged_refusal("address");
     assert!(
         n.sys.fake.sbatch_calls().is_empty(),
         "{:?}",
@@ -1962,20 +2057,20 @@ fn a_squatter_a_relay_and_a_daemon_of_another_user_are_refused() {
 }
 
 /// A daemon and a client of different versions of the exchange say so: a client of
-/// version 1 (which waited for no proof) meets this daemon's version in the hello it reads,
-/// and a hello of version 1 gets this client's clear error.
+/// version 2 (which opened with a bare nonce) meets this daemon's version in the hello it
+/// reads, and a hello of version 2 gets this client's clear error.
 #[test]
 fn a_peer_of_another_protocol_version_is_told_so() {
     let n = Net::start("");
     let (_s, _r, hello) = n.connect();
-    assert_eq!(hello.version, 2);
+    assert_eq!(hello.version, 3);
     let port = free_port("127.0.0.1");
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let at = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         let Ok((mut s, _)) = l.accept() else { return };
         let _ = s.write_all(
-            b"{\"version\":1,\"daemon\":\"login1\",\"uid\":0,\"active\":true,\"nonce\":\"00000000000000000000000000000000\"}\n",
+            b"{\"version\":2,\"daemon\":\"login1\",\"uid\":0,\"active\":true,\"nonce\":\"00000000000000000000000000000000\"}\n",
         );
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
@@ -1985,7 +2080,7 @@ fn a_peer_of_another_protocol_version_is_told_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert!(
-        err.contains("speaks version 1 of the network protocol, this supervisorctl version 2"),
+        err.contains("speaks version 2 of the network protocol, this supervisorctl version 3"),
         "{err}"
     );
 }
@@ -2085,39 +2180,31 @@ fn the_shared_databases_error_is_shown_to_root_only() {
     assert!(!alice_sees.contains(&url.port.to_string()), "{alice_sees}");
 }
 
-/// The daemon's proof is a credential of root's handed to whoever connects: it is made for
-/// the uid the client says it is, so only that uid decodes it, and never for root, a
-/// system account or Slurm's own account (`SlurmUser`), which could use a credential of
-/// root's to speak to Slurm as root.
+/// The daemon's proof is a credential of root's: it is made only for a client whose
+/// opening authenticated it, restricted to the uid the opening proved, so only that uid
+/// decodes it, and never for root (whose client has it made for `nobody`), a system
+/// account or Slurm's own account (`SlurmUser`), which could use a credential of root's to
+/// speak to Slurm as root.
 #[test]
 fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
     let n = Net::start("");
-    let open_as = |uid: u32| -> String {
-        let mut s = TcpStream::connect(&n.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut hello = String::new();
-        r.read_line(&mut hello).unwrap();
-        let mut line = serde_json::to_vec(&slurm_supervisor::protocol::net::Opening {
-            nonce: slurm_supervisor::protocol::net::nonce_hex(&rand::random()),
-            uid,
-        })
-        .unwrap();
+    let open_as = |user: &str| -> String {
+        let (mut s, mut r, hello) = n.connect();
+        let mut line = n.cred_for(user, &hello, PING);
         line.push(b'\n');
         s.write_all(&line).unwrap();
         let mut answer = String::new();
         r.read_line(&mut answer).unwrap();
         answer
     };
-    // Root, a system account, and the fake's SlurmUser (slurm(64030)): no proof.
-    for uid in [0, 1, 64030] {
-        let answer = open_as(uid);
+    // A system account and the fake's SlurmUser (slurm(64030)): no proof.
+    for (user, uid) in [("daemon", 1), ("slurm", 64030)] {
+        let answer = open_as(user);
         forbidden(&answer, &format!("no proof is made for uid {uid}"));
     }
-    n.logged_refusals("proof_uid", 3);
+    n.logged_refusals("proof_uid", 2);
     // alice's: alice decodes it, bob cannot.
-    let alice = User::get("alice");
-    let proof = open_as(alice.uid);
+    let proof = open_as("alice");
     assert!(proof.starts_with("MUNGE:"), "{proof}");
     let bob = n
         .munged
@@ -2134,6 +2221,82 @@ fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
         String::from_utf8_lossy(&by_alice.stdout).contains("UID:             0"),
         "{by_alice:?}"
     );
+}
+
+/// Issue 32's last high finding: before protocol version 3 the daemon proved itself to
+/// anyone, before they authenticated: an opening naming alice's uid, sent by someone with
+/// no account, got a credential made by root and restricted to alice, which alice's srun
+/// or salloc on a Slurm without the fix of CVE-2023-49933 takes for a message from root.
+/// Now a connection whose opening does not authenticate it gets a refusal line and never
+/// a credential of the daemon's: version 2's bare opening, garbage, a credential
+/// restricted to another uid than the daemon's, one made for another connection's nonce,
+/// another hello or another address, and root from a node `root_nodes` does not list.
+#[test]
+fn an_opening_that_does_not_authenticate_gets_a_refusal_and_never_a_proof() {
+    let n = Net::start("");
+    let alice = User::get("alice");
+    let refused = |line: &[u8], says: &str| {
+        let (mut s, mut r, _) = n.connect();
+        let mut out = line.to_vec();
+        out.push(b'\n');
+        s.write_all(&out).unwrap();
+        let mut answer = String::new();
+        let _ = r.read_to_string(&mut answer);
+        assert!(!answer.contains("MUNGE:"), "a proof for {says:?}: {answer}");
+        assert_eq!(answer.lines().count(), 1, "{answer}");
+        forbidden(&answer, says);
+    };
+    // Version 2's opening: a nonce and the uid to make the proof for, alice's.
+    let v2 = format!(
+        "{{\"nonce\":\"{}\",\"uid\":{}}}",
+        "ab".repeat(request_binding::NONCE_LEN),
+        alice.uid
+    );
+    refused(v2.as_bytes(), "credential refused");
+    refused(b"hello", "credential refused");
+    // alice's credentials, each wrong in one way.
+    let (_s, _r, other) = n.connect();
+    let (s, r, hello) = n.connect();
+    let bob = User::get("bob").uid;
+    let cred = Net::cred_with(&n.munged, "alice", &hello.opening(PING), bob, 60);
+    forbidden(&Net::send((s, r), &cred, PING), "not for this uid");
+    let cred = n.cred_for("alice", &other, PING);
+    drop((_s, _r));
+    refused(&cred, "another nonce");
+    let (s, r, hello) = n.connect();
+    let payload = hello.opening_as(&hello.daemon, b"{}", hello.dialled, PING);
+    let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
+    let answer = Net::send((s, r), &cred, PING);
+    assert!(!answer.contains("MUNGE:"), "{answer}");
+    forbidden(&answer, "another hello");
+    let (s, r, hello) = n.connect();
+    let payload = hello.opening_as(
+        &hello.daemon,
+        &hello.line,
+        "127.0.0.1:1".parse().unwrap(),
+        PING,
+    );
+    let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
+    let answer = Net::send((s, r), &cred, PING);
+    assert!(!answer.contains("MUNGE:"), "{answer}");
+    forbidden(&answer, "another address");
+    // Root, from a node not listed: no one, and no proof.
+    let (s, r, hello) = n.connect();
+    let cred = n.cred_for("root", &hello, PING);
+    let answer = Net::send((s, r), &cred, PING);
+    assert!(!answer.contains("MUNGE:"), "{answer}");
+    forbidden(&answer, "not an administrator");
+    for reason in [
+        "unauthorized",
+        "nonce",
+        "hello",
+        "address",
+        "root_elsewhere",
+    ] {
+        n.logged_refusal(reason);
+    }
+    // alice herself is proven and served.
+    n.alice_is_served_within(Duration::from_secs(10));
 }
 
 /// Issue 32's attacking review: a user who binds the daemon's network port (or its

@@ -7,15 +7,20 @@
 //! to an X of the list (a daemon cannot send a user's script to an address the site did
 //! not name) and only to one not tried yet, so a request visits each server at most once.
 //!
-//! Before anything of the user's leaves, the daemon proves itself (`protocol::net`, step
-//! 3): its own MUNGE credential, made by root or by this user, for this client's nonce,
-//! its hello and the address this client is connected to. A daemon that cannot is passed
-//! over with the reason, and it has been sent nothing but a nonce: no credential, no
-//! script, no working folder, no environment.
+//! The client authenticates first (`protocol::net`, step 2): its opening credential,
+//! restricted to the hello's uid (root's or this user's own, never a third uid's), names
+//! this connection and commits to the request without carrying any of it. Before
+//! anything of the request leaves, the daemon proves itself (step 3): its own MUNGE
+//! credential, made by root or by this user, for this client's nonce, its hello and the
+//! address this client is connected to. A daemon that cannot is passed over with the
+//! reason, and it has been sent nothing but the opening: no script, no working folder,
+//! no environment, not even which command. A daemon that refuses the opening says why
+//! on one line, which is this client's answer (an error only: an unproven peer's "ok" is
+//! not taken).
 
 use super::{ClientError, NetTarget};
 use crate::munge::Munge;
-use crate::protocol::net::{nonce_hex, Hello, Opening, MAX_HELLO, PROOF_UID_OF_ROOT, VERSION};
+use crate::protocol::net::{hex, Hello, MAX_HELLO, PROOF_UID_OF_ROOT, VERSION};
 use crate::request_binding;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -32,6 +37,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// room for clocks a little out of step between login nodes.
 pub const CREDENTIAL_TTL: u32 = 60;
 
+/// What `send` returns: the answer to read, and how sending went.
+pub type Sent = (Box<dyn BufRead + Send>, std::io::Result<()>);
+
 /// Sends `line` (a request and its newline) to the active daemon of `target`; returns the
 /// connection to read the answer from, and how sending went. A read (`read`) goes to the
 /// first standby that answered when no daemon acts (during a takeover, or while the shared
@@ -41,7 +49,7 @@ pub fn send(
     line: &[u8],
     read: bool,
     answer_timeout: Duration,
-) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
+) -> Result<Sent, ClientError> {
     let munge = Munge::open(target.munge_socket.as_deref())?;
     let tls = match &target.tls_ca {
         None => None,
@@ -88,50 +96,39 @@ pub fn send(
                 )),
                 None => reasons.push(format!("{addr}: not active, and knows no active daemon")),
             }
-            if read && standby.is_none() {
-                if let Ok(nonce) = usable(&hello, me) {
-                    match proven(&mut reader, &hello, &hello_line, peer, &munge, me)? {
-                        Ok(()) => standby = Some((reader, hello.daemon, hello.uid, nonce)),
-                        Err(why) => reasons.push(unproven(&addr, peer, &why)),
-                    }
+            if read && standby.is_none() && usable(&hello, me).is_ok() {
+                match open(&mut reader, &hello, &hello_line, peer, &munge, me, body)? {
+                    Opened::Proven(salt) => standby = Some((reader, salt)),
+                    Opened::Refused(answer) => reasons.push(format!(
+                        "{addr}: refused this client: {}",
+                        String::from_utf8_lossy(&answer).trim()
+                    )),
+                    Opened::Unproven(why) => reasons.push(unproven(&addr, peer, &why)),
                 }
             }
             continue;
         }
-        let nonce = match usable(&hello, me) {
-            Ok(nonce) => nonce,
-            Err(why) => {
-                reasons.push(format!("{addr}: {why}"));
-                continue;
-            }
-        };
-        if let Err(why) = proven(&mut reader, &hello, &hello_line, peer, &munge, me)? {
-            reasons.push(unproven(&addr, peer, &why));
+        if let Err(why) = usable(&hello, me) {
+            reasons.push(format!("{addr}: {why}"));
             continue;
         }
-        return request(
-            reader,
-            (&hello.daemon, hello.uid, &nonce),
-            &munge,
-            body,
-            line,
-            answer_timeout,
-        );
+        match open(&mut reader, &hello, &hello_line, peer, &munge, me, body)? {
+            Opened::Proven(salt) => return request(reader, &salt, line, answer_timeout),
+            // The daemon's refusal, as it would answer a request it refused.
+            Opened::Refused(answer) => {
+                return Ok((Box::new(std::io::Cursor::new(answer)), Ok(())));
+            }
+            Opened::Unproven(why) => reasons.push(unproven(&addr, peer, &why)),
+        }
     }
     match standby {
-        Some((reader, daemon, uid, nonce)) => request(
-            reader,
-            (&daemon, uid, &nonce),
-            &munge,
-            body,
-            line,
-            answer_timeout,
-        ),
+        Some((reader, salt)) => request(reader, &salt, line, answer_timeout),
         None => Err(ClientError::Network(reasons.join("; "))),
     }
 }
 
-/// The nonce of a hello this client makes a credential for.
+/// Whether this client makes an opening credential for a hello: its nonce is well
+/// formed, and its uid, to which the credential is restricted, is root's or this user's.
 fn usable(hello: &Hello, me: u32) -> Result<request_binding::Nonce, String> {
     // A credential restricted to any uid but root's (a system-wide daemon) or the
     // caller's own (a per-user daemon) would let that uid read it: not made.
@@ -149,7 +146,8 @@ fn usable(hello: &Hello, me: u32) -> Result<request_binding::Nonce, String> {
 /// Why a daemon was passed over for want of a proof, and what to check.
 fn unproven(addr: &str, peer: SocketAddr, why: &str) -> String {
     format!(
-        "{addr} ({peer}) did not prove it is slurm-supervisord: {why}; nothing was sent to it; \
+        "{addr} ({peer}) did not prove it is slurm-supervisord: {why}; nothing of the request was sent to it \
+         (only this client's opening credential, which only root or you can decode); \
          check on that node that slurm-supervisord runs and holds the port itself \
          (`systemctl status slurm-supervisord.socket slurm-supervisord`, `ss -ltnp 'sport = :{}'`), \
          and that [client] servers names the daemon's own address (no relay or NAT between)",
@@ -157,49 +155,71 @@ fn unproven(addr: &str, peer: SocketAddr, why: &str) -> String {
     )
 }
 
-/// Asks the daemon to prove itself (`protocol::net` step 3) and checks its proof:
-/// `Ok(Err(why))` when it does not; `Err` only for this client's own trouble (its munged).
-fn proven(
+/// How an opening went.
+enum Opened {
+    /// The daemon proved itself; the request goes with this salt.
+    Proven(request_binding::Salt),
+    /// The daemon refused the opening: its error answer, newline included.
+    Refused(Vec<u8>),
+    /// What answered did not prove it is the daemon, and why.
+    Unproven(String),
+}
+
+/// Authenticates to the daemon (`protocol::net` step 2), committing to `body`, and checks
+/// its proof (step 3). `Err` only for this client's own trouble (its munged).
+fn open(
     reader: &mut BufReader<Conn>,
     hello: &Hello,
     hello_line: &[u8],
     peer: SocketAddr,
     munge: &Munge,
     me: u32,
-) -> Result<Result<(), String>, ClientError> {
+    body: &[u8],
+) -> Result<Opened, ClientError> {
     let Some(daemon_nonce) = hello.nonce_bytes() else {
-        return Ok(Err("its hello has no usable nonce".into()));
+        return Ok(Opened::Unproven("its hello has no usable nonce".into()));
     };
     let client_nonce: request_binding::Nonce = rand::random();
-    // The proof is restricted to this uid; root has it made for `nobody` (a daemon makes
-    // none that root could decode) and decodes it as `nobody`.
-    let decoder = if me == 0 { PROOF_UID_OF_ROOT } else { me };
-    let mut opening = serde_json::to_vec(&Opening {
-        nonce: nonce_hex(&client_nonce),
-        uid: decoder,
-    })
-    .expect("an opening serializes");
+    let salt: request_binding::Salt = rand::random();
+    let payload = request_binding::open(
+        &client_nonce,
+        &hello.daemon,
+        &daemon_nonce,
+        hello_line,
+        peer,
+        &request_binding::commit(&salt, body),
+    );
+    let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
+    let mut opening = Vec::with_capacity(cred.len() + 1);
+    opening.extend_from_slice(cred.as_bytes());
     opening.push(b'\n');
     let conn = reader.get_mut();
     if let Err(e) = conn.write_all(&opening).and_then(|()| conn.flush()) {
-        return Ok(Err(format!("the connection broke ({e})")));
+        return Ok(Opened::Unproven(format!("the connection broke ({e})")));
     }
     let mut line = Vec::new();
     if let Err(e) = reader
         .take(crate::munge::MAX_CREDENTIAL as u64 + 2)
         .read_until(b'\n', &mut line)
     {
-        return Ok(Err(format!("no proof came ({e})")));
+        return Ok(Opened::Unproven(format!("no proof came ({e})")));
     }
     let Some(proof) = line.strip_suffix(b"\n") else {
-        return Ok(Err(if line.is_empty() {
+        return Ok(Opened::Unproven(if line.is_empty() {
             "it closed the connection instead of proving itself".into()
         } else {
             "what it sent is not a proof".into()
         }));
     };
+    if let Ok(crate::protocol::Response::Error(_)) =
+        serde_json::from_slice::<crate::protocol::Response>(proof)
+    {
+        return Ok(Opened::Refused(line));
+    }
+    // The proof is restricted to this uid; root has it made for `nobody` (a daemon makes
+    // none that root could decode) and decodes it as `nobody`.
     let decoded = if me == 0 {
-        decode_as(decoder, munge, proof)?
+        decode_as(PROOF_UID_OF_ROOT, munge, proof)?
     } else {
         munge.decode(proof)
     };
@@ -211,32 +231,36 @@ fn proven(
             | crate::munge::MungeError::NoContext),
         ) => return Err(ClientError::Munge(e)),
         Err(e) => {
-            return Ok(Err(format!(
+            return Ok(Opened::Unproven(format!(
                 "its proof is not a credential this node's munged accepts ({e})"
             )))
         }
     };
     if d.uid != 0 && d.uid != me {
-        return Ok(Err(format!(
+        return Ok(Opened::Unproven(format!(
             "its proof was made by uid {}, which is neither root (the system-wide daemon) nor you (your own daemon)",
             d.uid
         )));
     }
     if d.uid != hello.uid {
-        return Ok(Err(format!(
+        return Ok(Opened::Unproven(format!(
             "its hello names uid {}, its proof was made by uid {}",
             hello.uid, d.uid
         )));
     }
-    Ok(request_binding::check_proof(
-        &d.payload,
-        &client_nonce,
-        &hello.daemon,
-        &daemon_nonce,
-        hello_line,
-        peer,
+    Ok(
+        match request_binding::check_proof(
+            &d.payload,
+            &client_nonce,
+            &hello.daemon,
+            &daemon_nonce,
+            hello_line,
+            peer,
+        ) {
+            Ok(()) => Opened::Proven(salt),
+            Err(m) => Opened::Unproven(m.to_string()),
+        },
     )
-    .map_err(|m| m.to_string()))
 }
 
 /// Decodes `cred` as `uid` (root's client decodes its proof as `nobody`): Debian's
@@ -308,26 +332,22 @@ fn decode_as(
     }))
 }
 
-/// Sends the credential (restricted to the daemon's uid, bound to this request, the
-/// daemon and its nonce) and the request on a connection whose hello was read.
+/// Sends the salt of the opening's commitment and the request, on a connection whose
+/// daemon proved itself.
 fn request(
     mut reader: BufReader<Conn>,
-    (daemon, uid, nonce): (&str, u32, &request_binding::Nonce),
-    munge: &Munge,
-    body: &[u8],
+    salt: &request_binding::Salt,
     line: &[u8],
     answer_timeout: Duration,
-) -> Result<(BufReader<Conn>, std::io::Result<()>), ClientError> {
-    let payload = request_binding::bind(body, daemon, nonce);
-    let cred = munge.encode(&payload, Some(uid), Some(CREDENTIAL_TTL))?;
+) -> Result<Sent, ClientError> {
     let conn = reader.get_mut();
     conn.tcp().set_read_timeout(Some(answer_timeout))?;
-    let mut out = Vec::with_capacity(cred.len() + 1 + line.len());
-    out.extend_from_slice(cred.as_bytes());
+    let mut out = Vec::with_capacity(2 * salt.len() + 1 + line.len());
+    out.extend_from_slice(hex(salt).as_bytes());
     out.push(b'\n');
     out.extend_from_slice(line);
     let sent = conn.write_all(&out).and_then(|()| conn.end_request());
-    Ok((reader, sent))
+    Ok((Box::new(reader), sent))
 }
 
 /// A connection to a daemon: plain TCP, or TLS over it.
@@ -541,11 +561,11 @@ mod tests {
             active_at: None,
         })
         .unwrap();
-        // A proof follows the hello; here it is not a credential at all.
+        // The client opens before any proof; here no munged makes its credential.
         let (a, _) = standby(format!("{hello}\nMUNGE:AAAA:"));
         let t = target(&[&a]);
         let line = b"{\"cmd\":\"status\"}\n";
-        // The read gets as far as checking the standby's proof (no munged here).
+        // The read gets as far as making its opening for the standby (no munged here).
         match send(&t, line, true, Duration::from_secs(5)) {
             Err(ClientError::Munge(_)) => {}
             Err(e) => panic!("the read was not sent to the standby: {e}"),

@@ -2,19 +2,23 @@
 //! other login nodes, each request authenticated by a MUNGE credential bound to it
 //! (`protocol::net` has the exchange, docs/security.md the reasoning).
 //!
-//! A connection is anonymous until its credential is decoded, so it first waits in a
-//! bounded **pre-authentication pool**: when the pool is full the connection that has
+//! A connection is anonymous until its opening credential is decoded, so it first waits in
+//! a bounded **pre-authentication pool**: when the pool is full the connection that has
 //! waited longest is dropped to make room. A client that speaks the protocol is through it
-//! in milliseconds (one round trip to munged), so idle, trickling or flooding connections
-//! only push each other out. Once the credential says who the caller is (and that it was
-//! made for this daemon and this connection's nonce), the connection takes a slot of that
-//! uid's share, the same count the Unix socket takes, and from there it is the Unix
-//! socket's path: the same request reader and limits, and the same `server::answer`.
+//! in milliseconds (two round trips to munged: its opening decoded, this daemon's proof
+//! made), so idle, trickling or flooding connections only push each other out. Once the
+//! opening says who the caller is (and that it was made for this daemon, this
+//! connection's nonce and hello, and the address it reached), and the admission rules let
+//! that uid in, the connection takes a slot of that uid's share, the same count the Unix
+//! socket takes, and only then does the daemon prove itself: an anonymous connection gets
+//! a refusal line and no credential of the daemon's. From there it is the Unix socket's
+//! path: the same request reader and limits, and the same `server::answer`, once the
+//! salt and the request match the opening's commitment.
 //!
-//! The exchange itself (hello and nonce, the daemon's proof, the credential) is
+//! The exchange itself (hello and nonce, the client's opening, the daemon's proof) is
 //! `protocol::net`'s. Here: the anonymous connections' calls to munged share
-//! [`MUNGE_CALLS_MAX`] places; a credential is checked against the connection's nonce and
-//! the daemon's identity; a per-user daemon refuses every uid but its own
+//! [`MUNGE_CALLS_MAX`] places; an opening is checked against the connection's nonce, hello
+//! and local address and the daemon's identity; a per-user daemon refuses every uid but its own
 //! (`server::owner_only`); root from an origin not in `[server] root_nodes` is no one;
 //! TLS is optional (`[server] tls_cert`); and [`Activity`], asked at each connection, says
 //! whether this daemon acts (always on one node; in cluster mode the election's role), so
@@ -24,7 +28,9 @@
 use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
 use crate::munge::{Munge, MungeError};
-use crate::protocol::net::{nonce_from_hex, nonce_hex, Hello, Opening, MAX_OPENING, VERSION};
+use crate::protocol::net::{
+    nonce_hex, salt_from_hex, Hello, MAX_OPENING, PROOF_UID_OF_ROOT, VERSION,
+};
 use crate::protocol::{ErrorKind, Response};
 use crate::request_binding::{self, Nonce};
 use std::collections::BTreeMap;
@@ -95,8 +101,8 @@ fn role_of(active: bool, node: impl FnOnce() -> Option<String>, port: u16) -> Ro
 /// Connections that have not yet shown a credential, all peers together.
 pub const PRE_AUTH_MAX: usize = 256;
 
-/// The longest the credential line may be: the credential and its newline.
-const MAX_CREDENTIAL_LINE: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
+/// The longest the salt line may be: the salt as hex and its newline.
+const SALT_LINE: u64 = 2 * request_binding::SALT_LEN as u64 + 1;
 
 /// The longest munged may take to decode a credential (or make the daemon's proof)
 /// before the connection is dropped.
@@ -264,17 +270,19 @@ fn log_suppressed(peer: Option<IpAddr>, reason: &'static str, n: u64) {
 /// The first uid of an ordinary account: below it (root included) are system accounts.
 pub const FIRST_USER_UID: u32 = 1000;
 
-/// The uid the daemon's proof is restricted to, for a client that claims `claimed`.
+/// The uid the daemon's proof is restricted to, for a client whose opening proved it is
+/// `claimed` (`PROOF_UID_OF_ROOT` for root).
 ///
-/// A proof is a credential this daemon makes as itself, handed to whoever connects. Made
+/// A proof is a credential this daemon makes as itself, handed to a client that
+/// authenticated (nothing stops a user from then handing it on to her own programs). Made
 /// by root and decodable by root or by Slurm's own account, it would be a credential of
 /// root's that slurmd (root) or slurmctld and slurmdbd (`SlurmUser`) decode: Slurm before
 /// 23.11 does not check a credential's payload, so anyone could speak to it as root. So a
-/// system-wide daemon restricts each proof to the uid the client says it is, and makes
+/// system-wide daemon restricts each proof to the uid the client proved it is, and makes
 /// none for root, a system account (below `FIRST_USER_UID`) or an account of `refused`
-/// (Slurm's). A root client asks for `nobody`'s (`PROOF_UID_OF_ROOT`) and decodes it as
-/// `nobody`. A per-user daemon's proof is made as its user and restricted to that user,
-/// whoever asks: no one else may use it (`server::owner_only`).
+/// (Slurm's). A root client's proof is `nobody`'s (`PROOF_UID_OF_ROOT`), which it decodes
+/// as `nobody`. A per-user daemon's proof is made as its user and restricted to that user,
+/// the only one it serves (`server::owner_only`).
 pub fn proof_uid(daemon_uid: u32, claimed: u32, refused: &[u32]) -> Result<u32, String> {
     if daemon_uid != 0 {
         return Ok(daemon_uid);
@@ -402,12 +410,13 @@ impl Refusal {
     }
 }
 
-/// The pre-authentication part: the hello, the credential, its checks, a slot.
+/// The pre-authentication part: the hello, the opening, its checks, a slot, the proof.
 struct Authenticated {
     uid: u32,
     gid: u32,
     origin: Ipv4Addr,
-    payload: Vec<u8>,
+    /// What the opening committed the request to.
+    commitment: request_binding::Commitment,
     slot: server::Slot,
 }
 
@@ -486,7 +495,34 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
             .await;
         }
     };
-    // From here on the caller is a uid with a slot of its share, as on the Unix socket.
+    // From here on the caller is a uid with a slot of its share, as on the Unix socket. It
+    // sends the salt of its commitment, then the request.
+    let salt_line = match line_in_time(&mut reader, SALT_LINE, net, "salt").await {
+        Ok(line) => line,
+        Err(Ok(r)) => {
+            net.refused(peer, Some(a.uid), r.code, &r.message);
+            return server::write_answer(
+                &mut write,
+                &Response::error(ErrorKind::Forbidden, r.message),
+            )
+            .await;
+        }
+        Err(Err(e)) => return Err(e),
+    };
+    // Nothing: a client that did not take this daemon's proof (it says why on its side).
+    if salt_line.is_empty() {
+        net.counted(peer, "silent");
+        return Ok(());
+    }
+    let Some(salt) = salt_line.strip_suffix(b"\n").and_then(salt_from_hex) else {
+        let message = format!(
+            "expected the salt of the opening's commitment, {} bytes as hex, on one line",
+            request_binding::SALT_LEN
+        );
+        net.refused(peer, Some(a.uid), "salt", &message);
+        return server::write_answer(&mut write, &Response::error(ErrorKind::Forbidden, message))
+            .await;
+    };
     let max = net.shared.limits.max_request_bytes();
     let mut line = Vec::new();
     let got = read_request(
@@ -515,7 +551,7 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     }
     if got.is_ok() && line.len() as u64 <= max {
         let body = line.strip_suffix(b"\n").unwrap_or(&line);
-        if let Err(m) = request_binding::check(&a.payload, body, &net.id, &nonce) {
+        if let Err(m) = request_binding::check_commitment(&a.commitment, &salt, body) {
             net.refused(peer, Some(a.uid), m.code(), &m.to_string());
             return server::write_answer(
                 &mut write,
@@ -565,11 +601,11 @@ where
     }
 }
 
-/// Says hello, proves this daemon to a client that opens, reads and checks the
-/// credential, and takes a slot for its uid. A standby says so and where the active daemon
-/// is, and goes on: it answers reads from its replica and refuses changes, as on its Unix
-/// socket. `Err(Ok(_))`: refused; `Err(Err(_))`: the connection broke (`UnexpectedEof`: the
-/// client left before sending a credential).
+/// Says hello, reads and checks the client's opening credential, takes a slot for its
+/// uid, and only then proves this daemon to it. A standby says so and where the active
+/// daemon is, and goes on: it answers reads from its replica and refuses changes, as on
+/// its Unix socket. `Err(Ok(_))`: refused (no proof made); `Err(Err(_))`: the connection
+/// broke (`UnexpectedEof`: the client left before sending an opening).
 async fn handshake<R, W>(
     reader: &mut R,
     write: &mut W,
@@ -597,7 +633,7 @@ where
     // The hello and the proof are small: they fit the socket's buffer, so a client that
     // never reads them does not hold this up.
     send_line(write, &hello_line).await?;
-    // The client's opening: its nonce, for the proof.
+    // The client's opening: its credential.
     let line = line_in_time(reader, MAX_OPENING, net, "opening").await?;
     // Nothing at all: a client that read a standby's hello and went to the active daemon
     // with its change, one that only looked, or one of another version. Not a refusal.
@@ -607,48 +643,15 @@ where
             "the client left after the hello",
         )));
     }
-    let (client_nonce, claimed) = line
-        .strip_suffix(b"\n")
-        .and_then(|l| serde_json::from_slice::<Opening>(l).ok())
-        .and_then(|o| Some((nonce_from_hex(&o.nonce)?, o.uid)))
-        .ok_or_else(|| {
-            Ok(Refusal::new(
-                "opening",
-                format!(
-                    "expected an opening line with this client's nonce (version {VERSION} of the network protocol): is this supervisorctl of another version?"
-                ),
-            ))
-        })?;
-    let for_uid = proof_uid(net.uid, claimed, &net.no_proof_for)
-        .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
-    let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
-    let proof = net
-        .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
-        .await?
-        .map_err(|e| {
-            Ok(Refusal::new(
-                "munged",
-                format!("the daemon cannot prove itself now ({e}); try again later"),
-            ))
-        })?;
-    send_line(write, proof.as_bytes()).await?;
-    let line = line_in_time(reader, MAX_CREDENTIAL_LINE, net, "credential").await?;
-    // Nothing: a client that did not take this daemon's proof (it says why on its side).
-    if line.is_empty() {
-        return Err(Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the client left after the proof",
-        )));
-    }
     let Some(cred) = line.strip_suffix(b"\n") else {
         return Err(Ok(Refusal::new(
-            if line.len() as u64 >= MAX_CREDENTIAL_LINE {
+            if line.len() as u64 >= MAX_OPENING {
                 "too_long"
             } else {
                 "truncated"
             },
             format!(
-                "expected a MUNGE credential of at most {} bytes on one line",
+                "expected an opening: a MUNGE credential of at most {} bytes on one line (version {VERSION} of the network protocol)",
                 crate::munge::MAX_CREDENTIAL
             ),
         )));
@@ -674,12 +677,8 @@ where
             )))
         }
     };
-    if let Err(m) = request_binding::check_issued(&d.payload, &net.id, nonce) {
-        return Err(Ok(Refusal::new(
-            m.code(),
-            format!("credential refused: {m}"),
-        )));
-    }
+    let opened = request_binding::check_opening(&d.payload, &net.id, nonce, &hello_line, local)
+        .map_err(|m| Ok(Refusal::new(m.code(), format!("credential refused: {m}"))))?;
     // A per-user daemon serves its own user only (as its Unix socket does).
     server::owner_only(net.uid, d.uid).map_err(|why| Ok(Refusal::new("owner", why)))?;
     if d.uid == 0 && !net.root_nodes.contains(&d.origin) {
@@ -691,17 +690,32 @@ where
             ),
         )));
     }
+    // The proof is for the uid the opening proved; root decodes it as `nobody`.
+    let claimed = if d.uid == 0 { PROOF_UID_OF_ROOT } else { d.uid };
+    let for_uid = proof_uid(net.uid, claimed, &net.no_proof_for)
+        .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
     let slot = take_slot(
         &net.shared.counts,
         d.uid,
         net.shared.limits.connections_per_user,
     )
     .map_err(|why| Ok(Refusal::new("connections", why)))?;
+    let payload = request_binding::prove(&opened.client_nonce, &net.id, nonce, &hello_line, local);
+    let proof = net
+        .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
+        .await?
+        .map_err(|e| {
+            Ok(Refusal::new(
+                "munged",
+                format!("the daemon cannot prove itself now ({e}); try again later"),
+            ))
+        })?;
+    send_line(write, proof.as_bytes()).await?;
     Ok(Authenticated {
         uid: d.uid,
         gid: d.gid,
         origin: d.origin,
-        payload: d.payload,
+        commitment: opened.commitment,
         slot,
     })
 }

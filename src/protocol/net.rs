@@ -11,40 +11,48 @@
 //!    a change there, and may send a read (`Request::is_read`) to the standby itself,
 //!    which answers it from its replica and refuses anything else, as on its Unix socket.
 //!    A client that reads a hello of another version says so and sends nothing.
-//! 2. A client that means to send a request here opens with an [`Opening`]: one JSON
-//!    line with a fresh nonce of its own and the uid that will decode the proof.
-//! 3. The daemon proves itself: one line, a MUNGE credential it makes as its own uid (root
-//!    for the system-wide service), restricted to the opening's uid (never to root or a
-//!    system account, which could use a credential of root's against Slurm), whose payload is `request_binding::prove(the
-//!    client's nonce, its identity, its nonce, the hello line, the connection's local
-//!    address as it sees it)`. The client decodes it with its own munged and goes on only
-//!    if its maker is root or the client's own uid (and the hello's `uid`), and the proof
-//!    names its nonce, this hello and the address the client is connected to: a program
-//!    holding the port, or relaying it to the real daemon, cannot make one.
-//! 4. The client sends its credential (the armoured text, at most `munge::MAX_CREDENTIAL`
-//!    bytes) on one line, then the request as one JSON line, exactly as on the Unix socket.
-//!    The credential's payload is `request_binding::bind(request line without its
-//!    newline, hello.daemon, hello.nonce)`.
+//! 2. A client that means to send a request here authenticates first: its **opening** is
+//!    one line, a MUNGE credential (the armoured text, at most `munge::MAX_CREDENTIAL`
+//!    bytes) it makes as its own uid, restricted to the hello's `uid` (a client makes none
+//!    for a uid that is neither root nor its own), whose payload is
+//!    `request_binding::open(a fresh nonce of the client's, hello.daemon, hello.nonce, the
+//!    hello line, the address the client dialled, request_binding::commit(a fresh salt,
+//!    the request line without its newline))`. Nothing of the request itself is sent yet.
+//! 3. The daemon decodes the opening (a bounded number of calls to munged at once, see
+//!    `daemon::net`), checks that its payload names this daemon, its nonce, this hello
+//!    and the connection's local address as the daemon sees it, and applies the admission
+//!    rules (a per-user daemon serves its own uid only; root only from `server.root_nodes`;
+//!    the uid's connection share). A connection whose opening does not pass gets one
+//!    refusal line (an error answer, as on the Unix socket) and is closed: no proof, and
+//!    no credential of the daemon's made for it. Otherwise the daemon proves itself: one
+//!    line, a MUNGE credential it makes as its own uid (root for the system-wide service),
+//!    restricted to the uid the opening proved (`nobody`, [`PROOF_UID_OF_ROOT`], for
+//!    root; never a system account or Slurm's, which could use a credential of root's
+//!    against Slurm), whose payload is `request_binding::prove(the client's nonce, its
+//!    identity, its nonce, the hello line, the connection's local address as it sees
+//!    it)`. The client decodes it with its own munged and goes on only if its maker is
+//!    root or the client's own uid (and the hello's `uid`), and the proof names its nonce,
+//!    this hello and the address the client is connected to: a program holding the port,
+//!    or relaying it to the real daemon, cannot make one.
+//! 4. The client sends the salt (hex, [`request_binding::SALT_LEN`] bytes) on one line,
+//!    then the request as one JSON line, exactly as on the Unix socket; the daemon checks
+//!    them against the opening's commitment.
 //! 5. The daemon answers as on the Unix socket: one JSON line (or the streamed list of
 //!    `status`), then closes.
+//!
+//! One credential made by the client and one decoded by the daemon per request, and one
+//! made by the daemon (the proof), only for a client that authenticated.
 
 use serde::{Deserialize, Serialize};
 
-/// The version of this exchange; a client refuses a hello of another. 2: the client
-/// opens with its nonce and the daemon proves itself (1 had no proof).
-pub const VERSION: u32 = 2;
+/// The version of this exchange; a client refuses a hello of another. 3: the client
+/// authenticates first and the daemon proves itself to it only then (2: the daemon proved
+/// itself to anyone before the client authenticated; 1 had no proof). A client and a
+/// daemon talk only when they speak the same version.
+pub const VERSION: u32 = 3;
 
-/// The longest opening line a daemon reads, newline included.
-pub const MAX_OPENING: u64 = 256;
-
-/// What a client says after the hello, when it means to send a request: its own nonce,
-/// as hex, which the daemon's proof must name, and the uid that will decode the proof
-/// (the client's own; [`PROOF_UID_OF_ROOT`] for root).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Opening {
-    pub nonce: String,
-    pub uid: u32,
-}
+/// The longest opening line a daemon reads: the credential and its newline.
+pub const MAX_OPENING: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
 
 /// The uid a root client has its proof restricted to, and decodes it as (`nobody`): a
 /// daemon makes no proof that root could decode (see `daemon::net::proof_uid`).
@@ -93,7 +101,25 @@ pub fn nonce_from_hex(text: &str) -> Option<crate::request_binding::Nonce> {
 
 /// A nonce as the hello carries it.
 pub fn nonce_hex(nonce: &crate::request_binding::Nonce) -> String {
-    nonce.iter().map(|b| format!("{b:02x}")).collect()
+    hex(nonce)
+}
+
+/// Bytes as lowercase hex (a nonce, a salt).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A salt from its line (without the newline), if it is well formed.
+pub fn salt_from_hex(text: &[u8]) -> Option<crate::request_binding::Salt> {
+    let mut out = [0u8; crate::request_binding::SALT_LEN];
+    if text.len() != out.len() * 2 {
+        return None;
+    }
+    for (i, b) in out.iter_mut().enumerate() {
+        let pair = std::str::from_utf8(text.get(2 * i..2 * i + 2)?).ok()?;
+        *b = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -118,5 +144,10 @@ mod tests {
         }
         h.nonce = None;
         assert_eq!(h.nonce_bytes(), None);
+        let salt: crate::request_binding::Salt = std::array::from_fn(|i| (i * 7) as u8);
+        assert_eq!(salt_from_hex(hex(&salt).as_bytes()), Some(salt));
+        for bad in [&b""[..], b"00", &[b'z'; 64], &[b'0'; 65]] {
+            assert_eq!(salt_from_hex(bad), None);
+        }
     }
 }
