@@ -230,6 +230,16 @@ const NEVER_REACHES: &[(&str, &str, &str)] = &[
         "slurm/cli",
         "classify is a pure function of what Slurm printed and the rules",
     ),
+    (
+        "daemon/reads",
+        "daemon/engine",
+        "reads answer from the store beside the loop, through whatever part they use",
+    ),
+    (
+        "daemon/reads",
+        "daemon/sbatch",
+        "reads answer from the store beside the loop: no sbatch through any part",
+    ),
 ];
 
 /// Imports a rule forbids that are allowed all the same: `(file, part it imports, why)`.

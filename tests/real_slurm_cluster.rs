@@ -382,7 +382,14 @@ fn a_new_active_daemon_cancels_a_held_job_nobody_recorded_and_releases_a_recorde
 fn a_users_own_hold_is_kept_in_cluster_mode_and_sbatch_hold_is_no_hold() {
     require_slurm();
     let shared = Shared::new();
-    let a = shared.daemon("loginA");
+    let flags = tempfile::tempdir_in(common::scratch_root()).unwrap();
+    let ran = flags.path().join("loginA-ran");
+    let bin = noting_bin_dir(flags.path(), &ran);
+    let a = shared.daemon_with(
+        "loginA",
+        &format!("bin_dir = {:?}\n", bin.display().to_string()),
+        "",
+    );
     wait_for("loginA to act", Duration::from_secs(30), || active(&a));
     let submit = |args: &[&str]| {
         let out = std::process::Command::new(common::CTL)
@@ -404,6 +411,18 @@ fn a_users_own_hold_is_kept_in_cluster_mode_and_sbatch_hold_is_no_hold() {
     };
     let held = submit(&["--hold", "--time=1", "--mem=50M", "--wrap=true"]);
     let runs = submit(&["--time=1", "--mem=50M", "--wrap=true"]);
+    // Both were submitted held (the user's own --hold, the daemon's), and only the job
+    // the user did not hold was released after the fence: SBATCH_HOLD took neither out
+    // from under it.
+    let log = std::fs::read_to_string(&ran).unwrap();
+    let sbatches: Vec<&str> = log.lines().filter(|l| l.starts_with("sbatch ")).collect();
+    assert_eq!(sbatches.len(), 2, "{log}");
+    assert!(
+        sbatches.iter().all(|l| l.split(' ').any(|a| a == "--hold")),
+        "{log}"
+    );
+    let released = |job: &str| log.lines().any(|l| l == format!("scontrol release {job}"));
+    assert!(released(&runs) && !released(&held), "{log}");
     assert!(reason(&held).ends_with("|JobHeldUser"), "{}", reason(&held));
     let tag = tag_of(&shared, &held);
     let stray = stray_held(&tag);

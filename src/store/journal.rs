@@ -21,7 +21,10 @@
 //! `--dependency`, read from argv and script by `sbatch_args`) are in
 //! [`Op::CreateSubmission`]; what is kept of a note, and which old rows go, are in the
 //! note's operation. So a replica of another version, whose parser or limits differ,
-//! still makes the same rows (`a_replica_whose_parser_differs_makes_the_same_rows`).
+//! still makes the same rows from them
+//! (`a_replica_whose_parser_differs_makes_the_same_rows`). Typed values (a retry plan, a
+//! notification's body) are written as JSON by the replica's own types: a change to
+//! those types is a change to the operation, and raises [`FORMAT`].
 //!
 //! **Invariant:** an entry is in the journal before the transaction it records is
 //! committed to the writer's replica, and the writer's replica holds every earlier entry:

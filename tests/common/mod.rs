@@ -351,7 +351,6 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Where test state goes: under /tmp, which the Slurm job steps can write to.
 /// `content` written to `path` as an executable (mode 0755) by a child `install`, never
 /// by this process. A file this process holds open for writing is inherited, for a moment,
 /// by every child another test thread forks meanwhile (between its fork and its exec), and
@@ -388,6 +387,7 @@ pub fn copy_executable(src: &Path, dst: &Path) {
     assert!(status.success(), "install of {} failed", dst.display());
 }
 
+/// Where test state goes: under /tmp, which the Slurm job steps can write to.
 pub fn scratch_root() -> PathBuf {
     let p = PathBuf::from("/tmp/ssv-tests");
     std::fs::create_dir_all(&p).unwrap();

@@ -219,13 +219,25 @@ fn journal_of_derived_rows(journal: &MemoryJournal) -> Store {
     let l = s.create_submission(&waiting, 100, |_| vec![]).unwrap();
     s.note_submit_request(1000, "r1", l.submission_id, 100)
         .unwrap();
-    s.note_not_recovered(l.submission_id, &["--gres".into(), "--licenses".into()])
-        .unwrap();
+    s.note_not_recovered(l.submission_id, &raw_items()).unwrap();
     s.note_plain_refused("77", 1000, "not opted in", 100)
         .unwrap();
-    s.note_plain_refused("78", 1000, "not opted in", 100 + 40 * 24 * 3600)
+    s.note_plain_refused("78", 1000, &raw_reason(), 100 + 40 * 24 * 3600)
         .unwrap();
     s
+}
+
+/// What was not recovered, as a user's submission could make it: more items than are
+/// kept, one longer than an item is kept.
+fn raw_items() -> Vec<String> {
+    let mut items: Vec<String> = (0..40).map(|i| format!("--opt{i}")).collect();
+    items[1] = "x".repeat(2000);
+    items
+}
+
+/// A refusal's reason longer than a reason is kept.
+fn raw_reason() -> String {
+    "why ".repeat(1000)
 }
 
 fn dependency_rows_of(s: &Store) -> Vec<(String, String)> {
@@ -304,6 +316,17 @@ fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
                 let fields = op.as_object_mut().unwrap();
                 for new in ["dependencies", "keep", "forget_before"] {
                     fields.remove(new);
+                }
+                // Revision 1 carried what the user's submission made, uncut: its
+                // replica cut it when it applied it.
+                match fields["op"].as_str() {
+                    Some("note_not_recovered") => {
+                        fields.insert("items".into(), serde_json::json!(raw_items()));
+                    }
+                    Some("note_plain_refused") if fields["job_id"] == "78" => {
+                        fields.insert("reason".into(), serde_json::json!(raw_reason()));
+                    }
+                    _ => {}
                 }
             }
             *format = (journal::FORMAT & !0xff) | 1;
@@ -396,7 +419,9 @@ fn an_entry_of_this_revision_from_an_earlier_schema_is_applied() {
         .push((((first - 1) << 8) | revision, b"[]".to_vec()));
     let e = match Store::in_memory_replica(INSTANCE, Box::new(journal)) {
         Err(e) => e,
-        Ok(_) => panic!("a replica applied an entry of revision {revision} before its first schema"),
+        Ok(_) => {
+            panic!("a replica applied an entry of revision {revision} before its first schema")
+        }
     };
     assert!(matches!(e, StoreError::JournalFormatUnknown { .. }), "{e}");
 }
