@@ -327,6 +327,26 @@ impl Net {
     /// salt and the body. Returns what the daemon said after the opening (a refusal), or
     /// its answer to the body (until it closes).
     fn send(conn: (TcpStream, BufReader<TcpStream>), cred: &[u8], body: &[u8]) -> String {
+        Self::send_seeing(conn, cred, body).1
+    }
+
+    /// [`Net::send`], with everything the daemon sent, its proof line included: where a
+    /// test asserts that no proof came.
+    fn send_all(conn: (TcpStream, BufReader<TcpStream>), cred: &[u8], body: &[u8]) -> String {
+        let (first, answer) = Self::send_seeing(conn, cred, body);
+        if first.starts_with("MUNGE:") {
+            format!("{first}{answer}")
+        } else {
+            answer
+        }
+    }
+
+    /// What the daemon sent first, and its answer (all of it, when no proof came first).
+    fn send_seeing(
+        conn: (TcpStream, BufReader<TcpStream>),
+        cred: &[u8],
+        body: &[u8],
+    ) -> (String, String) {
         let (mut s, mut r) = conn;
         let mut out = cred.to_vec();
         out.push(b'\n');
@@ -334,14 +354,15 @@ impl Net {
         let mut first = String::new();
         let _ = r.read_line(&mut first);
         if !first.starts_with("MUNGE:") {
-            let _ = r.read_to_string(&mut first);
-            return first;
+            let mut all = first.clone();
+            let _ = r.read_to_string(&mut all);
+            return (first, all);
         }
         let _ = s.write_all(&salted(body));
         let _ = s.shutdown(std::net::Shutdown::Write);
         let mut answer = String::new();
         let _ = r.read_to_string(&mut answer);
-        answer
+        (first, answer)
     }
 
     /// Waits until the daemon's log has a refusal with `reason`.
@@ -1773,7 +1794,7 @@ fn a_per_user_daemon_serves_its_own_user_only() {
         assert_eq!(hello.uid, alice.uid, "{:?}", *hello);
         let body = submit_body("echo not alice's\n");
         let cred = Net::cred_with(&n.munged, user, &hello.opening(&body), alice.uid, 60);
-        let answer = Net::send((s, r), &cred, &body);
+        let answer = Net::send_all((s, r), &cred, &body);
         // Refused at the opening: no proof of alice's daemon for them.
         assert!(!answer.contains("MUNGE:"), "{answer}");
         forbidden(&answer, says);
@@ -1832,6 +1853,7 @@ impl Seen {
 /// answer of its own, job 4242, as before issue 32 a client took it. Whatever follows, it
 /// answers that way too.
 fn squatter(n: &Net, maker: Option<&str>) -> (String, Seen) {
+    // (`maker` [`FORGED_ERROR`]: it answers with an error line of its own making.)
     let port = free_port("127.0.0.1");
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let addr = l.local_addr().unwrap();
@@ -1862,8 +1884,15 @@ fn squatter(n: &Net, maker: Option<&str>) -> (String, Seen) {
         }
         seen.lock().unwrap().extend_from_slice(&line);
         const ANSWER: &[u8] = b"{\"ok\":{\"chains\":[\"c1\"],\"job_id\":\"4242\"}}\n";
-        match &maker {
+        match maker.as_deref() {
             None => s.write_all(ANSWER).unwrap(),
+            // A refusal in the daemon's form, saying what a submit that worked says, in
+            // colour, with the exit code of success.
+            Some(FORGED_ERROR) => s
+                .write_all(
+                    b"{\"error\":{\"kind\":\"sbatch_failed\",\"message\":\"\\u001b[32mok\",\"exit_code\":0,\"stderr\":\"Submitted batch job 4242\\n\"}}\n",
+                )
+                .unwrap(),
             Some(maker) => {
                 let payload =
                     request_binding::prove(&rand::random(), "login1", &nonce, &hello, addr);
@@ -1960,6 +1989,101 @@ fn submit_to(n: &Net, server: &str) -> Output {
         .env("ALICES_TOKEN", "secret-token-of-alice")
         .args(["submit", "--", "job.sh"]);
     cmd.output().unwrap()
+}
+
+/// What [`squatter`] is told to answer with an error of its own making.
+const FORGED_ERROR: &str = "forged-error";
+
+/// An error line from a peer that proved nothing is no daemon's answer: a squatter's
+/// "refusal" that says a job was submitted, with exit code 0 and a colour escape, makes
+/// the client exit 0 and print nothing of it but a bare message; and a squatter on the
+/// first server's port keeps no client from the daemon on the next one.
+#[test]
+fn a_squatters_error_line_is_no_success_and_blocks_no_other_server() {
+    let n = Net::start("");
+    n.sys.write_as("alice", "job.sh", b"#!/bin/sh\nsleep 600\n");
+    let (at, _seen) = squatter(&n, Some(FORGED_ERROR));
+    let out = submit_to(&n, &at);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !all.contains("Submitted batch job") && !all.contains('\u{1b}'),
+        "{all:?}"
+    );
+    // The squatter first, the daemon next: served by the daemon.
+    let (at, _seen) = squatter(&n, Some(FORGED_ERROR));
+    let config = n.sys.root().join("client-squatter-first.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[client]\nservers = [{at:?}, {:?}]\nmunge_socket = {:?}\n",
+            n.addr,
+            n.munged.socket().display().to_string()
+        ),
+    )
+    .unwrap();
+    chmod(&config, 0o644);
+    let out = n
+        .sys
+        .user_command("alice", &n.sys.ctl)
+        .arg("--config")
+        .arg(&config)
+        .args(["submit", "--", "job.sh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()),
+        "{out:?}"
+    );
+}
+
+/// Root's client asks for the daemon's proof first (`protocol::net::PROVE_FIRST`): a
+/// squatter, whether it answers at once or "proves" itself with bob's credential, gets
+/// root's `PROVE:` line and nonce and no credential at all (before, root's opening: a
+/// credential root made, restricted to root, which Slurm's root daemons without the fix
+/// for CVE-2023-49933 take as root's).
+#[test]
+fn roots_client_gives_a_squatter_no_credential() {
+    let n = Net::start("");
+    for maker in [None, Some("bob")] {
+        let (at, seen) = squatter(&n, maker);
+        let config = n.sys.root().join("client-root.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[client]\nservers = [{at:?}]\nmunge_socket = {:?}\n",
+                n.munged.socket().display().to_string()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(&n.sys.ctl)
+            .arg("--config")
+            .arg(&config)
+            .args(["status", "--json"])
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("did not prove it is slurm-supervisord"),
+            "{err}"
+        );
+        let all = String::from_utf8_lossy(&seen.bytes()).into_owned();
+        assert!(
+            all.starts_with(slurm_supervisor::protocol::net::PROVE_FIRST)
+                && !all.contains("MUNGE:"),
+            "root's client gave the squatter {all:?}"
+        );
+    }
 }
 
 /// The daemon proves itself before a client sends any of its request: a program holding
@@ -2266,7 +2390,7 @@ fn an_opening_that_does_not_authenticate_gets_a_refusal_and_never_a_proof() {
     let (s, r, hello) = n.connect();
     let payload = hello.opening_as(&hello.daemon, b"{}", hello.dialled, PING);
     let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
-    let answer = Net::send((s, r), &cred, PING);
+    let answer = Net::send_all((s, r), &cred, PING);
     assert!(!answer.contains("MUNGE:"), "{answer}");
     forbidden(&answer, "another hello");
     let (s, r, hello) = n.connect();
@@ -2277,13 +2401,13 @@ fn an_opening_that_does_not_authenticate_gets_a_refusal_and_never_a_proof() {
         PING,
     );
     let cred = Net::cred_with(&n.munged, "alice", &payload, 0, 60);
-    let answer = Net::send((s, r), &cred, PING);
+    let answer = Net::send_all((s, r), &cred, PING);
     assert!(!answer.contains("MUNGE:"), "{answer}");
     forbidden(&answer, "another address");
     // Root, from a node not listed: no one, and no proof.
     let (s, r, hello) = n.connect();
     let cred = n.cred_for("root", &hello, PING);
-    let answer = Net::send((s, r), &cred, PING);
+    let answer = Net::send_all((s, r), &cred, PING);
     assert!(!answer.contains("MUNGE:"), "{answer}");
     forbidden(&answer, "not an administrator");
     for reason in [

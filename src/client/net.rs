@@ -61,6 +61,9 @@ pub fn send(
     let mut tried: Vec<String> = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     let mut standby = None;
+    // A refusal before any proof, answered only if no other server serves this client (a
+    // program holding the first server's port keeps no one from the others).
+    let mut refused = None;
     while let Some(addr) = queue.pop_front() {
         if tried.contains(&addr) {
             continue;
@@ -114,16 +117,22 @@ pub fn send(
         }
         match open(&mut reader, &hello, &hello_line, peer, &munge, me, body)? {
             Opened::Proven(salt) => return request(reader, &salt, line, answer_timeout),
-            // The daemon's refusal, as it would answer a request it refused.
+            // The daemon's refusal, as it would answer a request it refused, unless
+            // another server serves this client.
             Opened::Refused(answer) => {
-                return Ok((Box::new(std::io::Cursor::new(answer)), Ok(())));
+                reasons.push(format!(
+                    "{addr}: refused this client: {}",
+                    String::from_utf8_lossy(&answer).trim()
+                ));
+                refused.get_or_insert(answer);
             }
             Opened::Unproven(why) => reasons.push(unproven(&addr, peer, &why)),
         }
     }
-    match standby {
-        Some((reader, salt)) => request(reader, &salt, line, answer_timeout),
-        None => Err(ClientError::Network(reasons.join("; "))),
+    match (standby, refused) {
+        (Some((reader, salt)), _) => request(reader, &salt, line, answer_timeout),
+        (None, Some(answer)) => Ok((Box::new(std::io::Cursor::new(answer)), Ok(()))),
+        (None, None) => Err(ClientError::Network(reasons.join("; "))),
     }
 }
 
@@ -155,6 +164,9 @@ fn unproven(addr: &str, peer: SocketAddr, why: &str) -> String {
     )
 }
 
+/// The most characters of a refusal kept from a peer that did not prove itself.
+const MAX_REFUSAL_CHARS: usize = 2000;
+
 /// How an opening went.
 enum Opened {
     /// The daemon proved itself; the request goes with this salt.
@@ -166,7 +178,9 @@ enum Opened {
 }
 
 /// Authenticates to the daemon (`protocol::net` step 2), committing to `body`, and checks
-/// its proof (step 3). `Err` only for this client's own trouble (its munged).
+/// its proof (step 3). Root's client asks for the proof first and authenticates only to a
+/// daemon that made it ([`crate::protocol::net::PROVE_FIRST`]). `Err` only for this
+/// client's own trouble (its munged).
 fn open(
     reader: &mut BufReader<Conn>,
     hello: &Hello,
@@ -181,20 +195,36 @@ fn open(
     };
     let client_nonce: request_binding::Nonce = rand::random();
     let salt: request_binding::Salt = rand::random();
-    let payload = request_binding::open(
-        &client_nonce,
-        &hello.daemon,
-        &daemon_nonce,
-        hello_line,
-        peer,
-        &request_binding::commit(&salt, body),
-    );
-    let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
-    let mut opening = Vec::with_capacity(cred.len() + 1);
-    opening.extend_from_slice(cred.as_bytes());
-    opening.push(b'\n');
+    let opening = || -> Result<Vec<u8>, ClientError> {
+        let payload = request_binding::open(
+            &client_nonce,
+            &hello.daemon,
+            &daemon_nonce,
+            hello_line,
+            peer,
+            &request_binding::commit(&salt, body),
+        );
+        let cred = munge.encode(&payload, Some(hello.uid), Some(CREDENTIAL_TTL))?;
+        let mut line = Vec::with_capacity(cred.len() + 1);
+        line.extend_from_slice(cred.as_bytes());
+        line.push(b'\n');
+        Ok(line)
+    };
+    // Root's credential, restricted to root, is one Slurm's root daemons would take as
+    // root's where they do not check its payload: never handed to whatever holds the
+    // port before it proved it is the daemon.
+    let first = if me == 0 {
+        format!(
+            "{}{}\n",
+            crate::protocol::net::PROVE_FIRST,
+            hex(&client_nonce)
+        )
+        .into_bytes()
+    } else {
+        opening()?
+    };
     let conn = reader.get_mut();
-    if let Err(e) = conn.write_all(&opening).and_then(|()| conn.flush()) {
+    if let Err(e) = conn.write_all(&first).and_then(|()| conn.flush()) {
         return Ok(Opened::Unproven(format!("the connection broke ({e})")));
     }
     let mut line = Vec::new();
@@ -211,10 +241,30 @@ fn open(
             "what it sent is not a proof".into()
         }));
     };
-    if let Ok(crate::protocol::Response::Error(_)) =
+    if let Ok(crate::protocol::Response::Error(e)) =
         serde_json::from_slice::<crate::protocol::Response>(proof)
     {
-        return Ok(Opened::Refused(line));
+        // Nothing proved who sent it: a daemon's refusal is a `forbidden` error and its
+        // message, and only that is kept (no exit code, no stderr, no control
+        // character): whatever holds the port can make it say anything else.
+        if e.kind != crate::protocol::ErrorKind::Forbidden {
+            return Ok(Opened::Unproven(
+                "it answered with an error a daemon does not give before proving itself".into(),
+            ));
+        }
+        let message: String = e
+            .message
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_REFUSAL_CHARS)
+            .collect();
+        let mut answer = serde_json::to_vec(&crate::protocol::Response::error(
+            crate::protocol::ErrorKind::Forbidden,
+            message,
+        ))
+        .expect("an answer serializes");
+        answer.push(b'\n');
+        return Ok(Opened::Refused(answer));
     }
     // The proof is restricted to this uid; root has it made for `nobody` (a daemon makes
     // none that root could decode) and decodes it as `nobody`.
@@ -248,19 +298,25 @@ fn open(
             hello.uid, d.uid
         )));
     }
-    Ok(
-        match request_binding::check_proof(
-            &d.payload,
-            &client_nonce,
-            &hello.daemon,
-            &daemon_nonce,
-            hello_line,
-            peer,
-        ) {
-            Ok(()) => Opened::Proven(salt),
-            Err(m) => Opened::Unproven(m.to_string()),
-        },
-    )
+    if let Err(m) = request_binding::check_proof(
+        &d.payload,
+        &client_nonce,
+        &hello.daemon,
+        &daemon_nonce,
+        hello_line,
+        peer,
+    ) {
+        return Ok(Opened::Unproven(m.to_string()));
+    }
+    if me == 0 {
+        // Proven: now root authenticates.
+        let line = opening()?;
+        let conn = reader.get_mut();
+        if let Err(e) = conn.write_all(&line).and_then(|()| conn.flush()) {
+            return Ok(Opened::Unproven(format!("the connection broke ({e})")));
+        }
+    }
+    Ok(Opened::Proven(salt))
 }
 
 /// Decodes `cred` as `uid` (root's client decodes its proof as `nobody`): Debian's

@@ -29,7 +29,8 @@ use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
 use crate::munge::{Munge, MungeError};
 use crate::protocol::net::{
-    nonce_hex, salt_from_hex, Hello, MAX_OPENING, PROOF_UID_OF_ROOT, VERSION,
+    nonce_from_hex, nonce_hex, salt_from_hex, Hello, MAX_OPENING, PROOF_UID_OF_ROOT, PROVE_FIRST,
+    VERSION,
 };
 use crate::protocol::{ErrorKind, Response};
 use crate::request_binding::{self, Nonce};
@@ -643,20 +644,46 @@ where
             "the client left after the hello",
         )));
     }
-    let Some(cred) = line.strip_suffix(b"\n") else {
-        return Err(Ok(Refusal::new(
-            if line.len() as u64 >= MAX_OPENING {
-                "too_long"
-            } else {
-                "truncated"
-            },
-            format!(
-                "expected an opening: a MUNGE credential of at most {} bytes on one line (version {VERSION} of the network protocol)",
-                crate::munge::MAX_CREDENTIAL
-            ),
-        )));
+    let Some(first) = line.strip_suffix(b"\n") else {
+        return Err(Ok(unreadable_opening(&line)));
     };
-    let cred = cred.to_vec();
+    // Root's client asks for the proof first (`protocol::net::PROVE_FIRST`): made for
+    // `nobody`, as every proof for root, before anything says who asks; root's opening
+    // comes after it.
+    let (cred, proven_first) = match first.strip_prefix(PROVE_FIRST.as_bytes()) {
+        Some(hex) => {
+            let client_nonce = std::str::from_utf8(hex)
+                .ok()
+                .and_then(nonce_from_hex)
+                .ok_or_else(|| {
+                    Ok(Refusal::new(
+                        "opening",
+                        "expected a client nonce (hex) after PROVE:".to_string(),
+                    ))
+                })?;
+            // Only the system-wide daemon serves root (a per-user daemon, its own user).
+            server::owner_only(net.uid, 0).map_err(|why| Ok(Refusal::new("owner", why)))?;
+            let for_uid = proof_uid(net.uid, PROOF_UID_OF_ROOT, &net.no_proof_for)
+                .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
+            let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
+            let proof = net
+                .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
+                .await?
+                .map_err(|e| {
+                    Ok(Refusal::new(
+                        "munged",
+                        format!("the daemon cannot prove itself now ({e}); try again later"),
+                    ))
+                })?;
+            send_line(write, proof.as_bytes()).await?;
+            let line = line_in_time(reader, MAX_OPENING, net, "opening").await?;
+            let Some(cred) = line.strip_suffix(b"\n") else {
+                return Err(Ok(unreadable_opening(&line)));
+            };
+            (cred.to_vec(), Some(client_nonce))
+        }
+        None => (first.to_vec(), None),
+    };
     let decoded = net.with_munge(move |m| m.decode(cred)).await?;
     let d = match decoded {
         Ok(d) => d,
@@ -679,6 +706,16 @@ where
     };
     let opened = request_binding::check_opening(&d.payload, &net.id, nonce, &hello_line, local)
         .map_err(|m| Ok(Refusal::new(m.code(), format!("credential refused: {m}"))))?;
+    // After a proof asked for first: root's opening, for that nonce, and no other's.
+    if let Some(asked) = proven_first {
+        if d.uid != 0 || opened.client_nonce != asked {
+            return Err(Ok(Refusal::new(
+                "opening",
+                "only root's client asks for the proof first, and its opening names the nonce it asked with"
+                    .to_string(),
+            )));
+        }
+    }
     // A per-user daemon serves its own user only (as its Unix socket does).
     server::owner_only(net.uid, d.uid).map_err(|why| Ok(Refusal::new("owner", why)))?;
     if d.uid == 0 && !net.root_nodes.contains(&d.origin) {
@@ -700,6 +737,15 @@ where
         net.shared.limits.connections_per_user,
     )
     .map_err(|why| Ok(Refusal::new("connections", why)))?;
+    if proven_first.is_some() {
+        return Ok(Authenticated {
+            uid: d.uid,
+            gid: d.gid,
+            origin: d.origin,
+            commitment: opened.commitment,
+            slot,
+        });
+    }
     let payload = request_binding::prove(&opened.client_nonce, &net.id, nonce, &hello_line, local);
     let proof = net
         .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
@@ -718,6 +764,21 @@ where
         commitment: opened.commitment,
         slot,
     })
+}
+
+/// The refusal of an opening line that did not end (too long, or cut short).
+fn unreadable_opening(line: &[u8]) -> Refusal {
+    Refusal::new(
+        if line.len() as u64 >= MAX_OPENING {
+            "too_long"
+        } else {
+            "truncated"
+        },
+        format!(
+            "expected an opening: a MUNGE credential of at most {} bytes on one line (version {VERSION} of the network protocol)",
+            crate::munge::MAX_CREDENTIAL
+        ),
+    )
 }
 
 /// Writes `line` and its newline within the write timeout.

@@ -40,8 +40,20 @@
 //! 5. The daemon answers as on the Unix socket: one JSON line (or the streamed list of
 //!    `status`), then closes.
 //!
-//! One credential made by the client and one decoded by the daemon per request, and one
-//! made by the daemon (the proof), only for a client that authenticated.
+//! One credential made by the client and one decoded by the daemon per server a request
+//! is sent to (a read that meets a standby first, then the active daemon, makes two), and
+//! one made by the daemon (the proof), only for a client that authenticated (or for
+//! root's, which asks for it first).
+//!
+//! **Root's client proves itself last.** A credential root makes restricted to root is
+//! one Slurm's root daemons (slurmd; slurmctld where `SlurmUser` is root) take as root's
+//! where they do not check its payload (Slurm without the fix for CVE-2023-49933): root's
+//! client never gives one to whatever holds the port before it proved it is the daemon.
+//! Its first line is [`PROVE_FIRST`] and its nonce (hex); the daemon answers with its
+//! proof, restricted to `nobody` as every proof for root is (harmless to whoever asked:
+//! no Slurm program decodes as `nobody`); the client checks it as in step 3, then sends
+//! its opening (step 2), and the daemon, which proves nothing more, checks it and admits
+//! root only (from `server.root_nodes`), then step 4.
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +65,10 @@ pub const VERSION: u32 = 3;
 
 /// The longest opening line a daemon reads: the credential and its newline.
 pub const MAX_OPENING: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
+
+/// The first line of root's client, before its nonce: prove yourself first (see the
+/// module's doc). A credential's armoured text starts with `MUNGE:`, never with this.
+pub const PROVE_FIRST: &str = "PROVE:";
 
 /// The uid a root client has its proof restricted to, and decodes it as (`nobody`): a
 /// daemon makes no proof that root could decode (see `daemon::net::proof_uid`).
