@@ -665,17 +665,16 @@ where
             server::owner_only(net.uid, 0).map_err(|why| Ok(Refusal::new("owner", why)))?;
             let for_uid = proof_uid(net.uid, PROOF_UID_OF_ROOT, &net.no_proof_for)
                 .map_err(|why| Ok(Refusal::new("proof_uid", why)))?;
-            let payload = request_binding::prove(&client_nonce, &net.id, nonce, &hello_line, local);
-            let proof = net
-                .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
-                .await?
-                .map_err(|e| {
-                    Ok(Refusal::new(
-                        "munged",
-                        format!("the daemon cannot prove itself now ({e}); try again later"),
-                    ))
-                })?;
-            send_line(write, proof.as_bytes()).await?;
+            prove(
+                write,
+                net,
+                &client_nonce,
+                nonce,
+                &hello_line,
+                local,
+                for_uid,
+            )
+            .await?;
             let line = line_in_time(reader, MAX_OPENING, net, "opening").await?;
             let Some(cred) = line.strip_suffix(b"\n") else {
                 return Err(Ok(unreadable_opening(&line)));
@@ -737,16 +736,39 @@ where
         net.shared.limits.connections_per_user,
     )
     .map_err(|why| Ok(Refusal::new("connections", why)))?;
-    if proven_first.is_some() {
-        return Ok(Authenticated {
-            uid: d.uid,
-            gid: d.gid,
-            origin: d.origin,
-            commitment: opened.commitment,
-            slot,
-        });
+    if proven_first.is_none() {
+        prove(
+            write,
+            net,
+            &opened.client_nonce,
+            nonce,
+            &hello_line,
+            local,
+            for_uid,
+        )
+        .await?;
     }
-    let payload = request_binding::prove(&opened.client_nonce, &net.id, nonce, &hello_line, local);
+    Ok(Authenticated {
+        uid: d.uid,
+        gid: d.gid,
+        origin: d.origin,
+        commitment: opened.commitment,
+        slot,
+    })
+}
+
+/// Makes this daemon's proof for `client_nonce` (`request_binding::prove`), restricted to
+/// `for_uid`, and sends it.
+async fn prove<W: AsyncWrite + Unpin>(
+    write: &mut W,
+    net: &NetServer,
+    client_nonce: &Nonce,
+    nonce: &Nonce,
+    hello_line: &[u8],
+    local: SocketAddr,
+    for_uid: u32,
+) -> Result<(), Result<Refusal, std::io::Error>> {
+    let payload = request_binding::prove(client_nonce, &net.id, nonce, hello_line, local);
     let proof = net
         .with_munge(move |m| m.encode(&payload, Some(for_uid), Some(PROOF_TTL)))
         .await?
@@ -756,14 +778,7 @@ where
                 format!("the daemon cannot prove itself now ({e}); try again later"),
             ))
         })?;
-    send_line(write, proof.as_bytes()).await?;
-    Ok(Authenticated {
-        uid: d.uid,
-        gid: d.gid,
-        origin: d.origin,
-        commitment: opened.commitment,
-        slot,
-    })
+    send_line(write, proof.as_bytes()).await
 }
 
 /// The refusal of an opening line that did not end (too long, or cut short).
