@@ -1854,8 +1854,9 @@ impl Seen {
 /// answers that way too.
 fn squatter(n: &Net, maker: Option<&str>) -> (String, Seen) {
     // (`maker` [`FORGED_ERROR`]: it answers with an error line of its own making.)
-    let port = free_port("127.0.0.1");
-    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Port 0: bound at once, by the kernel's choice (a port probed free and bound later
+    // can be taken in between by a process of another test run).
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let addr = l.local_addr().unwrap();
     let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = bytes.clone();
@@ -1932,8 +1933,9 @@ fn squatter(n: &Net, maker: Option<&str>) -> (String, Seen) {
 /// A relay on a free port of loopback that forwards each connection to `to` (the real
 /// daemon) and back, keeping what the client sent.
 fn relay(to: &str) -> (String, Seen) {
-    let port = free_port("127.0.0.1");
-    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Port 0: bound at once, by the kernel's choice (a port probed free and bound later
+    // can be taken in between by a process of another test run).
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = bytes.clone();
@@ -2188,8 +2190,9 @@ fn a_peer_of_another_protocol_version_is_told_so() {
     let n = Net::start("");
     let (_s, _r, hello) = n.connect();
     assert_eq!(hello.version, 3);
-    let port = free_port("127.0.0.1");
-    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Port 0: bound at once, by the kernel's choice (a port probed free and bound later
+    // can be taken in between by a process of another test run).
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
     let at = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         let Ok((mut s, _)) = l.accept() else { return };
