@@ -44,6 +44,17 @@ pub(super) fn launch_members(
 
 /// A chain has one launch in flight at most: a second intent while one is open (a decision
 /// taken on a replica that lacked a write) is refused.
+/// The number and plan of `chain_id`'s next attempt, once no launch of it is in flight.
+fn next_attempt(tx: &Connection, chain_id: i64) -> Result<(u32, RetryPlan)> {
+    refuse_launch_in_flight(tx, chain_id)?;
+    let (n, plan): (u32, String) = tx.query_row(
+        "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
+        [chain_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((n, from_json(&plan)?))
+}
+
 pub(super) fn refuse_launch_in_flight(tx: &Connection, chain_id: i64) -> Result<()> {
     let open: bool = tx
         .prepare_cached(
@@ -236,13 +247,8 @@ impl Store {
     ) -> Result<Launch> {
         let mut members = Vec::with_capacity(chain_ids.len());
         for &c in chain_ids {
-            refuse_launch_in_flight(tx, c)?;
-            let (n, plan): (u32, String) = tx.query_row(
-                "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
-                [c],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            members.push((c, n, from_json::<RetryPlan>(&plan)?));
+            let (n, plan) = next_attempt(tx, c)?;
+            members.push((c, n, plan));
         }
         Self::insert_launch(
             tx,
@@ -292,19 +298,13 @@ impl Store {
         fields: &[String],
         now: i64,
     ) -> Result<Launch> {
-        refuse_launch_in_flight(tx, chain_id)?;
-        let (n, plan): (u32, String) = tx.query_row(
-            "SELECT COALESCE((SELECT MAX(n) FROM attempts WHERE chain_id = ?1), 0) + 1, plan FROM chains WHERE id = ?1",
-            [chain_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+        let (n, plan) = next_attempt(tx, chain_id)?;
         // Each earlier attempt with this job id ran once, plus the requeues Slurm did.
         let first_run: u32 = tx.query_row(
             "SELECT COALESCE(SUM(1 + restarts), 0) FROM attempts WHERE chain_id = ?1 AND slurm_job_id = ?2",
             params![chain_id, job_id],
             |r| r.get(0),
         )?;
-        let plan = from_json::<RetryPlan>(&plan)?;
         let mut launch = Self::insert_launch(
             tx,
             instance,
