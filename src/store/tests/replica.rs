@@ -145,19 +145,24 @@ fn a_replica_of_another_shared_database_is_refused_and_left_as_it_is() {
     assert_eq!(std::fs::read(&p).unwrap(), before);
 }
 
+/// A journal of two submissions launched as jobs 42 and 43, its last entry the launch of
+/// 43 (which a test rewrites into a second launch on 42).
+fn journal_of_jobs_42_and_43() -> MemoryJournal {
+    let journal = MemoryJournal::default();
+    let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    s.launch_submitted(a.id, "42", 101).unwrap();
+    s.launch_submitted(b.id, "43", 102).unwrap();
+    journal
+}
+
 /// A journal written before the one-live-attempt constraint may hold an entry that made a
 /// second live attempt on one job: a new replica replays it (the pair kept as the
 /// migration keeps it), and refuses a new one all the same.
 #[test]
 fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
-    let journal = MemoryJournal::default();
-    {
-        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
-        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        s.launch_submitted(a.id, "42", 101).unwrap();
-        s.launch_submitted(b.id, "43", 102).unwrap();
-    }
+    let journal = journal_of_jobs_42_and_43();
     // As an older store wrote it (revision 1): the second launch on job 42 too.
     {
         let mut entries = journal.entries.lock().unwrap();
@@ -343,14 +348,7 @@ fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
 /// journal's would be: applying an entry of this revision decides nothing.
 #[test]
 fn an_entry_of_this_revision_that_makes_a_second_live_attempt_on_one_job_is_refused() {
-    let journal = MemoryJournal::default();
-    {
-        let mut s = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
-        let a = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        let b = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
-        s.launch_submitted(a.id, "42", 101).unwrap();
-        s.launch_submitted(b.id, "43", 102).unwrap();
-    }
+    let journal = journal_of_jobs_42_and_43();
     {
         let mut entries = journal.entries.lock().unwrap();
         let last = entries.last_mut().unwrap();
