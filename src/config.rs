@@ -148,12 +148,21 @@ pub struct Rule {
 /// agent. A kind not listed keeps the classification table's default
 /// (`Classification::row`); only kinds retried automatically have one.
 #[derive(Debug, Clone, Default)]
-pub struct Budgets(std::collections::BTreeMap<Classification, u32>);
+pub struct Budgets(
+    std::collections::BTreeMap<Classification, u32>,
+    /// `continuation`: how many times one chain is continued.
+    Option<u32>,
+);
 
 impl Budgets {
     /// The admin's budget for `c`, if they set one.
     pub fn get(&self, c: Classification) -> Option<u32> {
         self.0.get(&c).copied()
+    }
+
+    /// How many continuations one chain gets (`continuation`, else the default).
+    pub fn continuation(&self) -> u32 {
+        self.1.unwrap_or(DEFAULT_CONTINUATION_BUDGET)
     }
 }
 
@@ -347,6 +356,44 @@ impl Default for QuarantineConfig {
         }
     }
 }
+
+/// Continuation of jobs that checkpoint (docs/continuation.md): the warning before a
+/// continuing job's limit, how short an attempt may be and still count as progress, the
+/// wait before a continuation, and how much wall time one chain may use in all. Their
+/// number is `[retry.budgets] continuation`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContinuationConfig {
+    /// A continuing job without a `--signal` of its own gets `--signal=B:USR1@<this>`:
+    /// its batch shell is sent SIGUSR1 this long before its time limit.
+    pub signal_grace: Dur,
+    /// An attempt that ran less than this is no evidence of progress by itself.
+    pub min_attempt: Dur,
+    /// The wait before a continuation is submitted (nothing failed: short).
+    pub backoff: Dur,
+    /// The wall time one chain's continued attempts may use in all.
+    pub max_wall_time: Dur,
+}
+
+impl Default for ContinuationConfig {
+    fn default() -> Self {
+        ContinuationConfig {
+            signal_grace: Dur(Duration::from_secs(90)),
+            min_attempt: Dur(Duration::from_secs(60)),
+            backoff: Dur(Duration::from_secs(0)),
+            max_wall_time: Dur(Duration::from_secs(30 * 24 * 3600)),
+        }
+    }
+}
+
+/// The longest warning `--signal` takes (sbatch: at most 65535 seconds).
+pub const MAX_SIGNAL_GRACE_SECS: u64 = 65535;
+
+/// The continuations one chain gets by default (`[retry.budgets] continuation`).
+pub const DEFAULT_CONTINUATION_BUDGET: u32 = 100;
+
+/// The name `[retry.budgets]` gives the continuation budget.
+pub const CONTINUATION_BUDGET_NAME: &str = "continuation";
 
 /// Running an agent on waiting chains (off unless `command` is set).
 #[derive(Debug, Clone, Deserialize)]
@@ -555,6 +602,8 @@ struct RawConfig {
     #[serde(default)]
     quarantine: QuarantineConfig,
     #[serde(default)]
+    continuation: ContinuationConfig,
+    #[serde(default)]
     agent: AgentConfig,
     #[serde(default)]
     notify: NotifyConfig,
@@ -635,6 +684,7 @@ pub struct Config {
     pub escalation: EscalationConfig,
     pub breaker: BreakerConfig,
     pub quarantine: QuarantineConfig,
+    pub continuation: ContinuationConfig,
     pub agent: AgentConfig,
     pub notify: NotifyConfig,
     pub limits: LimitsConfig,
@@ -870,6 +920,10 @@ impl Config {
 
         let mut budgets = Budgets::default();
         for (name, &n) in &raw.retry.budgets {
+            if name == CONTINUATION_BUDGET_NAME {
+                budgets.1 = Some(n);
+                continue;
+            }
             match name.parse::<Classification>() {
                 Ok(c) if c.is_retried() => {
                     budgets.0.insert(c, n);
@@ -881,7 +935,7 @@ impl Config {
                         .map(|c| c.as_str())
                         .collect();
                     return Err(semantic(format!(
-                        "retry.budgets.{name}: only kinds retried automatically have a budget; write one of {}",
+                        "retry.budgets.{name}: only kinds retried automatically have a budget; write one of {}, or {CONTINUATION_BUDGET_NAME}",
                         retried.join(", ")
                     )));
                 }
@@ -999,6 +1053,22 @@ impl Config {
             ("breaker.window", raw.breaker.window.0, 365 * DAY),
             ("quarantine.window", raw.quarantine.window.0, 365 * DAY),
             ("quarantine.duration", raw.quarantine.duration.0, 365 * DAY),
+            (
+                "continuation.signal_grace",
+                raw.continuation.signal_grace.0,
+                MAX_SIGNAL_GRACE_SECS,
+            ),
+            (
+                "continuation.min_attempt",
+                raw.continuation.min_attempt.0,
+                365 * DAY,
+            ),
+            ("continuation.backoff", raw.continuation.backoff.0, 30 * DAY),
+            (
+                "continuation.max_wall_time",
+                raw.continuation.max_wall_time.0,
+                3650 * DAY,
+            ),
             ("agent.interval", raw.agent.interval.0, 365 * DAY),
             ("agent.timeout", raw.agent.timeout.0, DAY),
             ("limits.request_timeout", raw.limits.request_timeout.0, 3600),
@@ -1268,6 +1338,7 @@ impl Config {
             },
             breaker: raw.breaker,
             quarantine: raw.quarantine,
+            continuation: raw.continuation,
             agent: raw.agent,
             notify: raw.notify,
             limits: raw.limits,

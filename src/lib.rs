@@ -19,6 +19,7 @@ pub mod classify;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod continuation;
 pub mod ctl;
 pub mod daemon;
 pub mod daemon_main;

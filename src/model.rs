@@ -217,6 +217,10 @@ string_enum! {
         Watch => "watch",
         /// A new sbatch with adjusted resources, after a backoff.
         Resubmit => "resubmit",
+        /// A continuing job met its time limit (or was preempted, or asked to be
+        /// continued) having made progress: a new sbatch with the same resources, under
+        /// the continuation budget (docs/continuation.md).
+        Continue => "continue",
         /// Wait in `pending_failed` for an agent.
         Escalate => "escalate",
         /// Terminal failure.

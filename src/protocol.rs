@@ -117,6 +117,10 @@ pub struct SubmitRequest {
     /// (`submit --restartable`); false leaves it to the config's `retry.restartable`.
     #[serde(default)]
     pub restartable: bool,
+    /// The job continues from its own checkpoints (`submit --continue`,
+    /// docs/continuation.md); the script's `#SSV` lines add to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<crate::continuation::Continuation>,
     /// The client's id for this submission (1 to 64 of `A-Z a-z 0-9 - _`): a retry with
     /// the same id, by the same user, is answered with the first one's job instead of
     /// submitting again (`supervisorctl` sends one over the network).

@@ -59,6 +59,7 @@ impl Burst {
                 script: None,
                 max_retries: None,
                 restartable: false,
+                continuation: None,
                 request_id: None,
             };
             match requests::handle(&mut engine, Request::Submit(req), uid).await {
@@ -86,6 +87,7 @@ impl Burst {
             script: None,
             max_retries: None,
             restartable: false,
+            continuation: None,
             request_id: None,
         };
         let uid = nix::unistd::getuid().as_raw();

@@ -332,6 +332,7 @@ impl Harness {
             script: Some(SCRIPT.to_vec()),
             max_retries: None,
             restartable: false,
+            continuation: None,
             request_id: None,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
@@ -1385,6 +1386,7 @@ async fn a_requeue_in_the_backlog_when_a_cancel_begins_is_recorded() {
         script: Some(SCRIPT.to_vec()),
         max_retries: None,
         restartable: false,
+        continuation: None,
         request_id: None,
     };
     let r = requests::handle(&mut h.engine, Request::Submit(req), h.uid).await;

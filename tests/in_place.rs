@@ -51,6 +51,7 @@ impl Harness {
             script: Some(SCRIPT.to_vec()),
             max_retries: None,
             restartable: false,
+            continuation: None,
             request_id: None,
         };
         let uid = nix::unistd::getuid().as_raw();

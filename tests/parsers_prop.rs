@@ -650,6 +650,7 @@ fn overrides() -> impl Strategy<Value = Overrides> {
                 dependency: None,
                 hold: false,
                 mail_type: None,
+                signal: None,
             },
         )
 }

@@ -60,6 +60,7 @@ impl Pipe {
             script: None,
             max_retries: None,
             restartable: false,
+            continuation: None,
             request_id: None,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
@@ -428,6 +429,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         script: None,
         max_retries: None,
         restartable: false,
+        continuation: None,
         request_id: None,
     };
     let command = match requests::begin(

@@ -53,6 +53,7 @@ impl Daemon {
             script: Some(script),
             max_retries: None,
             restartable: false,
+            continuation: None,
             request_id: None,
         })
     }

@@ -63,6 +63,7 @@ pub fn submission(i: usize) -> NewSubmission {
         max_retries: 5,
         restartable: false,
         array_tasks: None,
+        continuation: None,
     }
 }
 

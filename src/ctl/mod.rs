@@ -67,6 +67,21 @@ pub enum Command {
         /// (default: the config's retry.restartable).
         #[arg(long)]
         restartable: bool,
+        /// The job continues from its own checkpoints: at its time limit (or a preemption
+        /// Slurm did not requeue) it is submitted again with the same resources, as long as
+        /// it makes progress. It gets `--signal=B:USR1@<continuation.signal_grace>` unless
+        /// it sets its own `--signal` (docs/continuation.md). A script's `#SSV --continue`
+        /// line says the same.
+        #[arg(long = "continue")]
+        continue_: bool,
+        /// With --continue: a file or folder (from the job's working directory) whose change
+        /// during an attempt is the evidence of progress. Implies --continue.
+        #[arg(long, value_name = "PATH")]
+        progress: Option<String>,
+        /// With --continue: exit codes (e.g. 85 or 85,86) with which the job asks to be
+        /// continued. Implies --continue.
+        #[arg(long, value_name = "CODES")]
+        requeue_exit: Option<String>,
         /// sbatch options, then the script and its arguments (after `--`). Any bytes but
         /// NUL are carried exactly, as sbatch takes them.
         #[arg(last = true, required = true, allow_hyphen_values = true, value_parser = clap::value_parser!(std::ffi::OsString))]
@@ -262,10 +277,33 @@ fn validate_with_daemon(config: Option<&std::path::Path>) -> i32 {
     broken_install(format!("{} cannot be run ({e})", daemon.display()))
 }
 
+/// `submit --continue`, `--progress` and `--requeue-exit` as one request value.
+fn continuation_of(
+    continue_: bool,
+    progress: Option<&str>,
+    requeue_exit: Option<&str>,
+) -> Result<Option<crate::continuation::Continuation>, String> {
+    if !continue_ && progress.is_none() && requeue_exit.is_none() {
+        return Ok(None);
+    }
+    let c = crate::continuation::Continuation {
+        progress: progress.map(str::to_string),
+        requeue_exit: match requeue_exit {
+            Some(codes) => {
+                crate::continuation::parse_exit_codes(codes).map_err(|e| e.to_string())?
+            }
+            None => Vec::new(),
+        },
+    };
+    c.check().map_err(|e| e.to_string())?;
+    Ok(Some(c))
+}
+
 fn submit_request(
     sbatch: &[std::ffi::OsString],
     max_retries: Option<u32>,
     restartable: bool,
+    continuation: Option<crate::continuation::Continuation>,
     config: &ClientConfig,
 ) -> Result<SubmitRequest, String> {
     use crate::osbytes::{escape, from_os, to_path};
@@ -316,6 +354,7 @@ fn submit_request(
         script,
         max_retries,
         restartable,
+        continuation,
         // A retry of this request (the network client's, when an answer is lost) is
         // answered with the job it made, never a second one.
         request_id: Some(
@@ -401,7 +440,12 @@ pub fn main_with(cli: Cli) -> i32 {
             ref sbatch,
             max_retries,
             restartable,
-        } => match submit_request(sbatch, max_retries, restartable, &config) {
+            continue_,
+            ref progress,
+            ref requeue_exit,
+        } => match continuation_of(continue_, progress.as_deref(), requeue_exit.as_deref())
+            .and_then(|c| submit_request(sbatch, max_retries, restartable, c, &config))
+        {
             Ok(r) => Request::Submit(r),
             Err(e) => {
                 eprintln!("supervisorctl: {e}");

@@ -223,6 +223,111 @@ pub fn output_tails(
     (err.as_deref().and_then(read), out.as_deref().and_then(read))
 }
 
+/// A continuing job's working directory: its `--chdir` (from where it was submitted),
+/// else where it was submitted.
+fn job_dir(sub: &Submission) -> PathBuf {
+    let cwd = crate::osbytes::to_path(&sub.cwd);
+    let chdir = Submitted::read(&sub.argv, sub.script.as_deref())
+        .ok()
+        .and_then(|s| s.option("chdir").map(crate::osbytes::to_path));
+    match chdir {
+        Some(d) if d.is_absolute() => d,
+        Some(d) => cwd.join(d),
+        None => cwd,
+    }
+}
+
+/// A progress file is hashed only up to this size; a larger one is compared by its size
+/// and modification time (a checkpoint of gigabytes is not read on every ending).
+const HASH_AT_MOST: u64 = 16 << 20;
+/// The most entries of a progress folder looked at.
+const FOLDER_ENTRIES_AT_MOST: u64 = 10_000;
+
+/// What a continuing job's progress path (`path`, from its working directory) looks like
+/// now ([`crate::continuation::Progress`]). Read as [`open_user_file`] reads: the last
+/// component is never followed, nothing but a regular file or a folder is looked at, and a
+/// root daemon looks only at its owner's (`owner`). A folder's entries are counted without
+/// following any link, at most [`FOLDER_ENTRIES_AT_MOST`] of them.
+pub fn progress(sub: &Submission, path: &str, owner: Option<u32>) -> crate::continuation::Progress {
+    use crate::continuation::Progress;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let p = crate::osbytes::to_path(path);
+    let full = if p.is_absolute() {
+        p
+    } else {
+        job_dir(sub).join(p)
+    };
+    let unreadable = |why: String| Progress::Unreadable { why };
+    let handle = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(&full)
+    {
+        Ok(h) => h,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Progress::Missing,
+        Err(e) => return unreadable(e.to_string()),
+    };
+    let meta = match handle.metadata() {
+        Ok(m) => m,
+        Err(e) => return unreadable(e.to_string()),
+    };
+    if owner.is_some_and(|uid| meta.uid() != uid) {
+        return unreadable("not the job owner's".into());
+    }
+    let mtime_ns = |m: &std::fs::Metadata| m.mtime() * 1_000_000_000 + m.mtime_nsec();
+    if meta.is_file() {
+        let sha256 = (meta.len() <= HASH_AT_MOST)
+            .then(|| {
+                use sha2::Digest;
+                let mut f = open_user_file(&full, owner).ok()?;
+                let again = f.metadata().ok()?;
+                if again.ino() != meta.ino() || again.dev() != meta.dev() {
+                    return None;
+                }
+                let mut h = sha2::Sha256::new();
+                std::io::copy(&mut (&mut f).take(HASH_AT_MOST), &mut h).ok()?;
+                Some(
+                    h.finalize()
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>(),
+                )
+            })
+            .flatten();
+        return Progress::File {
+            size: meta.len(),
+            mtime_ns: mtime_ns(&meta),
+            sha256,
+        };
+    }
+    if !meta.is_dir() {
+        return unreadable("neither a regular file nor a folder".into());
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&handle);
+    // The folder already checked, through its descriptor: a name swapped since changes
+    // nothing.
+    let entries = match std::fs::read_dir(format!("/proc/self/fd/{fd}")) {
+        Ok(e) => e,
+        Err(e) => return unreadable(e.to_string()),
+    };
+    let (mut count, mut size, mut newest) = (0u64, 0u64, mtime_ns(&meta));
+    for entry in entries.take(FOLDER_ENTRIES_AT_MOST as usize).flatten() {
+        // `DirEntry::metadata` does not follow a link.
+        if let Ok(m) = entry.metadata() {
+            count += 1;
+            if m.is_file() {
+                size = size.saturating_add(m.len());
+            }
+            newest = newest.max(mtime_ns(&m));
+        }
+    }
+    Progress::Folder {
+        entries: count,
+        size,
+        newest_mtime_ns: newest,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1192,6 +1192,7 @@ mod tests {
             max_retries: 3,
             restartable: false,
             array_tasks: None,
+            continuation: None,
         };
         let submitted =
             crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();

@@ -151,6 +151,39 @@ fn overrides(
     dep: Option<&Resolved>,
     notify_mail: bool,
 ) -> Overrides {
+    overrides_warned(s, plan, array, tag, script_path, dep, notify_mail, None)
+}
+
+/// The warning a continuing job gets before its time limit (docs/continuation.md):
+/// `B:USR1@<continuation.signal_grace>`, unless its command line or script sets a
+/// `--signal` of its own.
+pub fn warning_signal(
+    config: &Config,
+    continuation: Option<&crate::continuation::Continuation>,
+    s: &Submitted,
+) -> Option<String> {
+    continuation?;
+    if s.option("signal").is_some() {
+        return None;
+    }
+    Some(format!(
+        "B:USR1@{}",
+        config.continuation.signal_grace.0.as_secs()
+    ))
+}
+
+/// [`overrides`], with a continuing job's warning signal ([`warning_signal`]).
+#[allow(clippy::too_many_arguments)]
+fn overrides_warned(
+    s: &Submitted,
+    plan: &RetryPlan,
+    array: Option<String>,
+    tag: &str,
+    script_path: Option<&Path>,
+    dep: Option<&Resolved>,
+    notify_mail: bool,
+    signal: Option<String>,
+) -> Overrides {
     let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
         _ => tag.to_string(),
@@ -178,6 +211,7 @@ fn overrides(
         } else {
             None
         },
+        signal,
     }
 }
 
@@ -219,6 +253,7 @@ pub fn resolve_dependency(
 }
 
 /// The argv of a launch: the user's command with the supervisor's changes.
+#[allow(clippy::too_many_arguments)]
 fn build_argv(
     s: &Submitted,
     plan: &RetryPlan,
@@ -227,10 +262,11 @@ fn build_argv(
     script_path: Option<&Path>,
     dep: Option<&Resolved>,
     notify_mail: bool,
+    signal: Option<String>,
 ) -> Vec<String> {
     sbatch_args::rebuild(
         &s.cmd,
-        &overrides(s, plan, array, tag, script_path, dep, notify_mail),
+        &overrides_warned(s, plan, array, tag, script_path, dep, notify_mail, signal),
     )
 }
 
@@ -263,6 +299,7 @@ pub fn begin_submission(
 ) -> Result<Launch, PrepareError> {
     let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
     let edges = dep.as_ref().map(|d| d.edges.clone()).unwrap_or_default();
+    let signal = warning_signal(config, new.continuation.as_deref(), submitted);
     let launch = store.create_submission_waiting(new, &edges, now, |tag| {
         let script = new
             .script_name
@@ -276,6 +313,7 @@ pub fn begin_submission(
             script.as_deref(),
             dep.as_ref(),
             config.notify.mail,
+            signal,
         )
     })?;
     Ok(launch)
@@ -340,6 +378,7 @@ pub fn begin_relaunch(
     if let Some(d) = &dep {
         store.add_waits(sub.id, &d.edges)?;
     }
+    let signal = warning_signal(config, sub.continuation.as_ref(), &submitted);
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
             .script_name
@@ -353,6 +392,7 @@ pub fn begin_relaunch(
             script.as_deref(),
             dep.as_ref(),
             config.notify.mail,
+            signal,
         )
     })?;
     Ok(launch)
@@ -601,7 +641,7 @@ mod tests {
         let argv = |cmd: &[&str], script: &[u8], mail: bool| {
             let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
             let s = Submitted::read(&cmd, Some(script)).unwrap();
-            build_argv(&s, &plan, None, "T", None, None, mail)
+            build_argv(&s, &plan, None, "T", None, None, mail, None)
         };
         let a = argv(&["--mail-type=FAIL,BEGIN", "job.sh"], b"#!/bin/sh\n", true);
         assert!(a.contains(&"--mail-type=BEGIN".to_string()), "{a:?}");
@@ -760,6 +800,7 @@ mod tests {
             max_retries: 3,
             restartable: false,
             array_tasks: None,
+            continuation: None,
         };
         let submitted = Submitted::read(&new.argv, None).unwrap();
         let l = begin_submission(&mut store, &config, &new, &submitted, 10).unwrap();

@@ -23,11 +23,13 @@
 //! resource escalation (`escalation`), and the reasons, an enum rendered to prose in one
 //! place (`reason`).
 
+mod continuation;
 mod escalation;
 mod guards;
 mod reason;
 mod table;
 
+pub use continuation::ContinuationFacts;
 pub use reason::{Change, Reason};
 pub use table::{budget, disposition, is_infrastructure, Disposition, Never, Resources};
 
@@ -60,6 +62,9 @@ pub struct ChainHistory {
     /// completed (`submit --restartable`, else `retry.restartable`).
     #[serde(default)]
     pub restartable: bool,
+    /// A continuing chain (docs/continuation.md): what it asked for and its evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Box<ContinuationFacts>>,
 }
 
 impl ChainHistory {
@@ -1369,6 +1374,11 @@ fn ended(verdict: &Verdict, history: &ChainHistory, config: &Config, ctx: &Conte
         };
         to(ChainState::PendingFailed, Some(r))
     };
+    if let Some(facts) = &history.continuation {
+        if let Some(t) = continuation::ended(verdict, history, facts, config, ctx, &inputs, to) {
+            return t;
+        }
+    }
     let v = verdict.reason.clone();
     let resources = match disposition(c) {
         Disposition::Done => return to(ChainState::Completed, None),

@@ -84,6 +84,25 @@ pub enum Reason {
     },
     /// Slurm requeued the job itself: it is watched, not resubmitted.
     RequeuedBySlurm { verdict: String },
+    /// A continuing job ended having made progress: it is continued with the same
+    /// resources (docs/continuation.md).
+    Continued {
+        verdict: String,
+        delay_secs: u64,
+        continuation: u32,
+        budget: u32,
+        evidence: String,
+    },
+    /// A continuing job ended without evidence of progress: it is not continued.
+    NoProgress { verdict: String, evidence: String },
+    /// A continuing chain's continuation budget or total wall time is spent.
+    ContinuationSpent {
+        verdict: String,
+        continuations: u32,
+        budget: u32,
+        wall_secs: u64,
+        max_wall_secs: u64,
+    },
     /// An agent's or person's resolution, with their words.
     Resolution { given: String },
     /// A resolution given with too little confidence: held for a person instead.
@@ -187,6 +206,9 @@ impl Reason {
             Reason::TimeLimitAtCap { .. } => "time_limit_at_cap",
             Reason::Retry { .. } => "retry",
             Reason::RequeuedBySlurm { .. } => "requeued_by_slurm",
+            Reason::Continued { .. } => "continued",
+            Reason::NoProgress { .. } => "no_progress",
+            Reason::ContinuationSpent { .. } => "continuation_spent",
             Reason::Resolution { .. } => "resolution",
             Reason::HeldForPerson { .. } => "held_for_person",
             Reason::Recover { .. } => "recover",
@@ -325,6 +347,30 @@ impl fmt::Display for Reason {
             Reason::RequeuedBySlurm { verdict } => {
                 write!(f, "{verdict}: not resubmitted, watching the same job")
             }
+            Reason::Continued {
+                verdict,
+                delay_secs,
+                continuation,
+                budget,
+                evidence,
+            } => write!(
+                f,
+                "{verdict}: continued with the same resources in {delay_secs}s (continuation {continuation} of {budget}); progress: {evidence}"
+            ),
+            Reason::NoProgress { verdict, evidence } => write!(
+                f,
+                "{verdict}: not continued, no evidence of progress ({evidence}); waiting for an agent to decide"
+            ),
+            Reason::ContinuationSpent {
+                verdict,
+                continuations,
+                budget,
+                wall_secs,
+                max_wall_secs,
+            } => write!(
+                f,
+                "{verdict}: not continued, {continuations} continuations of {budget} and {wall_secs}s of {max_wall_secs}s wall time used; waiting for an agent to decide"
+            ),
             Reason::Resolution { given } => f.write_str(given),
             Reason::HeldForPerson {
                 given,

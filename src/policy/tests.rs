@@ -934,6 +934,24 @@ fn every_reason_name_is_documented() {
             job: String::new(),
             tag: String::new(),
         },
+        Reason::Continued {
+            verdict: String::new(),
+            delay_secs: 0,
+            continuation: 1,
+            budget: 1,
+            evidence: String::new(),
+        },
+        Reason::NoProgress {
+            verdict: String::new(),
+            evidence: String::new(),
+        },
+        Reason::ContinuationSpent {
+            verdict: String::new(),
+            continuations: 0,
+            budget: 0,
+            wall_secs: 0,
+            max_wall_secs: 0,
+        },
     ]);
     for r in &reasons {
         // A new variant must be added above: this match has no fallback.
@@ -972,7 +990,10 @@ fn every_reason_name_is_documented() {
             | Reason::InPlaceRefused { .. }
             | Reason::HeldJobCancelled { .. }
             | Reason::HeldJobReleased { .. }
-            | Reason::HeldJobAdopted { .. } => {}
+            | Reason::HeldJobAdopted { .. }
+            | Reason::Continued { .. }
+            | Reason::NoProgress { .. }
+            | Reason::ContinuationSpent { .. } => {}
         }
         if *r != Reason::Completed {
             assert!(
@@ -982,7 +1003,7 @@ fn every_reason_name_is_documented() {
             );
         }
     }
-    assert_eq!(reasons.len(), 35, "one of each variant");
+    assert_eq!(reasons.len(), 38, "one of each variant");
 }
 
 fn expiring(action: crate::config::ExpireAction) -> Config {
@@ -1078,4 +1099,172 @@ fn the_breaker_weighs_each_users_failures_at_most_threshold_over_min_users() {
         breaker_failures(&[(1, u32::MAX), (2, u32::MAX)], 10, 1),
         u32::MAX
     );
+}
+
+/// A continuing chain's history: `used` continuations so far, its progress path before
+/// and after this attempt.
+fn continuing(
+    used: u32,
+    before: Option<crate::continuation::Progress>,
+    now: Option<crate::continuation::Progress>,
+) -> ChainHistory {
+    ChainHistory {
+        plan: RetryPlan {
+            time_secs: Some(60),
+            ..Default::default()
+        },
+        continuation: Some(Box::new(ContinuationFacts {
+            spec: crate::continuation::Continuation {
+                progress: now.as_ref().map(|_| "ckpt".into()),
+                requeue_exit: vec![85],
+            },
+            used,
+            wall_secs: used as u64 * 60,
+            before,
+            now,
+            started_ns: Some(0),
+        })),
+        ..history()
+    }
+}
+
+fn file(size: u64) -> crate::continuation::Progress {
+    crate::continuation::Progress::File {
+        size,
+        mtime_ns: size as i64 * 1_000_000_000,
+        sha256: None,
+    }
+}
+
+#[test]
+fn a_continuing_timeout_with_progress_is_continued_with_the_same_resources() {
+    let h = continuing(2, Some(file(10)), Some(file(20)));
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &h,
+        &cfg(),
+        &ctx(Some(60), 100),
+    );
+    assert_eq!(d.action, Action::Continue);
+    assert_eq!(d.class, Some(RecoveryClass::R1));
+    assert_eq!(d.next_state, ChainState::Ready);
+    // The same plan: no more time, whatever the timeout budget says.
+    assert_eq!(d.plan, Some(h.plan.clone()));
+    assert_eq!(d.not_before, Some(100));
+    let Some(Reason::Continued {
+        continuation,
+        budget,
+        evidence,
+        ..
+    }) = d.reason
+    else {
+        panic!("{:?}", d.reason);
+    };
+    assert_eq!((continuation, budget), (3, 100));
+    assert!(evidence.contains("ckpt changed"), "{evidence}");
+    // The timeout budget is not touched: with it spent, a continuation still goes on.
+    let mut spent = h.clone();
+    spent.resubmits_by_class.insert("timeout".into(), 99);
+    spent.resubmits = 99;
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &spent,
+        &cfg(),
+        &ctx(Some(60), 100),
+    );
+    assert_eq!(d.action, Action::Continue);
+}
+
+#[test]
+fn no_progress_means_no_continuation() {
+    // The path did not change.
+    let h = continuing(1, Some(file(10)), Some(file(10)));
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &h,
+        &cfg(),
+        &ctx(None, 100),
+    );
+    assert_eq!(d.action, Action::Escalate);
+    assert_eq!(d.next_state, ChainState::PendingFailed);
+    assert!(
+        matches!(&d.reason, Some(Reason::NoProgress { evidence, .. }) if evidence.contains("did not change")),
+        "{:?}",
+        d.reason
+    );
+    // The path is not there.
+    let h = continuing(0, None, Some(crate::continuation::Progress::Missing));
+    let d = decide(
+        &verdict(Classification::Timeout),
+        &h,
+        &cfg(),
+        &ctx(None, 100),
+    );
+    assert_eq!(d.action, Action::Escalate);
+    // An attempt shorter than continuation.min_attempt, with no path.
+    let mut short = verdict(Classification::Timeout);
+    short.elapsed_secs = Some(5);
+    let d = decide(&short, &continuing(0, None, None), &cfg(), &ctx(None, 100));
+    assert!(
+        matches!(d.reason, Some(Reason::NoProgress { .. })),
+        "{:?}",
+        d.reason
+    );
+    // A preemption without progress is no failure of the job's: retried as for any chain.
+    let h = continuing(1, Some(file(10)), Some(file(10)));
+    let d = decide(
+        &verdict(Classification::Preempted),
+        &h,
+        &cfg(),
+        &ctx(None, 100),
+    );
+    assert_eq!(d.action, Action::Resubmit);
+}
+
+#[test]
+fn continuations_stop_at_their_budget_and_wall_time() {
+    let mut c = cfg();
+    c.retry.budgets = crate::config::Config::parse("[retry.budgets]\ncontinuation = 2\n", None)
+        .unwrap()
+        .retry
+        .budgets;
+    let h = continuing(2, Some(file(10)), Some(file(20)));
+    let d = decide(&verdict(Classification::Timeout), &h, &c, &ctx(None, 100));
+    assert!(
+        matches!(
+            d.reason,
+            Some(Reason::ContinuationSpent {
+                continuations: 2,
+                budget: 2,
+                ..
+            })
+        ),
+        "{:?}",
+        d.reason
+    );
+    let mut c = cfg();
+    c.continuation.max_wall_time = crate::config::Dur(std::time::Duration::from_secs(100));
+    let d = decide(&verdict(Classification::Timeout), &h, &c, &ctx(None, 100));
+    assert!(
+        matches!(d.reason, Some(Reason::ContinuationSpent { .. })),
+        "{:?}",
+        d.reason
+    );
+}
+
+#[test]
+fn a_requeue_exit_code_asks_for_a_continuation() {
+    let mut v = verdict(Classification::Ambiguous);
+    v.exit_code = "85:0".into();
+    let h = continuing(0, None, Some(file(20)));
+    let d = decide(&v, &h, &cfg(), &ctx(None, 100));
+    assert_eq!(d.action, Action::Continue);
+    // Another code is an ordinary failure.
+    v.exit_code = "1:0".into();
+    let d = decide(&v, &h, &cfg(), &ctx(None, 100));
+    assert_eq!(d.action, Action::Escalate);
+    assert!(matches!(d.reason, Some(Reason::NeedsAgent { .. })));
+    // Out of memory is never a continuation: it gets more memory.
+    let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 100));
+    assert_eq!(d.action, Action::Resubmit);
 }

@@ -31,6 +31,9 @@ pub struct Overrides {
     pub hold: bool,
     /// The full new `--mail-type` (see [`crate::notification::supervised_mail_type`]).
     pub mail_type: Option<String>,
+    /// Adds `--signal=<this>` when the command line sets none (a continuing job's
+    /// warning; the caller leaves it out when the script sets one).
+    pub signal: Option<String>,
 }
 
 /// The argv for a resubmission: `cmd` with the overrides applied.
@@ -107,6 +110,9 @@ pub fn rebuild(cmd: &SbatchCommand, o: &Overrides) -> Vec<String> {
     }
     if let Some(m) = &o.mail_type {
         out.push(format!("--mail-type={m}"));
+    }
+    if let Some(sig) = o.signal.as_ref().filter(|_| !cmd.has("signal")) {
+        out.push(format!("--signal={sig}"));
     }
     if !parsable {
         out.push("--parsable".to_string());

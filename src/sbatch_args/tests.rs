@@ -509,8 +509,26 @@ fn rebuild_with_overrides() {
         dependency: None,
         hold: false,
         mail_type: None,
+        signal: None,
     };
     let cases: &[(&[&str], &Overrides, &[&str])] = &[
+        (
+            // A continuing job's warning is added; a user's own --signal is kept.
+            &["job.sh"],
+            &Overrides {
+                signal: Some("B:USR1@90".into()),
+                ..Default::default()
+            },
+            &["--signal=B:USR1@90", "--parsable", "job.sh"],
+        ),
+        (
+            &["--signal=USR2@30", "job.sh"],
+            &Overrides {
+                signal: Some("B:USR1@90".into()),
+                ..Default::default()
+            },
+            &["--signal=USR2@30", "--parsable", "job.sh"],
+        ),
         (
             // The user's dependency, in any form, is replaced by the resolved one; a
             // hold is added once.

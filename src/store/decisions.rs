@@ -208,4 +208,30 @@ impl Store {
             .optional()?;
         raw.map(finish_decision).transpose()
     }
+
+    /// The chain's latest decision with one of the reason codes `codes`
+    /// ([`crate::policy::Reason::code`]), e.g. its latest continuation.
+    pub fn last_decision_coded(
+        &self,
+        chain_id: i64,
+        codes: &[&str],
+    ) -> Result<Option<DecisionRecord>> {
+        let mut latest: Option<RawDecision> = None;
+        for code in codes {
+            let raw = self
+                .conn
+                .query_row(
+                    &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 AND reason_code = ?2 ORDER BY id DESC LIMIT 1"),
+                    params![chain_id, code],
+                    decision_from,
+                )
+                .optional()?;
+            if let Some(r) = raw {
+                if latest.as_ref().is_none_or(|l| l.0.id < r.0.id) {
+                    latest = Some(r);
+                }
+            }
+        }
+        latest.map(finish_decision).transpose()
+    }
 }

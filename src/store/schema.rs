@@ -376,4 +376,10 @@ BEGIN
     DELETE FROM user_totals WHERE owner_uid = NEW.owner_uid;
 END;
 "#,
+    // 16: continuation (docs/continuation.md): what a continuing submission asked for
+    // (JSON `continuation::Continuation`: its progress path and its "continue me" exit
+    // codes); NULL for every other submission.
+    r#"
+ALTER TABLE submissions ADD COLUMN continuation TEXT;
+"#,
 ];

@@ -20,6 +20,8 @@ pub struct Submission {
     pub max_retries: u32,
     /// `submit --restartable`: a rerun is safe even after srun steps completed.
     pub restartable: bool,
+    /// A continuing submission (`submit --continue`, `#SSV --continue`).
+    pub continuation: Option<crate::continuation::Continuation>,
     pub created_at: i64,
 }
 
@@ -39,6 +41,10 @@ pub struct NewSubmission {
     pub restartable: bool,
     /// Array task ids, or `None` for a plain job.
     pub array_tasks: Option<Vec<u32>>,
+    /// A continuing submission. Absent from journal entries written before it existed,
+    /// which meant none (the schema version in their format says which those are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Box<crate::continuation::Continuation>>,
 }
 
 impl NewSubmission {
@@ -56,6 +62,7 @@ impl NewSubmission {
             script: self.script,
             max_retries: self.max_retries,
             restartable: self.restartable,
+            continuation: self.continuation.map(|c| *c),
             created_at: now,
         }
     }
@@ -156,11 +163,11 @@ pub(super) fn exec_discard_submission(tx: &Connection, launch_id: i64) -> Result
     Ok(())
 }
 
-const SUBMISSION_COLS: &str = "id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable";
+const SUBMISSION_COLS: &str = "id, owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable, continuation";
 
 /// A submission row as read ([`SUBMISSION_COLS`]), with its argv and environment (JSON),
 /// for [`finish_submission`] to read.
-pub(super) type RawSubmission = (Submission, String, String);
+pub(super) type RawSubmission = (Submission, String, String, Option<String>);
 
 pub(super) fn submission_from(row: &Row) -> rusqlite::Result<RawSubmission> {
     Ok((
@@ -175,17 +182,20 @@ pub(super) fn submission_from(row: &Row) -> rusqlite::Result<RawSubmission> {
             script: row.get(7)?,
             max_retries: row.get(8)?,
             restartable: row.get(10)?,
+            continuation: None,
             created_at: row.get(9)?,
         },
         row.get(3)?,
         row.get(5)?,
+        row.get(11)?,
     ))
 }
 
 pub(super) fn finish_submission(raw: RawSubmission) -> Result<Submission> {
-    let (mut s, argv, env) = raw;
+    let (mut s, argv, env, continuation) = raw;
     s.argv = from_json(&argv)?;
     s.env = from_json(&env)?;
+    s.continuation = continuation.as_deref().map(from_json).transpose()?;
     Ok(s)
 }
 
@@ -249,8 +259,8 @@ impl Store {
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
         tx.prepare_cached(
-            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO submissions (owner_uid, user, argv, cwd, env, script_name, script, max_retries, created_at, restartable, continuation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(params![
                 new.owner_uid,
@@ -262,7 +272,8 @@ impl Store {
                 new.script,
                 new.max_retries,
                 now,
-                new.restartable
+                new.restartable,
+                new.continuation.as_ref().map(json)
             ])?;
         let submission_id = tx.last_insert_rowid();
         insert_dependencies(tx, submission_id, dependencies)?;

@@ -13,9 +13,10 @@
 
 use super::{log_transition, Engine, Found};
 use crate::classify::{self, Observation};
+use crate::continuation::Progress;
 use crate::model::Action;
 use crate::policy::Judged;
-use crate::policy::{self, ChainHistory, Event};
+use crate::policy::{self, ChainHistory, ContinuationFacts, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
 use crate::store::{AttemptEnd, StoreError, Submission};
@@ -36,6 +37,13 @@ const JUDGE_BATCH: usize = 500;
 
 /// Output files read at once (each on a blocking thread).
 const TAIL_READS_AT_ONCE: usize = 16;
+
+/// What was read of an ending off the loop: its stderr and stdout tails, and a
+/// continuing job's progress path (`None`: it names none).
+struct Evidence {
+    tails: (Option<String>, Option<String>),
+    progress: Option<Progress>,
+}
 
 /// An ending ready to be decided: its attempt, the run that ended, and the submission.
 struct Ending {
@@ -133,7 +141,8 @@ impl<S: Slurm> Engine<S> {
         let tails = self.read_tails(&endings).await;
         self.store.begin_batch()?;
         let mut result = Ok(());
-        for (e, (stderr_tail, stdout_tail)) in endings.into_iter().zip(tails) {
+        for (e, read) in endings.into_iter().zip(tails) {
+            let (stderr_tail, stdout_tail) = read.tails;
             let obs = Observation {
                 job_id: e.found.attempt.slurm_job_id.clone().unwrap_or_default(),
                 rows: e.run,
@@ -142,7 +151,7 @@ impl<S: Slurm> Engine<S> {
                 requeued_by_slurm: false,
             };
             let _span = super::attempt_span(e.found.attempt.chain_id, &obs.job_id).entered();
-            match self.record_ending(&e.found, obs, &e.sub, t) {
+            match self.record_ending(&e.found, obs, &e.sub, read.progress, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!("cannot record the job's ending: {err}; it is judged again next cycle");
@@ -162,22 +171,38 @@ impl<S: Slurm> Engine<S> {
         }
     }
 
-    /// The stdout/stderr tails of a batch of endings, read side by side off the loop, each
-    /// with a deadline (a hung network filesystem): past it, that ending is judged without.
-    async fn read_tails(&self, endings: &[Ending]) -> Vec<(Option<String>, Option<String>)> {
+    /// The stdout/stderr tails of a batch of endings, and a continuing job's progress
+    /// path, read side by side off the loop, each with a deadline (a hung network
+    /// filesystem): past it, that ending is judged without them.
+    async fn read_tails(&self, endings: &[Ending]) -> Vec<Evidence> {
         let reads = endings.iter().map(|e| {
             let (config, sub, run) = (self.config.clone(), e.sub.clone(), e.run.clone());
             let job = e.found.attempt.slurm_job_id.clone().unwrap_or_default();
             let span = super::attempt_span(e.found.attempt.chain_id, &job);
             async move {
+                let progress_path = sub
+                    .continuation
+                    .as_ref()
+                    .and_then(|c| c.progress.clone());
                 let read = tokio::task::spawn_blocking(move || {
-                    crate::daemon::evidence::output_tails(&config, &sub, &job, &run)
+                    let tails = crate::daemon::evidence::output_tails(&config, &sub, &job, &run);
+                    let progress = progress_path.map(|p| {
+                        let owner = (nix::unistd::geteuid().is_root() && sub.owner_uid != 0)
+                            .then_some(sub.owner_uid);
+                        crate::daemon::evidence::progress(&sub, &p, owner)
+                    });
+                    Evidence { tails, progress }
                 });
                 match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await {
-                    Ok(Ok(tails)) => tails,
+                    Ok(Ok(read)) => read,
                     _ => {
                         warn!("the job's output files could not be read in time; judging without them");
-                        (None, None)
+                        Evidence {
+                            tails: (None, None),
+                            progress: Some(Progress::Unreadable {
+                                why: "not read in time".into(),
+                            }),
+                        }
                     }
                 }
             }
@@ -291,12 +316,61 @@ impl<S: Slurm> Engine<S> {
         Ok(out)
     }
 
+    /// What a continuing chain's earlier decisions say (docs/continuation.md): its
+    /// continuations so far and the wall time they used (from its latest `continued`
+    /// record), and its progress path when its previous attempt ended (from its latest
+    /// record about progress). `now` is the path as it is after this attempt.
+    fn continuation_facts(
+        &self,
+        a: &crate::store::Attempt,
+        spec: &crate::continuation::Continuation,
+        now: Option<Progress>,
+    ) -> Result<ContinuationFacts, StoreError> {
+        let facts_of = |d: &crate::store::DecisionRecord| {
+            d.inputs
+                .get("history")
+                .and_then(|h| h.get("continuation"))
+                .and_then(|c| serde_json::from_value::<ContinuationFacts>(c.clone()).ok())
+        };
+        let (used, wall_secs) = match self.store.last_decision_coded(a.chain_id, &["continued"])? {
+            Some(d) => {
+                let elapsed = d
+                    .inputs
+                    .get("verdict")
+                    .and_then(|v| v.get("elapsed_secs"))
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0);
+                let prev = facts_of(&d).unwrap_or_default();
+                (prev.used + 1, prev.wall_secs.saturating_add(elapsed))
+            }
+            None => (0, 0),
+        };
+        let before = self
+            .store
+            .last_decision_coded(
+                a.chain_id,
+                &["continued", "no_progress", "continuation_spent"],
+            )?
+            .as_ref()
+            .and_then(facts_of)
+            .and_then(|f| f.now);
+        Ok(ContinuationFacts {
+            spec: spec.clone(),
+            used,
+            wall_secs,
+            before,
+            now,
+            started_ns: a.submitted_at.map(|s| s.saturating_mul(1_000_000_000)),
+        })
+    }
+
     /// Classifies an ending, decides it, and records it (inside the caller's batch).
     fn record_ending(
         &mut self,
         f: &Found,
         obs: Observation,
         sub: &Submission,
+        progress: Option<Progress>,
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
@@ -323,6 +397,10 @@ impl<S: Slurm> Engine<S> {
                 .last_decision(a.chain_id)?
                 .filter(|d| d.actor != "supervisor" && d.action == Action::Resubmit)
                 .map(|d| d.classification),
+            continuation: match &sub.continuation {
+                Some(spec) => Some(Box::new(self.continuation_facts(a, spec, progress)?)),
+                None => None,
+            },
         };
         let ctx = policy::Context {
             partition_max_secs: self.partitions.get(&v.partition).copied().flatten(),

@@ -282,6 +282,7 @@ pub(crate) mod tests {
             max_retries: 3,
             restartable: false,
             array_tasks: None,
+            continuation: None,
         }
     }
 

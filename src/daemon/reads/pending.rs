@@ -71,6 +71,7 @@ mod tests {
             max_retries: 5,
             restartable: false,
             array_tasks: None,
+            continuation: None,
         }
     }
 

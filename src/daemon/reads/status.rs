@@ -129,6 +129,7 @@ mod tests {
             max_retries: 5,
             restartable: false,
             array_tasks: tasks,
+            continuation: None,
         }
     }
 

@@ -316,6 +316,18 @@ pub async fn adopt_job<S: Slurm>(
         }
         let submitted =
             sbatch_args::Submitted::read(&argv, Some(&script)).map_err(|e| usage(e.to_string()))?;
+        // The script's `#SSV` lines (docs/continuation.md). A mistake in them does not leave
+        // the job unsupervised: it is supervised without continuation, and `history` says why.
+        let (continuation, ssv_error) =
+            match crate::continuation::Continuation::from_script(&script) {
+                Ok(c) => (c, None),
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "continuation: {e}; the job is supervised without continuation"
+                    )),
+                ),
+            };
         let new = NewSubmission {
             owner_uid: owner,
             user,
@@ -331,6 +343,7 @@ pub async fn adopt_job<S: Slurm>(
             max_retries: engine.config().retry.max_retries,
             restartable: false,
             array_tasks: None,
+            continuation: continuation.map(Box::new),
             argv,
         };
         // An adopted job's submission is kept like a submitted one: it counts in its
@@ -345,9 +358,11 @@ pub async fn adopt_job<S: Slurm>(
             .map_err(internal)?;
         // Said before the job counts as supervised, so no chain of it is ever shown
         // without what its retries lack.
+        let mut items = not_recovered(&job);
+        items.extend(ssv_error);
         engine
             .store_mut()
-            .note_not_recovered(l.submission_id, &not_recovered(&job))?;
+            .note_not_recovered(l.submission_id, &items)?;
         engine.store_mut().launch_submitted(l.id, id, t)?;
         Ok(engine
             .store()

@@ -3,6 +3,7 @@
 
 use super::{Beside, Plan};
 use crate::clock::now;
+use crate::continuation::Continuation;
 use crate::daemon::access::internal;
 use crate::daemon::engine::Engine;
 use crate::daemon::sbatch::LaunchOutcome;
@@ -246,6 +247,14 @@ pub fn begin_submit<S: Slurm>(
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum::<usize>();
     check_room(engine, uid, new_chains, size as u64)?;
+    // Continuation (docs/continuation.md): the script's `#SSV` lines, under the command
+    // line's `--continue`.
+    let from_script = match &r.script {
+        Some(s) => Continuation::from_script(s).map_err(|e| usage(e.to_string()))?,
+        None => None,
+    };
+    let continuation =
+        Continuation::merged(from_script, r.continuation).map_err(|e| usage(e.to_string()))?;
     let new = NewSubmission {
         owner_uid: uid,
         user: crate::daemon::access::user_name(uid),
@@ -257,6 +266,7 @@ pub fn begin_submit<S: Slurm>(
         max_retries: r.max_retries.unwrap_or(engine.config().retry.max_retries),
         restartable: r.restartable,
         array_tasks,
+        continuation: continuation.map(Box::new),
     };
     let t = now();
     let l = engine

@@ -137,6 +137,7 @@ pub fn sub(tasks: Option<Vec<u32>>) -> NewSubmission {
         max_retries: 5,
         restartable: false,
         array_tasks: tasks,
+        continuation: None,
     }
 }
 
