@@ -47,7 +47,12 @@ pub fn status_table(rows: &[ChainRow]) -> String {
             c.state.to_string(),
             s(c.slurm_job_id.as_ref()),
             s(c.slurm_state.as_ref()),
-            r.attempts.to_string(),
+            // Continuations are attempts too, but not failures: said apart.
+            if r.continuations > 0 {
+                format!("{} ({} continued)", r.attempts, r.continuations)
+            } else {
+                r.attempts.to_string()
+            },
             s(c.last_classification),
         ]);
     }

@@ -206,6 +206,8 @@ pub struct Totals {
     pub resolutions: HashMap<Action, u64>,
     /// The chains an agent or a person resubmitted.
     pub resubmitted: BTreeSet<i64>,
+    /// The wall time of the attempts that were continued (docs/continuation.md).
+    pub continued_seconds: u64,
 }
 
 impl Totals {
@@ -218,6 +220,7 @@ impl Totals {
         // Both read before anything is added, so a failed read counts nothing twice.
         let tallies = store.decision_tallies(self.seen, upto)?;
         let resubmitted = store.chains_resubmitted_by_resolution(self.seen, upto)?;
+        let continued = store.continued_secs(self.seen, upto)?;
         for t in tallies {
             if t.by_supervisor && t.observed {
                 *self.endings.entry(t.classification).or_default() += t.count;
@@ -228,6 +231,7 @@ impl Totals {
             }
         }
         self.resubmitted.extend(resubmitted);
+        self.continued_seconds += continued;
         self.seen = upto;
         Ok(())
     }
@@ -357,6 +361,32 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "decisions",
         "Decision records, by anyone, by recovery class (R1 automatic, R2 escalated, R3 forbidden) and action",
         decisions,
+    );
+
+    let continuations: Counter = Counter::default();
+    continuations.inc_by(
+        RecoveryClass::ALL
+            .iter()
+            .map(|c| {
+                snap.totals
+                    .decisions
+                    .get(&(*c, Action::Continue))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum(),
+    );
+    r.register(
+        "continuations",
+        "Attempts of jobs that checkpoint continued after their time limit, a preemption or their own exit code (docs/continuation.md): not failures",
+        continuations,
+    );
+    let continued: Counter = Counter::default();
+    continued.inc_by(snap.totals.continued_seconds);
+    r.register(
+        "continued_seconds",
+        "Wall time of the attempts that were continued",
+        continued,
     );
 
     let resolutions = Family::<ActionLabel, Counter>::default();

@@ -56,6 +56,10 @@ pub struct ChainRow {
     pub chain: ChainFields,
     /// How many attempts reached Slurm.
     pub attempts: u32,
+    /// How many of them were continuations of a job that checkpoints
+    /// (docs/continuation.md), not retries of a failure.
+    #[serde(default)]
+    pub continuations: u32,
 }
 
 /// An attempt's state in the store, as `history` shows it.

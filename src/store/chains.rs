@@ -18,6 +18,8 @@ pub struct ChainSummary {
     pub slurm_state: Option<String>,
     /// Attempts that reached Slurm.
     pub submitted: u32,
+    /// Its continuations (decisions `continue`).
+    pub continuations: u32,
 }
 
 pub(super) const CHAIN_COLS: &str = "id, submission_id, array_task, state, last_classification, plan, not_before, created_at, updated_at";
@@ -83,7 +85,8 @@ impl Store {
     ) -> std::result::Result<(), E> {
         let mut q = self.conn.prepare_cached(&format!(
             "SELECT {}, a.slurm_job_id, COALESCE(a.slurm_state, a.last_seen),
-                    (SELECT COUNT(*) FROM attempts x WHERE x.chain_id = c.id AND x.slurm_job_id IS NOT NULL)
+                    (SELECT COUNT(*) FROM attempts x WHERE x.chain_id = c.id AND x.slurm_job_id IS NOT NULL),
+                    (SELECT COUNT(*) FROM decisions d WHERE d.chain_id = c.id AND d.action = 'continue')
              FROM chains c
              LEFT JOIN attempts a ON a.chain_id = c.id AND a.n =
                  (SELECT MAX(y.n) FROM attempts y WHERE y.chain_id = c.id AND y.slurm_job_id IS NOT NULL)
@@ -111,6 +114,7 @@ impl Store {
                             slurm_job_id: row.get(9)?,
                             slurm_state: row.get(10)?,
                             submitted: row.get(11)?,
+                            continuations: row.get(12)?,
                         })
                     };
                     page.push(read()?);

@@ -234,4 +234,13 @@ impl Store {
         }
         latest.map(finish_decision).transpose()
     }
+
+    /// How many times the chain was continued (docs/continuation.md).
+    pub fn continuations(&self, chain_id: i64) -> Result<u32> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM decisions WHERE chain_id = ?1 AND action = 'continue'",
+            [chain_id],
+            |r| r.get(0),
+        )?)
+    }
 }

@@ -50,6 +50,20 @@ impl Store {
             .query_row([], |r| r.get(0))?)
     }
 
+    /// The wall time (seconds) of the attempts continued by decision records with
+    /// `after < id <= upto` (docs/continuation.md): each `continue` record's ended
+    /// attempt's elapsed time, from its inputs.
+    pub fn continued_secs(&self, after: i64, upto: i64) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(json_extract(inputs, '$.verdict.elapsed_secs')), 0)
+                 FROM decisions WHERE id > ?1 AND id <= ?2 AND action = 'continue'",
+            )?
+            .query_row([after, upto], |r| r.get::<_, i64>(0))?
+            .max(0) as u64)
+    }
+
     /// Decision records with `after < id <= upto`, counted by their facts. A range of
     /// the rowid: the cost is that of the records in it (the first call, from 0, reads
     /// every record once).

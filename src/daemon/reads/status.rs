@@ -41,6 +41,7 @@ fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Re
 struct SortedRow<'a> {
     array_task: Option<u32>,
     attempts: u32,
+    continuations: u32,
     created_at: i64,
     dependency_failed: &'a [String],
     dependents: &'a [String],
@@ -61,6 +62,7 @@ impl<'a> SortedRow<'a> {
         SortedRow {
             array_task: c.array_task,
             attempts: r.attempts,
+            continuations: r.continuations,
             created_at: c.created_at,
             dependency_failed: &c.dependency_failed,
             dependents: &c.dependents,

@@ -107,6 +107,7 @@ pub fn summary_view(
             Some(members),
         )?,
         attempts: s.submitted,
+        continuations: s.continuations,
     })
 }
 
@@ -127,6 +128,7 @@ pub fn chain_view(store: &Store, c: &Chain) -> Result<ChainRow, StoreError> {
     Ok(ChainRow {
         chain: chain_fields(store, c, &attempts)?,
         attempts: submitted_count(&attempts),
+        continuations: store.continuations(c.id)?,
     })
 }
 
