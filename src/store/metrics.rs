@@ -42,6 +42,16 @@ impl Store {
         .collect()
     }
 
+    /// When the chain that entered `pending_failed` first, of those in it now, entered
+    /// it (`None` when none is in it). The minimum of the `chains_pending_since` partial
+    /// index: one index lookup.
+    pub fn oldest_pending_since(&self) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT MIN(pending_since) FROM chains WHERE state = 'pending_failed'")?
+            .query_row([], |r| r.get(0))?)
+    }
+
     /// The id of the newest decision record, 0 when there is none (a rowid lookup).
     pub fn last_decision_id(&self) -> Result<i64> {
         Ok(self
