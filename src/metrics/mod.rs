@@ -19,7 +19,7 @@
 pub mod http;
 
 use crate::config::Config;
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
 use crate::store::{Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -71,6 +71,11 @@ struct ClassificationLabel {
 struct DecisionLabel {
     class: &'static str,
     action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActorLabel {
+    actor: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -210,6 +215,8 @@ pub struct Totals {
     pub endings: HashMap<Classification, u64>,
     /// Every record, by recovery class and action.
     pub decisions: HashMap<(RecoveryClass, Action), u64>,
+    /// Every record, by who made it.
+    pub by_actor: HashMap<ActorKind, u64>,
     /// Resolutions by an agent or a person (resubmit, fail, hold).
     pub resolutions: HashMap<Action, u64>,
     /// The chains an agent or a person resubmitted.
@@ -227,11 +234,13 @@ impl Totals {
         let tallies = store.decision_tallies(self.seen, upto)?;
         let resubmitted = store.chains_resubmitted_by_resolution(self.seen, upto)?;
         for t in tallies {
-            if t.by_supervisor && t.observed {
+            let by_supervisor = t.actor == ActorKind::Supervisor;
+            if by_supervisor && t.observed {
                 *self.endings.entry(t.classification).or_default() += t.count;
             }
             *self.decisions.entry((t.class, t.action)).or_default() += t.count;
-            if !t.by_supervisor && is_resolution(t.action) {
+            *self.by_actor.entry(t.actor).or_default() += t.count;
+            if !by_supervisor && is_resolution(t.action) {
                 *self.resolutions.entry(t.action).or_default() += t.count;
             }
         }
@@ -377,6 +386,19 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "decisions",
         "Decision records, by anyone, by recovery class (R1 automatic, R2 escalated, R3 forbidden) and action",
         decisions,
+    );
+
+    let by_actor = Family::<ActorLabel, Counter>::default();
+    for a in ActorKind::ALL {
+        let n = snap.totals.by_actor.get(a).copied().unwrap_or(0);
+        by_actor
+            .get_or_create(&ActorLabel { actor: a.as_str() })
+            .inc_by(n);
+    }
+    r.register(
+        "decisions_by_actor",
+        "Decision records by who made them: supervisor (the daemon itself), user (a person or an agent, as a user), expiry (escalation.expire_after)",
+        by_actor,
     );
 
     let resolutions = Family::<ActionLabel, Counter>::default();

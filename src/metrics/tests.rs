@@ -55,6 +55,15 @@ fn an_empty_store_has_every_state_at_zero() {
             "0"
         );
     }
+    for a in ["supervisor", "user", "expiry"] {
+        assert_eq!(
+            value(
+                &text,
+                &format!("slurm_supervisor_decisions_by_actor_total{{actor=\"{a}\"}}")
+            ),
+            "0"
+        );
+    }
     for a in ["resubmit", "fail", "hold"] {
         assert_eq!(
             value(
