@@ -422,10 +422,10 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
          scrape_configs:\n  - job_name: {JOB}\n    static_configs:\n      - targets: [{i1:?}, {i2:?}]\n",
         repo(RULES).display().to_string()
     ));
-    let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     prom.wait_for(&format!(
         "up{{job=\"{JOB}\"}} == 1 and on () count(up{{job=\"{JOB}\"}} == 1) == 2"
     ));
+    let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 
     // The scenario, on the active node. A node failure opens the breaker (threshold 1)
     // and quarantines its node; two ambiguous failures wait for an agent; one completes.
@@ -661,15 +661,23 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
     }
 
     if let Some(path) = std::env::var_os("SSV_DASHBOARD_DATA") {
-        dump_dashboard_data(&prom, &dashboard, started, Path::new(&path));
+        let names = json!({ i1.as_str(): "login1", i2.as_str(): "login2" });
+        dump_dashboard_data(&prom, &dashboard, started, &names, Path::new(&path));
     }
     drop((d1, d2));
 }
 
 /// Every panel's data over the scenario, for scripts/dashboard-picture: each target's
 /// range (a point a second) or, for an instant query, its answer now. Windows are short
-/// (10 s) so the scenario's minute shows its changes.
-fn dump_dashboard_data(prom: &Prometheus, dashboard: &Value, started: Duration, path: &Path) {
+/// (10 s) so the scenario's seconds show their changes. `names` are the instances' node
+/// names, for the legends.
+fn dump_dashboard_data(
+    prom: &Prometheus,
+    dashboard: &Value,
+    started: Duration,
+    names: &Value,
+    path: &Path,
+) {
     let end = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -702,6 +710,8 @@ fn dump_dashboard_data(prom: &Prometheus, dashboard: &Value, started: Duration, 
             "unit": p["fieldConfig"]["defaults"]["unit"], "targets": targets,
         }));
     }
-    let doc = json!({"title": dashboard["title"], "start": start, "end": end, "panels": out});
+    let doc = json!({
+        "title": dashboard["title"], "start": start, "end": end, "instances": names, "panels": out,
+    });
     std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
 }
