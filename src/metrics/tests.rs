@@ -262,3 +262,16 @@ fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
     assert_eq!(value(&text, "slurm_supervisor_cluster_active"), "0");
     assert_eq!(value(&text, "slurm_supervisor_cluster_epoch"), "0");
 }
+
+/// Every actor policy writes into a record has its kind: a scrape refuses a record whose
+/// actor it cannot name (as it refuses an unknown classification), so a new actor must
+/// come with its `ActorKind`.
+#[test]
+fn every_actor_policy_writes_has_a_kind() {
+    for (actor, kind) in [
+        (crate::policy::SUPERVISOR, ActorKind::Supervisor),
+        (crate::policy::EXPIRY, ActorKind::Expiry),
+    ] {
+        assert_eq!(actor.parse::<ActorKind>().unwrap(), kind);
+    }
+}
