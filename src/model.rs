@@ -70,6 +70,17 @@ impl ChainState {
 }
 
 string_enum! {
+    /// Who made a decision, without a name: the supervisor itself, a person or an agent
+    /// acting as a user (a record's actor `user:<name>`), or the site's expiry of a wait
+    /// (`escalation.expire_after`).
+    ActorKind {
+        Supervisor => "supervisor",
+        User => "user",
+        Expiry => "expiry",
+    }
+}
+
+string_enum! {
     /// The verdict on a finished attempt.
     Classification {
         Completed => "completed",

@@ -205,6 +205,22 @@ fn a_scrape_parses_and_agrees_with_status() {
         ),
         0.0
     );
+    assert_eq!(
+        sample(
+            &samples,
+            "slurm_supervisor_decisions_by_actor_total",
+            &[("actor", "supervisor")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "slurm_supervisor_decisions_by_actor_total",
+            &[("actor", "user")]
+        ),
+        0.0
+    );
 
     // Slurm commands were run and counted; the fake answered them all.
     for command in ["sbatch", "squeue", "sacct"] {
@@ -290,6 +306,15 @@ fn a_scrape_parses_and_agrees_with_status() {
             &samples,
             "slurm_supervisor_resolution_resubmitted_chains",
             &[("state", "completed")]
+        ),
+        1.0
+    );
+    // The agent's resolution is a user's decision, without the user's name.
+    assert_eq!(
+        sample(
+            &samples,
+            "slurm_supervisor_decisions_by_actor_total",
+            &[("actor", "user")]
         ),
         1.0
     );

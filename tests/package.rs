@@ -65,6 +65,14 @@ const EXPECTED: &[(&str, &str)] = &[
         "/usr/share/slurm-supervisor/job_submit.lua",
         "the plain-sbatch job_submit script, the tamper-proof mark (docs/plain-sbatch.md)",
     ),
+    (
+        "/usr/share/slurm-supervisor/prometheus/slurm-supervisor.rules.yml",
+        "the Prometheus alert and recording rules (docs/metrics.md)",
+    ),
+    (
+        "/usr/share/slurm-supervisor/grafana/slurm-supervisor.json",
+        "the Grafana dashboard (docs/metrics.md)",
+    ),
 ];
 
 fn output(program: &str, args: &[&str]) -> Output {

@@ -531,7 +531,8 @@ fn note_fenced(cluster: &mut Option<cluster::Cluster>, e: &StoreError) {
     }
 }
 
-/// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news). Its
+/// One poll cycle, timed for the metrics (failed cycles too: a slow failure is news), and
+/// counted as failed when it ends with Slurm not answering or the store failing. Its
 /// lines are in a `cycle` span numbered from 1 at start (journal field `CYCLE`).
 async fn timed_cycle<S: Slurm>(
     engine: &mut Engine<S>,
@@ -551,7 +552,7 @@ async fn timed_cycle<S: Slurm>(
         (Ok(()), Some(p)) => plain::discover(engine, p).instrument(span).await,
         (result, _) => result,
     };
-    crate::metrics::observe_cycle(start.elapsed());
+    crate::metrics::observe_cycle(start.elapsed(), result.is_ok() && engine.slurm_answering());
     give_back_freed_memory();
     result
 }

@@ -3,13 +3,14 @@
 //! Two kinds of values are served:
 //! - counted in this process as things happen: every Slurm command run (the daemon's
 //!   `slurm::cli::SlurmCli` is built observed by [`slurm_command`]) and every poll
-//!   cycle's duration (the daemon's loop calls [`observe_cycle`]). They live in
+//!   cycle's duration and whether it failed (the daemon's loop calls [`observe_cycle`]). They live in
 //!   process-wide statics because a command observer is a plain `fn`, called from
 //!   wherever the engine runs a command; a
 //!   histogram's update is a few atomic additions, never a lock held across I/O;
 //! - read from the store when a scrape comes, on a blocking thread, over the scraper's
-//!   own read-only connection (never the loop's writer): chains by state, the breaker's
-//!   count, quarantined nodes, and the totals of decision records. Decisions are
+//!   own read-only connection (never the loop's writer): chains by state, how long the
+//!   oldest `pending_failed` chain has waited, the breaker's count, quarantined nodes,
+//!   and the totals of decision records. Decisions are
 //!   append-only, so those totals are kept here and each scrape reads only the records
 //!   written since the one before (the first scrape reads them all, once).
 //!
@@ -18,7 +19,7 @@
 pub mod http;
 
 use crate::config::Config;
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
 use crate::store::{Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -73,6 +74,11 @@ struct DecisionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActorLabel {
+    actor: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabel {
     action: &'static str,
 }
@@ -93,6 +99,8 @@ struct Live {
     slurm_failures: Family<CommandLabel, Counter>,
     slurm_seconds: Family<CommandLabel, Histogram, fn() -> Histogram>,
     cycle_seconds: Histogram,
+    /// Cycles that ended with Slurm not answering or the store failing.
+    cycle_failures: Counter,
     notifications_sent: Family<ChannelLabel, Counter>,
     notifications_failed: Family<ChannelLabel, Counter>,
     /// Cluster mode: 1 while this daemon acts.
@@ -119,6 +127,7 @@ static LIVE: LazyLock<Live> = LazyLock::new(|| {
         slurm_failures: Family::default(),
         slurm_seconds: Family::new_with_constructor(command_histogram),
         cycle_seconds: Histogram::new(CYCLE_BUCKETS.iter().copied()),
+        cycle_failures: Counter::default(),
         notifications_sent: Family::default(),
         notifications_failed: Family::default(),
         cluster_active: Gauge::default(),
@@ -188,9 +197,13 @@ pub fn cluster_takeover() {
     LIVE.cluster_takeovers.inc();
 }
 
-/// Records how long one poll cycle took.
-pub fn observe_cycle(elapsed: Duration) {
+/// Records how long one poll cycle took, and whether it failed (`ok` false: it ended
+/// with Slurm not answering, so nothing was decided, or with an error of the store).
+pub fn observe_cycle(elapsed: Duration, ok: bool) {
     LIVE.cycle_seconds.observe(elapsed.as_secs_f64());
+    if !ok {
+        LIVE.cycle_failures.inc();
+    }
 }
 
 /// The totals of decision records read so far, and how far they go.
@@ -202,6 +215,8 @@ pub struct Totals {
     pub endings: HashMap<Classification, u64>,
     /// Every record, by recovery class and action.
     pub decisions: HashMap<(RecoveryClass, Action), u64>,
+    /// Every record, by who made it.
+    pub by_actor: HashMap<ActorKind, u64>,
     /// Resolutions by an agent or a person (resubmit, fail, hold).
     pub resolutions: HashMap<Action, u64>,
     /// The chains an agent or a person resubmitted.
@@ -222,11 +237,13 @@ impl Totals {
         let resubmitted = store.chains_resubmitted_by_resolution(self.seen, upto)?;
         let continued = store.continued_secs(self.seen, upto)?;
         for t in tallies {
-            if t.by_supervisor && t.observed {
+            let by_supervisor = t.actor == ActorKind::Supervisor;
+            if by_supervisor && t.observed {
                 *self.endings.entry(t.classification).or_default() += t.count;
             }
             *self.decisions.entry((t.class, t.action)).or_default() += t.count;
-            if !t.by_supervisor && is_resolution(t.action) {
+            *self.by_actor.entry(t.actor).or_default() += t.count;
+            if !by_supervisor && is_resolution(t.action) {
                 *self.resolutions.entry(t.action).or_default() += t.count;
             }
         }
@@ -247,6 +264,9 @@ fn is_resolution(a: Action) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub chains: HashMap<ChainState, u64>,
+    /// How long (seconds) the chain that entered `pending_failed` first, of those in it
+    /// now, has waited there; 0 when none waits.
+    pub pending_failed_oldest: u64,
     pub totals: Totals,
     /// The chains an agent or a person resubmitted, by the state they are in now.
     pub resubmitted_by_state: HashMap<ChainState, u64>,
@@ -275,6 +295,9 @@ impl Snapshot {
             )?;
             Ok(Snapshot {
                 chains: store.chain_counts_by_state()?.into_iter().collect(),
+                pending_failed_oldest: store
+                    .oldest_pending_since()?
+                    .map_or(0, |since| u64::try_from(now - since).unwrap_or(0)),
                 totals: totals.clone(),
                 resubmitted_by_state: store
                     .chain_counts_by_state_of(&resubmitted)?
@@ -324,6 +347,12 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
             .set(n as i64);
     }
     r.register("chains", "Chains in each state, now", chains);
+    r.register_with_unit(
+        "pending_failed_oldest",
+        "How long the chain that has waited longest in pending_failed, of those waiting now, has waited for an agent or a person (0: none waits)",
+        Unit::Seconds,
+        gauge(snap.pending_failed_oldest),
+    );
 
     let endings = Family::<ClassificationLabel, Counter>::default();
     for c in Classification::ALL {
@@ -387,6 +416,19 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "continued_seconds",
         "Wall time of the attempts that were continued",
         continued,
+    );
+
+    let by_actor = Family::<ActorLabel, Counter>::default();
+    for a in ActorKind::ALL {
+        let n = snap.totals.by_actor.get(a).copied().unwrap_or(0);
+        by_actor
+            .get_or_create(&ActorLabel { actor: a.as_str() })
+            .inc_by(n);
+    }
+    r.register(
+        "decisions_by_actor",
+        "Decision records by who made them: supervisor (the daemon itself), user (a person or an agent, as a user), expiry (escalation.expire_after)",
+        by_actor,
     );
 
     let resolutions = Family::<ActionLabel, Counter>::default();
@@ -468,6 +510,11 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "How long each poll cycle took (squeue, sacct, judging endings, launching due retries)",
         Unit::Seconds,
         LIVE.cycle_seconds.clone(),
+    );
+    r.register(
+        "poll_cycle_failures",
+        "Poll cycles that ended without an answer from Slurm (nothing was decided; polling backs off) or with an error of the store",
+        LIVE.cycle_failures.clone(),
     );
 
     let b = &config.breaker;

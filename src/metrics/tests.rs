@@ -55,6 +55,15 @@ fn an_empty_store_has_every_state_at_zero() {
             "0"
         );
     }
+    for a in ["supervisor", "user", "expiry"] {
+        assert_eq!(
+            value(
+                &text,
+                &format!("slurm_supervisor_decisions_by_actor_total{{actor=\"{a}\"}}")
+            ),
+            "0"
+        );
+    }
     for a in ["resubmit", "fail", "hold"] {
         assert_eq!(
             value(
@@ -69,6 +78,10 @@ fn an_empty_store_has_every_state_at_zero() {
     assert_eq!(value(&text, "slurm_supervisor_breaker_open"), "0");
     assert_eq!(value(&text, "slurm_supervisor_quarantined_nodes"), "0");
     assert_eq!(value(&text, "slurm_supervisor_store_size_bytes"), "0");
+    assert_eq!(
+        value(&text, "slurm_supervisor_pending_failed_oldest_seconds"),
+        "0"
+    );
     assert_eq!(
         value(
             &text,
@@ -111,6 +124,7 @@ fn the_breaker_and_quarantine_are_shown_as_policy_sees_them() {
     .unwrap();
     let snap = Snapshot {
         chains: HashMap::new(),
+        pending_failed_oldest: 0,
         totals: Totals::default(),
         resubmitted_by_state: HashMap::new(),
         infra_failures: 2,
@@ -142,10 +156,13 @@ fn slurm_commands_and_cycles_are_counted() {
         .get();
     slurm_command("sinfo", false, Duration::from_millis(20));
     slurm_command("sinfo", true, Duration::from_millis(20));
-    observe_cycle(Duration::from_millis(3));
+    let failed_before = LIVE.cycle_failures.get();
+    observe_cycle(Duration::from_millis(3), true);
+    observe_cycle(Duration::from_millis(3), false);
     let text = encode(
         &Snapshot {
             chains: HashMap::new(),
+            pending_failed_oldest: 0,
             totals: Totals::default(),
             resubmitted_by_state: HashMap::new(),
             infra_failures: 0,
@@ -165,7 +182,11 @@ fn slurm_commands_and_cycles_are_counted() {
     let cycles: u64 = value(&text, "slurm_supervisor_poll_cycle_duration_seconds_count")
         .parse()
         .unwrap();
-    assert!(cycles >= 1, "{text}");
+    assert!(cycles >= 2, "{text}");
+    let failed: u64 = value(&text, "slurm_supervisor_poll_cycle_failures_total")
+        .parse()
+        .unwrap();
+    assert!(failed > failed_before, "{text}");
 }
 
 #[test]
@@ -179,6 +200,7 @@ fn notifications_are_counted_by_channel() {
     let text = encode(
         &Snapshot {
             chains: HashMap::new(),
+            pending_failed_oldest: 0,
             totals: Totals::default(),
             resubmitted_by_state: HashMap::new(),
             infra_failures: 0,
@@ -207,6 +229,7 @@ fn notifications_are_counted_by_channel() {
 fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
     let snap = Snapshot {
         chains: HashMap::new(),
+        pending_failed_oldest: 0,
         totals: Totals::default(),
         resubmitted_by_state: HashMap::new(),
         infra_failures: 0,
@@ -238,4 +261,17 @@ fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
     let text = encode(&snap, &config);
     assert_eq!(value(&text, "slurm_supervisor_cluster_active"), "0");
     assert_eq!(value(&text, "slurm_supervisor_cluster_epoch"), "0");
+}
+
+/// Every actor policy writes into a record has its kind: a scrape refuses a record whose
+/// actor it cannot name (as it refuses an unknown classification), so a new actor must
+/// come with its `ActorKind`.
+#[test]
+fn every_actor_policy_writes_has_a_kind() {
+    for (actor, kind) in [
+        (crate::policy::SUPERVISOR, ActorKind::Supervisor),
+        (crate::policy::EXPIRY, ActorKind::Expiry),
+    ] {
+        assert_eq!(actor.parse::<ActorKind>().unwrap(), kind);
+    }
 }

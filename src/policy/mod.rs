@@ -722,7 +722,8 @@ pub fn quarantined(failures: &[(String, i64)], config: &Config, now: i64) -> Vec
         .collect()
 }
 
-const SUPERVISOR: &str = "supervisor";
+/// The actor of the supervisor's own decisions.
+pub const SUPERVISOR: &str = "supervisor";
 
 /// The actor of a decision taken by `escalation.expire_action`.
 pub const EXPIRY: &str = "expiry";

@@ -3,7 +3,7 @@
 //! append-only, so a total once counted never changes).
 
 use super::{parse_name, Result, Store};
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
 
 /// How many decision records share these facts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,8 +11,8 @@ pub struct DecisionTally {
     pub classification: Classification,
     pub class: RecoveryClass,
     pub action: Action,
-    /// Made by the supervisor itself (not an agent or a person).
-    pub by_supervisor: bool,
+    /// Who made them.
+    pub actor: ActorKind,
     /// Made about an ending Slurm reported (the record points at an observation).
     pub observed: bool,
     pub count: u64,
@@ -42,6 +42,16 @@ impl Store {
         .collect()
     }
 
+    /// When the chain that entered `pending_failed` first, of those in it now, entered
+    /// it (`None` when none is in it). The minimum of the `chains_pending_since` partial
+    /// index: one index lookup.
+    pub fn oldest_pending_since(&self) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT MIN(pending_since) FROM chains WHERE state = 'pending_failed'")?
+            .query_row([], |r| r.get(0))?)
+    }
+
     /// The id of the newest decision record, 0 when there is none (a rowid lookup).
     pub fn last_decision_id(&self) -> Result<i64> {
         Ok(self
@@ -69,7 +79,9 @@ impl Store {
     /// every record once).
     pub fn decision_tallies(&self, after: i64, upto: i64) -> Result<Vec<DecisionTally>> {
         let mut q = self.conn.prepare_cached(
-            "SELECT classification, class, action, actor = 'supervisor', observation_id IS NOT NULL, COUNT(*)
+            "SELECT classification, class, action,
+                    CASE WHEN actor LIKE 'user:%' THEN 'user' ELSE actor END,
+                    observation_id IS NOT NULL, COUNT(*)
              FROM decisions WHERE id > ?1 AND id <= ?2 GROUP BY 1, 2, 3, 4, 5",
         )?;
         let rows = q.query_map([after, upto], |r| {
@@ -77,18 +89,18 @@ impl Store {
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
-                r.get::<_, bool>(3)?,
+                r.get::<_, String>(3)?,
                 r.get::<_, bool>(4)?,
                 r.get::<_, u64>(5)?,
             ))
         })?;
         rows.map(|r| {
-            let (classification, class, action, by_supervisor, observed, count) = r?;
+            let (classification, class, action, actor, observed, count) = r?;
             Ok(DecisionTally {
                 classification: parse_name(&classification)?,
                 class: parse_name(&class)?,
                 action: parse_name(&action)?,
-                by_supervisor,
+                actor: parse_name(&actor)?,
                 observed,
                 count,
             })

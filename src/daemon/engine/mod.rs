@@ -332,6 +332,13 @@ impl<S: Slurm> Engine<S> {
         }
     }
 
+    /// Whether Slurm answered: false from a command that Slurm did not answer until one
+    /// that it does (the outage `slurm_down` logs), so a cycle that ends with it false
+    /// decided nothing Slurm would have told it.
+    pub fn slurm_answering(&self) -> bool {
+        self.outage.is_none()
+    }
+
     fn slurm_up(&mut self) {
         if let Some(what) = self.outage.take() {
             info!("slurm answers again ({what} works); resuming");

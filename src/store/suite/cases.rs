@@ -417,6 +417,8 @@ fn notifications_are_queued_with_the_state_change(journaled) {
     let w = s.chains_to_expire(200).unwrap();
     assert_eq!((w.len(), w[0].pending_since), (1, 200));
     assert!(s.chains_to_expire(199).unwrap().is_empty());
+    // The metrics' oldest wait (`pending_failed_oldest_seconds`) starts there too.
+    assert_eq!(s.oldest_pending_since().unwrap(), Some(200));
     // Not due before its time; sent once delivered; retried after a failure.
     s.notification_failed(due[0].id, (true, false), "boom", Some(400), 300)
         .unwrap();
@@ -480,6 +482,7 @@ fn notifications_are_queued_with_the_state_change(journaled) {
         .collect();
     assert_eq!(kinds, ["reminder", "expired", "failed"]);
     assert!(s.chains_to_expire(10_000).unwrap().is_empty());
+    assert_eq!(s.oldest_pending_since().unwrap(), None);
 }
 
 fn a_new_submission_is_what_reading_it_back_gives(journaled) {
