@@ -201,7 +201,10 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
                 dest = format!("{rhel}{rest}");
             }
         }
-        let kind = if bins.iter().any(|b| *source == format!("target/release/{b}")) {
+        let kind = if bins
+            .iter()
+            .any(|b| *source == format!("target/release/{b}"))
+        {
             "binary"
         } else if dest.starts_with("etc/") {
             "config"
@@ -239,7 +242,11 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
     let mut dirs = std::collections::BTreeSet::new();
     for asset in &assets {
         let dest = Path::new(&asset.dest);
-        let dest = if asset.dest.ends_with('/') { dest } else { dest.parent().unwrap() };
+        let dest = if asset.dest.ends_with('/') {
+            dest
+        } else {
+            dest.parent().unwrap()
+        };
         for dir in dest.ancestors() {
             if dir.components().any(|c| c.as_os_str() == name.as_str()) {
                 // Rebuilt from its components: no trailing `/`.
@@ -257,7 +264,10 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
     let mut lines = String::new();
     for a in &assets {
         let fields = [a.kind, &a.mode, &a.source, &a.dest];
-        if fields.iter().any(|f| f.is_empty() || f.contains(char::is_whitespace)) {
+        if fields
+            .iter()
+            .any(|f| f.is_empty() || f.contains(char::is_whitespace))
+        {
             bail!("an RPM asset has an empty field or one with a space: {fields:?}");
         }
         lines.push_str(&fields.join(" "));
