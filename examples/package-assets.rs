@@ -166,7 +166,9 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
             _ => bail!("Cargo.toml has no string {what}, which the RPM needs"),
         }
     };
-    let package = &cargo["package"];
+    let package = cargo
+        .get("package")
+        .context("Cargo.toml has no [package]")?;
     let deb = package
         .get("metadata")
         .and_then(|m| m.get("deb"))
