@@ -141,14 +141,17 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
             JobState::BootFail => Classification::BootFail,
             _ => Classification::Preempted,
         };
-        return Ok(verdict(
-            c,
+        let why = if job.state == JobState::Requeued {
+            // `scontrol requeue`: by the job itself (Lightning's auto-requeue), its owner
+            // or an admin; not a preemption, though it is watched the same way.
+            "REQUEUED by `scontrol requeue` (the job itself, its owner or an admin), and Slurm runs it again under the same id".to_string()
+        } else {
             format!(
                 "{} and Slurm requeued the job itself under the same id",
                 job.state
-            ),
-            None,
-        ));
+            )
+        };
+        return Ok(verdict(c, why, None));
     }
 
     // A user's cancel comes first: `CANCELLED by N` on the job row is a person's choice,

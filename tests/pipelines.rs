@@ -12,6 +12,7 @@ use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
 use slurm_supervisor::slurm::{RunAs, SbatchRequest, Slurm};
 use slurm_supervisor::store::Store;
+use std::time::Duration;
 
 const CONFIG: &str = r#"
 poll_interval = "1s"
@@ -51,6 +52,20 @@ impl Pipe {
     }
 
     async fn try_submit(&mut self, args: &[&str]) -> Result<String, String> {
+        self.try_submit_as(args, None).await
+    }
+
+    /// A submission that continues from its checkpoints (docs/continuation.md).
+    async fn submit_continuing(&mut self, args: &[&str]) -> String {
+        let c = slurm_supervisor::continuation::Continuation::default();
+        self.try_submit_as(args, Some(c)).await.unwrap()
+    }
+
+    async fn try_submit_as(
+        &mut self,
+        args: &[&str],
+        continuation: Option<slurm_supervisor::continuation::Continuation>,
+    ) -> Result<String, String> {
         let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         argv.push("--wrap=true".into());
         let req = SubmitRequest {
@@ -60,7 +75,7 @@ impl Pipe {
             script: None,
             max_retries: None,
             restartable: false,
-            continuation: None,
+            continuation,
             request_id: None,
         };
         match requests::handle(&mut self.engine, Request::Submit(req), self.uid).await {
@@ -214,6 +229,42 @@ async fn waiting_jobs_follow_a_retried_chain_to_its_new_attempt() {
             )
             .unwrap(),
         vec![c_up]
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn waiting_jobs_follow_a_continued_chain_and_wait_for_its_final_success() {
+    let mut p = Pipe::new();
+    let mut config = p.engine.config().clone();
+    config.continuation.min_attempt = slurm_supervisor::config::Dur(Duration::ZERO);
+    p.engine.set_config(config);
+    let up = p.submit_continuing(&["--time=1"]).await;
+    let c_up = p.chain_of(&up);
+    let ok = p.submit(&[&format!("--dependency=afterok:{up}")]).await;
+    let any = p.submit(&[&format!("--dependency=afterany:c{c_up}")]).await;
+    let c_ok = p.chain_of(&ok);
+    p.cycle().await;
+    // The time limit: continued, not failed; the waiting jobs follow the new attempt.
+    assert!(p.engine.slurm().end(&up, Ending::Timeout));
+    p.cycle().await;
+    assert_eq!(p.codes(c_up), vec!["continued"]);
+    let up2 = p.job(c_up);
+    assert_ne!(up2, up);
+    p.cycle().await;
+    assert_eq!(p.dependency(&ok), format!("afterok:{up2}"));
+    assert!(p.codes(c_ok).contains(&"rewired".to_string()));
+    // afterany waits for the chain's final outcome, across continuations.
+    assert!(
+        p.engine.slurm().job(&any).unwrap().held,
+        "held while continued"
+    );
+    assert!(p.engine.slurm().end(&up2, Ending::Completed));
+    p.cycle().await;
+    p.cycle().await;
+    assert_eq!(p.state(c_up), ChainState::Completed);
+    assert!(
+        !p.engine.slurm().job(&any).unwrap().held,
+        "released at the end"
     );
 }
 

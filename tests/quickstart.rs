@@ -183,6 +183,25 @@ fn the_quickstart_shows_what_the_readme_promises() {
     );
     let tmo = demo.json(&["history", "--json", job("timeout")]);
     assert!(attempts(&tmo).len() >= 2, "timeout: {tmo:#}");
+    // The checkpointing job ran to its end through continuations at the same limit (unless
+    // the demo's node failure or preemption requeued it under its id and left it too
+    // little work to meet a limit: then those requeues are its history).
+    let cont = demo.json(&["history", "--json", job("continue")]);
+    assert_eq!(cont["state"], "completed", "{cont:#}\n{}", context());
+    let codes = reason_codes(&cont);
+    assert!(
+        codes.iter().any(|c| c == "continued") || codes.iter().any(|c| c == "requeued_by_slurm"),
+        "continue: {cont:#}"
+    );
+    assert!(
+        codes
+            .iter()
+            .all(|c| ["continued", "requeued_by_slurm", "retry"].contains(&c.as_str())),
+        "continue: {cont:#}"
+    );
+    for a in attempts(&cont) {
+        assert_eq!(a["time_limit"], "00:01:00", "continue: {cont:#}");
+    }
     let nf = demo.json(&["history", "--json", job("node_fail")]);
     assert!(attempts(&nf).len() >= 2, "node_fail: {nf:#}");
 

@@ -46,17 +46,23 @@ fn continuable(verdict: &Verdict, spec: &Continuation) -> Option<&'static str> {
         | Classification::NodeFail
         | Classification::BootFail => None,
         Classification::Transient | Classification::Permanent | Classification::Ambiguous => {
-            let code = verdict
-                .exit_code
-                .split(':')
-                .next()
-                .and_then(|c| c.parse::<u8>().ok())?;
+            let mut parts = verdict.exit_code.split(':');
+            let code = parts.next().and_then(|c| c.parse::<u8>().ok());
+            let signal = parts.next().and_then(|c| c.parse::<u8>().ok());
+            if signal == Some(SIGUSR1) {
+                // The warning before the limit ended a job that does not trap it: it met
+                // its time limit early (docs/continuation.md).
+                return Some("the warning before its time limit (SIGUSR1), which it does not trap");
+            }
             spec.requeue_exit
-                .contains(&code)
+                .contains(&code?)
                 .then_some("its own exit code")
         }
     }
 }
+
+/// The warning a continuing job gets (`--signal=B:USR1@...`), as Linux numbers it.
+const SIGUSR1: u8 = 10;
 
 /// The decision on an ending of a continuing chain, or `None` when the ending is not one
 /// a continuation answers (the disposition table decides it as for any chain).

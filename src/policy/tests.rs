@@ -1268,3 +1268,20 @@ fn a_requeue_exit_code_asks_for_a_continuation() {
     let d = decide(&verdict(Classification::Oom), &h, &cfg(), &ctx(None, 100));
     assert_eq!(d.action, Action::Resubmit);
 }
+
+#[test]
+fn a_job_ended_by_the_warning_signal_met_its_limit() {
+    // No trap for SIGUSR1: the batch shell dies of the warning (FAILED 0:10).
+    let mut v = verdict(Classification::Ambiguous);
+    v.exit_code = "0:10".into();
+    let d = decide(
+        &v,
+        &continuing(0, None, Some(file(20))),
+        &cfg(),
+        &ctx(None, 100),
+    );
+    assert_eq!(d.action, Action::Continue);
+    // A chain that does not continue: an ordinary failure.
+    let d = decide(&v, &history(), &cfg(), &ctx(None, 100));
+    assert_eq!(d.action, Action::Escalate);
+}
