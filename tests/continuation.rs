@@ -15,6 +15,13 @@ use std::time::Duration;
 /// The fake's elapsed time is 5 s: a minimum below it, so the checkpoint is the evidence.
 const CONFIG: &str = "[continuation]\nmin_attempt = \"1s\"\n";
 
+/// Sets `path`'s modification time a few seconds ahead, as a job running later would.
+fn touch_later(path: &std::path::Path) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+}
+
 fn argv_of(call: &serde_json::Value) -> Vec<String> {
     serde_json::from_value(call["argv"].clone()).unwrap()
 }
@@ -35,8 +42,10 @@ fn a_checkpointing_job_is_continued_while_it_makes_progress_and_stops_when_it_do
         "{first:?}"
     );
 
-    // The first attempt wrote its checkpoint, then met its limit.
+    // The first attempt wrote its checkpoint, then met its limit. (Its time is set past
+    // the second of the submission, which is all the daemon knows of the job's start.)
     std::fs::write(&ckpt, "step 40\n").unwrap();
+    touch_later(&ckpt);
     fake.ctl(&["finish", &job, "TIMEOUT", "0:0"]);
     wait_until("the continuation's sbatch", Duration::from_secs(20), || {
         fake.sbatch_calls().len() == 2

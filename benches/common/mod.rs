@@ -9,6 +9,7 @@ use std::time::Duration;
 /// script (the store keeps both so that a retry can be rebuilt). Its owner is the user
 /// who runs the bench, who submits in (6): the submitter's own chains are the ones open,
 /// as in issue 32's measurement (the per-user limits read what that user has open).
+#[allow(dead_code)] // not continuation
 pub fn submission(i: usize) -> NewSubmission {
     let mut env: Vec<(String, String)> = [
         ("HOME", "/home/alice"),
@@ -69,6 +70,7 @@ pub fn submission(i: usize) -> NewSubmission {
 
 /// Where a bench builds its store: `var` if set, else tmpfs when there is one, else the
 /// temp dir.
+#[allow(dead_code)] // not continuation
 pub fn build_dir(var: &str) -> PathBuf {
     if let Some(d) = std::env::var_os(var) {
         return PathBuf::from(d);

@@ -360,7 +360,11 @@ impl<S: Slurm> Engine<S> {
             wall_secs,
             before,
             now,
-            started_ns: a.submitted_at.map(|s| s.saturating_mul(1_000_000_000)),
+            // The job cannot have written anything before its sbatch; the record of that is
+            // in whole seconds, so only what is newer than that whole second counts.
+            started_ns: a
+                .submitted_at
+                .map(|s| s.saturating_add(1).saturating_mul(1_000_000_000)),
         })
     }
 
