@@ -1227,6 +1227,8 @@ fn build_store(s: &mut Store, chains: usize, live: usize, batch: usize) -> Vec<L
                     nodes: Some("gpu017".into()),
                     mem: Some("16G".into()),
                     time_limit: Some("04:00:00".into()),
+                    signature: None,
+                    signature_text: None,
                 },
                 observation: obs,
             })),

@@ -206,6 +206,8 @@ fn end(state: &str, exit: &str) -> AttemptEnd {
         nodes: Some("gpu017".into()),
         mem: Some("16G".into()),
         time_limit: Some("04:00:00".into()),
+        signature: None,
+        signature_text: None,
     }
 }
 

@@ -40,6 +40,7 @@ pub mod policy;
 pub mod protocol;
 pub mod request_binding;
 pub mod sbatch_args;
+pub mod signature;
 pub mod slurm;
 pub mod store;
 pub mod syntax;

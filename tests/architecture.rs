@@ -82,6 +82,14 @@ const RULES: &[Rule] = &[
               credential's payload means and who may do what are above it",
     },
     Rule {
+        from: &["signature"],
+        never: &["*"],
+        but: &[],
+        why: "a failure's signature is masked text and a hash of what it is given: it \
+              reads no output file and knows no ending's source, so every writer computes \
+              the same one",
+    },
+    Rule {
         from: &["request_binding"],
         never: &["*"],
         but: &[],

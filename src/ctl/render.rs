@@ -113,6 +113,9 @@ pub fn history_text(h: &ChainHistory) -> String {
             s(a.time_limit.as_ref()),
             time(a.submitted_at),
         );
+        if let Some(sig) = &a.signature {
+            signature_lines(&mut out, "    ", sig, a.signature_text.as_deref());
+        }
     }
     let _ = writeln!(out, "decisions:");
     for d in &h.decisions {
@@ -129,6 +132,14 @@ pub fn history_text(h: &ChainHistory) -> String {
         );
     }
     out
+}
+
+/// A failure signature (docs/rules.md): its id, then its masked stderr lines.
+fn signature_lines(out: &mut String, indent: &str, id: &str, text: Option<&str>) {
+    let _ = writeln!(out, "{indent}signature {id}");
+    for l in text.unwrap_or_default().lines() {
+        let _ = writeln!(out, "{indent}  | {l}");
+    }
 }
 
 pub fn pending_text(rows: &[PendingChain]) -> String {
@@ -148,6 +159,10 @@ pub fn pending_text(rows: &[PendingChain]) -> String {
         let ev = &r.evidence;
         if let Some(d) = ev.decisions.last() {
             let _ = writeln!(out, "  why: {}", d.reason);
+        }
+        if let Some(a) = ev.attempts.iter().rev().find(|a| a.signature.is_some()) {
+            let sig = a.signature.as_deref().unwrap_or_default();
+            signature_lines(&mut out, "  ", sig, a.signature_text.as_deref());
         }
         if let Some(tail) = &ev.stderr_tail {
             let _ = writeln!(out, "  stderr (last lines):");

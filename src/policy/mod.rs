@@ -311,6 +311,13 @@ pub struct AttemptEnd {
     pub nodes: Option<String>,
     pub mem: Option<String>,
     pub time_limit: Option<String>,
+    /// The ending's failure signature (`signature::Signature`: its id and masked stderr
+    /// lines), computed by the daemon that judged it; `None` in journal entries written
+    /// before signatures were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_text: Option<String>,
 }
 
 /// A gate of a held submission: `kind` on `upstream`, which is now in `upstream_state`.

@@ -96,6 +96,13 @@ pub struct AttemptView {
     pub tag: String,
     pub submitted_at: Option<i64>,
     pub ended_at: Option<i64>,
+    /// The ending's failure signature (docs/rules.md): its id, and the masked last lines
+    /// of stderr it was computed from; `None` while it runs, for a success, and for
+    /// endings judged before signatures were.
+    #[serde(default)]
+    pub signature: Option<String>,
+    #[serde(default)]
+    pub signature_text: Option<String>,
 }
 
 /// One decision record.

@@ -176,10 +176,11 @@ pub(super) fn change_attempt(
         AttemptChange::Ended(j) => {
             let e = &j.end;
             tx.prepare_cached(
-                "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8
+                "UPDATE attempts SET state = 'ended', slurm_state = ?3, exit_code = ?4, nodes = ?5, mem = ?6, time_limit = ?7, ended_at = ?8,
+                                     signature = ?9, signature_text = ?10
                  WHERE chain_id = ?1 AND n = ?2 AND state = 'live'",
             )?
-            .execute(params![chain_id, j.n, e.slurm_state, e.exit_code, e.nodes, e.mem, e.time_limit, now])?;
+            .execute(params![chain_id, j.n, e.slurm_state, e.exit_code, e.nodes, e.mem, e.time_limit, now, e.signature, e.signature_text])?;
             observe(j.n, &j.observation)
         }
         AttemptChange::Requeued { n, observation } => {

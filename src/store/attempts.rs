@@ -58,6 +58,10 @@ pub struct Attempt {
     /// Slurm has shown its job owned by the chain's owner (a job's owner never changes):
     /// the poll may ask for its state alone.
     pub owner_seen: bool,
+    /// The ended attempt's failure signature (`crate::signature`), its id and masked
+    /// stderr lines; `None` while it runs, and for endings judged before signatures were.
+    pub signature: Option<String>,
+    pub signature_text: Option<String>,
 }
 
 /// What the poll needs of a live attempt every cycle, and no more: at 100,000 live jobs a
@@ -76,7 +80,7 @@ pub struct LiveJob {
     pub owner_seen: bool,
 }
 
-pub(super) const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid, a.owner_seen";
+pub(super) const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid, a.owner_seen, a.signature, a.signature_text";
 
 pub(super) const ATTEMPT_FROM: &str =
     "attempts a JOIN launches l ON l.id = a.launch_id JOIN submissions s ON s.id = l.submission_id";
@@ -106,6 +110,8 @@ pub(super) fn attempt_from(row: &Row) -> rusqlite::Result<RawAttempt> {
             in_place: row.get(17)?,
             owner_uid: row.get(18)?,
             owner_seen: row.get(19)?,
+            signature: row.get(20)?,
+            signature_text: row.get(21)?,
         },
         row.get(4)?,
         row.get(10)?,

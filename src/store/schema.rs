@@ -382,4 +382,12 @@ END;
     r#"
 ALTER TABLE submissions ADD COLUMN continuation TEXT;
 "#,
+    // 17: failure signatures (src/signature.rs, docs/rules.md): an ended attempt's
+    // signature, its id and its masked stderr lines, as the daemon computed them when it
+    // judged the ending; NULL for attempts judged before.
+    r#"
+ALTER TABLE attempts ADD COLUMN signature TEXT;
+ALTER TABLE attempts ADD COLUMN signature_text TEXT;
+CREATE INDEX attempts_by_signature ON attempts(signature) WHERE signature IS NOT NULL;
+"#,
 ];

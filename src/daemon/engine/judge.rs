@@ -442,10 +442,17 @@ impl<S: Slurm> Engine<S> {
         } else {
             Vec::new()
         };
+        let slurm_state = job_row.map(|r| r.state.to_string()).unwrap_or_default();
+        // Computed here, by the writer, and kept as a value: a replica applying the
+        // journal reads no output file (docs/rules.md).
+        let signature = (v.classification != crate::model::Classification::Completed)
+            .then(|| ending_signature(&slurm_state, &v, &obs, sub));
         let judged = Judged {
             n: a.n,
             end: AttemptEnd {
-                slurm_state: job_row.map(|r| r.state.to_string()).unwrap_or_default(),
+                signature: signature.as_ref().map(|s| s.id.clone()),
+                signature_text: signature.map(|s| s.text),
+                slurm_state,
                 exit_code: v.exit_code.clone(),
                 nodes: v.nodes.clone(),
                 mem: v.req_mem_bytes.map(|b| format!("{}M", b.div_ceil(1 << 20))),
@@ -475,4 +482,37 @@ impl<S: Slurm> Engine<S> {
         }
         Ok(())
     }
+}
+
+/// An ending's failure signature (`crate::signature`): what is this job's own, masked, is
+/// its working directory and home, its owner's name, its script's name and its nodes.
+fn ending_signature(
+    slurm_state: &str,
+    v: &classify::Verdict,
+    obs: &Observation,
+    sub: &Submission,
+) -> crate::signature::Signature {
+    use crate::signature::{signature, JobSpecifics};
+    let env = |name: &str| {
+        sub.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut job = JobSpecifics {
+        dirs: vec![sub.cwd.as_str()],
+        names: vec![sub.user.as_str()],
+    };
+    job.dirs.extend(env("HOME"));
+    // The script's file name (Slurm's default job name), not its stem: a script `job.sh`
+    // must not mask the word "job" in every error.
+    if let Some(script) = &sub.script_name {
+        job.names.push(script.rsplit('/').next().unwrap_or(script));
+    }
+    // A hostlist's brackets and the numbers in it are masked as numbers anyway.
+    if let Some(nodes) = &v.nodes {
+        job.names
+            .extend(nodes.split(',').filter(|n| !n.contains(['[', ']'])));
+    }
+    signature(slurm_state, &v.exit_code, obs.stderr_tail.as_deref(), &job)
 }

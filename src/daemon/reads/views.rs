@@ -164,6 +164,8 @@ fn attempt_view(a: &Attempt) -> AttemptView {
         tag: a.tag.clone(),
         submitted_at: a.submitted_at,
         ended_at: a.ended_at,
+        signature: a.signature.clone(),
+        signature_text: a.signature_text.clone(),
     }
 }
 
