@@ -337,6 +337,26 @@ impl Default for BreakerConfig {
     }
 }
 
+/// Rules that learn (docs/rules.md): when `agreeing` resolutions by people or agents of
+/// one failure signature agree (same action, same kind of change), and of the retries
+/// they caused that have ended at least `min_success` completed, the daemon proposes the
+/// `[[rules]]` entry that would have decided them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LearnConfig {
+    pub agreeing: u32,
+    pub min_success: f64,
+}
+
+impl Default for LearnConfig {
+    fn default() -> Self {
+        LearnConfig {
+            agreeing: 3,
+            min_success: 0.8,
+        }
+    }
+}
+
 /// Node quarantine: a node that failed `threshold` jobs within `window` is excluded from
 /// every retry until `duration` after its latest failure. `threshold = 0` disables it.
 #[derive(Debug, Clone, Deserialize)]
@@ -618,6 +638,8 @@ struct RawConfig {
     #[serde(default)]
     plain_sbatch: PlainSbatchConfig,
     #[serde(default)]
+    learn: LearnConfig,
+    #[serde(default)]
     rules: Vec<RawRule>,
     store: Option<crate::dbconfig::StoreConfig>,
 }
@@ -692,6 +714,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub client: NetClientConfig,
     pub plain_sbatch: PlainSbatchConfig,
+    /// When resolutions of one failure signature make a rule proposal (docs/rules.md).
+    pub learn: LearnConfig,
     pub rules: Vec<Rule>,
     /// Cluster mode (`[store]`): the shared database and the lease; `None` runs on the
     /// SQLite store alone.
@@ -968,6 +992,18 @@ impl Config {
             return Err(semantic(format!(
                 "retry.backoff_jitter = {} must be a fraction between 0.0 and 1.0",
                 raw.retry.backoff_jitter
+            )));
+        }
+        if !(0.0..=1.0).contains(&raw.learn.min_success) {
+            return Err(semantic(format!(
+                "learn.min_success = {} must be a fraction between 0.0 and 1.0",
+                raw.learn.min_success
+            )));
+        }
+        if raw.learn.agreeing < 2 {
+            return Err(semantic(format!(
+                "learn.agreeing = {} is too few: a rule needs at least 2 agreeing resolutions (the default is 3)",
+                raw.learn.agreeing
             )));
         }
         if !(0.0..=1.0).contains(&raw.agent.min_confidence) {
@@ -1358,6 +1394,7 @@ impl Config {
                 tls_ca: raw.client.tls_ca,
             },
             plain_sbatch,
+            learn: raw.learn,
             rules,
             cluster,
         })

@@ -28,6 +28,7 @@ pub mod dependency;
 pub mod election;
 pub mod failpoint;
 pub mod ids;
+pub mod learn;
 pub mod logging;
 pub mod mcp;
 pub mod metrics;

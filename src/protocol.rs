@@ -44,6 +44,9 @@ pub enum Request {
     /// cluster`).
     Cluster,
     Ping,
+    /// The rules in force and the rules proposed from resolutions (`supervisorctl
+    /// rules`, docs/rules.md).
+    Rules,
 }
 
 /// What a request is, as both sides need to know it: said once for each kind, in
@@ -79,6 +82,7 @@ impl Request {
             Request::Stats { id } => ("stats", true, id.as_deref()),
             Request::Cluster => ("cluster", true, None),
             Request::Ping => ("ping", true, None),
+            Request::Rules => ("rules", true, None),
         };
         Head { cmd, read, subject }
     }
@@ -273,6 +277,7 @@ pub(crate) const ONE_OF_EACH: &[&str] = &[
     r#"{"cmd":"stats","id":null}"#,
     r#"{"cmd":"cluster"}"#,
     r#"{"cmd":"ping"}"#,
+    r#"{"cmd":"rules"}"#,
 ];
 
 #[cfg(test)]

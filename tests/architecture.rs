@@ -90,6 +90,15 @@ const RULES: &[Rule] = &[
               the same one",
     },
     Rule {
+        from: &["learn"],
+        never: &[
+            "store", "protocol", "daemon/*", "slurm/*", "metrics", "policy", "classify",
+        ],
+        but: &[],
+        why: "a rule proposal is decided from the resolutions it is given: it reads no \
+              store, speaks no protocol and decides no ending",
+    },
+    Rule {
         from: &["request_binding"],
         never: &["*"],
         but: &[],

@@ -16,7 +16,11 @@ fn submit_in(d: &Daemon, dir: &str) -> String {
     std::fs::create_dir_all(&cwd).unwrap();
     std::fs::write(cwd.join("job.sh"), "#!/bin/bash\necho hi\n").unwrap();
     let out = d.ctl_in(&["submit", "--", "job.sh"], &cwd);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -72,9 +76,19 @@ fn the_same_failure_is_one_signature_and_two_errors_are_two() {
         &d,
         &fake,
         &b,
-        &checksum_error(&w.join("exp/run-22"), &b, "2026-12-01T04:05:06Z", "0badc0de"),
+        &checksum_error(
+            &w.join("exp/run-22"),
+            &b,
+            "2026-12-01T04:05:06Z",
+            "0badc0de",
+        ),
     );
-    fail_with(&d, &fake, &c, "NCCL error: watchdog timeout after 1800 seconds\n");
+    fail_with(
+        &d,
+        &fake,
+        &c,
+        "NCCL error: watchdog timeout after 1800 seconds\n",
+    );
     let (sa, ta) = pending_signature(&d, &a);
     let (sb, tb) = pending_signature(&d, &b);
     let (sc, tc) = pending_signature(&d, &c);
@@ -94,6 +108,129 @@ fn the_same_failure_is_one_signature_and_two_errors_are_two() {
     assert!(
         text.contains(&format!("signature {sa}"))
             && text.contains("| RuntimeError: checkpoint shard <n>"),
+        "{text}"
+    );
+}
+
+/// Resolves the chain of `job` with `action` (`retry` or `fail`); for a retry, ends the
+/// retry's job `state` (`COMPLETED`, or `FAILED` with another error) and returns its id.
+fn resolve(d: &Daemon, fake: &Fake, job: &str, action: &str, state: &str) -> Option<String> {
+    let out = d.ctl(&[
+        "classify",
+        job,
+        "--action",
+        action,
+        "--reason",
+        "seen before",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if action != "retry" {
+        return None;
+    }
+    let mut retry = String::new();
+    wait_for("the retry's job", Duration::from_secs(60), || {
+        let row = &d.status(job)[0];
+        match row["slurm_job_id"].as_str() {
+            Some(j) if j != job && row["state"] == "active" => {
+                retry = j.to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+    match state {
+        "COMPLETED" => {
+            fake.ctl(&["finish", &retry, "COMPLETED", "0:0"]);
+            d.wait_state(job, "completed", Duration::from_secs(60));
+        }
+        _ => fail_with(d, fake, &retry, "something else went wrong\n"),
+    }
+    Some(retry)
+}
+
+fn proposals(d: &Daemon) -> Vec<Value> {
+    d.json(&["rules", "--json"])["proposals"]
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
+    let (d, fake) = start("", &[]);
+    let w = d.work_dir();
+    let checksum = |dir: &str, job: &str| {
+        checksum_error(&w.join(dir), job, "2026-11-28T23:28:53Z", "3f2a9bc1")
+    };
+    // Three chains, the same failure, each retried by a person, each retry completing.
+    let mut evidence = Vec::new();
+    for (i, dir) in ["a", "b", "c"].into_iter().enumerate() {
+        let job = submit_in(&d, dir);
+        fail_with(&d, &fake, &job, &checksum(dir, &job));
+        if i < 2 {
+            assert!(
+                proposals(&d).is_empty(),
+                "fewer than 3 resolutions propose nothing"
+            );
+        }
+        resolve(&d, &fake, &job, "retry", "COMPLETED");
+        evidence.push(d.status(&job)[0]["id"].as_str().unwrap().to_string());
+    }
+    // A signature resolved twice with retry and once with fail; and one whose three
+    // retries failed.
+    for action in ["retry", "retry", "fail"] {
+        let job = submit_in(&d, "split");
+        fail_with(&d, &fake, &job, "NCCL watchdog timeout after 1800 s\n");
+        resolve(&d, &fake, &job, action, "COMPLETED");
+    }
+    for _ in 0..3 {
+        let job = submit_in(&d, "bad");
+        fail_with(&d, &fake, &job, "Segmentation fault at 0x7ffd1234\n");
+        resolve(&d, &fake, &job, "retry", "FAILED");
+    }
+    // The fourth occurrence still waits: nothing is accepted by itself.
+    let fourth = submit_in(&d, "d");
+    fail_with(&d, &fake, &fourth, &checksum("d", &fourth));
+    let (sig, _) = pending_signature(&d, &fourth);
+    let all = proposals(&d);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let p = &all[0];
+    assert_eq!(p["id"], sig.as_str());
+    assert_eq!(p["rule"]["kind"], "transient");
+    assert_eq!(p["rule"]["exit_codes"], serde_json::json!([1]));
+    assert_eq!(p["rule"]["change"], "unchanged");
+    assert_eq!(
+        (p["completed"].as_u64(), p["failed"].as_u64()),
+        (Some(3), Some(0))
+    );
+    // Four endings had it: the three resolved and the one pending.
+    assert_eq!(p["endings"], 4);
+    let chains: Vec<&str> = p["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["chain"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        chains,
+        evidence.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(p["evidence"][0]["actor"]
+        .as_str()
+        .unwrap()
+        .starts_with("user:"));
+    assert_eq!(p["conflicts"], serde_json::json!([]));
+    // The pattern it would add matches the fourth's stderr.
+    let re = regex::Regex::new(p["rule"]["stderr"].as_str().unwrap()).unwrap();
+    assert!(re.is_match(&checksum("d", &fourth)));
+    let text = String::from_utf8(d.ctl(&["rules"]).stdout).unwrap();
+    assert!(
+        text.contains(&format!("{sig}  FAILED 1:0  would add: kind transient"))
+            && text.contains("retries: 3 completed, 0 failed, 0 running; 4 endings"),
         "{text}"
     );
 }

@@ -161,6 +161,12 @@ pub enum Command {
         json: bool,
         id: Option<String>,
     },
+    /// The rules in force, and the rules proposed from how failures with one signature
+    /// were resolved, with their evidence (docs/rules.md).
+    Rules {
+        #[arg(long)]
+        json: bool,
+    },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
     /// Which daemon acts, and each daemon's role, epoch, last cycle and heartbeat (cluster
@@ -497,6 +503,7 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Stats { ref id, .. } => Request::Stats { id: id.clone() },
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
         Command::Cluster { .. } => Request::Cluster,
+        Command::Rules { .. } => Request::Rules,
     };
     // The list of every chain can be long: it goes to stdout as it arrives.
     if let Command::Status {
@@ -627,6 +634,11 @@ fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
         Command::Stats { json: false, .. } => {
             print!("{}", render::stats_text(&decode::<StatsAnswer>(v)?))
         }
+        Command::Rules { json: true } => print_json(&v),
+        Command::Rules { json: false } => print!(
+            "{}",
+            render::rules_text(&decode::<crate::protocol::views::RulesAnswer>(v)?)
+        ),
         Command::Status { json, id } => {
             if *json {
                 print_json(&v);

@@ -304,6 +304,80 @@ pub fn cluster_text(v: &ClusterAnswer) -> String {
     out
 }
 
+/// `rules`: the rules in force, then each proposal with its evidence and conflicts.
+pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "rules in force:");
+    if v.rules.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for r in &v.rules {
+        let codes: Vec<String> = r.exit_codes.iter().map(i32::to_string).collect();
+        let _ = writeln!(
+            out,
+            "  {} ({})  kind {}  exit codes [{}]  stderr {}",
+            r.name,
+            r.source,
+            r.kind,
+            codes.join(", "),
+            r.stderr
+                .as_deref()
+                .map_or("-".to_string(), |s| format!("{s:?}")),
+        );
+    }
+    let _ = writeln!(out, "proposals:");
+    if v.proposals.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for p in &v.proposals {
+        let conflict = if p.conflicts.is_empty() {
+            ""
+        } else {
+            "  CONFLICT: resolved otherwise too"
+        };
+        let _ = writeln!(
+            out,
+            "  {}  {} {}  would add: kind {}  exit codes {:?}  change {}{}",
+            p.id,
+            p.slurm_state,
+            p.exit_code,
+            p.rule.kind,
+            p.rule.exit_codes,
+            serde_json::to_value(p.rule.change)
+                .ok()
+                .and_then(|c| c.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            conflict,
+        );
+        signature_lines(&mut out, "    ", &p.id, Some(&p.signature_text));
+        let _ = writeln!(out, "    stderr pattern: {:?}", p.rule.stderr);
+        let _ = writeln!(
+            out,
+            "    retries: {} completed, {} failed, {} running; {} endings had this signature",
+            p.completed, p.failed, p.running, p.endings
+        );
+        for (what, list) in [("evidence", &p.evidence), ("conflict", &p.conflicts)] {
+            for r in list.iter() {
+                let _ = writeln!(
+                    out,
+                    "    {what}: {} attempt {}  {} by {}  ({})",
+                    r.chain,
+                    r.attempt,
+                    r.action,
+                    r.actor,
+                    r.outcome.map_or("no retry".to_string(), |o| {
+                        serde_json::to_value(o)
+                            .ok()
+                            .and_then(|o| o.as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    }),
+                );
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,6 +276,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
         config.limits.clone(),
         config.db_path(),
         cluster.as_ref().map(cluster::Cluster::activity),
+        &config,
     );
     let server = tokio::spawn(server::serve(listener, shared.clone()));
     let net_server = net_listener.map(|(addr, munge, tls, listener)| {
@@ -372,6 +373,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             ev = events.recv() => match ev {
                 Some(Event::Reload) => {
                     reload(&mut engine, &mut plain);
+                    shared.set_config(engine.config());
                     if let Some(s) = &scraper {
                         s.set_config(engine.config());
                     }

@@ -176,14 +176,33 @@ pub struct Shared {
     pub(super) cluster: Option<super::cluster::Activity>,
     /// The daemon's own uid: a per-user daemon (not 0) serves it alone (`owner_only`).
     pub(super) daemon_uid: u32,
+    /// The config in force, for the reads that show it (`rules`); replaced on reload.
+    pub(super) config: std::sync::RwLock<Arc<crate::config::Config>>,
 }
 
 impl Shared {
+    /// The config in force (a reload replaces it: [`Shared::set_config`]).
+    pub fn config_in_force(&self) -> Arc<crate::config::Config> {
+        self.config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The config a reload put in force, for the reads that show it.
+    pub fn set_config(&self, config: &crate::config::Config) {
+        *self
+            .config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(config.clone());
+    }
+
     pub fn new(
         to_loop: mpsc::Sender<Control>,
         limits: LimitsConfig,
         db_path: PathBuf,
         cluster: Option<super::cluster::Activity>,
+        config: &crate::config::Config,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             to_loop,
@@ -192,6 +211,7 @@ impl Shared {
             counts: Arc::default(),
             cluster,
             daemon_uid: nix::unistd::geteuid().as_raw(),
+            config: std::sync::RwLock::new(Arc::new(config.clone())),
         })
     }
 }
@@ -500,6 +520,23 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                     }
                     // Nodes and times only: anyone may read it, a standby answers it too.
                     Route::Read(Read::Node(answer)) => answer(shared.cluster.as_ref(), uid),
+                    Route::Read(Read::WithConfig(answer)) => {
+                        let config = shared.config_in_force();
+                        let out = tokio::task::spawn_blocking(move || {
+                            line_of(
+                                &readers
+                                    .with(|store| answer(store, &config, uid))
+                                    .unwrap_or_else(|e| {
+                                        Response::error(ErrorKind::Internal, e.to_string())
+                                    }),
+                            )
+                        })
+                        .await
+                        .unwrap_or_else(|e| {
+                            line_of(&Response::error(ErrorKind::Internal, e.to_string()))
+                        });
+                        return write_line(write, out).await;
+                    }
                     Route::Read(Read::Store(answer)) => {
                         // The query and the JSON of a big answer are work for a blocking
                         // thread, not for the threads that accept and read everyone's

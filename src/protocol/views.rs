@@ -449,3 +449,21 @@ pub struct NodeAnswer {
     /// It is the daemon that answered.
     pub this: bool,
 }
+
+/// `rules --json` (docs/rules.md): the rules in force and the proposals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RulesAnswer {
+    pub rules: Vec<RuleInForce>,
+    pub proposals: Vec<crate::learn::Proposal>,
+}
+
+/// A `[[rules]]` entry in force.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuleInForce {
+    pub name: String,
+    pub kind: crate::model::Classification,
+    pub exit_codes: Vec<i32>,
+    pub stderr: Option<String>,
+    /// `config` (the config file).
+    pub source: String,
+}

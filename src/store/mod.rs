@@ -49,6 +49,7 @@ mod open;
 mod opt_in;
 mod pipeline;
 mod schema;
+mod signatures;
 mod submissions;
 mod totals;
 
@@ -70,6 +71,7 @@ pub use metrics::DecisionTally;
 pub use notifications::{Notification, Waiting};
 pub use opt_in::PlainRefusal;
 pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
+pub use signatures::SignatureResolution;
 pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
 pub use totals::{UserTotals, UserTotalsCheck};
 

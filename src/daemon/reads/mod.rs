@@ -1,4 +1,4 @@
-//! Read requests (status, history, pending, stats, cluster, ping), one file each. They
+//! Read requests (status, history, pending, stats, rules, cluster, ping), one file each. They
 //! change nothing, so the control socket answers them itself from a read-only store
 //! connection, off the daemon's loop: no poll cycle, sbatch or other user's request can
 //! hold them up. Each file says how it is answered as a [`Read`]; the daemon's one
@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod history;
 pub mod pending;
 pub mod ping;
+pub mod rules;
 pub mod stats;
 pub mod status;
 pub mod views;
@@ -28,6 +29,8 @@ pub enum Read {
         stream: ListWriter,
         whole: fn(&Store, u32) -> Response,
     },
+    /// Made whole from a read-only store connection and the config in force (the rules).
+    WithConfig(WithConfig),
     /// From what this node knows of the cluster (the lease thread's view; `None` on a
     /// single node), not from the store.
     Node(fn(Option<&super::cluster::Activity>, u32) -> Response),
@@ -35,6 +38,9 @@ pub enum Read {
 
 /// A read's answer for a caller, made whole from the store (on a blocking thread).
 pub type Whole = Box<dyn FnOnce(&Store, u32) -> Response + Send>;
+
+/// A read's answer made from the store and the config in force.
+pub type WithConfig = Box<dyn FnOnce(&Store, &crate::config::Config, u32) -> Response + Send>;
 
 /// Writes one list answer to a client as it is made.
 pub type ListWriter = fn(&Store, u32, &mut dyn std::io::Write) -> Result<(), status::StreamError>;

@@ -63,6 +63,7 @@ fn dispatch<T: To>(request: Request, to: T) -> T::Out {
         Request::Pending => to.read(reads::pending::read()),
         Request::Stats { id } => to.read(reads::stats::read(id)),
         Request::Cluster => to.read(reads::cluster::read()),
+        Request::Rules => to.read(reads::rules::read()),
         Request::Submit(r) => to.write(r),
         Request::Adopt { job_ids } => to.write(adopt::Adopt { job_ids }),
         Request::PlainOpt { opted_in } => to.write(plain_opt::PlainOpt { opted_in }),
@@ -169,7 +170,7 @@ pub async fn on_loop<S: Slurm>(
     impl<'a, S: Slurm> To for Loop<'a, S> {
         type Out = Pin<Box<dyn Future<Output = Begun> + 'a>>;
         fn read(self, read: Read) -> Self::Out {
-            let answer = answer_read(self.engine.store(), read, self.uid);
+            let answer = answer_read(self.engine.store(), self.engine.config(), read, self.uid);
             Box::pin(std::future::ready(Begun {
                 plan: Plan::Done(answer),
                 after: After::default(),
@@ -194,9 +195,15 @@ pub async fn on_loop<S: Slurm>(
 
 /// A read answered whole from `store`, where no client's socket waits (the socket streams
 /// lists and answers `cluster` from the lease thread's view).
-fn answer_read(store: &crate::store::Store, read: Read, uid: u32) -> Response {
+fn answer_read(
+    store: &crate::store::Store,
+    config: &crate::config::Config,
+    read: Read,
+    uid: u32,
+) -> Response {
     match read {
         Read::Store(answer) => answer(store, uid),
+        Read::WithConfig(answer) => answer(store, config, uid),
         Read::List { whole, .. } => whole(store, uid),
         Read::Node(_) => Response::error(
             crate::protocol::ErrorKind::Internal,

@@ -1,0 +1,398 @@
+//! Rule proposals: from how people and agents resolved the endings of one failure
+//! signature (`crate::signature`), the `[[rules]]` entry that would have decided them, if
+//! they agree and their retries worked (docs/rules.md).
+//!
+//! A **resolution** here is a decision by someone other than the supervisor (a person,
+//! or an agent acting as one) that resolved an escalated ending: a retry (`resubmit`) or
+//! a `fail`. Resolutions **agree** when they took the same action and, for retries, made
+//! the same kind of change ([`Change`]). A **proposal** is made for a signature when at
+//! least `agreeing` of its resolutions agree, the rule they imply is one a `[[rules]]`
+//! entry may give (`transient` for a retry with nothing changed, `permanent` for a fail:
+//! `model::Classification::row`'s `by_rule`), and, for retries, at least `agreeing` of
+//! their retries have ended and at least `min_success` of those completed. Resolutions
+//! that disagree with it are its **conflicts**: shown, never passed over.
+//!
+//! Pure: no I/O, no clock; the store reads the history, the daemon's read shows the
+//! answer.
+
+use crate::model::{Action, Classification};
+use serde::{Deserialize, Serialize};
+
+/// What a retry changed, as its resolution asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// The same resources: what a `transient` rule gives.
+    Unchanged,
+    MoreMemory,
+    MoreTime,
+    ExcludeNode,
+    OtherPartition,
+    /// More than one of the above.
+    Several,
+    /// Not a retry (a `fail`).
+    None,
+}
+
+impl Change {
+    /// The kind of change of a resolution that set `mem`, `time`, `exclude`, `partition`.
+    pub fn of(mem: bool, time: bool, exclude: bool, partition: bool) -> Change {
+        match (mem, time, exclude, partition) {
+            (false, false, false, false) => Change::Unchanged,
+            (true, false, false, false) => Change::MoreMemory,
+            (false, true, false, false) => Change::MoreTime,
+            (false, false, true, false) => Change::ExcludeNode,
+            (false, false, false, true) => Change::OtherPartition,
+            _ => Change::Several,
+        }
+    }
+}
+
+/// How the retry a resolution caused went: its next attempt's ending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Failed,
+    /// Not ended yet (or not submitted yet).
+    Running,
+}
+
+/// One resolution of an ending with the signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolved {
+    /// The resolution's decision record.
+    pub decision: i64,
+    /// The chain (`c<N>`) and the attempt whose ending it resolved.
+    pub chain: String,
+    pub attempt: u32,
+    pub at: i64,
+    /// `user:<name>`.
+    pub actor: String,
+    pub action: Action,
+    pub change: Change,
+    /// For a retry, how it went; `None` for a fail.
+    pub outcome: Option<Outcome>,
+}
+
+/// Everything known of one signature: its parts, how many endings had it, and their
+/// resolutions, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureHistory {
+    pub signature: String,
+    pub text: String,
+    pub slurm_state: String,
+    pub exit_code: String,
+    pub endings: u32,
+    pub resolutions: Vec<Resolved>,
+}
+
+/// The `[learn]` thresholds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    pub agreeing: u32,
+    pub min_success: f64,
+}
+
+impl From<&crate::config::LearnConfig> for Thresholds {
+    fn from(c: &crate::config::LearnConfig) -> Self {
+        Thresholds {
+            agreeing: c.agreeing,
+            min_success: c.min_success,
+        }
+    }
+}
+
+/// The `[[rules]]` entry a proposal would add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProposedRule {
+    pub name: String,
+    pub kind: Classification,
+    pub exit_codes: Vec<i32>,
+    /// A regex over stderr, built from the signature's masked lines.
+    pub stderr: String,
+    /// What a retry by the rule changes (`unchanged` for `transient`, `none` for
+    /// `permanent`).
+    pub change: Change,
+}
+
+/// A proposed rule and its evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The proposal's id: its signature's.
+    pub id: String,
+    pub signature_text: String,
+    pub slurm_state: String,
+    pub exit_code: String,
+    pub rule: ProposedRule,
+    /// The agreeing resolutions it rests on.
+    pub evidence: Vec<Resolved>,
+    /// Of their retries: how many completed, failed, and are still running.
+    pub completed: u32,
+    pub failed: u32,
+    pub running: u32,
+    /// How many endings had the signature (those the rule would have matched).
+    pub endings: u32,
+    /// Resolutions of the same signature that decided otherwise.
+    pub conflicts: Vec<Resolved>,
+}
+
+/// The proposal one signature's history makes under `t`, if any.
+pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
+    // Only FAILED endings: a `[[rules]]` entry is matched against those alone.
+    if h.slurm_state != "FAILED" {
+        return None;
+    }
+    let code: i32 = h.exit_code.split(':').next()?.parse().ok()?;
+    let key = |r: &Resolved| (r.action, r.change);
+    let mut groups: Vec<((Action, Change), u32)> = Vec::new();
+    for r in &h.resolutions {
+        match groups.iter_mut().find(|(k, _)| *k == key(r)) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((key(r), 1)),
+        }
+    }
+    // The largest group; on a tie, the one whose first resolution came first (groups are
+    // in that order, and `max_by_key` keeps the last of equals).
+    let &(best, n) = groups.iter().rev().max_by_key(|g| g.1)?;
+    if n < t.agreeing {
+        return None;
+    }
+    let kind = match best {
+        (Action::Resubmit, Change::Unchanged) => Classification::Transient,
+        (Action::Fail, _) => Classification::Permanent,
+        // A retry that changed resources is not a kind a rule may give.
+        _ => return None,
+    };
+    let (evidence, conflicts): (Vec<Resolved>, Vec<Resolved>) =
+        h.resolutions.iter().cloned().partition(|r| key(r) == best);
+    let count = |o| evidence.iter().filter(|r| r.outcome == Some(o)).count() as u32;
+    let (completed, failed, running) = (
+        count(Outcome::Completed),
+        count(Outcome::Failed),
+        count(Outcome::Running),
+    );
+    if kind == Classification::Transient {
+        let ended = completed + failed;
+        if ended < t.agreeing || f64::from(completed) < t.min_success * f64::from(ended) {
+            return None;
+        }
+    }
+    Some(Proposal {
+        id: h.signature.clone(),
+        signature_text: h.text.clone(),
+        slurm_state: h.slurm_state.clone(),
+        exit_code: h.exit_code.clone(),
+        rule: ProposedRule {
+            name: format!("learnt-{}", h.signature),
+            kind,
+            exit_codes: vec![code],
+            stderr: stderr_pattern(&h.text),
+            change: best.1,
+        },
+        evidence,
+        completed,
+        failed,
+        running,
+        endings: h.endings,
+        conflicts,
+    })
+}
+
+/// A regex over stderr that matches the lines a signature's masked `text` came from:
+/// the text's words literally, each mask by what it hides, any whitespace by any.
+pub fn stderr_pattern(text: &str) -> String {
+    use crate::signature::{DATE, DIR, HEX, NAME, NUM, TIME};
+    let masks: [(&str, &str); 6] = [
+        (TIME, r"\S+(?:[ T]\S+)*?"),
+        (DATE, r"\S+"),
+        (DIR, r"/\S*?"),
+        (NAME, r"[\w.-]+?"),
+        (HEX, r"(?:0[xX])?[0-9a-fA-F]+"),
+        (NUM, r"[0-9]+(?:\.[0-9]+)?"),
+    ];
+    let mut out = String::new();
+    let mut rest = text;
+    'outer: while !rest.is_empty() {
+        for (mask, re) in masks {
+            if let Some(after) = rest.strip_prefix(mask) {
+                out.push_str(re);
+                rest = after;
+                continue 'outer;
+            }
+        }
+        let c = rest.chars().next().unwrap_or(' ');
+        if c.is_whitespace() {
+            out.push_str(r"\s+");
+            rest = rest.trim_start();
+        } else {
+            out.push_str(&regex::escape(&c.to_string()));
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::{signature, JobSpecifics};
+
+    const T: Thresholds = Thresholds {
+        agreeing: 3,
+        min_success: 0.8,
+    };
+
+    fn r(n: i64, action: Action, change: Change, outcome: Option<Outcome>) -> Resolved {
+        Resolved {
+            decision: n,
+            chain: format!("c{n}"),
+            attempt: 1,
+            at: n,
+            actor: "user:alice".into(),
+            action,
+            change,
+            outcome,
+        }
+    }
+
+    fn retry(n: i64, o: Outcome) -> Resolved {
+        r(n, Action::Resubmit, Change::Unchanged, Some(o))
+    }
+
+    fn history(resolutions: Vec<Resolved>) -> SignatureHistory {
+        SignatureHistory {
+            signature: "0123456789ab".into(),
+            text: "RuntimeError: checkpoint shard <n> has an unexpected checksum <hex>".into(),
+            slurm_state: "FAILED".into(),
+            exit_code: "1:0".into(),
+            endings: 4,
+            resolutions,
+        }
+    }
+
+    #[test]
+    fn three_agreeing_retries_that_completed_make_a_transient_rule() {
+        use Outcome::Completed;
+        let p = propose(
+            &history(vec![
+                retry(1, Completed),
+                retry(2, Completed),
+                retry(3, Completed),
+            ]),
+            T,
+        )
+        .unwrap();
+        assert_eq!(p.id, "0123456789ab");
+        assert_eq!(p.rule.kind, Classification::Transient);
+        assert_eq!(p.rule.exit_codes, vec![1]);
+        assert_eq!(p.rule.change, Change::Unchanged);
+        assert_eq!((p.completed, p.failed, p.running), (3, 0, 0));
+        assert_eq!(p.evidence.len(), 3);
+        assert!(p.conflicts.is_empty());
+    }
+
+    #[test]
+    fn disagreement_failed_retries_and_too_few_make_none() {
+        use Outcome::*;
+        // Twice retry, once fail: two agree, fewer than three.
+        let split = vec![
+            retry(1, Completed),
+            retry(2, Completed),
+            r(3, Action::Fail, Change::None, None),
+        ];
+        assert_eq!(propose(&history(split), T), None);
+        // Three retries that failed.
+        let failed = vec![retry(1, Failed), retry(2, Failed), retry(3, Failed)];
+        assert_eq!(propose(&history(failed), T), None);
+        // Two of three completed: below 0.8.
+        let mostly = vec![retry(1, Completed), retry(2, Completed), retry(3, Failed)];
+        assert_eq!(propose(&history(mostly.clone()), T), None);
+        assert!(propose(
+            &history(mostly),
+            Thresholds {
+                min_success: 0.6,
+                ..T
+            }
+        )
+        .is_some());
+        // Three retries, one still running: not enough have ended.
+        let running = vec![retry(1, Completed), retry(2, Completed), retry(3, Running)];
+        assert_eq!(propose(&history(running), T), None);
+        // Agreeing retries that added memory: no rule may give that.
+        let mem = (1..=3)
+            .map(|n| r(n, Action::Resubmit, Change::MoreMemory, Some(Completed)))
+            .collect();
+        assert_eq!(propose(&history(mem), T), None);
+        // Not a FAILED ending.
+        let mut node_fail = history((1..=3).map(|n| retry(n, Completed)).collect());
+        node_fail.slurm_state = "NODE_FAIL".into();
+        assert_eq!(propose(&node_fail, T), None);
+    }
+
+    #[test]
+    fn a_proposal_shows_its_conflicts() {
+        use Outcome::Completed;
+        let p = propose(
+            &history(vec![
+                retry(1, Completed),
+                r(2, Action::Fail, Change::None, None),
+                retry(3, Completed),
+                retry(4, Completed),
+            ]),
+            T,
+        )
+        .unwrap();
+        assert_eq!(
+            p.evidence.iter().map(|r| r.decision).collect::<Vec<_>>(),
+            [1, 3, 4]
+        );
+        assert_eq!(
+            p.conflicts.iter().map(|r| r.decision).collect::<Vec<_>>(),
+            [2]
+        );
+    }
+
+    #[test]
+    fn agreeing_fails_make_a_permanent_rule() {
+        let p = propose(
+            &history(
+                (1..=3)
+                    .map(|n| r(n, Action::Fail, Change::None, None))
+                    .collect(),
+            ),
+            T,
+        )
+        .unwrap();
+        assert_eq!(p.rule.kind, Classification::Permanent);
+        assert!(Classification::Permanent.row().by_rule && Classification::Transient.row().by_rule);
+    }
+
+    #[test]
+    fn the_pattern_matches_the_stderr_the_signature_came_from() {
+        let job_a = JobSpecifics {
+            dirs: vec!["/home/alice/run-1"],
+            names: vec!["alice", "gpu017"],
+        };
+        let job_b = JobSpecifics {
+            dirs: vec!["/scratch/bob"],
+            names: vec!["bob", "node-a3"],
+        };
+        let a = "[2026-11-28T23:28:53.123Z] loading /home/alice/run-1/ckpt/shard3.pt on gpu017\n\
+                 RuntimeError: checkpoint shard 3 has an unexpected checksum 3f2a9bc1 (job 81234)\n";
+        let b = "[2026-12-01 04:05:06] loading /scratch/bob/ckpt/shard12.pt on node-a3\n\
+                 RuntimeError:   checkpoint shard 12 has an unexpected checksum 0xdead (job 5)\n";
+        let sa = signature("FAILED", "1:0", Some(a), &job_a);
+        assert_eq!(sa, signature("FAILED", "1:0", Some(b), &job_b));
+        let pattern = stderr_pattern(&sa.text);
+        let re = regex::Regex::new(&pattern).unwrap();
+        assert!(re.is_match(a), "{pattern}");
+        assert!(re.is_match(b), "{pattern}");
+        assert!(!re.is_match("RuntimeError: NCCL timeout"), "{pattern}");
+        // What a rule matches is literal where the text is: no regex syntax leaks in.
+        assert_eq!(
+            stderr_pattern("a.b (x) <n>"),
+            r"a\.b\s+\(x\)\s+[0-9]+(?:\.[0-9]+)?"
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! Failure signatures (docs/rules.md): the resolutions of endings that had one, as rule
+//! proposals (`crate::learn`) are made from, and how many endings had each. Read only:
+//! the signature is written with its attempt's ending (`apply.rs`).
+
+use super::*;
+
+/// One resolution by someone other than the supervisor of an ending with a signature,
+/// with what came of it: the resolved attempt's signature and ending, and the attempt
+/// after it (the retry, if one was made).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignatureResolution {
+    pub signature: String,
+    pub signature_text: String,
+    pub slurm_state: String,
+    pub exit_code: String,
+    /// The resolution's decision record.
+    pub decision_id: i64,
+    pub chain_id: i64,
+    pub owner_uid: u32,
+    /// The attempt whose ending it resolved.
+    pub attempt_n: u32,
+    pub at: i64,
+    pub actor: String,
+    pub action: Action,
+    pub inputs: serde_json::Value,
+    /// The next attempt's state and Slurm state (`None` when there is none yet), and the
+    /// chain's state now.
+    pub next_state: Option<String>,
+    pub next_slurm_state: Option<String>,
+    pub chain_state: ChainState,
+}
+
+impl Store {
+    /// Every resubmit or fail by a person or agent (`user:<name>`) that resolved an ending
+    /// with a signature, oldest first; only `owner`'s chains when given.
+    pub fn signature_resolutions(&self, owner: Option<u32>) -> Result<Vec<SignatureResolution>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT a.signature, COALESCE(a.signature_text, ''), COALESCE(a.slurm_state, ''), COALESCE(a.exit_code, ''),
+                    r.id, r.chain_id, s.owner_uid, d.attempt_n, r.at, r.actor, r.action, r.inputs,
+                    nx.state, nx.slurm_state, c.state
+             FROM decisions r
+             JOIN decisions d ON d.id = r.resolves
+             JOIN attempts a ON a.chain_id = d.chain_id AND a.n = d.attempt_n
+             JOIN chains c ON c.id = r.chain_id
+             JOIN submissions s ON s.id = c.submission_id
+             LEFT JOIN attempts nx ON nx.chain_id = r.chain_id AND nx.n = d.attempt_n + 1
+             WHERE r.resolves IS NOT NULL AND r.actor LIKE 'user:%' AND r.action IN ('resubmit', 'fail')
+               AND a.signature IS NOT NULL AND (?1 IS NULL OR s.owner_uid = ?1)
+             ORDER BY r.id",
+        )?;
+        let rows = q.query_map([owner], |r| {
+            Ok((
+                SignatureResolution {
+                    signature: r.get(0)?,
+                    signature_text: r.get(1)?,
+                    slurm_state: r.get(2)?,
+                    exit_code: r.get(3)?,
+                    decision_id: r.get(4)?,
+                    chain_id: r.get(5)?,
+                    owner_uid: r.get(6)?,
+                    attempt_n: r.get(7)?,
+                    at: r.get(8)?,
+                    actor: r.get(9)?,
+                    action: Action::None,
+                    inputs: serde_json::Value::Null,
+                    next_state: r.get(12)?,
+                    next_slurm_state: r.get(13)?,
+                    chain_state: ChainState::Active,
+                },
+                r.get::<_, String>(10)?,
+                r.get::<_, String>(11)?,
+                r.get::<_, String>(14)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (mut s, action, inputs, state) = row?;
+            s.action = parse_name(&action)?;
+            s.inputs = from_json(&inputs)?;
+            s.chain_state = parse_name(&state)?;
+            Ok(s)
+        })
+        .collect()
+    }
+
+    /// How many ended attempts had `signature` (of `owner`'s chains when given).
+    pub fn signature_endings(&self, signature: &str, owner: Option<u32>) -> Result<u32> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM attempts a JOIN chains c ON c.id = a.chain_id
+             JOIN submissions s ON s.id = c.submission_id
+             WHERE a.signature = ?1 AND (?2 IS NULL OR s.owner_uid = ?2)",
+            params![signature, owner],
+            |r| r.get(0),
+        )?)
+    }
+}
