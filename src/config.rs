@@ -141,6 +141,9 @@ pub struct Rule {
     pub kind: Classification,
     pub exit_codes: Vec<i32>,
     pub stderr: Option<Regex>,
+    /// The drop-in file of `rules.d/` it came from (docs/rules.md), `None` for the
+    /// config file's own.
+    pub source: Option<PathBuf>,
 }
 
 /// Per-classification retry budgets the admin set (`[retry.budgets]`): how many automatic
@@ -798,6 +801,43 @@ impl ClientConfig {
 }
 
 /// A config file's text.
+/// The folder beside the config file whose `*.toml` files add `[[rules]]` entries, after
+/// the config's own (docs/rules.md).
+pub const RULES_DIR: &str = "rules.d";
+
+/// The `*.toml` files of `dir` in name order; none when it does not exist.
+fn drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ConfigError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// A top-level key of a rules.d file that is not `rules`, if any.
+fn first_key_other_than_rules(text: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    table.keys().find(|k| *k != "rules").cloned()
+}
+
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
@@ -827,7 +867,36 @@ pub fn default_state_dir() -> PathBuf {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Config::parse(&read(path)?, Some(path))
+        let mut config = Config::parse(&read(path)?, Some(path))?;
+        let dir = path.parent().unwrap_or(Path::new(".")).join(RULES_DIR);
+        for file in drop_ins(&dir)? {
+            let text = read(&file)?;
+            // A drop-in is validated by the code that validates the config's own rules:
+            // parsed as a config holding only `[[rules]]`.
+            let more = Config::parse(&text, Some(&file))?;
+            if let Some(key) = first_key_other_than_rules(&text) {
+                return Err(ConfigError::Semantic {
+                    path: file,
+                    message: format!(
+                        "a rules.d file holds [[rules]] entries only, not `{key}`: move it to the config file"
+                    ),
+                });
+            }
+            for mut rule in more.rules {
+                if config.rules.iter().any(|r| r.name == rule.name) {
+                    return Err(ConfigError::Semantic {
+                        path: file,
+                        message: format!(
+                            "rule {:?} is already defined: give it another name or remove one of them",
+                            rule.name
+                        ),
+                    });
+                }
+                rule.source = Some(file.clone());
+                config.rules.push(rule);
+            }
+        }
+        Ok(config)
     }
 
     /// The configuration with every default, for running without a file.
@@ -939,6 +1008,7 @@ impl Config {
                 kind,
                 exit_codes: r.exit_codes,
                 stderr,
+                source: None,
             });
         }
 
@@ -1422,6 +1492,65 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rules_d_files_add_rules_after_the_configs_checked_as_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("supervisor.toml");
+        std::fs::write(
+            &config,
+            "[[rules]]\nname = \"mine\"\nkind = \"permanent\"\nexit_codes = [2]\n",
+        )
+        .unwrap();
+        // No rules.d: the config's rules alone.
+        assert_eq!(Config::load(&config).unwrap().rules.len(), 1);
+        let d = dir.path().join(RULES_DIR);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("b.toml"),
+            "[[rules]]\nname = \"learnt-b\"\nkind = \"transient\"\nexit_codes = [1]\nstderr = \"shard [0-9]+\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("a.toml"),
+            "[[rules]]\nname = \"learnt-a\"\nkind = \"transient\"\nexit_codes = [1]\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("notes.txt"), "not a rules file").unwrap();
+        let c = Config::load(&config).unwrap();
+        let names: Vec<&str> = c.rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["mine", "learnt-a", "learnt-b"]);
+        assert_eq!(c.rules[0].source, None);
+        assert_eq!(
+            c.rules[2].source.as_deref(),
+            Some(d.join("b.toml").as_path())
+        );
+        // Checked as the config's own rules are, naming the drop-in's line.
+        std::fs::write(
+            d.join("c.toml"),
+            "[[rules]]\nname = \"bad\"\nkind = \"oom\"\nexit_codes = [1]\n",
+        )
+        .unwrap();
+        let e = Config::load(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("c.toml:3:") && e.contains("not one a rule can give"),
+            "{e}"
+        );
+        // Only rules, and no name twice.
+        std::fs::write(d.join("c.toml"), "poll_interval = \"1s\"\n").unwrap();
+        let e = Config::load(&config).unwrap_err().to_string();
+        assert!(
+            e.contains("[[rules]] entries only, not `poll_interval`"),
+            "{e}"
+        );
+        std::fs::write(
+            d.join("c.toml"),
+            "[[rules]]\nname = \"mine\"\nkind = \"transient\"\nexit_codes = [3]\n",
+        )
+        .unwrap();
+        let e = Config::load(&config).unwrap_err().to_string();
+        assert!(e.contains("\"mine\" is already defined"), "{e}");
+    }
 
     #[test]
     fn example_config_is_valid() {

@@ -135,6 +135,8 @@ pub struct Proposal {
     pub endings: u32,
     /// Resolutions of the same signature that decided otherwise.
     pub conflicts: Vec<Resolved>,
+    /// The entry as a `rules.d/` file holds it (docs/rules.md): TOML, `[[rules]]`.
+    pub toml: String,
 }
 
 /// The proposal one signature's history makes under `t`, if any.
@@ -178,18 +180,20 @@ pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
             return None;
         }
     }
+    let rule = ProposedRule {
+        name: format!("learnt-{}", h.signature),
+        kind,
+        exit_codes: vec![code],
+        stderr: stderr_pattern(&h.text),
+        change: best.1,
+    };
     Some(Proposal {
+        toml: rule_toml(&rule),
         id: h.signature.clone(),
         signature_text: h.text.clone(),
         slurm_state: h.slurm_state.clone(),
         exit_code: h.exit_code.clone(),
-        rule: ProposedRule {
-            name: format!("learnt-{}", h.signature),
-            kind,
-            exit_codes: vec![code],
-            stderr: stderr_pattern(&h.text),
-            change: best.1,
-        },
+        rule,
         evidence,
         completed,
         failed,
@@ -197,6 +201,31 @@ pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
         endings: h.endings,
         conflicts,
     })
+}
+
+/// `rule` as a `[[rules]]` entry of a config or `rules.d/` file.
+pub fn rule_toml(rule: &ProposedRule) -> String {
+    #[derive(Serialize)]
+    struct Entry<'a> {
+        name: &'a str,
+        kind: &'a str,
+        exit_codes: &'a [i32],
+        stderr: &'a str,
+    }
+    #[derive(Serialize)]
+    struct File<'a> {
+        rules: [Entry<'a>; 1],
+    }
+    let file = File {
+        rules: [Entry {
+            name: &rule.name,
+            kind: rule.kind.as_str(),
+            exit_codes: &rule.exit_codes,
+            stderr: &rule.stderr,
+        }],
+    };
+    // Strings, integers and one array of tables: nothing TOML cannot write.
+    toml::to_string(&file).unwrap_or_default()
 }
 
 /// A regex over stderr that matches the lines a signature's masked `text` came from:
@@ -351,6 +380,25 @@ mod tests {
             p.conflicts.iter().map(|r| r.decision).collect::<Vec<_>>(),
             [2]
         );
+    }
+
+    #[test]
+    fn the_entry_is_a_valid_config_with_the_rule() {
+        use Outcome::Completed;
+        let p = propose(&history((1..=3).map(|n| retry(n, Completed)).collect()), T).unwrap();
+        let c = crate::config::Config::parse(&p.toml, None).unwrap();
+        assert_eq!(c.rules.len(), 1, "{}", p.toml);
+        let r = &c.rules[0];
+        assert_eq!(
+            (r.name.as_str(), r.kind),
+            ("learnt-0123456789ab", Classification::Transient)
+        );
+        assert_eq!(r.exit_codes, vec![1]);
+        assert!(r
+            .stderr
+            .as_ref()
+            .unwrap()
+            .is_match("RuntimeError: checkpoint shard 7 has an unexpected checksum 0badc0de"));
     }
 
     #[test]

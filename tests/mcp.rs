@@ -88,6 +88,7 @@ fn an_agent_lists_and_resolves_a_pending_failure_over_mcp() {
         .contains("dry_run=true"));
     for tool in [
         "list_pending_failed",
+        "list_rule_proposals",
         "get_chain",
         "status",
         "classify_and_resolve",

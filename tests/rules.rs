@@ -233,4 +233,54 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
             && text.contains("retries: 3 completed, 0 failed, 0 running; 4 endings"),
         "{text}"
     );
+
+    // The admin writes the entry to rules.d/ beside the config and reloads (what `rules
+    // accept` will do): the rule is in force, no longer proposed, and the next ending
+    // with the signature is retried by it at once, its record naming the proposal.
+    let name = p["rule"]["name"].as_str().unwrap().to_string();
+    assert_eq!(name, format!("learnt-{sig}"));
+    let dir = d.config.parent().unwrap().join("rules.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.toml")),
+        p["toml"].as_str().unwrap(),
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    wait_for("the reload", Duration::from_secs(30), || {
+        d.log().contains("config reloaded")
+    });
+    let answer = d.json(&["rules", "--json"]);
+    let learnt: Vec<&Value> = answer["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == name.as_str())
+        .collect();
+    assert_eq!(learnt.len(), 1, "{answer:#}");
+    assert!(learnt[0]["source"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("rules.d/{name}.toml")));
+    assert_eq!(answer["proposals"], serde_json::json!([]));
+    let fifth = submit_in(&d, "e");
+    fake.ctl(&["finish", &fifth, "FAILED", "1:0", &checksum("e", &fifth)]);
+    let mut last = Value::Null;
+    wait_for("the rule's decision", Duration::from_secs(60), || {
+        last = d.history(&fifth)["decisions"]
+            .as_array()
+            .and_then(|v| v.last().cloned())
+            .unwrap_or(Value::Null);
+        !last.is_null()
+    });
+    assert_eq!(last["actor"], "supervisor");
+    assert_eq!(last["action"], "resubmit");
+    assert_eq!(last["classification"], "transient");
+    assert!(last["reason"].as_str().unwrap().contains(&name), "{last:#}");
+    // The fourth, judged before the rule, still waits for a person or agent.
+    assert_eq!(d.status(&fourth)[0]["state"], "pending_failed");
 }

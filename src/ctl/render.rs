@@ -353,6 +353,14 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
         let _ = writeln!(out, "    stderr pattern: {:?}", p.rule.stderr);
         let _ = writeln!(
             out,
+            "    to put it in force, write this to rules.d/{}.toml beside the config and reload:",
+            p.rule.name
+        );
+        for l in p.toml.lines() {
+            let _ = writeln!(out, "      {l}");
+        }
+        let _ = writeln!(
+            out,
             "    retries: {} completed, {} failed, {} running; {} endings had this signature",
             p.completed, p.failed, p.running, p.endings
         );

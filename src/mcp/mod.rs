@@ -166,6 +166,17 @@ impl Supervisor {
     }
 
     #[tool(
+        description = text::LIST_RULE_PROPOSALS,
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_rule_proposals(&self) -> CallToolResult {
+        let rules = self
+            .ask_typed::<crate::protocol::views::RulesAnswer>(Request::Rules)
+            .await;
+        reply(rules.and_then(|r| to_json(&r)))
+    }
+
+    #[tool(
         description = text::GET_CHAIN,
         annotations(read_only_hint = true, open_world_hint = false)
     )]
@@ -315,6 +326,7 @@ mod tests {
             .collect();
         for want in [
             "list_pending_failed",
+            "list_rule_proposals",
             "get_chain",
             "status",
             "classify_and_resolve",

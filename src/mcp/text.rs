@@ -21,6 +21,17 @@ tried and why), and the `submission` (sbatch argv, cwd, script text). Read-only.
 Returns {\"chains\": [...], \"count\": n}; each chain has `id`, `state`, `slurm_job_id`, \
 `attempts`, `last_classification` and `evidence`.";
 
+pub const LIST_RULE_PROPOSALS: &str = "\
+The site's failure rules in force (`rules`: name, kind, exit codes, stderr regex) and the \
+rules the supervisor proposes (`proposals`) because people or agents resolved the same \
+failure signature the same way several times and the retries worked. Each proposal has its \
+`id` (the failure signature, also in each attempt's `signature` in get_chain and \
+list_pending_failed), `signature_text` (stderr's last lines, masked), the `rule` it would \
+add, its `evidence` (the resolutions: chain, actor, action, outcome) and `conflicts` \
+(resolutions that decided otherwise). Read-only: proposals are for the site's admin to \
+accept, never for an agent; a pending chain whose signature has a proposal was usually \
+resolved as the proposal says.";
+
 pub const GET_CHAIN: &str = "\
 The full history of one chain: every attempt (job id, Slurm state, exit code, nodes, memory \
 and time asked) and every decision record (class R1 automatic / R2 escalated / R3 never \

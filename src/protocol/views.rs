@@ -464,6 +464,6 @@ pub struct RuleInForce {
     pub kind: crate::model::Classification,
     pub exit_codes: Vec<i32>,
     pub stderr: Option<String>,
-    /// `config` (the config file).
+    /// `config` (the config file), or the path of the `rules.d/` file it came from.
     pub source: String,
 }

@@ -29,7 +29,10 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
             kind: r.kind,
             exit_codes: r.exit_codes.clone(),
             stderr: r.stderr.as_ref().map(|re| re.as_str().to_string()),
-            source: "config".into(),
+            source: r
+                .source
+                .as_ref()
+                .map_or_else(|| "config".into(), |p| p.display().to_string()),
         })
         .collect();
     let owner = (!sees_all(uid)).then_some(uid);
@@ -37,7 +40,11 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
     let mut proposals = Vec::new();
     for mut h in histories(store.signature_resolutions(owner)?) {
         h.endings = store.signature_endings(&h.signature, owner)?;
-        proposals.extend(learn::propose(&h, thresholds));
+        // A proposal whose entry is in force (written to rules.d/) is no longer proposed.
+        proposals.extend(
+            learn::propose(&h, thresholds)
+                .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name)),
+        );
     }
     Ok(RulesAnswer {
         rules: in_force,
