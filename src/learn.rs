@@ -174,11 +174,8 @@ pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
         count(Outcome::Failed),
         count(Outcome::Running),
     );
-    if kind == Classification::Transient {
-        let ended = completed + failed;
-        if ended < t.agreeing || f64::from(completed) < t.min_success * f64::from(ended) {
-            return None;
-        }
+    if kind == Classification::Transient && !worked(completed, failed, t) {
+        return None;
     }
     let rule = ProposedRule {
         name: format!("learnt-{}", h.signature),
@@ -201,6 +198,19 @@ pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
         endings: h.endings,
         conflicts,
     })
+}
+
+/// Retries worked: at least `agreeing` ended, and at least `min_success` of them
+/// completed.
+fn worked(completed: u32, failed: u32, t: Thresholds) -> bool {
+    let ended = completed + failed;
+    ended >= t.agreeing && f64::from(completed) >= t.min_success * f64::from(ended)
+}
+
+/// A rule in force whose retries stopped working: at least `agreeing` ended, and fewer
+/// than `min_success` of them completed (`rules` reports it; nothing stops it yet).
+pub fn not_working(completed: u32, failed: u32, t: Thresholds) -> bool {
+    completed + failed >= t.agreeing && !worked(completed, failed, t)
 }
 
 /// `rule` as a `[[rules]]` entry of a config or `rules.d/` file.
@@ -399,6 +409,14 @@ mod tests {
             .as_ref()
             .unwrap()
             .is_match("RuntimeError: checkpoint shard 7 has an unexpected checksum 0badc0de"));
+    }
+
+    #[test]
+    fn a_rule_is_not_working_once_enough_retries_failed() {
+        assert!(!not_working(0, 2, T), "too few ended to say");
+        assert!(not_working(1, 2, T));
+        assert!(!not_working(4, 1, T));
+        assert!(not_working(3, 1, T));
     }
 
     #[test]

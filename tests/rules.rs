@@ -281,6 +281,25 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
     assert_eq!(last["action"], "resubmit");
     assert_eq!(last["classification"], "transient");
     assert!(last["reason"].as_str().unwrap().contains(&name), "{last:#}");
+    // `rules` counts the rule's retries (this one not made yet: its backoff runs).
+    let answer = d.json(&["rules", "--json"]);
+    let learnt = answer["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&learnt["completed"], &learnt["failed"], &learnt["running"]),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!(0),
+            &serde_json::json!(1)
+        ),
+        "{learnt:#}"
+    );
+    assert_eq!(learnt["not_working"], false);
     // The fourth, judged before the rule, still waits for a person or agent.
     assert_eq!(d.status(&fourth)[0]["state"], "pending_failed");
 }

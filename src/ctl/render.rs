@@ -324,6 +324,20 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
                 .as_deref()
                 .map_or("-".to_string(), |s| format!("{s:?}")),
         );
+        if r.completed + r.failed + r.running > 0 {
+            let _ = writeln!(
+                out,
+                "    its retries: {} completed, {} failed, {} running{}",
+                r.completed,
+                r.failed,
+                r.running,
+                if r.not_working {
+                    "  NOT WORKING: check the rule"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     let _ = writeln!(out, "proposals:");
     if v.proposals.is_empty() {

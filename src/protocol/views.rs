@@ -466,4 +466,11 @@ pub struct RuleInForce {
     pub stderr: Option<String>,
     /// `config` (the config file), or the path of the `rules.d/` file it came from.
     pub source: String,
+    /// The automatic retries it gave: completed, failed, still running.
+    pub completed: u32,
+    pub failed: u32,
+    pub running: u32,
+    /// Its retries stopped working: at least `[learn] agreeing` ended, and fewer than
+    /// `[learn] min_success` of them completed.
+    pub not_working: bool,
 }

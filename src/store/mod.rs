@@ -71,7 +71,7 @@ pub use metrics::DecisionTally;
 pub use notifications::{Notification, Waiting};
 pub use opt_in::PlainRefusal;
 pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
-pub use signatures::SignatureResolution;
+pub use signatures::{RuleRetry, SignatureResolution};
 pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
 pub use totals::{UserTotals, UserTotalsCheck};
 

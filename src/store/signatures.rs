@@ -30,6 +30,15 @@ pub struct SignatureResolution {
     pub chain_state: ChainState,
 }
 
+/// An automatic retry a rule gave, and what came of it (as [`SignatureResolution`]'s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleRetry {
+    pub rule: String,
+    pub next_state: Option<String>,
+    pub next_slurm_state: Option<String>,
+    pub chain_state: ChainState,
+}
+
 impl Store {
     /// Every resubmit or fail by a person or agent (`user:<name>`) that resolved an ending
     /// with a signature, oldest first; only `owner`'s chains when given.
@@ -91,5 +100,41 @@ impl Store {
             params![signature, owner],
             |r| r.get(0),
         )?)
+    }
+
+    /// Every automatic retry a `[[rules]]` entry gave (`transient`, by the supervisor):
+    /// the rule's name, and, as for [`SignatureResolution`], the next attempt's state and
+    /// Slurm state and the chain's state; only `owner`'s chains when given.
+    pub fn rule_retries(&self, owner: Option<u32>) -> Result<Vec<RuleRetry>> {
+        let mut q = self.conn.prepare_cached(
+            "SELECT json_extract(d.inputs, '$.verdict.rule'), nx.state, nx.slurm_state, c.state
+             FROM decisions d
+             JOIN chains c ON c.id = d.chain_id
+             JOIN submissions s ON s.id = c.submission_id
+             LEFT JOIN attempts nx ON nx.chain_id = d.chain_id AND nx.n = d.attempt_n + 1
+             WHERE d.infra_failure = 1 AND d.actor = 'supervisor' AND d.action = 'resubmit'
+               AND d.classification = 'transient' AND (?1 IS NULL OR s.owner_uid = ?1)",
+        )?;
+        let rows = q.query_map([owner], |r| {
+            Ok((
+                r.get::<_, Option<String>>(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (rule, next, next_slurm, state) = row?;
+            if let Some(rule) = rule {
+                out.push(RuleRetry {
+                    rule,
+                    next_state: next,
+                    next_slurm_state: next_slurm,
+                    chain_state: parse_name(&state)?,
+                });
+            }
+        }
+        Ok(out)
     }
 }

@@ -33,10 +33,31 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
                 .source
                 .as_ref()
                 .map_or_else(|| "config".into(), |p| p.display().to_string()),
+            completed: 0,
+            failed: 0,
+            running: 0,
+            not_working: false,
         })
         .collect();
     let owner = (!sees_all(uid)).then_some(uid);
     let thresholds = Thresholds::from(&config.learn);
+    let mut in_force: Vec<RuleInForce> = in_force;
+    for retry in store.rule_retries(owner)? {
+        if let Some(r) = in_force.iter_mut().find(|r| r.name == retry.rule) {
+            let next = (
+                retry.next_state.as_deref(),
+                retry.next_slurm_state.as_deref(),
+            );
+            match outcome(next.0, next.1, retry.chain_state) {
+                Outcome::Completed => r.completed += 1,
+                Outcome::Failed => r.failed += 1,
+                Outcome::Running => r.running += 1,
+            }
+        }
+    }
+    for r in &mut in_force {
+        r.not_working = learn::not_working(r.completed, r.failed, thresholds);
+    }
     let mut proposals = Vec::new();
     for mut h in histories(store.signature_resolutions(owner)?) {
         h.endings = store.signature_endings(&h.signature, owner)?;
@@ -84,15 +105,11 @@ fn resolved(r: &SignatureResolution) -> Resolved {
         _ => Change::None,
     };
     let outcome = (r.action == Action::Resubmit).then(|| {
-        match (r.next_state.as_deref(), r.next_slurm_state.as_deref()) {
-            (Some("ended"), Some("COMPLETED")) => Outcome::Completed,
-            (Some("ended" | "not_submitted"), _) => Outcome::Failed,
-            (Some(_), _) => Outcome::Running,
-            (None, _) if r.chain_state.is_open() => Outcome::Running,
-            // Closed with no retry made: cancelled before it ran, or it never launched.
-            (None, _) if r.chain_state == ChainState::Completed => Outcome::Completed,
-            (None, _) => Outcome::Failed,
-        }
+        outcome(
+            r.next_state.as_deref(),
+            r.next_slurm_state.as_deref(),
+            r.chain_state,
+        )
     });
     Resolved {
         decision: r.decision_id,
@@ -103,5 +120,19 @@ fn resolved(r: &SignatureResolution) -> Resolved {
         action: r.action,
         change,
         outcome,
+    }
+}
+
+/// How a retry went, from the attempt it made (its state and Slurm state, `None` when
+/// there is none yet) and its chain's state now.
+fn outcome(next: Option<&str>, next_slurm: Option<&str>, chain: ChainState) -> Outcome {
+    match (next, next_slurm) {
+        (Some("ended"), Some("COMPLETED")) => Outcome::Completed,
+        (Some("ended" | "not_submitted"), _) => Outcome::Failed,
+        (Some(_), _) => Outcome::Running,
+        (None, _) if chain.is_open() => Outcome::Running,
+        // Closed with no retry made: completed some other way, or cancelled first.
+        (None, _) if chain == ChainState::Completed => Outcome::Completed,
+        (None, _) => Outcome::Failed,
     }
 }
