@@ -15,7 +15,7 @@
 //! Pure: no I/O, no clock; the store reads the history, the daemon's read shows the
 //! answer.
 
-use crate::model::{Action, Classification};
+use crate::model::{Action, ChainState, Classification};
 use serde::{Deserialize, Serialize};
 
 /// What a retry changed, as its resolution asked.
@@ -85,6 +85,88 @@ pub struct SignatureHistory {
     pub exit_code: String,
     pub endings: u32,
     pub resolutions: Vec<Resolved>,
+}
+
+/// One resolution as the store read it (`Store::signature_resolutions`): the resolved
+/// ending's signature and parts, the resolution, and what came after it.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolutionFacts<'a> {
+    pub signature: &'a str,
+    pub signature_text: &'a str,
+    pub slurm_state: &'a str,
+    pub exit_code: &'a str,
+    pub decision: i64,
+    pub chain: i64,
+    pub attempt: u32,
+    pub at: i64,
+    pub actor: &'a str,
+    pub action: Action,
+    /// The resolution's inputs (`{"resolution": {...}}`): what it asked to change.
+    pub inputs: &'a serde_json::Value,
+    /// The next attempt's state and Slurm state (`None` when there is none yet), and
+    /// the chain's state now.
+    pub next_state: Option<&'a str>,
+    pub next_slurm_state: Option<&'a str>,
+    pub chain_state: ChainState,
+}
+
+/// The resolutions grouped by signature, in the order each signature was first resolved
+/// (`endings` is left 0: the caller counts them).
+pub fn histories<'a>(rows: impl IntoIterator<Item = ResolutionFacts<'a>>) -> Vec<SignatureHistory> {
+    let mut out: Vec<SignatureHistory> = Vec::new();
+    for r in rows {
+        let resolved = resolved(&r);
+        match out.iter_mut().find(|h| h.signature == r.signature) {
+            Some(h) => h.resolutions.push(resolved),
+            None => out.push(SignatureHistory {
+                signature: r.signature.to_string(),
+                text: r.signature_text.to_string(),
+                slurm_state: r.slurm_state.to_string(),
+                exit_code: r.exit_code.to_string(),
+                endings: 0,
+                resolutions: vec![resolved],
+            }),
+        }
+    }
+    out
+}
+
+/// One resolution as `propose` weighs it: the kind of change it asked for (from the
+/// resolution stored in its inputs), and how the retry it caused went.
+fn resolved(r: &ResolutionFacts) -> Resolved {
+    let asked = &r.inputs["resolution"];
+    let set = |k: &str| !asked[k].is_null();
+    let exclude = asked["exclude"].as_array().is_some_and(|v| !v.is_empty());
+    let change = match r.action {
+        Action::Resubmit => Change::of(set("mem"), set("time"), exclude, set("partition")),
+        _ => Change::None,
+    };
+    let outcome = (r.action == Action::Resubmit)
+        .then(|| outcome(r.next_state, r.next_slurm_state, r.chain_state));
+    Resolved {
+        decision: r.decision,
+        chain: crate::model::chain_label(r.chain),
+        attempt: r.attempt,
+        at: r.at,
+        actor: r.actor.to_string(),
+        action: r.action,
+        change,
+        outcome,
+    }
+}
+
+/// How a retry went, from the attempt it made (its state and Slurm state, `None` when
+/// there is none yet) and its chain's state now.
+pub fn outcome(next: Option<&str>, next_slurm: Option<&str>, chain: ChainState) -> Outcome {
+    match (next, next_slurm) {
+        (Some("ended"), Some("COMPLETED")) => Outcome::Completed,
+        (Some("ended" | "not_submitted"), _) => Outcome::Failed,
+        (Some(_), _) => Outcome::Running,
+        (None, _) if chain.is_open() => Outcome::Running,
+        // Closed with no retry made: completed some other way, or cancelled first.
+        (None, _) if chain == ChainState::Completed => Outcome::Completed,
+        (None, _) => Outcome::Failed,
+    }
 }
 
 /// The `[learn]` thresholds.

@@ -152,6 +152,24 @@ fn resolve(d: &Daemon, fake: &Fake, job: &str, action: &str, state: &str) -> Opt
     Some(retry)
 }
 
+/// The value of the metric line `name` (with its labels, as served) in a scrape.
+fn metric(port: u16, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let full = format!("slurm_supervisor_{name} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&full))
+        .unwrap_or_else(|| panic!("no {full:?} in {body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn proposals(d: &Daemon) -> Vec<Value> {
     d.json(&["rules", "--json"])["proposals"]
         .as_array()
@@ -161,7 +179,12 @@ fn proposals(d: &Daemon) -> Vec<Value> {
 
 #[test]
 fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
-    let (d, fake) = start("", &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (d, fake) = start(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"), &[]);
     let w = d.work_dir();
     let checksum = |dir: &str, job: &str| {
         checksum_error(&w.join(dir), job, "2026-11-28T23:28:53Z", "3f2a9bc1")
@@ -234,6 +257,9 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
         "{text}"
     );
 
+    assert_eq!(metric(port, "rule_proposals"), 1.0);
+    assert_eq!(metric(port, "rules{source=\"rules_d\"}"), 0.0);
+
     // The admin writes the entry to rules.d/ beside the config and reloads (what `rules
     // accept` will do): the rule is in force, no longer proposed, and the next ending
     // with the signature is retried by it at once, its record naming the proposal.
@@ -267,6 +293,9 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
         .unwrap()
         .ends_with(&format!("rules.d/{name}.toml")));
     assert_eq!(answer["proposals"], serde_json::json!([]));
+    assert_eq!(metric(port, "rule_proposals"), 0.0);
+    assert_eq!(metric(port, "rules{source=\"rules_d\"}"), 1.0);
+    assert_eq!(metric(port, "rules_not_working"), 0.0);
     let fifth = submit_in(&d, "e");
     fake.ctl(&["finish", &fifth, "FAILED", "1:0", &checksum("e", &fifth)]);
     let mut last = Value::Null;

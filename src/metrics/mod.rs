@@ -58,6 +58,11 @@ struct CommandLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
 }
@@ -275,6 +280,10 @@ pub struct Snapshot {
     pub quarantined: Vec<String>,
     /// The database file and its write-ahead log.
     pub store_bytes: u64,
+    /// Rules that learn (docs/rules.md): proposals waiting (not in force), and the rules
+    /// in force whose retries stopped working.
+    pub rule_proposals: u64,
+    pub rules_not_working: u64,
 }
 
 impl Snapshot {
@@ -312,9 +321,50 @@ impl Snapshot {
                 ),
                 quarantined: crate::policy::quarantined(&failures, config, now),
                 store_bytes: store_bytes(db_path),
+                rule_proposals: rule_proposals(store, config)?,
+                rules_not_working: rules_not_working(store, config)?,
             })
         })
     }
+}
+
+/// The rules proposed from every chain's resolutions and not in force (docs/rules.md).
+fn rule_proposals(store: &Store, config: &Config) -> Result<u64, StoreError> {
+    let rows = store.signature_resolutions(None)?;
+    let t = crate::learn::Thresholds::from(&config.learn);
+    Ok(
+        crate::learn::histories(rows.iter().map(crate::store::SignatureResolution::facts))
+            .iter()
+            .filter_map(|h| crate::learn::propose(h, t))
+            .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name))
+            .count() as u64,
+    )
+}
+
+/// The rules in force whose automatic retries stopped working (`learn::not_working`).
+fn rules_not_working(store: &Store, config: &Config) -> Result<u64, StoreError> {
+    let t = crate::learn::Thresholds::from(&config.learn);
+    let mut by_rule: HashMap<&str, (u32, u32)> = HashMap::new();
+    let retries = store.rule_retries(None)?;
+    for r in &retries {
+        let Some(rule) = config.rules.iter().find(|c| c.name == r.rule) else {
+            continue;
+        };
+        let n = by_rule.entry(rule.name.as_str()).or_default();
+        match crate::learn::outcome(
+            r.next_state.as_deref(),
+            r.next_slurm_state.as_deref(),
+            r.chain_state,
+        ) {
+            crate::learn::Outcome::Completed => n.0 += 1,
+            crate::learn::Outcome::Failed => n.1 += 1,
+            crate::learn::Outcome::Running => {}
+        }
+    }
+    Ok(by_rule
+        .values()
+        .filter(|(ok, bad)| crate::learn::not_working(*ok, *bad, t))
+        .count() as u64)
 }
 
 /// The size of the store on disk: the database file and its write-ahead log (a file
@@ -548,6 +598,31 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "quarantined_node",
         "1 for each node quarantined now, named by the node label",
         nodes,
+    );
+
+    let rules = Family::<SourceLabel, Gauge>::default();
+    for source in ["config", "rules_d"] {
+        let n = config
+            .rules
+            .iter()
+            .filter(|r| (r.source.is_some()) == (source == "rules_d"))
+            .count();
+        rules.get_or_create(&SourceLabel { source }).set(n as i64);
+    }
+    r.register(
+        "rules",
+        "Failure rules in force, by where they are written: the config file, or a rules.d file beside it (where accepted proposals go, docs/rules.md)",
+        rules,
+    );
+    r.register(
+        "rule_proposals",
+        "Rules proposed from agreeing resolutions of one failure signature whose retries worked, not in force (supervisorctl rules)",
+        gauge(snap.rule_proposals),
+    );
+    r.register(
+        "rules_not_working",
+        "Rules in force whose automatic retries stopped working: at least learn.agreeing ended and fewer than learn.min_success of them completed",
+        gauge(snap.rules_not_working),
     );
 
     r.register_with_unit(

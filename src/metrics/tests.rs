@@ -130,6 +130,8 @@ fn the_breaker_and_quarantine_are_shown_as_policy_sees_them() {
         infra_failures: 2,
         quarantined: vec!["n1".into(), "n7".into()],
         store_bytes: 4096,
+        rule_proposals: 0,
+        rules_not_working: 0,
     };
     let text = encode(&snap, &config);
     assert_eq!(value(&text, "slurm_supervisor_breaker_open"), "1");
@@ -168,6 +170,8 @@ fn slurm_commands_and_cycles_are_counted() {
             infra_failures: 0,
             quarantined: vec![],
             store_bytes: 0,
+            rule_proposals: 0,
+            rules_not_working: 0,
         },
         &Config::defaults(),
     );
@@ -206,6 +210,8 @@ fn notifications_are_counted_by_channel() {
             infra_failures: 0,
             quarantined: vec![],
             store_bytes: 0,
+            rule_proposals: 0,
+            rules_not_working: 0,
         },
         &Config::defaults(),
     );
@@ -235,6 +241,8 @@ fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
         infra_failures: 0,
         quarantined: vec![],
         store_bytes: 0,
+        rule_proposals: 0,
+        rules_not_working: 0,
     };
     // A single node's daemon has no cluster families.
     let single = encode(&snap, &Config::defaults());

@@ -384,10 +384,13 @@ ALTER TABLE submissions ADD COLUMN continuation TEXT;
 "#,
     // 17: failure signatures (src/signature.rs, docs/rules.md): an ended attempt's
     // signature, its id and its masked stderr lines, as the daemon computed them when it
-    // judged the ending; NULL for attempts judged before.
+    // judged the ending; NULL for attempts judged before. And an index of resolutions.
     r#"
 ALTER TABLE attempts ADD COLUMN signature TEXT;
 ALTER TABLE attempts ADD COLUMN signature_text TEXT;
 CREATE INDEX attempts_by_signature ON attempts(signature) WHERE signature IS NOT NULL;
+-- The resolutions alone (a person's or an agent's decisions are few beside the rest),
+-- which `rules` and the metrics read for proposals.
+CREATE INDEX decisions_resolutions ON decisions(resolves) WHERE resolves IS NOT NULL;
 "#,
 ];

@@ -39,6 +39,28 @@ pub struct RuleRetry {
     pub chain_state: ChainState,
 }
 
+impl SignatureResolution {
+    /// As `learn` reads it.
+    pub fn facts(&self) -> crate::learn::ResolutionFacts<'_> {
+        crate::learn::ResolutionFacts {
+            signature: &self.signature,
+            signature_text: &self.signature_text,
+            slurm_state: &self.slurm_state,
+            exit_code: &self.exit_code,
+            decision: self.decision_id,
+            chain: self.chain_id,
+            attempt: self.attempt_n,
+            at: self.at,
+            actor: &self.actor,
+            action: self.action,
+            inputs: &self.inputs,
+            next_state: self.next_state.as_deref(),
+            next_slurm_state: self.next_slurm_state.as_deref(),
+            chain_state: self.chain_state,
+        }
+    }
+}
+
 impl Store {
     /// Every resubmit or fail by a person or agent (`user:<name>`) that resolved an ending
     /// with a signature, oldest first; only `owner`'s chains when given.
