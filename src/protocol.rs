@@ -47,6 +47,14 @@ pub enum Request {
     /// The rules in force and the rules proposed from resolutions (`supervisorctl
     /// rules`, docs/rules.md).
     Rules,
+    /// Puts a rule proposal in force: its entry written to `rules.d/` beside the config
+    /// (`supervisorctl rules accept ID`, docs/rules.md).
+    RulesAccept {
+        id: String,
+        /// Accept it although some resolutions of its signature decided otherwise.
+        #[serde(default)]
+        despite_conflicts: bool,
+    },
 }
 
 /// What a request is, as both sides need to know it: said once for each kind, in
@@ -83,6 +91,7 @@ impl Request {
             Request::Cluster => ("cluster", true, None),
             Request::Ping => ("ping", true, None),
             Request::Rules => ("rules", true, None),
+            Request::RulesAccept { id, .. } => ("rules_accept", false, Some(id.as_str())),
         };
         Head { cmd, read, subject }
     }
@@ -278,6 +287,7 @@ pub(crate) const ONE_OF_EACH: &[&str] = &[
     r#"{"cmd":"cluster"}"#,
     r#"{"cmd":"ping"}"#,
     r#"{"cmd":"rules"}"#,
+    r#"{"cmd":"rules_accept","id":"0123456789ab","despite_conflicts":false}"#,
 ];
 
 #[cfg(test)]

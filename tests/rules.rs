@@ -260,18 +260,37 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
     assert_eq!(metric(port, "rule_proposals"), 1.0);
     assert_eq!(metric(port, "rules{source=\"rules_d\"}"), 0.0);
 
-    // The admin writes the entry to rules.d/ beside the config and reloads (what `rules
-    // accept` will do): the rule is in force, no longer proposed, and the next ending
-    // with the signature is retried by it at once, its record naming the proposal.
+    // `rules accept` as the admin (here the daemon's own user, as root is for a system
+    // daemon) writes the entry to rules.d/ beside the config and puts it in force at
+    // once: no longer proposed, and the next ending with the signature is retried by it
+    // at once, its record naming the proposal.
     let name = p["rule"]["name"].as_str().unwrap().to_string();
     assert_eq!(name, format!("learnt-{sig}"));
-    let dir = d.config.parent().unwrap().join("rules.d");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join(format!("{name}.toml")),
-        p["toml"].as_str().unwrap(),
-    )
-    .unwrap();
+    let out = d.ctl(&["rules", "accept", "0000deadbeef"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no rule proposal"));
+    let out = d.ctl(&["rules", "accept", &sig]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = d
+        .config
+        .parent()
+        .unwrap()
+        .join(format!("rules.d/{name}.toml"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("rule {name} is in force, from {}", file.display())
+    );
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        written.contains(&format!("# Rule proposal {sig}, accepted by uid")),
+        "{written}"
+    );
+    // Taken at once, and by a reload too: the file is the config's from now on.
+    assert!(d.ctl(&["rules", "accept", &sig]).status.code() == Some(3));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.child.as_ref().unwrap().id() as i32),
         nix::sys::signal::Signal::SIGHUP,

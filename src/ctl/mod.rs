@@ -166,6 +166,8 @@ pub enum Command {
     Rules {
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<RulesAction>,
     },
     /// scancel the current attempt and stop supervising.
     Cancel { id: String },
@@ -199,6 +201,20 @@ pub enum Command {
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
+    },
+}
+
+/// `rules` subcommands (docs/rules.md).
+#[derive(Debug, clap::Subcommand)]
+pub enum RulesAction {
+    /// Put a rule proposal in force (root): its entry is written to rules.d/ beside the
+    /// config, checked as `validate` checks it, and taken at once.
+    Accept {
+        /// The proposal's id, as `supervisorctl rules` lists it.
+        id: String,
+        /// Accept it although some resolutions of its signature decided otherwise.
+        #[arg(long)]
+        despite_conflicts: bool,
     },
 }
 
@@ -503,7 +519,18 @@ pub fn main_with(cli: Cli) -> i32 {
         Command::Stats { ref id, .. } => Request::Stats { id: id.clone() },
         Command::Cancel { ref id } => Request::Cancel { id: id.clone() },
         Command::Cluster { .. } => Request::Cluster,
-        Command::Rules { .. } => Request::Rules,
+        Command::Rules { action: None, .. } => Request::Rules,
+        Command::Rules {
+            action:
+                Some(RulesAction::Accept {
+                    ref id,
+                    despite_conflicts,
+                }),
+            ..
+        } => Request::RulesAccept {
+            id: id.clone(),
+            despite_conflicts,
+        },
     };
     // The list of every chain can be long: it goes to stdout as it arrives.
     if let Command::Status {
@@ -634,8 +661,25 @@ fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
         Command::Stats { json: false, .. } => {
             print!("{}", render::stats_text(&decode::<StatsAnswer>(v)?))
         }
-        Command::Rules { json: true } => print_json(&v),
-        Command::Rules { json: false } => print!(
+        Command::Rules {
+            action: Some(_),
+            json,
+        } => {
+            if *json {
+                print_json(&v);
+            } else {
+                let a = decode::<crate::protocol::views::RulesAcceptAnswer>(v)?;
+                println!("rule {} is in force, from {}", a.name, a.file);
+            }
+        }
+        Command::Rules {
+            json: true,
+            action: None,
+        } => print_json(&v),
+        Command::Rules {
+            json: false,
+            action: None,
+        } => print!(
             "{}",
             render::rules_text(&decode::<crate::protocol::views::RulesAnswer>(v)?)
         ),

@@ -437,6 +437,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 if let (true, Some(p)) = (after.publish_opt_in, &mut plain) {
                     p.publish_choice(engine.store(), ctl.uid);
                 }
+                if after.reconfigured {
+                    shared.set_config(engine.config());
+                    if let Some(s) = &scraper {
+                        s.set_config(engine.config());
+                    }
+                }
                 // A user met: their notes folder is made if the site opts them in.
                 if let Some(p) = &mut plain {
                     p.seen(engine.store(), ctl.uid);

@@ -474,3 +474,11 @@ pub struct RuleInForce {
     /// `[learn] min_success` of them completed.
     pub not_working: bool,
 }
+
+/// `rules accept`'s answer: the rule now in force and the file that holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RulesAcceptAnswer {
+    pub id: String,
+    pub name: String,
+    pub file: String,
+}

@@ -57,6 +57,20 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
     for r in &mut in_force {
         r.not_working = learn::not_working(r.completed, r.failed, thresholds);
     }
+    Ok(RulesAnswer {
+        rules: in_force,
+        proposals: proposals(store, config, owner)?,
+    })
+}
+
+/// The proposals made from the resolutions of `owner`'s chains (every chain's for
+/// `None`), leaving out those whose rule is in force.
+pub fn proposals(
+    store: &Store,
+    config: &Config,
+    owner: Option<u32>,
+) -> Result<Vec<learn::Proposal>, StoreError> {
+    let thresholds = Thresholds::from(&config.learn);
     let mut proposals = Vec::new();
     let rows = store.signature_resolutions(owner)?;
     for mut h in learn::histories(rows.iter().map(SignatureResolution::facts)) {
@@ -67,8 +81,5 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
                 .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name)),
         );
     }
-    Ok(RulesAnswer {
-        rules: in_force,
-        proposals,
-    })
+    Ok(proposals)
 }

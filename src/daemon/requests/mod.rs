@@ -35,6 +35,7 @@ mod classify;
 mod plain_opt;
 mod recover;
 mod resolution;
+mod rules_accept;
 pub mod submit;
 
 use super::engine::Engine;
@@ -64,6 +65,13 @@ fn dispatch<T: To>(request: Request, to: T) -> T::Out {
         Request::Stats { id } => to.read(reads::stats::read(id)),
         Request::Cluster => to.read(reads::cluster::read()),
         Request::Rules => to.read(reads::rules::read()),
+        Request::RulesAccept {
+            id,
+            despite_conflicts,
+        } => to.write(rules_accept::RulesAccept {
+            id,
+            despite_conflicts,
+        }),
         Request::Submit(r) => to.write(r),
         Request::Adopt { job_ids } => to.write(adopt::Adopt { job_ids }),
         Request::PlainOpt { opted_in } => to.write(plain_opt::PlainOpt { opted_in }),
@@ -92,6 +100,9 @@ pub trait Write: Sized + 'static {
     /// It changes the caller's plain-sbatch choice: the loop publishes the caller's opt-in
     /// file for the filter before answering, so an sbatch right after `opt-in` is noted.
     const CHANGES_OPT_IN: bool = false;
+    /// It changes the config in force (`rules accept`): the loop hands the new one to
+    /// the control socket's reads and the metrics.
+    const CHANGES_CONFIG: bool = false;
     /// What the client is told when the daemon stops before answering.
     const LOST: &'static str = "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
                                  once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)";
@@ -145,6 +156,9 @@ pub struct After {
     pub launch: bool,
     /// Publish the caller's plain-sbatch choice (before the answer).
     pub publish_opt_in: bool,
+    /// The config in force changed (an accepted rule): the reads and the metrics are
+    /// given the new one.
+    pub reconfigured: bool,
 }
 
 /// A request begun on the loop: its plan and what follows it.
@@ -180,6 +194,7 @@ pub async fn on_loop<S: Slurm>(
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
+                reconfigured: W::CHANGES_CONFIG,
             };
             Box::pin(async move {
                 let plan = match self.engine.take_write(self.uid) {
@@ -375,6 +390,7 @@ mod tests {
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
+                reconfigured: W::CHANGES_CONFIG,
             };
             (false, after, Some(W::LOST))
         }
@@ -410,11 +426,13 @@ mod tests {
             let (read, after, lost) = dispatch(r, Probe);
             let launch = matches!(cmd, "classify" | "recover");
             let publish_opt_in = cmd == "plain_opt";
+            let reconfigured = cmd == "rules_accept";
             assert_eq!(
                 after,
                 After {
                     launch,
-                    publish_opt_in
+                    publish_opt_in,
+                    reconfigured,
                 },
                 "{line}"
             );
