@@ -351,3 +351,62 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
     // The fourth, judged before the rule, still waits for a person or agent.
     assert_eq!(d.status(&fourth)[0]["state"], "pending_failed");
 }
+
+#[test]
+fn a_proposal_with_a_conflict_is_shown_so_and_not_accepted_without_saying_so() {
+    let (d, fake) = start("", &[]);
+    let mut chains = Vec::new();
+    for action in ["retry", "fail", "retry", "retry"] {
+        let job = submit_in(&d, "x");
+        // In colour: a TOML comment holds no control character, the accepted file must
+        // still be valid.
+        fail_with(
+            &d,
+            &fake,
+            &job,
+            "\x1b[31mOSError: [Errno 5] Input/output error\x1b[0m\n",
+        );
+        resolve(&d, &fake, &job, action, "COMPLETED");
+        chains.push(d.status(&job)[0]["id"].as_str().unwrap().to_string());
+    }
+    let all = proposals(&d);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let p = &all[0];
+    let id = p["id"].as_str().unwrap();
+    assert_eq!(p["evidence"].as_array().unwrap().len(), 3);
+    assert_eq!(p["conflicts"][0]["chain"], chains[1].as_str());
+    assert_eq!(p["conflicts"][0]["action"], "fail");
+    let text = String::from_utf8(d.ctl(&["rules"]).stdout).unwrap();
+    assert!(
+        text.contains("CONFLICT") && text.contains("conflict: "),
+        "{text}"
+    );
+    let out = d.ctl(&["rules", "accept", id]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has conflicts")
+            && err.contains(&chains[1])
+            && err.contains("--despite-conflicts"),
+        "{err}"
+    );
+    assert!(!d.config.parent().unwrap().join("rules.d").exists());
+    let out = d.ctl(&["rules", "accept", id, "--despite-conflicts"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(proposals(&d), Vec::<Value>::new());
+    // The rule it wrote matches that coloured stderr.
+    let rules = d.json(&["rules", "--json"])["rules"].clone();
+    let learnt = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == format!("learnt-{id}").as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{rules:#}"));
+    let re = regex::Regex::new(learnt["stderr"].as_str().unwrap()).unwrap();
+    assert!(re.is_match("\x1b[31mOSError: [Errno 5] Input/output error\x1b[0m\n"));
+}

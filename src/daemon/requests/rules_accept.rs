@@ -102,8 +102,10 @@ fn accept<S: Slurm>(
         p.slurm_state,
         p.exit_code,
     );
+    // The text comes from a job's stderr: escaped, as a TOML comment holds no control
+    // characters (an ANSI colour would make the file invalid).
     for l in p.signature_text.lines() {
-        text.push_str(&format!("#   | {l}\n"));
+        text.push_str(&format!("#   | {}\n", l.escape_debug()));
     }
     text.push_str(&format!("# Evidence: {}\n", evidence.join(", ")));
     text.push_str(&p.toml);
