@@ -349,6 +349,10 @@ impl Default for BreakerConfig {
 pub struct LearnConfig {
     pub agreeing: u32,
     pub min_success: f64,
+    /// A rule whose automatic retries stopped working (at least `agreeing` ended, fewer
+    /// than `min_success` of them completed) no longer decides an ending: it is judged
+    /// as if the rule were not there. Off by default.
+    pub stop_not_working: bool,
 }
 
 impl Default for LearnConfig {
@@ -356,6 +360,7 @@ impl Default for LearnConfig {
         LearnConfig {
             agreeing: 3,
             min_success: 0.8,
+            stop_not_working: false,
         }
     }
 }

@@ -295,6 +295,32 @@ pub fn not_working(completed: u32, failed: u32, t: Thresholds) -> bool {
     completed + failed >= t.agreeing && !worked(completed, failed, t)
 }
 
+/// How the automatic retries each rule gave went: completed, failed, running, by name.
+pub type RuleOutcomes = std::collections::BTreeMap<String, (u32, u32, u32)>;
+
+/// Tallies the retries rules gave, each as (the rule's name, its outcome).
+pub fn tally<'a>(retries: impl IntoIterator<Item = (&'a str, Outcome)>) -> RuleOutcomes {
+    let mut out = RuleOutcomes::new();
+    for (rule, o) in retries {
+        let n = out.entry(rule.to_string()).or_default();
+        match o {
+            Outcome::Completed => n.0 += 1,
+            Outcome::Failed => n.1 += 1,
+            Outcome::Running => n.2 += 1,
+        }
+    }
+    out
+}
+
+/// The rules of `outcomes` whose retries stopped working ([`not_working`]).
+pub fn not_working_rules(outcomes: &RuleOutcomes, t: Thresholds) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter(|(_, (ok, bad, _))| not_working(*ok, *bad, t))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// `rule` as a `[[rules]]` entry of a config or `rules.d/` file.
 pub fn rule_toml(rule: &ProposedRule) -> String {
     #[derive(Serialize)]
@@ -491,6 +517,22 @@ mod tests {
             .as_ref()
             .unwrap()
             .is_match("RuntimeError: checkpoint shard 7 has an unexpected checksum 0badc0de"));
+    }
+
+    #[test]
+    fn retries_are_tallied_by_rule() {
+        use Outcome::*;
+        let t = tally([
+            ("io", Failed),
+            ("io", Failed),
+            ("nccl", Completed),
+            ("io", Completed),
+            ("io", Failed),
+            ("nccl", Running),
+        ]);
+        assert_eq!(t["io"], (1, 3, 0));
+        assert_eq!(t["nccl"], (1, 0, 1));
+        assert_eq!(not_working_rules(&t, T), ["io"]);
     }
 
     #[test]

@@ -410,3 +410,47 @@ fn a_proposal_with_a_conflict_is_shown_so_and_not_accepted_without_saying_so() {
     let re = regex::Regex::new(learnt["stderr"].as_str().unwrap()).unwrap();
     assert!(re.is_match("\x1b[31mOSError: [Errno 5] Input/output error\x1b[0m\n"));
 }
+
+/// `[learn] stop_not_working`: a rule whose retries stopped working no longer decides.
+#[test]
+fn a_rule_whose_retries_stopped_working_is_reported_and_can_stop_by_itself() {
+    let (d, fake) = start(
+        "[retry]\nbackoff_initial = \"1s\"\nbackoff_jitter = 0.0\n\
+         [learn]\nagreeing = 2\nstop_not_working = true\n\
+         [[rules]]\nname = \"io\"\nkind = \"transient\"\nstderr = \"Input/output error\"\n",
+        &[],
+    );
+    let io = "OSError: [Errno 5] Input/output error\n";
+    // Twice the rule retries, and twice its retry fails otherwise.
+    for _ in 0..2 {
+        let job = submit_in(&d, "x");
+        fake.ctl(&["finish", &job, "FAILED", "1:0", io]);
+        let mut retry = String::new();
+        wait_for("the rule's retry", Duration::from_secs(60), || {
+            let row = &d.status(&job)[0];
+            match row["slurm_job_id"].as_str() {
+                Some(j) if j != job && row["state"] == "active" => {
+                    retry = j.to_string();
+                    true
+                }
+                _ => false,
+            }
+        });
+        fail_with(&d, &fake, &retry, "something else went wrong\n");
+    }
+    let rules = d.json(&["rules", "--json"])["rules"].clone();
+    assert_eq!(rules[0]["name"], "io");
+    assert_eq!(
+        (&rules[0]["completed"], &rules[0]["failed"]),
+        (&serde_json::json!(0), &serde_json::json!(2))
+    );
+    assert_eq!(rules[0]["not_working"], true);
+    let text = String::from_utf8(d.ctl(&["rules"]).stdout).unwrap();
+    assert!(text.contains("NOT WORKING"), "{text}");
+    // The next ending it would have matched is judged without it: it waits for a person.
+    let job = submit_in(&d, "y");
+    fail_with(&d, &fake, &job, io);
+    let last = d.history(&job)["decisions"][0].clone();
+    assert_eq!(last["classification"], "ambiguous", "{last:#}");
+    assert!(d.log().contains("no longer decides"));
+}

@@ -344,26 +344,11 @@ fn rule_proposals(store: &Store, config: &Config) -> Result<u64, StoreError> {
 /// The rules in force whose automatic retries stopped working (`learn::not_working`).
 fn rules_not_working(store: &Store, config: &Config) -> Result<u64, StoreError> {
     let t = crate::learn::Thresholds::from(&config.learn);
-    let mut by_rule: HashMap<&str, (u32, u32)> = HashMap::new();
     let retries = store.rule_retries(None)?;
-    for r in &retries {
-        let Some(rule) = config.rules.iter().find(|c| c.name == r.rule) else {
-            continue;
-        };
-        let n = by_rule.entry(rule.name.as_str()).or_default();
-        match crate::learn::outcome(
-            r.next_state.as_deref(),
-            r.next_slurm_state.as_deref(),
-            r.chain_state,
-        ) {
-            crate::learn::Outcome::Completed => n.0 += 1,
-            crate::learn::Outcome::Failed => n.1 += 1,
-            crate::learn::Outcome::Running => {}
-        }
-    }
-    Ok(by_rule
-        .values()
-        .filter(|(ok, bad)| crate::learn::not_working(*ok, *bad, t))
+    let outcomes = crate::learn::tally(retries.iter().map(crate::store::RuleRetry::outcome));
+    Ok(crate::learn::not_working_rules(&outcomes, t)
+        .iter()
+        .filter(|name| config.rules.iter().any(|r| &r.name == *name))
         .count() as u64)
 }
 

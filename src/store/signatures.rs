@@ -61,6 +61,20 @@ impl SignatureResolution {
     }
 }
 
+impl RuleRetry {
+    /// The rule's name and how the retry went, as `learn::tally` reads it.
+    pub fn outcome(&self) -> (&str, crate::learn::Outcome) {
+        (
+            &self.rule,
+            crate::learn::outcome(
+                self.next_state.as_deref(),
+                self.next_slurm_state.as_deref(),
+                self.chain_state,
+            ),
+        )
+    }
+}
+
 impl Store {
     /// Every resubmit or fail by a person or agent (`user:<name>`) that resolved an ending
     /// with a signature, oldest first; only `owner`'s chains when given.

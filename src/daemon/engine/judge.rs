@@ -139,6 +139,7 @@ impl<S: Slurm> Engine<S> {
         // Slurm and the filesystem are asked before the transaction opens, not inside it.
         self.learn_partitions(&partitions).await;
         let tails = self.read_tails(&endings).await;
+        let stopped = self.stopped_rules();
         self.store.begin_batch()?;
         let mut result = Ok(());
         for (e, read) in endings.into_iter().zip(tails) {
@@ -151,7 +152,7 @@ impl<S: Slurm> Engine<S> {
                 requeued_by_slurm: false,
             };
             let _span = super::attempt_span(e.found.attempt.chain_id, &obs.job_id).entered();
-            match self.record_ending(&e.found, obs, &e.sub, read.progress, t) {
+            match self.record_ending(&e.found, obs, &e.sub, read.progress, &stopped, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!("cannot record the job's ending: {err}; it is judged again next cycle");
@@ -368,17 +369,53 @@ impl<S: Slurm> Engine<S> {
         })
     }
 
+    /// With `[learn] stop_not_working` (docs/rules.md): the rules whose automatic
+    /// retries stopped working, which no longer decide an ending; none without it.
+    fn stopped_rules(&self) -> Vec<String> {
+        if !self.config.learn.stop_not_working {
+            return Vec::new();
+        }
+        match self.store.rule_retries(None) {
+            Ok(retries) => crate::learn::not_working_rules(
+                &crate::learn::tally(retries.iter().map(crate::store::RuleRetry::outcome)),
+                (&self.config.learn).into(),
+            ),
+            Err(e) => {
+                warn!(
+                    "cannot read how the rules' retries went: {e}; every rule decides this batch"
+                );
+                Vec::new()
+            }
+        }
+    }
+
     /// Classifies an ending, decides it, and records it (inside the caller's batch).
+    /// The rules named in `stopped` do not decide it.
     fn record_ending(
         &mut self,
         f: &Found,
         obs: Observation,
         sub: &Submission,
         progress: Option<Progress>,
+        stopped: &[String],
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
-        let v = match classify::classify(&obs, &self.config.rules) {
+        let rules: std::borrow::Cow<[crate::config::Rule]> = if stopped.is_empty() {
+            std::borrow::Cow::Borrowed(&self.config.rules)
+        } else {
+            let all = classify::classify(&obs, &self.config.rules).ok();
+            if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
+                warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+            }
+            self.config
+                .rules
+                .iter()
+                .filter(|r| !stopped.contains(&r.name))
+                .cloned()
+                .collect()
+        };
+        let v = match classify::classify(&obs, &rules) {
             Ok(v) => v,
             Err(e) => {
                 warn!("cannot classify: {e}");

@@ -8,10 +8,10 @@
 use super::Read;
 use crate::config::Config;
 use crate::daemon::access::sees_all;
-use crate::learn::{self, Outcome, Thresholds};
+use crate::learn::{self, Thresholds};
 use crate::protocol::views::{RuleInForce, RulesAnswer};
 use crate::protocol::Response;
-use crate::store::{SignatureResolution, Store, StoreError};
+use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
 
 pub fn read() -> Read {
     Read::WithConfig(Box::new(|store, config, uid| {
@@ -41,21 +41,13 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
     let owner = (!sees_all(uid)).then_some(uid);
     let thresholds = Thresholds::from(&config.learn);
     let mut in_force: Vec<RuleInForce> = in_force;
-    for retry in store.rule_retries(owner)? {
-        if let Some(r) = in_force.iter_mut().find(|r| r.name == retry.rule) {
-            let next = (
-                retry.next_state.as_deref(),
-                retry.next_slurm_state.as_deref(),
-            );
-            match learn::outcome(next.0, next.1, retry.chain_state) {
-                Outcome::Completed => r.completed += 1,
-                Outcome::Failed => r.failed += 1,
-                Outcome::Running => r.running += 1,
-            }
-        }
-    }
+    let retries = store.rule_retries(owner)?;
+    let outcomes = learn::tally(retries.iter().map(RuleRetry::outcome));
     for r in &mut in_force {
-        r.not_working = learn::not_working(r.completed, r.failed, thresholds);
+        if let Some(&(completed, failed, running)) = outcomes.get(&r.name) {
+            (r.completed, r.failed, r.running) = (completed, failed, running);
+            r.not_working = learn::not_working(completed, failed, thresholds);
+        }
     }
     Ok(RulesAnswer {
         rules: in_force,
