@@ -437,15 +437,19 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 if let (true, Some(p)) = (after.publish_opt_in, &mut plain) {
                     p.publish_choice(engine.store(), ctl.uid);
                 }
-                if after.reconfigured {
+
+                // A user met: their notes folder is made if the site opts them in.
+                if let Some(p) = &mut plain {
+                    p.seen(engine.store(), ctl.uid);
+                }
+                // An accepted rule's file was written: taken as a SIGHUP's reload is, before
+                // the answer, so a client told it is in force reads it so.
+                if after.reload {
+                    reload(&mut engine, &mut plain);
                     shared.set_config(engine.config());
                     if let Some(s) = &scraper {
                         s.set_config(engine.config());
                     }
-                }
-                // A user met: their notes folder is made if the site opts them in.
-                if let Some(p) = &mut plain {
-                    p.seen(engine.store(), ctl.uid);
                 }
                 let _ = ctl.reply.send(response);
                 if after.launch {

@@ -100,9 +100,9 @@ pub trait Write: Sized + 'static {
     /// It changes the caller's plain-sbatch choice: the loop publishes the caller's opt-in
     /// file for the filter before answering, so an sbatch right after `opt-in` is noted.
     const CHANGES_OPT_IN: bool = false;
-    /// It changes the config in force (`rules accept`): the loop hands the new one to
-    /// the control socket's reads and the metrics.
-    const CHANGES_CONFIG: bool = false;
+    /// It changed a file of the config (`rules accept`): the loop reloads the config
+    /// before answering, as on SIGHUP.
+    const RELOADS: bool = false;
     /// What the client is told when the daemon stops before answering.
     const LOST: &'static str = "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
                                  once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)";
@@ -156,9 +156,9 @@ pub struct After {
     pub launch: bool,
     /// Publish the caller's plain-sbatch choice (before the answer).
     pub publish_opt_in: bool,
-    /// The config in force changed (an accepted rule): the reads and the metrics are
-    /// given the new one.
-    pub reconfigured: bool,
+    /// Reload the config, as on SIGHUP, before the answer (an accepted rule's file was
+    /// written).
+    pub reload: bool,
 }
 
 /// A request begun on the loop: its plan and what follows it.
@@ -194,7 +194,7 @@ pub async fn on_loop<S: Slurm>(
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
-                reconfigured: W::CHANGES_CONFIG,
+                reload: W::RELOADS,
             };
             Box::pin(async move {
                 let plan = match self.engine.take_write(self.uid) {
@@ -390,7 +390,7 @@ mod tests {
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
-                reconfigured: W::CHANGES_CONFIG,
+                reload: W::RELOADS,
             };
             (false, after, Some(W::LOST))
         }
@@ -426,13 +426,13 @@ mod tests {
             let (read, after, lost) = dispatch(r, Probe);
             let launch = matches!(cmd, "classify" | "recover");
             let publish_opt_in = cmd == "plain_opt";
-            let reconfigured = cmd == "rules_accept";
+            let reload = cmd == "rules_accept";
             assert_eq!(
                 after,
                 After {
                     launch,
                     publish_opt_in,
-                    reconfigured,
+                    reload,
                 },
                 "{line}"
             );

@@ -1,7 +1,7 @@
 //! `rules accept ID`: a rule proposal (docs/rules.md) put in force by the site's admin:
-//! its entry written to a new file in `rules.d/` beside the config, the config loaded
-//! again and checked as `validate` checks it, and its rules put in force. Nothing else
-//! of the config file changes: an edit made to it meanwhile waits for a reload.
+//! its entry written to a new file in `rules.d/` beside the config and the config checked
+//! with it as `validate` checks it; the loop then reloads the config, as on SIGHUP,
+//! before answering (`Write::RELOADS`).
 
 use super::Plan;
 use crate::config::{Config, RULES_DIR};
@@ -20,7 +20,7 @@ pub struct RulesAccept {
 }
 
 impl super::Write for RulesAccept {
-    const CHANGES_CONFIG: bool = true;
+    const RELOADS: bool = true;
 
     fn into_request(self) -> Request {
         Request::RulesAccept {
@@ -35,7 +35,7 @@ impl super::Write for RulesAccept {
 }
 
 fn accept<S: Slurm>(
-    engine: &mut Engine<S>,
+    engine: &Engine<S>,
     uid: u32,
     id: &str,
     despite_conflicts: bool,
@@ -139,23 +139,15 @@ fn accept<S: Slurm>(
         .and_then(|()| f.sync_all())
         .map_err(|e| io("write", e))?;
     // Checked as `validate` checks the config; a config that is wrong with it keeps the
-    // old rules, and the file goes.
-    let loaded = match Config::load(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = std::fs::remove_file(&file);
-            return Err(Response::error(
-                ErrorKind::Conflict,
-                format!(
-                    "the config with this rule is not valid, so it was not put in force: {e:#}"
-                ),
-            ));
-        }
-    };
-    let mut next = engine.config().clone();
-    next.rules = loaded.rules;
-    engine.set_config(next);
-    info!(proposal = %id, rule = %p.rule.name, file = %file.display(), uid, "rule proposal accepted and in force");
+    // old rules, and the file goes. (The loop's reload before the answer loads it again.)
+    if let Err(e) = Config::load(&path) {
+        let _ = std::fs::remove_file(&file);
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!("the config with this rule is not valid, so it was not put in force: {e:#}"),
+        ));
+    }
+    info!(proposal = %id, rule = %p.rule.name, file = %file.display(), uid, "rule proposal accepted; the config is reloaded");
     Ok(RulesAcceptAnswer {
         id: id.to_string(),
         name: p.rule.name,
