@@ -61,6 +61,13 @@ const RULES: &[Rule] = &[
         why: "leaves: raw bytes in strings and the wall clock are used everywhere",
     },
     Rule {
+        from: &["continuation"],
+        never: &["*"],
+        but: &[],
+        why: "what a continuing job asked for and what its progress path looked like are \
+              values: reading the path is the daemon's, deciding is policy's",
+    },
+    Rule {
         from: &["election"],
         never: &["*"],
         but: &[],
