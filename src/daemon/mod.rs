@@ -380,7 +380,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
                 Landing::Request(landed, reply) => {
-                    let _ = reply.send(requests::finish(&mut engine, landed));
+                    let _ = reply.send(requests::finish(&mut engine.desk(), landed));
                 }
                 Landing::Retry(f, outcome) => {
                     if let Err(e) = engine.land(&f, outcome) {
@@ -414,7 +414,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 let span = requests::span(&ctl.request, ctl.uid);
                 // What follows the answer is the request's to say (`requests::Write`):
                 // due retries launched, a plain-sbatch choice published.
-                let begun = requests::on_loop(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
+                let begun = requests::on_loop(&mut engine.desk(), ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
                 let after = begun.after;
                 let response = match begun.plan {
                     requests::Plan::Done(response) => response,
@@ -422,9 +422,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     // them (a slow controller, a SIGSTOP to their own process), so beside
                     // the loop, holding up no one else.
                     requests::Plan::Beside(command) => {
-                        let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
+                        let (runner, reply) = (engine.runner(), ctl.reply);
                         in_flight.push(Box::pin(async move {
-                            Landing::Request(requests::carry_out(&slurm, &dir, command).await, reply)
+                            Landing::Request(requests::carry_out(&runner, command).await, reply)
                         }.instrument(span)));
                         continue;
                     }

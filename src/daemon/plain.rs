@@ -880,7 +880,7 @@ async fn take<S: crate::slurm::Slurm>(
         }
         None => format!("mark:{job_id}").into(),
     };
-    let refused = match adopt_job(engine, job_id, uid, who).await {
+    let refused = match adopt_job(&mut engine.desk(), job_id, uid, who).await {
         Ok(chains) => {
             // What Slurm could not give back is recorded with the chain (`history` shows
             // it), never guessed (docs/plain-sbatch.md).
@@ -1197,7 +1197,10 @@ mod tests {
         let submitted =
             crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
         let t = crate::clock::now();
-        let l = engine.begin_submission(&new, &submitted, t).unwrap();
+        let desk = engine.desk();
+        let l =
+            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
+                .unwrap();
         let sub = engine.store().submission(l.submission_id).unwrap();
         fake.lose_next_sbatch_reply();
         engine.run_launch(&l, &sub, t).await.unwrap();
