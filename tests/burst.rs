@@ -229,7 +229,7 @@ async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
     };
     assert_eq!(due(&b), 3_000);
     let mut notifier = Notifier::default();
-    notifier.tick(&mut b.engine);
+    notifier.tick(b.engine.post());
     assert!(
         notifier.has_more() && due(&b) > 0,
         "one turn did not take the whole backlog ({} left)",
@@ -237,7 +237,7 @@ async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
     );
     let mut turns = 1;
     while notifier.has_more() {
-        notifier.tick(&mut b.engine);
+        notifier.tick(b.engine.post());
         turns += 1;
         assert!(turns < 10_000);
     }

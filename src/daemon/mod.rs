@@ -355,7 +355,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let mut notifier = notifications::Notifier::default();
     if acting(&cluster) {
         agent.maybe_start(&engine);
-        notifier.tick(&mut engine);
+        notifier.tick(engine.post());
     }
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
     // controller, or anything in their own environment) holds up no one else.
@@ -394,9 +394,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             },
             done = notifier.done(), if notifier.busy() => {
-                notifier.finish(&mut engine, done);
+                notifier.finish(engine.post(), done);
                 if acting(&cluster) {
-                    notifier.tick(&mut engine);
+                    notifier.tick(engine.post());
                 }
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
@@ -466,7 +466,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                     dispatch(&mut engine, &mut in_flight);
                     agent.maybe_start(&engine);
-                    notifier.tick(&mut engine);
+                    notifier.tick(engine.post());
                 }
                 if let Some(c) = &cluster {
                     c.turned();
@@ -476,14 +476,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
             // Last: a backlog of notifications is marked a turn at a time, after
             // everything above that is ready.
             _ = std::future::ready(()), if notifier.has_more() && acting(&cluster) => {
-                notifier.tick(&mut engine);
+                notifier.tick(engine.post());
             }
         }
     };
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
     let grace = NOTIFY_STOP_GRACE.min(engine.config().notify.timeout.0);
-    notifier.stop(&mut engine, grace).await;
+    notifier.stop(engine.post(), grace).await;
     server.abort();
     if let Some(n) = net_server {
         n.abort();
