@@ -354,7 +354,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let mut agent = agent::Runner::default();
     let mut notifier = notifications::Notifier::default();
     if acting(&cluster) {
-        agent.maybe_start(&engine);
+        agent.maybe_start(engine.agent_view());
         notifier.tick(engine.post());
     }
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
@@ -465,7 +465,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         }
                     }
                     dispatch(&mut engine, &mut in_flight);
-                    agent.maybe_start(&engine);
+                    agent.maybe_start(engine.agent_view());
                     notifier.tick(engine.post());
                 }
                 if let Some(c) = &cluster {
