@@ -549,7 +549,11 @@ async fn timed_cycle<S: Slurm>(
     // next cycle's poll watches what was adopted.
     let result = engine.cycle().instrument(span.clone()).await;
     let result = match (result, plain) {
-        (Ok(()), Some(p)) => plain::discover(engine, p).instrument(span).await,
+        (Ok(()), Some(p)) => {
+            plain::discover(&mut engine.desk(), p)
+                .instrument(span)
+                .await
+        }
         (result, _) => result,
     };
     crate::metrics::observe_cycle(start.elapsed(), result.is_ok() && engine.slurm_answering());
