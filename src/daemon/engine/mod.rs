@@ -205,7 +205,7 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Notes that a Slurm command failed; logs once per outage (see [`Outage::down`]).
-    pub fn slurm_down(&mut self, what: &str, e: &SlurmError) {
+    fn slurm_down(&mut self, what: &str, e: &SlurmError) {
         self.outage.down(what, e);
     }
 
