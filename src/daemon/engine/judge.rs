@@ -102,7 +102,7 @@ impl<S: Slurm> Engine<S> {
         if n == 0 {
             return Ok(());
         }
-        // (A chain held since the poll left the backlog then: `Engine::hold`.)
+        // (A chain held since the poll left the backlog then: `Holds::hold`.)
         let batch: Vec<Found> = self.backlog.drain(..n).collect();
         let mut endings = Vec::new();
         let mut partitions = Vec::new();
