@@ -455,7 +455,21 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             }
             _ = tokio::time::sleep_until(next) => {
-                if acts(&mut cluster, &mut engine) {
+                let acts_now = acts(&mut cluster, &mut engine);
+                // The choices other nodes' users made, applied from the journal, published
+                // in this node's spool for its own cli_filter (a standby's too).
+                if let Some(p) = &mut plain {
+                    let store = engine.upkeep().store;
+                    match store.take_replicated_opt_ins() {
+                        Some(uids) => {
+                            for uid in uids {
+                                p.publish_choice(store, uid);
+                            }
+                        }
+                        None => p.publish(store),
+                    }
+                }
+                if acts_now {
                     if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
                         error!("poll cycle failed: {e}; trying again next cycle");
                         note_fenced(&mut cluster, &e);
