@@ -80,9 +80,12 @@ pub(super) fn ended(
     let elapsed = verdict.elapsed_secs.unwrap_or(0);
     let min = config.continuation.min_attempt.0.as_secs();
     let long_enough = elapsed >= min;
-    let moved = match &facts.now {
-        Some(p) => p.moved_since(facts.before.as_ref(), facts.started_ns),
-        None => true,
+    let moved = match (&facts.now, &facts.spec.progress) {
+        (Some(p), _) => p.moved_since(facts.before.as_ref(), facts.started_ns),
+        // A path named but not read (the attempt was too short to look): no evidence.
+        (None, Some(_)) => false,
+        // No path: the attempt's length is the evidence.
+        (None, None) => true,
     };
     let path = facts.spec.progress.as_deref().unwrap_or("");
     let evidence = {
