@@ -296,6 +296,8 @@ pub fn progress_at(full: &Path) -> crate::continuation::Progress {
     // SAFETY: `fd` is open for the duration of the call and `fs` is written by it.
     if unsafe { libc::fstatfs(fd, fs.as_mut_ptr()) } == 0 {
         // SAFETY: fstatfs succeeded, so it filled `fs`.
+        // `f_type`'s width differs between architectures.
+        #[allow(clippy::unnecessary_cast)]
         let kind = unsafe { fs.assume_init() }.f_type as i64;
         if PSEUDO_FILESYSTEMS.contains(&kind) {
             return unreadable("on a pseudo-filesystem (proc, sys, cgroup...)".into());
