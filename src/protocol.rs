@@ -308,7 +308,10 @@ mod tests {
             seen[k] = true;
         }
         let missing: Vec<usize> = (0..KINDS).filter(|k| !seen[*k]).collect();
-        assert!(missing.is_empty(), "ONE_OF_EACH lacks the kinds {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "ONE_OF_EACH lacks the kinds {missing:?}"
+        );
     }
 
     #[test]

@@ -103,7 +103,12 @@ fn a_job_whose_progress_path_never_changes_is_not_continued() {
     let h = d.history(&job);
     assert_eq!(reason_codes(&h), vec!["no_progress"], "{h:#}");
     let reason = decisions(&h)[0]["reason"].as_str().unwrap().to_string();
-    assert!(reason.contains("never did not change"), "{reason}");
+    // Ended by the warning it does not trap (too short to count: the path is not looked
+    // at), or at its limit with the path unchanged.
+    assert!(
+        reason.contains("never did not change") || reason.contains("never not looked at"),
+        "{reason}"
+    );
     assert_eq!(attempts(&h).len(), 1, "{h:#}");
     // pending_failed is never launched from: one job, one run.
     assert_eq!(runs_named(&name).len(), 1, "{:?}", runs_named(&name));

@@ -435,7 +435,10 @@ mod tests {
         assert_eq!(size, 3);
         assert!(sha256.is_some());
         assert_eq!(progress_at(&dir.path().join("none")), Progress::Missing);
-        assert!(matches!(progress_at(dir.path()), Progress::Folder { entries: 1, .. }));
+        assert!(matches!(
+            progress_at(dir.path()),
+            Progress::Folder { entries: 1, .. }
+        ));
         // A link is never followed.
         std::os::unix::fs::symlink(&f, dir.path().join("link")).unwrap();
         assert!(matches!(

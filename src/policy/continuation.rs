@@ -90,6 +90,11 @@ pub(super) fn ended(
     let path = facts.spec.progress.as_deref().unwrap_or("");
     let evidence = {
         let mut e = format!("{why}; ran {elapsed}s (at least {min}s counts)");
+        if let (None, Some(p)) = (&facts.now, &facts.spec.progress) {
+            e.push_str(&format!(
+                "; {p} not looked at: the attempt ran too short to count"
+            ));
+        }
         if let Some(now) = &facts.now {
             let before = facts
                 .before
