@@ -4,7 +4,7 @@
 //! and logs each sbatch with its time. Real Slurm adds its own accounting delay (sacct
 //! shows the ending a second or two after the job stops) and the scheduling of the new job.
 //!
-//! `cargo bench --bench continuation` measures `CONTINUATION_SAMPLES` (default 4)
+//! `cargo bench --bench continuation` measures `CONTINUATION_SAMPLES` (default 6)
 //! continuations each with the default poll interval (30 s) and with 5 s, at the default
 //! `[continuation] backoff` (0 s). The ending is made at a random moment of the poll cycle,
 //! as a real one comes. Run without `--bench` it only says how to run it.
@@ -23,16 +23,16 @@ fn main() {
     let samples: usize = std::env::var("CONTINUATION_SAMPLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(6);
     let Some((daemon, ctl)) = common::binaries() else {
         panic!("slurm-supervisord not found next to the bench: cargo build --release --bins");
     };
-    for poll in ["30s", "5s"] {
+    for (poll, secs) in [("30s", 30), ("5s", 5)] {
         let mut times = Vec::new();
         let setup = Setup::new(&daemon, poll);
         for i in 0..samples {
-            // A moment of the cycle at random (the ending does not wait for the poll).
-            let skew = Duration::from_millis(rand::random::<u64>() % 5000);
+            // A moment of the poll cycle at random (an ending does not wait for the poll).
+            let skew = Duration::from_millis(rand::random::<u64>() % (secs * 1000));
             times.push(setup.one_continuation(&ctl, i, skew));
         }
         times.sort();

@@ -81,13 +81,18 @@ impl Continuation {
                     None => (w, None),
                 };
                 let mut value = |opt: &str| -> Result<String, ContinuationError> {
-                    inline
-                        .clone()
-                        .or_else(|| words.next().map(str::to_string))
-                        .ok_or_else(|| ContinuationError::MissingValue {
-                            line: line_no,
-                            option: opt.to_string(),
-                        })
+                    let missing = || ContinuationError::MissingValue {
+                        line: line_no,
+                        option: opt.to_string(),
+                    };
+                    match inline.clone() {
+                        Some(v) => Ok(v),
+                        // `--progress --continue` names no path: the next option is not one.
+                        None => match words.next() {
+                            Some(w) if !w.starts_with("--") => Ok(w.to_string()),
+                            _ => Err(missing()),
+                        },
+                    }
                 };
                 match name {
                     "--continue" if inline.is_none() => asked = true,
@@ -112,6 +117,8 @@ impl Continuation {
         if !asked {
             return Ok(None);
         }
+        c.requeue_exit.sort_unstable();
+        c.requeue_exit.dedup();
         c.check()?;
         Ok(Some(c))
     }
@@ -320,6 +327,11 @@ mod tests {
         assert!(script("#SSV --requeue-exit=300\n").is_err());
         assert!(script("#SSV --progress=../../etc/shadow\n").is_err());
         assert!(script("#SSV --continue=yes\n").is_err());
+        // An option where the path should be is no path.
+        assert!(script("#SSV --progress --continue\n").is_err());
+        // Repeated codes are one.
+        let many = format!("#SSV {}\n", "--requeue-exit=85 ".repeat(9));
+        assert_eq!(script(&many).unwrap().unwrap().requeue_exit, vec![85]);
     }
 
     #[test]

@@ -21,10 +21,18 @@ pub struct Args {
     /// Check the config and exit (0 ok, 78 bad).
     #[arg(long)]
     pub validate: bool,
+    /// Internal: print what a continuing job's progress path looks like, as JSON, and exit
+    /// (the daemon runs this as the job's owner; docs/continuation.md).
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub read_progress: Option<PathBuf>,
 }
 
 /// Runs the daemon; returns the exit code.
 pub fn main(args: Args) -> i32 {
+    if let Some(path) = &args.read_progress {
+        // Before the config is read: the job's owner may not be able to read it.
+        return crate::daemon::evidence::read_progress_main(path);
+    }
     crate::logging::init();
     let config = match &args.config {
         Some(p) => match Config::load(p) {

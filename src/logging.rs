@@ -31,8 +31,8 @@ pub enum Sink {
     Journal,
     /// Plain text on stderr, which the journal reads (no colours, no timestamp).
     JournalStream,
-    /// Text on stderr; `ansi` colours it.
-    Stderr { ansi: bool },
+    /// Plain text on stderr, with timestamps; no colours even on a terminal (see `init`).
+    Stderr,
 }
 
 /// Whether `journal_stream` (the value of `JOURNAL_STREAM`, `DEVICE:INODE`) names the
@@ -83,7 +83,7 @@ pub fn init() -> Sink {
         .with_writer(|| EscapedLines(std::io::stderr()))
         .with_ansi(false)
         .init();
-    Sink::Stderr { ansi: false }
+    Sink::Stderr
 }
 
 /// A text log where one event is one line, whatever its text holds. Much of what the

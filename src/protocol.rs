@@ -294,6 +294,43 @@ pub(crate) const ONE_OF_EACH: &[&str] = &[
 mod tests {
     use super::*;
 
+    /// Which kind of request `r` is. Exhaustive, so a new kind must be numbered here, and
+    /// then `ONE_OF_EACH` must hold one of it (the test below).
+    fn kind(r: &Request) -> usize {
+        match r {
+            Request::Submit(_) => 0,
+            Request::Adopt { .. } => 1,
+            Request::PlainOpt { .. } => 2,
+            Request::Status { .. } => 3,
+            Request::History { .. } => 4,
+            Request::Pending => 5,
+            Request::Classify(_) => 6,
+            Request::Recover(_) => 7,
+            Request::Cancel { .. } => 8,
+            Request::Stats { .. } => 9,
+            Request::Cluster => 10,
+            Request::Ping => 11,
+            Request::Rules => 12,
+            Request::RulesAccept { .. } => 13,
+        }
+    }
+    const KINDS: usize = 14;
+
+    #[test]
+    fn one_of_each_holds_every_kind_of_request() {
+        let mut seen = [false; KINDS];
+        for line in ONE_OF_EACH {
+            let k = kind(&serde_json::from_str(line).unwrap());
+            assert!(k < KINDS, "raise KINDS for kind {k}");
+            seen[k] = true;
+        }
+        let missing: Vec<usize> = (0..KINDS).filter(|k| !seen[*k]).collect();
+        assert!(
+            missing.is_empty(),
+            "ONE_OF_EACH lacks the kinds {missing:?}"
+        );
+    }
+
     #[test]
     fn each_request_reads_back_as_it_was_sent_and_its_head_names_its_cmd() {
         for line in ONE_OF_EACH {

@@ -12,6 +12,8 @@
 //! attribute's string (`#[serde(with = "crate::x")]`) counts as written, and a name a
 //! `pub use` gives (`crate::Store` re-exported from `store`) as the part it names.
 //! [`NEVER_REACHES`] looks through chains of imports, where a rule sees one at a time.
+//! One more rule is on calls, not imports: nothing outside `daemon/engine` calls the
+//! engine's accessors ([`ENGINE_ACCESSORS`]), which are the tests'.
 //!
 //! The parts are the top-level modules, except that `daemon` and `slurm` are split into
 //! their sub-modules (`daemon/engine`, `daemon/sbatch`, `slurm/cli`, `slurm/types`, ...),
@@ -59,6 +61,13 @@ const RULES: &[Rule] = &[
         never: &["*"],
         but: &[],
         why: "leaves: raw bytes in strings and the wall clock are used everywhere",
+    },
+    Rule {
+        from: &["continuation"],
+        never: &["*"],
+        but: &[],
+        why: "what a continuing job asked for and what its progress path looked like are \
+              values: reading the path is the daemon's, deciding is policy's",
     },
     Rule {
         from: &["election"],
@@ -461,6 +470,50 @@ fn skip_group(toks: &[(Tok, usize)], mut i: usize) -> usize {
     i
 }
 
+/// `#[cfg(test)]` at `i`: the item after it (and its other attributes) is test code.
+/// The index after that item, and the child module it declares if it is `mod x;`.
+fn test_item(toks: &[(Tok, usize)], i: usize) -> Option<(usize, Option<String>)> {
+    if !is_punct(toks.get(i), '#') || !is_punct(toks.get(i + 1), '[') {
+        return None;
+    }
+    let end = skip_group(toks, i + 1);
+    let attr: Vec<&Tok> = toks[i + 2..end - 1].iter().map(|t| &t.0).collect();
+    let cfg_test = attr
+        == [
+            &Tok::Ident("cfg".into()),
+            &Tok::Punct('('),
+            &Tok::Ident("test".into()),
+            &Tok::Punct(')'),
+        ];
+    if !cfg_test {
+        return None;
+    }
+    let mut j = end;
+    while is_punct(toks.get(j), '#') {
+        j = skip_group(toks, j + 1);
+    }
+    // The item: up to its `;` or through its `{...}`, whichever comes first.
+    let start = j;
+    while j < toks.len() && !is_punct(toks.get(j), ';') && !is_punct(toks.get(j), '{') {
+        j += if is_punct(toks.get(j), '(') || is_punct(toks.get(j), '[') {
+            skip_group(toks, j) - j
+        } else {
+            1
+        };
+    }
+    if is_punct(toks.get(j), ';') {
+        let child = (start..j)
+            .find(|&k| is_ident(toks.get(k), "mod"))
+            .and_then(|k| match toks.get(k + 1) {
+                Some((Tok::Ident(name), _)) => Some(name.clone()),
+                _ => None,
+            });
+        Some((j + 1, child))
+    } else {
+        Some((skip_group(toks, j), None))
+    }
+}
+
 /// Reads the paths of a file whose module is `module` (`["daemon", "engine"]`).
 fn scan(text: &str, module: &[String]) -> Scanned {
     let toks = tokens(text);
@@ -482,58 +535,28 @@ fn scan(text: &str, module: &[String]) -> Scanned {
     let mut depth = 0usize;
     let mut i = 0;
     while i < toks.len() {
-        // `#[cfg(test)]`: the item after it (and its other attributes) is test code.
+        if let Some((next, child)) = test_item(&toks, i) {
+            test_children.extend(child);
+            i = next;
+            continue;
+        }
         if is_punct(toks.get(i), '#') && is_punct(toks.get(i + 1), '[') {
+            // A path an attribute names in a string (`#[serde(with = "crate::x")]`); the
+            // attribute's other paths are read as any code's.
             let end = skip_group(&toks, i + 1);
-            let attr: Vec<&Tok> = toks[i + 2..end - 1].iter().map(|t| &t.0).collect();
-            let cfg_test = attr
-                == [
-                    &Tok::Ident("cfg".into()),
-                    &Tok::Punct('('),
-                    &Tok::Ident("test".into()),
-                    &Tok::Punct(')'),
-                ];
-            if !cfg_test {
-                // A path an attribute names in a string (`#[serde(with = "crate::x")]`);
-                // the attribute's other paths are read as any code's.
-                let here: Vec<String> = module
-                    .iter()
-                    .cloned()
-                    .chain(inline.iter().map(|(n, _)| n.clone()))
-                    .collect();
-                for (t, line) in &toks[i + 2..end.saturating_sub(1)] {
-                    if let Tok::Str(text) = t {
-                        if let Some(path) = string_path(text, &here) {
-                            refs.push(Ref { line: *line, path });
-                        }
+            let here: Vec<String> = module
+                .iter()
+                .cloned()
+                .chain(inline.iter().map(|(n, _)| n.clone()))
+                .collect();
+            for (t, line) in &toks[i + 2..end.saturating_sub(1)] {
+                if let Tok::Str(text) = t {
+                    if let Some(path) = string_path(text, &here) {
+                        refs.push(Ref { line: *line, path });
                     }
                 }
-                i += 2;
-                continue;
             }
-            let mut j = end;
-            while is_punct(toks.get(j), '#') {
-                j = skip_group(&toks, j + 1);
-            }
-            // The item: up to its `;` or through its `{...}`, whichever comes first.
-            let start = j;
-            while j < toks.len() && !is_punct(toks.get(j), ';') && !is_punct(toks.get(j), '{') {
-                j += if is_punct(toks.get(j), '(') || is_punct(toks.get(j), '[') {
-                    skip_group(&toks, j) - j
-                } else {
-                    1
-                };
-            }
-            if is_punct(toks.get(j), ';') {
-                if let Some(k) = (start..j).find(|&k| is_ident(toks.get(k), "mod")) {
-                    if let Some((Tok::Ident(name), _)) = toks.get(k + 1) {
-                        test_children.push(name.clone());
-                    }
-                }
-                i = j + 1;
-            } else {
-                i = skip_group(&toks, j);
-            }
+            i += 2;
             continue;
         }
         match &toks[i].0 {
@@ -1056,6 +1079,110 @@ fn the_rules_refuse_each_hole_they_once_let_through() {
         report.contains("policy imports store") && report.contains("which is crate::store::Store"),
         "{report}"
     );
+}
+
+/// `Engine`'s accessors: for tests to look inside the engine. The daemon's parts reach
+/// its fields only through the context that names what each may touch
+/// (`daemon/engine/contexts.rs`: a request's `Desk`, notification delivery's `Post`, the
+/// agent's `AgentView`, the loop's `Upkeep`), and its Slurm only through its `Runner` or
+/// a `Lookup` (docs/ARCHITECTURE.md, "Architecture invariants").
+const ENGINE_ACCESSORS: &[&str] = &["store", "store_mut", "config", "slurm"];
+
+/// Where code outside `daemon/engine` (test code left out) calls a method named as one of
+/// [`ENGINE_ACCESSORS`] with no argument, one line a call; `extra` is added as in
+/// [`read_crate_with`]. No other type of the crate has such a method (one that did would
+/// be refused too: name it otherwise), so each is the engine's.
+fn accessor_calls(extra: &[(&str, &str)]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for (file, _) in extra {
+        let f = src.join(file);
+        if !files.contains(&f) {
+            files.push(f);
+        }
+    }
+    files.sort();
+    let mut texts = Vec::new();
+    let mut test_modules: BTreeSet<Vec<String>> = BTreeSet::new();
+    for f in &files {
+        let module = module_of(f.strip_prefix(&src).unwrap());
+        let mut text = std::fs::read_to_string(f).unwrap_or_default();
+        for (file, added) in extra {
+            if src.join(file) == *f {
+                text.push('\n');
+                text.push_str(added);
+            }
+        }
+        for c in scan(&text, &module).test_children {
+            let mut m = module.clone();
+            m.push(c);
+            test_modules.insert(m);
+        }
+        texts.push((f, module, text));
+    }
+    let mut report = String::new();
+    for (f, module, text) in texts {
+        if module.starts_with(&["daemon".to_string(), "engine".to_string()])
+            || test_modules.iter().any(|t| module.starts_with(t))
+        {
+            continue;
+        }
+        let toks = tokens(&text);
+        let mut i = 0;
+        while i < toks.len() {
+            if let Some((next, _)) = test_item(&toks, i) {
+                i = next;
+                continue;
+            }
+            if let (Some((Tok::Punct('.'), _)), Some((Tok::Ident(name), line))) =
+                (toks.get(i), toks.get(i + 1))
+            {
+                if ENGINE_ACCESSORS.contains(&name.as_str())
+                    && is_punct(toks.get(i + 2), '(')
+                    && is_punct(toks.get(i + 3), ')')
+                {
+                    let _ = writeln!(
+                        report,
+                        "{}:{line}: .{name}()",
+                        f.strip_prefix(root).unwrap().display()
+                    );
+                }
+            }
+            i += 1;
+        }
+    }
+    report
+}
+
+#[test]
+fn nothing_outside_the_engine_calls_its_accessors() {
+    let report = accessor_calls(&[]);
+    assert!(
+        report.is_empty(),
+        "Engine's store(), store_mut(), config() and slurm() are for tests; the daemon's \
+         parts take the context that names what they touch (daemon/engine/contexts.rs: \
+         Desk, Post, AgentView, Upkeep) and run Slurm through the engine's Runner or a \
+         Lookup. Called at:\n\n{report}"
+    );
+    // Each call is found where the daemon's code could make one, and none in test code
+    // or in the engine itself.
+    let probe = "fn probe<S: crate::slurm::Slurm>(e: &crate::daemon::engine::Engine<S>) { let _ = e.store(); }";
+    for (file, found) in [
+        ("daemon/agent.rs", true),
+        ("daemon/requests/probe.rs", true),
+        ("daemon/engine/mod.rs", false),
+    ] {
+        let report = accessor_calls(&[(file, probe)]);
+        assert_eq!(
+            report.contains(&format!("src/{file}:")) && report.contains(".store()"),
+            found,
+            "{file}: {report}"
+        );
+    }
+    let in_tests = format!("#[cfg(test)]\nmod probe_tests {{\n    {probe}\n}}");
+    assert!(accessor_calls(&[("daemon/agent.rs", &in_tests)]).is_empty());
 }
 
 /// The part a circle is looked for in: a part of a module in [`WHOLE_FOR_CIRCLES`] is

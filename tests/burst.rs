@@ -229,7 +229,7 @@ async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
     };
     assert_eq!(due(&b), 3_000);
     let mut notifier = Notifier::default();
-    notifier.tick(&mut b.engine);
+    notifier.tick(b.engine.post());
     assert!(
         notifier.has_more() && due(&b) > 0,
         "one turn did not take the whole backlog ({} left)",
@@ -237,7 +237,7 @@ async fn a_burst_of_silent_notifications_is_marked_over_several_turns() {
     );
     let mut turns = 1;
     while notifier.has_more() {
-        notifier.tick(&mut b.engine);
+        notifier.tick(b.engine.post());
         turns += 1;
         assert!(turns < 10_000);
     }
@@ -258,7 +258,7 @@ async fn a_chain_held_between_two_batches_is_judged_only_after_its_release() {
     assert!(b.engine.has_backlog());
     let last = b.jobs[999].clone();
     let chain = b.engine.store().resolve(&last).unwrap()[0];
-    b.engine.hold(&[chain]);
+    b.engine.desk().holds.hold(&[chain]);
     b.settle().await;
     assert_eq!(
         b.engine.store().chain(chain).unwrap().unwrap().state,
@@ -268,7 +268,7 @@ async fn a_chain_held_between_two_batches_is_judged_only_after_its_release() {
     assert!(b.engine.store().decisions(chain).unwrap().is_empty());
     assert_eq!(b.in_state(ChainState::Failed), 999);
     // The cancel's scancel failed: the chain is the cycle's again.
-    b.engine.release(&[chain]);
+    b.engine.desk().holds.release(&[chain]);
     b.settle().await;
     let ds = b.engine.store().decisions(chain).unwrap();
     assert_eq!(ds.len(), 1, "{ds:?}");

@@ -402,7 +402,14 @@ impl Harness {
     /// Begins a cancel of `id` as the daemon's loop does, expecting scancels to run.
     async fn begin_scancel(&mut self, id: &str) -> requests::Beside {
         let request = Request::Cancel { id: id.to_string() };
-        match requests::begin(&mut self.engine, request, self.uid, tracing::Span::none()).await {
+        match requests::begin(
+            &mut self.engine.desk(),
+            request,
+            self.uid,
+            tracing::Span::none(),
+        )
+        .await
+        {
             requests::Plan::Beside(c) => c,
             requests::Plan::Done(r) => panic!("no scancel: {r:?}"),
         }
@@ -410,8 +417,7 @@ impl Harness {
 
     /// Runs a request's Slurm command as the daemon does beside its loop.
     async fn carry_out(&self, command: requests::Beside) -> requests::Landed {
-        let dir = self.engine.config().state_dir.clone();
-        requests::carry_out(self.engine.slurm(), &dir, command).await
+        requests::carry_out(&self.engine.runner(), command).await
     }
 
     /// Runs one cycle and checks what must hold after every cycle.
@@ -1105,9 +1111,13 @@ impl Harness {
                     _ => format!("c{}", c.id),
                 };
                 let request = Request::Cancel { id: id.clone() };
-                let begun =
-                    requests::begin(&mut self.engine, request, self.uid, tracing::Span::none())
-                        .await;
+                let begun = requests::begin(
+                    &mut self.engine.desk(),
+                    request,
+                    self.uid,
+                    tracing::Span::none(),
+                )
+                .await;
                 let command = match begun {
                     requests::Plan::Beside(c) => c,
                     requests::Plan::Done(r) => {
@@ -1140,7 +1150,7 @@ impl Harness {
                     attempts(self)? == before,
                     "a chain of cancel {id} ({held:?}) got a new attempt while its scancel ran",
                 );
-                let r = requests::finish(&mut self.engine, landed);
+                let r = requests::finish(&mut self.engine.desk(), landed);
                 let ok = matches!(r, Response::Ok(_));
                 self.log.push(format!(
                     "cancel {id} beside a cycle (scancel {}, {})",
@@ -1347,7 +1357,7 @@ async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<
     let landed = h.carry_out(command).await;
     assert!(matches!(landed, requests::Landed::Cancel(_, Err(_))));
     h.cycle().await.unwrap();
-    let r = requests::finish(&mut h.engine, landed);
+    let r = requests::finish(&mut h.engine.desk(), landed);
     assert!(matches!(r, Response::Error(_)), "{r:?}");
     h.fake().set_unavailable(Command::Scancel, false);
     h.cycle().await.unwrap();
@@ -1447,7 +1457,7 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
     }
     assert_eq!(h.store().decisions(waiting).unwrap().len(), count);
     let landed = h.carry_out(command).await;
-    let r = requests::finish(&mut h.engine, landed);
+    let r = requests::finish(&mut h.engine.desk(), landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     for c in h.chains().unwrap() {
         assert_eq!(c.state, ChainState::Cancelled, "c{}", c.id);

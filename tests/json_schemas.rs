@@ -227,7 +227,7 @@ fn the_document_is_read_as_intended() {
     ] {
         assert!(objects.contains_key(name), "no `{name}` in {objects:?}");
     }
-    assert_eq!(objects["chain"].len(), 14, "{:?}", objects["chain"]);
+    assert_eq!(objects["chain"].len(), 15, "{:?}", objects["chain"]);
     // `history` has the chain's fields, with `attempts` replaced by the list.
     assert_eq!(
         objects["history"]["attempts"],

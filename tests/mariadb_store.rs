@@ -752,3 +752,49 @@ fn the_active_daemon_snapshots_and_new_or_stale_nodes_start_from_its_snapshot() 
         );
     }
 }
+
+/// Plain sbatch on two login nodes (docs/plain-sbatch.md): a user's `opt-in` answered by
+/// the active node is published in the standby node's own spool too, from the journal,
+/// for that node's cli_filter; and their `opt-out` after it.
+#[test]
+fn a_standby_publishes_a_users_choice_in_its_own_nodes_spool() {
+    let site = Site::new();
+    let db = site.database("supervisor");
+    let u = &db.url;
+    let config = |node: &str| {
+        format!(
+            "\n[plain_sbatch]\nenabled = true\n\
+             [store]\nurl = \"mysql://{}@{}:{}/{}\"\npassword_file = {:?}\nnode = \"{node}\"\n\
+             lease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\n",
+            u.user,
+            u.host,
+            u.port,
+            u.database,
+            db.password_file.display().to_string()
+        )
+    };
+    let (d1, _fake1) = common::fake::start(&config("login1"), &[]);
+    mariadb::wait_for("login1 to act", Duration::from_secs(60), || {
+        d1.log().contains("this daemon is the active one now")
+    });
+    let (d2, _fake2) = common::fake::start(&config("login2"), &[]);
+    let uid = nix::unistd::getuid().as_raw();
+    let file = d2
+        .state_dir()
+        .join("plain-sbatch/optin")
+        .join(uid.to_string());
+    let choice = || std::fs::read_to_string(&file).unwrap_or_default();
+    mariadb::wait_for("login2 to start", Duration::from_secs(30), || {
+        d2.log().contains("standing by")
+    });
+    assert_eq!(choice(), "", "no choice yet");
+    for (cmd, want) in [("opt-in", "in"), ("opt-out", "out")] {
+        let out = d1.ctl(&[cmd]);
+        assert!(out.status.success(), "{cmd}: {out:?}");
+        mariadb::wait_for(
+            &format!("login2's spool to say {want}"),
+            Duration::from_secs(30),
+            || choice().trim() == want,
+        );
+    }
+}

@@ -484,7 +484,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
         request_id: None,
     };
     let command = match requests::begin(
-        &mut p.engine,
+        &mut p.engine.desk(),
         Request::Submit(req),
         p.uid,
         tracing::Span::none(),
@@ -505,9 +505,8 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
     p.cycle().await;
     p.cycle().await;
     assert_eq!(p.state(c_down), ChainState::Active, "not decided yet");
-    let dir = p.engine.config().state_dir.clone();
-    let landed = requests::carry_out(p.engine.slurm(), &dir, command).await;
-    let job = match requests::finish(&mut p.engine, landed) {
+    let landed = requests::carry_out(&p.engine.runner(), command).await;
+    let job = match requests::finish(&mut p.engine.desk(), landed) {
         Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
         Response::Error(e) => panic!("{e:?}"),
     };
@@ -641,11 +640,11 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
     let request = Request::Cancel {
         id: format!("c{c}"),
     };
-    let command = match requests::begin(&mut p.engine, request, p.uid, tracing::Span::none()).await
-    {
-        requests::Plan::Beside(c) => c,
-        requests::Plan::Done(r) => panic!("{r:?}"),
-    };
+    let command =
+        match requests::begin(&mut p.engine.desk(), request, p.uid, tracing::Span::none()).await {
+            requests::Plan::Beside(c) => c,
+            requests::Plan::Done(r) => panic!("{r:?}"),
+        };
     // Its dependency can never hold now, while its scancel runs.
     assert!(p.engine.slurm().end(&up, Ending::Completed));
     for _ in 0..3 {
@@ -656,9 +655,8 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         "nothing is told of a chain being cancelled: {:?}",
         p.notified(c)
     );
-    let dir = p.engine.config().state_dir.clone();
-    let landed = requests::carry_out(p.engine.slurm(), &dir, command).await;
-    let r = requests::finish(&mut p.engine, landed);
+    let landed = requests::carry_out(&p.engine.runner(), command).await;
+    let r = requests::finish(&mut p.engine.desk(), landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     assert_eq!(p.state(c), ChainState::Cancelled);
     let actors: Vec<String> = p

@@ -242,7 +242,7 @@ fn the_quickstart_shows_what_the_readme_promises() {
         "the quickstart did not show the pending chain's evidence:\n{stdout}"
     );
     assert_eq!(demo.ctl(&["wait", amb]).status.code(), Some(5));
-    // All six at once: a decision still to make wins over the failure.
+    // All seven at once: a decision still to make wins over the failure.
     assert_eq!(demo.ctl(&["wait"]).status.code(), Some(5));
     let all: Vec<&str> = jobs.iter().map(|(_, j)| j.as_str()).collect();
     let mut args = vec!["wait", "--json"];
@@ -250,5 +250,5 @@ fn the_quickstart_shows_what_the_readme_promises() {
     let out = demo.ctl(&args);
     assert_eq!(out.status.code(), Some(5));
     let settled: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(settled.as_array().map(Vec::len), Some(6), "{settled:#}");
+    assert_eq!(settled.as_array().map(Vec::len), Some(7), "{settled:#}");
 }

@@ -103,7 +103,12 @@ fn a_job_whose_progress_path_never_changes_is_not_continued() {
     let h = d.history(&job);
     assert_eq!(reason_codes(&h), vec!["no_progress"], "{h:#}");
     let reason = decisions(&h)[0]["reason"].as_str().unwrap().to_string();
-    assert!(reason.contains("never did not change"), "{reason}");
+    // Ended by the warning it does not trap (too short to count: the path is not looked
+    // at), or at its limit with the path unchanged.
+    assert!(
+        reason.contains("never did not change") || reason.contains("never not looked at"),
+        "{reason}"
+    );
     assert_eq!(attempts(&h).len(), 1, "{h:#}");
     // pending_failed is never launched from: one job, one run.
     assert_eq!(runs_named(&name).len(), 1, "{:?}", runs_named(&name));
@@ -113,20 +118,24 @@ fn a_job_whose_progress_path_never_changes_is_not_continued() {
 fn a_job_that_requeues_itself_keeps_its_one_job_id() {
     require_slurm();
     let d = Daemon::start(CONFIG);
-    // Lightning's auto-requeue: on the warning, save and `scontrol requeue` itself. A run
-    // that has done less than 6 s of work ignores the warning (Slurm's signal may come at
-    // once in a requeued run, and a requeue then would make no progress).
-    let scontrol = slurm_cmd("scontrol");
+    // Lightning's auto-requeue: on the warning, save and `scontrol requeue` itself, once
+    // it has done some work (Slurm's signal may come at any moment of the first seconds;
+    // a requeue before any work would make no progress), and only from its first run.
+    // The trap is set first: an untrapped warning would end the batch shell. Slurm's own
+    // scontrol, where the job runs (the 24.11 nodes run in their root, where it is
+    // /usr/bin/scontrol too).
     d.write_script(
         "lightning.sh",
-        &format!(
-            "n=$(cat ckpt 2>/dev/null || echo 0); start=$n\n\
-             requeue() {{ if [ $((n - start)) -ge 6 ]; then echo \"$n\" > ckpt; {} requeue \"$SLURM_JOB_ID\"; exit 0; fi; }}\n\
-             trap requeue USR1\n\
-             while [ \"$n\" -lt 40 ]; do sleep 2 & wait $!; n=$((n + 2)); done\n\
-             echo \"$n\" > ckpt; echo \"done at $n after ${{SLURM_RESTART_COUNT:-0}} requeues\"",
-            scontrol.display()
-        ),
+        "trap 'warned=1' USR1\n\
+         warned=0; n=$(cat ckpt 2>/dev/null || echo 0); start=$n\n\
+         while [ \"$n\" -lt 40 ]; do\n\
+           sleep 2 & wait $!\n\
+           n=$((n + 2))\n\
+           if [ $warned = 1 ] && [ $((n - start)) -ge 6 ] && [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n\
+             echo \"$n\" > ckpt; /usr/bin/scontrol requeue \"$SLURM_JOB_ID\" || exit 3; exit 0\n\
+           fi\n\
+         done\n\
+         echo \"$n\" > ckpt; echo \"done at $n after ${SLURM_RESTART_COUNT:-0} requeues\"",
     );
     let name = format!("ssv-light-{}", std::process::id());
     let job = d.submit_with(

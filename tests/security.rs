@@ -2755,3 +2755,142 @@ fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
     assert_eq!(std::fs::read(file_of("bob")).unwrap(), b"in\n");
     assert_eq!(ino(&file_of("bob")), bob, "bob's file was rewritten");
 }
+
+// Continuation (docs/continuation.md): a progress path is read as the job's owner, in a
+// child the daemon can kill (issue 34's attacking review).
+
+/// bob names, as his job's progress path, a path inside alice's home (0700: he can
+/// neither list nor search it). The root daemon resolves it as root and writes what it
+/// found into bob's `history`: an existing name of alice's ("not the job owner's") must
+/// read exactly like one that does not exist ("missing"), or bob can probe any name on
+/// the login node.
+#[test]
+fn a_progress_path_in_a_folder_bob_cannot_search_tells_him_nothing() {
+    let sys = System::start("", "[continuation]\nmin_attempt = \"1s\"\n");
+    let secret = sys.home("alice").join("secret-project");
+    std::fs::write(&secret, b"alice's").unwrap();
+    chown(&secret, "alice");
+    sys.write_as("bob", "job.sh", b"#!/bin/sh\necho hi\n");
+    assert!(
+        !std::os::unix::process::CommandExt::uid(
+            &mut std::process::Command::new("test"),
+            User::get("bob").uid
+        )
+        .arg("-e")
+        .arg(&secret)
+        .status()
+        .unwrap()
+        .success(),
+        "bob can see alice's file himself: the test proves nothing"
+    );
+    let submit = |progress: &Path| -> String {
+        let out = sys.as_user(
+            "bob",
+            &[
+                "submit",
+                "--progress",
+                progress.to_str().unwrap(),
+                "--",
+                "--time=1",
+                "job.sh",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let there = submit(&secret);
+    let not_there = submit(&sys.home("alice").join("no-such-file"));
+    for j in [&there, &not_there] {
+        sys.fake.ctl(&["finish", j, "TIMEOUT", "0:0"]);
+    }
+    for j in [&there, &not_there] {
+        sys.d
+            .wait_state(j, "pending_failed", Duration::from_secs(30));
+    }
+    // What bob himself reads.
+    let seen = |j: &str| -> (Value, String) {
+        let h = sys.json_as("bob", &["history", "--json", j]);
+        let ds = decisions(&h);
+        let last = ds.last().unwrap_or_else(|| panic!("{h:#}"));
+        let reason = last["reason"].as_str().unwrap_or("").replace(j, "J");
+        (
+            last["inputs"]["history"]["continuation"]["now"].clone(),
+            reason.replace(secret.to_str().unwrap(), "P").replace(
+                sys.home("alice").join("no-such-file").to_str().unwrap(),
+                "P",
+            ),
+        )
+    };
+    let (a, b) = (seen(&there), seen(&not_there));
+    assert_eq!(
+        a, b,
+        "bob's history tells an existing file in alice's private folder from a missing one"
+    );
+}
+
+/// The daemon's threads now waiting in a FUSE request (`wchan`).
+fn threads_in_fuse_of(pid: i32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let wchan = std::fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+        if wchan.contains("fuse") || wchan.contains("request_wait_answer") {
+            out.push(format!("{}: {wchan}", t.file_name().to_string_lossy()));
+        }
+    }
+    out
+}
+
+/// A continuing job's progress path on a mount that never answers (a dead NFS server):
+/// the ending is judged after 10 s without it, but the blocking thread reading it is not
+/// given back; it waits as long as the mount does. Each such ending keeps one more, up
+/// to tokio's 512, after which every `spawn_blocking` of the daemon (everyone's
+/// status/history reads, the metrics scrape, the cluster's fence check before a
+/// release) waits behind them.
+#[test]
+fn a_hung_progress_read_keeps_no_daemon_thread() {
+    let sys = System::start("", "[continuation]\nmin_attempt = \"1s\"\n");
+    let hung = HungMount::new(&sys.root().join("hung"));
+    sys.write_as("bob", "job.sh", b"#!/bin/sh\necho hi\n");
+    let progress = hung.dir.join("ckpt");
+    let out = sys.as_user(
+        "bob",
+        &[
+            "submit",
+            "--progress",
+            progress.to_str().unwrap(),
+            "--",
+            "--time=1",
+            "job.sh",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    sys.fake.ctl(&["finish", &job, "TIMEOUT", "0:0"]);
+    sys.d
+        .wait_state(&job, "pending_failed", Duration::from_secs(60));
+    let pid = sys.pid();
+    // Given back within 20 s of the judgement, or never.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let stuck = loop {
+        let stuck = threads_in_fuse_of(pid);
+        if stuck.is_empty() || std::time::Instant::now() > deadline {
+            break stuck;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        stuck.is_empty(),
+        "the ending was judged, but daemon threads still wait on the hung mount: {stuck:?}"
+    );
+}

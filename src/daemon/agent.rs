@@ -3,15 +3,15 @@
 //! `supervisorctl` (its config is in `SLURM_SUPERVISOR_CONFIG`) or the MCP server.
 //!
 //! It runs at most once per `agent.interval`, one at a time, in its own task with a
-//! timeout: a slow, failing or hanging agent never holds up supervision.
+//! timeout: a slow, failing or hanging agent never holds up supervision. What starting
+//! it may touch is its `AgentView`: the store to read, `[agent]` and the config's path.
 
-use super::engine::Engine;
+use super::engine::AgentView;
 use super::program;
 use super::reads::views;
 use crate::model::{Action, ChainState};
 use crate::protocol::views::PendingChain;
 use crate::slurm::spawn;
-use crate::slurm::Slurm;
 use crate::store::{Store, StoreError};
 use serde::Serialize;
 use std::time::Instant;
@@ -80,8 +80,8 @@ A confidence below {min_confidence} is turned into hold. Do not retry a fix that
 impl Runner {
     /// Starts the agent if one is configured, something waits for it, none is running,
     /// and the interval has passed.
-    pub fn maybe_start<S: Slurm>(&mut self, engine: &Engine<S>) {
-        let cfg = &engine.config().agent;
+    pub fn maybe_start(&mut self, view: AgentView<'_>) {
+        let cfg = view.agent;
         let Some(argv) = cfg.command.clone() else {
             return;
         };
@@ -94,7 +94,7 @@ impl Runner {
         {
             return;
         }
-        let pending = match waiting(engine.store()) {
+        let pending = match waiting(view.store) {
             Ok(p) if p.is_empty() => return,
             Ok(p) => p,
             Err(e) => {
@@ -104,10 +104,9 @@ impl Runner {
         };
         let text = prompt(&pending, cfg.min_confidence);
         let timeout = cfg.timeout.0;
-        let config_path = engine.config().path.clone();
         self.last_start = Some(Instant::now());
         info!(chains = pending.len(), command = ?argv, "starting the agent");
-        let env = agent_env(&cfg.env, config_path.as_deref());
+        let env = agent_env(&cfg.env, view.config_path);
         self.running = Some(tokio::spawn(async move {
             // Started by `slurm::spawn` (no fd of the daemon's but 0-2), with only the
             // environment it is given, in its own process group: a timeout kills what it

@@ -237,55 +237,88 @@ fn job_dir(sub: &Submission) -> PathBuf {
     }
 }
 
+/// The progress path of a continuing submission, in full (`path` is from the job's
+/// working directory, or absolute).
+pub fn progress_path(sub: &Submission, path: &str) -> PathBuf {
+    let p = crate::osbytes::to_path(path);
+    if p.is_absolute() {
+        p
+    } else {
+        job_dir(sub).join(p)
+    }
+}
+
 /// A progress file is hashed only up to this size; a larger one is compared by its size
 /// and modification time (a checkpoint of gigabytes is not read on every ending).
 const HASH_AT_MOST: u64 = 16 << 20;
 /// The most entries of a progress folder looked at.
 const FOLDER_ENTRIES_AT_MOST: u64 = 10_000;
 
-/// What a continuing job's progress path (`path`, from its working directory) looks like
-/// now ([`crate::continuation::Progress`]). Read as [`open_user_file`] reads: the last
-/// component is never followed, nothing but a regular file or a folder is looked at, and a
-/// root daemon looks only at its owner's (`owner`). A folder's entries are counted without
-/// following any link, at most [`FOLDER_ENTRIES_AT_MOST`] of them.
-pub fn progress(sub: &Submission, path: &str, owner: Option<u32>) -> crate::continuation::Progress {
+/// How long reading a progress path may take, the start of its reader included.
+pub const PROGRESS_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Filesystems whose files are not a job's work (their sizes say nothing, and reading
+/// some waits on other processes): proc, sysfs, cgroup (1 and 2), debugfs, tracefs,
+/// securityfs, bpf.
+const PSEUDO_FILESYSTEMS: &[i64] = &[
+    0x9fa0,
+    0x6265_6572,
+    0x0027_e0eb,
+    0x6367_7270,
+    0x6462_6720,
+    0x7472_6163,
+    0x7363_6673,
+    0xcafe_4a11,
+];
+
+/// What the progress path `full` looks like now ([`crate::continuation::Progress`]), read
+/// with this process's own rights: the daemon runs it in a child as the job's owner
+/// (`slurm-supervisord --read-progress`, [`read_progress_as`]), so the path is walked as
+/// they could walk it. The last component is never followed, nothing but a regular file
+/// or a folder is looked at (not on proc, sys and the like), a file is hashed up to its
+/// own size (at most 16 MiB), and a folder's entries are counted without following any
+/// link, at most [`FOLDER_ENTRIES_AT_MOST`] of them.
+pub fn progress_at(full: &Path) -> crate::continuation::Progress {
     use crate::continuation::Progress;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let p = crate::osbytes::to_path(path);
-    let full = if p.is_absolute() {
-        p
-    } else {
-        job_dir(sub).join(p)
-    };
     let unreadable = |why: String| Progress::Unreadable { why };
     let handle = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(&full)
+        .open(full)
     {
         Ok(h) => h,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Progress::Missing,
         Err(e) => return unreadable(e.to_string()),
     };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&handle);
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fd` is open for the duration of the call and `fs` is written by it.
+    if unsafe { libc::fstatfs(fd, fs.as_mut_ptr()) } == 0 {
+        // SAFETY: fstatfs succeeded, so it filled `fs`.
+        // `f_type`'s width differs between architectures.
+        #[allow(clippy::unnecessary_cast)]
+        let kind = unsafe { fs.assume_init() }.f_type as i64;
+        if PSEUDO_FILESYSTEMS.contains(&kind) {
+            return unreadable("on a pseudo-filesystem (proc, sys, cgroup...)".into());
+        }
+    }
     let meta = match handle.metadata() {
         Ok(m) => m,
         Err(e) => return unreadable(e.to_string()),
     };
-    if owner.is_some_and(|uid| meta.uid() != uid) {
-        return unreadable("not the job owner's".into());
-    }
     let mtime_ns = |m: &std::fs::Metadata| m.mtime() * 1_000_000_000 + m.mtime_nsec();
     if meta.is_file() {
         let sha256 = (meta.len() <= HASH_AT_MOST)
             .then(|| {
                 use sha2::Digest;
-                let mut f = open_user_file(&full, owner).ok()?;
+                let mut f = open_user_file(full, None).ok()?;
                 let again = f.metadata().ok()?;
                 if again.ino() != meta.ino() || again.dev() != meta.dev() {
                     return None;
                 }
                 let mut h = sha2::Sha256::new();
-                std::io::copy(&mut (&mut f).take(HASH_AT_MOST), &mut h).ok()?;
+                std::io::copy(&mut (&mut f).take(meta.len()), &mut h).ok()?;
                 Some(
                     h.finalize()
                         .iter()
@@ -303,7 +336,6 @@ pub fn progress(sub: &Submission, path: &str, owner: Option<u32>) -> crate::cont
     if !meta.is_dir() {
         return unreadable("neither a regular file nor a folder".into());
     }
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&handle);
     // The folder already checked, through its descriptor: a name swapped since changes
     // nothing.
     let entries = match std::fs::read_dir(format!("/proc/self/fd/{fd}")) {
@@ -328,9 +360,92 @@ pub fn progress(sub: &Submission, path: &str, owner: Option<u32>) -> crate::cont
     }
 }
 
+/// `slurm-supervisord --read-progress PATH`: prints [`progress_at`] as JSON (the child the
+/// daemon starts as the job's owner). Returns the exit code.
+pub fn read_progress_main(path: &Path) -> i32 {
+    let p = progress_at(path);
+    match serde_json::to_string(&p) {
+        Ok(json) => {
+            println!("{json}");
+            0
+        }
+        Err(_) => 70,
+    }
+}
+
+/// Reads a continuing job's progress path as its owner (`owner`; `None`: as the daemon's
+/// own user, a per-user daemon): the daemon's own binary, started as them
+/// (`--read-progress`), with [`PROGRESS_READ_TIMEOUT`]; a reader that overruns (a hung
+/// network filesystem) is killed, and the path counts as not read in time. So a user
+/// learns nothing through it of a path they could not walk themselves, and a hung read
+/// holds no thread of the daemon's.
+pub async fn read_progress_as(
+    full: &Path,
+    owner: Option<&crate::slurm::RunAs>,
+) -> crate::continuation::Progress {
+    use crate::continuation::Progress;
+    use crate::slurm::spawn;
+    let mut cmd = spawn::Command::new("/proc/self/exe");
+    cmd.args([std::ffi::OsStr::new("--read-progress"), full.as_os_str()]);
+    cmd.env_clear_with([("PATH", "/usr/bin:/bin")]);
+    if let Some(who) = owner {
+        cmd.run_as(spawn::Credentials::of(who));
+    }
+    let ran = super::program::run(
+        cmd,
+        "the progress reader",
+        b"",
+        PROGRESS_READ_TIMEOUT,
+        64 << 10,
+    )
+    .await;
+    match ran {
+        Ok(r) if r.status.success() => {
+            serde_json::from_slice(&r.stdout).unwrap_or_else(|e| Progress::Unreadable {
+                why: format!("the progress reader answered nothing readable ({e})"),
+            })
+        }
+        Ok(r) => Progress::Unreadable {
+            why: format!("the progress reader failed ({})", r.status),
+        },
+        Err(e) => Progress::Unreadable { why: e },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_progress_path_on_proc_or_sys_is_not_read() {
+        use crate::continuation::Progress;
+        for p in ["/proc/self/status", "/proc/self/maps", "/sys/kernel"] {
+            assert!(
+                matches!(progress_at(Path::new(p)), Progress::Unreadable { .. }),
+                "{p}: {:?}",
+                progress_at(Path::new(p))
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("ckpt");
+        std::fs::write(&f, b"42\n").unwrap();
+        let Progress::File { size, sha256, .. } = progress_at(&f) else {
+            panic!("{:?}", progress_at(&f));
+        };
+        assert_eq!(size, 3);
+        assert!(sha256.is_some());
+        assert_eq!(progress_at(&dir.path().join("none")), Progress::Missing);
+        assert!(matches!(
+            progress_at(dir.path()),
+            Progress::Folder { entries: 1, .. }
+        ));
+        // A link is never followed.
+        std::os::unix::fs::symlink(&f, dir.path().join("link")).unwrap();
+        assert!(matches!(
+            progress_at(&dir.path().join("link")),
+            Progress::Unreadable { .. }
+        ));
+    }
 
     fn values() -> PatternValues<'static> {
         PatternValues {

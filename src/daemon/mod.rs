@@ -5,6 +5,12 @@
 //! on the same loop, so the store has one writer and no decision races another (reads are
 //! answered by the control socket itself, off the loop: `server`). Shutdown and reload come in
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
+//!
+//! The loop owns the engine and hands each part the context that names what it may touch
+//! (`engine/contexts.rs`): a request or plain sbatch's adoptions a `Desk`, notification
+//! delivery a `Post`, the agent an `AgentView`, its own work on the store and config an
+//! `Upkeep`; what runs beside it (a retry's or submit's sbatch, a cancel's scancels) runs
+//! through the engine's `Runner`, as the user it is for.
 
 pub mod access;
 pub mod activation;
@@ -146,9 +152,9 @@ fn dispatch<S: Slurm + Clone + 'static>(
     in_flight: &mut futures_util::stream::FuturesUnordered<InFlight>,
 ) {
     for f in engine.take_flights() {
-        let (slurm, dir) = (engine.slurm().clone(), engine.config().state_dir.clone());
+        let runner = engine.runner();
         in_flight.push(Box::pin(async move {
-            let outcome = sbatch::sbatch(&slurm, &dir, &f.launch, &f.sub).await;
+            let outcome = runner.sbatch(&f.launch, &f.sub).await;
             Landing::Retry(Box::new(f), outcome)
         }));
     }
@@ -350,13 +356,13 @@ pub async fn run<S: Slurm + Clone + 'static>(
     if let Err(e) = crate::notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
     }
-    info!(socket = %socket_path.display(), poll_interval = ?engine.config().poll_interval, "slurm-supervisord ready");
+    info!(socket = %socket_path.display(), poll_interval = ?engine.upkeep().config.poll_interval, "slurm-supervisord ready");
 
     let mut agent = agent::Runner::default();
     let mut notifier = notifications::Notifier::default();
     if acting(&cluster) {
-        agent.maybe_start(&engine);
-        notifier.tick(&mut engine);
+        agent.maybe_start(engine.agent_view());
+        notifier.tick(engine.post());
     }
     // From here on every sbatch runs beside the loop: one user's slow sbatch (a busy
     // controller, or anything in their own environment) holds up no one else.
@@ -367,22 +373,22 @@ pub async fn run<S: Slurm + Clone + 'static>(
         // What is waiting is served before a new cycle starts (a submit's answer, a
         // request), so none of it waits behind a whole cycle; requests give way once the
         // cycle is overdue by a poll interval, so a flood of them cannot stop polling.
-        let overdue = Instant::now() > next + engine.config().poll_interval;
+        let overdue = Instant::now() > next + engine.upkeep().config.poll_interval;
         tokio::select! {
             biased;
             ev = events.recv() => match ev {
                 Some(Event::Reload) => {
                     reload(&mut engine, &mut plain);
-                    shared.set_config(engine.config());
+                    shared.set_config(engine.upkeep().config);
                     if let Some(s) = &scraper {
-                        s.set_config(engine.config());
+                        s.set_config(engine.upkeep().config);
                     }
                 }
                 Some(Event::Shutdown) | None => break Ok(()),
             },
             Some(landing) = in_flight.next(), if !in_flight.is_empty() => match landing {
                 Landing::Request(landed, reply) => {
-                    let _ = reply.send(requests::finish(&mut engine, landed));
+                    let _ = reply.send(requests::finish(&mut engine.desk(), landed));
                 }
                 Landing::Retry(f, outcome) => {
                     if let Err(e) = engine.land(&f, outcome) {
@@ -396,9 +402,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             },
             done = notifier.done(), if notifier.busy() => {
-                notifier.finish(&mut engine, done);
+                notifier.finish(engine.post(), done);
                 if acting(&cluster) {
-                    notifier.tick(&mut engine);
+                    notifier.tick(engine.post());
                 }
             }
             Some(ctl) = ctl_rx.recv(), if !overdue => {
@@ -407,8 +413,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     continue;
                 }
                 // An append whose fate is not known yet: settled before any request decides.
-                if engine.store_mut().journal_unsure() {
-                    if let Err(e) = engine.store_mut().catch_up() {
+                let store = engine.upkeep().store;
+                if store.journal_unsure() {
+                    if let Err(e) = store.catch_up() {
                         let _ = ctl.reply.send(crate::protocol::Response::error(crate::protocol::ErrorKind::Unavailable, format!("the shared database does not answer ({e}); try again in a minute")));
                         continue;
                     }
@@ -416,7 +423,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 let span = requests::span(&ctl.request, ctl.uid);
                 // What follows the answer is the request's to say (`requests::Write`):
                 // due retries launched, a plain-sbatch choice published.
-                let begun = requests::on_loop(&mut engine, ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
+                let begun = requests::on_loop(&mut engine.desk(), ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
                 let after = begun.after;
                 let response = match begun.plan {
                     requests::Plan::Done(response) => response,
@@ -424,9 +431,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     // them (a slow controller, a SIGSTOP to their own process), so beside
                     // the loop, holding up no one else.
                     requests::Plan::Beside(command) => {
-                        let (slurm, dir, reply) = (engine.slurm().clone(), engine.config().state_dir.clone(), ctl.reply);
+                        let (runner, reply) = (engine.runner(), ctl.reply);
                         in_flight.push(Box::pin(async move {
-                            Landing::Request(requests::carry_out(&slurm, &dir, command).await, reply)
+                            Landing::Request(requests::carry_out(&runner, command).await, reply)
                         }.instrument(span)));
                         continue;
                     }
@@ -435,20 +442,20 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // Only the asker's own file, and only if it changed: a repeated `opt-in`
                 // rewrites no one's (issue 32's attacking review).
                 if let (true, Some(p)) = (after.publish_opt_in, &mut plain) {
-                    p.publish_choice(engine.store(), ctl.uid);
+                    p.publish_choice(engine.upkeep().store, ctl.uid);
                 }
 
                 // A user met: their notes folder is made if the site opts them in.
                 if let Some(p) = &mut plain {
-                    p.seen(engine.store(), ctl.uid);
+                    p.seen(engine.upkeep().store, ctl.uid);
                 }
                 // An accepted rule's file was written: taken as a SIGHUP's reload is, before
                 // the answer, so a client told it is in force reads it so.
                 if after.reload {
                     reload(&mut engine, &mut plain);
-                    shared.set_config(engine.config());
+                    shared.set_config(engine.upkeep().config);
                     if let Some(s) = &scraper {
-                        s.set_config(engine.config());
+                        s.set_config(engine.upkeep().config);
                     }
                 }
                 let _ = ctl.reply.send(response);
@@ -460,7 +467,21 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
             }
             _ = tokio::time::sleep_until(next) => {
-                if acts(&mut cluster, &mut engine) {
+                let acts_now = acts(&mut cluster, &mut engine);
+                // The choices other nodes' users made, applied from the journal, published
+                // in this node's spool for its own cli_filter (a standby's too).
+                if let Some(p) = &mut plain {
+                    let store = engine.upkeep().store;
+                    match store.take_replicated_opt_ins() {
+                        Some(uids) => {
+                            for uid in uids {
+                                p.publish_choice(store, uid);
+                            }
+                        }
+                        None => p.publish(store),
+                    }
+                }
+                if acts_now {
                     if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
                         error!("poll cycle failed: {e}; trying again next cycle");
                         note_fenced(&mut cluster, &e);
@@ -470,15 +491,15 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                     let sweep = cluster.as_mut().and_then(|c| c.sweep_due().then(|| c.lease()));
                     if let Some(lease) = sweep {
-                        let recent = (engine.config().slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
+                        let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
                         if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
                             warn!("the sweep of held jobs failed: {e}");
                             note_fenced(&mut cluster, &e);
                         }
                     }
                     dispatch(&mut engine, &mut in_flight);
-                    agent.maybe_start(&engine);
-                    notifier.tick(&mut engine);
+                    agent.maybe_start(engine.agent_view());
+                    notifier.tick(engine.post());
                 }
                 if let Some(c) = &cluster {
                     c.turned();
@@ -488,14 +509,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
             // Last: a backlog of notifications is marked a turn at a time, after
             // everything above that is ready.
             _ = std::future::ready(()), if notifier.has_more() && acting(&cluster) => {
-                notifier.tick(&mut engine);
+                notifier.tick(engine.post());
             }
         }
     };
     info!("stopping");
     let _ = crate::notify::notify("STOPPING=1");
-    let grace = NOTIFY_STOP_GRACE.min(engine.config().notify.timeout.0);
-    notifier.stop(&mut engine, grace).await;
+    let grace = NOTIFY_STOP_GRACE.min(engine.upkeep().config.notify.timeout.0);
+    notifier.stop(engine.post(), grace).await;
     server.abort();
     if let Some(n) = net_server {
         n.abort();
@@ -507,7 +528,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     // Everything committed goes into the database file itself, so the store is one file
     // again when the daemon is stopped (read connections may still be open, which would
     // keep SQLite from doing it when the last connection closes).
-    if let Err(e) = engine.store_mut().checkpoint() {
+    if let Err(e) = engine.upkeep().store.checkpoint() {
         warn!("cannot fold the write-ahead log into the store at shutdown: {e}");
     }
     result
@@ -518,7 +539,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
 fn acts<S: Slurm>(cluster: &mut Option<cluster::Cluster>, engine: &mut Engine<S>) -> bool {
     match cluster {
         None => true,
-        Some(c) => match c.before_cycle(engine.store_mut()) {
+        Some(c) => match c.before_cycle(engine.upkeep().store) {
             Ok(acts) => acts,
             Err(e) => {
                 warn!("cannot bring this node's replica up to date: {e}; not acting this cycle");
@@ -561,7 +582,11 @@ async fn timed_cycle<S: Slurm>(
     // next cycle's poll watches what was adopted.
     let result = engine.cycle().instrument(span.clone()).await;
     let result = match (result, plain) {
-        (Ok(()), Some(p)) => plain::discover(engine, p).instrument(span).await,
+        (Ok(()), Some(p)) => {
+            plain::discover(&mut engine.desk(), p)
+                .instrument(span)
+                .await
+        }
         (result, _) => result,
     };
     crate::metrics::observe_cycle(start.elapsed(), result.is_ok() && engine.slurm_answering());
@@ -584,43 +609,39 @@ fn give_back_freed_memory() {
 }
 
 fn reload<S: Slurm>(engine: &mut Engine<S>, plain: &mut Option<plain::Plain>) {
-    let Some(path) = engine.config().path.clone() else {
+    let old = engine.upkeep().config;
+    let Some(path) = old.path.clone() else {
         warn!("reload asked but the daemon runs without a config file; nothing to reload");
         return;
     };
     match Config::load(&path) {
         Err(e) => error!("new config refused, keeping the old one: {e}"),
         Ok(new) => {
-            if new.state_dir != engine.config().state_dir || new.socket != engine.config().socket {
+            if new.state_dir != old.state_dir || new.socket != old.socket {
                 warn!("state_dir and socket changes take effect only after a restart; keeping the old ones");
             }
-            if new.server != engine.config().server {
+            if new.server != old.server {
                 warn!("[server] changes take effect only after a restart; keeping the old ones");
             }
-            if new.metrics != engine.config().metrics {
+            if new.metrics != old.metrics {
                 warn!(
                     "metrics.listen changes take effect only after a restart; keeping the old one"
                 );
             }
             // The control socket holds the limits it started with; the loop keeps the same
             // ones, so one set is in force until a restart.
-            let keep = (
-                engine.config().state_dir.clone(),
-                engine.config().socket.clone(),
-                engine.config().limits.clone(),
-                engine.config().metrics.clone(),
-                engine.config().server.clone(),
-            );
-            engine.set_config(Config {
-                state_dir: keep.0,
-                socket: keep.1,
-                limits: keep.2,
-                metrics: keep.3,
-                server: keep.4,
+            let kept = Config {
+                state_dir: old.state_dir.clone(),
+                socket: old.socket.clone(),
+                limits: old.limits.clone(),
+                metrics: old.metrics.clone(),
+                server: old.server.clone(),
                 ..new
-            });
+            };
+            engine.set_config(kept);
             if let Some(p) = plain {
-                p.reload(engine.config(), engine.store());
+                let upkeep = engine.upkeep();
+                p.reload(upkeep.config, upkeep.store);
             }
             info!(path = %path.display(), "config reloaded");
         }

@@ -24,10 +24,14 @@
 //! the owner's user name; one that could be read as an option or break a header is not
 //! used (the owner's name is). The mail program is called as Slurm calls its `MailProg`:
 //! `PROG -s SUBJECT RECIPIENT`, the body on stdin.
+//!
+//! What delivery may touch is its [`Post`]: the store's notifications, `[notify]`, and the
+//! engine's `Runner` for slurm.conf's `MailProg`.
 
-use super::engine::Engine;
+use super::engine::{Post, Runner};
 use super::sbatch::run_as;
 use crate::clock::now;
+use crate::config::NotifyConfig;
 use crate::notification::{self, Event, Kind};
 use crate::sbatch_args::Submitted;
 use crate::slurm::{spawn, RunAs, Slurm};
@@ -149,11 +153,11 @@ impl Notifier {
     }
 
     /// Records what a batch did.
-    pub fn finish<S: Slurm>(&mut self, engine: &mut Engine<S>, done: Finished) {
+    pub fn finish<S>(&mut self, post: Post<'_, S>, done: Finished) {
         if done.slurm_mail_prog.is_some() {
             self.slurm_mail_prog = done.slurm_mail_prog;
         }
-        if let Err(e) = record(engine, done.outcomes) {
+        if let Err(e) = record(post.store, post.notify, done.outcomes) {
             warn!("cannot record which notifications went out: {e}; they will be sent again");
         }
     }
@@ -161,12 +165,12 @@ impl Notifier {
     /// At a clean stop: lets a batch that is out finish for up to `grace` and records it,
     /// so a stop right after a delivery does not send it again at the next start; what
     /// does not finish by then is dropped (its programs killed) and sent again.
-    pub async fn stop<S: Slurm>(&mut self, engine: &mut Engine<S>, grace: Duration) {
+    pub async fn stop<S>(&mut self, post: Post<'_, S>, grace: Duration) {
         if !self.busy() {
             return;
         }
         match tokio::time::timeout(grace, self.done()).await {
-            Ok(done) => self.finish(engine, done),
+            Ok(done) => self.finish(post, done),
             Err(_) => {
                 info!("a notification batch did not finish within {}s of the stop; what it did not deliver is sent at the next start", grace.as_secs());
                 self.running = None;
@@ -176,7 +180,7 @@ impl Notifier {
 
     /// Sends the due notifications out, unless a batch is out already. Called by the loop
     /// after each cycle; does no I/O but the store's.
-    pub fn tick<S: Slurm + Clone + 'static>(&mut self, engine: &mut Engine<S>) {
+    pub fn tick<S: Slurm + 'static>(&mut self, post: Post<'_, S>) {
         if self.running.is_some() {
             return;
         }
@@ -185,7 +189,7 @@ impl Notifier {
         let started = std::time::Instant::now();
         self.more = false;
         let groups = loop {
-            match prepare(engine) {
+            match prepare(post.store, post.notify) {
                 Ok((g, more)) => {
                     if !g.is_empty() || !more {
                         break g;
@@ -204,8 +208,8 @@ impl Notifier {
         if groups.is_empty() {
             return;
         }
-        let cfg = engine.config().notify.clone();
-        let slurm = engine.slurm().clone();
+        let cfg = post.notify.clone();
+        let runner = post.runner;
         let known = self.slurm_mail_prog.clone();
         let needs_mail = groups.iter().any(|g| g.mail.is_some());
         self.running = Some(Box::pin(async move {
@@ -216,7 +220,7 @@ impl Notifier {
                 (None, true) => match known {
                     Some(p) => p,
                     None => {
-                        let p = slurm_mail_prog(&slurm).await;
+                        let p = slurm_mail_prog(&runner).await;
                         found = p.clone();
                         p.unwrap_or_else(|| PathBuf::from(DEFAULT_MAIL_PROGRAM))
                     }
@@ -316,8 +320,8 @@ async fn deliver(
 }
 
 /// slurm.conf's `MailProg`, if Slurm says and it is an absolute path.
-async fn slurm_mail_prog<S: Slurm>(slurm: &S) -> Option<PathBuf> {
-    match slurm.mail_prog().await {
+async fn slurm_mail_prog<S: Slurm>(runner: &Runner<S>) -> Option<PathBuf> {
+    match runner.mail_prog().await {
         Ok(Some(p)) if p.starts_with('/') => Some(PathBuf::from(p)),
         Ok(_) => None,
         Err(e) => {
@@ -329,12 +333,11 @@ async fn slurm_mail_prog<S: Slurm>(slurm: &S) -> Option<PathBuf> {
 
 /// The due notifications (a page of them) as deliveries, and whether the page was full.
 /// Those with nothing to deliver (no mail wanted, no command) are marked sent here.
-fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), StoreError> {
+fn prepare(store: &mut Store, cfg: &NotifyConfig) -> Result<(Vec<Group>, bool), StoreError> {
     let t = now();
-    let due = engine.store().due_notifications_fair(t, BATCH, PER_OWNER)?;
+    let due = store.due_notifications_fair(t, BATCH, PER_OWNER)?;
     // A page cut short by the per-owner share may still leave more due.
     let full = due.len() == BATCH || due.len() >= PER_OWNER;
-    let cfg = engine.config().notify.clone();
     let mut groups: BTreeMap<(i64, &'static str), Group> = BTreeMap::new();
     let mut mailed: BTreeMap<(i64, &'static str), Vec<Event>> = BTreeMap::new();
     let mut nothing = Vec::new();
@@ -347,8 +350,7 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
             nothing.push(n.id);
             continue;
         };
-        let Some((sub_id, owner_uid, event, mail_wanted)) =
-            describe(engine.store(), &n, kind, cfg.mail)?
+        let Some((sub_id, owner_uid, event, mail_wanted)) = describe(store, &n, kind, cfg.mail)?
         else {
             nothing.push(n.id);
             continue;
@@ -411,7 +413,7 @@ fn prepare<S: Slurm>(engine: &mut Engine<S>) -> Result<(Vec<Group>, bool), Store
     }
     let nothing: Vec<(i64, (bool, bool))> =
         nothing.into_iter().map(|id| (id, (false, false))).collect();
-    engine.store_mut().notifications_sent(&nothing, t)?;
+    store.notifications_sent(&nothing, t)?;
     // One mail per submission and kind, made of every event it carries.
     for (key, g) in groups.iter_mut() {
         if let (Some(m), Some(events)) = (&mut g.mail, mailed.get(key)) {
@@ -490,16 +492,16 @@ fn describe(
 }
 
 /// Records a batch's outcomes: sent, or failed and retried later, or given up.
-fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<(), StoreError> {
+fn record(store: &mut Store, cfg: &NotifyConfig, outcomes: Vec<Outcome>) -> Result<(), StoreError> {
     let t = now();
-    let max = engine.config().notify.max_attempts;
+    let max = cfg.max_attempts;
     let mut sent = Vec::new();
     for o in outcomes {
         // Not finished for want of time: a mail that went out is kept; the rest is done in
         // a later batch, no try counted. (A failed mail is a failure like any other.)
         if o.deferred && !matches!(o.mail, Some(Err(_))) {
             if matches!(o.mail, Some(Ok(()))) {
-                engine.store_mut().notification_mailed(o.id)?;
+                store.notification_mailed(o.id)?;
             }
             continue;
         }
@@ -536,9 +538,7 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
                     "notification given up after {tries} failed deliveries: {error}"
                 )
             });
-            engine
-                .store_mut()
-                .notification_failed(o.id, done, &error, None, t)?;
+            store.notification_failed(o.id, done, &error, None, t)?;
         } else {
             let wait = (FIRST_BACKOFF_SECS << (tries - 1).min(16)).min(MAX_BACKOFF_SECS);
             tracing::info_span!("chain", chain = %o.chain).in_scope(|| {
@@ -547,12 +547,10 @@ fn record<S: Slurm>(engine: &mut Engine<S>, outcomes: Vec<Outcome>) -> Result<()
                     "notification not delivered ({error}); trying again in {wait}s"
                 )
             });
-            engine
-                .store_mut()
-                .notification_failed(o.id, done, &error, Some(t + wait), t)?;
+            store.notification_failed(o.id, done, &error, Some(t + wait), t)?;
         }
     }
-    engine.store_mut().notifications_sent(&sent, t)
+    store.notifications_sent(&sent, t)
 }
 
 /// Runs `argv` (no shell) with `input` on stdin, as the group's owner when there is one

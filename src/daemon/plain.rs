@@ -40,8 +40,12 @@
 //! `none`, or `groups GID...`: the config's site default; then `notes per-user`). The
 //! daemon decides again itself from the store and config; the files only spare the filter
 //! a question to the daemon.
+//!
+//! Discovery runs after each cycle with a request's `Desk` (adopting is `adopt`'s): the
+//! store, the config, and of Slurm what adoption asks (`Lookup`, the marked jobs too).
 
 use crate::config::{Config, PlainSbatchConfig};
+use crate::daemon::engine::Desk;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -739,7 +743,7 @@ impl Plain {
 /// (one squeue, at most every [`MARKS_AT_MOST_EVERY`]) and adopted the same way, each as
 /// its owner.
 pub async fn discover<S: crate::slurm::Slurm>(
-    engine: &mut crate::daemon::engine::Engine<S>,
+    desk: &mut Desk<'_, S>,
     plain: &mut Plain,
 ) -> Result<(), crate::store::StoreError> {
     use tracing::Instrument;
@@ -755,20 +759,20 @@ pub async fn discover<S: crate::slurm::Slurm>(
     };
     for note in notes {
         let span = tracing::info_span!("plain_sbatch", job = %note.job_id, uid = note.uid);
-        if !take(engine, plain, &note.job_id, note.uid, Some(&note))
+        if !take(desk, plain, &note.job_id, note.uid, Some(&note))
             .instrument(span)
             .await?
         {
             return Ok(());
         }
     }
-    discover_marks(engine, plain).await
+    discover_marks(desk, plain).await
 }
 
 /// The marked jobs: one listing when it is due, then each new candidate adopted as its
 /// owner (at most [`MAX_NOTES_PER_CYCLE`] a cycle; the rest at the next listing).
 async fn discover_marks<S: crate::slurm::Slurm>(
-    engine: &mut crate::daemon::engine::Engine<S>,
+    desk: &mut Desk<'_, S>,
     plain: &mut Plain,
 ) -> Result<(), crate::store::StoreError> {
     use tracing::Instrument;
@@ -779,7 +783,7 @@ async fn discover_marks<S: crate::slurm::Slurm>(
         return Ok(());
     }
     m.last = Some(std::time::Instant::now());
-    let listed = match engine.slurm().marked_jobs(MARK).await {
+    let listed = match desk.slurm.marked_jobs(MARK).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(
@@ -806,9 +810,9 @@ async fn discover_marks<S: crate::slurm::Slurm>(
             .as_ref()
             .is_some_and(|m| m.left_alone.contains(&(job_id.clone(), uid)));
         if seen
-            || !engine.store().resolve(&job_id)?.is_empty()
-            || engine
-                .store()
+            || !desk.store.resolve(&job_id)?.is_empty()
+            || desk
+                .store
                 .plain_refusals(&job_id)?
                 .iter()
                 .any(|r| r.owner_uid == uid)
@@ -817,7 +821,7 @@ async fn discover_marks<S: crate::slurm::Slurm>(
         }
         taken += 1;
         let span = tracing::info_span!("plain_sbatch_mark", job = %job_id, uid);
-        if !take(engine, plain, &job_id, uid, None)
+        if !take(desk, plain, &job_id, uid, None)
             .instrument(span)
             .await?
         {
@@ -832,7 +836,7 @@ async fn discover_marks<S: crate::slurm::Slurm>(
 /// Deals with one note's job (`note`), or one marked job (`None`); false when Slurm did
 /// not answer (the rest wait for the next cycle).
 async fn take<S: crate::slurm::Slurm>(
-    engine: &mut crate::daemon::engine::Engine<S>,
+    desk: &mut Desk<'_, S>,
     plain: &mut Plain,
     job_id: &str,
     uid: u32,
@@ -852,7 +856,7 @@ async fn take<S: crate::slurm::Slurm>(
         }
         Ok(true)
     };
-    if !engine.store().resolve(job_id)?.is_empty() {
+    if !desk.store.resolve(job_id)?.is_empty() {
         return done(plain, false);
     }
     if !may_take(uid, nix::unistd::geteuid().as_raw()) {
@@ -861,7 +865,7 @@ async fn take<S: crate::slurm::Slurm>(
         );
         return done(plain, true);
     }
-    if !plain.opted_in(engine.store(), uid)? {
+    if !plain.opted_in(desk.store, uid)? {
         tracing::info!("a plain-sbatch job of a user who is not opted in; left alone");
         return done(plain, true);
     }
@@ -871,7 +875,7 @@ async fn take<S: crate::slurm::Slurm>(
     };
     // A user marked by the job_submit script (opted in): their notes folder is made, so
     // their next sbatch leaves a note too.
-    plain.seen(engine.store(), uid);
+    plain.seen(desk.store, uid);
     let key: std::ffi::OsString = match note {
         Some(n) => {
             let mut k = std::ffi::OsString::from(format!("{}/", n.uid));
@@ -880,7 +884,7 @@ async fn take<S: crate::slurm::Slurm>(
         }
         None => format!("mark:{job_id}").into(),
     };
-    let refused = match adopt_job(engine, job_id, uid, who).await {
+    let refused = match adopt_job(desk, job_id, uid, who).await {
         Ok(chains) => {
             // What Slurm could not give back is recorded with the chain (`history` shows
             // it), never guessed (docs/plain-sbatch.md).
@@ -916,8 +920,7 @@ async fn take<S: crate::slurm::Slurm>(
     // Refused: the job runs as submitted, unsupervised (never half-supervised: no chain
     // was made); its owner sees why with `supervisorctl status JOBID`.
     tracing::warn!("a plain-sbatch job is not supervised: {refused}");
-    engine
-        .store_mut()
+    desk.store
         .note_plain_refused(job_id, uid, &refused, crate::clock::now())?;
     done(plain, false)
 }
@@ -1197,12 +1200,15 @@ mod tests {
         let submitted =
             crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
         let t = crate::clock::now();
-        let l = engine.begin_submission(&new, &submitted, t).unwrap();
-        let sub = engine.store().submission(l.submission_id).unwrap();
+        let desk = engine.desk();
+        let l =
+            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
+                .unwrap();
+        let sub = desk.store.submission(l.submission_id).unwrap();
         fake.lose_next_sbatch_reply();
         engine.run_launch(&l, &sub, t).await.unwrap();
         let job = fake.live_jobs()[0].clone();
-        assert!(engine.store().resolve(&job).unwrap().is_empty());
+        assert!(engine.desk().store.resolve(&job).unwrap().is_empty());
         std::fs::write(notes.join(format!("{job}.1.1")), b"").unwrap();
         let mut plain = Some(plain);
         for _ in 0..2 {
@@ -1210,7 +1216,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        assert_eq!(engine.store().resolve(&job).unwrap().len(), 1);
+        assert_eq!(engine.desk().store.resolve(&job).unwrap().len(), 1);
         assert_eq!(std::fs::read_dir(&notes).unwrap().count(), 0);
         assert!(fake.end(&job, Ending::OutOfMemory));
         for _ in 0..3 {

@@ -161,9 +161,11 @@ pub fn warning_signal(
     config: &Config,
     continuation: Option<&crate::continuation::Continuation>,
     s: &Submitted,
+    env: &[(String, String)],
 ) -> Option<String> {
     continuation?;
-    if s.option("signal").is_some() {
+    // sbatch reads SBATCH_SIGNAL too (under the command line, over the script).
+    if s.option("signal").is_some() || env.iter().any(|(k, _)| k == "SBATCH_SIGNAL") {
         return None;
     }
     Some(format!(
@@ -299,7 +301,7 @@ pub fn begin_submission(
 ) -> Result<Launch, PrepareError> {
     let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
     let edges = dep.as_ref().map(|d| d.edges.clone()).unwrap_or_default();
-    let signal = warning_signal(config, new.continuation.as_deref(), submitted);
+    let signal = warning_signal(config, new.continuation.as_deref(), submitted, &new.env);
     let launch = store.create_submission_waiting(new, &edges, now, |tag| {
         let script = new
             .script_name
@@ -378,7 +380,7 @@ pub fn begin_relaunch(
     if let Some(d) = &dep {
         store.add_waits(sub.id, &d.edges)?;
     }
-    let signal = warning_signal(config, sub.continuation.as_ref(), &submitted);
+    let signal = warning_signal(config, sub.continuation.as_ref(), &submitted, &sub.env);
     let launch = store.begin_relaunch(sub.id, chains, now, |tag| {
         let script = sub
             .script_name

@@ -80,13 +80,21 @@ pub(super) fn ended(
     let elapsed = verdict.elapsed_secs.unwrap_or(0);
     let min = config.continuation.min_attempt.0.as_secs();
     let long_enough = elapsed >= min;
-    let moved = match &facts.now {
-        Some(p) => p.moved_since(facts.before.as_ref(), facts.started_ns),
-        None => true,
+    let moved = match (&facts.now, &facts.spec.progress) {
+        (Some(p), _) => p.moved_since(facts.before.as_ref(), facts.started_ns),
+        // A path named but not read (the attempt was too short to look): no evidence.
+        (None, Some(_)) => false,
+        // No path: the attempt's length is the evidence.
+        (None, None) => true,
     };
     let path = facts.spec.progress.as_deref().unwrap_or("");
     let evidence = {
         let mut e = format!("{why}; ran {elapsed}s (at least {min}s counts)");
+        if let (None, Some(p)) = (&facts.now, &facts.spec.progress) {
+            e.push_str(&format!(
+                "; {p} not looked at: the attempt ran too short to count"
+            ));
+        }
         if let Some(now) = &facts.now {
             let before = facts
                 .before

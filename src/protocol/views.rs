@@ -135,6 +135,9 @@ pub struct ChainHistory {
     pub chain: ChainFields,
     /// What `status` calls `attempts`: the number that reached Slurm.
     pub attempts_count: u32,
+    /// As `status`'s: how many of those continued a job that checkpoints.
+    #[serde(default)]
+    pub continuations: u32,
     pub attempts: Vec<AttemptView>,
     pub decisions: Vec<DecisionView>,
     /// For a job adopted from Slurm (`adopt`, plain sbatch): what its retries cannot have
@@ -360,7 +363,7 @@ mod tests {
             "id": id, "state": "failed", "slurm_job_id": "7", "last_classification": "oom",
             "array_task": null, "submission": 1, "slurm_state": "FAILED",
             "next_retry_at": null, "dependency_failed": [], "depends_on": [], "dependents": [], "created_at": 1, "updated_at": 2,
-            "attempts_count": 0, "attempts": [], "decisions": [], "not_recovered": [],
+            "attempts_count": 0, "continuations": 0, "attempts": [], "decisions": [], "not_recovered": [],
         })
     }
 

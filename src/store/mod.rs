@@ -195,7 +195,15 @@ struct Journaling {
     /// An append failed in a way that may have appended it after all (a lost answer), or
     /// a commit failed after its append: the journal is read before the next write.
     unsure: bool,
+    /// The users whose plain-sbatch choice entries applied since it was last asked
+    /// ([`Store::take_replicated_opt_ins`]); `None`: every user's may have changed (a
+    /// snapshot was loaded, or too many to list).
+    opt_ins: Option<std::collections::BTreeSet<u32>>,
 }
+
+/// The most users whose replicated choices are listed one by one; past it, every user's
+/// file is published again.
+const OPT_INS_LISTED: usize = 1024;
 
 /// Entries read from the journal per query while catching up (an entry may be several
 /// MiB: a submission's script).
@@ -401,6 +409,20 @@ impl Store {
         self.journal.as_ref().map_or(0, |j| j.seq)
     }
 
+    /// The users whose plain-sbatch choice this replica applied from the journal since the
+    /// last call (`Some(empty)` when none), or `None` when every user's may have changed
+    /// (a snapshot was loaded, or more than a thousand choices came): a standby publishes
+    /// them in its own node's spool, as the active node did in its own (docs/cluster.md).
+    pub fn take_replicated_opt_ins(&mut self) -> Option<Vec<u32>> {
+        match self.journal.as_mut() {
+            None => Some(Vec::new()),
+            Some(j) => j
+                .opt_ins
+                .replace(Default::default())
+                .map(|s| s.into_iter().collect()),
+        }
+    }
+
     /// Applies the journal's entries this replica has not applied yet; returns how many.
     /// A standby calls it every cycle, and a daemon that takes over before it acts.
     ///
@@ -482,6 +504,14 @@ impl Store {
                     let ops = journal::decode(seq, format, &body, legacy::upgrade)?;
                     let tx = conn.savepoint()?;
                     for op in ops {
+                        if let Op::SetPlainOpt { uid, .. } = &op {
+                            if let Some(set) = j.opt_ins.as_mut() {
+                                set.insert(*uid);
+                                if set.len() > OPT_INS_LISTED {
+                                    j.opt_ins = None;
+                                }
+                            }
+                        }
                         apply_op(&tx, instance, op)?;
                     }
                     set_journal_seq(&tx, seq)?;

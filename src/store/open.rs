@@ -228,6 +228,7 @@ impl Store {
             pending: Pending::default(),
             seq,
             unsure: false,
+            opt_ins: Some(Default::default()),
         });
         Ok(store)
     }
@@ -289,6 +290,7 @@ impl Store {
         let seq = journal_seq(&self.conn)?;
         let j = self.journal.as_mut().expect("a replica");
         j.seq = seq;
+        j.opt_ins = None;
         j.unsure = false;
         self.live = None;
         Ok(())

@@ -45,6 +45,34 @@ struct Evidence {
     progress: Option<Progress>,
 }
 
+/// The progress path to read for an ending, and as whom: only a continuing submission's
+/// with a path, only for an ending a continuation may answer (TIMEOUT, PREEMPTED, ended by
+/// the warning signal or with one of its own "continue me" codes) that ran at least
+/// `continuation.min_attempt` (a shorter one is no progress whatever the path says).
+fn progress_to_read(
+    config: &crate::config::Config,
+    sub: &Submission,
+    run: &[SacctRow],
+) -> Option<(std::path::PathBuf, Option<crate::slurm::RunAs>)> {
+    let spec = sub.continuation.as_ref()?;
+    let path = spec.progress.as_deref()?;
+    let job = run.iter().find(|r| !r.is_step())?;
+    let candidate = match job.state {
+        JobState::Timeout | JobState::Preempted => true,
+        JobState::Failed => {
+            job.exit_code.signal == 10
+                || u8::try_from(job.exit_code.code).is_ok_and(|c| spec.requeue_exit.contains(&c))
+        }
+        _ => false,
+    };
+    let long_enough = job.elapsed_secs.unwrap_or(0) >= config.continuation.min_attempt.0.as_secs();
+    if !candidate || !long_enough {
+        return None;
+    }
+    let owner = crate::daemon::sbatch::run_as(sub.owner_uid).ok()?;
+    Some((crate::daemon::evidence::progress_path(sub, path), owner))
+}
+
 /// An ending ready to be decided: its attempt, the run that ended, and the submission.
 struct Ending {
     found: Found,
@@ -102,7 +130,7 @@ impl<S: Slurm> Engine<S> {
         if n == 0 {
             return Ok(());
         }
-        // (A chain held since the poll left the backlog then: `Engine::hold`.)
+        // (A chain held since the poll left the backlog then: `Holds::hold`.)
         let batch: Vec<Found> = self.backlog.drain(..n).collect();
         let mut endings = Vec::new();
         let mut partitions = Vec::new();
@@ -180,32 +208,33 @@ impl<S: Slurm> Engine<S> {
             let (config, sub, run) = (self.config.clone(), e.sub.clone(), e.run.clone());
             let job = e.found.attempt.slurm_job_id.clone().unwrap_or_default();
             let span = super::attempt_span(e.found.attempt.chain_id, &job);
+            // A continuing job's progress path, read as its owner, only for an ending a
+            // continuation may answer (docs/continuation.md): not for every ending of it.
+            let progress = progress_to_read(&config, &sub, &run);
             async move {
-                let progress_path = sub
-                    .continuation
-                    .as_ref()
-                    .and_then(|c| c.progress.clone());
                 let read = tokio::task::spawn_blocking(move || {
-                    let tails = crate::daemon::evidence::output_tails(&config, &sub, &job, &run);
-                    let progress = progress_path.map(|p| {
-                        let owner = (nix::unistd::geteuid().is_root() && sub.owner_uid != 0)
-                            .then_some(sub.owner_uid);
-                        crate::daemon::evidence::progress(&sub, &p, owner)
-                    });
-                    Evidence { tails, progress }
+                    crate::daemon::evidence::output_tails(&config, &sub, &job, &run)
                 });
-                match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await {
-                    Ok(Ok(read)) => read,
-                    _ => {
-                        warn!("the job's output files could not be read in time; judging without them");
-                        Evidence {
-                            tails: (None, None),
-                            progress: Some(Progress::Unreadable {
-                                why: "not read in time".into(),
-                            }),
+                let tails = async {
+                    match tokio::time::timeout(OUTPUT_READ_TIMEOUT, read).await {
+                        Ok(Ok(tails)) => tails,
+                        _ => {
+                            warn!("the job's output files could not be read in time; judging without them");
+                            (None, None)
                         }
                     }
-                }
+                };
+                let progress = async {
+                    match progress {
+                        Some((path, owner)) => Some(
+                            crate::daemon::evidence::read_progress_as(&path, owner.as_ref())
+                                .await,
+                        ),
+                        None => None,
+                    }
+                };
+                let (tails, progress) = tokio::join!(tails, progress);
+                Evidence { tails, progress }
             }
             .instrument(span)
         });

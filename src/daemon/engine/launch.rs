@@ -2,12 +2,14 @@
 //! sbatch); what sbatch answers is recorded, and a refusal escalated.
 
 use super::requeue::InPlace;
-use super::{log_transition, now, Engine, Flight, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED};
+use super::{
+    log_transition, now, Engine, Flight, Outage, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED,
+};
 use crate::daemon::sbatch::{self, LaunchOutcome};
 use crate::model::ChainState;
 use crate::policy::{self, Event};
 use crate::slurm::Slurm;
-use crate::store::{Batch, StoreError};
+use crate::store::{Batch, Store, StoreError};
 use std::collections::{BTreeMap, HashSet};
 use tracing::{error, info, Instrument};
 
@@ -74,7 +76,7 @@ impl<S: Slurm> Engine<S> {
             groups.entry(key).or_default().push(c.id);
         }
         for ((sub_id, _), chains) in groups {
-            if self.defer && self.retry_flights() >= MAX_RETRY_FLIGHTS {
+            if self.defer && self.in_flight.retries(None) >= MAX_RETRY_FLIGHTS {
                 // The rest stay ready for the next cycle.
                 break;
             }
@@ -121,7 +123,7 @@ impl<S: Slurm> Engine<S> {
         t: i64,
     ) -> Result<Option<LaunchOutcome>, StoreError> {
         if self.defer {
-            self.in_flight.insert(l.id, (sub.owner_uid, false));
+            self.in_flight.start_retry(l.id, sub.owner_uid);
             self.takeoff.push(Flight {
                 launch: l.clone(),
                 sub: sub.clone(),
@@ -136,52 +138,20 @@ impl<S: Slurm> Engine<S> {
         Ok(Some(outcome))
     }
 
-    /// Records what an sbatch answered: a job, or no clear answer (the launch stays an
-    /// intent; `promise` makes an unpromised first submission one to finish later). A
-    /// refusal is for the caller to record.
-    pub fn record_launch(
+    /// Records what an sbatch answered (see [`record_launch`]).
+    pub(super) fn record_launch(
         &mut self,
         l: &crate::store::Launch,
         outcome: &LaunchOutcome,
         t: i64,
         promise: bool,
     ) -> Result<(), StoreError> {
-        match outcome {
-            LaunchOutcome::Submitted(job) => {
-                crate::failpoint::hit("after-sbatch");
-                // sbatch runs as the user, with the user's environment, and the user can
-                // change her job's comment: a job (with this launch's tag) that another
-                // chain records as its live attempt is refused by the store (one job is
-                // one chain's); the launch stays an intent, and no other launch or cycle
-                // is held up.
-                if let Err(e) = self.store.launch_submitted(l.id, job, t) {
-                    if !e.is_constraint() {
-                        return Err(e);
-                    }
-                    tracing::error!(job = %job, "sbatch answered a job another chain records already ({e}); the launch is settled by its tag");
-                    return Ok(());
-                }
-                tracing::Span::current().record("job", tracing::field::display(job));
-                info!("submitted");
-            }
-            LaunchOutcome::Unknown(e) => {
-                self.slurm_down("sbatch", e);
-                let kind = if e.may_have_reached_slurm() {
-                    UNCONFIRMED
-                } else {
-                    UNREACHED
-                };
-                self.store
-                    .note_launch_error(l.id, &format!("{kind}: {e}"), promise)?;
-            }
-            LaunchOutcome::Refused { .. } => {}
-        }
-        Ok(())
+        record_launch(&mut self.store, &mut self.outage, l, outcome, t, promise)
     }
 
     /// Records what a retry's sbatch beside the loop answered, as `run_launch` would have.
     pub fn land(&mut self, f: &Flight, outcome: LaunchOutcome) -> Result<(), StoreError> {
-        self.end_flight(f.launch.id);
+        self.in_flight.end(f.launch.id);
         let _span = super::launch_span(&f.launch).entered();
         let t = now();
         self.record_launch(&f.launch, &outcome, t, false)?;
@@ -257,6 +227,50 @@ impl<S: Slurm> Engine<S> {
         self.store.apply(&Batch::all(items), t)?;
         Ok(())
     }
+}
+
+/// Records what an sbatch answered: a job, or no clear answer (the launch stays an
+/// intent; `promise` makes an unpromised first submission one to finish later; Slurm's
+/// silence counts in the `outage`). A refusal is for the caller to record. The cycle's
+/// retries and the requests' submits alike (`Desk::record_launch`).
+pub(super) fn record_launch(
+    store: &mut Store,
+    outage: &mut Outage,
+    l: &crate::store::Launch,
+    outcome: &LaunchOutcome,
+    t: i64,
+    promise: bool,
+) -> Result<(), StoreError> {
+    match outcome {
+        LaunchOutcome::Submitted(job) => {
+            crate::failpoint::hit("after-sbatch");
+            // sbatch runs as the user, with the user's environment, and the user can
+            // change her job's comment: a job (with this launch's tag) that another
+            // chain records as its live attempt is refused by the store (one job is
+            // one chain's); the launch stays an intent, and no other launch or cycle
+            // is held up.
+            if let Err(e) = store.launch_submitted(l.id, job, t) {
+                if !e.is_constraint() {
+                    return Err(e);
+                }
+                tracing::error!(job = %job, "sbatch answered a job another chain records already ({e}); the launch is settled by its tag");
+                return Ok(());
+            }
+            tracing::Span::current().record("job", tracing::field::display(job));
+            info!("submitted");
+        }
+        LaunchOutcome::Unknown(e) => {
+            outage.down("sbatch", e);
+            let kind = if e.may_have_reached_slurm() {
+                UNCONFIRMED
+            } else {
+                UNREACHED
+            };
+            store.note_launch_error(l.id, &format!("{kind}: {e}"), promise)?;
+        }
+        LaunchOutcome::Refused { .. } => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -16,9 +16,14 @@
 //! cycles back off and the outage is logged once.
 //!
 //! The engine's fields are private: it holds the daemon's store, config and `Slurm` (in
-//! cluster mode `daemon::cluster::Guarded`).
+//! cluster mode `daemon::cluster::Guarded`), and is the daemon's one way to Slurm. The
+//! parts outside the cycle (the requests, notification delivery, the agent, plain sbatch,
+//! the loop itself) get a struct each that names what they may touch, borrowed from its
+//! fields (`contexts`); its Slurm only as a [`Runner`] of the commands beside the loop,
+//! run as the users they are for, and the [`Lookup`]s adoption makes (`runner`).
 
 mod age;
+mod contexts;
 mod held;
 mod judge;
 mod launch;
@@ -26,9 +31,12 @@ mod pipeline;
 mod poll;
 mod reconcile;
 mod requeue;
+mod runner;
 mod sweep;
 
-use super::sbatch::{self, LaunchOutcome};
+pub use contexts::{AgentView, Desk, Flights, Holds, Post, Upkeep};
+pub use runner::{Lookup, Runner};
+
 use crate::clock::now;
 use crate::config::Config;
 use crate::policy::{self, Effect, Event, Transition};
@@ -57,13 +65,10 @@ pub struct Engine<S: Slurm> {
     /// Jobs Slurm shows owned by someone else than the chain that has them, already
     /// logged (`poll`): each is logged once.
     foreign: HashSet<String>,
-    /// The Slurm command that is currently failing, so an outage is logged once.
-    outage: Option<String>,
-    consecutive_failures: u32,
-    /// Launches whose sbatch runs beside the loop right now: whose, and whether a user's
-    /// submit (true) or a retry. Reconciliation leaves them alone: their fate is about to
-    /// be known.
-    in_flight: HashMap<i64, (u32, bool)>,
+    /// Whether Slurm is answering.
+    outage: Outage,
+    /// Launches whose sbatch runs beside the loop right now (a user's submit, a retry).
+    in_flight: Flights,
     /// Chains a request holds while its Slurm command runs beside the loop (a cancel's
     /// scancel): the cycle leaves them alone meanwhile (see `held`).
     held: held::Held,
@@ -124,9 +129,8 @@ impl<S: Slurm> Engine<S> {
             partitions_read: None,
             missing: HashMap::new(),
             foreign: HashSet::new(),
-            outage: None,
-            consecutive_failures: 0,
-            in_flight: HashMap::new(),
+            outage: Outage::default(),
+            in_flight: Flights::default(),
             held: held::Held::default(),
             defer: false,
             takeoff: Vec::new(),
@@ -141,15 +145,8 @@ impl<S: Slurm> Engine<S> {
         }
     }
 
-    /// Takes one of `uid`'s requests that change something from their rate; when they
-    /// have made a minute's worth, how long until they may make another.
-    pub fn take_write(&mut self, uid: u32) -> Result<(), (u32, std::time::Duration)> {
-        let per_minute = self.write_rate.per_minute();
-        self.write_rate
-            .take(uid, Instant::now())
-            .map_err(|wait| (per_minute, wait))
-    }
-
+    /// The config, for tests to look at (the daemon's parts get theirs in their
+    /// contexts: [`Desk`], [`Post`], [`AgentView`], [`Upkeep`]).
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -159,98 +156,20 @@ impl<S: Slurm> Engine<S> {
         self.config = config;
     }
 
+    /// The store, for tests to look at.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// The store, for tests to set up.
     pub fn store_mut(&mut self) -> &mut Store {
         &mut self.store
     }
 
-    /// The Slurm the engine drives, for running a recorded launch's sbatch beside the
-    /// loop (and for tests to look at a fake).
+    /// The Slurm the engine drives, for tests to look at a fake (the daemon's parts run
+    /// Slurm's commands through a [`Runner`] or a [`Lookup`]).
     pub fn slurm(&self) -> &S {
         &self.slurm
-    }
-
-    /// Runs the sbatch of a recorded launch in place (a submit handled to completion).
-    pub async fn sbatch(
-        &self,
-        l: &crate::store::Launch,
-        sub: &crate::store::Submission,
-    ) -> LaunchOutcome {
-        sbatch::sbatch(&self.slurm, &self.config.state_dir, l, sub).await
-    }
-
-    /// Records a new submission and the intent of its first launch.
-    pub fn begin_submission(
-        &mut self,
-        new: &crate::store::NewSubmission,
-        submitted: &crate::sbatch_args::Submitted,
-        t: i64,
-    ) -> Result<crate::store::Launch, sbatch::PrepareError> {
-        sbatch::begin_submission(&mut self.store, &self.config, new, submitted, t)
-    }
-
-    /// Holds chains for a request whose Slurm command runs beside the loop (a cancel's
-    /// scancel): the cycle leaves them alone until [`Engine::release`]. Their endings
-    /// waiting to be judged are the request's to record (the next poll finds them again
-    /// if its command fails); the requeues Slurm made of a job still queued stay.
-    pub fn hold(&mut self, chains: &[i64]) {
-        self.held.hold(chains);
-        let held = &self.held;
-        self.backlog
-            .retain(|f| f.still_queued || !held.contains(f.attempt.chain_id));
-    }
-
-    /// The request's command has answered: the cycle acts on its chains again.
-    pub fn release(&mut self, chains: &[i64]) {
-        self.held.release(chains);
-    }
-
-    /// Whether a request holds the chain (its cancel's scancel has not answered yet).
-    pub fn is_held(&self, chain: i64) -> bool {
-        self.held.contains(chain)
-    }
-
-    /// What `scontrol show job` says of a job (for `adopt`).
-    pub async fn show_job(
-        &self,
-        id: &str,
-    ) -> Result<std::collections::BTreeMap<String, String>, SlurmError> {
-        self.slurm.show_job(id).await
-    }
-
-    /// Who owns a job, from every row squeue shows for its id (an array's tasks and a
-    /// heterogeneous job's components are rows of their own, all of one owner), and its
-    /// state when one row is the job itself: fields Slurm writes, never the job's own
-    /// text (for `adopt`, which asks this before anything else). `None` when squeue shows
-    /// no row, or rows of more than one owner.
-    pub async fn job_owner_of_any(
-        &self,
-        id: &str,
-    ) -> Result<Option<(u32, Option<crate::slurm::types::JobState>)>, SlurmError> {
-        let p = self.slurm.squeue(&[id.to_string()]).await?;
-        if !p.errors.is_empty() {
-            return Ok(None);
-        }
-        let Some(first) = p.rows.first() else {
-            return Ok(None);
-        };
-        if p.rows.iter().any(|r| r.uid != first.uid) {
-            return Ok(None);
-        }
-        let mut own = p.rows.iter().filter(|r| r.job_id == id);
-        let state = match (own.next(), own.next()) {
-            (Some(r), None) => Some(r.state),
-            _ => None,
-        };
-        Ok(Some((first.uid, state)))
-    }
-
-    /// A job's batch script (for `adopt`).
-    pub async fn batch_script(&self, id: &str) -> Result<Vec<u8>, SlurmError> {
-        self.slurm.batch_script(id).await
     }
 
     /// Retries' sbatch runs beside the loop from now on: `run_launch` records the intent
@@ -264,42 +183,12 @@ impl<S: Slurm> Engine<S> {
         std::mem::take(&mut self.takeoff)
     }
 
-    /// How many of `uid`'s submits are waiting for their sbatch.
-    pub fn submits_in_flight(&self, uid: u32) -> usize {
-        self.in_flight
-            .values()
-            .filter(|&&(u, submit)| submit && u == uid)
-            .count()
-    }
-
-    /// Marks a user's submit as running beside the loop.
-    pub fn start_flight(&mut self, launch_id: i64, uid: u32) {
-        self.in_flight.insert(launch_id, (uid, true));
-    }
-
-    /// A launch's sbatch beside the loop has answered.
-    pub fn end_flight(&mut self, launch_id: i64) {
-        self.in_flight.remove(&launch_id);
-    }
-
-    fn retry_flights(&self) -> usize {
-        self.in_flight
-            .values()
-            .filter(|&&(_, submit)| !submit)
-            .count()
-    }
-
     /// Whether a retry of `uid`'s may take off beside the loop now (always, when retries
     /// are awaited in place).
     pub(super) fn retry_room(&self, uid: u32) -> bool {
-        let theirs = || {
-            self.in_flight
-                .values()
-                .filter(|&&(u, submit)| !submit && u == uid)
-                .count()
-        };
         !self.defer
-            || (self.retry_flights() < MAX_RETRY_FLIGHTS && theirs() < MAX_RETRY_FLIGHTS_PER_USER)
+            || (self.in_flight.retries(None) < MAX_RETRY_FLIGHTS
+                && self.in_flight.retries(Some(uid)) < MAX_RETRY_FLIGHTS_PER_USER)
     }
 
     /// The poll interval to wait now: longer while Slurm is not answering.
@@ -308,42 +197,27 @@ impl<S: Slurm> Engine<S> {
             return Duration::ZERO;
         }
         let base = self.config.poll_interval;
-        if self.consecutive_failures == 0 {
+        if self.outage.failures == 0 {
             return base;
         }
-        let factor = 1u32 << self.consecutive_failures.min(2);
+        let factor = 1u32 << self.outage.failures.min(2);
         (base * factor).min(MAX_OUTAGE_BACKOFF.max(base))
     }
 
-    /// Notes that a Slurm command failed; logs once per outage. A command a user held
-    /// before it started (run as them: their folder, a SIGSTOP) is no outage: polling
-    /// keeps its pace for everyone.
-    pub fn slurm_down(&mut self, what: &str, e: &SlurmError) {
-        if !e.is_slurms() {
-            warn!("{what}: {e}; tried again later");
-            return;
-        }
-        self.consecutive_failures += 1;
-        if self.outage.is_none() {
-            warn!("slurm is not answering ({what}): {e}; nothing is decided until it does, polling backs off");
-            self.outage = Some(what.to_string());
-        } else {
-            debug!("still no answer from slurm ({what}): {e}");
-        }
+    /// Notes that a Slurm command failed; logs once per outage (see [`Outage::down`]).
+    fn slurm_down(&mut self, what: &str, e: &SlurmError) {
+        self.outage.down(what, e);
     }
 
     /// Whether Slurm answered: false from a command that Slurm did not answer until one
     /// that it does (the outage `slurm_down` logs), so a cycle that ends with it false
     /// decided nothing Slurm would have told it.
     pub fn slurm_answering(&self) -> bool {
-        self.outage.is_none()
+        self.outage.failing.is_none()
     }
 
     fn slurm_up(&mut self) {
-        if let Some(what) = self.outage.take() {
-            info!("slurm answers again ({what} works); resuming");
-        }
-        self.consecutive_failures = 0;
+        self.outage.up();
     }
 
     /// One full cycle: finish interrupted launches, watch live jobs, launch due retries.
@@ -394,28 +268,66 @@ impl<S: Slurm> Engine<S> {
         })
     }
 
-    /// Carries out [`Effect::ListDependents`]: the supervised chains whose `--dependency`
-    /// waits on a chain that failed for good will never start; they are named in its
-    /// record and in the log.
-    pub fn with_dependents(
-        &self,
-        chain_id: i64,
-        mut tr: Transition,
-    ) -> Result<Transition, StoreError> {
-        if tr.effects.contains(&Effect::ListDependents) {
-            let deps: Vec<String> = self
-                .store
-                .dependents_of(chain_id)?
-                .into_iter()
-                .map(crate::store::chain_label)
-                .collect();
-            if !deps.is_empty() {
-                warn!(dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
-            }
-            tr.set_dependents(deps);
-        }
-        Ok(tr)
+    /// [`with_dependents`] from the engine's store.
+    fn with_dependents(&self, chain_id: i64, tr: Transition) -> Result<Transition, StoreError> {
+        with_dependents(&self.store, chain_id, tr)
     }
+}
+
+/// Whether Slurm is answering: the Slurm command that is currently failing, so an outage
+/// is logged once, and how many failed in a row (the poll interval stretches with them).
+#[derive(Debug, Default)]
+struct Outage {
+    failing: Option<String>,
+    failures: u32,
+}
+
+impl Outage {
+    /// Notes that a Slurm command failed; logs once per outage. A command a user held
+    /// before it started (run as them: their folder, a SIGSTOP) is no outage: polling
+    /// keeps its pace for everyone.
+    fn down(&mut self, what: &str, e: &SlurmError) {
+        if !e.is_slurms() {
+            warn!("{what}: {e}; tried again later");
+            return;
+        }
+        self.failures += 1;
+        if self.failing.is_none() {
+            warn!("slurm is not answering ({what}): {e}; nothing is decided until it does, polling backs off");
+            self.failing = Some(what.to_string());
+        } else {
+            debug!("still no answer from slurm ({what}): {e}");
+        }
+    }
+
+    fn up(&mut self) {
+        if let Some(what) = self.failing.take() {
+            info!("slurm answers again ({what} works); resuming");
+        }
+        self.failures = 0;
+    }
+}
+
+/// Carries out [`Effect::ListDependents`]: the supervised chains whose `--dependency`
+/// waits on a chain that failed for good will never start; they are named in its record
+/// and in the log.
+pub fn with_dependents(
+    store: &Store,
+    chain_id: i64,
+    mut tr: Transition,
+) -> Result<Transition, StoreError> {
+    if tr.effects.contains(&Effect::ListDependents) {
+        let deps: Vec<String> = store
+            .dependents_of(chain_id)?
+            .into_iter()
+            .map(crate::store::chain_label)
+            .collect();
+        if !deps.is_empty() {
+            warn!(dependents = ?deps, "failed for good; supervised jobs that depend on it will not start");
+        }
+        tr.set_dependents(deps);
+    }
+    Ok(tr)
 }
 
 /// One log line for a decision: what was decided, and why. Which chain and job it is

@@ -19,7 +19,7 @@ impl<S: Slurm> Engine<S> {
     /// did not answer.
     pub async fn reconcile_launches(&mut self, t: i64) -> Result<bool, StoreError> {
         let mut open = self.store.open_launches()?;
-        open.retain(|l| !self.in_flight.contains_key(&l.id));
+        open.retain(|l| !self.in_flight.contains(l.id));
         // In-place requeues are finished (or undone) from where Slurm has their job.
         let (requeues, open): (Vec<_>, Vec<_>) =
             open.into_iter().partition(|l| l.requeue_of.is_some());

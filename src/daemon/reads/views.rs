@@ -191,6 +191,7 @@ pub fn history_view(store: &Store, c: &Chain) -> Result<ChainHistory, StoreError
     Ok(ChainHistory {
         chain: chain_fields(store, c, &attempts)?,
         attempts_count: submitted_count(&attempts),
+        continuations: store.continuations(c.id)?,
         attempts: attempts.iter().map(attempt_view).collect(),
         decisions: store.decisions(c.id)?.iter().map(decision_view).collect(),
         not_recovered: store.not_recovered(c.submission_id)?,

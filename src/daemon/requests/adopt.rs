@@ -1,9 +1,10 @@
 //! Adopting a job that was submitted with plain sbatch: its submission is rebuilt from
-//! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`).
+//! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`). What it
+//! asks Slurm, on the loop as the daemon, is the desk's `Lookup` (`engine/runner.rs`).
 
 use crate::clock::now;
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::Desk;
 
 use super::Plan;
 use crate::protocol::views::AdoptAnswer;
@@ -119,8 +120,8 @@ impl super::Write for Adopt {
         }
     }
 
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(adopt(engine, &self.job_ids, uid).await)
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(adopt(desk, &self.job_ids, uid).await)
     }
 }
 
@@ -128,7 +129,7 @@ impl super::Write for Adopt {
 pub const MAX_ADOPT_IDS: usize = 100;
 
 pub async fn adopt<S: Slurm>(
-    engine: &mut Engine<S>,
+    desk: &mut Desk<'_, S>,
     job_ids: &[String],
     uid: u32,
 ) -> Handled<AdoptAnswer> {
@@ -152,7 +153,7 @@ pub async fn adopt<S: Slurm>(
     let mut adopted = Vec::new();
     for id in job_ids {
         let id = &id.trim().to_string();
-        adopted.extend(adopt_job(engine, id, uid, Owner::Caller).await?);
+        adopted.extend(adopt_job(desk, id, uid, Owner::Caller).await?);
     }
     Ok(AdoptAnswer { adopted })
 }
@@ -172,7 +173,7 @@ pub enum Owner {
 /// Adopts one live job for `uid` (see [`Owner`]); the chains it made. The one engine of
 /// adoption: `adopt` requests and the plain-sbatch notes both come here.
 pub async fn adopt_job<S: Slurm>(
-    engine: &mut Engine<S>,
+    desk: &mut Desk<'_, S>,
     id: &str,
     uid: u32,
     who: Owner,
@@ -193,7 +194,8 @@ pub async fn adopt_job<S: Slurm>(
                 format!("Slurm shows no live job {id} of yours; only your own pending or running job can be adopted (squeue --me lists them)"),
             )
         };
-        let (owner, state) = engine
+        let (owner, state) = desk
+            .slurm
             .job_owner_of_any(id)
             .await
             .map_err(|e| {
@@ -218,13 +220,13 @@ pub async fn adopt_job<S: Slurm>(
                 ),
             });
         }
-        if !engine.store().resolve(id)?.is_empty() {
+        if !desk.store.resolve(id)?.is_empty() {
             return Err(Response::error(
                 ErrorKind::Conflict,
                 format!("{id} is already supervised"),
             ));
         }
-        let job = engine.show_job(id).await.map_err(|e| match e {
+        let job = desk.slurm.show_job(id).await.map_err(|e| match e {
             // Gone since squeue showed it.
             crate::slurm::SlurmError::Rejected { .. } => unknown(),
             // A record that cannot be read as Slurm wrote it: asking again will not help.
@@ -253,7 +255,7 @@ pub async fn adopt_job<S: Slurm>(
         // answer was lost or not recorded yet: reconciliation finds it by that tag and
         // records it on its own chain. Adopted here too, it would be watched and retried
         // twice (docs/guarantees.md).
-        let ours = format!("ssv-{}-", engine.store().instance());
+        let ours = format!("ssv-{}-", desk.store.instance());
         if let Some(tag) = job
             .get("Comment")
             .and_then(|c| crate::daemon::sbatch::tags_in(c).find(|t| t.starts_with(&ours)))
@@ -301,13 +303,13 @@ pub async fn adopt_job<S: Slurm>(
             crate::sbatch_args::check_comment(c).map_err(|e| usage(e.to_string()))?;
         }
         let argv = argv_from_scontrol(&job).map_err(usage)?;
-        let script = engine.batch_script(id).await.map_err(|e| {
+        let script = desk.slurm.batch_script(id).await.map_err(|e| {
             Response::error(
                 ErrorKind::Unavailable,
                 format!("cannot read the batch script of {id}: {e}"),
             )
         })?;
-        let max = engine.config().limits.max_script_size.0;
+        let max = desk.config.limits.max_script_size.0;
         if script.len() as u64 > max {
             return Err(usage(format!(
                 "its batch script is {} bytes, more than limits.max_script_size ({max} bytes)",
@@ -340,7 +342,7 @@ pub async fn adopt_job<S: Slurm>(
                 .and_then(|p| std::path::Path::new(p).file_name())
                 .map(|n| n.to_string_lossy().into_owned()),
             script: Some(script),
-            max_retries: engine.config().retry.max_retries,
+            max_retries: desk.config.retry.max_retries,
             restartable: false,
             array_tasks: None,
             continuation: continuation.map(Box::new),
@@ -351,21 +353,19 @@ pub async fn adopt_job<S: Slurm>(
         let size = new.script.as_ref().map_or(0, Vec::len)
             + new.cwd.len()
             + new.argv.iter().map(|a| a.len() + 3).sum::<usize>();
-        super::submit::check_room(engine, owner, 1, size as u64)?;
+        super::submit::check_room(desk.store, &desk.config.limits, owner, 1, size as u64)?;
         let t = now();
-        let l = engine
-            .begin_submission(&new, &submitted, t)
-            .map_err(internal)?;
+        let l =
+            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
+                .map_err(internal)?;
         // Said before the job counts as supervised, so no chain of it is ever shown
         // without what its retries lack.
         let mut items = not_recovered(&job);
         items.extend(ssv_error);
-        engine
-            .store_mut()
-            .note_not_recovered(l.submission_id, &items)?;
-        engine.store_mut().launch_submitted(l.id, id, t)?;
-        Ok(engine
-            .store()
+        desk.store.note_not_recovered(l.submission_id, &items)?;
+        desk.store.launch_submitted(l.id, id, t)?;
+        Ok(desk
+            .store
             .resolve(id)?
             .into_iter()
             .map(chain_label)
@@ -386,7 +386,7 @@ mod tests {
         use crate::slurm::SbatchRequest;
         let (alice, mallory) = (1001, 1002);
         let fake = FakeSlurm::new();
-        let mut engine = Engine::new(
+        let mut engine = crate::daemon::engine::Engine::new(
             crate::config::Config::parse("", None).unwrap(),
             crate::store::Store::in_memory().unwrap(),
             fake.clone(),
@@ -415,21 +415,24 @@ mod tests {
             Err(Response::Error(e)) => (e.kind, e.message.replace(id, "ID")),
             other => panic!("{id}: {other:?}"),
         };
-        let unknown = answer(adopt(&mut engine, &["4242".into()], mallory).await, "4242");
+        let unknown = answer(
+            adopt(&mut engine.desk(), &["4242".into()], mallory).await,
+            "4242",
+        );
         assert_eq!(unknown.0, ErrorKind::NotFound);
         for id in [&array, &plain] {
             let theirs = answer(
-                adopt(&mut engine, std::slice::from_ref(id), mallory).await,
+                adopt(&mut engine.desk(), std::slice::from_ref(id), mallory).await,
                 id,
             );
             assert_eq!(theirs, unknown, "{id}");
         }
         // Supervised (alice adopted it): still nothing for mallory, not even that.
-        adopt(&mut engine, std::slice::from_ref(&plain), alice)
+        adopt(&mut engine.desk(), std::slice::from_ref(&plain), alice)
             .await
             .unwrap();
         let theirs = answer(
-            adopt(&mut engine, std::slice::from_ref(&plain), mallory).await,
+            adopt(&mut engine.desk(), std::slice::from_ref(&plain), mallory).await,
             &plain,
         );
         assert_eq!(theirs, unknown);

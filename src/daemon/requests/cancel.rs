@@ -7,18 +7,19 @@
 //! the loop: scancel runs as the jobs' owner, who can hold it (a SIGSTOP to their own
 //! process) until `[slurm] command_timeout`. `begin_cancel` checks the request and decides
 //! which jobs to cancel; while the scancel runs beside the loop the chains are held
-//! (`Engine::hold`: the cycle leaves them alone, and `refuse_held` refuses a second
+//! (`Holds::hold`: the cycle leaves them alone, and `refuse_held` refuses a second
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
 use super::Beside;
 use crate::clock::now;
+use crate::config::Config;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::{Desk, Holds, Runner};
 use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::{RunAs, Slurm, SlurmError};
-use crate::store::{chain_label, Batch, Chain};
+use crate::store::{chain_label, Batch, Chain, Store};
 use std::collections::BTreeMap;
 
 /// `cancel ID`.
@@ -35,13 +36,13 @@ impl super::Write for Cancel {
     /// scancels run beside the loop.
     async fn begin<S: Slurm>(
         self,
-        engine: &mut Engine<S>,
+        desk: &mut Desk<'_, S>,
         uid: u32,
         span: tracing::Span,
     ) -> super::Plan {
-        match begin_cancel(engine, &self.id, uid, span) {
+        match begin_cancel(desk.store, desk.config, &desk.holds, &self.id, uid, span) {
             Ok(BegunCancel::Scancel(p)) => {
-                engine.hold(&p.chains);
+                desk.holds.hold(&p.chains);
                 super::Plan::Beside(Beside::Cancel(p))
             }
             Ok(BegunCancel::Done(r)) | Err(r) => super::Plan::Done(r),
@@ -79,14 +80,13 @@ type Plan = (
     BTreeMap<u32, Vec<String>>,
 );
 
-fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Handled<Plan> {
+fn plan(store: &Store, config: &Config, chains: &[Chain], uid: u32, t: i64) -> Handled<Plan> {
     let who = actor(uid);
     let ctx = crate::policy::Context::at(t);
     let mut live_by_owner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     let mut items = Vec::with_capacity(chains.len());
     for c in chains {
-        let live = engine
-            .store()
+        let live = store
             .attempts(c.id)?
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
@@ -95,13 +95,13 @@ fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Han
             job: job.as_deref(),
             actor: &who,
         };
-        let Ok(tr) = crate::policy::transition(c, event, engine.config(), &ctx) else {
+        let Ok(tr) = crate::policy::transition(c, event, config, &ctx) else {
             continue; // already ended
         };
         for e in &tr.effects {
             if let crate::policy::Effect::Scancel(j) = e {
                 live_by_owner
-                    .entry(engine.store().owner_of(c.id)?)
+                    .entry(store.owner_of(c.id)?)
                     .or_default()
                     .push(j.clone());
             }
@@ -113,11 +113,11 @@ fn plan<S: Slurm>(engine: &Engine<S>, chains: &[Chain], uid: u32, t: i64) -> Han
 
 /// Refuses a request that would change a chain a cancel holds (its scancel has not
 /// answered yet): the one check of every request that changes chains.
-pub(super) fn refuse_held<'c, S: Slurm>(
-    engine: &Engine<S>,
+pub(super) fn refuse_held<'c>(
+    holds: &Holds,
     chains: impl IntoIterator<Item = &'c Chain>,
 ) -> Result<(), Response> {
-    match chains.into_iter().find(|c| engine.is_held(c.id)) {
+    match chains.into_iter().find(|c| holds.contains(c.id)) {
         Some(c) => Err(being_cancelled(c.id)),
         None => Ok(()),
     }
@@ -143,20 +143,21 @@ fn ended(id: &str) -> Response {
 
 /// Checks a cancel and decides what to stop. Chains with no live job are cancelled here
 /// and then; otherwise the scancel is left to run beside the loop.
-pub fn begin_cancel<S: Slurm>(
-    engine: &mut Engine<S>,
+pub fn begin_cancel(
+    store: &mut Store,
+    config: &Config,
+    holds: &Holds,
     id: &str,
     uid: u32,
     span: tracing::Span,
 ) -> Handled<BegunCancel> {
-    let chains = chains_for(engine.store(), id, uid)?;
-    refuse_held(engine, chains.iter().filter(|c| c.state.is_open()))?;
+    let chains = chains_for(store, id, uid)?;
+    refuse_held(holds, chains.iter().filter(|c| c.state.is_open()))?;
     for c in chains.iter().filter(|c| c.state.is_open()) {
         // A launch whose sbatch gave no answer may have created a job that the next cycle
         // will find by its tag and adopt; cancelling the chain now would leave that job
         // running and the chain brought back to `active` by the adoption.
-        let launching = engine
-            .store()
+        let launching = store
             .attempts(c.id)?
             .iter()
             .any(|a| a.state == crate::store::AttemptState::Launching);
@@ -175,12 +176,12 @@ pub fn begin_cancel<S: Slurm>(
     // transaction for all the chains: either all are recorded cancelled or, if scancel
     // fails, none changes.
     let t = now();
-    let (items, live_by_owner) = plan(engine, &chains, uid, t)?;
+    let (items, live_by_owner) = plan(store, config, &chains, uid, t)?;
     if items.is_empty() {
         return Err(ended(id));
     }
     if live_by_owner.is_empty() {
-        let done = engine.store_mut().apply(&Batch::each(items), t)?;
+        let done = store.apply(&Batch::each(items), t)?;
         return Ok(BegunCancel::Done(answer(done.chains)));
     }
     let mut scancels = Vec::with_capacity(live_by_owner.len());
@@ -202,10 +203,10 @@ pub fn begin_cancel<S: Slurm>(
 /// fails ends it, saying which, and "nothing changed" only when nothing can have: a
 /// scancel that gave no answer (killed at its timeout, its reply lost) may have cancelled
 /// its jobs, and so did the scancels before it; the next poll records what Slurm did.
-pub async fn run_scancels<S: Slurm>(slurm: &S, p: &PendingCancel) -> Result<(), String> {
+pub async fn run_scancels<S: Slurm>(runner: &Runner<S>, p: &PendingCancel) -> Result<(), String> {
     let mut done: Vec<&str> = Vec::new();
     for (who, jobs) in &p.scancels {
-        if let Err(e) = slurm.scancel(jobs, who.as_ref()).await {
+        if let Err(e) = runner.scancel(jobs, who.as_ref()).await {
             let e: SlurmError = e;
             let jobs = jobs.join(" ");
             let unsure = e.may_have_reached_slurm();
@@ -232,8 +233,9 @@ pub async fn run_scancels<S: Slurm>(slurm: &S, p: &PendingCancel) -> Result<(), 
 
 /// Records a cancel whose scancels answered `scancelled`: decided again from the chains as
 /// they are now (one may have ended meanwhile; none was relaunched, being cancelling).
-pub fn finish_cancel<S: Slurm>(
-    engine: &mut Engine<S>,
+pub fn finish_cancel(
+    store: &mut Store,
+    config: &Config,
     p: &PendingCancel,
     scancelled: Result<(), String>,
 ) -> Response {
@@ -241,10 +243,10 @@ pub fn finish_cancel<S: Slurm>(
         scancelled.map_err(|e| Response::error(ErrorKind::Unavailable, e))?;
         let mut chains = Vec::with_capacity(p.chains.len());
         for &c in &p.chains {
-            chains.extend(engine.store().chain(c)?);
+            chains.extend(store.chain(c)?);
         }
         let t = now();
-        let (items, live_by_owner) = plan(engine, &chains, p.uid, t)?;
+        let (items, live_by_owner) = plan(store, config, &chains, p.uid, t)?;
         // Only the jobs just cancelled can be live still (a cancelling chain gets no new
         // attempt): a chain with another live job is left as it is, never recorded
         // cancelled while a job of its runs.
@@ -268,9 +270,7 @@ pub fn finish_cancel<S: Slurm>(
         if items.is_empty() {
             return Err(ended(&p.id));
         }
-        Ok(answer_of(
-            engine.store_mut().apply(&Batch::each(items), t)?.chains,
-        ))
+        Ok(answer_of(store.apply(&Batch::each(items), t)?.chains))
     })();
     result.map(|a| Response::answer(&a)).unwrap_or_else(|e| e)
 }

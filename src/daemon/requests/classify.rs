@@ -5,13 +5,13 @@ use super::resolution::{commit, plan_from, preview, transitions, usage};
 use super::Plan;
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::Desk;
 use crate::model::Action;
 use crate::policy::{self, Event};
 use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
 use crate::protocol::{ErrorKind, Request, Resolution, ResolveAction, Response};
 use crate::slurm::Slurm;
-use crate::store::chain_label;
+use crate::store::{chain_label, Store};
 
 impl super::Write for Resolution {
     const MAY_MAKE_RETRY_DUE: bool = true;
@@ -20,12 +20,12 @@ impl super::Write for Resolution {
         Request::Classify(self)
     }
 
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(classify(engine, self, uid))
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(classify(desk, self, uid))
     }
 }
 
-fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handled<ClassifyReply> {
+fn classify<S>(desk: &mut Desk<'_, S>, r: Resolution, uid: u32) -> Handled<ClassifyReply> {
     super::resolution::check_sizes(
         Some(&r.reason),
         &[r.mem.as_deref(), r.time.as_deref(), r.partition.as_deref()],
@@ -46,9 +46,9 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
     if r.confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
         return Err(usage("--confidence is a number between 0.0 and 1.0".into()));
     }
-    let chains = chains_for(engine.store(), &r.id, uid)?;
+    let chains = chains_for(desk.store, &r.id, uid)?;
     let extra = plan_from(
-        engine.config(),
+        desk.config,
         r.mem.as_deref(),
         r.time.as_deref(),
         r.partition.as_deref(),
@@ -61,7 +61,7 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
         plan: &extra,
         actor: &who,
     };
-    let items = transitions(engine, &chains, event, t)?;
+    let items = transitions(desk.config, &desk.holds, &chains, event, t)?;
     // The action every chain gets (a hold when the resolver was unsure): the same for all.
     let action = items
         .first()
@@ -72,7 +72,7 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
     let (chains, items) = if action == ResolveAction::Hold {
         let mut keep = (Vec::new(), Vec::new());
         for (c, item) in chains.into_iter().zip(items) {
-            if !held(engine, c.id)? {
+            if !held(desk.store, c.id)? {
                 keep.0.push(c);
                 keep.1.push(item);
             }
@@ -96,7 +96,9 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
     let mut resolutions = Vec::new();
     for (c, (_, tr)) in chains.iter().zip(&items) {
         let would_run = match action {
-            ResolveAction::Retry => Some(preview(engine, c, &c.plan.merged(&extra))?),
+            ResolveAction::Retry => {
+                Some(preview(desk.store, desk.config, c, &c.plan.merged(&extra))?)
+            }
             ResolveAction::Fail | ResolveAction::Hold => None,
         };
         resolutions.push(PlannedResolution {
@@ -117,7 +119,8 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
         }));
     }
     let done = commit(
-        engine,
+        desk.store,
+        &desk.config.limits,
         items,
         t,
         "was resolved by someone else first; nothing changed",
@@ -130,9 +133,8 @@ fn classify<S: Slurm>(engine: &mut Engine<S>, r: Resolution, uid: u32) -> Handle
 
 /// Whether a chain's latest decision holds it for a person (as the agent and `pending`
 /// read it).
-fn held<S: Slurm>(engine: &Engine<S>, chain: i64) -> Result<bool, Response> {
-    Ok(engine
-        .store()
+fn held(store: &Store, chain: i64) -> Result<bool, Response> {
+    Ok(store
         .last_decision(chain)?
         .is_some_and(|d| d.action == Action::Hold))
 }

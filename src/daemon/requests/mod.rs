@@ -18,6 +18,12 @@
 //! tests) awaits it in place. The answer is the truth: a submission the client is told
 //! failed is never submitted later.
 //!
+//! What a request may touch is its [`Desk`] (borrowed from the engine's fields,
+//! `engine/contexts.rs`): the store, the config, the chains requests hold, the submits in
+//! flight, the callers' write rate, and of Slurm only what adoption asks on the loop
+//! (`Lookup`); its Slurm command beside the loop runs through the engine's [`Runner`], as
+//! the caller. Helpers take the fields they use, so each signature says what it touches.
+//!
 //! Who may send what follows from the split: a read, anyone, to any daemon (a standby of
 //! cluster mode too); a write, the active daemon only, within the caller's write rate
 //! (`rate.rs`, taken by [`on_loop`]; reads are not counted), each file checking which
@@ -38,13 +44,12 @@ mod resolution;
 mod rules_accept;
 pub mod submit;
 
-use super::engine::Engine;
+use super::engine::{Desk, Engine, Runner};
 use super::reads::{self, Read};
-use super::sbatch::{self, LaunchOutcome};
+use super::sbatch::LaunchOutcome;
 use crate::protocol::{Request, Response};
 use crate::slurm::Slurm;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 
 pub use cancel::PendingCancel;
@@ -113,7 +118,7 @@ pub trait Write: Sized + 'static {
     /// Checks it for `uid` and does what can be done on the loop (see [`begin`]).
     fn begin<S: Slurm>(
         self,
-        engine: &mut Engine<S>,
+        desk: &mut Desk<'_, S>,
         uid: u32,
         span: tracing::Span,
     ) -> impl Future<Output = Plan>;
@@ -168,23 +173,23 @@ pub struct Begun {
 }
 
 /// Begins a request on the loop (the rate checked, then [`Write::begin`]; a read, which
-/// the socket answers itself, is answered here from the engine's store for the in-process
+/// the socket answers itself, is answered here from the desk's store for the in-process
 /// tests) and says what follows it.
 pub async fn on_loop<S: Slurm>(
-    engine: &mut Engine<S>,
+    desk: &mut Desk<'_, S>,
     request: Request,
     uid: u32,
     span: tracing::Span,
 ) -> Begun {
-    struct Loop<'a, S: Slurm> {
-        engine: &'a mut Engine<S>,
+    struct Loop<'a, 'e, S: Slurm> {
+        desk: &'a mut Desk<'e, S>,
         uid: u32,
         span: tracing::Span,
     }
-    impl<'a, S: Slurm> To for Loop<'a, S> {
+    impl<'a, 'e, S: Slurm> To for Loop<'a, 'e, S> {
         type Out = Pin<Box<dyn Future<Output = Begun> + 'a>>;
         fn read(self, read: Read) -> Self::Out {
-            let answer = answer_read(self.engine.store(), self.engine.config(), read, self.uid);
+            let answer = answer_read(self.desk.store, self.desk.config, read, self.uid);
             Box::pin(std::future::ready(Begun {
                 plan: Plan::Done(answer),
                 after: After::default(),
@@ -197,15 +202,16 @@ pub async fn on_loop<S: Slurm>(
                 reload: W::RELOADS,
             };
             Box::pin(async move {
-                let plan = match self.engine.take_write(self.uid) {
-                    Err((per_minute, wait)) => Plan::Done(too_many(per_minute, wait)),
-                    Ok(()) => write.begin(self.engine, self.uid, self.span).await,
+                let per_minute = self.desk.rate.per_minute();
+                let plan = match self.desk.rate.take(self.uid, std::time::Instant::now()) {
+                    Err(wait) => Plan::Done(too_many(per_minute, wait)),
+                    Ok(()) => write.begin(self.desk, self.uid, self.span).await,
                 };
                 Begun { plan, after }
             })
         }
     }
-    dispatch(request, Loop { engine, uid, span }).await
+    dispatch(request, Loop { desk, uid, span }).await
 }
 
 /// A read answered whole from `store`, where no client's socket waits (the socket streams
@@ -306,12 +312,12 @@ pub enum Landed {
 /// entry for such requests, the daemon's and the tests' alike; reads are answered off the
 /// loop (`reads`).
 pub async fn begin<S: Slurm>(
-    engine: &mut Engine<S>,
+    desk: &mut Desk<'_, S>,
     request: Request,
     uid: u32,
     span: tracing::Span,
 ) -> Plan {
-    on_loop(engine, request, uid, span).await.plan
+    on_loop(desk, request, uid, span).await.plan
 }
 
 /// The answer to a request past its user's rate: nothing was done, try again later (exit
@@ -327,15 +333,15 @@ fn too_many(per_minute: u32, wait: std::time::Duration) -> Response {
     )
 }
 
-/// Runs a request's Slurm command (beside the loop, in the daemon).
-pub async fn carry_out<S: Slurm>(slurm: &S, state_dir: &Path, command: Beside) -> Landed {
+/// Runs a request's Slurm command, as the caller (beside the loop, in the daemon).
+pub async fn carry_out<S: Slurm>(runner: &Runner<S>, command: Beside) -> Landed {
     match command {
         Beside::Submit(p) => {
-            let outcome = sbatch::sbatch(slurm, state_dir, &p.launch, &p.sub).await;
+            let outcome = runner.sbatch(&p.launch, &p.sub).await;
             Landed::Submit(p, outcome)
         }
         Beside::Cancel(p) => {
-            let scancelled = run_scancels(slurm, &p).await;
+            let scancelled = run_scancels(runner, &p).await;
             Landed::Cancel(p, scancelled)
         }
     }
@@ -343,17 +349,17 @@ pub async fn carry_out<S: Slurm>(slurm: &S, state_dir: &Path, command: Beside) -
 
 /// Records what a plan's Slurm command answered, and makes the answer (in the request's
 /// span); the launch or chains it marked are the cycle's again.
-pub fn finish<S: Slurm>(engine: &mut Engine<S>, landed: Landed) -> Response {
+pub fn finish<S>(desk: &mut Desk<'_, S>, landed: Landed) -> Response {
     match landed {
         Landed::Submit(p, outcome) => {
             let _span = p.span.clone().entered();
-            engine.end_flight(p.launch.id);
-            finish_submit(engine, &p, outcome)
+            desk.flights.end(p.launch.id);
+            finish_submit(desk, &p, outcome)
         }
         Landed::Cancel(p, scancelled) => {
             let _span = p.span.clone().entered();
-            engine.release(&p.chains);
-            finish_cancel(engine, &p, scancelled)
+            desk.holds.release(&p.chains);
+            finish_cancel(desk.store, desk.config, &p, scancelled)
         }
     }
 }
@@ -361,14 +367,17 @@ pub fn finish<S: Slurm>(engine: &mut Engine<S>, landed: Landed) -> Response {
 /// Handles one request to completion (reads too), through the same [`begin`], [`carry_out`]
 /// and [`finish`] as the daemon's loop, with the Slurm command awaited in place: the
 /// in-process tests drive it.
-pub async fn handle<S: Slurm>(engine: &mut Engine<S>, request: Request, uid: u32) -> Response {
+pub async fn handle<S: Slurm + Clone>(
+    engine: &mut Engine<S>,
+    request: Request,
+    uid: u32,
+) -> Response {
     let span = tracing::Span::current();
-    match begin(engine, request, uid, span).await {
+    match begin(&mut engine.desk(), request, uid, span).await {
         Plan::Done(answered) => answered,
         Plan::Beside(command) => {
-            let dir = engine.config().state_dir.clone();
-            let landed = carry_out(engine.slurm(), &dir, command).await;
-            finish(engine, landed)
+            let landed = carry_out(&engine.runner(), command).await;
+            finish(&mut engine.desk(), landed)
         }
     }
 }

@@ -2,10 +2,12 @@
 //! the loop then publishes it for the filter (`daemon::plain`) before answering.
 
 use super::Plan;
-use crate::daemon::engine::Engine;
+use crate::config::PlainSbatchConfig;
+use crate::daemon::engine::Desk;
 use crate::protocol::views::PlainOptAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::Slurm;
+use crate::store::Store;
 
 /// The caller's plain `sbatch` submissions are supervised (true) or not (false) from now
 /// on.
@@ -22,20 +24,26 @@ impl super::Write for PlainOpt {
         }
     }
 
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(plain_opt(engine, uid, self.opted_in))
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(plain_opt(
+            desk.store,
+            &desk.config.plain_sbatch,
+            uid,
+            self.opted_in,
+        ))
     }
 }
 
 /// Records a user's plain-sbatch choice.
-fn plain_opt<S: Slurm>(
-    engine: &mut Engine<S>,
+fn plain_opt(
+    store: &mut Store,
+    plain_sbatch: &PlainSbatchConfig,
     uid: u32,
     opted_in: bool,
 ) -> Result<PlainOptAnswer, Response> {
     // A choice this daemon would never read changes nothing: refused, so nothing is kept
     // (each one a journal entry every node applies, in cluster mode).
-    if !engine.config().plain_sbatch.enabled {
+    if !plain_sbatch.enabled {
         return Err(Response::error(
             ErrorKind::Conflict,
             "this daemon does not supervise plain sbatch submissions ([plain_sbatch] enabled = false), \
@@ -44,9 +52,7 @@ fn plain_opt<S: Slurm>(
         ));
     }
     // The same choice again is answered as it stands, and writes nothing.
-    engine
-        .store_mut()
-        .set_plain_opt(uid, opted_in, crate::clock::now())?;
+    store.set_plain_opt(uid, opted_in, crate::clock::now())?;
     Ok(PlainOptAnswer {
         uid,
         opted_in,

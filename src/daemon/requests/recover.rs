@@ -4,7 +4,7 @@ use super::resolution::{commit, plan_from, preview, transitions};
 use super::Plan;
 use crate::clock::now;
 use crate::daemon::access::{actor, chains_for, Handled};
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::Desk;
 use crate::policy::Event;
 use crate::protocol::views::{RecoverAnswer, RecoverDryRun, RecoverReply, SbatchPreview};
 use crate::protocol::{RecoverRequest, Request, Response};
@@ -17,25 +17,19 @@ impl super::Write for RecoverRequest {
         Request::Recover(self)
     }
 
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(recover(engine, self, uid))
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(recover(desk, self, uid))
     }
 }
 
-fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Handled<RecoverReply> {
+fn recover<S>(desk: &mut Desk<'_, S>, r: RecoverRequest, uid: u32) -> Handled<RecoverReply> {
     super::resolution::check_sizes(
         r.reason.as_deref(),
         &[r.mem.as_deref(), r.time.as_deref()],
         &[],
     )?;
-    let chains = chains_for(engine.store(), &r.id, uid)?;
-    let extra = plan_from(
-        engine.config(),
-        r.mem.as_deref(),
-        r.time.as_deref(),
-        None,
-        &[],
-    )?;
+    let chains = chains_for(desk.store, &r.id, uid)?;
+    let extra = plan_from(desk.config, r.mem.as_deref(), r.time.as_deref(), None, &[])?;
     let t = now();
     let who = actor(uid);
     let event = Event::Recovered {
@@ -43,11 +37,11 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
         plan: &extra,
         actor: &who,
     };
-    let items = transitions(engine, &chains, event, t)?;
+    let items = transitions(desk.config, &desk.holds, &chains, event, t)?;
     // Previewed first, dry run or not, so a retry sbatch would refuse is turned down here.
     let previews: Result<Vec<SbatchPreview>, Response> = chains
         .iter()
-        .map(|c| preview(engine, c, &c.plan.merged(&extra)))
+        .map(|c| preview(desk.store, desk.config, c, &c.plan.merged(&extra)))
         .collect();
     let previews = previews?;
     if r.dry_run {
@@ -56,6 +50,12 @@ fn recover<S: Slurm>(engine: &mut Engine<S>, r: RecoverRequest, uid: u32) -> Han
             would_run: previews,
         }));
     }
-    let done = commit(engine, items, t, "changed state meanwhile; look again")?;
+    let done = commit(
+        desk.store,
+        &desk.config.limits,
+        items,
+        t,
+        "changed state meanwhile; look again",
+    )?;
     Ok(RecoverReply::Done(RecoverAnswer { recovering: done }))
 }

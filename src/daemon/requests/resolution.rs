@@ -4,15 +4,15 @@
 //! resolves; a chain changes only if it is still where the caller saw it, so two
 //! resolvers racing cannot both win.
 
+use crate::config::{Config, LimitsConfig};
 use crate::daemon::access::internal;
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::{self, Holds};
 use crate::daemon::sbatch;
 use crate::model::RetryPlan;
 use crate::policy::{self, Event, Transition};
 use crate::protocol::views::SbatchPreview;
 use crate::protocol::{ErrorKind, Response};
-use crate::slurm::Slurm;
-use crate::store::{chain_label, Chain};
+use crate::store::{chain_label, Chain, Store};
 
 pub(super) fn usage(m: String) -> Response {
     Response::error(ErrorKind::Usage, m)
@@ -99,21 +99,20 @@ pub(super) fn plan_from(
 
 /// What a retry of `chain` with `plan` would run; a retry sbatch would refuse is a usage
 /// error, before anything is recorded.
-pub(super) fn preview<S: Slurm>(
-    engine: &Engine<S>,
+pub(super) fn preview(
+    store: &Store,
+    config: &Config,
     c: &Chain,
     plan: &RetryPlan,
 ) -> Result<SbatchPreview, Response> {
-    let sub = engine.store().submission(c.submission_id)?;
-    let argv = sbatch::preview_argv(engine.store(), engine.config(), &sub, c, plan).map_err(
-        |e| match e {
-            sbatch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
-            sbatch::PrepareError::Dependency(e) => {
-                usage(format!("{}: --dependency: {e}", chain_label(c.id)))
-            }
-            e => internal(e),
-        },
-    )?;
+    let sub = store.submission(c.submission_id)?;
+    let argv = sbatch::preview_argv(store, config, &sub, c, plan).map_err(|e| match e {
+        sbatch::PrepareError::Args(e) => usage(format!("{}: {e}", chain_label(c.id))),
+        sbatch::PrepareError::Dependency(e) => {
+            usage(format!("{}: --dependency: {e}", chain_label(c.id)))
+        }
+        e => internal(e),
+    })?;
     Ok(SbatchPreview {
         chain: chain_label(c.id),
         cwd: crate::osbytes::escape(&sub.cwd).into_owned(),
@@ -125,18 +124,19 @@ pub(super) fn preview<S: Slurm>(
 
 /// The transitions of `event` for every chain, or the first chain's refusal as a conflict.
 /// A chain whose cancel is under way (its scancel runs) is not resolved meanwhile.
-pub(super) fn transitions<S: Slurm>(
-    engine: &Engine<S>,
+pub(super) fn transitions(
+    config: &Config,
+    holds: &Holds,
     chains: &[Chain],
     event: Event,
     t: i64,
 ) -> Result<Vec<(i64, Transition)>, Response> {
-    super::cancel::refuse_held(engine, chains)?;
+    super::cancel::refuse_held(holds, chains)?;
     let ctx = policy::Context::at(t);
     chains
         .iter()
         .map(|c| {
-            policy::transition(c, event, engine.config(), &ctx)
+            policy::transition(c, event, config, &ctx)
                 .map(|tr| (c.id, tr))
                 .map_err(|r| {
                     Response::error(ErrorKind::Conflict, format!("{} {r}", chain_label(c.id)))
@@ -148,8 +148,9 @@ pub(super) fn transitions<S: Slurm>(
 /// Refuses records that would take a user past `limits.max_stored_bytes_per_user`: those
 /// of resolutions that keep a chain open (a retry, a hold) count in its owner's totals.
 /// A resolution that ends a chain frees what it kept, and is never refused for room.
-fn room_for_records<S: Slurm>(
-    engine: &Engine<S>,
+fn room_for_records(
+    store: &Store,
+    limits: &LimitsConfig,
     items: &[(i64, Transition)],
 ) -> Result<(), Response> {
     let mut by_owner: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
@@ -159,32 +160,32 @@ fn room_for_records<S: Slurm>(
         };
         let bytes =
             d.reason.to_string().len() + serde_json::to_string(&d.inputs).map_or(0, |s| s.len());
-        *by_owner.entry(engine.store().owner_of(*c)?).or_default() += bytes as u64;
+        *by_owner.entry(store.owner_of(*c)?).or_default() += bytes as u64;
     }
     for (owner, bytes) in by_owner {
-        let totals = engine.store().user_totals(owner)?;
-        super::submit::check_bytes(engine, &totals, bytes, "this decision record")?;
+        let totals = store.user_totals(owner)?;
+        super::submit::check_bytes(limits, &totals, bytes, "this decision record")?;
     }
     Ok(())
 }
 
 /// Records the transitions of a request as one transaction: an array's chains change
 /// together or not at all.
-pub(super) fn commit<S: Slurm>(
-    engine: &mut Engine<S>,
+pub(super) fn commit(
+    store: &mut Store,
+    limits: &LimitsConfig,
     items: Vec<(i64, Transition)>,
     t: i64,
     moved: &str,
 ) -> Result<Vec<String>, Response> {
-    room_for_records(engine, &items)?;
+    room_for_records(store, limits, &items)?;
     let mut ready = Vec::with_capacity(items.len());
     for (c, tr) in items {
-        let with =
-            super::super::engine::chain_span(c).in_scope(|| engine.with_dependents(c, tr))?;
+        let with = engine::chain_span(c).in_scope(|| engine::with_dependents(store, c, tr))?;
         ready.push((c, with));
     }
     let ready = crate::store::Batch::all(ready);
-    if let Some(c) = engine.store_mut().apply(&ready, t)?.moved {
+    if let Some(c) = store.apply(&ready, t)?.moved {
         return Err(Response::error(
             ErrorKind::Conflict,
             format!("{} {moved}", chain_label(c)),

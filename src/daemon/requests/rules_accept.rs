@@ -6,7 +6,7 @@
 use super::Plan;
 use crate::config::{Config, RULES_DIR};
 use crate::daemon::access::sees_all;
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::Desk;
 use crate::protocol::views::RulesAcceptAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::Slurm;
@@ -29,13 +29,20 @@ impl super::Write for RulesAccept {
         }
     }
 
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(accept(engine, uid, &self.id, self.despite_conflicts))
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(accept(
+            desk.store,
+            desk.config,
+            uid,
+            &self.id,
+            self.despite_conflicts,
+        ))
     }
 }
 
-fn accept<S: Slurm>(
-    engine: &Engine<S>,
+fn accept(
+    store: &crate::store::Store,
+    config: &Config,
     uid: u32,
     id: &str,
     despite_conflicts: bool,
@@ -49,7 +56,6 @@ fn accept<S: Slurm>(
              (accepting a proposal for your own chains only is not built yet)",
         ));
     }
-    let config = engine.config();
     let Some(path) = config.path.clone() else {
         return Err(Response::error(
             ErrorKind::Conflict,
@@ -63,7 +69,7 @@ fn accept<S: Slurm>(
              to rules.d/ beside each node's config and reload them",
         ));
     }
-    let proposals = crate::daemon::reads::rules::proposals(engine.store(), config, None)?;
+    let proposals = crate::daemon::reads::rules::proposals(store, config, None)?;
     let Some(p) = proposals.into_iter().find(|p| p.id == id) else {
         return Err(Response::error(
             ErrorKind::NotFound,

@@ -3,15 +3,16 @@
 
 use super::{Beside, Plan};
 use crate::clock::now;
+use crate::config::LimitsConfig;
 use crate::continuation::Continuation;
 use crate::daemon::access::internal;
-use crate::daemon::engine::Engine;
+use crate::daemon::engine::Desk;
 use crate::daemon::sbatch::LaunchOutcome;
 use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
 use crate::sbatch_args;
 use crate::slurm::Slurm;
-use crate::store::{chain_label, Launch, NewSubmission, Submission, SubmitRequestState};
+use crate::store::{chain_label, Launch, NewSubmission, Store, Submission, SubmitRequestState};
 
 /// sbatch options that do not make a supervisable submission.
 const REFUSED_OPTIONS: &[(&str, &str)] = &[
@@ -42,10 +43,10 @@ impl super::Write for SubmitRequest {
     }
 
     /// The intent recorded and the launch in flight; its sbatch runs beside the loop.
-    async fn begin<S: Slurm>(self, engine: &mut Engine<S>, uid: u32, span: tracing::Span) -> Plan {
-        match begin_submit(engine, self, uid, span) {
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, span: tracing::Span) -> Plan {
+        match begin_submit(desk, self, uid, span) {
             Ok(p) => {
-                engine.start_flight(p.launch.id, p.uid);
+                desk.flights.start_submit(p.launch.id, p.uid);
                 Plan::Beside(Beside::Submit(Box::new(p)))
             }
             Err(e) => Plan::Done(e),
@@ -114,13 +115,13 @@ const MAX_EXEC_BYTES: usize = 2 << 20;
 const MAX_EXEC_STRING: usize = 128 << 10;
 
 /// Checks a submission against the caller's limits and records its intent.
-pub fn begin_submit<S: Slurm>(
-    engine: &mut Engine<S>,
+pub fn begin_submit<S>(
+    desk: &mut Desk<'_, S>,
     r: SubmitRequest,
     uid: u32,
     span: tracing::Span,
 ) -> Result<PendingSubmit, Response> {
-    let limits = engine.config().limits.clone();
+    let limits = desk.config.limits.clone();
     check_request(&r)?;
     // A retry of a submission this user made already: its first answer, never a second
     // submission. Looked up by this caller's uid alone.
@@ -130,11 +131,11 @@ pub fn begin_submit<S: Slurm>(
                 "request_id must be 1 to 64 letters, digits, '-' or '_'",
             ));
         }
-        match engine.store().submit_request(uid, id)? {
+        match desk.store.submit_request(uid, id)? {
             None => {}
             Some(SubmitRequestState::Submitted { job_id }) => {
-                let chains = engine
-                    .store()
+                let chains = desk
+                    .store
                     .resolve(&job_id)
                     .unwrap_or_default()
                     .into_iter()
@@ -161,7 +162,7 @@ pub fn begin_submit<S: Slurm>(
             )));
         }
     }
-    let in_flight = engine.submits_in_flight(uid);
+    let in_flight = desk.flights.submits_of(uid);
     if in_flight >= limits.submits_in_flight_per_user {
         return Err(Response::error(
             ErrorKind::Unavailable,
@@ -246,7 +247,7 @@ pub fn begin_submit<S: Slurm>(
             .iter()
             .map(|(k, v)| k.len() + v.len() + 6)
             .sum::<usize>();
-    check_room(engine, uid, new_chains, size as u64)?;
+    check_room(desk.store, &limits, uid, new_chains, size as u64)?;
     // Continuation (docs/continuation.md): the script's `#SSV` lines, under the command
     // line's `--continue`.
     let from_script = match &r.script {
@@ -263,26 +264,22 @@ pub fn begin_submit<S: Slurm>(
         env: r.env,
         script_name,
         script: r.script,
-        max_retries: r.max_retries.unwrap_or(engine.config().retry.max_retries),
+        max_retries: r.max_retries.unwrap_or(desk.config.retry.max_retries),
         restartable: r.restartable,
         array_tasks,
         continuation: continuation.map(Box::new),
     };
     let t = now();
-    let l = engine
-        .begin_submission(&new, &submitted, t)
+    let l = crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
         .map_err(|e| match e {
-            crate::daemon::sbatch::PrepareError::Dependency(d) => {
-                usage(format!("--dependency: {d}"))
-            }
-            e => internal(e),
-        })?;
+        crate::daemon::sbatch::PrepareError::Dependency(d) => usage(format!("--dependency: {d}")),
+        e => internal(e),
+    })?;
     if let Some(id) = &r.request_id {
         // Before sbatch runs: a crash before this write leaves an intent that is never
         // submitted (reconciliation adopts a job it finds and submits none), so a retry
         // then submits the one job.
-        engine
-            .store_mut()
+        desk.store
             .note_submit_request(uid, id, l.submission_id, t)
             .map_err(internal)?;
     }
@@ -299,14 +296,14 @@ pub fn begin_submit<S: Slurm>(
 
 /// Refuses new work past the caller's limits: `new_chains` more unfinished chains, and
 /// `bytes` more kept for them. One read of the user's totals, whatever they have open.
-pub fn check_room<S: Slurm>(
-    engine: &Engine<S>,
+pub fn check_room(
+    store: &Store,
+    limits: &LimitsConfig,
     uid: u32,
     new_chains: usize,
     bytes: u64,
 ) -> Result<(), Response> {
-    let limits = &engine.config().limits;
-    let totals = engine.store().user_totals(uid)?;
+    let totals = store.user_totals(uid)?;
     let open = totals.open_chains as usize;
     if open + new_chains > limits.max_open_chains_per_user {
         return Err(Response::error(
@@ -317,18 +314,18 @@ pub fn check_room<S: Slurm>(
             ),
         ));
     }
-    check_bytes(engine, &totals, bytes, "this one")
+    check_bytes(limits, &totals, bytes, "this one")
 }
 
 /// Refuses to keep `bytes` more for a user whose unfinished chains' submissions and
 /// decision records would then take more than `limits.max_stored_bytes_per_user`.
-pub fn check_bytes<S: Slurm>(
-    engine: &Engine<S>,
+pub fn check_bytes(
+    limits: &LimitsConfig,
     totals: &crate::store::UserTotals,
     bytes: u64,
     what: &str,
 ) -> Result<(), Response> {
-    let max = engine.config().limits.max_stored_bytes_per_user.0;
+    let max = limits.max_stored_bytes_per_user.0;
     let kept = totals.kept_bytes();
     if kept.saturating_add(bytes) > max {
         return Err(Response::error(
@@ -346,15 +343,15 @@ pub fn check_bytes<S: Slurm>(
 /// client is told is what the store will do: a submission answered with a failure is
 /// left unpromised (reconciliation adopts a job it finds, and never submits one), and
 /// only an answer that says it will be submitted later promises it.
-pub fn finish_submit<S: Slurm>(
-    engine: &mut Engine<S>,
+pub fn finish_submit<S>(
+    desk: &mut Desk<'_, S>,
     p: &PendingSubmit,
     outcome: LaunchOutcome,
 ) -> Response {
     let l = &p.launch;
     match outcome {
         LaunchOutcome::Submitted(job) => {
-            if let Err(e) = engine.record_launch(l, &LaunchOutcome::Submitted(job.clone()), p.t, false) {
+            if let Err(e) = desk.record_launch(l, &LaunchOutcome::Submitted(job.clone()), p.t, false) {
                 // The job exists and carries its tag; the launch stays an intent, and
                 // reconciliation finds the job and adopts it once the store takes writes.
                 p.span.record("job", tracing::field::display(&job));
@@ -364,8 +361,8 @@ pub fn finish_submit<S: Slurm>(
                     chains: Vec::new(),
                 });
             }
-            let chains: Vec<String> = engine
-                .store()
+            let chains: Vec<String> = desk
+                .store
                 .resolve(&job)
                 .unwrap_or_default()
                 .into_iter()
@@ -380,7 +377,7 @@ pub fn finish_submit<S: Slurm>(
             })
         }
         LaunchOutcome::Refused { code, stderr } => {
-            if let Err(e) = engine.store_mut().discard_submission(l.id) {
+            if let Err(e) = desk.store.discard_submission(l.id) {
                 // Left unpromised, it is discarded by reconciliation, never submitted.
                 tracing::warn!(tag = %l.tag, "cannot discard a refused submission yet: {e}");
             }
@@ -391,13 +388,13 @@ pub fn finish_submit<S: Slurm>(
                 stderr: Some(stderr),
             })
         }
-        LaunchOutcome::Unknown(e) => match engine.record_launch(l, &LaunchOutcome::Unknown(e), p.t, true) {
+        LaunchOutcome::Unknown(e) => match desk.record_launch(l, &LaunchOutcome::Unknown(e), p.t, true) {
             Ok(()) => Response::error(
                 ErrorKind::Unavailable,
                 format!(
                     "sbatch gave no clear answer ({}); the submission is recorded and will be looked up by its tag \
                      and submitted once Slurm answers: watch `supervisorctl status`",
-                    engine.store().launch(l.id).ok().and_then(|l| l.error).unwrap_or_default()
+                    desk.store.launch(l.id).ok().and_then(|l| l.error).unwrap_or_default()
                 ),
             ),
             Err(store) => Response::error(

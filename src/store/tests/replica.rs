@@ -92,6 +92,24 @@ fn a_batch_is_one_entry_and_a_batch_the_journal_refuses_keeps_nothing() {
 }
 
 #[test]
+fn a_standby_learns_whose_plain_sbatch_choice_it_applied() {
+    let journal = MemoryJournal::default();
+    let mut s = memory_with(journal.clone());
+    let mut standby = Store::in_memory_replica("0a1b2c3d", Box::new(journal.clone())).unwrap();
+    assert_eq!(standby.take_replicated_opt_ins(), Some(vec![]));
+    s.set_plain_opt(1001, true, 100).unwrap();
+    s.set_plain_opt(1002, true, 100).unwrap();
+    s.set_plain_opt(1001, false, 101).unwrap();
+    // The writer's own choices are its own to publish: it applied no entry.
+    assert_eq!(s.take_replicated_opt_ins(), Some(vec![]));
+    assert_eq!(standby.catch_up().unwrap(), 3);
+    assert_eq!(standby.take_replicated_opt_ins(), Some(vec![1001, 1002]));
+    assert_eq!(standby.plain_opt(1001).unwrap(), Some(false));
+    // Once told, not again.
+    assert_eq!(standby.take_replicated_opt_ins(), Some(vec![]));
+}
+
+#[test]
 fn a_standby_replica_follows_the_writer_entry_by_entry() {
     let journal = MemoryJournal::default();
     let mut s = memory_with(journal.clone());
