@@ -162,11 +162,17 @@ pub fn tr(from: ChainState, update: &ChainUpdate, record: Record) -> Transition 
     Transition::of(from, update.clone(), Some(record)).finish()
 }
 
-/// Records the ending of live attempt `n` with `t`.
+/// Records the ending of live attempt `n` with `t` (with a failure signature, which the
+/// journal must carry to a replica as a value).
 pub fn record_ending(s: &mut Store, chain: i64, n: u32, t: Transition, now: i64) -> Result<bool> {
     let t = Transition {
         attempt: Some(AttemptChange::Ended(crate::policy::Judged {
             n,
+            end: crate::policy::AttemptEnd {
+                signature: Some("0123456789ab".into()),
+                signature_text: Some("boom <n>".into()),
+                ..Default::default()
+            },
             ..Default::default()
         })),
         ..t
