@@ -341,7 +341,12 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
     }
     let _ = writeln!(out, "proposals:");
     if v.proposals.is_empty() {
-        let _ = writeln!(out, "  none");
+        let _ = writeln!(
+            out,
+            "  none yet: when `[learn] agreeing` (3) resolutions of one failure signature (`history` shows it) \
+             agree, and most retries they caused completed, the rule that would decide it is proposed here \
+             (docs/rules.md)"
+        );
     }
     for p in &v.proposals {
         let conflict = if p.conflicts.is_empty() {
