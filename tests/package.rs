@@ -75,27 +75,6 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
 ];
 
-fn output(program: &str, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn must(program: &str, args: &[&str]) -> String {
-    let out = output(program, args);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The package file to test, built by scripts/package.
 fn deb() -> PathBuf {
     let p = std::env::var_os(DEB_VAR)

@@ -12,11 +12,11 @@
 
 mod common;
 
-use common::{copy_executable, scratch_root, write_executable};
+use common::{copy_executable, must, output, scratch_root, write_executable};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const PACKAGE: &str = "slurm-supervisor";
 const RPM_VAR: &str = "SSV_TEST_RPM";
@@ -108,27 +108,6 @@ const DEB_ONLY: &[(&str, &str)] = &[(
     "/usr/share/doc/slurm-supervisor/copyright",
     "cargo-deb writes Debian's copyright file; an RPM names its licence in its License tag",
 )];
-
-fn output(program: &str, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e} (scripts/test installs it)"))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn must(program: &str, args: &[&str]) -> String {
-    let out = output(program, args);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The package file `$var` names, built by scripts/package.
 fn package(var: &str) -> String {

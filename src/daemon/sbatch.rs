@@ -142,18 +142,6 @@ pub fn run_as(owner_uid: u32) -> Result<Option<RunAs>, String> {
 /// The supervisor's changes to the user's command. Options it sets on the command line
 /// replace the script's `#SBATCH` ones, so the script's comment and excluded nodes are
 /// carried over into them.
-fn overrides(
-    s: &Submitted,
-    plan: &RetryPlan,
-    array: Option<String>,
-    tag: &str,
-    script_path: Option<&Path>,
-    dep: Option<&Resolved>,
-    notify_mail: bool,
-) -> Overrides {
-    overrides_warned(s, plan, array, tag, script_path, dep, notify_mail, None)
-}
-
 /// The warning a continuing job gets before its time limit (docs/continuation.md):
 /// `B:USR1@<continuation.signal_grace>`, unless its command line or script sets a
 /// `--signal` of its own.
@@ -174,9 +162,10 @@ pub fn warning_signal(
     ))
 }
 
-/// [`overrides`], with a continuing job's warning signal ([`warning_signal`]).
-#[allow(clippy::too_many_arguments)]
-fn overrides_warned(
+/// The supervisor's changes to the user's command. Options it sets on the command line
+/// replace the script's `#SBATCH` ones, so the script's comment and excluded nodes are
+/// carried over into them. (A continuing job's warning signal is added by [`build_argv`].)
+fn overrides(
     s: &Submitted,
     plan: &RetryPlan,
     array: Option<String>,
@@ -184,7 +173,6 @@ fn overrides_warned(
     script_path: Option<&Path>,
     dep: Option<&Resolved>,
     notify_mail: bool,
-    signal: Option<String>,
 ) -> Overrides {
     let comment = match s.option("comment") {
         Some(c) if !c.is_empty() => format!("{c} {tag}"),
@@ -213,7 +201,7 @@ fn overrides_warned(
         } else {
             None
         },
-        signal,
+        signal: None,
     }
 }
 
@@ -266,10 +254,11 @@ fn build_argv(
     notify_mail: bool,
     signal: Option<String>,
 ) -> Vec<String> {
-    sbatch_args::rebuild(
-        &s.cmd,
-        &overrides_warned(s, plan, array, tag, script_path, dep, notify_mail, signal),
-    )
+    let o = Overrides {
+        signal,
+        ..overrides(s, plan, array, tag, script_path, dep, notify_mail)
+    };
+    sbatch_args::rebuild(&s.cmd, &o)
 }
 
 /// Refuses, before anything is recorded, a retry that sbatch would refuse for a reason

@@ -504,6 +504,30 @@ pub fn run(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `program` (no Slurm command: see [`run`]) with its stdin closed; what it did.
+pub fn output(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program}: {e} (scripts/test installs what the tests need)")
+        })
+}
+
+/// Runs `program` as [`output`] does, and fails the test unless it succeeds; its stdout.
+pub fn must(program: &str, args: &[&str]) -> String {
+    let out = output(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Fails the test unless the selected dev cluster answers and runs the selected Slurm
 /// version: real-Slurm tests never skip silently, nor test another version than asked.
 pub fn require_slurm() {
