@@ -2783,25 +2783,7 @@ fn a_progress_path_in_a_folder_bob_cannot_search_tells_him_nothing() {
         .success(),
         "bob can see alice's file himself: the test proves nothing"
     );
-    let submit = |progress: &Path| -> String {
-        let out = sys.as_user(
-            "bob",
-            &[
-                "submit",
-                "--progress",
-                progress.to_str().unwrap(),
-                "--",
-                "--time=1",
-                "job.sh",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let submit = |progress: &Path| bob_submits_with_progress(&sys, progress);
     let there = submit(&secret);
     let not_there = submit(&sys.home("alice").join("no-such-file"));
     for j in [&there, &not_there] {
@@ -2832,6 +2814,27 @@ fn a_progress_path_in_a_folder_bob_cannot_search_tells_him_nothing() {
     );
 }
 
+/// bob's `submit --progress PROGRESS -- --time=1 job.sh`; the job id it printed.
+fn bob_submits_with_progress(sys: &System, progress: &Path) -> String {
+    let out = sys.as_user(
+        "bob",
+        &[
+            "submit",
+            "--progress",
+            progress.to_str().unwrap(),
+            "--",
+            "--time=1",
+            "job.sh",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// The daemon's threads now waiting in a FUSE request (`wchan`).
 fn threads_in_fuse_of(pid: i32) -> Vec<String> {
     let mut out = Vec::new();
@@ -2858,24 +2861,7 @@ fn a_hung_progress_read_keeps_no_daemon_thread() {
     let sys = System::start("", "[continuation]\nmin_attempt = \"1s\"\n");
     let hung = HungMount::new(&sys.root().join("hung"));
     sys.write_as("bob", "job.sh", b"#!/bin/sh\necho hi\n");
-    let progress = hung.dir.join("ckpt");
-    let out = sys.as_user(
-        "bob",
-        &[
-            "submit",
-            "--progress",
-            progress.to_str().unwrap(),
-            "--",
-            "--time=1",
-            "job.sh",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let job = bob_submits_with_progress(&sys, &hung.dir.join("ckpt"));
     sys.fake.ctl(&["finish", &job, "TIMEOUT", "0:0"]);
     sys.d
         .wait_state(&job, "pending_failed", Duration::from_secs(60));

@@ -210,29 +210,23 @@ impl Store {
     }
 
     /// The chain's latest decision with one of the reason codes `codes`
-    /// ([`crate::policy::Reason::code`]), e.g. its latest continuation.
+    /// ([`crate::policy::Reason::code`]), e.g. its latest continuation: one query.
     pub fn last_decision_coded(
         &self,
         chain_id: i64,
         codes: &[&str],
     ) -> Result<Option<DecisionRecord>> {
-        let mut latest: Option<RawDecision> = None;
-        for code in codes {
-            let raw = self
-                .conn
-                .query_row(
-                    &format!("SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ?1 AND reason_code = ?2 ORDER BY id DESC LIMIT 1"),
-                    params![chain_id, code],
-                    decision_from,
-                )
-                .optional()?;
-            if let Some(r) = raw {
-                if latest.as_ref().is_none_or(|l| l.0.id < r.0.id) {
-                    latest = Some(r);
-                }
-            }
-        }
-        latest.map(finish_decision).transpose()
+        let marks = vec!["?"; codes.len()].join(", ");
+        let mut args: Vec<&dyn rusqlite::ToSql> = vec![&chain_id];
+        args.extend(codes.iter().map(|c| c as &dyn rusqlite::ToSql));
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {DECISION_COLS} FROM decisions WHERE chain_id = ? AND reason_code IN ({marks}) ORDER BY id DESC LIMIT 1"
+            ))?
+            .query_row(args.as_slice(), decision_from)
+            .optional()?;
+        raw.map(finish_decision).transpose()
     }
 
     /// How many times the chain was continued (docs/continuation.md).
