@@ -2851,11 +2851,12 @@ fn threads_in_fuse_of(pid: i32) -> Vec<String> {
 }
 
 /// A continuing job's progress path on a mount that never answers (a dead NFS server):
-/// the ending is judged after 10 s without it, but the blocking thread reading it is not
-/// given back; it waits as long as the mount does. Each such ending keeps one more, up
-/// to tokio's 512, after which every `spawn_blocking` of the daemon (everyone's
-/// status/history reads, the metrics scrape, the cluster's fence check before a
-/// release) waits behind them.
+/// the reader is killed after 10 s each time, and the ending waits for it three polls,
+/// then is judged without it (`no_progress`, saying why). Before, the blocking thread
+/// reading it was not given back; it waited as long as the mount did. Each such ending
+/// kept one more, up to tokio's 512, after which every `spawn_blocking` of the daemon
+/// (everyone's status/history reads, the metrics scrape, the cluster's fence check
+/// before a release) waited behind them.
 #[test]
 fn a_hung_progress_read_keeps_no_daemon_thread() {
     let sys = System::start("", "[continuation]\nmin_attempt = \"1s\"\n");
@@ -2864,7 +2865,16 @@ fn a_hung_progress_read_keeps_no_daemon_thread() {
     let job = bob_submits_with_progress(&sys, &hung.dir.join("ckpt"));
     sys.fake.ctl(&["finish", &job, "TIMEOUT", "0:0"]);
     sys.d
-        .wait_state(&job, "pending_failed", Duration::from_secs(60));
+        .wait_state(&job, "pending_failed", Duration::from_secs(120));
+    let last = decisions(&sys.d.history(&job)).pop().unwrap();
+    assert_eq!(last["reason_code"], "no_progress", "{last:#}");
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap()
+            .contains("at 4 polls in a row"),
+        "{last:#}"
+    );
     let pid = sys.pid();
     // Given back within 20 s of the judgement, or never.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -375,14 +375,14 @@ pub fn read_progress_main(path: &Path) -> i32 {
 
 /// Reads a continuing job's progress path as its owner (`owner`; `None`: as the daemon's
 /// own user, a per-user daemon): the daemon's own binary, started as them
-/// (`--read-progress`), with [`PROGRESS_READ_TIMEOUT`]; a reader that overruns (a hung
-/// network filesystem) is killed, and the path counts as not read in time. So a user
-/// learns nothing through it of a path they could not walk themselves, and a hung read
-/// holds no thread of the daemon's.
+/// (`--read-progress`), with [`PROGRESS_READ_TIMEOUT`]. So a user learns nothing through
+/// it of a path they could not walk themselves, and a hung read holds no thread of the
+/// daemon's. `Err` (why) when the reader overran (a hung network filesystem): it is
+/// killed, and the caller decides whether to ask again later.
 pub async fn read_progress_as(
     full: &Path,
     owner: Option<&crate::slurm::RunAs>,
-) -> crate::continuation::Progress {
+) -> Result<crate::continuation::Progress, String> {
     use crate::continuation::Progress;
     use crate::slurm::spawn;
     let mut cmd = spawn::Command::new("/proc/self/exe");
@@ -391,6 +391,7 @@ pub async fn read_progress_as(
     if let Some(who) = owner {
         cmd.run_as(spawn::Credentials::of(who));
     }
+    let started = tokio::time::Instant::now();
     let ran = super::program::run(
         cmd,
         "the progress reader",
@@ -399,7 +400,7 @@ pub async fn read_progress_as(
         64 << 10,
     )
     .await;
-    match ran {
+    Ok(match ran {
         Ok(r) if r.status.success() => {
             serde_json::from_slice(&r.stdout).unwrap_or_else(|e| Progress::Unreadable {
                 why: format!("the progress reader answered nothing readable ({e})"),
@@ -408,8 +409,9 @@ pub async fn read_progress_as(
         Ok(r) => Progress::Unreadable {
             why: format!("the progress reader failed ({})", r.status),
         },
+        Err(e) if started.elapsed() >= PROGRESS_READ_TIMEOUT => return Err(e),
         Err(e) => Progress::Unreadable { why: e },
-    }
+    })
 }
 
 #[cfg(test)]

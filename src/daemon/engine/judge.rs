@@ -39,11 +39,18 @@ const JUDGE_BATCH: usize = 500;
 const TAIL_READS_AT_ONCE: usize = 16;
 
 /// What was read of an ending off the loop: its stderr and stdout tails, and a
-/// continuing job's progress path (`None`: it names none).
+/// continuing job's progress path (`None`: none to read; `Some(Err)`: it did not answer
+/// in time).
 struct Evidence {
     tails: (Option<String>, Option<String>),
-    progress: Option<Progress>,
+    progress: Option<Result<Progress, String>>,
 }
+
+/// How many polls in a row an ending whose progress path did not answer in time (a hung
+/// network filesystem) waits for it before it is judged as not read: a storage hiccup
+/// does not park a continuing chain for a person, and a dead mount does not hold its
+/// ending for long (each try costs one reader of at most `PROGRESS_READ_TIMEOUT`).
+pub(super) const PROGRESS_DEFERRALS: u32 = 3;
 
 /// The progress path to read for an ending, and as whom: only a continuing submission's
 /// with a path, only for an ending a continuation may answer (TIMEOUT, PREEMPTED, ended by
@@ -180,7 +187,12 @@ impl<S: Slurm> Engine<S> {
                 requeued_by_slurm: false,
             };
             let _span = super::attempt_span(e.found.attempt.chain_id, &obs.job_id).entered();
-            match self.record_ending(&e.found, obs, &e.sub, read.progress, &stopped, t) {
+            let Some(progress) = self
+                .progress_or_defer((e.found.attempt.chain_id, e.found.attempt.n), read.progress)
+            else {
+                continue;
+            };
+            match self.record_ending(&e.found, obs, &e.sub, progress, &stopped, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!("cannot record the job's ending: {err}; it is judged again next cycle");
@@ -242,6 +254,43 @@ impl<S: Slurm> Engine<S> {
             .buffered(TAIL_READS_AT_ONCE)
             .collect()
             .await
+    }
+
+    /// The progress read of the attempt `attempt` (chain, number) to judge its ending with, or `None` to leave
+    /// the ending to a later poll: its path did not answer in time, fewer than
+    /// [`PROGRESS_DEFERRALS`] polls in a row. After that it is judged as not read (so
+    /// without progress: `no_progress`, for a person to look at), the reason saying so.
+    fn progress_or_defer(
+        &mut self,
+        attempt: (i64, u32),
+        read: Option<Result<Progress, String>>,
+    ) -> Option<Option<Progress>> {
+        match read {
+            None => Some(None),
+            Some(Ok(p)) => {
+                self.progress_deferred.remove(&attempt);
+                Some(Some(p))
+            }
+            Some(Err(why)) => {
+                if self.progress_deferred.len() >= 4096
+                    && !self.progress_deferred.contains_key(&attempt)
+                {
+                    // Attempts that left otherwise (a cancel) are never removed: bounded.
+                    self.progress_deferred.clear();
+                }
+                let n = self.progress_deferred.entry(attempt).or_insert(0);
+                *n += 1;
+                if *n <= PROGRESS_DEFERRALS {
+                    warn!("the job's progress path did not answer in time ({why}); its ending is judged at a later poll ({n} of {PROGRESS_DEFERRALS})");
+                    return None;
+                }
+                let polls = *n;
+                self.progress_deferred.remove(&attempt);
+                Some(Some(Progress::Unreadable {
+                    why: format!("{why}, at {polls} polls in a row"),
+                }))
+            }
+        }
     }
 
     /// Records the requeues that the runs of one attempt show, and returns its ending if

@@ -93,6 +93,10 @@ pub struct Engine<S: Slurm> {
     /// Each user's rate of requests that change something (`[limits]
     /// write_requests_per_minute`).
     write_rate: crate::daemon::rate::WriteRate,
+    /// Endings whose progress path did not answer in time, by attempt (chain, number),
+    /// and how many polls in a row: judged at a later poll, at most
+    /// `judge::PROGRESS_DEFERRALS` times.
+    progress_deferred: HashMap<(i64, u32), u32>,
 }
 
 /// A live attempt sacct has runs for: maybe requeued, maybe ended.
@@ -138,6 +142,7 @@ impl<S: Slurm> Engine<S> {
             waiters_seen: None,
             waiters_after: None,
             polled_pending: None,
+            progress_deferred: HashMap::new(),
             write_rate: crate::daemon::rate::WriteRate::new(
                 config.limits.write_requests_per_minute,
             ),
