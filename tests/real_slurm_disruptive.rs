@@ -1,6 +1,6 @@
 //! End-to-end tests against the real Slurm that disturb the whole cluster (a node set
 //! down, a partition preempting another). They take a lock so they run one at a time,
-//! and this file runs after `real_slurm.rs` (cargo runs test binaries one by one).
+//! and scripts/test runs this file alone, after the other real-Slurm files.
 
 mod common;
 
