@@ -1561,6 +1561,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_admin_group_is_looked_up_by_the_daemon_and_an_unknown_one_is_refused() {
+        let c = Config::parse("[learn]\nadmin_group = \"root\"\n", None).unwrap();
+        assert_eq!(c.learn.admin_gid, Some(0));
+        assert_eq!(Config::defaults().learn.admin_gid, None);
+        let unknown = "[learn]\nadmin_group = \"no-such-group-ssv\"\n";
+        let e = Config::parse(unknown, None).unwrap_err().to_string();
+        assert!(
+            e.contains("learn.admin_group = \"no-such-group-ssv\" is not a group on this node"),
+            "{e}"
+        );
+        let e = Config::parse("[learn]\nadmin_group = \"\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a group name"), "{e}");
+        // supervisorctl's view does not look it up: a client elsewhere may not know it.
+        assert!(ClientConfig::parse(unknown, None).is_ok());
+    }
+
+    #[test]
     fn rules_d_files_add_rules_after_the_configs_checked_as_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("supervisor.toml");

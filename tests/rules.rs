@@ -505,8 +505,17 @@ fn err(out: &std::process::Output) -> String {
 /// is checked as data.
 #[test]
 fn a_rejection_is_kept_shown_and_asked_about_before_an_acceptance() {
-    let (d, fake) = start("[learn]\nagreeing = 2\n", &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (d, fake) = start(
+        &format!("[learn]\nagreeing = 2\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        &[],
+    );
     let sig = make_proposal(&d, &fake, "x", "OSError: [Errno 5] Input/output error\n", 2);
+    assert_eq!(metric(port, "rule_proposals"), 1.0);
     assert_eq!(proposals(&d)[0]["state"], "waiting");
     assert_eq!(proposals(&d)[0]["decided"], Value::Null);
 
@@ -559,6 +568,11 @@ fn a_rejection_is_kept_shown_and_asked_about_before_an_acceptance() {
     assert!(p["decided"]["at"].as_i64().unwrap() > 0);
     let records = answer["decisions"].as_array().unwrap().clone();
     assert_eq!(records.len(), 1);
+    assert_eq!(
+        metric(port, "rule_proposals"),
+        0.0,
+        "a rejected proposal waits no more"
+    );
     let text = String::from_utf8(d.ctl(&["rules"]).stdout).unwrap();
     assert!(
         text.contains("REJECTED: rejected for everyone by user:"),
