@@ -144,9 +144,9 @@ fn accept(
     let id = req.id.as_str();
     let owner = owner_of_decision(config, uid, req.mine);
     let (p, records) = find(store, config, id, owner)?;
-    let own = owner
-        .and_then(|o| learn::standing(&records, id, Some(o)).filter(|r| r.owner_uid == Some(o)));
-    if p.state == ProposalState::Accepted && own.is_some() {
+    // `Accepted` is only ever the caller's own acceptance for their chains (one for
+    // everyone is in force, or waits again: `reads::rules::proposals`).
+    if p.state == ProposalState::Accepted {
         // Accepted for the caller's chains already: as things stand, nothing written.
         return Ok(RuleDecisionAnswer {
             id: id.to_string(),
