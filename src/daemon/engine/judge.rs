@@ -527,9 +527,11 @@ impl<S: Slurm> Engine<S> {
         } else {
             let every: Vec<crate::config::Rule> =
                 self.config.rules.iter().chain(own).cloned().collect();
-            let all = classify::classify(&obs, &every).ok();
-            if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
-                warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+            if !stopped.is_empty() {
+                let all = classify::classify(&obs, &every).ok();
+                if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
+                    warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+                }
             }
             every
                 .into_iter()
