@@ -49,6 +49,9 @@ pub struct Verdict {
     pub reason: String,
     /// The rule that matched, for `transient`/`permanent`.
     pub rule: Option<String>,
+    /// The rule proposal the matching rule was accepted from (docs/rules.md), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<String>,
     pub state: JobState,
     pub exit_code: String,
     /// Nodes the run used (sacct NodeList), `None` when it never got any.
@@ -114,10 +117,11 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         .map(str::to_string);
     let max_rss_bytes = obs.rows.iter().filter_map(|r| r.max_rss_bytes).max();
     let stderr = obs.stderr_tail.as_deref().unwrap_or("");
-    let verdict = |classification, reason: String, rule: Option<String>| Verdict {
+    let verdict = |classification, reason: String, rule: Option<&Rule>| Verdict {
         classification,
         reason,
-        rule,
+        rule: rule.map(|r| r.name.clone()),
+        proposal: rule.and_then(|r| r.proposal.clone()),
         state: job.state,
         exit_code: job.exit_code.to_string(),
         nodes: nodes.clone(),
@@ -236,13 +240,16 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         let code_ok = rule.exit_codes.is_empty() || rule.exit_codes.contains(&code);
         let text_ok = rule.stderr.as_ref().is_none_or(|re| re.is_match(stderr));
         if code_ok && text_ok {
+            let from = rule.proposal.as_ref().map_or_else(String::new, |p| {
+                format!(" (accepted from rule proposal {p})")
+            });
             return Ok(verdict(
                 rule.kind,
                 format!(
-                    "{} {} matched rule {:?}",
+                    "{} {} matched rule {:?}{from}",
                     job.state, job.exit_code, rule.name
                 ),
-                Some(rule.name.clone()),
+                Some(rule),
             ));
         }
     }
@@ -369,6 +376,54 @@ slurmstepd-n1: error: Exceeded job memory limit
         assert_eq!(
             classify(&o, &rules).unwrap().classification,
             Classification::NodeFail
+        );
+    }
+
+    /// A rule accepted from a rule proposal names it in its verdict (the decision's
+    /// inputs) and its reason; a rule of the site's own names none.
+    #[test]
+    fn a_rule_from_a_proposal_names_it() {
+        let rules = Config::parse(
+            "[[rules]]\nname = \"learnt-0123456789ab\"\nkind = \"transient\"\nexit_codes = [1]\nproposal = \"0123456789ab\"\n\
+             [[rules]]\nname = \"mine\"\nkind = \"permanent\"\nexit_codes = [2]\n",
+            None,
+        )
+        .unwrap()
+        .rules;
+        let failed = |code: &str| {
+            obs(
+                "49",
+                &format!("49|49|FAILED|{code}|n2||1000M|00:30:00|00:00:00|debug|1000|1795611422\n"),
+                None,
+            )
+        };
+        let v = classify(&failed("1:0"), &rules).unwrap();
+        assert_eq!(v.rule.as_deref(), Some("learnt-0123456789ab"));
+        assert_eq!(v.proposal.as_deref(), Some("0123456789ab"));
+        assert!(
+            v.reason
+                .ends_with("(accepted from rule proposal 0123456789ab)"),
+            "{}",
+            v.reason
+        );
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["proposal"], "0123456789ab");
+        let v = classify(&failed("2:0"), &rules).unwrap();
+        assert_eq!(
+            (v.rule.as_deref(), v.proposal.as_deref()),
+            (Some("mine"), None)
+        );
+        assert!(serde_json::to_value(&v).unwrap().get("proposal").is_none());
+        // What a rules.d file may say is checked: not a proposal's id, not a rule.
+        let bad = Config::parse(
+            "[[rules]]\nname = \"x\"\nkind = \"transient\"\nexit_codes = [1]\nproposal = \"../etc\"\n",
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad.contains("is not a rule proposal's id") && bad.starts_with("<config>:5:"),
+            "{bad}"
         );
     }
 

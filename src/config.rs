@@ -129,6 +129,8 @@ struct RawRule {
     #[serde(default)]
     exit_codes: Vec<i32>,
     stderr: Option<toml::Spanned<String>>,
+    /// The rule proposal it was accepted from (`supervisorctl rules accept` writes it).
+    proposal: Option<toml::Spanned<String>>,
 }
 
 /// A failure rule: a FAILED attempt whose exit code is listed (if any are) and whose
@@ -144,6 +146,16 @@ pub struct Rule {
     /// The drop-in file of `rules.d/` it came from (docs/rules.md), `None` for the
     /// config file's own.
     pub source: Option<PathBuf>,
+    /// The rule proposal it was accepted from (docs/rules.md): its 12 hex digits. Every
+    /// decision the rule makes names it.
+    pub proposal: Option<String>,
+}
+
+/// Whether `s` is a rule proposal's id: 12 lowercase hex digits (a signature's).
+pub fn is_proposal_id(s: &str) -> bool {
+    s.len() == 12
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Per-classification retry budgets the admin set (`[retry.budgets]`): how many automatic
@@ -353,6 +365,13 @@ pub struct LearnConfig {
     /// than `min_success` of them completed) no longer decides an ending: it is judged
     /// as if the rule were not there. Off by default.
     pub stop_not_working: bool,
+    /// A Unix group whose members accept and reject rule proposals for everyone, as root
+    /// does (`supervisorctl rules accept|reject`). Unset by default.
+    pub admin_group: Option<String>,
+    /// `admin_group`'s gid, looked up on this node when the daemon loads the config
+    /// ([`Config::parse`]; a client's view does not look it up).
+    #[serde(skip)]
+    pub admin_gid: Option<u32>,
 }
 
 impl Default for LearnConfig {
@@ -361,6 +380,8 @@ impl Default for LearnConfig {
             agreeing: 3,
             min_success: 0.8,
             stop_not_working: false,
+            admin_group: None,
+            admin_gid: None,
         }
     }
 }
@@ -909,11 +930,30 @@ impl Config {
         Config::parse("", None).expect("the empty config is valid")
     }
 
-    /// Parses and validates config text; `path` is used in error messages.
+    /// Parses and validates config text; `path` is used in error messages. The daemon's
+    /// view: `[learn] admin_group` is looked up on this node (a group it does not know is
+    /// an error).
     pub fn parse(text: &str, path: Option<&Path>) -> Result<Config, ConfigError> {
-        Config::parse_with(text, path, &|pattern| {
+        let mut c = Config::parse_with(text, path, &|pattern| {
             Regex::new(pattern).map(Some).map_err(|e| e.to_string())
-        })
+        })?;
+        if let Some(name) = &c.learn.admin_group {
+            let found = nix::unistd::Group::from_name(name).map_err(|e| ConfigError::Semantic {
+                path: path.map_or_else(|| PathBuf::from("<config>"), Path::to_path_buf),
+                message: format!("learn.admin_group = {name:?}: cannot look the group up: {e}"),
+            })?;
+            let Some(g) = found else {
+                return Err(ConfigError::Semantic {
+                    path: path.map_or_else(|| PathBuf::from("<config>"), Path::to_path_buf),
+                    message: format!(
+                        "learn.admin_group = {name:?} is not a group on this node (`getent group {name}` finds none): \
+                         create the group, name an existing one, or remove the key"
+                    ),
+                });
+            };
+            c.learn.admin_gid = Some(g.gid.as_raw());
+        }
+        Ok(c)
     }
 
     /// `parse`, with the rules' stderr patterns compiled by `compile`. Only `parse` passes
@@ -1008,12 +1048,27 @@ impl Config {
                     ));
                 }
             };
+            let proposal = match r.proposal {
+                Some(p) if is_proposal_id(p.get_ref()) => Some(p.into_inner()),
+                Some(p) => {
+                    return Err(invalid(
+                        Some(p.span()),
+                        format!(
+                            "rule {:?}: proposal = {:?} is not a rule proposal's id: write its 12 hex digits, as `supervisorctl rules` lists it, or remove the key",
+                            r.name,
+                            p.get_ref()
+                        ),
+                    ))
+                }
+                None => None,
+            };
             rules.push(Rule {
                 name: r.name,
                 kind,
                 exit_codes: r.exit_codes,
                 stderr,
                 source: None,
+                proposal,
             });
         }
 
@@ -1080,6 +1135,13 @@ impl Config {
                 "learn.agreeing = {} is too few: a rule needs at least 2 agreeing resolutions (the default is 3)",
                 raw.learn.agreeing
             )));
+        }
+        if let Some(g) = &raw.learn.admin_group {
+            if g.is_empty() || g.len() > 256 || g.contains(['\0', '\n', ':']) {
+                return Err(semantic(format!(
+                    "learn.admin_group = {g:?} is not a group name: write the name of a Unix group, e.g. \"slurm-admins\", or remove the key"
+                )));
+            }
         }
         if !(0.0..=1.0).contains(&raw.agent.min_confidence) {
             return Err(semantic(format!(
@@ -1497,6 +1559,25 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admin_group_is_looked_up_by_the_daemon_and_an_unknown_one_is_refused() {
+        let c = Config::parse("[learn]\nadmin_group = \"root\"\n", None).unwrap();
+        assert_eq!(c.learn.admin_gid, Some(0));
+        assert_eq!(Config::defaults().learn.admin_gid, None);
+        let unknown = "[learn]\nadmin_group = \"no-such-group-ssv\"\n";
+        let e = Config::parse(unknown, None).unwrap_err().to_string();
+        assert!(
+            e.contains("learn.admin_group = \"no-such-group-ssv\" is not a group on this node"),
+            "{e}"
+        );
+        let e = Config::parse("[learn]\nadmin_group = \"\"\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a group name"), "{e}");
+        // supervisorctl's view does not look it up: a client elsewhere may not know it.
+        assert!(ClientConfig::parse(unknown, None).is_ok());
+    }
 
     #[test]
     fn rules_d_files_add_rules_after_the_configs_checked_as_its_own() {

@@ -219,6 +219,136 @@ pub struct Proposal {
     pub conflicts: Vec<Resolved>,
     /// The entry as a `rules.d/` file holds it (docs/rules.md): TOML, `[[rules]]`.
     pub toml: String,
+    /// Where it stands for the caller ([`standing`]): waiting for a decision, rejected,
+    /// or accepted for the caller's own chains (one accepted for everyone is in force and
+    /// no longer proposed).
+    #[serde(default)]
+    pub state: ProposalState,
+    /// The decision it stands by, if any: who, when, why.
+    #[serde(default)]
+    pub decided: Option<RuleRecord>,
+}
+
+/// Where a proposal stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProposalState {
+    #[default]
+    Waiting,
+    Rejected,
+    /// Accepted for one user's chains (for everyone it is in force, and not listed).
+    Accepted,
+}
+
+/// What a decision about a rule proposal did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleAction {
+    Accept,
+    Reject,
+}
+
+impl RuleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleAction::Accept => "accept",
+            RuleAction::Reject => "reject",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RuleAction> {
+        match s {
+            "accept" => Some(RuleAction::Accept),
+            "reject" => Some(RuleAction::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// A decision about a rule proposal (`supervisorctl rules accept|reject`): a record of its
+/// own, belonging to no chain, never edited; a later decision is a new record
+/// (docs/rules.md, "Decisions about rules").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleRecord {
+    pub id: i64,
+    pub proposal: String,
+    /// Whose endings it is about: `None`, everyone's (an admin's decision); a uid, that
+    /// user's chains only.
+    pub owner_uid: Option<u32>,
+    /// `everyone`, or `user:<name>` of `owner_uid` (for people; decided on the uid).
+    #[serde(default)]
+    pub scope: String,
+    pub action: RuleAction,
+    /// `user:<name>` of who decided, and their uid.
+    pub actor: String,
+    pub actor_uid: u32,
+    pub at: i64,
+    /// Why, as they said it (may be empty).
+    pub reason: String,
+    /// For an acceptance, the entry put in force.
+    pub rule: Option<ProposedRule>,
+}
+
+/// The decision a proposal stands by for `viewer` (`None`: a view of everyone's, as an
+/// admin's): the viewer's own latest decision about it for their chains, else the latest
+/// one for everyone. `records` are oldest first.
+pub fn standing<'a>(
+    records: &'a [RuleRecord],
+    proposal: &str,
+    viewer: Option<u32>,
+) -> Option<&'a RuleRecord> {
+    let latest = |owner: Option<u32>| {
+        records
+            .iter()
+            .rev()
+            .find(|r| r.proposal == proposal && r.owner_uid == owner)
+    };
+    viewer
+        .and_then(|v| latest(Some(v)))
+        .or_else(|| latest(None))
+}
+
+/// The state a decision leaves a proposal in.
+pub fn state_of(decided: Option<&RuleRecord>) -> ProposalState {
+    match decided.map(|r| r.action) {
+        None => ProposalState::Waiting,
+        Some(RuleAction::Reject) => ProposalState::Rejected,
+        Some(RuleAction::Accept) => ProposalState::Accepted,
+    }
+}
+
+/// The rules `owner` accepted for their own chains and has not rejected since: each
+/// proposal's latest record of theirs, when it is an acceptance, in the order accepted.
+pub fn accepted_by(records: &[RuleRecord], owner: u32) -> Vec<&RuleRecord> {
+    let mine: Vec<&RuleRecord> = records
+        .iter()
+        .filter(|r| r.owner_uid == Some(owner))
+        .collect();
+    mine.iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            r.action == RuleAction::Accept
+                && r.rule.is_some()
+                && !mine[i + 1..]
+                    .iter()
+                    .any(|later| later.proposal == r.proposal)
+        })
+        .map(|(_, r)| *r)
+        .collect()
+}
+
+/// A user's accepted rule as the classifier takes it (`config::Rule`, named by its
+/// proposal); `None` when its pattern does not compile (it did when it was proposed).
+pub fn rule_in_force(r: &RuleRecord) -> Option<crate::config::Rule> {
+    let p = r.rule.as_ref()?;
+    Some(crate::config::Rule {
+        name: p.name.clone(),
+        kind: p.kind,
+        exit_codes: p.exit_codes.clone(),
+        stderr: Some(regex::Regex::new(&p.stderr).ok()?),
+        source: None,
+        proposal: Some(r.proposal.clone()),
+    })
 }
 
 /// The proposal one signature's history makes under `t`, if any.
@@ -267,7 +397,9 @@ pub fn propose(h: &SignatureHistory, t: Thresholds) -> Option<Proposal> {
         change: best.1,
     };
     Some(Proposal {
-        toml: rule_toml(&rule),
+        toml: rule_toml(&rule, &h.signature),
+        state: ProposalState::Waiting,
+        decided: None,
         id: h.signature.clone(),
         signature_text: h.text.clone(),
         slurm_state: h.slurm_state.clone(),
@@ -321,14 +453,16 @@ pub fn not_working_rules(outcomes: &RuleOutcomes, t: Thresholds) -> Vec<String> 
         .collect()
 }
 
-/// `rule` as a `[[rules]]` entry of a config or `rules.d/` file.
-pub fn rule_toml(rule: &ProposedRule) -> String {
+/// `rule`, proposed as `proposal`, as a `[[rules]]` entry of a config or `rules.d/` file
+/// (its `proposal` key names it in every decision the rule makes).
+pub fn rule_toml(rule: &ProposedRule, proposal: &str) -> String {
     #[derive(Serialize)]
     struct Entry<'a> {
         name: &'a str,
         kind: &'a str,
         exit_codes: &'a [i32],
         stderr: &'a str,
+        proposal: &'a str,
     }
     #[derive(Serialize)]
     struct File<'a> {
@@ -340,6 +474,7 @@ pub fn rule_toml(rule: &ProposedRule) -> String {
             kind: rule.kind.as_str(),
             exit_codes: &rule.exit_codes,
             stderr: &rule.stderr,
+            proposal,
         }],
     };
     // Strings, integers and one array of tables: nothing TOML cannot write.
@@ -512,6 +647,7 @@ mod tests {
             ("learnt-0123456789ab", Classification::Transient)
         );
         assert_eq!(r.exit_codes, vec![1]);
+        assert_eq!(r.proposal.as_deref(), Some("0123456789ab"));
         assert!(r
             .stderr
             .as_ref()
@@ -584,5 +720,89 @@ mod tests {
             stderr_pattern("a.b (x) <n>"),
             r"a\.b\s+\(x\)\s+[0-9]+(?:\.[0-9]+)?"
         );
+    }
+
+    fn record(id: i64, proposal: &str, owner: Option<u32>, action: RuleAction) -> RuleRecord {
+        let rule = (action == RuleAction::Accept).then(|| ProposedRule {
+            name: format!("learnt-{proposal}"),
+            kind: Classification::Transient,
+            exit_codes: vec![1],
+            stderr: "shard [0-9]+".into(),
+            change: Change::Unchanged,
+        });
+        RuleRecord {
+            id,
+            proposal: proposal.into(),
+            owner_uid: owner,
+            scope: String::new(),
+            action,
+            actor: "user:root".into(),
+            actor_uid: 0,
+            at: id,
+            reason: String::new(),
+            rule,
+        }
+    }
+
+    #[test]
+    fn a_proposal_stands_by_the_viewers_own_latest_decision_else_everyones() {
+        use RuleAction::*;
+        let records = [
+            record(1, "aaaaaaaaaaaa", None, Reject),
+            record(2, "aaaaaaaaaaaa", Some(1000), Accept),
+            record(3, "bbbbbbbbbbbb", Some(1000), Reject),
+            record(4, "bbbbbbbbbbbb", None, Reject),
+        ];
+        let at = |p, v| standing(&records, p, v).map(|r| r.id);
+        // The admin's view: everyone's decisions only.
+        assert_eq!(at("aaaaaaaaaaaa", None), Some(1));
+        assert_eq!(
+            state_of(standing(&records, "aaaaaaaaaaaa", None)),
+            ProposalState::Rejected
+        );
+        // Alice accepted it for her chains after the admin rejected it for everyone.
+        assert_eq!(at("aaaaaaaaaaaa", Some(1000)), Some(2));
+        assert_eq!(
+            state_of(standing(&records, "aaaaaaaaaaaa", Some(1000))),
+            ProposalState::Accepted
+        );
+        // Bob sees the admin's rejection.
+        assert_eq!(at("aaaaaaaaaaaa", Some(2000)), Some(1));
+        assert_eq!(at("bbbbbbbbbbbb", Some(1000)), Some(3));
+        assert_eq!(at("cccccccccccc", Some(1000)), None);
+        assert_eq!(state_of(None), ProposalState::Waiting);
+    }
+
+    #[test]
+    fn a_users_rules_are_their_latest_acceptances_and_no_one_elses() {
+        use RuleAction::*;
+        let records = [
+            record(1, "aaaaaaaaaaaa", Some(1000), Accept),
+            record(2, "bbbbbbbbbbbb", Some(1000), Accept),
+            record(3, "aaaaaaaaaaaa", Some(1000), Reject),
+            record(4, "cccccccccccc", Some(2000), Accept),
+            record(5, "dddddddddddd", None, Accept),
+        ];
+        let ids = |owner| {
+            accepted_by(&records, owner)
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ids(1000),
+            [2],
+            "a rejection after an acceptance takes it out"
+        );
+        assert_eq!(ids(2000), [4]);
+        assert_eq!(
+            ids(3000),
+            Vec::<i64>::new(),
+            "an admin's record is no user's rule"
+        );
+        let rule = rule_in_force(accepted_by(&records, 2000)[0]).unwrap();
+        assert_eq!(rule.name, "learnt-cccccccccccc");
+        assert_eq!(rule.proposal.as_deref(), Some("cccccccccccc"));
+        assert!(rule.stderr.unwrap().is_match("shard 12"));
     }
 }

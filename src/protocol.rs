@@ -54,6 +54,27 @@ pub enum Request {
         /// Accept it although some resolutions of its signature decided otherwise.
         #[serde(default)]
         despite_conflicts: bool,
+        /// Accept it although it was rejected.
+        #[serde(default)]
+        despite_rejection: bool,
+        /// For the caller's own chains only (kept in the store), not for everyone; what a
+        /// caller who is not an admin gets either way.
+        #[serde(default)]
+        mine: bool,
+        /// Why (kept in the decision's record).
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Rejects a rule proposal: the decision is kept in the store, and `rules` shows the
+    /// proposal as rejected (`supervisorctl rules reject ID`, docs/rules.md).
+    RulesReject {
+        id: String,
+        #[serde(default)]
+        reason: Option<String>,
+        /// For the caller's own chains only; what a caller who is not an admin gets
+        /// either way.
+        #[serde(default)]
+        mine: bool,
     },
 }
 
@@ -92,6 +113,7 @@ impl Request {
             Request::Ping => ("ping", true, None),
             Request::Rules => ("rules", true, None),
             Request::RulesAccept { id, .. } => ("rules_accept", false, Some(id.as_str())),
+            Request::RulesReject { id, .. } => ("rules_reject", false, Some(id.as_str())),
         };
         Head { cmd, read, subject }
     }
@@ -287,7 +309,8 @@ pub(crate) const ONE_OF_EACH: &[&str] = &[
     r#"{"cmd":"cluster"}"#,
     r#"{"cmd":"ping"}"#,
     r#"{"cmd":"rules"}"#,
-    r#"{"cmd":"rules_accept","id":"0123456789ab","despite_conflicts":false}"#,
+    r#"{"cmd":"rules_accept","id":"0123456789ab","despite_conflicts":false,"despite_rejection":false,"mine":false,"reason":null}"#,
+    r#"{"cmd":"rules_reject","id":"0123456789ab","reason":"r","mine":false}"#,
 ];
 
 #[cfg(test)]
@@ -312,9 +335,10 @@ mod tests {
             Request::Ping => 11,
             Request::Rules => 12,
             Request::RulesAccept { .. } => 13,
+            Request::RulesReject { .. } => 14,
         }
     }
-    const KINDS: usize = 14;
+    const KINDS: usize = 15;
 
     #[test]
     fn one_of_each_holds_every_kind_of_request() {

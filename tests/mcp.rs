@@ -100,6 +100,28 @@ fn an_agent_lists_and_resolves_a_pending_failure_over_mcp() {
             v["tools"]
         );
     }
+    // Rule proposals: read-only, with where each stands and the decisions about them;
+    // no tool accepts or rejects one (docs/rules.md).
+    let names: Vec<&String> = v["tools"].as_object().unwrap().keys().collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("accept") && !n.contains("reject")),
+        "{names:?}"
+    );
+    let rules_doc = v["tools"]["list_rule_proposals"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        rules_doc.contains("`state`") && rules_doc.contains("no tool does either"),
+        "{rules_doc}"
+    );
+    let rules = &v["rules"]["structured"];
+    assert!(
+        rules["proposals"].is_array() && rules["decisions"].is_array(),
+        "{:#}",
+        v["rules"]
+    );
     let resolve_doc = v["tools"]["classify_and_resolve"]["description"]
         .as_str()
         .unwrap();

@@ -156,6 +156,8 @@ fn three_agreeing_resolutions_make_a_proposal_that_root_accepts_and_the_rule_ret
         "{:#}",
         decs[0]
     );
+    // Naming its proposal as a field of the record (docs/rules.md).
+    assert_eq!(decs[0]["proposal"], sig.as_str(), "{:#}", decs[0]);
     assert_eq!(attempts(&h).len(), 2, "{h:#}");
     // The fourth, judged before the rule existed, still waits.
     assert_eq!(d.status(&fourth)[0]["state"], "pending_failed");

@@ -286,7 +286,8 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
     );
     let written = std::fs::read_to_string(&file).unwrap();
     assert!(
-        written.contains(&format!("# Rule proposal {sig}, accepted by uid")),
+        written.contains(&format!("# Rule proposal {sig}, accepted by uid"))
+            && written.contains(&format!("proposal = \"{sig}\"")),
         "{written}"
     );
     // In force at once (the daemon reloaded before answering), so no longer proposed.
@@ -321,6 +322,39 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
     assert_eq!(last["action"], "resubmit");
     assert_eq!(last["classification"], "transient");
     assert!(last["reason"].as_str().unwrap().contains(&name), "{last:#}");
+    // It names its proposal as a field of its own, in the record's inputs too, and in
+    // the text of `history`.
+    assert_eq!(last["proposal"], sig.as_str(), "{last:#}");
+    assert_eq!(last["inputs"]["verdict"]["proposal"], sig.as_str());
+    let text = String::from_utf8(d.ctl(&["history", &fifth]).stdout).unwrap();
+    assert!(
+        text.contains(&format!("by a rule from proposal {sig}")),
+        "{text}"
+    );
+    // The acceptance is a record of its own, shown by `rules --history` and `--json`.
+    let records = d.json(&["rules", "--json"])["decisions"].clone();
+    assert_eq!(records.as_array().unwrap().len(), 1, "{records:#}");
+    assert_eq!(
+        (
+            &records[0]["proposal"],
+            &records[0]["action"],
+            &records[0]["owner_uid"],
+            &records[0]["scope"]
+        ),
+        (
+            &Value::from(sig.as_str()),
+            &Value::from("accept"),
+            &Value::Null,
+            &Value::from("everyone")
+        )
+    );
+    assert!(records[0]["actor"].as_str().unwrap().starts_with("user:"));
+    assert_eq!(records[0]["rule"]["name"], name.as_str());
+    let text = String::from_utf8(d.ctl(&["rules", "--history"]).stdout).unwrap();
+    assert!(
+        text.contains(&format!("{sig}  accepted for everyone by user:")),
+        "{text}"
+    );
     // `rules` counts the rule's retries (this one not made yet: its backoff runs).
     let answer = d.json(&["rules", "--json"]);
     let learnt = answer["rules"]
@@ -445,4 +479,322 @@ fn a_rule_whose_retries_stopped_working_is_reported_and_can_stop_by_itself() {
     let last = d.history(&job)["decisions"][0].clone();
     assert_eq!(last["classification"], "ambiguous", "{last:#}");
     assert!(d.log().contains("no longer decides"));
+}
+
+/// Makes a proposal: `n` chains fail with `stderr` in folder `dir`, each retried by a
+/// person, each retry completing; returns the proposal's id.
+fn make_proposal(d: &Daemon, fake: &Fake, dir: &str, stderr: &str, n: usize) -> String {
+    let mut sig = String::new();
+    for _ in 0..n {
+        let job = submit_in(d, dir);
+        fail_with(d, fake, &job, stderr);
+        sig = pending_signature(d, &job).0;
+        resolve(d, fake, &job, "retry", "COMPLETED");
+    }
+    let all = proposals(d);
+    assert!(all.iter().any(|p| p["id"] == sig.as_str()), "{all:#?}");
+    sig
+}
+
+fn err(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `rules reject`: kept in the store, shown with who, when and why; a second rejection
+/// writes nothing; an acceptance of it then needs --despite-rejection; what a user sends
+/// is checked as data.
+#[test]
+fn a_rejection_is_kept_shown_and_asked_about_before_an_acceptance() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (d, fake) = start(
+        &format!("[learn]\nagreeing = 2\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        &[],
+    );
+    let sig = make_proposal(&d, &fake, "x", "OSError: [Errno 5] Input/output error\n", 2);
+    assert_eq!(metric(port, "rule_proposals"), 1.0);
+    assert_eq!(proposals(&d)[0]["state"], "waiting");
+    assert_eq!(proposals(&d)[0]["decided"], Value::Null);
+
+    // What a user sends is data: a bad id, a reason too long or with control characters.
+    for (args, what) in [
+        (
+            vec!["rules", "reject", "ZZZ"],
+            "is not a rule proposal's id",
+        ),
+        (
+            vec!["rules", "reject", "0123456789AB"],
+            "is not a rule proposal's id",
+        ),
+        (
+            vec!["rules", "accept", "../../etc/pa"],
+            "is not a rule proposal's id",
+        ),
+    ] {
+        let out = d.ctl(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(err(&out).contains(what), "{}", err(&out));
+    }
+    let long = "x".repeat(1025);
+    let out = d.ctl(&["rules", "reject", &sig, "--reason", &long]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = d.ctl(&["rules", "reject", &sig, "--reason", "a\x1b[2Jb"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(err(&out).contains("control characters"));
+    assert_eq!(
+        d.json(&["rules", "--json"])["decisions"],
+        serde_json::json!([])
+    );
+
+    let out = d.ctl(&["rules", "reject", &sig, "--reason", "the disk was replaced"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!(
+            "proposal {sig} is rejected for everyone: rejected for everyone by user:"
+        )) && said.contains("\"the disk was replaced\""),
+        "{said}"
+    );
+    let answer = d.json(&["rules", "--json"]);
+    let p = &answer["proposals"][0];
+    assert_eq!(p["id"], sig.as_str());
+    assert_eq!(p["state"], "rejected");
+    assert_eq!(p["decided"]["action"], "reject");
+    assert_eq!(p["decided"]["reason"], "the disk was replaced");
+    assert!(p["decided"]["actor"].as_str().unwrap().starts_with("user:"));
+    assert!(p["decided"]["at"].as_i64().unwrap() > 0);
+    let records = answer["decisions"].as_array().unwrap().clone();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        metric(port, "rule_proposals"),
+        0.0,
+        "a rejected proposal waits no more"
+    );
+    let text = String::from_utf8(d.ctl(&["rules"]).stdout).unwrap();
+    assert!(
+        text.contains("REJECTED: rejected for everyone by user:"),
+        "{text}"
+    );
+
+    // Again: as things stand, nothing written.
+    let out = d.ctl(&["rules", "--json", "reject", &sig, "--reason", "again"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["changed"], false);
+    assert_eq!(again["record"]["id"], records[0]["id"]);
+    assert_eq!(
+        d.json(&["rules", "--json"])["decisions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Accepting it now needs saying so.
+    let out = d.ctl(&["rules", "accept", &sig]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(
+        err(&out).contains("was rejected by user:") && err(&out).contains("--despite-rejection"),
+        "{}",
+        err(&out)
+    );
+    assert!(!d.config.parent().unwrap().join("rules.d").exists());
+    let out = d.ctl(&[
+        "rules",
+        "accept",
+        &sig,
+        "--despite-rejection",
+        "--reason",
+        "back again",
+    ]);
+    assert!(out.status.success(), "{}", err(&out));
+    let answer = d.json(&["rules", "--json"]);
+    assert_eq!(answer["proposals"], serde_json::json!([]));
+    let actions: Vec<&str> = answer["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["reject", "accept"]);
+    assert_eq!(answer["decisions"][1]["reason"], "back again");
+    assert!(answer["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["proposal"] == sig.as_str()));
+    // In force for everyone: no longer listed, so neither accepted nor rejected again.
+    assert_eq!(d.ctl(&["rules", "reject", &sig]).status.code(), Some(3));
+}
+
+/// System-wide mode with real users: alice accepts a proposal made from her own chains
+/// for her own chains only (kept in the store: her later endings are decided by it, bob's
+/// never); bob cannot decide it at all; carol, a member of `[learn] admin_group`, rejects
+/// and accepts it for everyone as root can. (As root: the users and the group are made.)
+#[test]
+fn a_users_rule_decides_their_own_endings_and_the_admin_group_decides_for_everyone() {
+    use common::system::{chmod, chown, System, User};
+    let group = "ssvruleadm";
+    let out = std::process::Command::new("groupadd")
+        .args(["-f", group])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    User::get("carol");
+    let out = std::process::Command::new("usermod")
+        .args(["-aG", group, "carol"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let sys = System::start(
+        "",
+        &format!("[learn]\nagreeing = 2\nadmin_group = \"{group}\"\n"),
+    );
+    std::fs::create_dir(sys.home("carol")).unwrap();
+    chmod(&sys.home("carol"), 0o700);
+    chown(&sys.home("carol"), "carol");
+    sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
+    sys.write_as("bob", "job.sh", b"#!/bin/bash\necho hi\n");
+    let stderr = "RuntimeError: checkpoint shard 3 has an unexpected checksum 3f2a9bc1\n";
+    let fail = |job: &str| {
+        sys.fake.ctl(&["finish", job, "FAILED", "1:0", stderr]);
+    };
+    let within = Duration::from_secs(60);
+    for _ in 0..2 {
+        let job = sys.submit_as("alice", &["job.sh"]);
+        fail(&job);
+        sys.d.wait_state(&job, "pending_failed", within);
+        let out = sys.as_user(
+            "alice",
+            &["classify", &job, "--action", "retry", "--reason", "seen it"],
+        );
+        assert!(out.status.success(), "{}", err(&out));
+        let mut retry = String::new();
+        wait_for("the retry", within, || {
+            let row = &sys.d.status(&job)[0];
+            match row["slurm_job_id"].as_str() {
+                Some(j) if j != job && row["state"] == "active" => {
+                    retry = j.to_string();
+                    true
+                }
+                _ => false,
+            }
+        });
+        sys.fake.ctl(&["finish", &retry, "COMPLETED", "0:0"]);
+        sys.d.wait_state(&job, "completed", within);
+    }
+    let mine = sys.json_as("alice", &["rules", "--json"]);
+    let sig = mine["proposals"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{mine:#}"))
+        .to_string();
+    // Bob sees no proposal from alice's chains, and can decide none.
+    assert_eq!(
+        sys.json_as("bob", &["rules", "--json"])["proposals"],
+        serde_json::json!([])
+    );
+    for args in [["rules", "accept", &sig], ["rules", "reject", &sig]] {
+        let out = sys.as_user("bob", &args);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {out:?}");
+        assert!(err(&out).contains("made from your chains"), "{}", err(&out));
+    }
+
+    // Alice, who is no admin, accepts it: for her own chains (no --mine needed).
+    let out = sys.as_user("alice", &["rules", "--json", "accept", &sig]);
+    assert!(out.status.success(), "{}", err(&out));
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&a["scope"], &a["changed"], &a["file"]),
+        (&Value::from("mine"), &Value::from(true), &Value::Null)
+    );
+    assert_eq!(a["record"]["scope"], "user:alice");
+    assert!(!sys.d.config.parent().unwrap().join("rules.d").exists());
+    let again = sys.as_user("alice", &["rules", "--json", "accept", &sig]);
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (&again["changed"], &again["record"]["id"]),
+        (&Value::from(false), &a["record"]["id"])
+    );
+    let view = sys.json_as("alice", &["rules", "--json"]);
+    assert_eq!(view["proposals"][0]["state"], "accepted");
+    let own = view["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["source"] == "user:alice")
+        .cloned();
+    assert_eq!(
+        own.unwrap_or_default()["proposal"],
+        sig.as_str(),
+        "{view:#}"
+    );
+    assert!(sys.json_as("bob", &["rules", "--json"])["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["source"] != "user:alice"));
+
+    // Her next such ending is decided by it at once, naming the proposal; bob's waits.
+    let hers = sys.submit_as("alice", &["job.sh"]);
+    let his = sys.submit_as("bob", &["job.sh"]);
+    fail(&hers);
+    fail(&his);
+    sys.d.wait_state(&his, "pending_failed", within);
+    let mut last = Value::Null;
+    wait_for("the rule's decision", within, || {
+        last = sys.d.history(&hers)["decisions"]
+            .as_array()
+            .and_then(|v| v.last().cloned())
+            .unwrap_or(Value::Null);
+        !last.is_null()
+    });
+    assert_eq!(
+        (&last["action"], &last["classification"]),
+        (&Value::from("resubmit"), &Value::from("transient")),
+        "{last:#}"
+    );
+    assert_eq!(last["proposal"], sig.as_str());
+    let bobs = sys.d.history(&his)["decisions"][0].clone();
+    assert_eq!(
+        (&bobs["classification"], &bobs["proposal"]),
+        (&Value::from("ambiguous"), &Value::Null),
+        "{bobs:#}"
+    );
+
+    // Carol, of the admin group, rejects it for everyone; alice's own acceptance stands
+    // for her.
+    let out = sys.as_user(
+        "carol",
+        &["rules", "reject", &sig, "--reason", "not for everyone yet"],
+    );
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rejected for everyone by user:carol"));
+    let root_view = sys.d.json(&["rules", "--json"]);
+    assert_eq!(
+        root_view["proposals"][0]["state"], "rejected",
+        "{root_view:#}"
+    );
+    assert_eq!(
+        sys.json_as("carol", &["rules", "--json"])["proposals"][0]["state"],
+        "rejected"
+    );
+    assert_eq!(
+        sys.json_as("alice", &["rules", "--json"])["proposals"][0]["state"],
+        "accepted"
+    );
+    // Bob, not of the group, sees the decisions for everyone but not alice's own.
+    let bob_records = sys.json_as("bob", &["rules", "--json"])["decisions"].clone();
+    assert_eq!(bob_records.as_array().unwrap().len(), 1, "{bob_records:#}");
+    assert_eq!(bob_records[0]["actor"], "user:carol");
+    // Then accepts it for everyone (with the rules.d/ file): bob's next one is retried.
+    let out = sys.as_user("carol", &["rules", "accept", &sig, "--despite-rejection"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let next = sys.submit_as("bob", &["job.sh"]);
+    fail(&next);
+    wait_for("the rule's decision on bob's chain", within, || {
+        sys.d.history(&next)["decisions"][0]["proposal"] == sig.as_str()
+    });
 }

@@ -166,6 +166,10 @@ pub enum Command {
     Rules {
         #[arg(long)]
         json: bool,
+        /// Also list every decision about a rule proposal (acceptances and rejections:
+        /// records of their own) that you may see.
+        #[arg(long)]
+        history: bool,
         #[command(subcommand)]
         action: Option<RulesAction>,
     },
@@ -207,14 +211,38 @@ pub enum Command {
 /// `rules` subcommands (docs/rules.md).
 #[derive(Debug, clap::Subcommand)]
 pub enum RulesAction {
-    /// Put a rule proposal in force (root): its entry is written to rules.d/ beside the
-    /// config, checked as `validate` checks it, and taken at once.
+    /// Put a rule proposal in force: for everyone (root, or a member of [learn]
+    /// admin_group: its entry is written to rules.d/ beside the config, checked as
+    /// `validate` checks it, and taken at once), or for your own chains only (--mine,
+    /// and what anyone else gets: kept in the daemon's store).
     Accept {
         /// The proposal's id, as `supervisorctl rules` lists it.
         id: String,
         /// Accept it although some resolutions of its signature decided otherwise.
         #[arg(long)]
         despite_conflicts: bool,
+        /// Accept it although it was rejected.
+        #[arg(long)]
+        despite_rejection: bool,
+        /// For your own chains only.
+        #[arg(long)]
+        mine: bool,
+        /// Why, kept with the decision (at most 1024 bytes).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a rule proposal: for everyone (root, or a member of [learn] admin_group),
+    /// or for your own chains only (--mine, and what anyone else gets). It stays listed,
+    /// as rejected; rejecting a rule you accepted for your chains takes it out of force.
+    Reject {
+        /// The proposal's id, as `supervisorctl rules` lists it.
+        id: String,
+        /// Why, kept with the decision (at most 1024 bytes).
+        #[arg(long)]
+        reason: Option<String>,
+        /// For your own chains only.
+        #[arg(long)]
+        mine: bool,
     },
 }
 
@@ -525,11 +553,30 @@ pub fn main_with(cli: Cli) -> i32 {
                 Some(RulesAction::Accept {
                     ref id,
                     despite_conflicts,
+                    despite_rejection,
+                    mine,
+                    ref reason,
                 }),
             ..
         } => Request::RulesAccept {
             id: id.clone(),
             despite_conflicts,
+            despite_rejection,
+            mine,
+            reason: reason.clone(),
+        },
+        Command::Rules {
+            action:
+                Some(RulesAction::Reject {
+                    ref id,
+                    ref reason,
+                    mine,
+                }),
+            ..
+        } => Request::RulesReject {
+            id: id.clone(),
+            reason: reason.clone(),
+            mine,
         },
     };
     // The list of every chain can be long: it goes to stdout as it arrives.
@@ -664,24 +711,27 @@ fn render_typed(command: &Command, v: Value) -> Result<i32, UnexpectedAnswer> {
         Command::Rules {
             action: Some(_),
             json,
+            ..
         } => {
             if *json {
                 print_json(&v);
             } else {
-                let a = decode::<crate::protocol::views::RulesAcceptAnswer>(v)?;
-                println!("rule {} is in force, from {}", a.name, a.file);
+                let a = decode::<crate::protocol::views::RuleDecisionAnswer>(v)?;
+                println!("{}", render::rule_decision_text(&a));
             }
         }
         Command::Rules {
             json: true,
             action: None,
+            ..
         } => print_json(&v),
         Command::Rules {
             json: false,
             action: None,
+            history,
         } => print!(
             "{}",
-            render::rules_text(&decode::<crate::protocol::views::RulesAnswer>(v)?)
+            render::rules_text(&decode::<crate::protocol::views::RulesAnswer>(v)?, *history)
         ),
         Command::Status { json, id } => {
             if *json {

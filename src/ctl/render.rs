@@ -13,28 +13,7 @@ fn time(v: Option<i64>) -> String {
     v.map(format_unix).unwrap_or_else(|| "-".into())
 }
 
-/// `YYYY-MM-DD HH:MM:SS` in UTC, without a date crate.
-pub fn format_unix(t: i64) -> String {
-    let days = t.div_euclid(86400);
-    let secs = t.rem_euclid(86400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
-}
+pub use crate::clock::format_unix;
 
 pub fn status_table(rows: &[ChainRow]) -> String {
     let mut out = String::new();
@@ -130,6 +109,12 @@ pub fn history_text(h: &ChainHistory) -> String {
             d.actor,
             d.reason,
         );
+        if let Some(p) = &d.proposal {
+            let _ = writeln!(
+                out,
+                "    by a rule from proposal {p} (`supervisorctl rules --history`)"
+            );
+        }
     }
     out
 }
@@ -304,8 +289,51 @@ pub fn cluster_text(v: &ClusterAnswer) -> String {
     out
 }
 
-/// `rules`: the rules in force, then each proposal with its evidence and conflicts.
-pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
+/// A decision about a rule proposal in one line: what, for whom, who, when, why. The
+/// reason is a user's text: shown escaped, on the line.
+fn rule_record_line(r: &crate::learn::RuleRecord) -> String {
+    let why = if r.reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {:?}", r.reason)
+    };
+    let whom = if r.owner_uid.is_none() {
+        "everyone".to_string()
+    } else {
+        format!("the chains of {}", r.scope)
+    };
+    format!(
+        "{}ed for {whom} by {} at {} (record {}){why}",
+        r.action.as_str(),
+        r.actor,
+        format_unix(r.at),
+        r.id
+    )
+}
+
+/// `rules accept|reject`'s answer.
+pub fn rule_decision_text(a: &crate::protocol::views::RuleDecisionAnswer) -> String {
+    use crate::learn::RuleAction;
+    let what = match (a.action, a.changed, &a.file) {
+        (RuleAction::Accept, true, Some(file)) => {
+            return format!("rule {} is in force, from {file}", a.name)
+        }
+        (RuleAction::Accept, true, None) => format!("rule {} is in force for your chains", a.name),
+        (RuleAction::Reject, true, _) if a.scope == "mine" => {
+            format!("proposal {} is rejected for your chains", a.id)
+        }
+        (RuleAction::Reject, true, _) => format!("proposal {} is rejected for everyone", a.id),
+        (_, false, _) => format!("proposal {} stands as it was; nothing changed", a.id),
+    };
+    match &a.record {
+        Some(r) => format!("{what}: {}", rule_record_line(r)),
+        None => what,
+    }
+}
+
+/// `rules`: the rules in force, then each proposal with its evidence and conflicts, and
+/// with `history` every decision about a proposal the caller may see.
+pub fn rules_text(v: &crate::protocol::views::RulesAnswer, history: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "rules in force:");
     if v.rules.is_empty() {
@@ -368,6 +396,19 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
                 .unwrap_or_default(),
             conflict,
         );
+        let state = match p.state {
+            crate::learn::ProposalState::Waiting => "WAITING for a decision",
+            crate::learn::ProposalState::Rejected => "REJECTED",
+            crate::learn::ProposalState::Accepted => "ACCEPTED for your chains",
+        };
+        match &p.decided {
+            Some(d) => {
+                let _ = writeln!(out, "    {state}: {}", rule_record_line(d));
+            }
+            None => {
+                let _ = writeln!(out, "    {state}");
+            }
+        }
         signature_lines(&mut out, "    ", &p.id, Some(&p.signature_text));
         let _ = writeln!(out, "    stderr pattern: {:?}", p.rule.stderr);
         let _ = writeln!(
@@ -400,6 +441,15 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer) -> String {
                     }),
                 );
             }
+        }
+    }
+    if history {
+        let _ = writeln!(out, "decisions about rules:");
+        if v.decisions.is_empty() {
+            let _ = writeln!(out, "  none");
+        }
+        for d in &v.decisions {
+            let _ = writeln!(out, "  {}  {}", d.proposal, rule_record_line(d));
         }
     }
     out

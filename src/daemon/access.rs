@@ -24,6 +24,39 @@ pub fn sees_all(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::getuid().as_raw()
 }
 
+/// Whether `uid` decides rule proposals for everyone (docs/rules.md): root, the daemon's
+/// own user, or a member (primary or supplementary group, as this node's NSS says) of
+/// `[learn] admin_group`. The group is looked up only for a caller who is neither.
+pub fn decides_rules_for_everyone(uid: u32, learn: &crate::config::LearnConfig) -> bool {
+    rule_admin(sees_all(uid), learn.admin_gid, || groups_of(uid))
+}
+
+/// The decision of [`decides_rules_for_everyone`], apart from its lookups: an admin
+/// already, or a member of the admin group (`groups` gives the caller's gids, primary
+/// first; asked only when a group is configured).
+pub fn rule_admin(
+    sees_all: bool,
+    admin_gid: Option<u32>,
+    groups: impl FnOnce() -> Vec<u32>,
+) -> bool {
+    sees_all || admin_gid.is_some_and(|g| groups().contains(&g))
+}
+
+/// The gids `uid` belongs to on this node (primary and supplementary); none for an
+/// account this node does not know.
+fn groups_of(uid: u32) -> Vec<u32> {
+    let Ok(Some(u)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else {
+        return Vec::new();
+    };
+    let Ok(name) = std::ffi::CString::new(u.name.as_bytes()) else {
+        return vec![u.gid.as_raw()];
+    };
+    match nix::unistd::getgrouplist(&name, u.gid) {
+        Ok(gids) => gids.into_iter().map(|g| g.as_raw()).collect(),
+        Err(_) => vec![u.gid.as_raw()],
+    }
+}
+
 /// Checks the form of a user-given id before anything is looked up.
 pub fn parse_id(id: &str) -> Result<IdRef, Response> {
     IdRef::parse(id).map_err(|e| Response::error(ErrorKind::Usage, e))
@@ -92,6 +125,24 @@ pub fn actor(uid: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_admin_group_decides_rules_for_everyone_and_no_one_else_does() {
+        let never = || -> Vec<u32> { panic!("the groups are not looked up") };
+        assert!(rule_admin(true, None, never));
+        assert!(rule_admin(true, Some(50), never));
+        assert!(!rule_admin(false, None, never));
+        // A member by a supplementary group, or by the primary one.
+        assert!(rule_admin(false, Some(50), || vec![1000, 50]));
+        assert!(rule_admin(false, Some(50), || vec![50]));
+        assert!(!rule_admin(false, Some(50), || vec![1000, 51]));
+        assert!(!rule_admin(false, Some(50), Vec::new));
+        // This process's own account: its primary group is found for it.
+        let me = nix::unistd::getuid().as_raw();
+        let gid = nix::unistd::getgid().as_raw();
+        assert!(groups_of(me).contains(&gid));
+        assert_eq!(groups_of(4_000_000_123), Vec::<u32>::new());
+    }
 
     #[test]
     fn a_known_account_is_named_and_an_unknown_one_numbered() {

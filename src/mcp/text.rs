@@ -27,15 +27,21 @@ rules the supervisor proposes (`proposals`) because people or agents resolved th
 failure signature the same way several times and the retries worked. Each proposal has its \
 `id` (the failure signature, also in each attempt's `signature` in get_chain and \
 list_pending_failed), `signature_text` (stderr's last lines, masked), the `rule` it would \
-add, its `evidence` (the resolutions: chain, actor, action, outcome) and `conflicts` \
-(resolutions that decided otherwise). Read-only: proposals are for the site's admin to \
-accept, never for an agent; a pending chain whose signature has a proposal was usually \
-resolved as the proposal says.";
+add, its `evidence` (the resolutions: chain, actor, action, outcome), `conflicts` \
+(resolutions that decided otherwise) and its `state`: `waiting` for a person's decision, \
+`rejected` (by the admin for everyone, or by the user for their own chains) or `accepted` \
+(for the user's own chains), with `decided` saying who decided, when and why; \
+`decisions` lists every acceptance and rejection you may see. A rule in force that came \
+from a proposal names it (`proposal`), as does every decision it makes. Read-only: \
+proposals are for the site's admin (or a user, for their own chains) to accept or reject, \
+never for an agent, and no tool does either; a pending chain whose signature has a \
+proposal was usually resolved as the proposal says, unless it was rejected.";
 
 pub const GET_CHAIN: &str = "\
 The full history of one chain: every attempt (job id, Slurm state, exit code, nodes, memory \
 and time asked) and every decision record (class R1 automatic / R2 escalated / R3 never \
-retried, classification, action, reason, actor, and `resolves`: the decision it answers). \
+retried, classification, action, reason, actor, `resolves`: the decision it answers, and \
+`proposal`: the rule proposal of the rule that decided it, if any). \
 Accepts a chain id or any Slurm job id of its attempts. Read-only. Returns the chain's \
 history object; for an array's base job id, {\"chains\": [one history per task]}.";
 

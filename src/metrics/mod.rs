@@ -328,15 +328,21 @@ impl Snapshot {
     }
 }
 
-/// The rules proposed from every chain's resolutions and not in force (docs/rules.md).
+/// The rules proposed from every chain's resolutions, not in force and not rejected for
+/// everyone (docs/rules.md): those waiting for an admin's decision.
 fn rule_proposals(store: &Store, config: &Config) -> Result<u64, StoreError> {
     let rows = store.signature_resolutions(None)?;
+    let records = store.rule_decisions(None)?;
     let t = crate::learn::Thresholds::from(&config.learn);
     Ok(
         crate::learn::histories(rows.iter().map(crate::store::SignatureResolution::facts))
             .iter()
             .filter_map(|h| crate::learn::propose(h, t))
             .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name))
+            .filter(|p| {
+                crate::learn::standing(&records, &p.id, None)
+                    .is_none_or(|d| d.action != crate::learn::RuleAction::Reject)
+            })
             .count() as u64,
     )
 }

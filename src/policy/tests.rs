@@ -56,6 +56,7 @@ fn verdict(c: Classification) -> Verdict {
         classification: c,
         reason: c.to_string(),
         rule: None,
+        proposal: None,
         state: JobState::Failed,
         exit_code: "0:0".into(),
         nodes: Some("n1".into()),

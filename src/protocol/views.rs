@@ -123,6 +123,10 @@ pub struct DecisionView {
     pub actor: String,
     /// The decision it resolves.
     pub resolves: Option<i64>,
+    /// The rule proposal (docs/rules.md) of the rule that decided it, when that rule was
+    /// accepted from one (`inputs.verdict.proposal`); `null` otherwise.
+    #[serde(default)]
+    pub proposal: Option<String>,
     /// What the decision was computed from. Open-ended evidence whose shape depends on who
     /// decided, so it stays JSON.
     pub inputs: serde_json::Value,
@@ -458,6 +462,10 @@ pub struct NodeAnswer {
 pub struct RulesAnswer {
     pub rules: Vec<RuleInForce>,
     pub proposals: Vec<crate::learn::Proposal>,
+    /// The decisions about rule proposals the caller may see (all for an admin; for a
+    /// user, those for everyone and their own), oldest first: records of their own.
+    #[serde(default)]
+    pub decisions: Vec<crate::learn::RuleRecord>,
 }
 
 /// A `[[rules]]` entry in force.
@@ -467,8 +475,12 @@ pub struct RuleInForce {
     pub kind: crate::model::Classification,
     pub exit_codes: Vec<i32>,
     pub stderr: Option<String>,
-    /// `config` (the config file), or the path of the `rules.d/` file it came from.
+    /// `config` (the config file), the path of the `rules.d/` file it came from, or
+    /// `user:<name>` for a rule a user accepted for their own chains (kept in the store).
     pub source: String,
+    /// The rule proposal it was accepted from, if it was.
+    #[serde(default)]
+    pub proposal: Option<String>,
     /// The automatic retries it gave: completed, failed, still running.
     pub completed: u32,
     pub failed: u32,
@@ -478,10 +490,21 @@ pub struct RuleInForce {
     pub not_working: bool,
 }
 
-/// `rules accept`'s answer: the rule now in force and the file that holds it.
+/// `rules accept`'s and `rules reject`'s answer: what was decided about the proposal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RulesAcceptAnswer {
+pub struct RuleDecisionAnswer {
+    /// The proposal's id.
     pub id: String,
+    /// Its rule's name (`learnt-<id>`).
     pub name: String,
-    pub file: String,
+    /// `accept` or `reject`.
+    pub action: crate::learn::RuleAction,
+    /// `everyone`, or `mine` (the caller's own chains).
+    pub scope: String,
+    /// False when it was so already: nothing was written.
+    pub changed: bool,
+    /// The decision it stands by: the new record, or the earlier one when nothing changed.
+    pub record: Option<crate::learn::RuleRecord>,
+    /// For an acceptance for everyone, the `rules.d/` file that holds the rule.
+    pub file: Option<String>,
 }

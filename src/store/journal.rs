@@ -192,6 +192,18 @@ pub(super) enum Op<'a> {
         /// The refusals noted before it are removed.
         forget_before: i64,
     },
+    /// A decision about a rule proposal (`rules accept|reject`): a record of its own,
+    /// with its rule as the stored JSON.
+    RecordRuleDecision {
+        proposal: Cow<'a, str>,
+        owner_uid: Option<u32>,
+        action: Cow<'a, str>,
+        actor: Cow<'a, str>,
+        actor_uid: u32,
+        reason: Cow<'a, str>,
+        rule: Option<Cow<'a, str>>,
+        at: i64,
+    },
     Apply {
         steps: Vec<(i64, Step<'a>)>,
         all_or_none: bool,

@@ -19,6 +19,8 @@
 //! - `totals.rs`: each user's totals, which the per-user limits read;
 //! - `pipeline.rs`: what a submission waits on, gates, rewiring;
 //! - `opt_in.rs`: plain `sbatch` choices, refusals, what was not recovered;
+//! - `signatures.rs`: failure signatures' resolutions, as rule proposals are made from;
+//!   `rule_decisions.rs`: decisions about rule proposals, and users' own rules;
 //! - `metrics.rs`: the decision tally; `schema.rs`: the migrations;
 //! - `journal.rs`: the journal's operations ([`journal::Op`]) and entries; `legacy.rs`:
 //!   reading the entries of revision 1;
@@ -48,6 +50,7 @@ mod notifications;
 mod open;
 mod opt_in;
 mod pipeline;
+mod rule_decisions;
 mod schema;
 mod signatures;
 mod submissions;
@@ -71,6 +74,7 @@ pub use metrics::DecisionTally;
 pub use notifications::{Notification, Waiting};
 pub use opt_in::PlainRefusal;
 pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};
+pub use rule_decisions::NewRuleDecision;
 pub use signatures::{RuleRetry, SignatureResolution};
 pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
 pub use totals::{UserTotals, UserTotalsCheck};
@@ -384,6 +388,28 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
             now,
         } => exec_notification_failed(tx, id, done, &error, next_try, now)?,
         Op::NotificationMailed { id } => exec_notification_mailed(tx, id)?,
+        Op::RecordRuleDecision {
+            proposal,
+            owner_uid,
+            action,
+            actor,
+            actor_uid,
+            reason,
+            rule,
+            at,
+        } => {
+            rule_decisions::exec_record_rule_decision(
+                tx,
+                &proposal,
+                owner_uid,
+                &action,
+                &actor,
+                actor_uid,
+                &reason,
+                rule.as_deref(),
+                at,
+            )?;
+        }
         Op::AddWaits {
             submission_id,
             edges,

@@ -393,4 +393,32 @@ CREATE INDEX attempts_by_signature ON attempts(signature) WHERE signature IS NOT
 -- which `rules` and the metrics read for proposals.
 CREATE INDEX decisions_resolutions ON decisions(resolves) WHERE resolves IS NOT NULL;
 "#,
+    // 18: decisions about rule proposals (docs/rules.md, "Decisions about rules"): every
+    // `rules accept` and `rules reject`, a record of its own that belongs to no chain,
+    // never edited (a later decision is a new row); `owner_uid` NULL for everyone's (an
+    // admin's), a uid for that user's own chains, whose acceptance keeps the rule itself
+    // (`rule`, JSON `learn::ProposedRule`). A user's records count in their totals
+    // (`rule_bytes`: reason and rule), kept by the write that adds one
+    // (store/rule_decisions.rs); the emptied row's trigger counts the new column.
+    r#"
+CREATE TABLE rule_decisions (
+    id        INTEGER PRIMARY KEY,
+    proposal  TEXT NOT NULL,
+    owner_uid INTEGER,
+    action    TEXT NOT NULL,
+    actor     TEXT NOT NULL,
+    actor_uid INTEGER NOT NULL,
+    reason    TEXT NOT NULL,
+    rule      TEXT,
+    at        INTEGER NOT NULL
+);
+CREATE INDEX rule_decisions_by_owner ON rule_decisions(owner_uid, proposal);
+ALTER TABLE user_totals ADD COLUMN rule_bytes INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER user_totals_emptied;
+CREATE TRIGGER user_totals_emptied AFTER UPDATE ON user_totals
+WHEN NEW.open_chains = 0 AND NEW.open_bytes = 0 AND NEW.decision_bytes = 0 AND NEW.rule_bytes = 0
+BEGIN
+    DELETE FROM user_totals WHERE owner_uid = NEW.owner_uid;
+END;
+"#,
 ];

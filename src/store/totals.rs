@@ -23,33 +23,49 @@ pub struct UserTotals {
     pub open_bytes: u64,
     /// The bytes of the decision records (reason and inputs) of unfinished chains.
     pub decision_bytes: u64,
+    /// The bytes of their decisions about rule proposals for their own chains (reason
+    /// and rule), kept for good (docs/rules.md).
+    pub rule_bytes: u64,
 }
 
 impl UserTotals {
     /// What the limit `limits.max_stored_bytes_per_user` counts.
     pub fn kept_bytes(&self) -> u64 {
-        self.open_bytes.saturating_add(self.decision_bytes)
+        self.open_bytes
+            .saturating_add(self.decision_bytes)
+            .saturating_add(self.rule_bytes)
     }
 }
 
 /// Every user's totals computed from the rows (what the triggers of migration 14 keep up
-/// to date as `user_totals`), owners with nothing open left out.
+/// to date as `user_totals`), owners with nothing open and no rule decision left out.
 pub(super) const RECOUNT_USER_TOTALS: &str = "
-    SELECT owner_uid, SUM(chains), SUM(bytes), SUM(decided) FROM (
-        SELECT s.owner_uid, COUNT(*) AS chains, 0 AS bytes, 0 AS decided
+    SELECT owner_uid, SUM(chains), SUM(bytes), SUM(decided), SUM(ruled) FROM (
+        SELECT s.owner_uid, COUNT(*) AS chains, 0 AS bytes, 0 AS decided, 0 AS ruled
           FROM chains c JOIN submissions s ON s.id = c.submission_id
           WHERE c.state IN ('active', 'ready', 'pending_failed') GROUP BY s.owner_uid
         UNION ALL
         SELECT owner_uid, 0, SUM(COALESCE(octet_length(script), 0) + octet_length(argv)
-                                 + octet_length(env) + octet_length(cwd)), 0
+                                 + octet_length(env) + octet_length(cwd)), 0, 0
           FROM submissions WHERE id IN
             (SELECT submission_id FROM chains WHERE state IN ('active', 'ready', 'pending_failed'))
           GROUP BY owner_uid
         UNION ALL
-        SELECT s.owner_uid, 0, 0, SUM(octet_length(d.reason) + octet_length(d.inputs))
+        SELECT s.owner_uid, 0, 0, SUM(octet_length(d.reason) + octet_length(d.inputs)), 0
           FROM decisions d JOIN chains c ON c.id = d.chain_id JOIN submissions s ON s.id = c.submission_id
           WHERE c.state IN ('active', 'ready', 'pending_failed') GROUP BY s.owner_uid
+        UNION ALL
+        SELECT owner_uid, 0, 0, 0, SUM(RULE_DECISION_BYTES)
+          FROM rule_decisions WHERE owner_uid IS NOT NULL GROUP BY owner_uid
     ) GROUP BY owner_uid ORDER BY owner_uid";
+
+/// [`RECOUNT_USER_TOTALS`] with what a rule decision's row counts.
+pub(super) fn recount_user_totals_sql() -> String {
+    RECOUNT_USER_TOTALS.replace(
+        "RULE_DECISION_BYTES",
+        super::rule_decisions::RULE_DECISION_BYTES,
+    )
+}
 
 /// Fills `user_totals` from the rows when its `meta` row says nothing did (a store
 /// migrated to 14, or a table copied without it); the triggers keep it from then on.
@@ -66,7 +82,8 @@ pub(super) fn ensure_user_totals(conn: &mut Connection) -> Result<()> {
     tx.execute("DELETE FROM user_totals", [])?;
     tx.execute(
         &format!(
-            "INSERT INTO user_totals (owner_uid, open_chains, open_bytes, decision_bytes) {RECOUNT_USER_TOTALS}"
+            "INSERT INTO user_totals (owner_uid, open_chains, open_bytes, decision_bytes, rule_bytes) {}",
+            recount_user_totals_sql()
         ),
         [],
     )?;
@@ -153,13 +170,14 @@ impl Store {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT open_chains, open_bytes, decision_bytes FROM user_totals WHERE owner_uid = ?1",
+                "SELECT open_chains, open_bytes, decision_bytes, rule_bytes FROM user_totals WHERE owner_uid = ?1",
             )?
             .query_row([owner_uid], |r| {
                 Ok(UserTotals {
                     open_chains: r.get(0)?,
                     open_bytes: r.get(1)?,
                     decision_bytes: r.get(2)?,
+                    rule_bytes: r.get(3)?,
                 })
             })
             .optional()?
@@ -184,6 +202,7 @@ impl Store {
                         open_chains: r.get(1)?,
                         open_bytes: r.get(2)?,
                         decision_bytes: r.get(3)?,
+                        rule_bytes: r.get(4)?,
                     },
                 ))
             })?;
@@ -191,9 +210,9 @@ impl Store {
         };
         Ok(UserTotalsCheck {
             kept: read(
-                "SELECT owner_uid, open_chains, open_bytes, decision_bytes FROM user_totals ORDER BY owner_uid",
+                "SELECT owner_uid, open_chains, open_bytes, decision_bytes, rule_bytes FROM user_totals ORDER BY owner_uid",
             )?,
-            counted: read(RECOUNT_USER_TOTALS)?,
+            counted: read(&recount_user_totals_sql())?,
         })
     }
 }

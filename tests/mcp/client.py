@@ -50,6 +50,7 @@ async def main(ctl, config, job_a, job_b):
             async def call(name, args):
                 return result(await session.call_tool(name, args))
 
+            out["rules"] = await call("list_rule_proposals", {})
             pending = await call("list_pending_failed", {})
             out["pending"] = pending
             chains = pending["structured"]["chains"]

@@ -175,6 +175,9 @@ impl<S: Slurm> Engine<S> {
         self.learn_partitions(&partitions).await;
         let tails = self.read_tails(&endings).await;
         let stopped = self.stopped_rules();
+        let owners: std::collections::BTreeSet<u32> =
+            endings.iter().map(|e| e.sub.owner_uid).collect();
+        let users_rules = self.users_rules(&owners);
         self.store.begin_batch()?;
         let mut result = Ok(());
         for (e, read) in endings.into_iter().zip(tails) {
@@ -192,7 +195,10 @@ impl<S: Slurm> Engine<S> {
             else {
                 continue;
             };
-            match self.record_ending(&e.found, obs, &e.sub, progress, &stopped, t) {
+            let own = users_rules
+                .get(&e.sub.owner_uid)
+                .map_or(&[][..], Vec::as_slice);
+            match self.record_ending(&e.found, obs, &e.sub, progress, &stopped, own, t) {
                 Ok(()) => {}
                 Err(err) if !err.is_corruption() => {
                     error!("cannot record the job's ending: {err}; it is judged again next cycle");
@@ -467,8 +473,43 @@ impl<S: Slurm> Engine<S> {
         }
     }
 
-    /// Classifies an ending, decides it, and records it (inside the caller's batch).
-    /// The rules named in `stopped` do not decide it.
+    /// The rules each of `owners` accepted for their own chains (docs/rules.md), as the
+    /// classifier takes them; none when the store cannot say (logged: the config's rules
+    /// decide, and an ending no rule matches waits for a person, as always).
+    fn users_rules(
+        &self,
+        owners: &std::collections::BTreeSet<u32>,
+    ) -> BTreeMap<u32, Vec<crate::config::Rule>> {
+        let mut out = BTreeMap::new();
+        match self.store.any_user_rule_decisions() {
+            Ok(true) => {}
+            Ok(false) => return out,
+            Err(e) => {
+                warn!("cannot read the rules users accepted for their own chains: {e}; the config's rules decide this batch");
+                return out;
+            }
+        }
+        for &o in owners {
+            match self.store.rule_decisions_of(o) {
+                Ok(records) => {
+                    let rules: Vec<crate::config::Rule> = crate::learn::accepted_by(&records, o)
+                        .into_iter()
+                        .filter_map(crate::learn::rule_in_force)
+                        .collect();
+                    if !rules.is_empty() {
+                        out.insert(o, rules);
+                    }
+                }
+                Err(e) => warn!(owner = o, "cannot read the rules this user accepted for their own chains: {e}; the config's rules decide their endings this batch"),
+            }
+        }
+        out
+    }
+
+    /// Classifies an ending, decides it, and records it (inside the caller's batch),
+    /// with the config's rules, then `own` (those its owner accepted for their own
+    /// chains). The rules named in `stopped` do not decide it.
+    #[allow(clippy::too_many_arguments)]
     fn record_ending(
         &mut self,
         f: &Found,
@@ -476,21 +517,25 @@ impl<S: Slurm> Engine<S> {
         sub: &Submission,
         progress: Option<Progress>,
         stopped: &[String],
+        own: &[crate::config::Rule],
         t: i64,
     ) -> Result<(), StoreError> {
         let a = &f.attempt;
-        let rules: std::borrow::Cow<[crate::config::Rule]> = if stopped.is_empty() {
+        let rules: std::borrow::Cow<[crate::config::Rule]> = if stopped.is_empty() && own.is_empty()
+        {
             std::borrow::Cow::Borrowed(&self.config.rules)
         } else {
-            let all = classify::classify(&obs, &self.config.rules).ok();
-            if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
-                warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+            let every: Vec<crate::config::Rule> =
+                self.config.rules.iter().chain(own).cloned().collect();
+            if !stopped.is_empty() {
+                let all = classify::classify(&obs, &every).ok();
+                if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
+                    warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+                }
             }
-            self.config
-                .rules
-                .iter()
+            every
+                .into_iter()
                 .filter(|r| !stopped.contains(&r.name))
-                .cloned()
                 .collect()
         };
         let v = match classify::classify(&obs, &rules) {

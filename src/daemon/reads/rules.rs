@@ -1,14 +1,17 @@
-//! `rules`: the `[[rules]]` entries in force, and the rules proposed from how people and
-//! agents resolved endings of one failure signature (docs/rules.md; `crate::learn`
-//! decides what is proposed).
+//! `rules`: the `[[rules]]` entries in force (the config's, `rules.d/`'s, and the rules
+//! users accepted for their own chains), the rules proposed from how people and agents
+//! resolved endings of one failure signature (docs/rules.md; `crate::learn` decides what
+//! is proposed and where a proposal stands), and the decisions about them.
 //!
-//! Root (and the daemon's own user) sees the proposals made from every chain; any other
-//! user, those made from their own chains only.
+//! An admin (root, the daemon's own user, a member of `[learn] admin_group`) sees the
+//! proposals made from every chain, every user's rules and every decision; any other
+//! user, the proposals made from their own chains, their own rules, and the decisions for
+//! everyone and their own.
 
 use super::Read;
 use crate::config::Config;
-use crate::daemon::access::sees_all;
-use crate::learn::{self, Thresholds};
+use crate::daemon::access::{decides_rules_for_everyone, user_name};
+use crate::learn::{self, ProposalState, RuleAction, RuleRecord, Thresholds};
 use crate::protocol::views::{RuleInForce, RulesAnswer};
 use crate::protocol::Response;
 use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
@@ -19,28 +22,67 @@ pub fn read() -> Read {
     }))
 }
 
+/// A decision's scope as people read it: `everyone`, or `user:<name>`.
+pub fn scope(owner: Option<u32>) -> String {
+    owner.map_or_else(|| "everyone".into(), |o| format!("user:{}", user_name(o)))
+}
+
+/// A record's time as answers say it.
+pub fn when(at: i64) -> String {
+    crate::clock::format_unix(at)
+}
+
 fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreError> {
-    let in_force = config
-        .rules
-        .iter()
-        .map(|r| RuleInForce {
-            name: r.name.clone(),
-            kind: r.kind,
-            exit_codes: r.exit_codes.clone(),
-            stderr: r.stderr.as_ref().map(|re| re.as_str().to_string()),
-            source: r
-                .source
-                .as_ref()
-                .map_or_else(|| "config".into(), |p| p.display().to_string()),
-            completed: 0,
-            failed: 0,
-            running: 0,
-            not_working: false,
+    let owner = (!decides_rules_for_everyone(uid, &config.learn)).then_some(uid);
+    let records: Vec<RuleRecord> = store
+        .rule_decisions(owner)?
+        .into_iter()
+        .map(|mut r| {
+            r.scope = scope(r.owner_uid);
+            r
         })
         .collect();
-    let owner = (!sees_all(uid)).then_some(uid);
+    let in_force = config.rules.iter().map(|r| RuleInForce {
+        name: r.name.clone(),
+        kind: r.kind,
+        exit_codes: r.exit_codes.clone(),
+        stderr: r.stderr.as_ref().map(|re| re.as_str().to_string()),
+        source: r
+            .source
+            .as_ref()
+            .map_or_else(|| "config".into(), |p| p.display().to_string()),
+        proposal: r.proposal.clone(),
+        completed: 0,
+        failed: 0,
+        running: 0,
+        not_working: false,
+    });
+    // The rules users keep for their own chains: the caller's, or everyone's for an admin.
+    let mut owners: Vec<u32> = records.iter().filter_map(|r| r.owner_uid).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let users = owners.iter().flat_map(|&o| {
+        learn::accepted_by(&records, o)
+            .into_iter()
+            .filter_map(|r| {
+                let p = r.rule.as_ref()?;
+                Some(RuleInForce {
+                    name: p.name.clone(),
+                    kind: p.kind,
+                    exit_codes: p.exit_codes.clone(),
+                    stderr: Some(p.stderr.clone()),
+                    source: r.scope.clone(),
+                    proposal: Some(r.proposal.clone()),
+                    completed: 0,
+                    failed: 0,
+                    running: 0,
+                    not_working: false,
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut in_force: Vec<RuleInForce> = in_force.chain(users).collect();
     let thresholds = Thresholds::from(&config.learn);
-    let mut in_force: Vec<RuleInForce> = in_force;
     let retries = store.rule_retries(owner)?;
     let outcomes = learn::tally(retries.iter().map(RuleRetry::outcome));
     for r in &mut in_force {
@@ -51,16 +93,19 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
     }
     Ok(RulesAnswer {
         rules: in_force,
-        proposals: proposals(store, config, owner)?,
+        proposals: proposals(store, config, owner, &records)?,
+        decisions: records,
     })
 }
 
 /// The proposals made from the resolutions of `owner`'s chains (every chain's for
-/// `None`), leaving out those whose rule is in force.
+/// `None`), leaving out those whose rule is in force for everyone, each with where it
+/// stands for `owner` by `records` (the decisions `owner` may see, oldest first).
 pub fn proposals(
     store: &Store,
     config: &Config,
     owner: Option<u32>,
+    records: &[RuleRecord],
 ) -> Result<Vec<learn::Proposal>, StoreError> {
     let thresholds = Thresholds::from(&config.learn);
     let mut proposals = Vec::new();
@@ -68,10 +113,25 @@ pub fn proposals(
     for mut h in learn::histories(rows.iter().map(SignatureResolution::facts)) {
         h.endings = store.signature_endings(&h.signature, owner)?;
         // A proposal whose entry is in force (written to rules.d/) is no longer proposed.
-        proposals.extend(
-            learn::propose(&h, thresholds)
-                .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name)),
-        );
+        let Some(mut p) = learn::propose(&h, thresholds)
+            .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name))
+        else {
+            continue;
+        };
+        let decided = learn::standing(records, &p.id, owner);
+        p.state = match learn::state_of(decided) {
+            // Accepted for everyone, yet not in force (its file was taken out of
+            // rules.d/): it waits again, its acceptance shown.
+            ProposalState::Accepted
+                if decided
+                    .is_some_and(|d| d.owner_uid.is_none() && d.action == RuleAction::Accept) =>
+            {
+                ProposalState::Waiting
+            }
+            s => s,
+        };
+        p.decided = decided.cloned();
+        proposals.push(p);
     }
     Ok(proposals)
 }

@@ -181,6 +181,11 @@ fn decision_view(d: &DecisionRecord) -> DecisionView {
         reason_code: d.reason_code.clone(),
         actor: d.actor.clone(),
         resolves: d.resolves,
+        proposal: d
+            .inputs
+            .pointer("/verdict/proposal")
+            .and_then(|p| p.as_str())
+            .map(str::to_string),
         inputs: d.inputs.clone(),
     }
 }

@@ -42,6 +42,7 @@ mod plain_opt;
 mod recover;
 mod resolution;
 mod rules_accept;
+mod rules_reject;
 pub mod submit;
 
 use super::engine::{Desk, Engine, Runner};
@@ -73,10 +74,19 @@ fn dispatch<T: To>(request: Request, to: T) -> T::Out {
         Request::RulesAccept {
             id,
             despite_conflicts,
+            despite_rejection,
+            mine,
+            reason,
         } => to.write(rules_accept::RulesAccept {
             id,
             despite_conflicts,
+            despite_rejection,
+            mine,
+            reason,
         }),
+        Request::RulesReject { id, reason, mine } => {
+            to.write(rules_reject::RulesReject { id, reason, mine })
+        }
         Request::Submit(r) => to.write(r),
         Request::Adopt { job_ids } => to.write(adopt::Adopt { job_ids }),
         Request::PlainOpt { opted_in } => to.write(plain_opt::PlainOpt { opted_in }),

@@ -1,22 +1,43 @@
-//! `rules accept ID`: a rule proposal (docs/rules.md) put in force by the site's admin:
-//! its entry written to a new file in `rules.d/` beside the config and the config checked
-//! with it as `validate` checks it; the loop then reloads the config, as on SIGHUP,
-//! before answering (`Write::RELOADS`).
+//! `rules accept ID`: a rule proposal (docs/rules.md) put in force.
+//!
+//! For everyone, by an admin (root, the daemon's own user, a member of `[learn]
+//! admin_group`): its entry written to a new file in `rules.d/` beside the config and the
+//! config checked with it as `validate` checks it; the loop then reloads the config, as on
+//! SIGHUP, before answering (`Write::RELOADS`). For the caller's own chains (`--mine`, and
+//! what anyone else gets): the rule kept in the store with the caller's data, counted in
+//! their totals, and read by the judge for their endings alone. Either way the acceptance
+//! is a record of its own (`store/rule_decisions.rs`), as a rejection is
+//! (`rules_reject.rs`, which shares the checks here).
 
 use super::Plan;
-use crate::config::{Config, RULES_DIR};
-use crate::daemon::access::sees_all;
+use crate::config::{is_proposal_id, Config, RULES_DIR};
+use crate::daemon::access::{actor, decides_rules_for_everyone};
 use crate::daemon::engine::Desk;
-use crate::protocol::views::RulesAcceptAnswer;
+use crate::learn::{self, Proposal, ProposalState, RuleAction, RuleRecord};
+use crate::protocol::views::RuleDecisionAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::Slurm;
+use crate::store::{NewRuleDecision, Store};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
 use tracing::info;
 
+/// The longest reason a decision about a rule may give, in bytes: it is kept for good.
+pub const MAX_RULE_REASON_BYTES: usize = 1024;
+
+/// The most rules a user may keep in force for their own chains.
+pub const MAX_RULES_PER_USER: usize = 16;
+
+/// The most decisions about rules a user may make for their own chains, ever (they are
+/// records, kept for good).
+pub const MAX_RULE_DECISIONS_PER_USER: usize = 256;
+
 pub struct RulesAccept {
     pub id: String,
     pub despite_conflicts: bool,
+    pub despite_rejection: bool,
+    pub mine: bool,
+    pub reason: Option<String>,
 }
 
 impl super::Write for RulesAccept {
@@ -26,57 +47,138 @@ impl super::Write for RulesAccept {
         Request::RulesAccept {
             id: self.id,
             despite_conflicts: self.despite_conflicts,
+            despite_rejection: self.despite_rejection,
+            mine: self.mine,
+            reason: self.reason,
         }
     }
 
     async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(accept(
-            desk.store,
-            desk.config,
-            uid,
-            &self.id,
-            self.despite_conflicts,
-        ))
+        Plan::answered(accept(desk.store, desk.config, uid, &self))
     }
 }
 
-fn accept(
-    store: &crate::store::Store,
+fn usage(m: String) -> Response {
+    Response::error(ErrorKind::Usage, m)
+}
+
+/// Refuses an id that is not a proposal's (12 hex digits) before anything is looked up.
+pub(super) fn check_id(id: &str) -> Result<(), Response> {
+    if is_proposal_id(id) {
+        return Ok(());
+    }
+    let shown: String = id.chars().take(40).collect();
+    Err(usage(format!(
+        "{shown:?} is not a rule proposal's id: give its 12 hex digits (0-9, a-f) as `supervisorctl rules` lists them"
+    )))
+}
+
+/// The reason as kept: bounded, and one or more lines of text (no control characters
+/// but newlines and tabs), so that what is shown later is what was said.
+pub(super) fn check_reason(reason: Option<&str>) -> Result<String, Response> {
+    let r = reason.unwrap_or("").trim();
+    if r.len() > MAX_RULE_REASON_BYTES {
+        return Err(usage(format!(
+            "the --reason is {} bytes; at most {MAX_RULE_REASON_BYTES} are kept with a decision about a rule: say it in a few lines",
+            r.len()
+        )));
+    }
+    if r.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(usage(
+            "the --reason holds control characters: give it as plain text".into(),
+        ));
+    }
+    Ok(r.to_string())
+}
+
+/// Whose endings a decision by `uid` is about: `None`, everyone's (an admin who did not
+/// ask for their own only); otherwise the caller's own chains. A caller who is not an
+/// admin never decides for everyone.
+pub(super) fn owner_of_decision(config: &Config, uid: u32, mine: bool) -> Option<u32> {
+    (mine || !decides_rules_for_everyone(uid, &config.learn)).then_some(uid)
+}
+
+/// The scope's name in answers.
+pub(super) fn scope_name(owner: Option<u32>) -> String {
+    if owner.is_some() { "mine" } else { "everyone" }.to_string()
+}
+
+/// The proposal `id` as `owner` sees it (every chain's for everyone), with where it
+/// stands ([`learn::standing`]) and the records it was read from.
+pub(super) fn find(
+    store: &Store,
     config: &Config,
-    uid: u32,
     id: &str,
-    despite_conflicts: bool,
-) -> Result<RulesAcceptAnswer, Response> {
-    // A rule decides everyone's endings: the admin's (root, or the user a per-user daemon
-    // runs as) to put in force.
-    if !sees_all(uid) {
-        return Err(Response::error(
-            ErrorKind::Forbidden,
-            "only root puts a rule in force for everyone; ask your admin to run `supervisorctl rules accept` \
-             (accepting a proposal for your own chains only is not built yet)",
-        ));
-    }
-    let Some(path) = config.path.clone() else {
-        return Err(Response::error(
-            ErrorKind::Conflict,
-            "this daemon runs without a config file, so it has no rules.d/ to write to; start it with --config",
-        ));
-    };
-    if config.cluster.is_some() {
-        return Err(Response::error(
-            ErrorKind::Conflict,
-            "in cluster mode every node reads its own config: write the entry `supervisorctl rules` prints \
-             to rules.d/ beside each node's config and reload them",
-        ));
-    }
-    let proposals = crate::daemon::reads::rules::proposals(store, config, None)?;
-    let Some(p) = proposals.into_iter().find(|p| p.id == id) else {
+    owner: Option<u32>,
+) -> Result<(Proposal, Vec<RuleRecord>), Response> {
+    let records = store.rule_decisions(owner)?;
+    let mut proposals = crate::daemon::reads::rules::proposals(store, config, owner, &records)?;
+    let Some(i) = proposals.iter().position(|p| p.id == id) else {
+        let whose = if owner.is_some() {
+            " made from your chains' resolutions"
+        } else {
+            ""
+        };
         return Err(Response::error(
             ErrorKind::NotFound,
-            format!("no rule proposal {id:?}: `supervisorctl rules` lists them (a proposal in force is no longer listed)"),
+            format!("no rule proposal {id}{whose}: `supervisorctl rules` lists them (a proposal in force for everyone is no longer listed)"),
         ));
     };
-    if !p.conflicts.is_empty() && !despite_conflicts {
+    Ok((proposals.swap_remove(i), records))
+}
+
+/// The decision `d` as the answer shows it (with its scope's name).
+pub(super) fn shown(mut r: RuleRecord) -> RuleRecord {
+    r.scope = crate::daemon::reads::rules::scope(r.owner_uid);
+    r
+}
+
+fn accept(
+    store: &mut Store,
+    config: &Config,
+    uid: u32,
+    req: &RulesAccept,
+) -> Result<RuleDecisionAnswer, Response> {
+    check_id(&req.id)?;
+    let reason = check_reason(req.reason.as_deref())?;
+    let id = req.id.as_str();
+    let owner = owner_of_decision(config, uid, req.mine);
+    let (p, records) = find(store, config, id, owner)?;
+    // `Accepted` is only ever the caller's own acceptance for their chains (one for
+    // everyone is in force, or waits again: `reads::rules::proposals`).
+    if p.state == ProposalState::Accepted {
+        // Accepted for the caller's chains already: as things stand, nothing written.
+        return Ok(RuleDecisionAnswer {
+            id: id.to_string(),
+            name: p.rule.name.clone(),
+            action: RuleAction::Accept,
+            scope: scope_name(owner),
+            changed: false,
+            record: p.decided.map(shown),
+            file: None,
+        });
+    }
+    if p.state == ProposalState::Rejected && !req.despite_rejection {
+        let d = p
+            .decided
+            .as_ref()
+            .expect("a rejected proposal has its record");
+        let why = if d.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {:?}", d.reason)
+        };
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!(
+                "proposal {id} was rejected by {} at {} (record {}){why}; accept it with --despite-rejection if it is right after all",
+                d.actor,
+                crate::daemon::reads::rules::when(d.at),
+                d.id
+            ),
+        ));
+    }
+    if !p.conflicts.is_empty() && !req.despite_conflicts {
         let who: Vec<String> = p
             .conflicts
             .iter()
@@ -89,6 +191,127 @@ fn accept(
                  then accept with --despite-conflicts if the rule is still right",
                 who.join(", ")
             ),
+        ));
+    }
+    let decision = NewRuleDecision {
+        proposal: id,
+        owner_uid: owner,
+        action: RuleAction::Accept,
+        actor: &actor(uid),
+        actor_uid: uid,
+        reason: &reason,
+        rule: Some(&p.rule),
+        at: crate::clock::now(),
+    };
+    let (record, file) = match owner {
+        Some(o) => (accept_for_own(store, config, o, &records, &decision)?, None),
+        None => {
+            let file = write_rules_d(config, uid, &p)?;
+            match store.record_rule_decision(&decision) {
+                Ok(r) => (r, Some(file)),
+                Err(e) => {
+                    // Not recorded, so not in force either.
+                    let _ = std::fs::remove_file(&file);
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    info!(proposal = %id, rule = %p.rule.name, scope = %scope_name(owner), record, uid, "rule proposal accepted");
+    let record = store
+        .rule_decisions(owner)?
+        .into_iter()
+        .find(|r| r.id == record)
+        .map(shown);
+    Ok(RuleDecisionAnswer {
+        id: id.to_string(),
+        name: p.rule.name,
+        action: RuleAction::Accept,
+        scope: scope_name(owner),
+        changed: true,
+        record,
+        file: file.map(|f| f.display().to_string()),
+    })
+}
+
+/// A user's acceptance for their own chains: within their number of rules and their
+/// stored bytes, recorded in the store with the rule.
+fn accept_for_own(
+    store: &mut Store,
+    config: &Config,
+    owner: u32,
+    visible: &[RuleRecord],
+    d: &NewRuleDecision,
+) -> Result<i64, Response> {
+    let mine: Vec<RuleRecord> = visible
+        .iter()
+        .filter(|r| r.owner_uid == Some(owner))
+        .cloned()
+        .collect();
+    let n = learn::accepted_by(&mine, owner).len();
+    if n >= MAX_RULES_PER_USER {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "you keep {n} rules for your own chains, the most a user may ({MAX_RULES_PER_USER}): \
+                 reject one of them first (`supervisorctl rules reject ID --mine`), or ask your admin to accept it for everyone"
+            ),
+        ));
+    }
+    room_for_own(store, config, owner, visible, d)?;
+    Ok(store.record_rule_decision(d)?)
+}
+
+/// Refuses a user's decision for their own chains past their number of such records or
+/// their stored bytes (`limits.max_stored_bytes_per_user`, which counts them).
+pub(super) fn room_for_own(
+    store: &Store,
+    config: &Config,
+    owner: u32,
+    visible: &[RuleRecord],
+    d: &NewRuleDecision,
+) -> Result<(), Response> {
+    let made = visible
+        .iter()
+        .filter(|r| r.owner_uid == Some(owner))
+        .count();
+    if made >= MAX_RULE_DECISIONS_PER_USER {
+        return Err(Response::error(
+            ErrorKind::Unavailable,
+            format!(
+                "you have made {made} decisions about rules for your own chains, the most a user may                  ({MAX_RULE_DECISIONS_PER_USER}; they are kept for good): ask your admin to decide this one for everyone"
+            ),
+        ));
+    }
+    let bytes = d.reason.len()
+        + d.rule
+            .map_or(0, |r| serde_json::to_string(r).map_or(0, |s| s.len()));
+    let totals = store.user_totals(owner)?;
+    super::submit::check_bytes(
+        &config.limits,
+        &totals,
+        bytes as u64,
+        "this decision about a rule",
+    )
+}
+
+/// Writes the proposal's entry to a new file of `rules.d/` beside the config and checks
+/// the config with it; the file's path. In cluster mode, and without a config file, it
+/// is refused.
+fn write_rules_d(config: &Config, uid: u32, p: &Proposal) -> Result<std::path::PathBuf, Response> {
+    let id = &p.id;
+    let Some(path) = config.path.clone() else {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            "this daemon runs without a config file, so it has no rules.d/ to write to; start it with --config",
+        ));
+    };
+    if config.cluster.is_some() {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            "in cluster mode every node reads its own config: write the entry `supervisorctl rules` prints \
+             to rules.d/ beside each node's config and reload them (a user's acceptance for their own chains, \
+             `--mine`, is kept in the shared store and works here)",
         ));
     }
     let dir = path
@@ -153,10 +376,60 @@ fn accept(
             format!("the config with this rule is not valid, so it was not put in force: {e:#}"),
         ));
     }
-    info!(proposal = %id, rule = %p.rule.name, file = %file.display(), uid, "rule proposal accepted; the config is reloaded");
-    Ok(RulesAcceptAnswer {
-        id: id.to_string(),
-        name: p.rule.name,
-        file: file.display().to_string(),
-    })
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_user_sends_is_checked_as_data() {
+        assert!(check_id("0123456789ab").is_ok());
+        for bad in [
+            "",
+            "0123456789AB",
+            "0123456789a",
+            "0123456789abc",
+            "../../etc/x",
+            "0123456789a\n",
+            "g123456789ab",
+        ] {
+            let e = check_id(bad).unwrap_err();
+            assert!(
+                format!("{e:?}").contains("is not a rule proposal's id"),
+                "{bad:?}: {e:?}"
+            );
+        }
+        // A long id is not echoed whole.
+        let long = "x".repeat(100_000);
+        assert!(format!("{:?}", check_id(&long).unwrap_err()).len() < 400);
+        assert_eq!(check_reason(None).unwrap(), "");
+        assert_eq!(
+            check_reason(Some("  seen it\n\ttwice ")).unwrap(),
+            "seen it\n\ttwice"
+        );
+        assert!(check_reason(Some(&"x".repeat(MAX_RULE_REASON_BYTES))).is_ok());
+        let e = check_reason(Some(&"x".repeat(MAX_RULE_REASON_BYTES + 1))).unwrap_err();
+        assert!(format!("{e:?}").contains("at most 1024"), "{e:?}");
+        let e = check_reason(Some("\x1b[31mred")).unwrap_err();
+        assert!(format!("{e:?}").contains("control characters"), "{e:?}");
+    }
+
+    #[test]
+    fn only_an_admin_decides_for_everyone_and_only_when_not_asking_for_their_own() {
+        let config = Config::defaults();
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!(owner_of_decision(&config, me, false), None);
+        assert_eq!(owner_of_decision(&config, me, true), Some(me));
+        // Anyone else: their own chains, whatever they asked.
+        assert_eq!(
+            owner_of_decision(&config, 4_000_000_123, false),
+            Some(4_000_000_123)
+        );
+        assert_eq!(
+            owner_of_decision(&config, 4_000_000_123, true),
+            Some(4_000_000_123)
+        );
+    }
 }

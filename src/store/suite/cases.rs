@@ -39,7 +39,7 @@ fn user_totals_follow_every_write(journaled) {
     let l = s.create_submission(&new, 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let alice = s.user_totals(1000).unwrap();
-    assert_eq!(alice, UserTotals { open_chains: 2, open_bytes: bytes, decision_bytes: 0 });
+    assert_eq!(alice, UserTotals { open_chains: 2, open_bytes: bytes, decision_bytes: 0, rule_bytes: 0 });
     assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
     check(&s);
     // A decision on an open chain counts; the submission counts once while a chain of
@@ -60,7 +60,7 @@ fn user_totals_follow_every_write(journaled) {
     let failed = tr(ChainState::PendingFailed, &ChainUpdate::to(ChainState::Failed), d.clone());
     assert!(s.apply_one(1, &failed, 300).unwrap());
     let after = s.user_totals(1000).unwrap();
-    assert_eq!(after, UserTotals { open_chains: 1, open_bytes: bytes, decision_bytes: 0 });
+    assert_eq!(after, UserTotals { open_chains: 1, open_bytes: bytes, decision_bytes: 0, rule_bytes: 0 });
     check(&s);
     let done = tr(ChainState::Active, &ChainUpdate::to(ChainState::Completed), d.clone());
     assert!(record_ending(&mut s, 2, 1, done, 310).unwrap());
@@ -81,6 +81,50 @@ fn user_totals_follow_every_write(journaled) {
     s.discard_submission(lb.id).unwrap();
     assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());
     check(&s);
+}
+
+/// Decisions about rule proposals: records of their own, oldest first; a user sees those
+/// for everyone and their own; a user's count in their totals for good, an admin's in no
+/// one's; a replica made from the journal holds the same rows.
+fn rule_decisions_are_records_of_their_own(journaled) {
+    use crate::learn::{Change, ProposedRule, RuleAction};
+    let mut s = journaled();
+    let rule = ProposedRule {
+        name: "learnt-0123456789ab".into(),
+        kind: Classification::Transient,
+        exit_codes: vec![1],
+        stderr: "shard [0-9]+".into(),
+        change: Change::Unchanged,
+    };
+    let d = |owner, action, reason, at| NewRuleDecision {
+        proposal: "0123456789ab",
+        owner_uid: owner,
+        action,
+        actor: "user:x",
+        actor_uid: owner.unwrap_or(0),
+        reason,
+        rule: (action == RuleAction::Accept).then_some(&rule),
+        at,
+    };
+    let admin = s.record_rule_decision(&d(None, RuleAction::Reject, "not for everyone", 100)).unwrap();
+    assert_eq!(s.user_totals(0).unwrap(), UserTotals::default());
+    let alice = s.record_rule_decision(&d(Some(1000), RuleAction::Accept, "", 200)).unwrap();
+    assert!(alice > admin);
+    s.record_rule_decision(&d(Some(2000), RuleAction::Reject, "no", 300)).unwrap();
+    let t = s.user_totals(1000).unwrap();
+    assert_eq!(t.rule_bytes, json(&rule).len() as u64);
+    assert_eq!(t.kept_bytes(), t.rule_bytes);
+    assert_eq!(s.user_totals(2000).unwrap().rule_bytes, 2);
+    let t = s.recount_user_totals().unwrap();
+    assert_eq!(t.kept, t.counted);
+    let all = s.rule_decisions(None).unwrap();
+    assert_eq!(all.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200, 300]);
+    assert_eq!(all[1].rule.as_ref(), Some(&rule));
+    assert_eq!((all[0].owner_uid, all[0].action, all[0].reason.as_str()), (None, RuleAction::Reject, "not for everyone"));
+    let alices = s.rule_decisions(Some(1000)).unwrap();
+    assert_eq!(alices.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200]);
+    assert_eq!(s.rule_decisions_of(1000).unwrap().len(), 1);
+    assert!(s.any_user_rule_decisions().unwrap());
 }
 
 fn plain_sbatch_not_recovered_and_refusals(journaled) {

@@ -196,7 +196,8 @@ fn the_totals_migration_counts_an_existing_store() {
         UserTotals {
             open_chains: 1,
             open_bytes: 2 + 4 + 2,
-            decision_bytes: 0
+            decision_bytes: 0,
+            rule_bytes: 0
         }
     );
     assert_eq!(s.user_totals(2000).unwrap(), UserTotals::default());

@@ -1,0 +1,94 @@
+//! `rules reject ID`: a rule proposal (docs/rules.md) rejected, for everyone by an admin,
+//! or for the caller's own chains (`--mine`, and what anyone else gets). The rejection is
+//! a record of its own in the store (`store/rule_decisions.rs`): `rules` shows the
+//! proposal as rejected with who, when and why, and `rules accept` of it then needs
+//! `--despite-rejection`. A rejection of the caller's own accepted rule takes it out of
+//! force for them. A proposal rejected already (as the caller sees it) is answered as it
+//! stands: nothing is written.
+
+use super::rules_accept::{
+    check_id, check_reason, find, owner_of_decision, room_for_own, scope_name, shown,
+};
+use super::Plan;
+use crate::config::Config;
+use crate::daemon::access::actor;
+use crate::daemon::engine::Desk;
+use crate::learn::{ProposalState, RuleAction};
+use crate::protocol::views::RuleDecisionAnswer;
+use crate::protocol::{Request, Response};
+use crate::slurm::Slurm;
+use crate::store::{NewRuleDecision, Store};
+use tracing::info;
+
+pub struct RulesReject {
+    pub id: String,
+    pub reason: Option<String>,
+    pub mine: bool,
+}
+
+impl super::Write for RulesReject {
+    fn into_request(self) -> Request {
+        Request::RulesReject {
+            id: self.id,
+            reason: self.reason,
+            mine: self.mine,
+        }
+    }
+
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+        Plan::answered(reject(desk.store, desk.config, uid, &self))
+    }
+}
+
+fn reject(
+    store: &mut Store,
+    config: &Config,
+    uid: u32,
+    req: &RulesReject,
+) -> Result<RuleDecisionAnswer, Response> {
+    check_id(&req.id)?;
+    let reason = check_reason(req.reason.as_deref())?;
+    let id = req.id.as_str();
+    let owner = owner_of_decision(config, uid, req.mine);
+    let (p, records) = find(store, config, id, owner)?;
+    if p.state == ProposalState::Rejected {
+        return Ok(RuleDecisionAnswer {
+            id: id.to_string(),
+            name: p.rule.name,
+            action: RuleAction::Reject,
+            scope: scope_name(owner),
+            changed: false,
+            record: p.decided.map(shown),
+            file: None,
+        });
+    }
+    let decision = NewRuleDecision {
+        proposal: id,
+        owner_uid: owner,
+        action: RuleAction::Reject,
+        actor: &actor(uid),
+        actor_uid: uid,
+        reason: &reason,
+        rule: None,
+        at: crate::clock::now(),
+    };
+    if let Some(o) = owner {
+        room_for_own(store, config, o, &records, &decision)?;
+    }
+    let record = store.record_rule_decision(&decision)?;
+    info!(proposal = %id, scope = %scope_name(owner), record, uid, "rule proposal rejected");
+    let record = store
+        .rule_decisions(owner)?
+        .into_iter()
+        .find(|r| r.id == record)
+        .map(shown);
+    Ok(RuleDecisionAnswer {
+        id: id.to_string(),
+        name: p.rule.name,
+        action: RuleAction::Reject,
+        scope: scope_name(owner),
+        changed: true,
+        record,
+        file: None,
+    })
+}
