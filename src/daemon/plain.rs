@@ -101,6 +101,14 @@ pub enum SpoolError {
     Locked { path: PathBuf, holder: String },
 }
 
+/// Whether `a` and `b` are on one filesystem (both exist and have one device number).
+fn shares_filesystem(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
 impl Spool {
     pub fn of(config: &Config) -> Spool {
         Spool::at(config.plain_spool())
@@ -599,6 +607,13 @@ impl Plain {
         }
         let spool = Spool::of(config);
         let lock = spool.prepare()?;
+        if nix::unistd::geteuid().is_root() && shares_filesystem(&spool.root, &config.state_dir) {
+            tracing::warn!(
+                spool = %spool.root.display(),
+                state_dir = %config.state_dir.display(),
+                "the plain-sbatch spool is on the state directory's filesystem: each user's notes folder is theirs, so a user can fill that filesystem and stop the store's writes; put the spool on another filesystem ([plain_sbatch] spool), or give users a quota there (docs/plain-sbatch.md)"
+            );
+        }
         let marks = config.plain_sbatch.admin_comment.then(|| Marks {
             every: (config.poll_interval * 10).min(MARKS_AT_MOST_EVERY),
             last: None,
@@ -927,6 +942,18 @@ async fn take<S: crate::slurm::Slurm>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_spool_on_the_state_directorys_filesystem_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        assert!(super::shares_filesystem(&a, &b));
+        // /proc is another filesystem than any temporary folder.
+        assert!(!super::shares_filesystem(&a, std::path::Path::new("/proc")));
+        assert!(!super::shares_filesystem(&a, &dir.path().join("missing")));
+    }
+
     use super::*;
 
     #[test]
