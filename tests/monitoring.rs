@@ -6,11 +6,12 @@
 //! - a Prometheus of the test's own scraping two daemons in cluster mode (a private
 //!   MariaDB, tests/mariadb/mod.rs) on the fake Slurm (tests/fake-slurm), every second,
 //!   with the shipped rules file loaded as it is. After a scenario (a node failure that
-//!   opens the breaker and quarantines the node, ambiguous failures, one resolved by an
-//!   agent and completed, squeue down for a moment, a notification command that fails),
+//!   opens the breaker and quarantines the node, ambiguous failures, two of the same
+//!   failure resolved by an agent and completed, which makes a rule proposal, a failure
+//!   a config rule decides, squeue down for a moment, a notification command that fails),
 //!   Prometheus's HTTP API shows the series, every recording rule's series, no rule in
-//!   error, and the breaker's and the notifications' alerts pending on the active node
-//!   only. The alerts' `for:` are minutes and the test waits for no minute: pending shows
+//!   error, the breaker's and the notifications' alerts pending on the active node only,
+//!   and the rules' alerts quiet. The alerts' `for:` are minutes and the test waits for no minute: pending shows
 //!   that the rule matched the real series, and the unit tests show `for:` at work;
 //! - every expression of the Grafana dashboard (config/grafana/slurm-supervisor.json), its
 //!   variables substituted, is accepted by that Prometheus and answers with data (a
@@ -390,7 +391,9 @@ fn cluster_config(db: &mariadb::MariaDb, password_file: &Path, node: &str, port:
          [quarantine]\nthreshold = 1\n\
          [notify]\nmail = false\ncommand = [\"/bin/false\"]\n\
          [store]\nurl = \"mysql://ssv@127.0.0.1:{}/supervisor\"\npassword_file = {:?}\n\
-         node = \"{node}\"\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\n",
+         node = \"{node}\"\nlease = \"12s\"\nmargin = \"1s\"\ntimeout = \"2s\"\n\
+         [learn]\nagreeing = 2\n\
+         [[rules]]\nname = \"missing-dataset\"\nkind = \"permanent\"\nstderr = \"dataset .* not found\"\n",
         db.port(),
         password_file.display().to_string()
     )
@@ -428,14 +431,22 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
     let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 
     // The scenario, on the active node. A node failure opens the breaker (threshold 1)
-    // and quarantines its node; two ambiguous failures wait for an agent; one completes.
+    // and quarantines its node; three ambiguous failures wait for an agent, two of them
+    // the same failure; one completes; the config's rule fails a job by itself.
     d1.write_script("job.sh", "echo hi");
-    let [nodefail, odd, waits, done] = [0; 4].map(|_| d1.submit(&["job.sh"]));
+    let [nodefail, odd, odd2, waits, done, ruled] = [0; 6].map(|_| d1.submit(&["job.sh"]));
     fake.ctl(&["run", &nodefail, "c3"]);
     fake.ctl(&["finish", &nodefail, "NODE_FAIL", "0:0"]);
     fake.ctl(&[
         "finish",
         &odd,
+        "FAILED",
+        "1:0",
+        "RuntimeError: shard 7 checksum mismatch\n",
+    ]);
+    fake.ctl(&[
+        "finish",
+        &odd2,
         "FAILED",
         "1:0",
         "RuntimeError: shard 7 checksum mismatch\n",
@@ -448,7 +459,16 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
         "ValueError: bad input row 12\n",
     ]);
     fake.ctl(&["finish", &done, "COMPLETED", "0:0"]);
+    fake.ctl(&[
+        "finish",
+        &ruled,
+        "FAILED",
+        "2:0",
+        "IOError: dataset era5 not found\n",
+    ]);
     d1.wait_state(&odd, "pending_failed", Duration::from_secs(30));
+    d1.wait_state(&odd2, "pending_failed", Duration::from_secs(30));
+    d1.wait_state(&ruled, "failed", Duration::from_secs(30));
     d1.wait_state(&waits, "pending_failed", Duration::from_secs(30));
     d1.wait_state(&done, "completed", Duration::from_secs(30));
     common::wait_for(
@@ -462,33 +482,36 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
         "slurm_supervisor_poll_cycle_failures_total{{instance=\"{i1}\"}} > 0"
     ));
     fake.ctl(&["mode", "squeue", "ok"]);
-    // An agent resolves one, and its retry completes.
-    let sbatches = fake.sbatch_calls().len();
-    let out = d1.ctl(&[
-        "classify",
-        &odd,
-        "--action",
-        "retry",
-        "--reason",
-        "the shard was re-downloaded",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    common::wait_for("the agent's retry", Duration::from_secs(30), || {
-        fake.sbatch_calls().len() > sbatches
-    });
-    let retry = fake
-        .jobs()
-        .keys()
-        .filter_map(|k| k.parse::<u64>().ok())
-        .max()
-        .unwrap()
-        .to_string();
-    fake.ctl(&["finish", &retry, "COMPLETED", "0:0"]);
-    d1.wait_state(&odd, "completed", Duration::from_secs(30));
+    // An agent resolves the two of the same failure, and their retries complete: two
+    // agreeing resolutions whose retries worked propose a rule (`[learn] agreeing = 2`).
+    for job in [&odd, &odd2] {
+        let sbatches = fake.sbatch_calls().len();
+        let out = d1.ctl(&[
+            "classify",
+            job,
+            "--action",
+            "retry",
+            "--reason",
+            "the shard was re-downloaded",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        common::wait_for("the agent's retry", Duration::from_secs(30), || {
+            fake.sbatch_calls().len() > sbatches
+        });
+        let retry = fake
+            .jobs()
+            .keys()
+            .filter_map(|k| k.parse::<u64>().ok())
+            .max()
+            .unwrap()
+            .to_string();
+        fake.ctl(&["finish", &retry, "COMPLETED", "0:0"]);
+        d1.wait_state(job, "completed", Duration::from_secs(30));
+    }
 
     // What Prometheus has of it, from both nodes (the standby's replica follows).
     for expr in [
@@ -496,9 +519,19 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
         format!("slurm_supervisor_breaker_open{{instance=\"{i2}\"}} == 1"),
         format!("slurm_supervisor_quarantined_node{{instance=\"{i1}\", node=\"c3\"}} == 1"),
         format!("slurm_supervisor_endings_total{{instance=\"{i1}\", classification=\"node_fail\"}} == 1"),
-        format!("slurm_supervisor_decisions_by_actor_total{{instance=\"{i2}\", actor=\"user\"}} == 1"),
-        format!("slurm_supervisor_resolution_resubmitted_chains{{instance=\"{i2}\", state=\"completed\"}} == 1"),
-        format!("slurm_supervisor_chains{{instance=\"{i2}\", state=\"completed\"}} == 2"),
+        format!("slurm_supervisor_decisions_by_actor_total{{instance=\"{i2}\", actor=\"user\"}} == 2"),
+        format!("slurm_supervisor_resolution_resubmitted_chains{{instance=\"{i2}\", state=\"completed\"}} == 2"),
+        format!("slurm_supervisor_chains{{instance=\"{i2}\", state=\"completed\"}} == 3"),
+        // Rules that learn: the proposal, the config's rule and its decision, counted
+        // apart from the agent's resolutions.
+        format!("slurm_supervisor_rule_proposals{{instance=\"{i1}\"}} == 1"),
+        format!("slurm_supervisor_rule_proposals{{instance=\"{i2}\"}} == 1"),
+        format!("slurm_supervisor_rules{{instance=\"{i1}\", source=\"config\"}} == 1"),
+        format!("slurm_supervisor_rules{{instance=\"{i1}\", source=\"rules_d\"}} == 0"),
+        format!("slurm_supervisor_rules_not_working{{instance=\"{i1}\"}} == 0"),
+        format!("slurm_supervisor_rule_decisions_total{{instance=\"{i2}\", action=\"fail\"}} == 1"),
+        format!("slurm_supervisor_rule_decisions_total{{instance=\"{i2}\", action=\"resubmit\"}} == 0"),
+        format!("slurm_supervisor_resolutions_total{{instance=\"{i2}\", action=\"resubmit\"}} == 2"),
         format!("slurm_supervisor_pending_failed_oldest_seconds{{instance=\"{i1}\"}} >= 1"),
         format!("slurm_supervisor_notification_failures_total{{instance=\"{i1}\", channel=\"command\"}} > 0"),
         format!("slurm_supervisor_cluster_epoch{{instance=\"{i1}\"}} > 0"),
@@ -529,7 +562,7 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
     );
     let rules = prom.rules();
     assert!(
-        rules.len() >= 19,
+        rules.len() >= 21,
         "{} rules loaded: {rules:#?}\n{}",
         rules.len(),
         prom.log()
@@ -584,10 +617,14 @@ fn a_real_prometheus_scrapes_the_daemons_runs_the_rules_and_answers_the_dashboar
         Some(1.0),
         "the breaker's alert tells the failures counted"
     );
+    // Quiet: the rule in force has made no retry, and the proposal is seconds old (the
+    // unit tests show these two firing).
     for rule in [
         "SlurmSupervisorNoActiveDaemon",
         "SlurmSupervisorTwoActiveDaemons",
         "SlurmSupervisorDown",
+        "SlurmSupervisorRuleNotWorking",
+        "SlurmSupervisorRuleProposalsWaiting",
     ] {
         assert!(alerts(rule).is_empty(), "{rule}: {:#?}", alerts(rule));
     }

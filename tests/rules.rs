@@ -355,6 +355,12 @@ fn agreeing_resolutions_whose_retries_worked_make_a_proposal_and_others_none() {
         text.contains(&format!("{sig}  accepted for everyone by user:")),
         "{text}"
     );
+    // Counted as an ending a rule decided, apart from the people's and agents' resolutions.
+    assert_eq!(
+        metric(port, "rule_decisions_total{action=\"resubmit\"}"),
+        1.0
+    );
+    assert_eq!(metric(port, "rule_decisions_total{action=\"fail\"}"), 0.0);
     // `rules` counts the rule's retries (this one not made yet: its backoff runs).
     let answer = d.json(&["rules", "--json"]);
     let learnt = answer["rules"]

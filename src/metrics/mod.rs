@@ -224,6 +224,9 @@ pub struct Totals {
     pub by_actor: HashMap<ActorKind, u64>,
     /// Resolutions by an agent or a person (resubmit, fail, hold).
     pub resolutions: HashMap<Action, u64>,
+    /// Endings a `[[rules]]` entry decided by itself (resubmit, fail): with the
+    /// resolutions, the share of endings a rule decided against an agent or a person.
+    pub rule_decisions: HashMap<Action, u64>,
     /// The chains an agent or a person resubmitted.
     pub resubmitted: BTreeSet<i64>,
     /// The wall time of the attempts that were continued (docs/continuation.md).
@@ -250,6 +253,9 @@ impl Totals {
             *self.by_actor.entry(t.actor).or_default() += t.count;
             if !by_supervisor && is_resolution(t.action) {
                 *self.resolutions.entry(t.action).or_default() += t.count;
+            }
+            if t.by_rule {
+                *self.rule_decisions.entry(t.action).or_default() += t.count;
             }
         }
         self.resubmitted.extend(resubmitted);
@@ -483,6 +489,19 @@ pub fn encode(snap: &Snapshot, config: &Config) -> String {
         "resolutions",
         "Resolutions of failed chains by an agent or a person (decisions whose actor is not the supervisor), by action",
         resolutions,
+    );
+
+    let rule_decisions = Family::<ActionLabel, Counter>::default();
+    for a in [Action::Resubmit, Action::Fail] {
+        let n = snap.totals.rule_decisions.get(&a).copied().unwrap_or(0);
+        rule_decisions
+            .get_or_create(&ActionLabel { action: a.as_str() })
+            .inc_by(n);
+    }
+    r.register(
+        "rule_decisions",
+        "Endings a failure rule ([[rules]], in the config or rules.d) decided by itself, by action: resubmit (transient) or fail (permanent); against resolutions_total, the share of endings decided by a rule rather than by an agent or a person",
+        rule_decisions,
     );
 
     let resubmitted = Family::<StateLabel, Gauge>::default();

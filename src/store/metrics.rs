@@ -15,6 +15,9 @@ pub struct DecisionTally {
     pub actor: ActorKind,
     /// Made about an ending Slurm reported (the record points at an observation).
     pub observed: bool,
+    /// A `[[rules]]` entry decided the ending by itself: the supervisor retried it
+    /// (`transient`) or failed it (`permanent`) because the rule its verdict names matched.
+    pub by_rule: bool,
     pub count: u64,
 }
 
@@ -76,13 +79,20 @@ impl Store {
 
     /// Decision records with `after < id <= upto`, counted by their facts. A range of
     /// the rowid: the cost is that of the records in it (the first call, from 0, reads
-    /// every record once).
+    /// every record once). Whether a rule decided is read from the record's verdict (its
+    /// inputs) only for the supervisor's retries and fails of the kinds a rule gives.
     pub fn decision_tallies(&self, after: i64, upto: i64) -> Result<Vec<DecisionTally>> {
         let mut q = self.conn.prepare_cached(
             "SELECT classification, class, action,
                     CASE WHEN actor LIKE 'user:%' THEN 'user' ELSE actor END,
-                    observation_id IS NOT NULL, COUNT(*)
-             FROM decisions WHERE id > ?1 AND id <= ?2 GROUP BY 1, 2, 3, 4, 5",
+                    observation_id IS NOT NULL,
+                    CASE WHEN actor = 'supervisor' AND observation_id IS NOT NULL
+                              AND action IN ('resubmit', 'fail')
+                              AND classification IN ('transient', 'permanent')
+                         THEN json_extract(inputs, '$.verdict.rule') IS NOT NULL
+                         ELSE 0 END,
+                    COUNT(*)
+             FROM decisions WHERE id > ?1 AND id <= ?2 GROUP BY 1, 2, 3, 4, 5, 6",
         )?;
         let rows = q.query_map([after, upto], |r| {
             Ok((
@@ -91,17 +101,19 @@ impl Store {
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
                 r.get::<_, bool>(4)?,
-                r.get::<_, u64>(5)?,
+                r.get::<_, bool>(5)?,
+                r.get::<_, u64>(6)?,
             ))
         })?;
         rows.map(|r| {
-            let (classification, class, action, actor, observed, count) = r?;
+            let (classification, class, action, actor, observed, by_rule, count) = r?;
             Ok(DecisionTally {
                 classification: parse_name(&classification)?,
                 class: parse_name(&class)?,
                 action: parse_name(&action)?,
                 actor: parse_name(&actor)?,
                 observed,
+                by_rule,
                 count,
             })
         })
