@@ -15,8 +15,11 @@
 //!   and the Debian package are made from one list: `assets`, every file and folder of the
 //!   package with its mode, its source and its path on RHEL (`[package.metadata.deb]`'s
 //!   `assets` and the units its `systemd-units` finds, with the paths RHEL keeps elsewhere
-//!   mapped: `RHEL_PATHS`), and `preamble.spec`, the name, version, summary, licence,
-//!   weak dependencies, maintainer and description.
+//!   mapped: `RHEL_PATHS`; the folders both packages ship empty, `[package.metadata.packages]
+//!   empty-dirs`, as folders it owns), and `preamble.spec`, the name, version, summary,
+//!   licence, weak dependencies, maintainer and description;
+//! - `deb-empty-dirs`: those folders the packages ship empty as `MODE PATH` lines, which
+//!   scripts/package adds to the .deb (cargo-deb's assets are files only).
 //!
 //! It is an example rather than a build script because it needs the library (the clap
 //! definitions live in it), and rather than a hidden subcommand so that the release
@@ -134,7 +137,9 @@ fn main() -> Result<()> {
     slurm_supervisor::config::Config::load(&conffile)
         .map_err(|e| anyhow::anyhow!("the packaged config is refused: {e}"))?;
 
-    write_rpm_lists(root, &out.join("rpm"))
+    let deb_dirs = write_rpm_lists(root, &out.join("rpm"))?;
+    let path = out.join("deb-empty-dirs");
+    std::fs::write(&path, deb_dirs).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// One line of `rpm/assets`: what rpm/slurm-supervisor.spec installs and how it lists it.
@@ -153,8 +158,9 @@ struct RpmAsset {
 }
 
 /// Writes `rpm/assets` (one `KIND MODE SOURCE DEST` line per file and owned folder) and
-/// `rpm/preamble.spec` from Cargo.toml, for rpm/slurm-supervisor.spec.
-fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
+/// `rpm/preamble.spec` from Cargo.toml, for rpm/slurm-supervisor.spec. Returns the folders
+/// both packages ship empty as `MODE PATH` lines, for the .deb.
+fn write_rpm_lists(root: &Path, out: &Path) -> Result<String> {
     let manifest = root.join("Cargo.toml");
     let cargo: toml::Table = std::fs::read_to_string(&manifest)
         .with_context(|| format!("cannot read {}", manifest.display()))?
@@ -239,6 +245,19 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
             }
         }
     }
+    // The folders both packages ship empty: the RPM owns them with their modes, and
+    // scripts/package adds them to the .deb (cargo-deb packs files only).
+    let empty_dirs = empty_dirs(package)?;
+    let mut deb_dirs = String::new();
+    for (dir, mode) in &empty_dirs {
+        assets.push(RpmAsset {
+            kind: "dir",
+            mode: mode.clone(),
+            source: "-".into(),
+            dest: format!("/{dir}"),
+        });
+        deb_dirs.push_str(&format!("{mode} {dir}\n"));
+    }
     // The package owns the folders that are its own (a path component is its name), not
     // the system's it puts files in, which their own packages own.
     let mut dirs = std::collections::BTreeSet::new();
@@ -255,6 +274,9 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
                 dirs.insert(dir.components().collect::<std::path::PathBuf>());
             }
         }
+    }
+    for (dir, _) in &empty_dirs {
+        dirs.remove(Path::new("/").join(dir).as_path());
     }
     assets.extend(dirs.into_iter().map(|dir| RpmAsset {
         kind: "dir",
@@ -307,7 +329,47 @@ fn write_rpm_lists(root: &Path, out: &Path) -> Result<()> {
         let path = out.join(file);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(())
+    Ok(deb_dirs)
+}
+
+/// `[package.metadata.packages] empty-dirs` of Cargo.toml: each folder's path (relative,
+/// as cargo-deb's asset destinations) and octal mode.
+fn empty_dirs(package: &toml::Value) -> Result<Vec<(String, String)>> {
+    let Some(listed) = package
+        .get("metadata")
+        .and_then(|m| m.get("packages"))
+        .and_then(|p| p.get("empty-dirs"))
+    else {
+        return Ok(Vec::new());
+    };
+    let toml::Value::Array(listed) = listed else {
+        bail!("Cargo.toml's [package.metadata.packages] empty-dirs is not an array");
+    };
+    let mut out = Vec::new();
+    for entry in listed {
+        let fields: Option<Vec<&str>> = match entry {
+            toml::Value::Array(f) => f.iter().map(toml::Value::as_str).collect(),
+            _ => None,
+        };
+        let Some([dir, mode]) = fields.as_deref() else {
+            bail!(
+                "an entry of [package.metadata.packages] empty-dirs is not [path, mode]: {entry}"
+            );
+        };
+        let dir = dir.trim_start_matches('/').trim_end_matches('/');
+        let plain = |c: std::path::Component| matches!(c, std::path::Component::Normal(_));
+        if dir.is_empty()
+            || dir.contains(char::is_whitespace)
+            || !Path::new(dir).components().all(plain)
+        {
+            bail!("[package.metadata.packages] empty-dirs: {dir:?} is not a plain path without spaces");
+        }
+        if mode.len() != 3 || !mode.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            bail!("[package.metadata.packages] empty-dirs: the mode of {dir} is not octal like \"755\": {mode:?}");
+        }
+        out.push((dir.to_string(), mode.to_string()));
+    }
+    Ok(out)
 }
 
 /// `text` in lines of at most `width` characters (rpmlint's limit for a description).

@@ -1,6 +1,7 @@
 //! The Debian package (scripts/package) on this machine, against the real Slurm of
 //! scripts/dev-cluster: `dpkg -i` puts the binaries, the units (not enabled), the
-//! conffile, the man pages and the completions where Debian expects them; the installed
+//! conffile, the empty `rules.d/` beside it, the man pages and the completions where
+//! Debian expects them; the installed
 //! binaries supervise a job to its end; `dpkg -r` leaves only the conffile and
 //! `dpkg --purge` leaves nothing. The package tested is `$SSV_TEST_DEB`, which scripts/test
 //! builds with scripts/package.
@@ -18,6 +19,9 @@ const DEB_VAR: &str = "SSV_TEST_DEB";
 const DAEMON_BIN: &str = "/usr/bin/slurm-supervisord";
 const CTL_BIN: &str = "/usr/bin/supervisorctl";
 const CONFFILE: &str = "/etc/slurm-supervisor/supervisor.toml";
+/// Where `supervisorctl rules accept` writes accepted rules (docs/rules.md): shipped empty,
+/// root's, 0755, as the packaged unit's `ReadWritePaths=` expects it.
+const RULES_D: &str = "/etc/slurm-supervisor/rules.d";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/supervisorctl";
 const SOCKET_UNIT: &str = "/usr/lib/systemd/system/slurm-supervisord.socket";
 
@@ -316,6 +320,28 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
         !depends.contains("munge"),
         "libmunge is a dependency: {depends:?}"
     );
+    // rules.d: the package's own folder, empty, root's, 0755 (not a conffile: a folder).
+    assert!(
+        listed.contains(&RULES_D),
+        "dpkg -L {PACKAGE} lacks {RULES_D}:\n{}",
+        listed.join("\n")
+    );
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::symlink_metadata(RULES_D).unwrap();
+        assert!(meta.is_dir(), "{RULES_D} as installed: {meta:?}");
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o755,
+            "{RULES_D}'s mode"
+        );
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "{RULES_D}'s owner");
+        assert_eq!(
+            std::fs::read_dir(RULES_D).unwrap().count(),
+            0,
+            "{RULES_D} is not empty"
+        );
+    }
     let conffiles = must("dpkg-query", &["-W", "-f=${Conffiles}", PACKAGE]);
     assert!(
         conffiles.contains(CONFFILE),
@@ -496,6 +522,7 @@ fn the_package_installs_supervises_a_job_and_purges_clean() {
     for (path, what) in EXPECTED.iter().filter(|(p, _)| *p != CONFFILE) {
         assert!(!exists(path), "dpkg -r left {what} {path}");
     }
+    assert!(!exists(RULES_D), "dpkg -r left the empty {RULES_D}");
 
     // Purged: the machine is as it was before, and dpkg knows nothing of the package.
     must("dpkg", &["--purge", PACKAGE]);

@@ -4,8 +4,9 @@
 //! it requires nothing a RHEL base system lacks, and docs/packaging.md names the glibc its
 //! binaries need; installed with `rpm --root` into an empty root, its scriptlets do what
 //! Fedora's guidelines ask (presets and `daemon-reload`, nothing started), an upgrade to a
-//! newer build keeps the locally edited conffile, and an erase leaves only that conffile
-//! (as `.rpmsave`) and the daemon's state.
+//! newer build keeps the locally edited conffile and the rules accepted into `rules.d/`
+//! (which both packages ship as an empty folder), and an erase leaves only that conffile
+//! (as `.rpmsave`), those rules and the daemon's state.
 //!
 //! The packages are `$SSV_TEST_RPM`, `$SSV_TEST_RPM_NEWER` (the same binaries, a higher
 //! Release) and `$SSV_TEST_DEB`, which scripts/test builds with scripts/package.
@@ -23,6 +24,10 @@ const RPM_VAR: &str = "SSV_TEST_RPM";
 const NEWER_VAR: &str = "SSV_TEST_RPM_NEWER";
 const DEB_VAR: &str = "SSV_TEST_DEB";
 const CONFFILE: &str = "/etc/slurm-supervisor/supervisor.toml";
+/// The folder beside the conffile where `supervisorctl rules accept` writes accepted rules
+/// (docs/rules.md): shipped empty, root's, 0755, so that the packaged unit's
+/// `ReadWritePaths=` finds it.
+const RULES_D: &str = "/etc/slurm-supervisor/rules.d";
 /// The rpm database inside a root, where RHEL keeps it.
 const DBPATH: &str = "/var/lib/rpm";
 /// What the system-wide daemon keeps in its state directory, as an erase must leave it.
@@ -182,8 +187,9 @@ fn deb_entries(deb: &str) -> BTreeMap<String, Entry> {
             if path.is_empty() {
                 return None;
             }
+            // cargo-deb writes numeric owners, dpkg-deb (which adds the empty folders) names.
             let owner = match fields[1] {
-                "0/0" => "root:root".to_string(),
+                "0/0" | "root/root" => "root:root".to_string(),
                 other => other.to_string(),
             };
             let digest = if fields[0].starts_with('-') {
@@ -287,6 +293,20 @@ fn the_rpm_holds_the_debs_files_byte_for_byte_at_rhels_paths() {
         "the RPM's folders (left), the .deb's own (right)"
     );
     assert!(rpm_dirs.contains_key("/etc/slurm-supervisor"));
+    let rules_d = rpm_dirs
+        .get(RULES_D)
+        .unwrap_or_else(|| panic!("the packages do not ship {RULES_D}: {rpm_dirs:#?}"));
+    assert_eq!(
+        (rules_d.perms.as_str(), rules_d.owner.as_str()),
+        ("drwxr-xr-x", "root:root"),
+        "{RULES_D}"
+    );
+    assert!(
+        !rpm_files
+            .keys()
+            .any(|p| p.starts_with(&format!("{RULES_D}/"))),
+        "{RULES_D} is shipped with files in it"
+    );
 
     // Configuration: the .deb's conffiles, %config(noreplace); docs are docs.
     let config: Vec<(&str, &str)> = rpm_entries
@@ -565,6 +585,16 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
             "{what} {path} as installed"
         );
     }
+    // rules.d is there, empty, root's and 0755, for `rules accept` to write into.
+    let rules_d = root.path(RULES_D);
+    let meta = rules_d.symlink_metadata().unwrap();
+    assert!(meta.is_dir(), "{RULES_D} as installed: {meta:?}");
+    assert_eq!(mode_of(&rules_d), 0o755, "{RULES_D} as installed");
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "{RULES_D}'s owner");
+    }
+    assert_eq!(std::fs::read_dir(&rules_d).unwrap().count(), 0, "{RULES_D}");
     assert_eq!(
         root.systemctl_calls(),
         [
@@ -585,6 +615,10 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
     let state = root.path(STATE_FILE);
     std::fs::create_dir_all(state.parent().unwrap()).unwrap();
     std::fs::write(&state, "the daemon's store").unwrap();
+    // ... and accepts a rule, which the daemon writes into rules.d.
+    let accepted = format!("{RULES_D}/learnt-0123456789ab.toml");
+    let rule = "[[rules]]\nname = \"learnt-0123456789ab\"\nkind = \"transient\"\n";
+    std::fs::write(root.path(&accepted), rule).unwrap();
 
     // Upgraded to the newer build: the edit is kept, with no .rpmnew beside it (the
     // packaged file did not change), and a running daemon would be restarted.
@@ -595,11 +629,17 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
         "installed after the upgrade (once)"
     );
     assert_eq!(std::fs::read_to_string(&conffile).unwrap(), edited);
-    let beside: Vec<String> = std::fs::read_dir(conffile.parent().unwrap())
+    let mut beside: Vec<String> = std::fs::read_dir(conffile.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(beside, ["supervisor.toml"], "after the upgrade");
+    beside.sort();
+    assert_eq!(beside, ["rules.d", "supervisor.toml"], "after the upgrade");
+    assert_eq!(
+        std::fs::read_to_string(root.path(&accepted)).unwrap(),
+        rule,
+        "the accepted rule after the upgrade"
+    );
     let verify = root.rpm(&["-V", "--nodeps", PACKAGE]);
     let changed = String::from_utf8_lossy(&verify.stdout);
     let changed: Vec<&str> = changed.lines().collect();
@@ -618,7 +658,8 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
     );
 
     // Erased: the units stopped and disabled, every file and folder of the package gone
-    // but the edited conffile, kept as .rpmsave, and the state.
+    // but the edited conffile, kept as .rpmsave, the accepted rule (and so its folder),
+    // and the state.
     root.must_rpm(&["-e", PACKAGE]);
     assert!(!root.rpm(&["-q", PACKAGE]).status.success());
     assert_eq!(
@@ -638,7 +679,7 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
     );
     let after = root.tree();
     for path in entries.keys() {
-        if path != "/etc/slurm-supervisor" {
+        if path != "/etc/slurm-supervisor" && path != RULES_D {
             assert!(!after.contains_key(path), "the erase left {path}");
         }
     }
@@ -650,7 +691,7 @@ fn installed_into_an_empty_root_upgraded_with_an_edited_conffile_and_erased() {
         .collect();
     assert_eq!(
         new_files,
-        [&saved, &STATE_FILE.to_string()],
+        [&accepted, &saved, &STATE_FILE.to_string()],
         "files the erase left besides rpm's database"
     );
 }
