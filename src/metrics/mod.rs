@@ -20,7 +20,7 @@ pub mod http;
 
 use crate::config::Config;
 use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
-use crate::store::{Store, StoreError};
+use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -293,16 +293,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Reads the store (in one read transaction) as of `now`, bringing `totals` up to date.
+    /// Reads the store (in one read transaction) as of `now`, bringing `totals` and
+    /// `rules` up to date.
     pub fn read(
         store: &Store,
         totals: &mut Totals,
+        rules: &mut RuleFacts,
         config: &Config,
         db_path: &Path,
         now: i64,
     ) -> Result<Snapshot, StoreError> {
         store.read_snapshot(|store| {
             totals.catch_up(store)?;
+            let (rule_proposals, rules_not_working) = rules.counts(store, config, totals.seen)?;
             let resubmitted: Vec<i64> = totals.resubmitted.iter().copied().collect();
             let q = &config.quarantine;
             let failures = store.node_failures_since(
@@ -327,41 +330,164 @@ impl Snapshot {
                 ),
                 quarantined: crate::policy::quarantined(&failures, config, now),
                 store_bytes: store_bytes(db_path),
-                rule_proposals: rule_proposals(store, config)?,
-                rules_not_working: rules_not_working(store, config)?,
+                rule_proposals,
+                rules_not_working,
             })
         })
     }
 }
 
-/// The rules proposed from every chain's resolutions, not in force and not rejected for
-/// everyone (docs/rules.md): those waiting for an admin's decision.
-fn rule_proposals(store: &Store, config: &Config) -> Result<u64, StoreError> {
-    let rows = store.signature_resolutions(None)?;
-    let records = store.rule_decisions(None)?;
-    let t = crate::learn::Thresholds::from(&config.learn);
-    Ok(
-        crate::learn::histories(rows.iter().map(crate::store::SignatureResolution::facts))
-            .iter()
-            .filter_map(|h| crate::learn::propose(h, t))
-            .filter(|p| !config.rules.iter().any(|r| r.name == p.rule.name))
-            .filter(|p| {
-                crate::learn::standing(&records, &p.id, None)
-                    .is_none_or(|d| d.action != crate::learn::RuleAction::Reject)
-            })
-            .count() as u64,
-    )
+/// What the rule metrics are made of (docs/rules.md), kept from one scrape to the next
+/// so that a scrape reads what changed, not every resolution and retry again: the
+/// resolutions with a signature and the rules' automatic retries among the decision
+/// records written since the scrape before (records are append-only), and how each retry
+/// whose attempt had not ended is going now (an attempt that ended, or was never
+/// submitted, stays so). The decisions about rules (few: a rejection hides a proposal) are
+/// read whole each time. The counts are made anew only when one of those, or the rules
+/// and thresholds in force, changed; `supervisorctl rules` reads the same facts whole
+/// (`daemon/reads/rules.rs`), and the counts are what it would list.
+#[derive(Debug, Default)]
+pub struct RuleFacts {
+    /// The newest decision record read.
+    seen: i64,
+    resolutions: Vec<SignatureResolution>,
+    retries: Vec<RuleRetry>,
+    /// The decisions about rules (`rules accept`, `rules reject`), oldest first.
+    records: Vec<crate::learn::RuleRecord>,
+    /// The counts made from the facts (proposals waiting, rules not working), and the
+    /// rules and thresholds they were made under; `None` once a fact changed.
+    counts: Option<(RulesInForce, u64, u64)>,
 }
 
-/// The rules in force whose automatic retries stopped working (`learn::not_working`).
-fn rules_not_working(store: &Store, config: &Config) -> Result<u64, StoreError> {
-    let t = crate::learn::Thresholds::from(&config.learn);
-    let retries = store.rule_retries(None)?;
-    let outcomes = crate::learn::tally(retries.iter().map(crate::store::RuleRetry::outcome));
-    Ok(crate::learn::not_working_rules(&outcomes, t)
-        .iter()
-        .filter(|name| config.rules.iter().any(|r| &r.name == *name))
-        .count() as u64)
+/// What of the config the rule counts depend on: `[learn]`'s thresholds and the names of
+/// the rules in force.
+#[derive(Debug, Clone, PartialEq)]
+struct RulesInForce {
+    thresholds: crate::learn::Thresholds,
+    names: Vec<String>,
+}
+
+/// A retry's attempt that ended or was never submitted: how the retry went is settled.
+fn settled(next_state: Option<&str>) -> bool {
+    matches!(next_state, Some("ended" | "not_submitted"))
+}
+
+impl RuleFacts {
+    /// The rules proposed from every chain's resolutions, not in force and not rejected
+    /// for everyone (those waiting for an admin's decision), and the rules in force whose
+    /// automatic retries stopped working (`learn::not_working`), with the
+    /// facts brought up to the decision records `<= upto` and to how the retries are going
+    /// now. Everything is read before anything is kept, so a failed read changes nothing.
+    pub fn counts(
+        &mut self,
+        store: &Store,
+        config: &Config,
+        upto: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        let (new_resolutions, new_retries) = if upto > self.seen {
+            (
+                store.signature_resolutions_between(None, self.seen, upto)?,
+                store.rule_retries_between(None, self.seen, upto)?,
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        // Only a resubmit has a retry whose outcome counts.
+        let open: Vec<usize> = (self.resolutions.iter().enumerate())
+            .filter(|(_, r)| r.action == Action::Resubmit && !settled(r.next_state.as_deref()))
+            .map(|(i, _)| i)
+            .collect();
+        let open_retries: Vec<usize> = (self.retries.iter().enumerate())
+            .filter(|(_, r)| !settled(r.next_state.as_deref()))
+            .map(|(i, _)| i)
+            .collect();
+        let keys: Vec<(i64, u32)> = (open.iter().map(|&i| &self.resolutions[i]))
+            .map(|r| (r.chain_id, r.attempt_n + 1))
+            .chain(
+                open_retries
+                    .iter()
+                    .map(|&i| (self.retries[i].chain_id, self.retries[i].attempt_n + 1)),
+            )
+            .collect();
+        let progress = store.retry_progress(&keys)?;
+        let records = store.rule_decisions(None)?;
+
+        let mut changed =
+            !new_resolutions.is_empty() || !new_retries.is_empty() || records != self.records;
+        self.records = records;
+        let (of_resolutions, of_retries) = progress.split_at(open.len());
+        for (&i, p) in open.iter().zip(of_resolutions) {
+            let r = &mut self.resolutions[i];
+            changed |= progress_into(
+                p,
+                (
+                    &mut r.next_state,
+                    &mut r.next_slurm_state,
+                    &mut r.chain_state,
+                ),
+            );
+        }
+        for (&i, p) in open_retries.iter().zip(of_retries) {
+            let r = &mut self.retries[i];
+            changed |= progress_into(
+                p,
+                (
+                    &mut r.next_state,
+                    &mut r.next_slurm_state,
+                    &mut r.chain_state,
+                ),
+            );
+        }
+        self.resolutions.extend(new_resolutions);
+        self.retries.extend(new_retries);
+        self.seen = self.seen.max(upto);
+
+        let t = crate::learn::Thresholds::from(&config.learn);
+        let in_force = RulesInForce {
+            thresholds: t,
+            names: config.rules.iter().map(|r| r.name.clone()).collect(),
+        };
+        if let Some((was, proposals, not_working)) = &self.counts {
+            if !changed && *was == in_force {
+                return Ok((*proposals, *not_working));
+            }
+        }
+        let proposals =
+            crate::learn::histories(self.resolutions.iter().map(SignatureResolution::facts))
+                .iter()
+                .filter_map(|h| crate::learn::propose(h, t))
+                .filter(|p| !in_force.names.contains(&p.rule.name))
+                .filter(|p| {
+                    crate::learn::standing(&self.records, &p.id, None)
+                        .is_none_or(|d| d.action != crate::learn::RuleAction::Reject)
+                })
+                .count() as u64;
+        let outcomes = crate::learn::tally(self.retries.iter().map(RuleRetry::outcome));
+        let not_working = crate::learn::not_working_rules(&outcomes, t)
+            .iter()
+            .filter(|name| in_force.names.contains(name))
+            .count() as u64;
+        self.counts = Some((in_force, proposals, not_working));
+        Ok((proposals, not_working))
+    }
+}
+
+/// Sets a kept retry's facts to `p`; true when that changed them.
+fn progress_into(
+    p: &crate::store::RetryProgress,
+    (next_state, next_slurm_state, chain_state): (
+        &mut Option<String>,
+        &mut Option<String>,
+        &mut ChainState,
+    ),
+) -> bool {
+    let changed = *next_state != p.next_state
+        || *next_slurm_state != p.next_slurm_state
+        || *chain_state != p.chain_state;
+    next_state.clone_from(&p.next_state);
+    next_slurm_state.clone_from(&p.next_slurm_state);
+    *chain_state = p.chain_state;
+    changed
 }
 
 /// The size of the store on disk: the database file and its write-ahead log (a file
@@ -660,6 +786,7 @@ pub struct Scraper {
 struct ScrapeState {
     store: Option<Store>,
     totals: Totals,
+    rules: RuleFacts,
 }
 
 impl Scraper {
@@ -692,6 +819,7 @@ impl Scraper {
         let snap = Snapshot::read(
             &store,
             &mut state.totals,
+            &mut state.rules,
             &config,
             &self.db_path,
             crate::clock::now(),

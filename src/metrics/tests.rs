@@ -25,6 +25,7 @@ fn an_empty_store_has_every_state_at_zero() {
     let snap = Snapshot::read(
         &store,
         &mut totals,
+        &mut RuleFacts::default(),
         &config,
         &dir.path().join("none.db"),
         1_000,
@@ -282,4 +283,218 @@ fn every_actor_policy_writes_has_a_kind() {
     ] {
         assert_eq!(actor.parse::<ActorKind>().unwrap(), kind);
     }
+}
+
+/// The rule counts a scraper keeps from one scrape to the next (`RuleFacts`) are those
+/// read anew from the whole store at each step: a new resolution, a retry launched, a
+/// retry completing (which writes no decision record), a rule's retries failing, and a
+/// config that puts the proposed rule in force.
+#[test]
+fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
+    use crate::policy::{AttemptEnd, Inputs, Judged};
+    use crate::store::suite::sub;
+    use crate::store::{AttemptChange, ChainUpdate, Record, Transition};
+
+    let mut s = Store::in_memory().unwrap();
+    let config = |extra: &str| {
+        Config::parse(
+            &format!(
+                "[learn]\nagreeing = 2\n\
+                 [[rules]]\nname = \"io\"\nkind = \"transient\"\nstderr = \"Input/output error\"\n{extra}"
+            ),
+            None,
+        )
+        .unwrap()
+    };
+    let plain = config("");
+    let sig = "5160aa00bb11";
+    let verdict = |c: Classification, rule: Option<&str>| -> crate::classify::Verdict {
+        serde_json::from_value(serde_json::json!({
+            "classification": c, "reason": "FAILED 1:0", "rule": rule, "state": "FAILED",
+            "exit_code": "1:0", "nodes": "n1", "req_mem_bytes": null, "max_rss_bytes": null,
+            "timelimit_secs": 600, "elapsed_secs": 60, "partition": "p",
+        }))
+        .unwrap()
+    };
+    let record = |c, class, action, inputs| Record {
+        classification: c,
+        class,
+        action,
+        reason: crate::policy::Reason::Resolution {
+            given: "test".into(),
+        },
+        inputs,
+        resolves_latest: false,
+        actor: "supervisor".into(),
+        infra_failure: false,
+        failed_nodes: None,
+    };
+    let ending = |s: &mut Store, chain, n, state: &str, signature: bool, record, to| {
+        let t = Transition {
+            attempt: Some(AttemptChange::Ended(Judged {
+                n,
+                end: AttemptEnd {
+                    slurm_state: state.into(),
+                    exit_code: "1:0".into(),
+                    signature: signature.then(|| sig.into()),
+                    signature_text: signature.then(|| "OSError: shard <n> is corrupt".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })),
+            ..Transition::of(ChainState::Active, to, record)
+        };
+        assert!(s.apply_one(chain, &t.finish(), 100).unwrap());
+    };
+    let to = |state| ChainUpdate {
+        last_classification: Some(Classification::Ambiguous),
+        ..ChainUpdate::to(state)
+    };
+    let launch = |s: &mut Store, sub_id: i64, chain: i64, job: &str| {
+        let l = s
+            .begin_relaunch(sub_id, &[chain], 100, |tag| {
+                vec![format!("--comment={tag}")]
+            })
+            .unwrap();
+        s.launch_submitted(l.id, job, 100).unwrap();
+    };
+    let mut kept = RuleFacts::default();
+    let mut check = |s: &Store, config: &Config, want: (u64, u64)| {
+        let upto = s.last_decision_id().unwrap();
+        let anew = RuleFacts::default().counts(s, config, upto).unwrap();
+        assert_eq!(anew, want, "read anew");
+        assert_eq!(kept.counts(s, config, upto).unwrap(), want, "kept");
+    };
+
+    // Two chains fail the same way and wait; a person retries both.
+    let mut chains = Vec::new();
+    for i in 0..2 {
+        let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        s.launch_submitted(l.id, &format!("{}", 10 + i), 100)
+            .unwrap();
+        let chain = l.submission_id;
+        let escalate = record(
+            Classification::Ambiguous,
+            RecoveryClass::R2,
+            Action::Escalate,
+            Inputs::Requeue {
+                verdict: verdict(Classification::Ambiguous, None),
+            },
+        );
+        ending(
+            &mut s,
+            chain,
+            1,
+            "FAILED",
+            true,
+            Some(escalate),
+            to(ChainState::PendingFailed),
+        );
+        chains.push((l.submission_id, chain));
+    }
+    check(&s, &plain, (0, 0));
+    for &(_, chain) in &chains {
+        let resolution: crate::model::Resolution = serde_json::from_value(serde_json::json!({
+            "id": format!("c{chain}"), "action": "retry", "reason": "downloaded again",
+        }))
+        .unwrap();
+        let r = Record {
+            resolves_latest: true,
+            actor: "user:alice".into(),
+            ..record(
+                Classification::Ambiguous,
+                RecoveryClass::R2,
+                Action::Resubmit,
+                Inputs::Resolution {
+                    resolution,
+                    plan: crate::model::RetryPlan::default(),
+                    dependents: None,
+                },
+            )
+        };
+        let t = Transition::of(ChainState::PendingFailed, to(ChainState::Ready), Some(r));
+        assert!(s.apply_one(chain, &t.finish(), 100).unwrap());
+    }
+    // Their retries run: nothing ended yet, no proposal.
+    check(&s, &plain, (0, 0));
+    for (i, &(sub_id, chain)) in chains.iter().enumerate() {
+        launch(&mut s, sub_id, chain, &format!("{}", 20 + i));
+    }
+    check(&s, &plain, (0, 0));
+    // One completes, then the other: no decision record is written, and the proposal
+    // appears.
+    ending(
+        &mut s,
+        chains[0].1,
+        2,
+        "COMPLETED",
+        false,
+        None,
+        to(ChainState::Completed),
+    );
+    check(&s, &plain, (0, 0));
+    ending(
+        &mut s,
+        chains[1].1,
+        2,
+        "COMPLETED",
+        false,
+        None,
+        to(ChainState::Completed),
+    );
+    check(&s, &plain, (1, 0));
+
+    // The rule `io` retries two chains, and both retries fail: it is not working.
+    for i in 0..2 {
+        let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+        let chain = l.submission_id;
+        s.launch_submitted(l.id, &format!("{}", 30 + i), 100)
+            .unwrap();
+        let retry = Record {
+            infra_failure: true,
+            ..record(
+                Classification::Transient,
+                RecoveryClass::R1,
+                Action::Resubmit,
+                Inputs::Requeue {
+                    verdict: verdict(Classification::Transient, Some("io")),
+                },
+            )
+        };
+        ending(
+            &mut s,
+            chain,
+            1,
+            "FAILED",
+            false,
+            Some(retry),
+            to(ChainState::Ready),
+        );
+        check(&s, &plain, (1, 0));
+        launch(&mut s, l.submission_id, chain, &format!("{}", 40 + i));
+        let fail = record(
+            Classification::Ambiguous,
+            RecoveryClass::R2,
+            Action::Escalate,
+            Inputs::Requeue {
+                verdict: verdict(Classification::Ambiguous, None),
+            },
+        );
+        ending(
+            &mut s,
+            chain,
+            2,
+            "FAILED",
+            false,
+            Some(fail),
+            to(ChainState::PendingFailed),
+        );
+    }
+    check(&s, &plain, (1, 1));
+    // The proposal put in force (its rule named in the config): no longer waiting.
+    let accepted = config(&format!(
+        "[[rules]]\nname = \"learnt-{sig}\"\nkind = \"transient\"\nexit_codes = [1]\n"
+    ));
+    check(&s, &accepted, (0, 1));
+    check(&s, &plain, (1, 1));
 }

@@ -21,6 +21,15 @@ pub struct DecisionTally {
     pub count: u64,
 }
 
+/// How a retry is going: its attempt's state and Slurm state (`None` while there is no
+/// attempt yet) and its chain's state now (`learn::outcome` reads these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryProgress {
+    pub next_state: Option<String>,
+    pub next_slurm_state: Option<String>,
+    pub chain_state: ChainState,
+}
+
 impl Store {
     /// Runs `f` inside one read transaction, so every query it makes sees the same
     /// moment of the store.
@@ -129,6 +138,51 @@ impl Store {
         )?;
         let rows = q.query_map([after, upto], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// For each `(chain, n)` of `keys`, in order: attempt `n`'s state and Slurm state
+    /// (`None` while there is none) and the chain's state now: how a retry is going, for
+    /// the retries the metrics keep from one scrape to the next whose attempt had not
+    /// ended (two key lookups each).
+    pub fn retry_progress(&self, keys: &[(i64, u32)]) -> Result<Vec<RetryProgress>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys_json = serde_json::to_string(keys).expect("keys serialize");
+        let mut q = self.conn.prepare_cached(
+            "SELECT CAST(j.key AS INTEGER), nx.state, nx.slurm_state, c.state
+             FROM json_each(?1) j
+             JOIN chains c ON c.id = json_extract(j.value, '$[0]')
+             LEFT JOIN attempts nx ON nx.chain_id = c.id AND nx.n = json_extract(j.value, '$[1]')
+             ORDER BY 1",
+        )?;
+        let rows = q.query_map([keys_json], |r| {
+            Ok((
+                r.get::<_, usize>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut out = Vec::with_capacity(keys.len());
+        for row in rows {
+            let (i, next_state, next_slurm_state, state) = row?;
+            // A chain is never deleted: each key finds its row, in order.
+            if i != out.len() {
+                break;
+            }
+            out.push(RetryProgress {
+                next_state,
+                next_slurm_state,
+                chain_state: parse_name(&state)?,
+            });
+        }
+        match keys.get(out.len()) {
+            None => Ok(out),
+            Some((chain, _)) => Err(super::StoreError::Corrupt(format!(
+                "no chain {chain} for a retry the metrics keep"
+            ))),
+        }
     }
 
     /// How many of the chains `ids` are in each state (one rowid lookup per id).

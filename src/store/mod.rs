@@ -70,7 +70,7 @@ pub use attempts::{Attempt, AttemptState, LiveJob};
 pub use chains::ChainSummary;
 pub use decisions::DecisionRecord;
 pub use launches::{Launch, LaunchState};
-pub use metrics::DecisionTally;
+pub use metrics::{DecisionTally, RetryProgress};
 pub use notifications::{Notification, Waiting};
 pub use opt_in::PlainRefusal;
 pub use pipeline::{Gate, Rewire, JOB_IDS_NAME_CHAINS_FOR, MAX_UPSTREAM_CHAINS};

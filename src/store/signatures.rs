@@ -33,6 +33,10 @@ pub struct SignatureResolution {
 /// An automatic retry a rule gave, and what came of it (as [`SignatureResolution`]'s).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleRetry {
+    /// The retry's decision record, its chain, and the attempt whose ending it retried.
+    pub decision_id: i64,
+    pub chain_id: i64,
+    pub attempt_n: u32,
     pub rule: String,
     pub next_state: Option<String>,
     pub next_slurm_state: Option<String>,
@@ -79,7 +83,20 @@ impl Store {
     /// Every resubmit or fail by a person or agent (`user:<name>`) that resolved an ending
     /// with a signature, oldest first; only `owner`'s chains when given.
     pub fn signature_resolutions(&self, owner: Option<u32>) -> Result<Vec<SignatureResolution>> {
-        let mut q = self.conn.prepare_cached(
+        self.signature_resolutions_between(owner, 0, i64::MAX)
+    }
+
+    /// As [`Store::signature_resolutions`], of the resolutions among the decision records
+    /// with `after < id <= upto` (the metrics read only those written since their last
+    /// scrape).
+    pub fn signature_resolutions_between(
+        &self,
+        owner: Option<u32>,
+        after: i64,
+        upto: i64,
+    ) -> Result<Vec<SignatureResolution>> {
+        let mut q = self.conn.prepare_cached(&by_id_range(
+            (after, upto),
             "SELECT a.signature, COALESCE(a.signature_text, ''), COALESCE(a.slurm_state, ''), COALESCE(a.exit_code, ''),
                     r.id, r.chain_id, s.owner_uid, d.attempt_n, r.at, r.actor, r.action, r.inputs,
                     nx.state, nx.slurm_state, c.state
@@ -91,9 +108,11 @@ impl Store {
              LEFT JOIN attempts nx ON nx.chain_id = r.chain_id AND nx.n = d.attempt_n + 1
              WHERE r.resolves IS NOT NULL AND r.actor LIKE 'user:%' AND r.action IN ('resubmit', 'fail')
                AND a.signature IS NOT NULL AND (?1 IS NULL OR s.owner_uid = ?1)
+               AND {id} > ?2 AND {id} <= ?3
              ORDER BY r.id",
-        )?;
-        let rows = q.query_map([owner], |r| {
+            "r.id",
+        ))?;
+        let rows = q.query_map(params![owner, after, upto], |r| {
             Ok((
                 SignatureResolution {
                     signature: r.get(0)?,
@@ -142,28 +161,46 @@ impl Store {
     /// the rule's name, and, as for [`SignatureResolution`], the next attempt's state and
     /// Slurm state and the chain's state; only `owner`'s chains when given.
     pub fn rule_retries(&self, owner: Option<u32>) -> Result<Vec<RuleRetry>> {
-        let mut q = self.conn.prepare_cached(
-            "SELECT json_extract(d.inputs, '$.verdict.rule'), nx.state, nx.slurm_state, c.state
+        self.rule_retries_between(owner, 0, i64::MAX)
+    }
+
+    /// As [`Store::rule_retries`], of the decision records with `after < id <= upto`.
+    pub fn rule_retries_between(
+        &self,
+        owner: Option<u32>,
+        after: i64,
+        upto: i64,
+    ) -> Result<Vec<RuleRetry>> {
+        let mut q = self.conn.prepare_cached(&by_id_range(
+            (after, upto),
+            "SELECT json_extract(d.inputs, '$.verdict.rule'), nx.state, nx.slurm_state, c.state,
+                    d.id, d.chain_id, d.attempt_n
              FROM decisions d
              JOIN chains c ON c.id = d.chain_id
              JOIN submissions s ON s.id = c.submission_id
              LEFT JOIN attempts nx ON nx.chain_id = d.chain_id AND nx.n = d.attempt_n + 1
              WHERE d.infra_failure = 1 AND d.actor = 'supervisor' AND d.action = 'resubmit'
-               AND d.classification = 'transient' AND (?1 IS NULL OR s.owner_uid = ?1)",
-        )?;
-        let rows = q.query_map([owner], |r| {
+               AND d.classification = 'transient' AND (?1 IS NULL OR s.owner_uid = ?1)
+               AND {id} > ?2 AND {id} <= ?3",
+            "d.id",
+        ))?;
+        let rows = q.query_map(params![owner, after, upto], |r| {
             Ok((
                 r.get::<_, Option<String>>(0)?,
                 r.get(1)?,
                 r.get(2)?,
                 r.get::<_, String>(3)?,
+                (r.get(4)?, r.get(5)?, r.get(6)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (rule, next, next_slurm, state) = row?;
+            let (rule, next, next_slurm, state, (decision_id, chain_id, attempt_n)) = row?;
             if let Some(rule) = rule {
                 out.push(RuleRetry {
+                    decision_id,
+                    chain_id,
+                    attempt_n,
                     rule,
                     next_state: next,
                     next_slurm_state: next_slurm,
@@ -172,5 +209,17 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+/// `sql` with its decision id range (`{id}`) as `id`, for a range of the decision records
+/// written since a point; for every record (`range` from 0), as `+id`, which keeps SQLite
+/// from walking the whole table by its rowid (each row read past its inputs) instead of
+/// using the query's partial index.
+fn by_id_range(range: (i64, i64), sql: &str, id: &str) -> String {
+    if range == (0, i64::MAX) {
+        sql.replace("{id}", &format!("+{id}"))
+    } else {
+        sql.replace("{id}", id)
     }
 }
