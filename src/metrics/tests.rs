@@ -287,8 +287,8 @@ fn every_actor_policy_writes_has_a_kind() {
 
 /// The rule counts a scraper keeps from one scrape to the next (`RuleFacts`) are those
 /// read anew from the whole store at each step: a new resolution, a retry launched, a
-/// retry completing (which writes no decision record), a rule's retries failing, and a
-/// config that puts the proposed rule in force.
+/// retry completing (which writes no decision record), a rule's retries failing, a
+/// config that puts the proposed rule in force, and the admin's rejection of it.
 #[test]
 fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
     use crate::policy::{AttemptEnd, Inputs, Judged};
@@ -497,4 +497,17 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
     ));
     check(&s, &accepted, (0, 1));
     check(&s, &plain, (1, 1));
+    // Rejected for everyone by the admin: no longer waiting either.
+    s.record_rule_decision(&crate::store::NewRuleDecision {
+        proposal: sig,
+        owner_uid: None,
+        action: crate::learn::RuleAction::Reject,
+        actor: "user:root",
+        actor_uid: 0,
+        reason: "the shards are fixed now",
+        rule: None,
+        at: 200,
+    })
+    .unwrap();
+    check(&s, &plain, (0, 1));
 }
