@@ -353,7 +353,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     if let Some(c) = &cluster {
         c.turned();
     }
-    if let Err(e) = crate::notify::notify("READY=1") {
+    if let Err(e) = crate::sd_notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
     }
     info!(socket = %socket_path.display(), poll_interval = ?engine.upkeep().config.poll_interval, "slurm-supervisord ready");
@@ -514,7 +514,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
         }
     };
     info!("stopping");
-    let _ = crate::notify::notify("STOPPING=1");
+    let _ = crate::sd_notify::notify("STOPPING=1");
     let grace = NOTIFY_STOP_GRACE.min(engine.upkeep().config.notify.timeout.0);
     notifier.stop(engine.post(), grace).await;
     server.abort();
