@@ -52,6 +52,10 @@ pub struct Verdict {
     /// The rule proposal the matching rule was accepted from (docs/rules.md), if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proposal: Option<String>,
+    /// The matching rule's owner when it is a user's own rule (docs/rules.md): its
+    /// retries count for that user's rule only, never for a config rule of its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_owner_uid: Option<u32>,
     pub state: JobState,
     pub exit_code: String,
     /// Nodes the run used (sacct NodeList), `None` when it never got any.
@@ -122,6 +126,7 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         reason,
         rule: rule.map(|r| r.name.clone()),
         proposal: rule.and_then(|r| r.proposal.clone()),
+        rule_owner_uid: rule.and_then(|r| r.owner_uid),
         state: job.state,
         exit_code: job.exit_code.to_string(),
         nodes: nodes.clone(),

@@ -149,6 +149,10 @@ pub struct Rule {
     /// The rule proposal it was accepted from (docs/rules.md): its 12 hex digits. Every
     /// decision the rule makes names it.
     pub proposal: Option<String>,
+    /// Whose own rule it is (`rules accept --mine`, or a user who is no admin): their uid,
+    /// and it decides their endings only; `None` for the config's and `rules.d/`'s. Its
+    /// retries are counted apart from any other rule of the same name (`learn::tally`).
+    pub owner_uid: Option<u32>,
 }
 
 /// Whether `s` is a rule proposal's id: 12 lowercase hex digits (a signature's).
@@ -1069,6 +1073,7 @@ impl Config {
                 stderr,
                 source: None,
                 proposal,
+                owner_uid: None,
             });
         }
 

@@ -291,7 +291,10 @@ pub struct RuleRecord {
 
 /// The decision a proposal stands by for `viewer` (`None`: a view of everyone's, as an
 /// admin's): the viewer's own latest decision about it for their chains, else the latest
-/// one for everyone. `records` are oldest first.
+/// one for everyone; but a rejection for everyone newer than the viewer's own acceptance
+/// wins over it (an admin takes a user's own rule out of force so; the user may accept it
+/// again, `--despite-rejection`, after reading who rejected it and why). `records` are
+/// oldest first.
 pub fn standing<'a>(
     records: &'a [RuleRecord],
     proposal: &str,
@@ -303,9 +306,19 @@ pub fn standing<'a>(
             .rev()
             .find(|r| r.proposal == proposal && r.owner_uid == owner)
     };
-    viewer
-        .and_then(|v| latest(Some(v)))
-        .or_else(|| latest(None))
+    let everyone = latest(None);
+    match viewer.and_then(|v| latest(Some(v))) {
+        Some(own) if own.action == RuleAction::Accept && rejected_after(everyone, own.id) => {
+            everyone
+        }
+        Some(own) => Some(own),
+        None => everyone,
+    }
+}
+
+/// Whether `everyone`'s latest decision is a rejection made after the record `id`.
+fn rejected_after(everyone: Option<&RuleRecord>, id: i64) -> bool {
+    everyone.is_some_and(|e| e.action == RuleAction::Reject && e.id > id)
 }
 
 /// The state a decision leaves a proposal in.
@@ -317,8 +330,10 @@ pub fn state_of(decided: Option<&RuleRecord>) -> ProposalState {
     }
 }
 
-/// The rules `owner` accepted for their own chains and has not rejected since: each
-/// proposal's latest record of theirs, when it is an acceptance, in the order accepted.
+/// The rules `owner` accepted for their own chains and has not rejected since, nor an
+/// admin for everyone since ([`standing`]): each proposal's latest record of theirs, when
+/// it is an acceptance, in the order accepted. `records` are the ones `owner` sees (theirs
+/// and everyone's), oldest first.
 pub fn accepted_by(records: &[RuleRecord], owner: u32) -> Vec<&RuleRecord> {
     let mine: Vec<&RuleRecord> = records
         .iter()
@@ -332,22 +347,37 @@ pub fn accepted_by(records: &[RuleRecord], owner: u32) -> Vec<&RuleRecord> {
                 && !mine[i + 1..]
                     .iter()
                     .any(|later| later.proposal == r.proposal)
+                && !rejected_after(standing(records, &r.proposal, None), r.id)
         })
         .map(|(_, r)| *r)
         .collect()
 }
 
+/// The most memory a rule's compiled stderr pattern may take (`regex`'s size limit): a
+/// proposal's pattern comes from a job's stderr, which its user wrote.
+pub const RULE_PATTERN_SIZE_LIMIT: usize = 256 << 10;
+
+/// A rule's stderr pattern compiled within [`RULE_PATTERN_SIZE_LIMIT`]; an acceptance of
+/// one that fails is refused (`rules accept`).
+pub fn compile_rule_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(RULE_PATTERN_SIZE_LIMIT)
+        .build()
+}
+
 /// A user's accepted rule as the classifier takes it (`config::Rule`, named by its
-/// proposal); `None` when its pattern does not compile (it did when it was proposed).
+/// proposal); `None` when its pattern does not compile within the limit (it did when it
+/// was accepted).
 pub fn rule_in_force(r: &RuleRecord) -> Option<crate::config::Rule> {
     let p = r.rule.as_ref()?;
     Some(crate::config::Rule {
         name: p.name.clone(),
         kind: p.kind,
         exit_codes: p.exit_codes.clone(),
-        stderr: Some(regex::Regex::new(&p.stderr).ok()?),
+        stderr: Some(compile_rule_pattern(&p.stderr).ok()?),
         source: None,
         proposal: Some(r.proposal.clone()),
+        owner_uid: r.owner_uid,
     })
 }
 
@@ -427,14 +457,22 @@ pub fn not_working(completed: u32, failed: u32, t: Thresholds) -> bool {
     completed + failed >= t.agreeing && !worked(completed, failed, t)
 }
 
-/// How the automatic retries each rule gave went: completed, failed, running, by name.
-pub type RuleOutcomes = std::collections::BTreeMap<String, (u32, u32, u32)>;
+/// A rule as its retries are counted: its name, and its owner for a user's own rule
+/// (`None`: the config's or `rules.d/`'s). A user's own rule and a rule of the same name
+/// for everyone, or another user's, are counted apart: one's retries never stop another.
+pub type RuleKey = (String, Option<u32>);
 
-/// Tallies the retries rules gave, each as (the rule's name, its outcome).
-pub fn tally<'a>(retries: impl IntoIterator<Item = (&'a str, Outcome)>) -> RuleOutcomes {
+/// How the automatic retries each rule gave went: completed, failed, running, by rule.
+pub type RuleOutcomes = std::collections::BTreeMap<RuleKey, (u32, u32, u32)>;
+
+/// Tallies the retries rules gave, each as (the rule's name, its owner for a user's own
+/// rule, its outcome).
+pub fn tally<'a>(
+    retries: impl IntoIterator<Item = (&'a str, Option<u32>, Outcome)>,
+) -> RuleOutcomes {
     let mut out = RuleOutcomes::new();
-    for (rule, o) in retries {
-        let n = out.entry(rule.to_string()).or_default();
+    for (rule, owner, o) in retries {
+        let n = out.entry((rule.to_string(), owner)).or_default();
         match o {
             Outcome::Completed => n.0 += 1,
             Outcome::Failed => n.1 += 1,
@@ -445,11 +483,11 @@ pub fn tally<'a>(retries: impl IntoIterator<Item = (&'a str, Outcome)>) -> RuleO
 }
 
 /// The rules of `outcomes` whose retries stopped working ([`not_working`]).
-pub fn not_working_rules(outcomes: &RuleOutcomes, t: Thresholds) -> Vec<String> {
+pub fn not_working_rules(outcomes: &RuleOutcomes, t: Thresholds) -> Vec<RuleKey> {
     outcomes
         .iter()
         .filter(|(_, (ok, bad, _))| not_working(*ok, *bad, t))
-        .map(|(name, _)| name.clone())
+        .map(|(key, _)| key.clone())
         .collect()
 }
 
@@ -504,7 +542,11 @@ pub fn stderr_pattern(text: &str) -> String {
             }
         }
         let c = rest.chars().next().unwrap_or(' ');
-        if c.is_whitespace() {
+        if c == crate::signature::LT || c == crate::signature::GT {
+            // A `<` or `>` of stderr itself (`signature::mask_line`), matched as it was.
+            out.push_str(if c == crate::signature::LT { "[<\u{2039}]" } else { "[>\u{203a}]" });
+            rest = &rest[c.len_utf8()..];
+        } else if c.is_whitespace() {
             out.push_str(r"\s+");
             rest = rest.trim_start();
         } else {
@@ -659,16 +701,36 @@ mod tests {
     fn retries_are_tallied_by_rule() {
         use Outcome::*;
         let t = tally([
-            ("io", Failed),
-            ("io", Failed),
-            ("nccl", Completed),
-            ("io", Completed),
-            ("io", Failed),
-            ("nccl", Running),
+            ("io", None, Failed),
+            ("io", None, Failed),
+            ("nccl", None, Completed),
+            ("io", None, Completed),
+            ("io", None, Failed),
+            ("nccl", None, Running),
         ]);
-        assert_eq!(t["io"], (1, 3, 0));
-        assert_eq!(t["nccl"], (1, 0, 1));
-        assert_eq!(not_working_rules(&t, T), ["io"]);
+        assert_eq!(t[&("io".to_string(), None)], (1, 3, 0));
+        assert_eq!(t[&("nccl".to_string(), None)], (1, 0, 1));
+        assert_eq!(not_working_rules(&t, T), [("io".to_string(), None)]);
+    }
+
+    /// Bob's own rule `learnt-<sig>` failing stops neither alice's own rule of that name
+    /// nor a rule of that name for everyone: each is counted by its own retries.
+    #[test]
+    fn a_users_own_rules_retries_count_for_that_users_rule_alone() {
+        use Outcome::*;
+        let name = "learnt-0123456789ab";
+        let t = tally([
+            (name, Some(2000), Failed),
+            (name, Some(2000), Failed),
+            (name, Some(2000), Failed),
+            (name, Some(1000), Completed),
+            (name, Some(1000), Completed),
+            (name, None, Completed),
+        ]);
+        assert_eq!(t[&(name.to_string(), Some(2000))], (0, 3, 0));
+        assert_eq!(t[&(name.to_string(), Some(1000))], (2, 0, 0));
+        assert_eq!(t[&(name.to_string(), None)], (1, 0, 0));
+        assert_eq!(not_working_rules(&t, T), [(name.to_string(), Some(2000))]);
     }
 
     #[test]
@@ -771,6 +833,42 @@ mod tests {
         assert_eq!(at("bbbbbbbbbbbb", Some(1000)), Some(3));
         assert_eq!(at("cccccccccccc", Some(1000)), None);
         assert_eq!(state_of(None), ProposalState::Waiting);
+    }
+
+    /// An admin's rejection for everyone, newer than a user's own acceptance, takes the
+    /// user's rule out of force; the user's acceptance after it puts it back.
+    #[test]
+    fn a_rejection_for_everyone_after_a_users_own_acceptance_takes_it_out_of_force() {
+        use RuleAction::*;
+        let mut records = vec![
+            record(1, "aaaaaaaaaaaa", Some(1000), Accept),
+            record(2, "bbbbbbbbbbbb", Some(1000), Accept),
+            record(3, "aaaaaaaaaaaa", None, Reject),
+        ];
+        let ids = |records: &[RuleRecord]| {
+            accepted_by(records, 1000)
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&records), [2]);
+        assert_eq!(
+            standing(&records, "aaaaaaaaaaaa", Some(1000)).map(|r| r.id),
+            Some(3)
+        );
+        assert_eq!(
+            state_of(standing(&records, "aaaaaaaaaaaa", Some(1000))),
+            ProposalState::Rejected
+        );
+        records.push(record(4, "aaaaaaaaaaaa", Some(1000), Accept));
+        assert_eq!(ids(&records), [2, 4]);
+        assert_eq!(
+            standing(&records, "aaaaaaaaaaaa", Some(1000)).map(|r| r.id),
+            Some(4)
+        );
+        // An acceptance for everyone after it does not take it out.
+        records.push(record(5, "bbbbbbbbbbbb", None, Accept));
+        assert_eq!(ids(&records), [2, 4]);
     }
 
     #[test]

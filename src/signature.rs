@@ -90,25 +90,43 @@ pub fn mask_tail(stderr: &str, job: &JobSpecifics) -> String {
     lines[from..].join("\n")
 }
 
+/// What a literal `<` and `>` of stderr become in a signature's text, before any mask:
+/// so a placeholder typed into stderr (`<name>`, `<time>`) stays text, never a mask that
+/// a rule's pattern reads as a wildcard (`learn::stderr_pattern` matches them as `<`/`>`).
+pub const LT: char = '\u{2039}';
+pub const GT: char = '\u{203a}';
+
+/// `s` with its `<` and `>` made [`LT`] and [`GT`].
+fn neutralise(s: &str) -> String {
+    s.replace('<', &LT.to_string()).replace('>', &GT.to_string())
+}
+
 /// One line with everything that changes between runs masked, its whitespace collapsed.
+/// A `<` or `>` of the line itself is kept as [`LT`] or [`GT`]: only a mask writes `<`.
 pub fn mask_line(line: &str, job: &JobSpecifics) -> String {
-    let mut s = line.to_string();
+    let mut s = neutralise(line);
     // The job's directories first, longest first, so a folder inside another one is
     // masked whole (and before the numbers in it are).
-    let mut dirs: Vec<&str> = job
+    // (Neutralised as the line is, to be found in it.)
+    let mut dirs: Vec<String> = job
         .dirs
         .iter()
-        .map(|d| d.trim_end_matches('/'))
+        .map(|d| neutralise(d.trim_end_matches('/')))
         .filter(|d| d.len() > 1 && d.starts_with('/'))
         .collect();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.len()));
-    for d in dirs {
+    for d in &dirs {
         s = replace_bounded(&s, d, DIR, |c| c == '/' || !is_path_char(c));
     }
     // Names: whole words only (a user `al` does not mask `total`).
-    let mut names: Vec<&str> = job.names.iter().copied().filter(|n| n.len() > 1).collect();
+    let mut names: Vec<String> = job
+        .names
+        .iter()
+        .filter(|n| n.len() > 1)
+        .map(|n| neutralise(n))
+        .collect();
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
-    for n in names {
+    for n in &names {
         s = replace_bounded(&s, n, NAME, |c| !is_word_char(c));
     }
     for (re, with) in MASKS.iter() {

@@ -411,7 +411,7 @@ impl Harness {
         .await
         {
             requests::Plan::Beside(c) => c,
-            requests::Plan::Done(r) => panic!("no scancel: {r:?}"),
+            other => panic!("no scancel: {other:?}"),
         }
     }
 
@@ -1120,7 +1120,7 @@ impl Harness {
                 .await;
                 let command = match begun {
                     requests::Plan::Beside(c) => c,
-                    requests::Plan::Done(r) => {
+                    requests::Plan::Done(r) | requests::Plan::Reload(r) => {
                         self.log.push(format!("cancel {id} (no scancel: {r:?})"));
                         return self.after_cycle();
                     }

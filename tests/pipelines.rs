@@ -492,7 +492,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
     .await
     {
         requests::Plan::Beside(c) => c,
-        requests::Plan::Done(r) => panic!("{r:?}"),
+        other => panic!("{other:?}"),
     };
     let c_down = p
         .engine
@@ -643,7 +643,7 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
     let command =
         match requests::begin(&mut p.engine.desk(), request, p.uid, tracing::Span::none()).await {
             requests::Plan::Beside(c) => c,
-            requests::Plan::Done(r) => panic!("{r:?}"),
+            other => panic!("{other:?}"),
         };
     // Its dependency can never hold now, while its scancel runs.
     assert!(p.engine.slurm().end(&up, Ending::Completed));

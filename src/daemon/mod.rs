@@ -425,8 +425,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // due retries launched, a plain-sbatch choice published.
                 let begun = requests::on_loop(&mut engine.desk(), ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
                 let after = begun.after;
-                let response = match begun.plan {
-                    requests::Plan::Done(response) => response,
+                let (response, reload_config) = match begun.plan {
+                    requests::Plan::Done(response) => (response, false),
+                    requests::Plan::Reload(response) => (response, true),
                     // A submit's sbatch, a cancel's scancels: as the user, who could hold
                     // them (a slow controller, a SIGSTOP to their own process), so beside
                     // the loop, holding up no one else.
@@ -449,9 +450,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 if let Some(p) = &mut plain {
                     p.seen(engine.upkeep().store, ctl.uid);
                 }
-                // An accepted rule's file was written: taken as a SIGHUP's reload is, before
-                // the answer, so a client told it is in force reads it so.
-                if after.reload {
+                // An accepted rule's file was written (and only then: `Plan::Reload`):
+                // taken as a SIGHUP's reload is, before the answer, so a client told it
+                // is in force reads it so.
+                if reload_config {
                     reload(&mut engine, &mut plain);
                     shared.set_config(engine.upkeep().config);
                     if let Some(s) = &scraper {

@@ -465,7 +465,8 @@ impl RuleFacts {
         let outcomes = crate::learn::tally(self.retries.iter().map(RuleRetry::outcome));
         let not_working = crate::learn::not_working_rules(&outcomes, t)
             .iter()
-            .filter(|name| in_force.names.contains(name))
+            // A user's own rule of a name in force is not that rule (`learn::RuleKey`).
+            .filter(|(name, owner)| owner.is_none() && in_force.names.contains(name))
             .count() as u64;
         self.counts = Some((in_force, proposals, not_working));
         Ok((proposals, not_working))

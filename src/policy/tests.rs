@@ -57,6 +57,7 @@ fn verdict(c: Classification) -> Verdict {
         reason: c.to_string(),
         rule: None,
         proposal: None,
+        rule_owner_uid: None,
         state: JobState::Failed,
         exit_code: "0:0".into(),
         nodes: Some("n1".into()),

@@ -38,6 +38,9 @@ pub struct RuleRetry {
     pub chain_id: i64,
     pub attempt_n: u32,
     pub rule: String,
+    /// The rule's owner when a user's own rule gave it (`verdict.rule_owner_uid`);
+    /// `None` for the config's and `rules.d/`'s.
+    pub rule_owner: Option<u32>,
     pub next_state: Option<String>,
     pub next_slurm_state: Option<String>,
     pub chain_state: ChainState,
@@ -66,10 +69,11 @@ impl SignatureResolution {
 }
 
 impl RuleRetry {
-    /// The rule's name and how the retry went, as `learn::tally` reads it.
-    pub fn outcome(&self) -> (&str, crate::learn::Outcome) {
+    /// The rule's name and owner and how the retry went, as `learn::tally` reads it.
+    pub fn outcome(&self) -> (&str, Option<u32>, crate::learn::Outcome) {
         (
             &self.rule,
+            self.rule_owner,
             crate::learn::outcome(
                 self.next_state.as_deref(),
                 self.next_slurm_state.as_deref(),
@@ -158,7 +162,7 @@ impl Store {
     }
 
     /// Every automatic retry a `[[rules]]` entry gave (`transient`, by the supervisor):
-    /// the rule's name, and, as for [`SignatureResolution`], the next attempt's state and
+    /// the rule's name and its owner for a user's own rule, and, as for [`SignatureResolution`], the next attempt's state and
     /// Slurm state and the chain's state; only `owner`'s chains when given.
     pub fn rule_retries(&self, owner: Option<u32>) -> Result<Vec<RuleRetry>> {
         self.rule_retries_between(owner, 0, i64::MAX)
@@ -174,7 +178,8 @@ impl Store {
         let mut q = self.conn.prepare_cached(&by_id_range(
             (after, upto),
             "SELECT json_extract(d.inputs, '$.verdict.rule'), nx.state, nx.slurm_state, c.state,
-                    d.id, d.chain_id, d.attempt_n
+                    d.id, d.chain_id, d.attempt_n,
+                    json_extract(d.inputs, '$.verdict.rule_owner_uid')
              FROM decisions d
              JOIN chains c ON c.id = d.chain_id
              JOIN submissions s ON s.id = c.submission_id
@@ -191,17 +196,20 @@ impl Store {
                 r.get(2)?,
                 r.get::<_, String>(3)?,
                 (r.get(4)?, r.get(5)?, r.get(6)?),
+                r.get::<_, Option<u32>>(7)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (rule, next, next_slurm, state, (decision_id, chain_id, attempt_n)) = row?;
+            let (rule, next, next_slurm, state, (decision_id, chain_id, attempt_n), rule_owner) =
+                row?;
             if let Some(rule) = rule {
                 out.push(RuleRetry {
                     decision_id,
                     chain_id,
                     attempt_n,
                     rule,
+                    rule_owner,
                     next_state: next,
                     next_slurm_state: next_slurm,
                     chain_state: parse_name(&state)?,

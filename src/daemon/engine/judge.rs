@@ -25,6 +25,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tracing::{error, warn, Instrument};
 
+/// The users' own rules the engine keeps compiled (by acceptance record) past a batch
+/// that needs fewer: at most `MAX_RULES_PER_USER` per user, so a few thousand users' worth.
+const OWN_RULES_KEPT: usize = 4096;
+
 /// How long reading a job's stdout/stderr tail may take.
 const OUTPUT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -454,8 +458,9 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// With `[learn] stop_not_working` (docs/rules.md): the rules whose automatic
-    /// retries stopped working, which no longer decide an ending; none without it.
-    fn stopped_rules(&self) -> Vec<String> {
+    /// retries stopped working, which no longer decide an ending; none without it. Each
+    /// by its own retries (`learn::RuleKey`): a user's own rule stops for that user alone.
+    fn stopped_rules(&self) -> Vec<crate::learn::RuleKey> {
         if !self.config.learn.stop_not_working {
             return Vec::new();
         }
@@ -477,7 +482,7 @@ impl<S: Slurm> Engine<S> {
     /// classifier takes them; none when the store cannot say (logged: the config's rules
     /// decide, and an ending no rule matches waits for a person, as always).
     fn users_rules(
-        &self,
+        &mut self,
         owners: &std::collections::BTreeSet<u32>,
     ) -> BTreeMap<u32, Vec<crate::config::Rule>> {
         let mut out = BTreeMap::new();
@@ -489,12 +494,23 @@ impl<S: Slurm> Engine<S> {
                 return out;
             }
         }
+        let mut used = std::collections::HashSet::new();
         for &o in owners {
-            match self.store.rule_decisions_of(o) {
+            // Theirs and everyone's: an admin's rejection for everyone after a user's own
+            // acceptance takes the user's rule out (`learn::accepted_by`).
+            match self.store.rule_decisions(Some(o)) {
                 Ok(records) => {
+                    let cache = &mut self.own_rules;
                     let rules: Vec<crate::config::Rule> = crate::learn::accepted_by(&records, o)
                         .into_iter()
-                        .filter_map(crate::learn::rule_in_force)
+                        .filter_map(|r| {
+                            used.insert(r.id);
+                            // Compiled once per acceptance (a record never changes).
+                            cache
+                                .entry(r.id)
+                                .or_insert_with(|| crate::learn::rule_in_force(r))
+                                .clone()
+                        })
                         .collect();
                     if !rules.is_empty() {
                         out.insert(o, rules);
@@ -502,6 +518,10 @@ impl<S: Slurm> Engine<S> {
                 }
                 Err(e) => warn!(owner = o, "cannot read the rules this user accepted for their own chains: {e}; the config's rules decide their endings this batch"),
             }
+        }
+        // Kept while in force for an owner of this batch; a rule out of force goes.
+        if self.own_rules.len() > OWN_RULES_KEPT {
+            self.own_rules.retain(|id, _| used.contains(id));
         }
         out
     }
@@ -516,7 +536,7 @@ impl<S: Slurm> Engine<S> {
         obs: Observation,
         sub: &Submission,
         progress: Option<Progress>,
-        stopped: &[String],
+        stopped: &[crate::learn::RuleKey],
         own: &[crate::config::Rule],
         t: i64,
     ) -> Result<(), StoreError> {
@@ -529,13 +549,15 @@ impl<S: Slurm> Engine<S> {
                 self.config.rules.iter().chain(own).cloned().collect();
             if !stopped.is_empty() {
                 let all = classify::classify(&obs, &every).ok();
-                if let Some(rule) = all.and_then(|v| v.rule).filter(|r| stopped.contains(r)) {
-                    warn!(%rule, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+                if let Some(v) = all {
+                    if let Some(rule) = v.rule.filter(|r| stopped.contains(&(r.clone(), v.rule_owner_uid))) {
+                        warn!(%rule, rule_owner = ?v.rule_owner_uid, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
+                    }
                 }
             }
             every
                 .into_iter()
-                .filter(|r| !stopped.contains(&r.name))
+                .filter(|r| !stopped.contains(&(r.name.clone(), r.owner_uid)))
                 .collect()
         };
         let v = match classify::classify(&obs, &rules) {

@@ -59,6 +59,9 @@ pub struct Engine<S: Slurm> {
     store: Store,
     slurm: S,
     partitions: HashMap<String, Option<u64>>,
+    /// Users' own rules (docs/rules.md) as the classifier takes them, by the record of
+    /// their acceptance (never edited): compiled once, not every batch (`judge.rs`).
+    own_rules: HashMap<i64, Option<crate::config::Rule>>,
     partitions_read: Option<Instant>,
     /// Live attempts missing from squeue without an ending in sacct, and since when.
     missing: HashMap<(i64, u32), i64>,
@@ -130,6 +133,7 @@ impl<S: Slurm> Engine<S> {
             store,
             slurm,
             partitions: HashMap::new(),
+            own_rules: HashMap::new(),
             partitions_read: None,
             missing: HashMap::new(),
             foreign: HashSet::new(),

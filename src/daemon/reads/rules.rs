@@ -42,7 +42,7 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
             r
         })
         .collect();
-    let in_force = config.rules.iter().map(|r| RuleInForce {
+    let in_force = config.rules.iter().map(|r| (None, RuleInForce {
         name: r.name.clone(),
         kind: r.kind,
         exit_codes: r.exit_codes.clone(),
@@ -56,7 +56,7 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
         failed: 0,
         running: 0,
         not_working: false,
-    });
+    }));
     // The rules users keep for their own chains: the caller's, or everyone's for an admin.
     let mut owners: Vec<u32> = records.iter().filter_map(|r| r.owner_uid).collect();
     owners.sort_unstable();
@@ -66,7 +66,7 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
             .into_iter()
             .filter_map(|r| {
                 let p = r.rule.as_ref()?;
-                Some(RuleInForce {
+                Some((Some(o), RuleInForce {
                     name: p.name.clone(),
                     kind: p.kind,
                     exit_codes: p.exit_codes.clone(),
@@ -77,20 +77,25 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
                     failed: 0,
                     running: 0,
                     not_working: false,
-                })
+                }))
             })
             .collect::<Vec<_>>()
     });
-    let mut in_force: Vec<RuleInForce> = in_force.chain(users).collect();
     let thresholds = Thresholds::from(&config.learn);
     let retries = store.rule_retries(owner)?;
     let outcomes = learn::tally(retries.iter().map(RuleRetry::outcome));
-    for r in &mut in_force {
-        if let Some(&(completed, failed, running)) = outcomes.get(&r.name) {
-            (r.completed, r.failed, r.running) = (completed, failed, running);
-            r.not_working = learn::not_working(completed, failed, thresholds);
-        }
-    }
+    // Each rule by its own retries: a user's own rule by those it gave that user's
+    // chains, a rule for everyone by those it gave (never a user's rule of its name).
+    let in_force: Vec<RuleInForce> = in_force
+        .chain(users)
+        .map(|(rule_owner, mut r)| {
+            if let Some(&(completed, failed, running)) = outcomes.get(&(r.name.clone(), rule_owner)) {
+                (r.completed, r.failed, r.running) = (completed, failed, running);
+                r.not_working = learn::not_working(completed, failed, thresholds);
+            }
+            r
+        })
+        .collect();
     Ok(RulesAnswer {
         rules: in_force,
         proposals: proposals(store, config, owner, &records)?,

@@ -115,9 +115,6 @@ pub trait Write: Sized + 'static {
     /// It changes the caller's plain-sbatch choice: the loop publishes the caller's opt-in
     /// file for the filter before answering, so an sbatch right after `opt-in` is noted.
     const CHANGES_OPT_IN: bool = false;
-    /// It changed a file of the config (`rules accept`): the loop reloads the config
-    /// before answering, as on SIGHUP.
-    const RELOADS: bool = false;
     /// What the client is told when the daemon stops before answering.
     const LOST: &'static str = "the daemon stopped before answering; whether the change was made shows in `supervisorctl status` \
                                  once it runs again (a cancel's scancel may have reached Slurm: its jobs are then recorded cancelled)";
@@ -171,9 +168,6 @@ pub struct After {
     pub launch: bool,
     /// Publish the caller's plain-sbatch choice (before the answer).
     pub publish_opt_in: bool,
-    /// Reload the config, as on SIGHUP, before the answer (an accepted rule's file was
-    /// written).
-    pub reload: bool,
 }
 
 /// A request begun on the loop: its plan and what follows it.
@@ -209,7 +203,6 @@ pub async fn on_loop<S: Slurm>(
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
-                reload: W::RELOADS,
             };
             Box::pin(async move {
                 let per_minute = self.desk.rate.per_minute();
@@ -270,6 +263,11 @@ pub fn span(request: &Request, uid: u32) -> tracing::Span {
 pub enum Plan {
     /// Answered now.
     Done(Response),
+    /// Answered now, after a file of the config was written (`rules accept` for everyone,
+    /// its `rules.d/` file): the loop reloads the config, as on SIGHUP, before the answer
+    /// goes, so a client told the rule is in force reads it so. Only a file written makes
+    /// a reload: a refused or own-scope request never does (any user may send one).
+    Reload(Response),
     /// A Slurm command to run beside the loop.
     Beside(Beside),
 }
@@ -384,7 +382,7 @@ pub async fn handle<S: Slurm + Clone>(
 ) -> Response {
     let span = tracing::Span::current();
     match begin(&mut engine.desk(), request, uid, span).await {
-        Plan::Done(answered) => answered,
+        Plan::Done(answered) | Plan::Reload(answered) => answered,
         Plan::Beside(command) => {
             let landed = carry_out(&engine.runner(), command).await;
             finish(&mut engine.desk(), landed)
@@ -409,7 +407,6 @@ mod tests {
             let after = After {
                 launch: W::MAY_MAKE_RETRY_DUE,
                 publish_opt_in: W::CHANGES_OPT_IN,
-                reload: W::RELOADS,
             };
             (false, after, Some(W::LOST))
         }
@@ -445,13 +442,11 @@ mod tests {
             let (read, after, lost) = dispatch(r, Probe);
             let launch = matches!(cmd, "classify" | "recover");
             let publish_opt_in = cmd == "plain_opt";
-            let reload = cmd == "rules_accept";
             assert_eq!(
                 after,
                 After {
                     launch,
                     publish_opt_in,
-                    reload,
                 },
                 "{line}"
             );

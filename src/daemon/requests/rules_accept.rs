@@ -3,7 +3,8 @@
 //! For everyone, by an admin (root, the daemon's own user, a member of `[learn]
 //! admin_group`): its entry written to a new file in `rules.d/` beside the config and the
 //! config checked with it as `validate` checks it; the loop then reloads the config, as on
-//! SIGHUP, before answering (`Write::RELOADS`). For the caller's own chains (`--mine`, and
+//! SIGHUP, before answering (`Plan::Reload`, only once that file is written: a refused
+//! or own-scope request reloads nothing). For the caller's own chains (`--mine`, and
 //! what anyone else gets): the rule kept in the store with the caller's data, counted in
 //! their totals, and read by the judge for their endings alone. Either way the acceptance
 //! is a record of its own (`store/rule_decisions.rs`), as a rejection is
@@ -41,8 +42,6 @@ pub struct RulesAccept {
 }
 
 impl super::Write for RulesAccept {
-    const RELOADS: bool = true;
-
     fn into_request(self) -> Request {
         Request::RulesAccept {
             id: self.id,
@@ -54,7 +53,11 @@ impl super::Write for RulesAccept {
     }
 
     async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(accept(desk.store, desk.config, uid, &self))
+        match accept(desk.store, desk.config, uid, &self) {
+            // Its rules.d/ file written: the config is reloaded before the answer.
+            Ok(a) if a.file.is_some() => Plan::Reload(Response::answer(&a)),
+            answered => Plan::answered(answered),
+        }
     }
 }
 
@@ -193,6 +196,17 @@ fn accept(
             ),
         ));
     }
+    // Its pattern comes from a job's stderr (its user's text): compiled now, within a
+    // bound, so a rule put in force is one the judge can run.
+    if let Err(e) = learn::compile_rule_pattern(&p.rule.stderr) {
+        return Err(Response::error(
+            ErrorKind::Conflict,
+            format!(
+                "proposal {id}'s stderr pattern cannot be put in force: {}; write a shorter `[[rules]]` entry for this failure by hand (docs/rules.md)",
+                first_line(&e.to_string())
+            ),
+        ));
+    }
     let decision = NewRuleDecision {
         proposal: id,
         owner_uid: owner,
@@ -232,6 +246,11 @@ fn accept(
         record,
         file: file.map(|f| f.display().to_string()),
     })
+}
+
+/// The first line of a message, cut to a few hundred characters.
+fn first_line(m: &str) -> String {
+    m.lines().next().unwrap_or("").chars().take(300).collect()
 }
 
 /// A user's acceptance for their own chains: within their number of rules and their
@@ -279,7 +298,9 @@ pub(super) fn room_for_own(
         return Err(Response::error(
             ErrorKind::Unavailable,
             format!(
-                "you have made {made} decisions about rules for your own chains, the most a user may                  ({MAX_RULE_DECISIONS_PER_USER}; they are kept for good): ask your admin to decide this one for everyone"
+                "you have made {made} decisions about rules for your own chains, the most a user may \
+                 ({MAX_RULE_DECISIONS_PER_USER}; they are kept for good): ask your admin to decide this one for everyone \
+                 (rejecting one of your own rules in force is still allowed)"
             ),
         ));
     }

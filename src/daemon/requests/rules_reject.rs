@@ -3,7 +3,9 @@
 //! a record of its own in the store (`store/rule_decisions.rs`): `rules` shows the
 //! proposal as rejected with who, when and why, and `rules accept` of it then needs
 //! `--despite-rejection`. A rejection of the caller's own accepted rule takes it out of
-//! force for them. A proposal rejected already (as the caller sees it) is answered as it
+//! force for them, past the caps on their records (`room_for_own`). An admin's rejection
+//! for everyone takes every user's own acceptance made before it out of force too
+//! (`learn::standing`). A proposal rejected already (as the caller sees it) is answered as it
 //! stands: nothing is written.
 
 use super::rules_accept::{
@@ -72,7 +74,10 @@ fn reject(
         rule: None,
         at: crate::clock::now(),
     };
-    if let Some(o) = owner {
+    // Taking one of the caller's own rules out of force always passes the caps: it
+    // follows an acceptance that counted against them, so these records stay within
+    // twice the cap, and a user is never left with a rule they cannot stop.
+    if let Some(o) = owner.filter(|_| p.state != ProposalState::Accepted) {
         room_for_own(store, config, o, &records, &decision)?;
     }
     let record = store.record_rule_decision(&decision)?;
