@@ -903,4 +903,51 @@ mod tests {
         assert_eq!(rule.proposal.as_deref(), Some("cccccccccccc"));
         assert!(rule.stderr.unwrap().is_match("shard 12"));
     }
+
+    /// Placeholders typed into stderr (`<time>`, `<name>`) stay text: they neither make
+    /// the signature of a real timestamp nor a pattern that matches anything.
+    #[test]
+    fn placeholders_typed_into_stderr_are_text_not_wildcards() {
+        use crate::signature::{signature, JobSpecifics};
+        let typed = signature("FAILED", "1:0", Some("<time>\n"), &JobSpecifics::default());
+        let real = signature(
+            "FAILED",
+            "1:0",
+            Some("2026-11-28T23:28:53Z\n"),
+            &JobSpecifics::default(),
+        );
+        assert_ne!(typed.text, real.text);
+        assert_ne!(typed.id, real.id);
+        let re = regex::Regex::new(&stderr_pattern(&typed.text)).unwrap();
+        assert!(!re.is_match("Segmentation fault (core dumped)\n"));
+        // What was typed is still matched as it was.
+        assert!(re.is_match("<time>\n"));
+        let named = signature(
+            "FAILED",
+            "1:0",
+            Some("error in <module> of alice: <name>\n"),
+            &JobSpecifics {
+                dirs: vec![],
+                names: vec!["alice"],
+            },
+        );
+        assert_eq!(named.text, "error in \u{2039}module\u{203a} of <name>: \u{2039}name\u{203a}");
+        let re = regex::Regex::new(&stderr_pattern(&named.text)).unwrap();
+        assert!(re.is_match("error in <module> of bob: <name>"));
+        assert!(!re.is_match("error in <module> of bob: anything"));
+    }
+
+    /// A rule's pattern is compiled within a bound: what a proposal makes of stderr
+    /// compiles, a pattern past the bound is refused rather than run every batch.
+    #[test]
+    fn a_rules_pattern_is_compiled_within_a_size_limit() {
+        let line = "2026-11-28T23:28:53Z ".repeat(10);
+        let text = crate::signature::mask_tail(
+            &format!("{line}\n{line}\n{line}\n{line}\n"),
+            &crate::signature::JobSpecifics::default(),
+        );
+        assert!(compile_rule_pattern(&stderr_pattern(&text)).is_ok());
+        let e = compile_rule_pattern(&r"\w{1000}".repeat(8)).unwrap_err();
+        assert!(e.to_string().contains("size limit"), "{e}");
+    }
 }

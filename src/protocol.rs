@@ -123,6 +123,18 @@ impl Request {
         self.head().cmd
     }
 
+    /// True for the requests whose answer depends on whether the caller decides rules for
+    /// everyone (`[learn] admin_group`): the connection looks the caller's groups up, off
+    /// the loop, before the request goes on (`daemon::access::Caller`). A request for the
+    /// caller's own chains only (`--mine`) needs no lookup.
+    pub fn asks_rule_admin(&self) -> bool {
+        match self {
+            Request::Rules => true,
+            Request::RulesAccept { mine, .. } | Request::RulesReject { mine, .. } => !mine,
+            _ => false,
+        }
+    }
+
     /// True for the requests that only read: answered from the store by any daemon,
     /// a standby of cluster mode too (its replica), off the daemon's loop.
     pub fn is_read(&self) -> bool {

@@ -804,3 +804,239 @@ fn a_users_rule_decides_their_own_endings_and_the_admin_group_decides_for_everyo
         sys.d.history(&next)["decisions"][0]["proposal"] == sig.as_str()
     });
 }
+
+// Users' own rules and the daemon's config, against what an unprivileged user may send
+// (the attacking review of the rules' admin, each failing before its fix).
+
+mod own_rules {
+    use super::common::system::System;
+    use super::common::*;
+    use serde_json::Value;
+    use std::time::Duration;
+
+    const WITHIN: Duration = Duration::from_secs(60);
+    const STDERR: &str = "RuntimeError: checkpoint shard 3 has an unexpected checksum 3f2a9bc1\n";
+
+    fn err(out: &std::process::Output) -> String {
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// The retry of `job` once the daemon made it; its job id.
+    fn retry_of(sys: &System, job: &str) -> String {
+        let mut retry = String::new();
+        wait_for("the retry", WITHIN, || {
+            let row = &sys.d.status(job)[0];
+            match row["slurm_job_id"].as_str() {
+                Some(j) if j != job && row["state"] == "active" => {
+                    retry = j.to_string();
+                    true
+                }
+                _ => false,
+            }
+        });
+        retry
+    }
+
+    /// `user`'s `job.sh` fails with STDERR; they retry it; the retry completes.
+    fn fail_and_retry(sys: &System, user: &str) {
+        let job = sys.submit_as(user, &["job.sh"]);
+        sys.fake.ctl(&["finish", &job, "FAILED", "1:0", STDERR]);
+        sys.d.wait_state(&job, "pending_failed", WITHIN);
+        let out = sys.as_user(
+            user,
+            &["classify", &job, "--action", "retry", "--reason", "seen it"],
+        );
+        assert!(out.status.success(), "{}", err(&out));
+        let retry = retry_of(sys, &job);
+        sys.fake.ctl(&["finish", &retry, "COMPLETED", "0:0"]);
+        sys.d.wait_state(&job, "completed", WITHIN);
+    }
+
+    /// The proposal STDERR makes from `user`'s own chains (two agreeing retries).
+    fn proposal_of(sys: &System, user: &str) -> String {
+        for _ in 0..2 {
+            fail_and_retry(sys, user);
+        }
+        let mine = sys.json_as(user, &["rules", "--json"]);
+        mine["proposals"][0]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{mine:#}"))
+            .to_string()
+    }
+
+    /// `user` accepts `sig` for their own chains.
+    fn accept_mine(sys: &System, user: &str, sig: &str) {
+        let out = sys.as_user(user, &["rules", "--json", "accept", sig]);
+        assert!(out.status.success(), "{}", err(&out));
+        let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(a["scope"], "mine");
+    }
+
+    /// The decision on `user`'s next ending with STDERR.
+    fn next_decision(sys: &System, user: &str) -> Value {
+        let job = sys.submit_as(user, &["job.sh"]);
+        sys.fake.ctl(&["finish", &job, "FAILED", "1:0", STDERR]);
+        let mut last = Value::Null;
+        wait_for("a decision on the ending", WITHIN, || {
+            last = sys.d.history(&job)["decisions"]
+                .as_array()
+                .and_then(|v| v.last().cloned())
+                .unwrap_or(Value::Null);
+            !last.is_null()
+        });
+        last
+    }
+
+    fn reloads(sys: &System) -> usize {
+        sys.d.log().matches("config reloaded").count()
+    }
+
+    /// Any user may send `rules accept`: only a rules.d/ file written (an admin's
+    /// acceptance for everyone) reloads the root daemon's config, never a refusal, a
+    /// rate-limited request or a user's acceptance for their own chains.
+    #[test]
+    fn only_a_rules_d_file_written_reloads_the_config_never_a_users_request() {
+        let sys = System::start("", "[learn]\nagreeing = 2\n");
+        sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
+        let mut codes = Vec::new();
+        for _ in 0..5 {
+            let out = sys.as_user("alice", &["rules", "accept", "000000000000"]);
+            codes.push(out.status.code());
+        }
+        codes.push(sys.as_user("alice", &["rules", "accept", "not-an-id"]).status.code());
+        assert!(codes.iter().all(|c| *c != Some(0)), "{codes:?}");
+        let sig = proposal_of(&sys, "alice");
+        accept_mine(&sys, "alice", &sig);
+        // Her acceptance again (as it stands) and her rejection: no reload either.
+        accept_mine(&sys, "alice", &sig);
+        let out = sys.as_user("alice", &["rules", "reject", &sig]);
+        assert!(out.status.success(), "{}", err(&out));
+        // The answer comes after a reload (daemon/mod.rs), so the log holds any now.
+        assert_eq!(reloads(&sys), 0, "alice's requests reloaded the config");
+        // Root's acceptance for everyone writes its file, and reloads.
+        let out = sys.d.ctl(&["rules", "accept", &sig, "--despite-rejection"]);
+        assert!(out.status.success(), "{}", err(&out));
+        assert_eq!(reloads(&sys), 1, "{}", tail(&sys.d.log(), 10));
+    }
+
+    /// Bob's own rule `learnt-<sig>` whose retries fail stops his rule only: alice's own
+    /// rule of the same name still decides her endings.
+    #[test]
+    fn a_users_own_rule_that_stopped_working_stops_no_one_elses_rule_of_its_name() {
+        let sys = System::start("", "[learn]\nagreeing = 2\nstop_not_working = true\n");
+        for u in ["alice", "bob"] {
+            sys.write_as(u, "job.sh", b"#!/bin/bash\necho hi\n");
+        }
+        let sig = proposal_of(&sys, "alice");
+        accept_mine(&sys, "alice", &sig);
+        assert_eq!(proposal_of(&sys, "bob"), sig, "one signature for both");
+        accept_mine(&sys, "bob", &sig);
+        // Bob's rule retries his endings at once; he has its retries fail.
+        for _ in 0..2 {
+            let job = sys.submit_as("bob", &["job.sh"]);
+            sys.fake.ctl(&["finish", &job, "FAILED", "1:0", STDERR]);
+            let retry = retry_of(&sys, &job);
+            sys.fake
+                .ctl(&["finish", &retry, "FAILED", "2:0", "something else\n"]);
+            sys.d.wait_state(&job, "pending_failed", WITHIN);
+        }
+        let own = |user: &str| {
+            let view = sys.json_as(user, &["rules", "--json"]);
+            view["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["source"] == format!("user:{user}"))
+                .cloned()
+                .unwrap_or_else(|| panic!("{view:#}"))
+        };
+        let bobs = own("bob");
+        assert_eq!(
+            (&bobs["failed"], &bobs["not_working"]),
+            (&Value::from(2), &Value::from(true)),
+            "{bobs:#}"
+        );
+        let hers = own("alice");
+        assert_eq!(
+            (&hers["failed"], &hers["not_working"]),
+            (&Value::from(0), &Value::from(false)),
+            "{hers:#}"
+        );
+        let last = next_decision(&sys, "alice");
+        assert_eq!(
+            (&last["classification"], &last["proposal"]),
+            (&Value::from("transient"), &Value::from(sig.as_str())),
+            "bob's failing retries took alice's own rule out: {last:#}\nlog:\n{}",
+            tail(&sys.d.log(), 10)
+        );
+        // Bob's own rule, stopped, decides his no more.
+        let last = next_decision(&sys, "bob");
+        assert!(last["proposal"].is_null(), "{last:#}");
+    }
+
+    /// At the cap of decisions about rules a user still takes their own rule out of
+    /// force (and may accept no more); the refusal reads as one sentence.
+    #[test]
+    fn at_the_cap_of_decisions_a_user_still_rejects_their_own_rule_in_force() {
+        let sys = System::start("", "[learn]\nagreeing = 2\n");
+        sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
+        let sig = proposal_of(&sys, "alice");
+        // 256 records, the last an acceptance: her rule is in force at the cap.
+        for i in 0..128 {
+            let out = sys.as_user("alice", &["rules", "reject", &sig]);
+            assert!(out.status.success(), "{i}: {}", err(&out));
+            let out = sys.as_user("alice", &["rules", "accept", &sig, "--despite-rejection"]);
+            assert!(out.status.success(), "{i}: {}", err(&out));
+        }
+        let out = sys.as_user("alice", &["rules", "reject", &sig]);
+        assert!(out.status.success(), "her own rule outlived the cap: {}", err(&out));
+        let last = next_decision(&sys, "alice");
+        assert!(last["proposal"].is_null(), "{last:#}");
+        // Past the cap she accepts nothing more.
+        let out = sys.as_user("alice", &["rules", "accept", &sig, "--despite-rejection"]);
+        let refused = err(&out);
+        assert!(
+            !out.status.success() && refused.contains("the most a user may (256;"),
+            "{refused}"
+        );
+        assert!(!refused.contains("  "), "stray spaces: {refused:?}");
+    }
+
+    /// An admin's rejection for everyone takes a user's own rule out of force (the user
+    /// sees who rejected it, and why), and the user's own rejection then stands as it is.
+    #[test]
+    fn an_admins_rejection_for_everyone_takes_a_users_own_rule_out_of_force() {
+        let sys = System::start("", "[learn]\nagreeing = 2\n");
+        sys.write_as("alice", "job.sh", b"#!/bin/bash\necho hi\n");
+        let sig = proposal_of(&sys, "alice");
+        accept_mine(&sys, "alice", &sig);
+        let out = sys.d.ctl(&["rules", "reject", &sig, "--reason", "harmful"]);
+        assert!(out.status.success(), "{}", err(&out));
+        let view = sys.json_as("alice", &["rules", "--json"]);
+        let p = &view["proposals"][0];
+        assert_eq!(
+            (&p["state"], &p["decided"]["reason"], &p["decided"]["scope"]),
+            (
+                &Value::from("rejected"),
+                &Value::from("harmful"),
+                &Value::from("everyone")
+            ),
+            "{view:#}"
+        );
+        assert!(
+            !view["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["source"] == "user:alice"),
+            "{view:#}"
+        );
+        let out = sys.as_user("alice", &["rules", "reject", &sig]);
+        assert!(out.status.success(), "{}", err(&out));
+        let last = next_decision(&sys, "alice");
+        assert!(
+            last["proposal"].is_null(),
+            "root rejected it for everyone; her ending was still decided by it: {last:#}"
+        );
+    }
+}

@@ -24,14 +24,91 @@ pub fn sees_all(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::getuid().as_raw()
 }
 
-/// Whether `uid` decides rule proposals for everyone (docs/rules.md): root, the daemon's
-/// own user, or a member (primary or supplementary group, as this node's NSS says) of
-/// `[learn] admin_group`. The group is looked up only for a caller who is neither.
-pub fn decides_rules_for_everyone(uid: u32, learn: &crate::config::LearnConfig) -> bool {
-    rule_admin(sees_all(uid), learn.admin_gid, || groups_of(uid))
+/// How long a caller's groups may take to look up (NSS: LDAP, sssd) before the caller is
+/// taken for no member of `[learn] admin_group`.
+pub const GROUPS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the connection found of a caller's membership of `[learn] admin_group`, before
+/// the request reached the loop (the lookup asks NSS, which may be slow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// A member (primary or supplementary group, as this node's NSS says).
+    Member,
+    /// Not a member; or not asked: no group configured, a request that needs no answer,
+    /// or a network origin not in `[server] root_nodes` (there the group gives no rights).
+    NotMember,
+    /// The lookup took longer than [`GROUPS_TIMEOUT`].
+    TimedOut,
 }
 
-/// The decision of [`decides_rules_for_everyone`], apart from its lookups: an admin
+/// Who sent a request: their uid (the socket's peer credentials, or MUNGE's), and their
+/// membership of `[learn] admin_group` as the connection found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub admin_group: Membership,
+}
+
+impl Caller {
+    /// `uid`, their groups looked up in place (blocking: the in-process tests' path) when
+    /// a group is configured.
+    pub fn looked_up(uid: u32, learn: &crate::config::LearnConfig) -> Caller {
+        let admin_group = if !sees_all(uid) && rule_admin(false, learn.admin_gid, || groups_of(uid))
+        {
+            Membership::Member
+        } else {
+            Membership::NotMember
+        };
+        Caller { uid, admin_group }
+    }
+
+    /// `uid`, their groups looked up on a blocking thread within [`GROUPS_TIMEOUT`] when a
+    /// group is configured, the request asks (`Request::asks_rule_admin`) and the group
+    /// gives rights where the request came from (`group_counts`: the local Unix socket,
+    /// or a `[server] root_nodes` origin): the async threads and the loop never wait on
+    /// NSS.
+    pub async fn find(
+        uid: u32,
+        learn: &crate::config::LearnConfig,
+        asks: bool,
+        group_counts: bool,
+    ) -> Caller {
+        let admin_group = match learn.admin_gid {
+            Some(g) if asks && group_counts && !sees_all(uid) => {
+                let lookup = tokio::task::spawn_blocking(move || groups_of(uid).contains(&g));
+                match tokio::time::timeout(GROUPS_TIMEOUT, lookup).await {
+                    Ok(Ok(true)) => Membership::Member,
+                    Ok(_) => Membership::NotMember,
+                    Err(_) => {
+                        tracing::warn!(uid, "looking up the caller's groups for [learn] admin_group took longer than {GROUPS_TIMEOUT:?}: taken for no member");
+                        Membership::TimedOut
+                    }
+                }
+            }
+            _ => Membership::NotMember,
+        };
+        Caller { uid, admin_group }
+    }
+}
+
+/// Whether `caller` decides rule proposals for everyone (docs/rules.md): root, the
+/// daemon's own user, or a member of `[learn] admin_group` as the connection found
+/// (`Caller::find`; nothing is looked up here, on the loop). A lookup that timed out is
+/// an error that says so: no member, and the caller told why.
+pub fn decides_rules_for_everyone(caller: &Caller) -> Result<bool, String> {
+    match caller.admin_group {
+        _ if sees_all(caller.uid) => Ok(true),
+        Membership::Member => Ok(true),
+        Membership::NotMember => Ok(false),
+        Membership::TimedOut => Err(format!(
+            "looking up your groups for [learn] admin_group took longer than {}s (this node's NSS: LDAP, sssd), \
+             so you were taken for no member of it and nothing was decided: try again, or add --mine to decide for your own chains",
+            GROUPS_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// The decision of [`Caller::looked_up`], apart from its lookups: an admin
 /// already, or a member of the admin group (`groups` gives the caller's gids, primary
 /// first; asked only when a group is configured).
 pub fn rule_admin(

@@ -420,10 +420,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
                         continue;
                     }
                 }
-                let span = requests::span(&ctl.request, ctl.uid);
+                let uid = ctl.caller.uid;
+                let span = requests::span(&ctl.request, uid);
                 // What follows the answer is the request's to say (`requests::Write`):
                 // due retries launched, a plain-sbatch choice published.
-                let begun = requests::on_loop(&mut engine.desk(), ctl.request, ctl.uid, span.clone()).instrument(span.clone()).await;
+                let begun = requests::on_loop(&mut engine.desk(), ctl.request, ctl.caller, span.clone()).instrument(span.clone()).await;
                 let after = begun.after;
                 let (response, reload_config) = match begun.plan {
                     requests::Plan::Done(response) => (response, false),
@@ -443,12 +444,12 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 // Only the asker's own file, and only if it changed: a repeated `opt-in`
                 // rewrites no one's (issue 32's attacking review).
                 if let (true, Some(p)) = (after.publish_opt_in, &mut plain) {
-                    p.publish_choice(engine.upkeep().store, ctl.uid);
+                    p.publish_choice(engine.upkeep().store, uid);
                 }
 
                 // A user met: their notes folder is made if the site opts them in.
                 if let Some(p) = &mut plain {
-                    p.seen(engine.upkeep().store, ctl.uid);
+                    p.seen(engine.upkeep().store, uid);
                 }
                 // An accepted rule's file was written (and only then: `Plan::Reload`):
                 // taken as a SIGHUP's reload is, before the answer, so a client told it

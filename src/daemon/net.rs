@@ -565,7 +565,11 @@ async fn connection_on<S: AsyncRead + AsyncWrite + Unpin + Send>(
     let _slot = a.slot;
     // The Unix socket's path, its write timeouts included: a client that does not take
     // its answer is dropped, and that is logged as a refusal too.
-    let answered = server::answer(got, line, a.uid, &net.shared, &mut write).await;
+    // `[learn] admin_group` gives its rights only from an origin `[server] root_nodes`
+    // lists, as root's are (docs/security.md): a MUNGE credential from any other node
+    // proves the uid, not the groups this node's NSS gives it.
+    let group_counts = net.root_nodes.contains(&a.origin);
+    let answered = server::answer(got, line, a.uid, group_counts, &net.shared, &mut write).await;
     if let Err(e) = &answered {
         if e.kind() == std::io::ErrorKind::TimedOut {
             net.refused(

@@ -63,7 +63,8 @@ impl Readers {
 /// A request on its way to the loop.
 pub struct Control {
     pub request: Request,
-    pub uid: u32,
+    /// Who sent it, their admin group looked up already (off the loop).
+    pub caller: crate::daemon::access::Caller,
     pub reply: oneshot::Sender<Response>,
 }
 
@@ -471,16 +472,20 @@ async fn connection(
     let mut line = Vec::new();
     let mut reader = BufReader::new(read.take(max + 1));
     let got = read_request(&mut reader, &mut line, shared.limits.request_timeout.0).await;
-    answer(got, line, uid, shared, &mut write).await
+    // Over the local socket the admin group gives its rights (`access::Caller::find`).
+    answer(got, line, uid, true, shared, &mut write).await
 }
 
 /// Answers one request line that `read_request` read (`got` says how that went) for the
 /// caller `uid`, whichever way it came: this is the one path from a read line to its
 /// answer, for the Unix socket and for an authenticated network connection alike.
+/// `group_counts`: membership of `[learn] admin_group` gives its rights to this caller
+/// (the local socket, a `[server] root_nodes` origin), as root's are given.
 pub(super) async fn answer<W: AsyncWrite + Unpin>(
     got: std::io::Result<()>,
     line: Vec<u8>,
     uid: u32,
+    group_counts: bool,
     shared: &Shared,
     write: &mut W,
 ) -> std::io::Result<()> {
@@ -514,7 +519,18 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
             };
             match parsed {
                 Err(e) => Response::error(ErrorKind::Usage, format!("malformed request: {e}")),
-                Ok(request) => match requests::route(request) {
+                Ok(request) => {
+                    // The caller's groups, when the answer depends on them: looked up here,
+                    // on a blocking thread within a timeout, never on the loop.
+                    let asks = request.asks_rule_admin();
+                    let caller = crate::daemon::access::Caller::find(
+                        uid,
+                        &shared.config_in_force().learn,
+                        asks,
+                        group_counts,
+                    )
+                    .await;
+                    match requests::route(request) {
                     Route::Read(Read::List { stream, .. }) => {
                         return stream_list(write, readers, uid, stream).await;
                     }
@@ -525,7 +541,7 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                         let out = tokio::task::spawn_blocking(move || {
                             line_of(
                                 &readers
-                                    .with(|store| answer(store, &config, uid))
+                                    .with(|store| answer(store, &config, &caller))
                                     .unwrap_or_else(|e| {
                                         Response::error(ErrorKind::Internal, e.to_string())
                                     }),
@@ -558,7 +574,7 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                         if to_loop
                             .send(Control {
                                 request,
-                                uid,
+                                caller,
                                 reply,
                             })
                             .await
@@ -571,7 +587,8 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                                 .unwrap_or_else(|_| Response::error(ErrorKind::Unavailable, lost))
                         }
                     }
-                },
+                    }
+                }
             }
         }
     };

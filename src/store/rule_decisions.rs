@@ -29,7 +29,9 @@ pub struct NewRuleDecision<'a> {
 }
 
 /// Appends the row, and counts it in its owner's totals (in the caller's transaction; a
-/// replica applies [`Op::RecordRuleDecision`] with it too).
+/// replica applies [`Op::RecordRuleDecision`] with it too). A record of no bytes (a
+/// rejection without a reason) adds no row of zeros: the recount makes none, and the
+/// trigger `user_totals_emptied` deletes one only on an update.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn exec_record_rule_decision(
     tx: &Connection,
@@ -50,7 +52,8 @@ pub(super) fn exec_record_rule_decision(
     let id = tx.last_insert_rowid();
     tx.prepare_cached(&format!(
         "INSERT INTO user_totals (owner_uid, rule_bytes)
-         SELECT owner_uid, {RULE_DECISION_BYTES} FROM rule_decisions WHERE id = ?1 AND owner_uid IS NOT NULL
+         SELECT owner_uid, {RULE_DECISION_BYTES} FROM rule_decisions
+         WHERE id = ?1 AND owner_uid IS NOT NULL AND {RULE_DECISION_BYTES} > 0
          ON CONFLICT (owner_uid) DO UPDATE SET rule_bytes = rule_bytes + excluded.rule_bytes"
     ))?
     .execute([id])?;

@@ -40,7 +40,9 @@ pub enum Read {
 pub type Whole = Box<dyn FnOnce(&Store, u32) -> Response + Send>;
 
 /// A read's answer made from the store and the config in force.
-pub type WithConfig = Box<dyn FnOnce(&Store, &crate::config::Config, u32) -> Response + Send>;
+pub type WithConfig = Box<
+    dyn FnOnce(&Store, &crate::config::Config, &crate::daemon::access::Caller) -> Response + Send,
+>;
 
 /// Writes one list answer to a client as it is made.
 pub type ListWriter = fn(&Store, u32, &mut dyn std::io::Write) -> Result<(), status::StreamError>;

@@ -10,15 +10,15 @@
 
 use super::Read;
 use crate::config::Config;
-use crate::daemon::access::{decides_rules_for_everyone, user_name};
+use crate::daemon::access::{decides_rules_for_everyone, user_name, Caller};
 use crate::learn::{self, ProposalState, RuleAction, RuleRecord, Thresholds};
 use crate::protocol::views::{RuleInForce, RulesAnswer};
 use crate::protocol::Response;
 use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
 
 pub fn read() -> Read {
-    Read::WithConfig(Box::new(|store, config, uid| {
-        super::answer(rules(store, config, uid).map_err(Response::from))
+    Read::WithConfig(Box::new(|store, config, caller| {
+        super::answer(rules(store, config, caller).map_err(Response::from))
     }))
 }
 
@@ -32,8 +32,10 @@ pub fn when(at: i64) -> String {
     crate::clock::format_unix(at)
 }
 
-fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreError> {
-    let owner = (!decides_rules_for_everyone(uid, &config.learn)).then_some(uid);
+fn rules(store: &Store, config: &Config, caller: &Caller) -> Result<RulesAnswer, StoreError> {
+    // A lookup of the caller's groups that timed out: their own view.
+    let everyone = decides_rules_for_everyone(caller).unwrap_or(false);
+    let owner = (!everyone).then_some(caller.uid);
     let records: Vec<RuleRecord> = store
         .rule_decisions(owner)?
         .into_iter()
@@ -98,24 +100,30 @@ fn rules(store: &Store, config: &Config, uid: u32) -> Result<RulesAnswer, StoreE
         .collect();
     Ok(RulesAnswer {
         rules: in_force,
-        proposals: proposals(store, config, owner, &records)?,
+        proposals: proposals(store, config, owner, &records, None)?,
         decisions: records,
     })
 }
 
 /// The proposals made from the resolutions of `owner`'s chains (every chain's for
 /// `None`), leaving out those whose rule is in force for everyone, each with where it
-/// stands for `owner` by `records` (the decisions `owner` may see, oldest first).
+/// stands for `owner` by `records` (the decisions `owner` may see, oldest first); only
+/// the signature `only` when given (`rules accept|reject` of one: the others' endings are
+/// not counted).
 pub fn proposals(
     store: &Store,
     config: &Config,
     owner: Option<u32>,
     records: &[RuleRecord],
+    only: Option<&str>,
 ) -> Result<Vec<learn::Proposal>, StoreError> {
     let thresholds = Thresholds::from(&config.learn);
     let mut proposals = Vec::new();
     let rows = store.signature_resolutions(owner)?;
-    for mut h in learn::histories(rows.iter().map(SignatureResolution::facts)) {
+    let asked = rows
+        .iter()
+        .filter(|r| only.is_none_or(|id| r.signature == id));
+    for mut h in learn::histories(asked.map(SignatureResolution::facts)) {
         h.endings = store.signature_endings(&h.signature, owner)?;
         // A proposal whose entry is in force (written to rules.d/) is no longer proposed.
         let Some(mut p) = learn::propose(&h, thresholds)

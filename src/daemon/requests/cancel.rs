@@ -11,6 +11,7 @@
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
+use crate::daemon::access::Caller;
 use super::Beside;
 use crate::clock::now;
 use crate::config::Config;
@@ -37,7 +38,7 @@ impl super::Write for Cancel {
     async fn begin<S: Slurm>(
         self,
         desk: &mut Desk<'_, S>,
-        uid: u32,
+        Caller { uid, .. }: Caller,
         span: tracing::Span,
     ) -> super::Plan {
         match begin_cancel(desk.store, desk.config, &desk.holds, &self.id, uid, span) {

@@ -1,6 +1,7 @@
 //! `classify`: an agent's or a person's resolution of a `pending_failed` chain: retry
 //! (with resources of their choice), fail, or hold for a person.
 
+use crate::daemon::access::Caller;
 use super::resolution::{commit, plan_from, preview, transitions, usage};
 use super::Plan;
 use crate::clock::now;
@@ -20,7 +21,7 @@ impl super::Write for Resolution {
         Request::Classify(self)
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
         Plan::answered(classify(desk, self, uid))
     }
 }

@@ -45,6 +45,7 @@ mod rules_accept;
 mod rules_reject;
 pub mod submit;
 
+use super::access::Caller;
 use super::engine::{Desk, Engine, Runner};
 use super::reads::{self, Read};
 use super::sbatch::LaunchOutcome;
@@ -122,11 +123,11 @@ pub trait Write: Sized + 'static {
     /// The request as it came, for the socket to hand to the loop.
     fn into_request(self) -> Request;
 
-    /// Checks it for `uid` and does what can be done on the loop (see [`begin`]).
+    /// Checks it for its caller and does what can be done on the loop (see [`begin`]).
     fn begin<S: Slurm>(
         self,
         desk: &mut Desk<'_, S>,
-        uid: u32,
+        caller: Caller,
         span: tracing::Span,
     ) -> impl Future<Output = Plan>;
 }
@@ -182,18 +183,18 @@ pub struct Begun {
 pub async fn on_loop<S: Slurm>(
     desk: &mut Desk<'_, S>,
     request: Request,
-    uid: u32,
+    caller: Caller,
     span: tracing::Span,
 ) -> Begun {
     struct Loop<'a, 'e, S: Slurm> {
         desk: &'a mut Desk<'e, S>,
-        uid: u32,
+        caller: Caller,
         span: tracing::Span,
     }
     impl<'a, 'e, S: Slurm> To for Loop<'a, 'e, S> {
         type Out = Pin<Box<dyn Future<Output = Begun> + 'a>>;
         fn read(self, read: Read) -> Self::Out {
-            let answer = answer_read(self.desk.store, self.desk.config, read, self.uid);
+            let answer = answer_read(self.desk.store, self.desk.config, read, self.caller);
             Box::pin(std::future::ready(Begun {
                 plan: Plan::Done(answer),
                 after: After::default(),
@@ -206,15 +207,15 @@ pub async fn on_loop<S: Slurm>(
             };
             Box::pin(async move {
                 let per_minute = self.desk.rate.per_minute();
-                let plan = match self.desk.rate.take(self.uid, std::time::Instant::now()) {
+                let plan = match self.desk.rate.take(self.caller.uid, std::time::Instant::now()) {
                     Err(wait) => Plan::Done(too_many(per_minute, wait)),
-                    Ok(()) => write.begin(self.desk, self.uid, self.span).await,
+                    Ok(()) => write.begin(self.desk, self.caller, self.span).await,
                 };
                 Begun { plan, after }
             })
         }
     }
-    dispatch(request, Loop { desk, uid, span }).await
+    dispatch(request, Loop { desk, caller, span }).await
 }
 
 /// A read answered whole from `store`, where no client's socket waits (the socket streams
@@ -223,11 +224,12 @@ fn answer_read(
     store: &crate::store::Store,
     config: &crate::config::Config,
     read: Read,
-    uid: u32,
+    caller: Caller,
 ) -> Response {
+    let uid = caller.uid;
     match read {
         Read::Store(answer) => answer(store, uid),
-        Read::WithConfig(answer) => answer(store, config, uid),
+        Read::WithConfig(answer) => answer(store, config, &caller),
         Read::List { whole, .. } => whole(store, uid),
         Read::Node(_) => Response::error(
             crate::protocol::ErrorKind::Internal,
@@ -316,16 +318,17 @@ pub enum Landed {
     Cancel(PendingCancel, Result<(), String>),
 }
 
-/// Checks a request and does what can be done on the loop ([`on_loop`]'s plan). The one
-/// entry for such requests, the daemon's and the tests' alike; reads are answered off the
-/// loop (`reads`).
+/// Checks a request and does what can be done on the loop ([`on_loop`]'s plan), for the
+/// in-process tests: the caller's groups looked up in place (the daemon's connection looks
+/// them up before the loop, `Caller::find`). Reads are answered off the loop (`reads`).
 pub async fn begin<S: Slurm>(
     desk: &mut Desk<'_, S>,
     request: Request,
     uid: u32,
     span: tracing::Span,
 ) -> Plan {
-    on_loop(desk, request, uid, span).await.plan
+    let caller = Caller::looked_up(uid, &desk.config.learn);
+    on_loop(desk, request, caller, span).await.plan
 }
 
 /// The answer to a request past its user's rate: nothing was done, try again later (exit

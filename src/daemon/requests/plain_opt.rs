@@ -1,6 +1,7 @@
 //! `opt-in` / `opt-out`: a user's choice for their plain `sbatch` submissions, recorded;
 //! the loop then publishes it for the filter (`daemon::plain`) before answering.
 
+use crate::daemon::access::Caller;
 use super::Plan;
 use crate::config::PlainSbatchConfig;
 use crate::daemon::engine::Desk;
@@ -24,7 +25,7 @@ impl super::Write for PlainOpt {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
         Plan::answered(plain_opt(
             desk.store,
             &desk.config.plain_sbatch,

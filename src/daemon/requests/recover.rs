@@ -1,5 +1,6 @@
 //! `recover`: a person asks for a failed or `pending_failed` chain to be retried.
 
+use crate::daemon::access::Caller;
 use super::resolution::{commit, plan_from, preview, transitions};
 use super::Plan;
 use crate::clock::now;
@@ -17,7 +18,7 @@ impl super::Write for RecoverRequest {
         Request::Recover(self)
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
         Plan::answered(recover(desk, self, uid))
     }
 }

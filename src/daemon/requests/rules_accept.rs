@@ -12,7 +12,7 @@
 
 use super::Plan;
 use crate::config::{is_proposal_id, Config, RULES_DIR};
-use crate::daemon::access::{actor, decides_rules_for_everyone};
+use crate::daemon::access::{actor, decides_rules_for_everyone, Caller};
 use crate::daemon::engine::Desk;
 use crate::learn::{self, Proposal, ProposalState, RuleAction, RuleRecord};
 use crate::protocol::views::RuleDecisionAnswer;
@@ -52,8 +52,8 @@ impl super::Write for RulesAccept {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
-        match accept(desk.store, desk.config, uid, &self) {
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, caller: Caller, _: tracing::Span) -> Plan {
+        match accept(desk.store, desk.config, &caller, &self) {
             // Its rules.d/ file written: the config is reloaded before the answer.
             Ok(a) if a.file.is_some() => Plan::Reload(Response::answer(&a)),
             answered => Plan::answered(answered),
@@ -94,11 +94,17 @@ pub(super) fn check_reason(reason: Option<&str>) -> Result<String, Response> {
     Ok(r.to_string())
 }
 
-/// Whose endings a decision by `uid` is about: `None`, everyone's (an admin who did not
-/// ask for their own only); otherwise the caller's own chains. A caller who is not an
-/// admin never decides for everyone.
-pub(super) fn owner_of_decision(config: &Config, uid: u32, mine: bool) -> Option<u32> {
-    (mine || !decides_rules_for_everyone(uid, &config.learn)).then_some(uid)
+/// Whose endings a decision by `caller` is about: `None`, everyone's (an admin who did
+/// not ask for their own only); otherwise the caller's own chains. A caller who is not an
+/// admin never decides for everyone; one whose groups could not be looked up in time is
+/// told so, and nothing is decided.
+pub(super) fn owner_of_decision(caller: &Caller, mine: bool) -> Result<Option<u32>, Response> {
+    if mine {
+        return Ok(Some(caller.uid));
+    }
+    let everyone = decides_rules_for_everyone(caller)
+        .map_err(|m| Response::error(ErrorKind::Unavailable, m))?;
+    Ok((!everyone).then_some(caller.uid))
 }
 
 /// The scope's name in answers.
@@ -115,7 +121,7 @@ pub(super) fn find(
     owner: Option<u32>,
 ) -> Result<(Proposal, Vec<RuleRecord>), Response> {
     let records = store.rule_decisions(owner)?;
-    let mut proposals = crate::daemon::reads::rules::proposals(store, config, owner, &records)?;
+    let mut proposals = crate::daemon::reads::rules::proposals(store, config, owner, &records, Some(id))?;
     let Some(i) = proposals.iter().position(|p| p.id == id) else {
         let whose = if owner.is_some() {
             " made from your chains' resolutions"
@@ -139,13 +145,14 @@ pub(super) fn shown(mut r: RuleRecord) -> RuleRecord {
 fn accept(
     store: &mut Store,
     config: &Config,
-    uid: u32,
+    caller: &Caller,
     req: &RulesAccept,
 ) -> Result<RuleDecisionAnswer, Response> {
     check_id(&req.id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let id = req.id.as_str();
-    let owner = owner_of_decision(config, uid, req.mine);
+    let uid = caller.uid;
+    let owner = owner_of_decision(caller, req.mine)?;
     let (p, records) = find(store, config, id, owner)?;
     // `Accepted` is only ever the caller's own acceptance for their chains (one for
     // everyone is in force, or waits again: `reads::rules::proposals`).
@@ -439,18 +446,23 @@ mod tests {
 
     #[test]
     fn only_an_admin_decides_for_everyone_and_only_when_not_asking_for_their_own() {
-        let config = Config::defaults();
+        use crate::daemon::access::Membership::*;
         let me = nix::unistd::getuid().as_raw();
-        assert_eq!(owner_of_decision(&config, me, false), None);
-        assert_eq!(owner_of_decision(&config, me, true), Some(me));
+        let who = |uid, admin_group| Caller { uid, admin_group };
+        let owner = |c, mine| owner_of_decision(&c, mine).map_err(|e| format!("{e:?}"));
+        assert_eq!(owner(who(me, NotMember), false), Ok(None));
+        assert_eq!(owner(who(me, NotMember), true), Ok(Some(me)));
         // Anyone else: their own chains, whatever they asked.
-        assert_eq!(
-            owner_of_decision(&config, 4_000_000_123, false),
-            Some(4_000_000_123)
-        );
-        assert_eq!(
-            owner_of_decision(&config, 4_000_000_123, true),
-            Some(4_000_000_123)
-        );
+        let other = 4_000_000_123;
+        assert_eq!(owner(who(other, NotMember), false), Ok(Some(other)));
+        assert_eq!(owner(who(other, NotMember), true), Ok(Some(other)));
+        // A member of the admin group, as the connection found: everyone's.
+        assert_eq!(owner(who(other, Member), false), Ok(None));
+        assert_eq!(owner(who(other, Member), true), Ok(Some(other)));
+        // Their groups not looked up in time: told so, nothing decided; `--mine` needs
+        // no lookup.
+        let e = owner(who(other, TimedOut), false).unwrap_err();
+        assert!(e.contains("took longer than") && e.contains("--mine"), "{e}");
+        assert_eq!(owner(who(other, TimedOut), true), Ok(Some(other)));
     }
 }

@@ -13,7 +13,7 @@ use super::rules_accept::{
 };
 use super::Plan;
 use crate::config::Config;
-use crate::daemon::access::actor;
+use crate::daemon::access::{actor, Caller};
 use crate::daemon::engine::Desk;
 use crate::learn::{ProposalState, RuleAction};
 use crate::protocol::views::RuleDecisionAnswer;
@@ -37,21 +37,22 @@ impl super::Write for RulesReject {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, uid: u32, _: tracing::Span) -> Plan {
-        Plan::answered(reject(desk.store, desk.config, uid, &self))
+    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, caller: Caller, _: tracing::Span) -> Plan {
+        Plan::answered(reject(desk.store, desk.config, &caller, &self))
     }
 }
 
 fn reject(
     store: &mut Store,
     config: &Config,
-    uid: u32,
+    caller: &Caller,
     req: &RulesReject,
 ) -> Result<RuleDecisionAnswer, Response> {
     check_id(&req.id)?;
     let reason = check_reason(req.reason.as_deref())?;
     let id = req.id.as_str();
-    let owner = owner_of_decision(config, uid, req.mine);
+    let uid = caller.uid;
+    let owner = owner_of_decision(caller, req.mine)?;
     let (p, records) = find(store, config, id, owner)?;
     if p.state == ProposalState::Rejected {
         return Ok(RuleDecisionAnswer {

@@ -115,10 +115,14 @@ fn rule_decisions_are_records_of_their_own(journaled) {
     assert_eq!(t.rule_bytes, json(&rule).len() as u64);
     assert_eq!(t.kept_bytes(), t.rule_bytes);
     assert_eq!(s.user_totals(2000).unwrap().rule_bytes, 2);
+    // A rejection that keeps no bytes (no reason) makes no row of zeros, which the
+    // recount would not make either.
+    s.record_rule_decision(&d(Some(3000), RuleAction::Reject, "", 310)).unwrap();
+    assert_eq!(s.user_totals(3000).unwrap(), UserTotals::default());
     let t = s.recount_user_totals().unwrap();
     assert_eq!(t.kept, t.counted);
     let all = s.rule_decisions(None).unwrap();
-    assert_eq!(all.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200, 300]);
+    assert_eq!(all.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200, 300, 310]);
     assert_eq!(all[1].rule.as_ref(), Some(&rule));
     assert_eq!((all[0].owner_uid, all[0].action, all[0].reason.as_str()), (None, RuleAction::Reject, "not for everyone"));
     let alices = s.rule_decisions(Some(1000)).unwrap();
