@@ -221,6 +221,41 @@ mod tests {
         assert_eq!(groups_of(4_000_000_123), Vec::<u32>::new());
     }
 
+    /// The connection looks the caller's groups up (off the loop) only for a request
+    /// whose answer depends on them, and only where the group gives rights: the local
+    /// socket or a `[server] root_nodes` origin, never another MUNGE origin.
+    #[tokio::test]
+    async fn the_admin_group_is_looked_up_off_the_loop_and_counts_only_where_root_would() {
+        let nobody = nix::unistd::User::from_name("nobody")
+            .unwrap()
+            .expect("an account `nobody` on this node");
+        assert!(!sees_all(nobody.uid.as_raw()), "the test runs as nobody");
+        let learn = crate::config::LearnConfig {
+            admin_gid: Some(nobody.gid.as_raw()),
+            ..Default::default()
+        };
+        let uid = nobody.uid.as_raw();
+        let found = |asks, counts| Caller::find(uid, &learn, asks, counts);
+        let member = found(true, true).await;
+        assert_eq!(member.admin_group, Membership::Member);
+        assert_eq!(decides_rules_for_everyone(&member), Ok(true));
+        // From a network origin root_nodes does not list: no rights from the group.
+        let elsewhere = found(true, false).await;
+        assert_eq!(elsewhere.admin_group, Membership::NotMember);
+        assert_eq!(decides_rules_for_everyone(&elsewhere), Ok(false));
+        // A request that does not ask: nothing looked up.
+        assert_eq!(found(false, true).await.admin_group, Membership::NotMember);
+        // In place, for the in-process tests: the same answer.
+        assert_eq!(Caller::looked_up(uid, &learn), member);
+        // A lookup that timed out: no member, and told why.
+        let slow = Caller {
+            uid,
+            admin_group: Membership::TimedOut,
+        };
+        let e = decides_rules_for_everyone(&slow).unwrap_err();
+        assert!(e.contains("took longer than 5s"), "{e}");
+    }
+
     #[test]
     fn a_known_account_is_named_and_an_unknown_one_numbered() {
         let me = nix::unistd::getuid().as_raw();
