@@ -544,7 +544,11 @@ pub fn stderr_pattern(text: &str) -> String {
         let c = rest.chars().next().unwrap_or(' ');
         if c == crate::signature::LT || c == crate::signature::GT {
             // A `<` or `>` of stderr itself (`signature::mask_line`), matched as it was.
-            out.push_str(if c == crate::signature::LT { "[<\u{2039}]" } else { "[>\u{203a}]" });
+            out.push_str(if c == crate::signature::LT {
+                "[<\u{2039}]"
+            } else {
+                "[>\u{203a}]"
+            });
             rest = &rest[c.len_utf8()..];
         } else if c.is_whitespace() {
             out.push_str(r"\s+");
@@ -931,7 +935,10 @@ mod tests {
                 names: vec!["alice"],
             },
         );
-        assert_eq!(named.text, "error in \u{2039}module\u{203a} of <name>: \u{2039}name\u{203a}");
+        assert_eq!(
+            named.text,
+            "error in \u{2039}module\u{203a} of <name>: \u{2039}name\u{203a}"
+        );
         let re = regex::Regex::new(&stderr_pattern(&named.text)).unwrap();
         assert!(re.is_match("error in <module> of bob: <name>"));
         assert!(!re.is_match("error in <module> of bob: anything"));

@@ -98,7 +98,8 @@ pub const GT: char = '\u{203a}';
 
 /// `s` with its `<` and `>` made [`LT`] and [`GT`].
 fn neutralise(s: &str) -> String {
-    s.replace('<', &LT.to_string()).replace('>', &GT.to_string())
+    s.replace('<', &LT.to_string())
+        .replace('>', &GT.to_string())
 }
 
 /// One line with everything that changes between runs masked, its whitespace collapsed.

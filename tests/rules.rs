@@ -903,7 +903,11 @@ mod own_rules {
             let out = sys.as_user("alice", &["rules", "accept", "000000000000"]);
             codes.push(out.status.code());
         }
-        codes.push(sys.as_user("alice", &["rules", "accept", "not-an-id"]).status.code());
+        codes.push(
+            sys.as_user("alice", &["rules", "accept", "not-an-id"])
+                .status
+                .code(),
+        );
         assert!(codes.iter().all(|c| *c != Some(0)), "{codes:?}");
         let sig = proposal_of(&sys, "alice");
         accept_mine(&sys, "alice", &sig);
@@ -989,7 +993,11 @@ mod own_rules {
             assert!(out.status.success(), "{i}: {}", err(&out));
         }
         let out = sys.as_user("alice", &["rules", "reject", &sig]);
-        assert!(out.status.success(), "her own rule outlived the cap: {}", err(&out));
+        assert!(
+            out.status.success(),
+            "her own rule outlived the cap: {}",
+            err(&out)
+        );
         let last = next_decision(&sys, "alice");
         assert!(last["proposal"].is_null(), "{last:#}");
         // Past the cap she accepts nothing more.

@@ -531,34 +531,33 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                     )
                     .await;
                     match requests::route(request) {
-                    Route::Read(Read::List { stream, .. }) => {
-                        return stream_list(write, readers, uid, stream).await;
-                    }
-                    // Nodes and times only: anyone may read it, a standby answers it too.
-                    Route::Read(Read::Node(answer)) => answer(shared.cluster.as_ref(), uid),
-                    Route::Read(Read::WithConfig(answer)) => {
-                        let config = shared.config_in_force();
-                        let out = tokio::task::spawn_blocking(move || {
-                            line_of(
-                                &readers
-                                    .with(|store| answer(store, &config, &caller))
-                                    .unwrap_or_else(|e| {
-                                        Response::error(ErrorKind::Internal, e.to_string())
-                                    }),
-                            )
-                        })
-                        .await
-                        .unwrap_or_else(|e| {
-                            line_of(&Response::error(ErrorKind::Internal, e.to_string()))
-                        });
-                        return write_line(write, out).await;
-                    }
-                    Route::Read(Read::Store(answer)) => {
-                        // The query and the JSON of a big answer are work for a blocking
-                        // thread, not for the threads that accept and read everyone's
-                        // requests.
-                        let out =
-                            tokio::task::spawn_blocking(move || {
+                        Route::Read(Read::List { stream, .. }) => {
+                            return stream_list(write, readers, uid, stream).await;
+                        }
+                        // Nodes and times only: anyone may read it, a standby answers it too.
+                        Route::Read(Read::Node(answer)) => answer(shared.cluster.as_ref(), uid),
+                        Route::Read(Read::WithConfig(answer)) => {
+                            let config = shared.config_in_force();
+                            let out = tokio::task::spawn_blocking(move || {
+                                line_of(
+                                    &readers
+                                        .with(|store| answer(store, &config, &caller))
+                                        .unwrap_or_else(|e| {
+                                            Response::error(ErrorKind::Internal, e.to_string())
+                                        }),
+                                )
+                            })
+                            .await
+                            .unwrap_or_else(|e| {
+                                line_of(&Response::error(ErrorKind::Internal, e.to_string()))
+                            });
+                            return write_line(write, out).await;
+                        }
+                        Route::Read(Read::Store(answer)) => {
+                            // The query and the JSON of a big answer are work for a blocking
+                            // thread, not for the threads that accept and read everyone's
+                            // requests.
+                            let out = tokio::task::spawn_blocking(move || {
                                 line_of(&readers.with(|store| answer(store, uid)).unwrap_or_else(
                                     |e| Response::error(ErrorKind::Internal, e.to_string()),
                                 ))
@@ -567,26 +566,29 @@ pub(super) async fn answer<W: AsyncWrite + Unpin>(
                             .unwrap_or_else(|e| {
                                 line_of(&Response::error(ErrorKind::Internal, e.to_string()))
                             });
-                        return write_line(write, out).await;
-                    }
-                    Route::Loop { request, lost } => {
-                        let (reply, answer) = oneshot::channel();
-                        if to_loop
-                            .send(Control {
-                                request,
-                                caller,
-                                reply,
-                            })
-                            .await
-                            .is_err()
-                        {
-                            Response::error(ErrorKind::Unavailable, "the daemon is shutting down")
-                        } else {
-                            answer
-                                .await
-                                .unwrap_or_else(|_| Response::error(ErrorKind::Unavailable, lost))
+                            return write_line(write, out).await;
                         }
-                    }
+                        Route::Loop { request, lost } => {
+                            let (reply, answer) = oneshot::channel();
+                            if to_loop
+                                .send(Control {
+                                    request,
+                                    caller,
+                                    reply,
+                                })
+                                .await
+                                .is_err()
+                            {
+                                Response::error(
+                                    ErrorKind::Unavailable,
+                                    "the daemon is shutting down",
+                                )
+                            } else {
+                                answer.await.unwrap_or_else(|_| {
+                                    Response::error(ErrorKind::Unavailable, lost)
+                                })
+                            }
+                        }
                     }
                 }
             }

@@ -38,7 +38,9 @@ impl UserTotals {
 }
 
 /// Every user's totals computed from the rows (what the triggers of migration 14 keep up
-/// to date as `user_totals`), owners with nothing open and no rule decision left out.
+/// to date as `user_totals`), owners whose totals are all zero left out: the table keeps
+/// no such row either (the trigger `user_totals_emptied` deletes one, and a rule decision
+/// of no bytes inserts none).
 pub(super) const RECOUNT_USER_TOTALS: &str = "
     SELECT owner_uid, SUM(chains), SUM(bytes), SUM(decided), SUM(ruled) FROM (
         SELECT s.owner_uid, COUNT(*) AS chains, 0 AS bytes, 0 AS decided, 0 AS ruled
@@ -57,7 +59,9 @@ pub(super) const RECOUNT_USER_TOTALS: &str = "
         UNION ALL
         SELECT owner_uid, 0, 0, 0, SUM(RULE_DECISION_BYTES)
           FROM rule_decisions WHERE owner_uid IS NOT NULL GROUP BY owner_uid
-    ) GROUP BY owner_uid ORDER BY owner_uid";
+    ) GROUP BY owner_uid
+    HAVING SUM(chains) > 0 OR SUM(bytes) > 0 OR SUM(decided) > 0 OR SUM(ruled) > 0
+    ORDER BY owner_uid";
 
 /// [`RECOUNT_USER_TOTALS`] with what a rule decision's row counts.
 pub(super) fn recount_user_totals_sql() -> String {

@@ -550,7 +550,10 @@ impl<S: Slurm> Engine<S> {
             if !stopped.is_empty() {
                 let all = classify::classify(&obs, &every).ok();
                 if let Some(v) = all {
-                    if let Some(rule) = v.rule.filter(|r| stopped.contains(&(r.clone(), v.rule_owner_uid))) {
+                    if let Some(rule) = v
+                        .rule
+                        .filter(|r| stopped.contains(&(r.clone(), v.rule_owner_uid)))
+                    {
                         warn!(%rule, rule_owner = ?v.rule_owner_uid, "this rule's retries stopped working and [learn] stop_not_working is on: it no longer decides, the ending is judged without it");
                     }
                 }

@@ -44,21 +44,26 @@ fn rules(store: &Store, config: &Config, caller: &Caller) -> Result<RulesAnswer,
             r
         })
         .collect();
-    let in_force = config.rules.iter().map(|r| (None, RuleInForce {
-        name: r.name.clone(),
-        kind: r.kind,
-        exit_codes: r.exit_codes.clone(),
-        stderr: r.stderr.as_ref().map(|re| re.as_str().to_string()),
-        source: r
-            .source
-            .as_ref()
-            .map_or_else(|| "config".into(), |p| p.display().to_string()),
-        proposal: r.proposal.clone(),
-        completed: 0,
-        failed: 0,
-        running: 0,
-        not_working: false,
-    }));
+    let in_force = config.rules.iter().map(|r| {
+        (
+            None,
+            RuleInForce {
+                name: r.name.clone(),
+                kind: r.kind,
+                exit_codes: r.exit_codes.clone(),
+                stderr: r.stderr.as_ref().map(|re| re.as_str().to_string()),
+                source: r
+                    .source
+                    .as_ref()
+                    .map_or_else(|| "config".into(), |p| p.display().to_string()),
+                proposal: r.proposal.clone(),
+                completed: 0,
+                failed: 0,
+                running: 0,
+                not_working: false,
+            },
+        )
+    });
     // The rules users keep for their own chains: the caller's, or everyone's for an admin.
     let mut owners: Vec<u32> = records.iter().filter_map(|r| r.owner_uid).collect();
     owners.sort_unstable();
@@ -68,18 +73,21 @@ fn rules(store: &Store, config: &Config, caller: &Caller) -> Result<RulesAnswer,
             .into_iter()
             .filter_map(|r| {
                 let p = r.rule.as_ref()?;
-                Some((Some(o), RuleInForce {
-                    name: p.name.clone(),
-                    kind: p.kind,
-                    exit_codes: p.exit_codes.clone(),
-                    stderr: Some(p.stderr.clone()),
-                    source: r.scope.clone(),
-                    proposal: Some(r.proposal.clone()),
-                    completed: 0,
-                    failed: 0,
-                    running: 0,
-                    not_working: false,
-                }))
+                Some((
+                    Some(o),
+                    RuleInForce {
+                        name: p.name.clone(),
+                        kind: p.kind,
+                        exit_codes: p.exit_codes.clone(),
+                        stderr: Some(p.stderr.clone()),
+                        source: r.scope.clone(),
+                        proposal: Some(r.proposal.clone()),
+                        completed: 0,
+                        failed: 0,
+                        running: 0,
+                        not_working: false,
+                    },
+                ))
             })
             .collect::<Vec<_>>()
     });
@@ -91,7 +99,8 @@ fn rules(store: &Store, config: &Config, caller: &Caller) -> Result<RulesAnswer,
     let in_force: Vec<RuleInForce> = in_force
         .chain(users)
         .map(|(rule_owner, mut r)| {
-            if let Some(&(completed, failed, running)) = outcomes.get(&(r.name.clone(), rule_owner)) {
+            if let Some(&(completed, failed, running)) = outcomes.get(&(r.name.clone(), rule_owner))
+            {
                 (r.completed, r.failed, r.running) = (completed, failed, running);
                 r.not_working = learn::not_working(completed, failed, thresholds);
             }

@@ -2,8 +2,8 @@
 //! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`). What it
 //! asks Slurm, on the loop as the daemon, is the desk's `Lookup` (`engine/runner.rs`).
 
-use crate::daemon::access::Caller;
 use crate::clock::now;
+use crate::daemon::access::Caller;
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
 use crate::daemon::engine::Desk;
 
@@ -121,7 +121,12 @@ impl super::Write for Adopt {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        Caller { uid, .. }: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         Plan::answered(adopt(desk, &self.job_ids, uid).await)
     }
 }

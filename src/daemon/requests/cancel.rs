@@ -11,10 +11,10 @@
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
-use crate::daemon::access::Caller;
 use super::Beside;
 use crate::clock::now;
 use crate::config::Config;
+use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::{Desk, Holds, Runner};
 use crate::protocol::views::CancelAnswer;

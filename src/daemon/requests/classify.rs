@@ -1,10 +1,10 @@
 //! `classify`: an agent's or a person's resolution of a `pending_failed` chain: retry
 //! (with resources of their choice), fail, or hold for a person.
 
-use crate::daemon::access::Caller;
 use super::resolution::{commit, plan_from, preview, transitions, usage};
 use super::Plan;
 use crate::clock::now;
+use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Desk;
 use crate::model::Action;
@@ -21,7 +21,12 @@ impl super::Write for Resolution {
         Request::Classify(self)
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        Caller { uid, .. }: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         Plan::answered(classify(desk, self, uid))
     }
 }

@@ -207,7 +207,11 @@ pub async fn on_loop<S: Slurm>(
             };
             Box::pin(async move {
                 let per_minute = self.desk.rate.per_minute();
-                let plan = match self.desk.rate.take(self.caller.uid, std::time::Instant::now()) {
+                let plan = match self
+                    .desk
+                    .rate
+                    .take(self.caller.uid, std::time::Instant::now())
+                {
                     Err(wait) => Plan::Done(too_many(per_minute, wait)),
                     Ok(()) => write.begin(self.desk, self.caller, self.span).await,
                 };

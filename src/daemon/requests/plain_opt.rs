@@ -1,9 +1,9 @@
 //! `opt-in` / `opt-out`: a user's choice for their plain `sbatch` submissions, recorded;
 //! the loop then publishes it for the filter (`daemon::plain`) before answering.
 
-use crate::daemon::access::Caller;
 use super::Plan;
 use crate::config::PlainSbatchConfig;
+use crate::daemon::access::Caller;
 use crate::daemon::engine::Desk;
 use crate::protocol::views::PlainOptAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
@@ -25,7 +25,12 @@ impl super::Write for PlainOpt {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        Caller { uid, .. }: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         Plan::answered(plain_opt(
             desk.store,
             &desk.config.plain_sbatch,

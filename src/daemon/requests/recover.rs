@@ -1,9 +1,9 @@
 //! `recover`: a person asks for a failed or `pending_failed` chain to be retried.
 
-use crate::daemon::access::Caller;
 use super::resolution::{commit, plan_from, preview, transitions};
 use super::Plan;
 use crate::clock::now;
+use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Desk;
 use crate::policy::Event;
@@ -18,7 +18,12 @@ impl super::Write for RecoverRequest {
         Request::Recover(self)
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        Caller { uid, .. }: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         Plan::answered(recover(desk, self, uid))
     }
 }

@@ -52,7 +52,12 @@ impl super::Write for RulesAccept {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, caller: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        caller: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         match accept(desk.store, desk.config, &caller, &self) {
             // Its rules.d/ file written: the config is reloaded before the answer.
             Ok(a) if a.file.is_some() => Plan::Reload(Response::answer(&a)),
@@ -121,7 +126,8 @@ pub(super) fn find(
     owner: Option<u32>,
 ) -> Result<(Proposal, Vec<RuleRecord>), Response> {
     let records = store.rule_decisions(owner)?;
-    let mut proposals = crate::daemon::reads::rules::proposals(store, config, owner, &records, Some(id))?;
+    let mut proposals =
+        crate::daemon::reads::rules::proposals(store, config, owner, &records, Some(id))?;
     let Some(i) = proposals.iter().position(|p| p.id == id) else {
         let whose = if owner.is_some() {
             " made from your chains' resolutions"
@@ -462,7 +468,10 @@ mod tests {
         // Their groups not looked up in time: told so, nothing decided; `--mine` needs
         // no lookup.
         let e = owner(who(other, TimedOut), false).unwrap_err();
-        assert!(e.contains("took longer than") && e.contains("--mine"), "{e}");
+        assert!(
+            e.contains("took longer than") && e.contains("--mine"),
+            "{e}"
+        );
         assert_eq!(owner(who(other, TimedOut), true), Ok(Some(other)));
     }
 }

@@ -37,7 +37,12 @@ impl super::Write for RulesReject {
         }
     }
 
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, caller: Caller, _: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        caller: Caller,
+        _: tracing::Span,
+    ) -> Plan {
         Plan::answered(reject(desk.store, desk.config, &caller, &self))
     }
 }

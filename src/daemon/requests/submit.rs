@@ -1,12 +1,12 @@
 //! `submit`: checks a submission, records its intent, and after its sbatch (run beside
 //! the loop) records what came of it and answers.
 
-use crate::daemon::access::Caller;
 use super::{Beside, Plan};
 use crate::clock::now;
 use crate::config::LimitsConfig;
 use crate::continuation::Continuation;
 use crate::daemon::access::internal;
+use crate::daemon::access::Caller;
 use crate::daemon::engine::Desk;
 use crate::daemon::sbatch::LaunchOutcome;
 use crate::protocol::views::SubmitAnswer;
@@ -44,7 +44,12 @@ impl super::Write for SubmitRequest {
     }
 
     /// The intent recorded and the launch in flight; its sbatch runs beside the loop.
-    async fn begin<S: Slurm>(self, desk: &mut Desk<'_, S>, Caller { uid, .. }: Caller, span: tracing::Span) -> Plan {
+    async fn begin<S: Slurm>(
+        self,
+        desk: &mut Desk<'_, S>,
+        Caller { uid, .. }: Caller,
+        span: tracing::Span,
+    ) -> Plan {
         match begin_submit(desk, self, uid, span) {
             Ok(p) => {
                 desk.flights.start_submit(p.launch.id, p.uid);

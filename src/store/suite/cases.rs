@@ -115,8 +115,8 @@ fn rule_decisions_are_records_of_their_own(journaled) {
     assert_eq!(t.rule_bytes, json(&rule).len() as u64);
     assert_eq!(t.kept_bytes(), t.rule_bytes);
     assert_eq!(s.user_totals(2000).unwrap().rule_bytes, 2);
-    // A rejection that keeps no bytes (no reason) makes no row of zeros, which the
-    // recount would not make either.
+    // A rejection that keeps no bytes (no reason) makes no row of zeros, and the recount
+    // makes none either (the trigger deletes a row of zeros: the two agree).
     s.record_rule_decision(&d(Some(3000), RuleAction::Reject, "", 310)).unwrap();
     assert_eq!(s.user_totals(3000).unwrap(), UserTotals::default());
     let t = s.recount_user_totals().unwrap();
