@@ -770,8 +770,8 @@ fn a_users_rule_decides_their_own_endings_and_the_admin_group_decides_for_everyo
         "{bobs:#}"
     );
 
-    // Carol, of the admin group, rejects it for everyone; alice's own acceptance stands
-    // for her.
+    // Carol, of the admin group, rejects it for everyone: newer than alice's own
+    // acceptance, it takes her rule out of force too (docs/rules.md).
     let out = sys.as_user(
         "carol",
         &["rules", "reject", &sig, "--reason", "not for everyone yet"],
@@ -787,9 +787,14 @@ fn a_users_rule_decides_their_own_endings_and_the_admin_group_decides_for_everyo
         sys.json_as("carol", &["rules", "--json"])["proposals"][0]["state"],
         "rejected"
     );
+    let alices = sys.json_as("alice", &["rules", "--json"]);
     assert_eq!(
-        sys.json_as("alice", &["rules", "--json"])["proposals"][0]["state"],
-        "accepted"
+        (
+            &alices["proposals"][0]["state"],
+            &alices["proposals"][0]["decided"]["actor"]
+        ),
+        (&Value::from("rejected"), &Value::from("user:carol")),
+        "{alices:#}"
     );
     // Bob, not of the group, sees the decisions for everyone but not alice's own.
     let bob_records = sys.json_as("bob", &["rules", "--json"])["decisions"].clone();
