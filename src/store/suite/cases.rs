@@ -121,6 +121,14 @@ fn rule_decisions_are_records_of_their_own(journaled) {
     assert_eq!(s.user_totals(3000).unwrap(), UserTotals::default());
     let t = s.recount_user_totals().unwrap();
     assert_eq!(t.kept, t.counted);
+    // Their row made and emptied again (a submission, discarded): the trigger deletes
+    // it, and the recount has none.
+    let carol = NewSubmission { owner_uid: 3000, user: "carol".into(), ..sub(None) };
+    let lc = s.create_submission(&carol, 320, |_| vec![]).unwrap();
+    assert_eq!(s.user_totals(3000).unwrap().open_chains, 1);
+    s.discard_submission(lc.id).unwrap();
+    let t = s.recount_user_totals().unwrap();
+    assert_eq!(t.kept, t.counted);
     let all = s.rule_decisions(None).unwrap();
     assert_eq!(all.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200, 300, 310]);
     assert_eq!(all[1].rule.as_ref(), Some(&rule));
