@@ -36,12 +36,11 @@
 
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
-use crate::slurm::jobid::{base_job_id, job_part, queued_state_into, runs_by_job};
-use crate::slurm::parse::{Parsed, RowError};
-use crate::slurm::types::{JobState, SacctRow, SqueueRow, StateRow};
+use crate::slurm::jobid::{base_job_id, job_part, runs_by_job};
+use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
 use crate::store::{Attempt, LiveJob, StoreError};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use tracing::{debug, error, warn};
 
 impl<S: Slurm> Engine<S> {
@@ -73,14 +72,14 @@ impl<S: Slurm> Engine<S> {
         // --only-job-state`, Slurm 23.11.5 on), which carries nothing else. Otherwise (a
         // job not seen yet, or an older Slurm) the full listing, one REQUEST_JOB_INFO,
         // whose `%U` each attempt is checked against.
-        let mut view = None;
+        let mut queue = None;
         // When the owners' pending jobs are to be read this cycle (the waiters' report,
         // a rewiring), the full listing reads them too: still one query.
         if let Some(ask) = self.pending_ask()? {
             match self.slurm.squeue_with_pending(&bases, ask.users()).await {
-                Ok((queue, pending)) => {
+                Ok((q, pending)) => {
                     self.polled_pending = Some((ask, pending));
-                    view = Some(View::Owned(queue));
+                    queue = Some(q);
                 }
                 Err(e) => {
                     self.slurm_down("squeue", &e);
@@ -89,7 +88,7 @@ impl<S: Slurm> Engine<S> {
             }
         } else if live.iter().all(|a| a.owner_seen) {
             match self.slurm.job_states(&bases).await {
-                Ok(Some(p)) => view = Some(View::States(p)),
+                Ok(Some(q)) => queue = Some(q),
                 Ok(None) => {}
                 // The full listing instead: one that answers keeps the poll going (a
                 // controller or a squeue whose state-only query fails).
@@ -98,17 +97,18 @@ impl<S: Slurm> Engine<S> {
                 ),
             }
         }
-        let view = match view {
-            Some(v) => v,
-            None => match self.slurm.squeue(&bases).await {
-                Ok(p) => View::Owned(p),
+        let queued = match queue {
+            Some(q) => q,
+            None => match self.slurm.poll_queue(&bases).await {
+                Ok(q) => q,
                 Err(e) => {
                     self.slurm_down("squeue", &e);
                     return Ok(false);
                 }
             },
         };
-        for e in view.errors() {
+        drop(bases);
+        for e in &queued.errors {
             let _span = row_span(e).entered();
             error!(
                 "squeue printed a row that cannot be read, ignoring it: {} ({:?})",
@@ -117,8 +117,7 @@ impl<S: Slurm> Engine<S> {
         }
         // A job's absence from squeue means something only when squeue's whole answer
         // could be read (see `watch_missing`).
-        let mut complete = view.errors().is_empty();
-        let queued = Queued::of(view);
+        let mut complete = queued.errors.is_empty();
         let queued_for = |owner: u32, jid: &str| queued.state(owner, jid);
         // Logged once a job: a live attempt's job that Slurm lists as someone else's.
         let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
@@ -287,87 +286,6 @@ impl<S: Slurm> Engine<S> {
         self.store.apply_one(a.chain_id, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
-    }
-}
-
-/// What the cycle's one squeue showed.
-enum View {
-    /// The full listing: each job with its owner.
-    Owned(Parsed<SqueueRow>),
-    /// The states alone, of jobs whose owner Slurm has shown before.
-    States(Parsed<StateRow>),
-}
-
-impl View {
-    fn errors(&self) -> &[RowError] {
-        match self {
-            View::Owned(p) => &p.errors,
-            View::States(p) => &p.errors,
-        }
-    }
-}
-
-/// The queued states the cycle's squeue showed, by job.
-enum Queued {
-    /// Whose each job is: an attempt sees only the rows Slurm shows owned by its chain's
-    /// owner. However a job id came to a chain (what sbatch printed, a tag found in a
-    /// comment, which is its owner's text), a job of anyone else is never judged,
-    /// retried, requeued or cancelled for it, nor shown to it: to that chain it is a job
-    /// Slurm does not show, and after `lost_job_after` the chain waits for a person. Two
-    /// chains of two users holding the same id each see their own owner's rows.
-    Owned(HashMap<u32, HashMap<String, JobState>>),
-    /// States alone: asked only when every live attempt's job was shown owned by its
-    /// chain's owner before.
-    States(HashMap<String, JobState>),
-}
-
-impl Queued {
-    fn of(view: View) -> Queued {
-        match view {
-            // Each map sized once (no table grown and copied while the rows are still
-            // held), and each row's id moved into it.
-            View::Owned(p) => {
-                let mut rows_of: HashMap<u32, usize> = HashMap::new();
-                for r in &p.rows {
-                    *rows_of.entry(r.uid).or_default() += 1;
-                }
-                let mut by_owner: HashMap<u32, HashMap<String, JobState>> = rows_of
-                    .into_iter()
-                    .map(|(uid, n)| (uid, HashMap::with_capacity(n)))
-                    .collect();
-                for r in p.rows {
-                    queued_state_into(by_owner.entry(r.uid).or_default(), r.job_id, r.state);
-                }
-                Queued::Owned(by_owner)
-            }
-            View::States(p) => {
-                let mut states = HashMap::with_capacity(p.rows.len());
-                for r in p.rows {
-                    queued_state_into(&mut states, r.job_id, r.state);
-                }
-                Queued::States(states)
-            }
-        }
-    }
-
-    /// The state Slurm shows for job `jid` of an attempt whose chain is `owner`'s, if it
-    /// shows it as the attempt's.
-    fn state(&self, owner: u32, jid: &str) -> Option<JobState> {
-        match self {
-            Queued::Owned(by_owner) => by_owner.get(&owner)?.get(jid).copied(),
-            Queued::States(states) => states.get(jid).copied(),
-        }
-    }
-
-    /// Another owner Slurm shows job `jid` as, if any (only the full listing tells).
-    fn other_owner(&self, owner: u32, jid: &str) -> Option<u32> {
-        match self {
-            Queued::Owned(by_owner) => by_owner
-                .iter()
-                .find(|(uid, q)| **uid != owner && q.contains_key(jid))
-                .map(|(uid, _)| *uid),
-            Queued::States(_) => None,
-        }
     }
 }
 
