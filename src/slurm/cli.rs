@@ -399,6 +399,23 @@ impl SlurmCli {
     }
 }
 
+/// Reads a listing (`read`) on a blocking thread, not on the task that awaits it: the
+/// daemon awaits the poll's squeue on its loop, which answers requests while 100,000 lines
+/// are folded into the poll's map (docs/benchmarks.md).
+async fn apart<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SlurmError> {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(e) => Err(SlurmError::Io {
+            command: "squeue".into(),
+            source: std::io::Error::other(e),
+        }),
+    }
+}
+
 /// What a command printed, as text: taken as it is when it is UTF-8 (the poll's listing
 /// is not copied a second time), each invalid sequence replaced otherwise.
 fn text(bytes: Vec<u8>) -> String {
@@ -902,7 +919,7 @@ impl Slurm for SlurmCli {
             format!("--format={}", parse::SQUEUE_FORMAT),
         ];
         let ran = self.poll_query(job_ids, &mut args).await?;
-        check_squeue_with(ran, parse::fold_squeue, || Queue::with_owners(0))
+        apart(move || check_squeue_with(ran, parse::fold_squeue, || Queue::with_owners(0))).await?
     }
 
     async fn job_states(&self, job_ids: &[String]) -> Result<Option<Queue>, SlurmError> {
@@ -943,7 +960,7 @@ impl Slurm for SlurmCli {
             });
         }
         self.only_state.store(0, Ordering::Relaxed);
-        Ok(Some(parse::fold_states(&ran.stdout)))
+        Ok(Some(apart(move || parse::fold_states(&ran.stdout)).await?))
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
