@@ -1228,6 +1228,9 @@ impl Slurm for SlurmCli {
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
+        // Folded on the awaiting task, not `apart`: which lines are the poll's is told by
+        // the asked ids, which borrow `job_ids` (this listing is asked every ten poll
+        // intervals and after a retry's launch, the others every cycle).
         let (queue, pending) = parse::fold_squeue_pending(
             &ran.stdout,
             |job| asked.contains(leading_digits(job.as_bytes())),

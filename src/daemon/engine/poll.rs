@@ -5,7 +5,8 @@
 //! the loop from the live attempts; the daemon runs the squeue beside its loop (the
 //! engine's `Runner::poll`), where the listing is read and folded into a
 //! `slurm::types::Queue` (each job's state by owner, no row of owned text on the way; the
-//! folding on a blocking thread, `slurm::cli`), so requests are answered meanwhile. The
+//! folding on a blocking thread, `slurm::cli`, but for the listing with the owners'
+//! pending jobs), so requests are answered meanwhile. The
 //! answer lands on the loop (`poll_landed`), which compares it with the store as it is
 //! then: only the live attempts the question was about (a job launched or a chain held
 //! meanwhile waits for the next cycle), every write on the loop.
