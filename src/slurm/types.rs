@@ -346,3 +346,31 @@ impl Queue {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod review_tests {
+    /// Review (poll-100k): the poll's map is sized once from the listing's line count. In
+    /// the listing that reads some users' pending jobs too, most lines can be theirs
+    /// (every pending job of every open chain's owner when the waiters' report is due, up
+    /// to `PENDING_BUDGET`), not the poll's: the map kept until the cycle lands is sized for
+    /// all of them. Here one job of the poll's among 100,000 other pending lines.
+    #[test]
+    fn the_polls_map_is_not_sized_by_other_users_pending_lines() {
+        let mut out = String::from("7|7|RUNNING|None|n1|1000|alice|(null)\n");
+        for i in 0..100_000u32 {
+            out.push_str(&format!(
+                "{}|{}|PENDING|Priority||1001|bob|(null)\n",
+                1_000_000 + i,
+                1_000_000 + i
+            ));
+        }
+        let (q, p) = super::super::parse::fold_squeue_pending(&out, |j| j == "7", |u| u == "bob");
+        assert_eq!(q.len(), 1);
+        assert_eq!(p.rows.len(), 100_000);
+        assert!(
+            q.jobs.capacity() < 1_000,
+            "the poll's map holds 1 job but has room for {} (sized by the other users' lines)",
+            q.jobs.capacity()
+        );
+    }
+}
