@@ -144,7 +144,7 @@ fn main() {
 
     let pending = pending_output(jobs);
     let (secs, rows) = best(repeats, || {
-        let (q, p) = fold_squeue_pending(&pending, |_| true, |u| u == "alice");
+        let (q, p) = fold_squeue_pending(&pending, |_| true, usize::MAX, |u| u == "alice");
         assert!(q.errors.is_empty() && p.errors.is_empty());
         assert_eq!(p.rows.len(), jobs.div_ceil(10));
         q.len()

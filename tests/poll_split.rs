@@ -1,4 +1,4 @@
-//! Review of the cycle cut in two (`cycle_to_poll`, the squeue, `cycle_from_poll`): what
+//! The cycle cut in two (`cycle_to_poll`, the squeue, `cycle_from_poll`): what
 //! happens on the loop between the question and the answer. The real engine and store
 //! against the in-process fake Slurm.
 

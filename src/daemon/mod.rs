@@ -666,19 +666,26 @@ async fn after_cycle<S: Slurm + Clone + 'static>(
             return Err(e.into());
         }
     }
-    let sweep = cluster
-        .as_mut()
-        .and_then(|c| c.sweep_due().then(|| c.lease()));
-    if let Some(lease) = sweep {
-        let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
-        if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
-            warn!("the sweep of held jobs failed: {e}");
-            note_fenced(cluster, &e);
-        }
-    }
+    // Launches the cycle recorded (under the fence) take off as before: in cluster mode
+    // their sbatch holds the job until a fence check releases it.
     dispatch(engine, in_flight);
-    agent.maybe_start(engine.agent_view());
-    notifier.tick(engine.post());
+    // The cycle's squeue ran beside the loop, and the lease may have been lost since the
+    // cycle began (or the fence just said so): a standby sweeps, starts the agent and
+    // mails nothing (docs/cluster.md).
+    if acting(cluster) {
+        let sweep = cluster
+            .as_mut()
+            .and_then(|c| c.sweep_due().then(|| c.lease()));
+        if let Some(lease) = sweep {
+            let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
+            if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
+                warn!("the sweep of held jobs failed: {e}");
+                note_fenced(cluster, &e);
+            }
+        }
+        agent.maybe_start(engine.agent_view());
+        notifier.tick(engine.post());
+    }
     if let Some(c) = cluster {
         c.turned();
     }

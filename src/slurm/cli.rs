@@ -1234,6 +1234,7 @@ impl Slurm for SlurmCli {
         let (queue, pending) = parse::fold_squeue_pending(
             &ran.stdout,
             |job| asked.contains(leading_digits(job.as_bytes())),
+            asked.len(),
             |user| names.contains(user.as_bytes()),
         );
         if ran.others_over {

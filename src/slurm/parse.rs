@@ -302,12 +302,15 @@ pub const SQUEUE_PENDING_FORMAT: &str = "%i|%A|%T|%r|%N|%U|%u|%E";
 /// the pending rows of the users `pending_of(user)` names are kept
 /// ([`PENDING_FORMAT`]'s). Each line is read once, into what it is kept as; a line that
 /// cannot be read is the poll's unless its job id is another's.
+/// `ours_about` is about how many of the lines are the poll's (the ids asked): the map
+/// is sized for them, not for every line, most of which can be other users' pending jobs.
 pub fn fold_squeue_pending(
     stdout: &str,
     ours: impl Fn(&str) -> bool,
+    ours_about: usize,
     pending_of: impl Fn(&str) -> bool,
 ) -> (Queue, Parsed<PendingRow>) {
-    let queue = RefCell::new(Queue::with_owners(line_count(stdout)));
+    let queue = RefCell::new(Queue::with_owners(ours_about.min(line_count(stdout))));
     let pending = RefCell::new(Vec::new());
     let read = parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
         let [job_id, job_id_raw, state, reason, nodes, uid, user] = f else {
@@ -1524,7 +1527,7 @@ MaxArraySize            = 1001\n";
 13|13|WEIRD|None||1000|alice|(null)
 7|7|RUNNING
 ";
-        let (q, p) = fold_squeue_pending(out, |j| j == "7" || j == "12", |u| u == "alice");
+        let (q, p) = fold_squeue_pending(out, |j| j == "7" || j == "12", 2, |u| u == "alice");
         let mut got: Vec<(&str, Option<u32>, JobState)> = q.iter().collect();
         got.sort_by_key(|&(id, uid, _)| (id, uid));
         assert_eq!(

@@ -348,8 +348,8 @@ impl Queue {
 }
 
 #[cfg(test)]
-mod review_tests {
-    /// Review (poll-100k): the poll's map is sized once from the listing's line count. In
+mod pending_listing_tests {
+    /// The poll's map is sized for the ids asked, not from the listing's line count: in
     /// the listing that reads some users' pending jobs too, most lines can be theirs
     /// (every pending job of every open chain's owner when the waiters' report is due, up
     /// to `PENDING_BUDGET`), not the poll's: the map kept until the cycle lands is sized for
@@ -364,7 +364,8 @@ mod review_tests {
                 1_000_000 + i
             ));
         }
-        let (q, p) = super::super::parse::fold_squeue_pending(&out, |j| j == "7", |u| u == "bob");
+        let (q, p) =
+            super::super::parse::fold_squeue_pending(&out, |j| j == "7", 1, |u| u == "bob");
         assert_eq!(q.len(), 1);
         assert_eq!(p.rows.len(), 100_000);
         assert!(

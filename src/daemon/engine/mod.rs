@@ -91,6 +91,9 @@ pub struct Engine<S: Slurm> {
     /// What `pipeline::watch_pending` asks this cycle and the answer, read by this
     /// cycle's poll in its one squeue.
     polled_pending: Option<(pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
+    /// Whether this cycle's poll asked Slurm (its one squeue): then the pipelines take
+    /// what it read of pending jobs, or wait for the next cycle's, never asking again.
+    poll_asked: bool,
     /// Each user's rate of requests that change something (`[limits]
     /// write_requests_per_minute`).
     write_rate: crate::daemon::rate::WriteRate,
@@ -143,6 +146,7 @@ impl<S: Slurm> Engine<S> {
             waiters_seen: None,
             waiters_after: None,
             polled_pending: None,
+            poll_asked: false,
             progress_deferred: HashMap::new(),
             write_rate: crate::daemon::rate::WriteRate::new(
                 config.limits.write_requests_per_minute,
@@ -246,6 +250,7 @@ impl<S: Slurm> Engine<S> {
         let t = now();
         // What an earlier cycle's poll read of pending jobs is not this cycle's.
         self.polled_pending = None;
+        self.poll_asked = false;
         self.age_pending(t)?;
         if self.has_backlog() {
             self.judge_backlog(t).await?;

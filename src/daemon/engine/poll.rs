@@ -63,7 +63,7 @@ pub struct PollAsk {
     /// is about, but for the chains in `held`.
     live: std::sync::Arc<[LiveJob]>,
     /// The chains of those that were held then (left out of the question).
-    held: Vec<i64>,
+    held: HashSet<i64>,
     /// The jobs asked about: the base ids of the others' jobs, sorted.
     bases: Vec<String>,
     how: How,
@@ -83,7 +83,7 @@ enum How {
 pub struct PollAnswer {
     t: i64,
     live: std::sync::Arc<[LiveJob]>,
-    held: Vec<i64>,
+    held: HashSet<i64>,
     queue: Result<Queue, SlurmError>,
     pending: Option<(super::pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
 }
@@ -176,6 +176,7 @@ impl<S: Slurm> Engine<S> {
             .map(|a| a.chain_id)
             .filter(|c| self.held.contains(*c))
             .collect();
+        self.poll_asked = true;
         Ok(Some(PollAsk {
             t,
             live: all,
