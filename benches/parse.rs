@@ -4,7 +4,7 @@
 //! row with the supervisor's tag in its comment, then its `.batch` and `.extern` steps.
 
 use slurm_supervisor::slurm::parse::{
-    parse_sacct, parse_squeue, parse_squeue_pending, parse_states,
+    fold_squeue, fold_squeue_pending, fold_states, parse_sacct, parse_squeue,
 };
 use std::time::Instant;
 
@@ -113,11 +113,26 @@ fn main() {
         rows as f64 / secs / 1e6
     );
 
+    // The poll's listing read into the map it keeps (each job's state by owner) as it
+    // goes, no row made on the way.
+    let (secs, rows) = best(repeats, || {
+        let q = fold_squeue(&squeue);
+        assert!(q.errors.is_empty(), "{:?}", q.errors.first());
+        q.len()
+    });
+    assert_eq!(rows, jobs);
+    println!(
+        "squeue folded into the poll's map: {rows} rows ({:.1} MiB) in {:.1} ms: {:.2} M rows/s",
+        squeue.len() as f64 / (1 << 20) as f64,
+        secs * 1e3,
+        rows as f64 / secs / 1e6
+    );
+
     let states = states_output(jobs);
     let (secs, rows) = best(repeats, || {
-        let p = parse_states(&states);
-        assert!(p.errors.is_empty(), "{:?}", p.errors.first());
-        p.rows.len()
+        let q = fold_states(&states);
+        assert!(q.errors.is_empty(), "{:?}", q.errors.first());
+        q.len()
     });
     assert_eq!(rows, jobs);
     println!(
@@ -129,10 +144,10 @@ fn main() {
 
     let pending = pending_output(jobs);
     let (secs, rows) = best(repeats, || {
-        let (q, p) = parse_squeue_pending(&pending, |_| true, |u| u == "alice");
+        let (q, p) = fold_squeue_pending(&pending, |_| true, usize::MAX, |u| u == "alice");
         assert!(q.errors.is_empty() && p.errors.is_empty());
         assert_eq!(p.rows.len(), jobs.div_ceil(10));
-        q.rows.len()
+        q.len()
     });
     assert_eq!(rows, jobs);
     println!(

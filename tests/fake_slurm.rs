@@ -574,3 +574,89 @@ fn cluster_on_a_single_node_says_it_always_acts() {
     assert_eq!(v["lease"], serde_json::Value::Null);
     assert_eq!(v["nodes"], serde_json::json!([]));
 }
+
+/// A cycle's squeue runs beside the loop (issue 32: at 100,000 live jobs a submit waited
+/// for the cycle's squeue and the reading of its listing): a submit is answered while the
+/// cycle's squeue has not answered yet, no other cycle starts meanwhile, and the cycle
+/// ends when the squeue is given up on.
+#[test]
+fn a_submit_is_answered_while_the_cycles_squeue_has_not_answered() {
+    let root = tempfile::Builder::new()
+        .prefix("ssv-fake-")
+        .tempdir_in(scratch_root())
+        .unwrap()
+        .keep();
+    let fake = common::fake::Fake::new(&root);
+    // A squeue that does not answer is given up on after 15 s: longer than any submit.
+    let d = Daemon::start(&format!(
+        "[slurm]\nbin_dir = {:?}\ncommand_timeout = \"15s\"\nsbatch_timeout = \"10s\"\n",
+        fake.bin.display().to_string()
+    ));
+    d.write_script("job.sh", "echo hi");
+    let first = d.submit(&["job.sh"]);
+    // The daemon's next squeue stops itself once it is logged (as a user may stop their own
+    // process), before it takes the fake's lock: it answers nothing until it is killed.
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);
+    // The pids of the daemon's squeue calls, in order.
+    let squeues = || -> Vec<i64> {
+        std::fs::read_to_string(fake.bin.join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|c| c["cmd"] == "squeue")
+            .filter_map(|c| c["pid"].as_i64())
+            .collect()
+    };
+    let stopped = |pid: i64| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    };
+    fake.ctl(&["mode", &format!("squeue@{me}"), "stop"]);
+    wait_until(
+        "a cycle's squeue that does not answer",
+        Duration::from_secs(20),
+        || squeues().last().is_some_and(|&pid| stopped(pid)),
+    );
+    let calls = squeues().len();
+    let second = d.submit(&["job.sh"]);
+    assert_ne!(first, second);
+    assert_eq!(
+        squeues().len(),
+        calls,
+        "no other cycle started while the stopped squeue was out"
+    );
+    assert!(
+        stopped(*squeues().last().unwrap()),
+        "the squeue was still out when the submit was answered"
+    );
+    assert!(
+        !d.log().contains("slurm is not answering"),
+        "the submit waited for the cycle's squeue: {}",
+        d.log()
+    );
+    // The stopped squeue is killed at its timeout (no answer: the cycle decides nothing),
+    // and the next cycle's squeue answers.
+    fake.ctl(&["mode", &format!("squeue@{me}"), "ok"]);
+    wait_until(
+        "the cycle after the squeue that did not answer",
+        Duration::from_secs(60),
+        || {
+            let log = d.log();
+            log.contains("slurm is not answering (squeue)") && log.contains("slurm answers again")
+        },
+    );
+    let status = d.json(&["status", "--json"]);
+    assert_eq!(status.as_array().map(Vec::len), Some(2), "{status}");
+    assert!(
+        status
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["state"] == "active"),
+        "{status}"
+    );
+}

@@ -36,7 +36,7 @@ use crate::config::ClusterConfig;
 use crate::election::{Answer, Election, Epoch, Role};
 use crate::protocol::views::{ClusterAnswer, LeaseAnswer, NodeAnswer};
 use crate::slurm::parse::Parsed;
-use crate::slurm::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use crate::slurm::types::{HeldRow, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 use crate::slurm::{PolledWithPending, RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::cluster::{
     read_password_file, Acquisition, Beat, ClusterDb, EntrySizes, EpochCell, LeaseView, NodeRole,
@@ -952,7 +952,11 @@ impl<S: Slurm> Slurm for Guarded<S> {
         self.query("squeue")?;
         self.inner.squeue(job_ids).await
     }
-    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+    async fn poll_queue(&self, job_ids: &[String]) -> Result<Queue, SlurmError> {
+        self.query("squeue")?;
+        self.inner.poll_queue(job_ids).await
+    }
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Queue>, SlurmError> {
         self.query("squeue")?;
         self.inner.job_states(job_ids).await
     }

@@ -3,7 +3,10 @@
 //! Cadence: a poll cycle every `poll_interval` (longer while Slurm is not answering);
 //! control requests that change something are handled between cycles, in arrival order,
 //! on the same loop, so the store has one writer and no decision races another (reads are
-//! answered by the control socket itself, off the loop: `server`). Shutdown and reload come in
+//! answered by the control socket itself, off the loop: `server`). A cycle's squeue runs
+//! beside the loop (`Landing::Polled`; at 100,000 live jobs its listing takes as long to
+//! read as a submit takes whole), and requests are handled meanwhile; the cycle goes on
+//! on the loop when it lands. Shutdown and reload come in
 //! as events from whoever runs the loop (signals in the binary, channels in tests).
 //!
 //! The loop owns the engine and hands each part the context that names what it may touch
@@ -142,6 +145,8 @@ enum Landing {
     ),
     /// A retry (or a launch repeated after a crash).
     Retry(Box<engine::Flight>, sbatch::LaunchOutcome),
+    /// A cycle's poll query: its squeue, and the listing read and folded.
+    Polled(Box<engine::PollAnswer>),
 }
 
 type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Landing>>>;
@@ -369,11 +374,15 @@ pub async fn run<S: Slurm + Clone + 'static>(
     engine.defer_launches();
     let mut in_flight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut next = Instant::now() + engine.next_interval();
+    // The cycle whose poll query runs beside the loop, if one does: meanwhile requests
+    // are answered, and no other cycle starts.
+    let mut cycling: Option<Cycle> = None;
     let result = loop {
         // What is waiting is served before a new cycle starts (a submit's answer, a
         // request), so none of it waits behind a whole cycle; requests give way once the
         // cycle is overdue by a poll interval, so a flood of them cannot stop polling.
-        let overdue = Instant::now() > next + engine.upkeep().config.poll_interval;
+        let overdue =
+            cycling.is_none() && Instant::now() > next + engine.upkeep().config.poll_interval;
         tokio::select! {
             biased;
             ev = events.recv() => match ev {
@@ -399,6 +408,17 @@ pub async fn run<S: Slurm + Clone + 'static>(
                             break Err(e.into());
                         }
                     }
+                }
+                Landing::Polled(answer) => {
+                    let Some(c) = cycling.take() else {
+                        continue;
+                    };
+                    let result = engine.cycle_from_poll(*answer).instrument(c.span.clone()).await;
+                    let result = c.end(&mut engine, &mut plain, result).await;
+                    if let Err(e) = after_cycle(&mut engine, &mut cluster, &mut in_flight, &mut agent, &mut notifier, result).await {
+                        break Err(e);
+                    }
+                    next = Instant::now() + engine.next_interval();
                 }
             },
             done = notifier.done(), if notifier.busy() => {
@@ -469,7 +489,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     dispatch(&mut engine, &mut in_flight);
                 }
             }
-            _ = tokio::time::sleep_until(next) => {
+            _ = tokio::time::sleep_until(next), if cycling.is_none() => {
                 let acts_now = acts(&mut cluster, &mut engine);
                 // The choices other nodes' users made, applied from the journal, published
                 // in this node's spool for its own cli_filter (a standby's too).
@@ -485,26 +505,32 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     }
                 }
                 if acts_now {
-                    if let Err(e) = timed_cycle(&mut engine, &mut plain).await {
-                        error!("poll cycle failed: {e}; trying again next cycle");
-                        note_fenced(&mut cluster, &e);
-                        if e.is_corruption() {
-                            break Err(e.into());
+                    // The cycle up to its poll; the poll's squeue, and the reading of its
+                    // listing, beside the loop; the rest when it lands (`Landing::Polled`).
+                    let c = Cycle::start();
+                    match engine.cycle_to_poll().instrument(c.span.clone()).await {
+                        Ok(Some(ask)) => {
+                            let runner = engine.runner();
+                            in_flight.push(Box::pin(async move {
+                                Landing::Polled(Box::new(runner.poll(ask).await))
+                            }.instrument(c.span.clone())));
+                            cycling = Some(c);
+                            continue;
+                        }
+                        Ok(None) => {
+                            let result = c.end(&mut engine, &mut plain, Ok(())).await;
+                            if let Err(e) = after_cycle(&mut engine, &mut cluster, &mut in_flight, &mut agent, &mut notifier, result).await {
+                                break Err(e);
+                            }
+                        }
+                        Err(e) => {
+                            let result = c.end(&mut engine, &mut plain, Err(e)).await;
+                            if let Err(e) = after_cycle(&mut engine, &mut cluster, &mut in_flight, &mut agent, &mut notifier, result).await {
+                                break Err(e);
+                            }
                         }
                     }
-                    let sweep = cluster.as_mut().and_then(|c| c.sweep_due().then(|| c.lease()));
-                    if let Some(lease) = sweep {
-                        let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
-                        if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
-                            warn!("the sweep of held jobs failed: {e}");
-                            note_fenced(&mut cluster, &e);
-                        }
-                    }
-                    dispatch(&mut engine, &mut in_flight);
-                    agent.maybe_start(engine.agent_view());
-                    notifier.tick(engine.post());
-                }
-                if let Some(c) = &cluster {
+                } else if let Some(c) = &cluster {
                     c.turned();
                 }
                 next = Instant::now() + engine.next_interval();
@@ -574,27 +600,99 @@ async fn timed_cycle<S: Slurm>(
     engine: &mut Engine<S>,
     plain: &mut Option<plain::Plain>,
 ) -> Result<(), StoreError> {
-    static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    let start = std::time::Instant::now();
-    let span = tracing::info_span!("cycle", cycle = n);
-    // Plain-sbatch jobs after reconciliation: a job of this store's own whose sbatch
-    // answer was lost is recorded on its chain (found by its tag) before any note or mark
-    // of it is looked at, and is never adopted as a second chain (the tag check in
-    // `adopt_job` and the store's one-live-attempt-per-job constraint hold it too). The
-    // next cycle's poll watches what was adopted.
-    let result = engine.cycle().instrument(span.clone()).await;
-    let result = match (result, plain) {
-        (Ok(()), Some(p)) => {
-            plain::discover(&mut engine.desk(), p)
-                .instrument(span)
-                .await
+    let c = Cycle::start();
+    let result = engine.cycle().instrument(c.span.clone()).await;
+    c.end(engine, plain, result).await
+}
+
+/// A poll cycle under way: when it started, and its span.
+struct Cycle {
+    start: std::time::Instant,
+    span: tracing::Span,
+}
+
+impl Cycle {
+    fn start() -> Cycle {
+        static CYCLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CYCLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Cycle {
+            start: std::time::Instant::now(),
+            span: tracing::info_span!("cycle", cycle = n),
         }
-        (result, _) => result,
-    };
-    crate::metrics::observe_cycle(start.elapsed(), result.is_ok() && engine.slurm_answering());
-    give_back_freed_memory();
-    result
+    }
+
+    /// Ends the cycle whose phases gave `result`: plain sbatch's discovery, the metrics,
+    /// the memory it freed given back.
+    async fn end<S: Slurm>(
+        self,
+        engine: &mut Engine<S>,
+        plain: &mut Option<plain::Plain>,
+        result: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        // Plain-sbatch jobs after reconciliation: a job of this store's own whose sbatch
+        // answer was lost is recorded on its chain (found by its tag) before any note or
+        // mark of it is looked at, and is never adopted as a second chain (the tag check
+        // in `adopt_job` and the store's one-live-attempt-per-job constraint hold it too).
+        // The next cycle's poll watches what was adopted.
+        let result = match (result, plain) {
+            (Ok(()), Some(p)) => {
+                plain::discover(&mut engine.desk(), p)
+                    .instrument(self.span)
+                    .await
+            }
+            (result, _) => result,
+        };
+        crate::metrics::observe_cycle(
+            self.start.elapsed(),
+            result.is_ok() && engine.slurm_answering(),
+        );
+        give_back_freed_memory();
+        result
+    }
+}
+
+/// What follows a cycle in the loop: its failure logged (a corrupt store stops the
+/// daemon), cluster mode's sweep when due, the retries it made due taken off, the agent
+/// and the notifications started.
+async fn after_cycle<S: Slurm + Clone + 'static>(
+    engine: &mut Engine<S>,
+    cluster: &mut Option<cluster::Cluster>,
+    in_flight: &mut futures_util::stream::FuturesUnordered<InFlight>,
+    agent: &mut agent::Runner,
+    notifier: &mut notifications::Notifier,
+    result: Result<(), StoreError>,
+) -> Result<(), DaemonError> {
+    if let Err(e) = result {
+        error!("poll cycle failed: {e}; trying again next cycle");
+        note_fenced(cluster, &e);
+        if e.is_corruption() {
+            return Err(e.into());
+        }
+    }
+    // Launches the cycle recorded (under the fence) take off as before: in cluster mode
+    // their sbatch holds the job until a fence check releases it.
+    dispatch(engine, in_flight);
+    // The cycle's squeue ran beside the loop, and the lease may have been lost since the
+    // cycle began (or the fence just said so): a standby sweeps, starts the agent and
+    // mails nothing (docs/cluster.md).
+    if acting(cluster) {
+        let sweep = cluster
+            .as_mut()
+            .and_then(|c| c.sweep_due().then(|| c.lease()));
+        if let Some(lease) = sweep {
+            let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
+            if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
+                warn!("the sweep of held jobs failed: {e}");
+                note_fenced(cluster, &e);
+            }
+        }
+        agent.maybe_start(engine.agent_view());
+        notifier.tick(engine.post());
+    }
+    if let Some(c) = cluster {
+        c.turned();
+    }
+    Ok(())
 }
 
 /// Hands the memory a cycle freed back to the system. A cycle's squeue listing, its rows

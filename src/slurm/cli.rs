@@ -7,7 +7,7 @@
 
 use super::parse::{self, Parsed};
 use super::spawn::{Command, Credentials};
-use super::types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use super::types::{HeldRow, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 use super::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::config::SlurmConfig;
 use std::collections::HashMap;
@@ -310,8 +310,8 @@ impl SlurmCli {
         };
         Ok(Ran {
             code: status.code(),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            stdout: text(stdout),
+            stderr: text(stderr),
             others_over: false,
         })
     }
@@ -345,7 +345,11 @@ impl SlurmCli {
             format!("--format={}", parse::TAG_SQUEUE_FORMAT),
             filter,
         ];
-        check_squeue_with(self.query("squeue", args).await?, parse::parse_tags)
+        check_squeue_with(
+            self.query("squeue", args).await?,
+            parse::parse_tags,
+            Parsed::default,
+        )
     }
 
     /// A query whose times are printed as seconds since the epoch (`SLURM_TIME_FORMAT=%s`),
@@ -395,11 +399,43 @@ impl SlurmCli {
     }
 }
 
+/// Reads a listing (`read`) on a blocking thread, not on the task that awaits it: the
+/// daemon awaits the poll's squeue on its loop, which answers requests while 100,000 lines
+/// are folded into the poll's map (docs/benchmarks.md).
+async fn apart<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SlurmError> {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(e) => Err(SlurmError::Io {
+            command: "squeue".into(),
+            source: std::io::Error::other(e),
+        }),
+    }
+}
+
+/// What a command printed, as text: taken as it is when it is UTF-8 (the poll's listing
+/// is not copied a second time), each invalid sequence replaced otherwise.
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// The job id a line of squeue begins with, up to the first character that is not a
 /// digit: the array's or heterogeneous job's own id for a task or a component.
 fn leading_digits(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
     &s[..n]
+}
+
+/// The ids of `job_ids` (base ids) as the lines of a listing begin with them (their
+/// leading digits), to look each line up in.
+fn asked_ids(job_ids: &[String]) -> std::collections::HashSet<&[u8]> {
+    job_ids
+        .iter()
+        .map(|i| leading_digits(i.as_bytes()))
+        .collect()
 }
 
 /// What of a command's stdout is read into memory.
@@ -760,20 +796,18 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 }
 
 fn check_squeue(ran: Ran) -> Result<Parsed<SqueueRow>, SlurmError> {
-    check_squeue_with(ran, parse::parse_squeue)
+    check_squeue_with(ran, parse::parse_squeue, Parsed::default)
 }
 
-fn check_squeue_with<T>(ran: Ran, parse: fn(&str) -> Parsed<T>) -> Result<Parsed<T>, SlurmError> {
+/// What squeue answered, read with `parse`; `none()` when it knows none of the ids asked.
+fn check_squeue_with<T>(ran: Ran, parse: fn(&str) -> T, none: fn() -> T) -> Result<T, SlurmError> {
     if ran.code == Some(0) {
         return Ok(parse(&ran.stdout));
     }
     if ran.stderr.contains(INVALID_JOB_ID) {
         // The ids asked about are unknown to squeue: finished long ago or never existed.
         // Only sacct can tell which; report them as absent.
-        return Ok(Parsed {
-            rows: Vec::new(),
-            errors: Vec::new(),
-        });
+        return Ok(none());
     }
     Err(SlurmCli::failure("squeue", &ran))
 }
@@ -875,7 +909,20 @@ impl Slurm for SlurmCli {
         check_squeue(ran)
     }
 
-    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+    async fn poll_queue(&self, job_ids: &[String]) -> Result<Queue, SlurmError> {
+        // The listing `squeue` asks for; its lines go into the map the poll keeps as they
+        // are read, each job's id the only text copied.
+        let mut args: Vec<String> = vec![
+            "--local".into(),
+            "--noheader".into(),
+            "--states=all".into(),
+            format!("--format={}", parse::SQUEUE_FORMAT),
+        ];
+        let ran = self.poll_query(job_ids, &mut args).await?;
+        apart(move || check_squeue_with(ran, parse::fold_squeue, || Queue::with_owners(0))).await?
+    }
+
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Queue>, SlurmError> {
         use std::sync::atomic::Ordering;
         if self.only_state.load(Ordering::Relaxed) >= ONLY_STATE_NO {
             return Ok(None);
@@ -913,7 +960,7 @@ impl Slurm for SlurmCli {
             });
         }
         self.only_state.store(0, Ordering::Relaxed);
-        Ok(Some(parse::parse_states(&ran.stdout)))
+        Ok(Some(apart(move || parse::fold_states(&ran.stdout)).await?))
     }
 
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError> {
@@ -1045,7 +1092,9 @@ impl Slurm for SlurmCli {
             budget: PENDING_BUDGET,
             over: Default::default(),
         };
-        let ran = self.list_every_job(&[], &mut args, Some(other)).await?;
+        let ran = self
+            .list_every_job(&|_: &[u8]| false, &mut args, Some(other))
+            .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
@@ -1169,17 +1218,23 @@ impl Slurm for SlurmCli {
             budget: PENDING_BUDGET,
             over: Default::default(),
         };
-        let ran = self.list_every_job(job_ids, &mut args, Some(other)).await?;
+        // The ids asked about, built once: which lines the listing keeps, and which of
+        // those are the poll's.
+        let asked = asked_ids(job_ids);
+        let is_asked = |id: &[u8]| asked.contains(id);
+        let ran = self
+            .list_every_job(&is_asked, &mut args, Some(other))
+            .await?;
         if ran.code != Some(0) {
             return Err(Self::failure("squeue", &ran));
         }
-        let asked: std::collections::HashSet<&[u8]> = job_ids
-            .iter()
-            .map(|i| leading_digits(i.as_bytes()))
-            .collect();
-        let (queue, pending) = parse::parse_squeue_pending(
+        // Folded on the awaiting task, not `apart`: which lines are the poll's is told by
+        // the asked ids, which borrow `job_ids` (this listing is asked every ten poll
+        // intervals and after a retry's launch, the others every cycle).
+        let (queue, pending) = parse::fold_squeue_pending(
             &ran.stdout,
             |job| asked.contains(leading_digits(job.as_bytes())),
+            asked.len(),
             |user| names.contains(user.as_bytes()),
         );
         if ran.others_over {
@@ -1262,27 +1317,21 @@ impl SlurmCli {
             args.push(format!("--jobs={}", job_ids.join(",")));
             return self.query("squeue", std::mem::take(args)).await;
         }
-        self.list_every_job(job_ids, args, None).await
+        let asked = asked_ids(job_ids);
+        self.list_every_job(&|id| asked.contains(id), args, None)
+            .await
     }
 
     /// Runs squeue with `args` and `--all` (every job, no `--array`), keeping only the
-    /// lines of `job_ids` (base ids) and the ones `other` keeps.
+    /// lines whose job id `asked` (see [`LineFilter::asked`]) and the ones `other` keeps.
     async fn list_every_job(
         &self,
-        job_ids: &[String],
+        asked: &(dyn Fn(&[u8]) -> bool + Sync),
         args: &mut Vec<String>,
         other: Option<OtherLines<'_>>,
     ) -> Result<Ran, SlurmError> {
         args.push("--all".into());
-        let asked: std::collections::HashSet<&[u8]> = job_ids
-            .iter()
-            .map(|i| leading_digits(i.as_bytes()))
-            .collect();
-        let is_asked = |id: &[u8]| asked.contains(id);
-        let filter = LineFilter {
-            asked: &is_asked,
-            other,
-        };
+        let filter = LineFilter { asked, other };
         // Every pending task list whole (`SLURM_BITSTR_LEN=0`; 64 bytes and `...` by
         // default), so the line of a pending array of the daemon's shows each of its tasks.
         let set = [("SLURM_BITSTR_LEN", "0")];
@@ -1516,37 +1565,43 @@ mod tests {
             "case \"$*\" in\n  *--only-job-state*) echo '7|7|RUNNING' ;;\n  *--all*) seq 2000001 2200000 | sed 's/$/|1|PENDING|None||1001/'; printf '3000000_[%s]|3000000|PENDING|None||1001\\n' \"$(seq -s, 1 2 1200000)\"; seq 1000001 1100000 | sed 's/$/|1|RUNNING|None|n1|1000/'; echo '1000005_[2,4,9]|5|PENDING|None||1000' ;;\n  *) echo '7|7|RUNNING|None|n1|1000' ;;\nesac",
         );
         let ids: Vec<String> = (1..=100_000).map(|i| (1_000_000 + i).to_string()).collect();
-        let p = cli.squeue(&ids).await.unwrap();
+        let q = cli.poll_queue(&ids).await.unwrap();
         let listing = calls(&dir);
         assert_eq!(listing.len(), 1, "{listing:?}");
         assert!(listing[0].contains("--local") && listing[0].contains("--all"));
         assert!(!listing[0].contains("--jobs") && !listing[0].contains("--array"));
-        assert!(p.errors.is_empty(), "{:?}", &p.errors[..1]);
+        assert!(q.errors.is_empty(), "{:?}", &q.errors[..1]);
         assert_eq!(
-            p.rows.len(),
-            100_001,
-            "ours only, the array's line among them"
+            q.len(),
+            100_003,
+            "ours only, the array's line among them (its three tasks)"
         );
-        assert!(p.rows.iter().all(|r| r.uid == 1000));
+        assert!(q.iter().all(|(_, uid, _)| uid == Some(1000)));
+        use crate::slurm::types::JobState;
+        assert_eq!(q.state(1000, "1000005_9"), Some(JobState::Pending));
+        assert_eq!(q.state(1000, "1000005"), Some(JobState::Running));
+        // The rows `squeue` reads of the same listing are the same jobs.
+        let p = cli.squeue(&ids).await.unwrap();
+        assert_eq!(p.rows.len(), 100_001);
         assert_eq!(p.rows.last().unwrap().job_id, "1000005_[2,4,9]");
 
         let p = cli.job_states(&ids[..1]).await.unwrap().expect("supported");
         let all = calls(&dir);
-        assert_eq!(all.len(), 2);
-        assert!(all[1].contains("--only-job-state") && all[1].contains("--array"));
-        assert!(all[1].ends_with("--jobs=1000001"));
-        assert_eq!(p.rows[0].state, crate::slurm::types::JobState::Running);
+        assert_eq!(all.len(), 3);
+        assert!(all[2].contains("--only-job-state") && all[2].contains("--array"));
+        assert!(all[2].ends_with("--jobs=1000001"));
+        assert_eq!(p.state(0, "7"), Some(JobState::Running));
         cli.job_states(&ids).await.unwrap().expect("supported");
         let all = calls(&dir);
-        assert_eq!(all.len(), 3);
-        assert!(all[2].contains("--only-job-state") && !all[2].contains("--jobs"));
-        cli.squeue(&ids[..2]).await.unwrap();
-        assert!(!calls(&dir)[3].contains("--jobs"));
+        assert_eq!(all.len(), 4);
+        assert!(all[3].contains("--only-job-state") && !all[3].contains("--jobs"));
+        cli.poll_queue(&ids[..2]).await.unwrap();
+        assert!(!calls(&dir)[4].contains("--jobs"));
         let cli = cli.naming_jobs_up_to(2);
-        cli.squeue(&ids[..2]).await.unwrap();
-        assert!(calls(&dir)[4].ends_with("--array --jobs=1000001,1000002"));
-        cli.squeue(&ids).await.unwrap();
-        assert!(!calls(&dir)[5].contains("--jobs"), "never past 64 KiB");
+        cli.poll_queue(&ids[..2]).await.unwrap();
+        assert!(calls(&dir)[5].ends_with("--array --jobs=1000001,1000002"));
+        cli.poll_queue(&ids).await.unwrap();
+        assert!(!calls(&dir)[6].contains("--jobs"), "never past 64 KiB");
     }
 
     /// The poll that reads some users' pending jobs too is one squeue: the jobs asked
@@ -1569,7 +1624,7 @@ mod tests {
         let pending = pending.unwrap();
         assert_eq!(calls(&dir).len(), 1);
         assert!(calls(&dir)[0].contains("--all") && calls(&dir)[0].contains("%u|%E"));
-        let jobs: Vec<&str> = queue.rows.iter().map(|r| r.job_id.as_str()).collect();
+        let jobs: Vec<&str> = queue.iter().map(|(id, _, _)| id).collect();
         assert_eq!(jobs, ["7"]);
         let waiting: Vec<(&str, &str)> = pending
             .rows

@@ -17,9 +17,7 @@
 
 use super::jobid::JobId;
 use super::parse::{self, Parsed};
-use super::types::{
-    ExitCode, HeldRow, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow,
-};
+use super::types::{ExitCode, HeldRow, JobState, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 use super::{SbatchRequest, Slurm, SlurmError};
 use crate::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -877,23 +875,26 @@ impl Slurm for FakeSlurm {
         })
     }
 
-    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError> {
+    /// The poll's squeue: the rows [`FakeSlurm::squeue`] shows, as the real one folds them.
+    async fn poll_queue(&self, job_ids: &[String]) -> Result<Queue, SlurmError> {
+        let s = self.enter(Command::Squeue)?;
+        let mut q = Queue::with_owners(0);
+        for j in s.queued(job_ids) {
+            q.add(j.uid, j.id.clone(), j.state);
+        }
+        Ok(q)
+    }
+
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Queue>, SlurmError> {
         if !self.lock().only_job_state {
             return Ok(None);
         }
         let s = self.enter(Command::JobStates)?;
-        let rows = s
-            .queued(job_ids)
-            .map(|j| StateRow {
-                job_id: j.id.clone(),
-                job_id_raw: j.raw_id.clone(),
-                state: j.state,
-            })
-            .collect();
-        Ok(Some(Parsed {
-            rows,
-            errors: Vec::new(),
-        }))
+        let mut q = Queue::states_only(0);
+        for j in s.queued(job_ids) {
+            q.add(0, j.id.clone(), j.state);
+        }
+        Ok(Some(q))
     }
 
     /// The held pending jobs whose comment holds `needle`, as Slurm's `JobHeldUser`.

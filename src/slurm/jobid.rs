@@ -325,20 +325,27 @@ pub fn queued_states<'a>(
 /// taken, not copied: the poll hands over each row as it goes, so a cycle never holds a
 /// second copy of every id.
 pub fn queued_state_into(out: &mut HashMap<String, JobState>, job_id: String, state: JobState) {
+    queued_ids(job_id, |id| {
+        out.insert(id, state);
+    });
+}
+
+/// The ids one squeue row's job id stands for, each handed to `each`: the id itself, or
+/// each task of a range of pending tasks (`14_[3-10%2]`). The id is taken, not copied,
+/// when it is one job's.
+pub fn queued_ids(job_id: String, mut each: impl FnMut(String)) {
     if !job_id.contains('[') {
         // No task list: the row's own job (most rows, read without parsing).
-        out.insert(job_id, state);
+        each(job_id);
         return;
     }
     match JobId::parse(&job_id) {
         Ok(id) if matches!(id.names(), Names::PendingTasks(_)) => {
             for t in id.pending_task_ids() {
-                out.insert(t.to_string(), state);
+                each(t.to_string());
             }
         }
-        _ => {
-            out.insert(job_id, state);
-        }
+        _ => each(job_id),
     }
 }
 

@@ -18,7 +18,7 @@ pub mod types;
 use parse::Parsed;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use types::{HeldRow, PendingRow, SacctRow, SqueueRow, StateRow, TagRow};
+use types::{HeldRow, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 
 /// The variable that turns the plain-sbatch cli_filter and job_submit script off for one
 /// submission (`config/slurm/cli_filter.lua`). Every sbatch the daemon runs has it set to
@@ -175,7 +175,7 @@ impl SlurmError {
 
 /// What [`Slurm::squeue_with_pending`] read: the jobs asked about, and the users'
 /// pending jobs (or why they could not be read).
-pub type PolledWithPending = (Parsed<SqueueRow>, PendingAnswer);
+pub type PolledWithPending = (Queue, PendingAnswer);
 
 /// Some users' pending jobs, or why they could not be read.
 pub type PendingAnswer = Result<Parsed<PendingRow>, SlurmError>;
@@ -188,10 +188,15 @@ pub trait Slurm {
     /// The live view of these jobs (base ids; array tasks are listed one per row).
     /// Jobs squeue no longer knows are simply absent.
     async fn squeue(&self, job_ids: &[String]) -> Result<Parsed<SqueueRow>, SlurmError>;
-    /// The states alone of these jobs (base ids; array tasks one per row), one controller
-    /// query that carries nothing else (`squeue --only-job-state`); `None` when this
-    /// Slurm's squeue cannot (before 23.11.5): ask [`Slurm::squeue`] instead.
-    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Parsed<StateRow>>, SlurmError>;
+    /// The poll's view of these jobs (base ids), as [`Slurm::squeue`] shows them, folded
+    /// into a [`Queue`] as it is read: each job's state by owner, an array's tasks one by
+    /// one. No row of owned text is made on the way.
+    async fn poll_queue(&self, job_ids: &[String]) -> Result<Queue, SlurmError>;
+    /// The states alone of these jobs (base ids; an array's tasks one by one), one
+    /// controller query that carries nothing else (`squeue --only-job-state`), folded as
+    /// read; `None` when this Slurm's squeue cannot (before 23.11.5): ask
+    /// [`Slurm::poll_queue`] instead.
+    async fn job_states(&self, job_ids: &[String]) -> Result<Option<Queue>, SlurmError>;
     /// Every job of one user that squeue knows, with its comment, to look submissions up
     /// by their tag. The rows are candidates only (see [`TagRow`]).
     async fn squeue_user(&self, user: &str) -> Result<Parsed<TagRow>, SlurmError>;
@@ -224,15 +229,15 @@ pub trait Slurm {
     /// These users' pending jobs with what they still wait on (`--dependency`), in one
     /// squeue: where the jobs that wait on a chain's earlier attempt are found.
     async fn pending_of_users(&self, users: &[String]) -> Result<Parsed<PendingRow>, SlurmError>;
-    /// [`Slurm::squeue`] of `job_ids` and [`Slurm::pending_of_users`] of `users`, in one
-    /// controller query where Slurm allows (the real one: one squeue of every job, whose
-    /// pending part then never fails alone).
+    /// [`Slurm::poll_queue`] of `job_ids` and [`Slurm::pending_of_users`] of `users`, in
+    /// one controller query where Slurm allows (the real one: one squeue of every job,
+    /// whose pending part then never fails alone).
     async fn squeue_with_pending(
         &self,
         job_ids: &[String],
         users: &[String],
     ) -> Result<PolledWithPending, SlurmError> {
-        let queue = self.squeue(job_ids).await?;
+        let queue = self.poll_queue(job_ids).await?;
         let pending = self.pending_of_users(users).await;
         Ok((queue, pending))
     }

@@ -22,11 +22,10 @@
 //!   up (`--time=0:90` becomes `00:02:00`) and reads `0` or `00:00:00` as UNLIMITED.
 
 use super::jobid;
-use super::types::{
-    ExitCode, HeldRow, JobState, PendingRow, SacctRow, SqueueRow, StateRow, TagRow,
-};
+use super::types::{ExitCode, HeldRow, JobState, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 use crate::osbytes::shortened as truncate;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::fmt;
 
 // Slurm's durations are read by `sbatch_args` too, so they live in `crate::syntax`.
@@ -133,10 +132,19 @@ impl fmt::Display for RowError {
 }
 
 /// The rows of an output that could be read, and the lines that could not.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Parsed<T> {
     pub rows: Vec<T>,
     pub errors: Vec<RowError>,
+}
+
+impl<T> Default for Parsed<T> {
+    fn default() -> Self {
+        Parsed {
+            rows: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
 }
 
 /// A whole output that cannot be used at all.
@@ -164,20 +172,43 @@ pub fn parse_squeue(stdout: &str) -> Parsed<SqueueRow> {
     parse_lines(stdout, SQUEUE_COLUMNS, Trailing::None, |f, _| squeue_row(f))
 }
 
-/// Parses `squeue --only-job-state --noheader --states=all --array --format=<STATE_FORMAT>`
-/// output.
-pub fn parse_states(stdout: &str) -> Parsed<StateRow> {
-    parse_lines(stdout, 3, Trailing::None, |f, _| {
+/// Parses `squeue --noheader --states=all --format=<SQUEUE_FORMAT>` output (the poll's
+/// listing, with `--all` or `--array --jobs=`) into the poll's [`Queue`] as it reads it:
+/// each line checked as [`parse_squeue`] checks it, its job id the only text kept (no
+/// [`SqueueRow`] is made).
+pub fn fold_squeue(stdout: &str) -> Queue {
+    let queue = RefCell::new(Queue::with_owners(line_count(stdout)));
+    let read = parse_lines(stdout, SQUEUE_COLUMNS, Trailing::None, |f, _| {
+        let (state, uid) = squeue_fields(f)?;
+        queue.borrow_mut().add(uid, f[0].to_string(), state);
+        Ok(())
+    });
+    let mut queue = queue.into_inner();
+    queue.errors = read.errors;
+    queue
+}
+
+/// Parses `squeue --only-job-state --noheader --states=all --format=<STATE_FORMAT>`
+/// output into a [`Queue`] of states alone, as it reads it.
+pub fn fold_states(stdout: &str) -> Queue {
+    let queue = RefCell::new(Queue::states_only(line_count(stdout)));
+    let read = parse_lines(stdout, 3, Trailing::None, |f, _| {
         let [job_id, job_id_raw, state] = f else {
             unreachable!("parse_lines hands over exactly 3 fields")
         };
         let state = queued_job_state(job_id_raw, state)?;
-        Ok(StateRow {
-            job_id: job_id.to_string(),
-            job_id_raw: job_id_raw.to_string(),
-            state,
-        })
-    })
+        queue.borrow_mut().add(0, job_id.to_string(), state);
+        Ok(())
+    });
+    let mut queue = queue.into_inner();
+    queue.errors = read.errors;
+    queue
+}
+
+/// How many lines `text` has (the last one may have no newline): the rows a listing may
+/// fold into, so the map they go to is sized once.
+fn line_count(text: &str) -> usize {
+    text.bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Parses the output of a tag lookup: squeue with [`TAG_SQUEUE_FORMAT`] or sacct
@@ -266,24 +297,27 @@ pub fn parse_held_one(stdout: &str, id: &str) -> Option<HeldRow> {
 /// and `%E` (Slurm's rendering of the dependency, last).
 pub const SQUEUE_PENDING_FORMAT: &str = "%i|%A|%T|%r|%N|%U|%u|%E";
 
-/// Parses [`SQUEUE_PENDING_FORMAT`] output: the rows of the jobs `ours(job id)` says
-/// were asked about, as the poll's ([`SQUEUE_FORMAT`]'s fields), and the pending rows of
-/// the users `pending_of(user)` names ([`PENDING_FORMAT`]'s). Each line is read once, into
-/// what it is kept as; a line that cannot be read is the poll's unless its job id is
-/// another's.
-pub fn parse_squeue_pending(
+/// Parses [`SQUEUE_PENDING_FORMAT`] output as it reads it: the jobs `ours(job id)` says
+/// were asked about go into the poll's [`Queue`] (as [`fold_squeue`] reads them), and
+/// the pending rows of the users `pending_of(user)` names are kept
+/// ([`PENDING_FORMAT`]'s). Each line is read once, into what it is kept as; a line that
+/// cannot be read is the poll's unless its job id is another's.
+/// `ours_about` is about how many of the lines are the poll's (the ids asked): the map
+/// is sized for them, not for every line, most of which can be other users' pending jobs.
+pub fn fold_squeue_pending(
     stdout: &str,
     ours: impl Fn(&str) -> bool,
+    ours_about: usize,
     pending_of: impl Fn(&str) -> bool,
-) -> (Parsed<SqueueRow>, Parsed<PendingRow>) {
-    let queue = std::cell::RefCell::new(Vec::new());
-    let pending = std::cell::RefCell::new(Vec::new());
+) -> (Queue, Parsed<PendingRow>) {
+    let queue = RefCell::new(Queue::with_owners(ours_about.min(line_count(stdout))));
+    let pending = RefCell::new(Vec::new());
     let read = parse_lines(stdout, 7, Trailing::Text, |f, dependency| {
         let [job_id, job_id_raw, state, reason, nodes, uid, user] = f else {
             unreachable!("parse_lines hands over exactly 7 fields")
         };
-        let row = squeue_row(&[job_id, job_id_raw, state, reason, nodes, uid])?;
-        if row.state == JobState::Pending && pending_of(user) {
+        let (state, uid) = squeue_fields(&[job_id, job_id_raw, state, reason, nodes, uid])?;
+        if state == JobState::Pending && pending_of(user) {
             pending.borrow_mut().push(PendingRow {
                 job_id: job_id.to_string(),
                 job_id_raw: job_id_raw.to_string(),
@@ -292,22 +326,20 @@ pub fn parse_squeue_pending(
             });
         }
         if ours(job_id) {
-            queue.borrow_mut().push(row);
+            queue.borrow_mut().add(uid, job_id.to_string(), state);
         }
         Ok(())
     });
-    let (mut queue_errors, mut pending_errors) = (Vec::new(), Vec::new());
+    let mut queue = queue.into_inner();
+    let mut pending_errors = Vec::new();
     for e in read.errors {
         match &e.job_id {
             Some(job) if !ours(job) => pending_errors.push(e),
-            _ => queue_errors.push(e),
+            _ => queue.errors.push(e),
         }
     }
     (
-        Parsed {
-            rows: queue.into_inner(),
-            errors: queue_errors,
-        },
+        queue,
         Parsed {
             rows: pending.into_inner(),
             errors: pending_errors,
@@ -660,18 +692,29 @@ fn queued_job_state(job_id_raw: &str, state: &str) -> Result<JobState, String> {
 }
 
 fn squeue_row(f: &[&str]) -> Result<SqueueRow, String> {
-    let [job_id, job_id_raw, state, reason, nodes, uid] = f else {
-        unreachable!("parse_lines hands over exactly SQUEUE_COLUMNS fields")
+    let (state, uid) = squeue_fields(f)?;
+    let [job_id, job_id_raw, _, reason, nodes, _] = f else {
+        unreachable!("squeue_fields checked SQUEUE_COLUMNS fields")
     };
-    let state = queued_job_state(job_id_raw, state)?;
     Ok(SqueueRow {
         job_id: job_id.to_string(),
         job_id_raw: job_id_raw.to_string(),
         state,
         reason: reason.to_string(),
         node_list: nodes.to_string(),
-        uid: parse_uid(uid).ok_or_else(|| format!("%U {:?} is not a uid", truncate(uid, 64)))?,
+        uid,
     })
+}
+
+/// What a poll row says, read in place: its `%T` and `%U`, its `%A` checked to be a job
+/// id. The fields the poll does not keep (`%r`, `%N`) are not copied.
+fn squeue_fields(f: &[&str]) -> Result<(JobState, u32), String> {
+    let [_, job_id_raw, state, _, _, uid] = f else {
+        unreachable!("parse_lines hands over exactly SQUEUE_COLUMNS fields")
+    };
+    let state = queued_job_state(job_id_raw, state)?;
+    let uid = parse_uid(uid).ok_or_else(|| format!("%U {:?} is not a uid", truncate(uid, 64)))?;
+    Ok((state, uid))
 }
 
 /// A uid as Slurm prints one: digits that fit in 32 bits.
@@ -1407,22 +1450,97 @@ MaxArraySize            = 1001\n";
     /// another number of fields, or a raw id that is not one, is not read.
     #[test]
     fn state_rows() {
-        let p = parse_states(
+        let q = fold_states(
             "117|117|RUNNING\n14_[3-10%2]|14|PENDING\n23|23\n24|x|RUNNING\n25|25|RUNNING|None\n",
         );
-        let got: Vec<(&str, &str, JobState)> = p
-            .rows
-            .iter()
-            .map(|r| (r.job_id.as_str(), r.job_id_raw.as_str(), r.state))
-            .collect();
+        let mut got: Vec<(&str, Option<u32>, JobState)> = q.iter().collect();
+        got.sort_by_key(|&(id, uid, _)| (id, uid));
+        let mut want = vec![("117", None, JobState::Running)];
+        let tasks = [
+            "14_3", "14_4", "14_5", "14_6", "14_7", "14_8", "14_9", "14_10",
+        ];
+        want.extend(tasks.map(|t| (t, None, JobState::Pending)));
+        want.sort_by_key(|&(id, uid, _)| (id, uid));
+        assert_eq!(got, want, "the pending range's tasks one by one");
+        assert!(!q.has_owners() && q.state(1000, "117") == Some(JobState::Running));
+        assert_eq!(q.errors.len(), 3, "{:?}", q.errors);
+    }
+
+    /// The poll's listing folded as read holds what [`parse_squeue`]'s rows would have
+    /// made of it, by owner, and the same unreadable lines.
+    #[test]
+    fn squeue_rows_folded_as_read() {
+        let out = "\
+117|117|RUNNING|None|n1|1000
+14_[3-4%1]|14|PENDING|JobArrayTaskLimit||1000
+14_1|15|RUNNING|None|n2|1001
+22|22|WEIRD|None|n1|1000
+23|23|RUNNING
+117|117|COMPLETING|None|n1|1001
+24|24|RUNNING|None|n1|alice
+";
+        let q = fold_squeue(out);
+        let mut got: Vec<(&str, Option<u32>, JobState)> = q.iter().collect();
+        got.sort_by_key(|&(id, uid, _)| (id, uid));
+        use JobState::*;
         assert_eq!(
             got,
             vec![
-                ("117", "117", JobState::Running),
-                ("14_[3-10%2]", "14", JobState::Pending)
+                ("117", Some(1000), Running),
+                ("117", Some(1001), Completing),
+                ("14_1", Some(1001), Running),
+                ("14_3", Some(1000), Pending),
+                ("14_4", Some(1000), Pending),
             ]
         );
-        assert_eq!(p.errors.len(), 3, "{:?}", p.errors);
+        assert_eq!(q.state(1000, "117"), Some(Running));
+        assert_eq!(q.state(1001, "117"), Some(Completing));
+        assert_eq!(
+            q.state(1000, "14_1"),
+            None,
+            "another's job is not this owner's"
+        );
+        assert_eq!(q.other_owner(1000, "14_1"), Some(1001));
+        assert_eq!(q.other_owner(1001, "14_1"), None);
+        let errs: Vec<usize> = q.errors.iter().map(|e| e.line_no).collect();
+        assert_eq!(errs, [4, 5, 7]);
+        assert_eq!(
+            errs,
+            parse_squeue(out)
+                .errors
+                .iter()
+                .map(|e| e.line_no)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// The listing that reads some users' pending jobs too: the jobs asked about go to the
+    /// poll's queue, those users' pending lines to the pending rows, an unreadable line to
+    /// the poll unless it is another job's.
+    #[test]
+    fn squeue_with_pending_rows_folded_as_read() {
+        let out = "\
+7|7|RUNNING|None|n1|1000|alice|(null)
+8|8|PENDING|Dependency||1000|alice|afterany:7(unfulfilled)
+9|9|PENDING|Dependency||1001|bob|afterany:7(unfulfilled)
+12|12|PENDING|Priority||1000|alice|(null)
+13|13|WEIRD|None||1000|alice|(null)
+7|7|RUNNING
+";
+        let (q, p) = fold_squeue_pending(out, |j| j == "7" || j == "12", 2, |u| u == "alice");
+        let mut got: Vec<(&str, Option<u32>, JobState)> = q.iter().collect();
+        got.sort_by_key(|&(id, uid, _)| (id, uid));
+        assert_eq!(
+            got,
+            [
+                ("12", Some(1000), JobState::Pending),
+                ("7", Some(1000), JobState::Running)
+            ]
+        );
+        let rows: Vec<&str> = p.rows.iter().map(|r| r.job_id.as_str()).collect();
+        assert_eq!(rows, ["8", "12"]);
+        assert_eq!(p.errors.iter().map(|e| e.line_no).collect::<Vec<_>>(), [5]);
+        assert_eq!(q.errors.iter().map(|e| e.line_no).collect::<Vec<_>>(), [6]);
     }
 
     #[test]

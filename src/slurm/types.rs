@@ -185,17 +185,6 @@ pub struct SqueueRow {
     pub uid: u32,
 }
 
-/// A job's state alone (`squeue --only-job-state`, [`crate::slurm::parse::STATE_FORMAT`]):
-/// no owner, reason or nodes. Asked only for jobs whose owner Slurm has shown before.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateRow {
-    /// `%i`, as in [`SqueueRow`].
-    pub job_id: String,
-    /// `%A`.
-    pub job_id_raw: String,
-    pub state: JobState,
-}
-
 /// A job and its comment, from the queries that look the supervisor's tags up among one
 /// user's jobs ([`crate::slurm::parse::TAG_SQUEUE_FORMAT`], [`crate::slurm::parse::TAG_SACCT_FIELDS`]).
 /// The comment is the job owner's text and may hold anything, a newline included: a
@@ -239,4 +228,150 @@ pub struct PendingRow {
     pub user: String,
     /// `%E`: the remaining dependency clauses with their states; empty for none.
     pub dependency: String,
+}
+
+/// What the poll's one squeue showed, folded into what the poll keeps while it was read
+/// (no row of owned text is made on the way): the state of each queued job, an array's
+/// pending tasks one by one (`super::jobid::queued_ids`), with its owner when the listing
+/// carried owners (`%U`), and the lines that could not be read.
+///
+/// Whose each job is matters: an attempt sees only the rows Slurm shows owned by its
+/// chain's owner ([`Queue::state`]). However a job id came to a chain (what sbatch
+/// printed, a tag found in a comment, which is its owner's text), a job of anyone else is
+/// never judged, retried, requeued or cancelled for it, nor shown to it. Two chains of two
+/// users holding the same id each see their own owner's rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queue {
+    /// Each job's state, and the owner of the first line that showed it (0 and unused
+    /// when `owners` is false).
+    jobs: std::collections::HashMap<String, (u32, JobState)>,
+    /// A job id shown again as another owner's than its first line's (one listing never
+    /// shows it; kept apart so that each owner still sees only its own rows).
+    others: std::collections::HashMap<u32, std::collections::HashMap<String, JobState>>,
+    /// Whether the listing carried each job's owner; without (`squeue
+    /// --only-job-state`), asked only for jobs whose owner Slurm has shown before.
+    owners: bool,
+    /// The lines that could not be read.
+    pub errors: Vec<super::parse::RowError>,
+}
+
+impl Queue {
+    /// An empty listing with owners, with room for `jobs` jobs.
+    pub fn with_owners(jobs: usize) -> Queue {
+        Queue {
+            jobs: std::collections::HashMap::with_capacity(jobs),
+            owners: true,
+            ..Queue::default()
+        }
+    }
+
+    /// An empty listing of states alone, with room for `jobs` jobs.
+    pub fn states_only(jobs: usize) -> Queue {
+        Queue {
+            jobs: std::collections::HashMap::with_capacity(jobs),
+            ..Queue::default()
+        }
+    }
+
+    /// Adds one row: job `job_id` (a range of pending tasks stands for each of them)
+    /// owned by `uid` (ignored in a listing of states alone) in `state`. A later row of
+    /// the same job and owner wins.
+    pub fn add(&mut self, uid: u32, job_id: String, state: JobState) {
+        let owners = self.owners;
+        super::jobid::queued_ids(job_id, |id| match self.jobs.get_mut(&id) {
+            Some(seen) if !owners || seen.0 == uid => seen.1 = state,
+            Some(_) => {
+                self.others.entry(uid).or_default().insert(id, state);
+            }
+            None => {
+                self.jobs.insert(id, (if owners { uid } else { 0 }, state));
+            }
+        });
+    }
+
+    /// Whether the listing carried each job's owner.
+    pub fn has_owners(&self) -> bool {
+        self.owners
+    }
+
+    /// The state Slurm shows for job `jid` of an attempt whose chain is `owner`'s, if it
+    /// shows it as the attempt's (in a listing of states alone: if it shows it).
+    pub fn state(&self, owner: u32, jid: &str) -> Option<JobState> {
+        match self.jobs.get(jid) {
+            Some(&(uid, state)) if !self.owners || uid == owner => Some(state),
+            _ => self.others.get(&owner)?.get(jid).copied(),
+        }
+    }
+
+    /// Another owner Slurm shows job `jid` as, if any (only a listing with owners tells).
+    pub fn other_owner(&self, owner: u32, jid: &str) -> Option<u32> {
+        if !self.owners {
+            return None;
+        }
+        match self.jobs.get(jid) {
+            Some(&(uid, _)) if uid != owner => Some(uid),
+            _ => self
+                .others
+                .iter()
+                .find(|(uid, q)| **uid != owner && q.contains_key(jid))
+                .map(|(uid, _)| *uid),
+        }
+    }
+
+    /// How many (job, owner) pairs it shows.
+    pub fn len(&self) -> usize {
+        self.jobs.len() + self.others.values().map(|q| q.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every job it shows, with its owner (`None` in a listing of states alone) and state.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Option<u32>, JobState)> + '_ {
+        let owner = |uid: u32| self.owners.then_some(uid);
+        self.jobs
+            .iter()
+            .map(move |(id, &(uid, state))| (id.as_str(), owner(uid), state))
+            .chain(self.others.iter().flat_map(|(&uid, q)| {
+                q.iter()
+                    .map(move |(id, &state)| (id.as_str(), Some(uid), state))
+            }))
+    }
+
+    /// Each job's state, whoever owns it (for comparing two listings).
+    pub fn states(&self) -> std::collections::HashMap<String, JobState> {
+        self.iter()
+            .map(|(id, _, state)| (id.to_string(), state))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod pending_listing_tests {
+    /// The poll's map is sized for the ids asked, not from the listing's line count: in
+    /// the listing that reads some users' pending jobs too, most lines can be theirs
+    /// (every pending job of every open chain's owner when the waiters' report is due, up
+    /// to `PENDING_BUDGET`), not the poll's: the map kept until the cycle lands is sized for
+    /// all of them. Here one job of the poll's among 100,000 other pending lines.
+    #[test]
+    fn the_polls_map_is_not_sized_by_other_users_pending_lines() {
+        let mut out = String::from("7|7|RUNNING|None|n1|1000|alice|(null)\n");
+        for i in 0..100_000u32 {
+            out.push_str(&format!(
+                "{}|{}|PENDING|Priority||1001|bob|(null)\n",
+                1_000_000 + i,
+                1_000_000 + i
+            ));
+        }
+        let (q, p) =
+            super::super::parse::fold_squeue_pending(&out, |j| j == "7", 1, |u| u == "bob");
+        assert_eq!(q.len(), 1);
+        assert_eq!(p.rows.len(), 100_000);
+        assert!(
+            q.jobs.capacity() < 1_000,
+            "the poll's map holds 1 job but has room for {} (sized by the other users' lines)",
+            q.jobs.capacity()
+        );
+    }
 }

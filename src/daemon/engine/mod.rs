@@ -35,6 +35,7 @@ mod runner;
 mod sweep;
 
 pub use contexts::{AgentView, Desk, Flights, Holds, Post, Upkeep};
+pub use poll::{PollAnswer, PollAsk};
 pub use runner::{Lookup, Runner};
 
 use crate::clock::now;
@@ -93,6 +94,9 @@ pub struct Engine<S: Slurm> {
     /// What `pipeline::watch_pending` asks this cycle and the answer, read by this
     /// cycle's poll in its one squeue.
     polled_pending: Option<(pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
+    /// Whether this cycle's poll asked Slurm (its one squeue): then the pipelines take
+    /// what it read of pending jobs, or wait for the next cycle's, never asking again.
+    poll_asked: bool,
     /// Each user's rate of requests that change something (`[limits]
     /// write_requests_per_minute`).
     write_rate: crate::daemon::rate::WriteRate,
@@ -146,6 +150,7 @@ impl<S: Slurm> Engine<S> {
             waiters_seen: None,
             waiters_after: None,
             polled_pending: None,
+            poll_asked: false,
             progress_deferred: HashMap::new(),
             write_rate: crate::daemon::rate::WriteRate::new(
                 config.limits.write_requests_per_minute,
@@ -234,19 +239,51 @@ impl<S: Slurm> Engine<S> {
     /// backlog remains, a turn only judges the next batch (no Slurm command), and the
     /// loop comes back at once after answering what waits for it.
     pub async fn cycle(&mut self) -> Result<(), StoreError> {
+        if let Some(ask) = self.cycle_to_poll().await? {
+            let answer = ask.ask(&self.slurm).await;
+            self.cycle_from_poll(answer).await?;
+        }
+        Ok(())
+    }
+
+    /// A cycle up to its poll's squeue: the question to ask Slurm (beside the loop, in
+    /// the daemon: [`Runner::poll`]), then [`Engine::cycle_from_poll`] with its answer;
+    /// `None` when the cycle is over already (a turn of a backlog, Slurm not answering,
+    /// nothing live).
+    pub async fn cycle_to_poll(&mut self) -> Result<Option<PollAsk>, StoreError> {
         let t = now();
         // What an earlier cycle's poll read of pending jobs is not this cycle's.
         self.polled_pending = None;
+        self.poll_asked = false;
         self.age_pending(t)?;
         if self.has_backlog() {
-            return self.judge_backlog(t).await;
+            self.judge_backlog(t).await?;
+            return Ok(None);
         }
         if !self.reconcile_launches(t).await? {
+            return Ok(None);
+        }
+        match self.poll_ask(t)? {
+            Some(ask) => Ok(Some(ask)),
+            None => {
+                self.after_poll(t).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The rest of a cycle, on the loop, with what its poll's squeue answered: the
+    /// poll's comparison and writes, then judging, the pipelines and due launches.
+    pub async fn cycle_from_poll(&mut self, answer: PollAnswer) -> Result<(), StoreError> {
+        let t = answer.at();
+        if !self.poll_landed(answer).await? {
             return Ok(());
         }
-        if !self.poll(t).await? {
-            return Ok(());
-        }
+        self.after_poll(t).await
+    }
+
+    /// A cycle's phases after the poll.
+    async fn after_poll(&mut self, t: i64) -> Result<(), StoreError> {
         self.judge_backlog(t).await?;
         if self.has_backlog() {
             return Ok(());

@@ -155,6 +155,10 @@ impl<S: Slurm> Engine<S> {
         // What the cycle's poll asked and read (one squeue for both), else asked now.
         let (ask, polled) = match self.polled_pending.take() {
             Some((ask, answer)) => (ask, Some(answer)),
+            // The poll's squeue did not read them (nothing was due when it asked; a
+            // retry launched while it was out): the next cycle's query will, not a
+            // second one now, on the loop.
+            None if self.poll_asked => return Ok(true),
             None => match self.pending_ask()? {
                 Some(ask) => (ask, None),
                 None => return Ok(true),

@@ -1,6 +1,16 @@
 //! Phase 2: one squeue for every live job; sacct for those that left the queue or were
 //! seen requeued; a job missing from both for `lost_job_after` is escalated.
 //!
+//! The squeue is asked in two halves (`PollAsk`, `PollAnswer`): the question is made on
+//! the loop from the live attempts; the daemon runs the squeue beside its loop (the
+//! engine's `Runner::poll`), where the listing is read and folded into a
+//! `slurm::types::Queue` (each job's state by owner, no row of owned text on the way; the
+//! folding on a blocking thread, `slurm::cli`, but for the listing with the owners'
+//! pending jobs), so requests are answered meanwhile. The
+//! answer lands on the loop (`poll_landed`), which compares it with the store as it is
+//! then: only the live attempts the question was about (a job launched or a chain held
+//! meanwhile waits for the next cycle), every write on the loop.
+//!
 //! What the poll costs Slurm, at any scale: one squeue a cycle, one controller query
 //! (`SlurmCli::poll_query`). One live job alone is named (`--jobs=ID`, a lookup); more
 //! are asked for as a listing of every job (`--local --all`, no `--array`, so a pending
@@ -36,31 +46,112 @@
 
 use super::{log_transition, Engine, Found};
 use crate::policy::{self, Event};
-use crate::slurm::jobid::{base_job_id, job_part, queued_state_into, runs_by_job};
-use crate::slurm::parse::{Parsed, RowError};
-use crate::slurm::types::{JobState, SacctRow, SqueueRow, StateRow};
-use crate::slurm::Slurm;
+use crate::slurm::jobid::{base_job_id, job_part, runs_by_job};
+use crate::slurm::types::{JobState, Queue, SacctRow};
+use crate::slurm::{Slurm, SlurmError};
 use crate::store::{Attempt, LiveJob, StoreError};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use tracing::{debug, error, warn};
 
+/// The poll's one squeue as a cycle asks it, made on the loop ([`Engine::poll_ask`]):
+/// in the daemon it runs beside the loop ([`PollAsk::ask`], through the `Runner`), so
+/// requests are answered while squeue runs and its listing is read and folded; what it
+/// answered comes back to the loop ([`Engine::poll_landed`]), where the cycle goes on.
+pub struct PollAsk {
+    t: i64,
+    /// The live attempts as the store had them when the cycle asked: the ones this answer
+    /// is about, but for the chains in `held`.
+    live: std::sync::Arc<[LiveJob]>,
+    /// The chains of those that were held then (left out of the question).
+    held: HashSet<i64>,
+    /// The jobs asked about: the base ids of the others' jobs, sorted.
+    bases: Vec<String>,
+    how: How,
+}
+
+/// Which query the poll makes (see [`Engine::poll_ask`]).
+enum How {
+    /// The full listing, reading the owners' pending jobs too.
+    WithPending(super::pipeline::PendingAsk),
+    /// The states alone if Slurm can, else the full listing.
+    States,
+    /// The full listing, each job with its owner.
+    Listing,
+}
+
+/// What the poll's squeue answered, for [`Engine::poll_landed`].
+pub struct PollAnswer {
+    t: i64,
+    live: std::sync::Arc<[LiveJob]>,
+    held: HashSet<i64>,
+    queue: Result<Queue, SlurmError>,
+    pending: Option<(super::pipeline::PendingAsk, crate::slurm::PendingAnswer)>,
+}
+
+impl PollAnswer {
+    /// The time of the cycle that asked.
+    pub(super) fn at(&self) -> i64 {
+        self.t
+    }
+}
+
+impl PollAsk {
+    /// Runs the query (and, if the state-only one cannot answer, the full listing).
+    pub async fn ask<S: Slurm>(self, slurm: &S) -> PollAnswer {
+        let PollAsk {
+            t,
+            live,
+            held,
+            bases,
+            how,
+        } = self;
+        let mut pending = None;
+        let queue = match how {
+            How::WithPending(ask) => {
+                let answer = slurm.squeue_with_pending(&bases, ask.users()).await;
+                match answer {
+                    Ok((q, theirs)) => {
+                        pending = Some((ask, theirs));
+                        Ok(q)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            How::States => match slurm.job_states(&bases).await {
+                Ok(Some(q)) => Ok(q),
+                other => {
+                    // The full listing instead: one that answers keeps the poll going (a
+                    // controller or a squeue whose state-only query fails).
+                    if let Err(e) = other {
+                        warn!("squeue --only-job-state gave no answer ({e}); asking for the full listing");
+                    }
+                    slurm.poll_queue(&bases).await
+                }
+            },
+            How::Listing => slurm.poll_queue(&bases).await,
+        };
+        PollAnswer {
+            t,
+            live,
+            held,
+            queue,
+            pending,
+        }
+    }
+}
+
 impl<S: Slurm> Engine<S> {
-    /// Watches every live attempt: one squeue for all, sacct for those that left the
-    /// queue or were requeued. Returns false when Slurm did not answer.
-    pub async fn poll(&mut self, t: i64) -> Result<bool, StoreError> {
+    /// What the poll asks Slurm this cycle, `None` when no live attempt is watched.
+    pub(super) fn poll_ask(&mut self, t: i64) -> Result<Option<PollAsk>, StoreError> {
         // A held chain's job is its holder's (a cancel's scancel ends it). What every live
         // attempt is read for each cycle is little (`LiveJob`); the attempts to judge are
         // read whole below.
         let all = self.store.live_jobs()?;
-        let live: Vec<&LiveJob> = all
-            .iter()
-            .filter(|a| !self.held.contains(a.chain_id))
-            .collect();
-        if live.is_empty() {
-            return Ok(true);
+        let live = || all.iter().filter(|a| !self.held.contains(a.chain_id));
+        if live().next().is_none() {
+            return Ok(None);
         }
-        let mut bases: Vec<String> = live
-            .iter()
+        let mut bases: Vec<String> = live()
             .filter_map(|a| a.slurm_job_id.as_deref())
             .map(base_job_id)
             .collect();
@@ -73,42 +164,74 @@ impl<S: Slurm> Engine<S> {
         // --only-job-state`, Slurm 23.11.5 on), which carries nothing else. Otherwise (a
         // job not seen yet, or an older Slurm) the full listing, one REQUEST_JOB_INFO,
         // whose `%U` each attempt is checked against.
-        let mut view = None;
         // When the owners' pending jobs are to be read this cycle (the waiters' report,
         // a rewiring), the full listing reads them too: still one query.
-        if let Some(ask) = self.pending_ask()? {
-            match self.slurm.squeue_with_pending(&bases, ask.users()).await {
-                Ok((queue, pending)) => {
-                    self.polled_pending = Some((ask, pending));
-                    view = Some(View::Owned(queue));
-                }
-                Err(e) => {
-                    self.slurm_down("squeue", &e);
-                    return Ok(false);
-                }
-            }
-        } else if live.iter().all(|a| a.owner_seen) {
-            match self.slurm.job_states(&bases).await {
-                Ok(Some(p)) => view = Some(View::States(p)),
-                Ok(None) => {}
-                // The full listing instead: one that answers keeps the poll going (a
-                // controller or a squeue whose state-only query fails).
-                Err(e) => warn!(
-                    "squeue --only-job-state gave no answer ({e}); asking for the full listing"
-                ),
-            }
-        }
-        let view = match view {
-            Some(v) => v,
-            None => match self.slurm.squeue(&bases).await {
-                Ok(p) => View::Owned(p),
-                Err(e) => {
-                    self.slurm_down("squeue", &e);
-                    return Ok(false);
-                }
-            },
+        let how = match self.pending_ask()? {
+            Some(ask) => How::WithPending(ask),
+            None if live().all(|a| a.owner_seen) => How::States,
+            None => How::Listing,
         };
-        for e in view.errors() {
+        let held = all
+            .iter()
+            .map(|a| a.chain_id)
+            .filter(|c| self.held.contains(*c))
+            .collect();
+        self.poll_asked = true;
+        Ok(Some(PollAsk {
+            t,
+            live: all,
+            held,
+            bases,
+            how,
+        }))
+    }
+
+    /// The rest of the poll, on the loop, with what its squeue answered: the live
+    /// attempts compared with it (those the store still has live, not held, and that the
+    /// query was about: a job launched or a chain held meanwhile waits for the next
+    /// cycle), every state change in one transaction, sacct for the jobs that left the
+    /// queue. Returns false when Slurm did not answer.
+    pub(super) async fn poll_landed(&mut self, answer: PollAnswer) -> Result<bool, StoreError> {
+        let PollAnswer {
+            t,
+            live: asked,
+            held: held_then,
+            queue,
+            pending,
+        } = answer;
+        let queued = match queue {
+            Ok(q) => q,
+            Err(e) => {
+                self.slurm_down("squeue", &e);
+                return Ok(false);
+            }
+        };
+        if let Some(pending) = pending {
+            self.polled_pending = Some(pending);
+        }
+        // The store as it is now. Unchanged since the question (the same list), every live
+        // attempt but the held ones was asked about; else only those that were live then
+        // with the same job.
+        let all = self.store.live_jobs()?;
+        let was_asked: Option<HashSet<(i64, u32, Option<&str>)>> =
+            (!std::sync::Arc::ptr_eq(&all, &asked)).then(|| {
+                asked
+                    .iter()
+                    .map(|a| (a.chain_id, a.n, a.slurm_job_id.as_deref()))
+                    .collect()
+            });
+        let live: Vec<&LiveJob> = all
+            .iter()
+            .filter(|a| !self.held.contains(a.chain_id) && !held_then.contains(&a.chain_id))
+            .filter(|a| {
+                was_asked
+                    .as_ref()
+                    .is_none_or(|w| w.contains(&(a.chain_id, a.n, a.slurm_job_id.as_deref())))
+            })
+            .collect();
+        drop(was_asked);
+        drop(asked);
+        for e in &queued.errors {
             let _span = row_span(e).entered();
             error!(
                 "squeue printed a row that cannot be read, ignoring it: {} ({:?})",
@@ -117,8 +240,7 @@ impl<S: Slurm> Engine<S> {
         }
         // A job's absence from squeue means something only when squeue's whole answer
         // could be read (see `watch_missing`).
-        let mut complete = view.errors().is_empty();
-        let queued = Queued::of(view);
+        let mut complete = queued.errors.is_empty();
         let queued_for = |owner: u32, jid: &str| queued.state(owner, jid);
         // Logged once a job: a live attempt's job that Slurm lists as someone else's.
         let mut foreign_seen: Vec<(String, u32, u32)> = Vec::new();
@@ -287,87 +409,6 @@ impl<S: Slurm> Engine<S> {
         self.store.apply_one(a.chain_id, &tr, t)?;
         self.missing.remove(&(a.chain_id, a.n));
         Ok(())
-    }
-}
-
-/// What the cycle's one squeue showed.
-enum View {
-    /// The full listing: each job with its owner.
-    Owned(Parsed<SqueueRow>),
-    /// The states alone, of jobs whose owner Slurm has shown before.
-    States(Parsed<StateRow>),
-}
-
-impl View {
-    fn errors(&self) -> &[RowError] {
-        match self {
-            View::Owned(p) => &p.errors,
-            View::States(p) => &p.errors,
-        }
-    }
-}
-
-/// The queued states the cycle's squeue showed, by job.
-enum Queued {
-    /// Whose each job is: an attempt sees only the rows Slurm shows owned by its chain's
-    /// owner. However a job id came to a chain (what sbatch printed, a tag found in a
-    /// comment, which is its owner's text), a job of anyone else is never judged,
-    /// retried, requeued or cancelled for it, nor shown to it: to that chain it is a job
-    /// Slurm does not show, and after `lost_job_after` the chain waits for a person. Two
-    /// chains of two users holding the same id each see their own owner's rows.
-    Owned(HashMap<u32, HashMap<String, JobState>>),
-    /// States alone: asked only when every live attempt's job was shown owned by its
-    /// chain's owner before.
-    States(HashMap<String, JobState>),
-}
-
-impl Queued {
-    fn of(view: View) -> Queued {
-        match view {
-            // Each map sized once (no table grown and copied while the rows are still
-            // held), and each row's id moved into it.
-            View::Owned(p) => {
-                let mut rows_of: HashMap<u32, usize> = HashMap::new();
-                for r in &p.rows {
-                    *rows_of.entry(r.uid).or_default() += 1;
-                }
-                let mut by_owner: HashMap<u32, HashMap<String, JobState>> = rows_of
-                    .into_iter()
-                    .map(|(uid, n)| (uid, HashMap::with_capacity(n)))
-                    .collect();
-                for r in p.rows {
-                    queued_state_into(by_owner.entry(r.uid).or_default(), r.job_id, r.state);
-                }
-                Queued::Owned(by_owner)
-            }
-            View::States(p) => {
-                let mut states = HashMap::with_capacity(p.rows.len());
-                for r in p.rows {
-                    queued_state_into(&mut states, r.job_id, r.state);
-                }
-                Queued::States(states)
-            }
-        }
-    }
-
-    /// The state Slurm shows for job `jid` of an attempt whose chain is `owner`'s, if it
-    /// shows it as the attempt's.
-    fn state(&self, owner: u32, jid: &str) -> Option<JobState> {
-        match self {
-            Queued::Owned(by_owner) => by_owner.get(&owner)?.get(jid).copied(),
-            Queued::States(states) => states.get(jid).copied(),
-        }
-    }
-
-    /// Another owner Slurm shows job `jid` as, if any (only the full listing tells).
-    fn other_owner(&self, owner: u32, jid: &str) -> Option<u32> {
-        match self {
-            Queued::Owned(by_owner) => by_owner
-                .iter()
-                .find(|(uid, q)| **uid != owner && q.contains_key(jid))
-                .map(|(uid, _)| *uid),
-            Queued::States(_) => None,
-        }
     }
 }
 

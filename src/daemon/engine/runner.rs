@@ -41,6 +41,12 @@ impl<S: Slurm> Runner<S> {
         self.slurm.scancel(jobs, who).await
     }
 
+    /// A cycle's poll query ([`super::Engine::cycle_to_poll`]), as the daemon: the
+    /// squeue, and the reading and folding of its listing, beside the loop.
+    pub async fn poll(&self, ask: super::PollAsk) -> super::PollAnswer {
+        ask.ask(&self.slurm).await
+    }
+
     /// What slurm.conf names as `MailProg`, as Slurm prints it.
     pub async fn mail_prog(&self) -> Result<Option<String>, SlurmError> {
         self.slurm.mail_prog().await
