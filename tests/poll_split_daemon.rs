@@ -1,4 +1,4 @@
-//! Review of the cycle cut in two, end to end with fake Slurm commands: what the daemon
+//! The cycle cut in two, end to end with fake Slurm commands: what the daemon
 //! does with a cycle's squeue out when it is told to stop.
 
 mod common;
