@@ -142,6 +142,24 @@ pub(super) fn find(
     Ok((proposals.swap_remove(i), records))
 }
 
+/// The answer to a decision that stands already (`p` is in the state it asks for): nothing
+/// written, the standing record shown.
+pub(super) fn as_things_stand(
+    p: Proposal,
+    action: RuleAction,
+    owner: Option<u32>,
+) -> RuleDecisionAnswer {
+    RuleDecisionAnswer {
+        id: p.id,
+        name: p.rule.name,
+        action,
+        scope: scope_name(owner),
+        changed: false,
+        record: p.decided.map(shown),
+        file: None,
+    }
+}
+
 /// The decision `d` as the answer shows it (with its scope's name).
 pub(super) fn shown(mut r: RuleRecord) -> RuleRecord {
     r.scope = crate::daemon::reads::rules::scope(r.owner_uid);
@@ -164,15 +182,7 @@ fn accept(
     // everyone is in force, or waits again: `reads::rules::proposals`).
     if p.state == ProposalState::Accepted {
         // Accepted for the caller's chains already: as things stand, nothing written.
-        return Ok(RuleDecisionAnswer {
-            id: id.to_string(),
-            name: p.rule.name.clone(),
-            action: RuleAction::Accept,
-            scope: scope_name(owner),
-            changed: false,
-            record: p.decided.map(shown),
-            file: None,
-        });
+        return Ok(as_things_stand(p, RuleAction::Accept, owner));
     }
     if p.state == ProposalState::Rejected && !req.despite_rejection {
         let d = p

@@ -9,7 +9,8 @@
 //! stands: nothing is written.
 
 use super::rules_accept::{
-    check_id, check_reason, find, owner_of_decision, room_for_own, scope_name, shown,
+    as_things_stand, check_id, check_reason, find, owner_of_decision, room_for_own, scope_name,
+    shown,
 };
 use super::Plan;
 use crate::config::Config;
@@ -60,15 +61,7 @@ fn reject(
     let owner = owner_of_decision(caller, req.mine)?;
     let (p, records) = find(store, config, id, owner)?;
     if p.state == ProposalState::Rejected {
-        return Ok(RuleDecisionAnswer {
-            id: id.to_string(),
-            name: p.rule.name,
-            action: RuleAction::Reject,
-            scope: scope_name(owner),
-            changed: false,
-            record: p.decided.map(shown),
-            file: None,
-        });
+        return Ok(as_things_stand(p, RuleAction::Reject, owner));
     }
     let decision = NewRuleDecision {
         proposal: id,
