@@ -26,6 +26,25 @@ fn argv_of(call: &serde_json::Value) -> Vec<String> {
     serde_json::from_value(call["argv"].clone()).unwrap()
 }
 
+/// Waits until the daemon has recorded the continuation of the chain of `job`: its sbatch
+/// answered and the answer landed, so the chain's latest attempt is another job (the fake
+/// records an sbatch call before the daemon has its answer). Returns that job's id.
+fn continued_as(d: &Daemon, job: &str) -> String {
+    let mut next = String::new();
+    wait_until(
+        "the continuation's job",
+        Duration::from_secs(20),
+        || match d.status(job)[0]["slurm_job_id"].as_str() {
+            Some(j) if j != job => {
+                next = j.to_string();
+                true
+            }
+            _ => false,
+        },
+    );
+    next
+}
+
 #[test]
 fn a_checkpointing_job_is_continued_while_it_makes_progress_and_stops_when_it_does_not() {
     let (d, fake) = start(CONFIG, &[]);
@@ -47,9 +66,7 @@ fn a_checkpointing_job_is_continued_while_it_makes_progress_and_stops_when_it_do
     std::fs::write(&ckpt, "step 40\n").unwrap();
     touch_later(&ckpt);
     fake.ctl(&["finish", &job, "TIMEOUT", "0:0"]);
-    wait_until("the continuation's sbatch", Duration::from_secs(20), || {
-        fake.sbatch_calls().len() == 2
-    });
+    let second_job = continued_as(&d, &job);
     let second = argv_of(&fake.sbatch_calls()[1]);
     // The same resources: the user's --time stays, no longer limit is asked for.
     assert!(second.contains(&"--time=1".to_string()), "{second:?}");
@@ -80,10 +97,6 @@ fn a_checkpointing_job_is_continued_while_it_makes_progress_and_stops_when_it_do
     assert_eq!(rows[0]["continuations"], 1, "{rows:#?}");
 
     // The second attempt wrote nothing: no continuation, evidence kept, no third sbatch.
-    let second_job = h["attempts"][1]["slurm_job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     fake.ctl(&["finish", &second_job, "TIMEOUT", "0:0"]);
     d.wait_state(&job, "pending_failed", Duration::from_secs(20));
     let h = d.history(&job);
@@ -117,16 +130,10 @@ fn ssv_lines_ask_for_it_and_a_requeue_exit_code_is_a_continuation() {
         "{first:?}"
     );
     fake.ctl(&["finish", &job, "FAILED", "85:0"]);
-    wait_until("the continuation's sbatch", Duration::from_secs(20), || {
-        fake.sbatch_calls().len() == 2
-    });
+    let second_job = continued_as(&d, &job);
     let h = d.history(&job);
     assert_eq!(reason_codes(&h), vec!["continued"], "{h:#}");
     // Another exit code is a failure like any other.
-    let second_job = h["attempts"][1]["slurm_job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     fake.ctl(&["finish", &second_job, "FAILED", "1:0"]);
     d.wait_state(&job, "pending_failed", Duration::from_secs(20));
     assert_eq!(
