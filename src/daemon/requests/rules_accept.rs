@@ -71,7 +71,7 @@ fn usage(m: String) -> Response {
 }
 
 /// Refuses an id that is not a proposal's (12 hex digits) before anything is looked up.
-pub(super) fn check_id(id: &str) -> Result<(), Response> {
+fn check_id(id: &str) -> Result<(), Response> {
     if is_proposal_id(id) {
         return Ok(());
     }
@@ -83,7 +83,7 @@ pub(super) fn check_id(id: &str) -> Result<(), Response> {
 
 /// The reason as kept: bounded, and one or more lines of text (no control characters
 /// but newlines and tabs), so that what is shown later is what was said.
-pub(super) fn check_reason(reason: Option<&str>) -> Result<String, Response> {
+fn check_reason(reason: Option<&str>) -> Result<String, Response> {
     let r = reason.unwrap_or("").trim();
     if r.len() > MAX_RULE_REASON_BYTES {
         return Err(usage(format!(
@@ -103,7 +103,7 @@ pub(super) fn check_reason(reason: Option<&str>) -> Result<String, Response> {
 /// not ask for their own only); otherwise the caller's own chains. A caller who is not an
 /// admin never decides for everyone; one whose groups could not be looked up in time is
 /// told so, and nothing is decided.
-pub(super) fn owner_of_decision(caller: &Caller, mine: bool) -> Result<Option<u32>, Response> {
+fn owner_of_decision(caller: &Caller, mine: bool) -> Result<Option<u32>, Response> {
     if mine {
         return Ok(Some(caller.uid));
     }
@@ -119,7 +119,7 @@ pub(super) fn scope_name(owner: Option<u32>) -> String {
 
 /// The proposal `id` as `owner` sees it (every chain's for everyone), with where it
 /// stands ([`learn::standing`]) and the records it was read from.
-pub(super) fn find(
+fn find(
     store: &Store,
     config: &Config,
     id: &str,
@@ -161,7 +161,7 @@ pub(super) fn as_things_stand(
 }
 
 /// The decision `d` as the answer shows it (with its scope's name).
-pub(super) fn shown(mut r: RuleRecord) -> RuleRecord {
+fn shown(mut r: RuleRecord) -> RuleRecord {
     r.scope = crate::daemon::reads::rules::scope(r.owner_uid);
     r
 }
@@ -172,12 +172,22 @@ fn accept(
     caller: &Caller,
     req: &RulesAccept,
 ) -> Result<RuleDecisionAnswer, Response> {
-    check_id(&req.id)?;
-    let reason = check_reason(req.reason.as_deref())?;
-    let id = req.id.as_str();
-    let uid = caller.uid;
-    let owner = owner_of_decision(caller, req.mine)?;
-    let (p, records) = find(store, config, id, owner)?;
+    let Asked {
+        id,
+        reason,
+        uid,
+        owner,
+        p,
+        records,
+    } = asked(
+        store,
+        config,
+        caller,
+        &req.id,
+        req.reason.as_deref(),
+        req.mine,
+    )?;
+    let id = id.as_str();
     // `Accepted` is only ever the caller's own acceptance for their chains (one for
     // everyone is in force, or waits again: `reads::rules::proposals`).
     if p.state == ProposalState::Accepted {
@@ -255,19 +265,65 @@ fn accept(
         }
     };
     info!(proposal = %id, rule = %p.rule.name, scope = %scope_name(owner), record, uid, "rule proposal accepted");
+    let mut answer = recorded(store, p, RuleAction::Accept, owner, record)?;
+    answer.file = file.map(|f| f.display().to_string());
+    Ok(answer)
+}
+
+/// What a `rules accept|reject` asks, checked: the proposal `id` as the caller sees it,
+/// the decisions about it, and whose chains the decision is for.
+pub(super) struct Asked {
+    pub id: String,
+    pub reason: String,
+    pub uid: u32,
+    pub owner: Option<u32>,
+    pub p: Proposal,
+    pub records: Vec<RuleRecord>,
+}
+
+pub(super) fn asked(
+    store: &Store,
+    config: &Config,
+    caller: &Caller,
+    id: &str,
+    reason: Option<&str>,
+    mine: bool,
+) -> Result<Asked, Response> {
+    check_id(id)?;
+    let reason = check_reason(reason)?;
+    let owner = owner_of_decision(caller, mine)?;
+    let (p, records) = find(store, config, id, owner)?;
+    Ok(Asked {
+        id: id.to_string(),
+        reason,
+        uid: caller.uid,
+        owner,
+        p,
+        records,
+    })
+}
+
+/// The answer to a decision just recorded (record `record`), read back as it is kept.
+pub(super) fn recorded(
+    store: &Store,
+    p: Proposal,
+    action: RuleAction,
+    owner: Option<u32>,
+    record: i64,
+) -> Result<RuleDecisionAnswer, Response> {
     let record = store
         .rule_decisions(owner)?
         .into_iter()
         .find(|r| r.id == record)
         .map(shown);
     Ok(RuleDecisionAnswer {
-        id: id.to_string(),
+        id: p.id,
         name: p.rule.name,
-        action: RuleAction::Accept,
+        action,
         scope: scope_name(owner),
         changed: true,
         record,
-        file: file.map(|f| f.display().to_string()),
+        file: None,
     })
 }
 

@@ -8,10 +8,7 @@
 //! (`learn::standing`). A proposal rejected already (as the caller sees it) is answered as it
 //! stands: nothing is written.
 
-use super::rules_accept::{
-    as_things_stand, check_id, check_reason, find, owner_of_decision, room_for_own, scope_name,
-    shown,
-};
+use super::rules_accept::{as_things_stand, asked, recorded, room_for_own, scope_name, Asked};
 use super::Plan;
 use crate::config::Config;
 use crate::daemon::access::{actor, Caller};
@@ -54,12 +51,22 @@ fn reject(
     caller: &Caller,
     req: &RulesReject,
 ) -> Result<RuleDecisionAnswer, Response> {
-    check_id(&req.id)?;
-    let reason = check_reason(req.reason.as_deref())?;
-    let id = req.id.as_str();
-    let uid = caller.uid;
-    let owner = owner_of_decision(caller, req.mine)?;
-    let (p, records) = find(store, config, id, owner)?;
+    let Asked {
+        id,
+        reason,
+        uid,
+        owner,
+        p,
+        records,
+    } = asked(
+        store,
+        config,
+        caller,
+        &req.id,
+        req.reason.as_deref(),
+        req.mine,
+    )?;
+    let id = id.as_str();
     if p.state == ProposalState::Rejected {
         return Ok(as_things_stand(p, RuleAction::Reject, owner));
     }
@@ -81,18 +88,5 @@ fn reject(
     }
     let record = store.record_rule_decision(&decision)?;
     info!(proposal = %id, scope = %scope_name(owner), record, uid, "rule proposal rejected");
-    let record = store
-        .rule_decisions(owner)?
-        .into_iter()
-        .find(|r| r.id == record)
-        .map(shown);
-    Ok(RuleDecisionAnswer {
-        id: id.to_string(),
-        name: p.rule.name,
-        action: RuleAction::Reject,
-        scope: scope_name(owner),
-        changed: true,
-        record,
-        file: None,
-    })
+    recorded(store, p, RuleAction::Reject, owner, record)
 }
