@@ -41,7 +41,10 @@ const PORT: u16 = 6827;
 /// The lease: Slurm commands that change something may take 5 s.
 const LEASE: Duration = Duration::from_secs(12);
 /// libfaketime on login2's daemon: its wall clock a minute ahead (its monotonic clock is
-/// left alone, as NTP leaves it).
+/// left alone, as NTP leaves it). The commands it runs as a user do not inherit the
+/// preload (`slurm::cli::user_env`): libfaketime's shared memory is named by the pid, and
+/// one left by another user's process of that pid made the command die before it ran (a
+/// release lost, seen in a CI run).
 const SKEW: &str = "+60s";
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

@@ -728,6 +728,36 @@ fn own_env_of(
     .collect()
 }
 
+/// The environment of a Slurm command the daemon runs as a user (`scontrol` and `scancel`
+/// on their job): only what finds Slurm's commands, their libraries and their config, and
+/// the locale. Never the root daemon's own environment: the user can read
+/// `/proc/PID/environ` of a process that runs as them, and a site's unit may give the
+/// daemon variables that are not for users. Nor its preloads: `LD_PRELOAD` is the
+/// daemon's (a site's allocator; a test's libfaketime, whose shared memory a process of
+/// another uid cannot open, so the command died before it ran).
+fn user_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    user_env_of(std::env::vars_os())
+}
+
+/// [`user_env`] of the environment `vars`.
+fn user_env_of(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    const NAMES: &[&str] = &[
+        "PATH",
+        "SLURM_CONF",
+        "LD_LIBRARY_PATH",
+        "TZ",
+        "LANG",
+        "LANGUAGE",
+    ];
+    vars.filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        NAMES.contains(&k.as_ref()) || k.starts_with("LC_")
+    })
+    .collect()
+}
+
 /// A start that may have reached the program after all: the watchdog killed a child held
 /// before `execve` (`spawn::EXEC_DEADLINE`), and a child killed at that instant may just
 /// have started it; or the start failed after the program started (`spawn::may_have_run`:
@@ -1357,10 +1387,15 @@ impl SlurmCli {
             args,
             self.timeout,
             move |cmd| {
-                if let Some(who) = &who {
-                    drop_to(cmd, who, None);
+                match &who {
+                    Some(who) => {
+                        drop_to(cmd, who, None);
+                        cmd.env_clear_with(user_env());
+                    }
+                    None => {
+                        cmd.env_clear_with(own_env(&[]));
+                    }
                 }
-                cmd.env_clear_with(own_env(&[]));
                 Ok(())
             },
             None,
@@ -1747,6 +1782,97 @@ mod tests {
                 "SLURM_CONF=/etc/slurm/slurm.conf",
                 "SLURM_BITSTR_LEN=0"
             ]
+        );
+    }
+
+    #[test]
+    fn a_command_run_as_a_user_gets_none_of_the_daemons_own_environment() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("SLURM_CONF", "/etc/slurm/slurm.conf"),
+            ("LD_LIBRARY_PATH", "/opt/slurm/lib"),
+            ("LC_ALL", "C.UTF-8"),
+            (
+                "LD_PRELOAD",
+                "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+            ),
+            ("FAKETIME_SHARED", "/faketime_sem_1 /faketime_shm_1"),
+            (
+                "CREDENTIALS_DIRECTORY",
+                "/run/credentials/slurm-supervisord.service",
+            ),
+            ("SITE_TOKEN", "secret"),
+            ("HOME", "/root"),
+            ("SQUEUE_USERS", "alice"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let names: Vec<String> = user_env_of(vars.into_iter())
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["PATH", "SLURM_CONF", "LD_LIBRARY_PATH", "LC_ALL"]);
+    }
+
+    /// The same, seen by the command itself: an scontrol run as a user (here root, as the
+    /// suite runs) has none of the test process's own variables but the kept ones.
+    #[tokio::test]
+    async fn an_scontrol_run_as_a_user_sees_only_the_kept_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("env");
+        write_executable(
+            &dir.path().join("scontrol"),
+            format!(
+                "#!/bin/sh
+env > {}
+",
+                seen.display()
+            ),
+        );
+        let cli = SlurmCli {
+            bin_dir: Some(dir.path().to_path_buf()),
+            timeout: Duration::from_secs(60),
+            sbatch_timeout: Duration::from_secs(60),
+            sacct_chunk: 5000,
+            observer: unobserved,
+            only_state: Default::default(),
+            named_up_to: 1,
+        };
+        let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .unwrap()
+            .expect("the user running the tests has a passwd entry");
+        let who = RunAs {
+            uid: me.uid.as_raw(),
+            gid: me.gid.as_raw(),
+            user: std::ffi::CString::new(me.name).unwrap(),
+        };
+        cli.release(&["7".to_string()], Some(&who)).await.unwrap();
+        let env = std::fs::read_to_string(&seen).unwrap();
+        let names: Vec<&str> = env
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, _)| k)
+            .collect();
+        // The shell's own (PWD) aside, every name is a kept one.
+        let strays: Vec<&&str> = names
+            .iter()
+            .filter(|k| {
+                ![
+                    "PATH",
+                    "SLURM_CONF",
+                    "LD_LIBRARY_PATH",
+                    "TZ",
+                    "LANG",
+                    "LANGUAGE",
+                    "PWD",
+                ]
+                .contains(k)
+                    && !k.starts_with("LC_")
+            })
+            .collect();
+        assert!(strays.is_empty(), "{strays:?} in {env}");
+        // Not vacuous: the test process has variables of its own (cargo sets these).
+        assert!(
+            std::env::var_os("CARGO_MANIFEST_DIR").is_some() || std::env::var_os("HOME").is_some()
         );
     }
 

@@ -22,6 +22,10 @@ pub struct Launch {
     pub job_id: Option<String>,
     pub error: Option<String>,
     pub created_at: i64,
+    /// When the launch's job was recorded (`submitted`) or its failure (`failed`): by the
+    /// clock of the daemon that recorded it, which may be another than the one that
+    /// created the launch (reconciliation adopts a deposed daemon's job).
+    pub recorded_at: Option<i64>,
     /// A first submission whose client has not been told it will be submitted: if its
     /// sbatch is interrupted, it is never submitted later (only adopted if found).
     pub unpromised: bool,
@@ -131,7 +135,7 @@ pub(super) fn exec_note_launch_error(
 }
 
 const LAUNCH_COLS: &str =
-    "id, submission_id, tag, argv, state, job_id, error, created_at, unpromised, requeue_of";
+    "id, submission_id, tag, argv, state, job_id, error, created_at, unpromised, requeue_of, finished_at";
 
 /// A launch row as read ([`LAUNCH_COLS`]), with its argv (JSON) and its state's name, for
 /// [`finish_launch`] to read.
@@ -150,6 +154,7 @@ pub(super) fn launch_from(row: &Row) -> rusqlite::Result<RawLaunch> {
             created_at: row.get(7)?,
             unpromised: row.get(8)?,
             requeue_of: row.get(9)?,
+            recorded_at: row.get(10)?,
         },
         row.get(3)?,
         row.get(4)?,
@@ -209,6 +214,7 @@ impl Store {
             created_at: now,
             unpromised,
             requeue_of: None,
+            recorded_at: None,
         })
     }
 

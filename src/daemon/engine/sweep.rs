@@ -5,11 +5,11 @@
 //! its sbatch and that check leaves a held job no one recorded; one whose release failed
 //! leaves a recorded job held. The active daemon looks, in one squeue of the pending jobs,
 //! for jobs held by their owner whose comment carries this store's tag:
-//! - a job that is its launch's recorded job, of a launch made recently and not held on
-//!   purpose (a gate, the user's own `--hold`, an in-place requeue), is released if its
-//!   hold is a daemon's, not its owner's own `scontrol hold` (Slurm shows both as
-//!   `JobHeldUser`: see [`Engine::held_by_the_daemon`]); by the row's own id, never an
-//!   array's base id (which would release every task);
+//! - a job that is its launch's recorded job, recorded recently (however long after its
+//!   sbatch) and not held on purpose (a gate, the user's own `--hold`, an in-place
+//!   requeue), is released if its hold is a daemon's, not its owner's own `scontrol
+//!   hold` (Slurm shows both as `JobHeldUser`: see [`Engine::held_by_the_daemon`]); by
+//!   the row's own id, never an array's base id (which would release every task);
 //! - a job of a launch that is not an intent and whose recorded job is another (or none)
 //!   is a deposed daemon's extra submission: it is cancelled, as its owner, while held,
 //!   so it never runs.
@@ -44,8 +44,8 @@ pub struct Swept {
 }
 
 impl<S: Slurm> Engine<S> {
-    /// One sweep of held jobs (see the module's doc). `recent`: how long after its launch
-    /// a recorded job that is held is taken to be one whose release failed (later, a hold
+    /// One sweep of held jobs (see the module's doc). `recent`: how long after it was
+    /// recorded a job that is held is taken to be one whose release failed (later, a hold
     /// is its owner's own `scontrol hold`, which the sweep leaves alone).
     pub async fn sweep_held(&mut self, t: i64, recent: i64) -> Result<Swept, StoreError> {
         let needle = format!("ssv-{}-", self.store.instance());
@@ -88,9 +88,13 @@ impl<S: Slurm> Engine<S> {
                     // Reconciliation's: it adopts (and releases) the job, or submits again.
                     LaunchState::Intent => {}
                     LaunchState::Submitted if recorded.as_deref() == Some(base.as_str()) => {
+                        // Recent from when the job was recorded, not from the launch:
+                        // a deposed daemon's job adopted (and its release failed) long
+                        // after its sbatch is this daemon's to release all the same.
+                        let recorded_at = launch.recorded_at.unwrap_or(launch.created_at);
                         if launch.requeue_of.is_some()
                             || holds(&launch.argv, sub.script.as_deref())
-                            || t - launch.created_at > recent
+                            || t - recorded_at > recent
                         {
                             break;
                         }
@@ -308,6 +312,33 @@ pub(crate) mod tests {
         assert_eq!(engine.sweep_held(13, 100).await.unwrap(), Swept::default());
         assert!(fake.job(&job).unwrap().held);
         assert_eq!(codes(&engine, chain).len(), 2);
+    }
+
+    /// A deposed daemon's job adopted long after its launch was made (the new daemon took
+    /// over a minute later), whose release at adoption failed, is released by the next
+    /// sweep: the window runs from when the job was recorded, not from the launch (seen on
+    /// real Slurm: the job stayed held for good, its chain never went on).
+    #[tokio::test]
+    async fn a_job_adopted_long_after_its_launch_is_released_by_the_sweep() {
+        let (fake, mut engine, l) = waiting_launch();
+        assert_eq!(l.created_at, 10);
+        let chain = engine.store().launch_chains(l.id).unwrap()[0];
+        let job = held_job(&fake, &l.tag, &[]).await;
+        engine
+            .store_mut()
+            .launch_submitted(l.id, &job, 200)
+            .unwrap();
+        assert_eq!(engine.store().launch(l.id).unwrap().recorded_at, Some(200));
+        assert_eq!(engine.sweep_held(210, 100).await.unwrap().released, 1);
+        assert!(!fake.job(&job).unwrap().held);
+        assert_eq!(
+            codes(&engine, chain),
+            [("held_job_released".to_string(), job.clone())]
+        );
+        // Past the window from its record, a hold is its owner's: left held.
+        assert!(fake.hold(&job));
+        assert_eq!(engine.sweep_held(400, 100).await.unwrap(), Swept::default());
+        assert!(fake.job(&job).unwrap().held);
     }
 
     /// An array's held task is released by its own id: never by the array's base id, which
