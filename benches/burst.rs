@@ -154,6 +154,11 @@ fn main() {
         }
     );
 
+    let mut rows = Vec::new();
+    if site.is_none() {
+        live_list(&built, &mut rows);
+    }
+
     let Some((daemon, ctl)) = common::binaries() else {
         println!(
             "  skipped: slurm-supervisord / supervisorctl not found next to the bench; \
@@ -174,7 +179,6 @@ fn main() {
         .tempdir_in(&measure_root)
         .expect("temp dir for the measurements");
     let bins = Bins { daemon, ctl, site };
-    let mut rows = Vec::new();
 
     let sessions = std::env::var("BURST_SESSIONS").unwrap_or_else(|_| "abc".into());
     if sessions.contains('a') {
@@ -199,6 +203,60 @@ fn main() {
     for r in &rows {
         println!("| {} | {} | {} |", r.what, r.measured, r.target);
     }
+}
+
+/// (9) The poll's list of live attempts (`Store::live_jobs`), on a copy of the built
+/// store: read whole (the first call, or after another connection's commit), after one
+/// write that changed a live attempt (patched with that row), and after a submission
+/// (its attempt launching, not live: the same list).
+fn live_list(built: &Path, rows: &mut Vec<Row>) {
+    let dir = tempfile::tempdir_in(built.parent().unwrap()).unwrap();
+    let copy = dir.path().join("supervisor.db");
+    std::fs::copy(built, &copy).unwrap();
+    let (mut whole, mut patched, mut same) = (Vec::new(), Vec::new(), Vec::new());
+    let mut s = Store::open(&copy).unwrap();
+    let mut other = Store::open(&copy).unwrap();
+    let n = s.live_jobs().unwrap().len();
+    let first = s.live_jobs().unwrap()[0].clone();
+    for i in 0..7 {
+        // Another connection's commit: read whole.
+        other
+            .set_last_seen(&[(first.chain_id, first.n, "PENDING")], &[])
+            .unwrap();
+        let t = Instant::now();
+        assert_eq!(s.live_jobs().unwrap().len(), n);
+        whole.push(t.elapsed());
+        let state = if i % 2 == 0 { "RUNNING" } else { "COMPLETING" };
+        s.set_last_seen(&[(first.chain_id, first.n, state)], &[])
+            .unwrap();
+        let t = Instant::now();
+        assert_eq!(s.live_jobs().unwrap()[0].last_seen.as_deref(), Some(state));
+        patched.push(t.elapsed());
+        let before = s.live_jobs().unwrap();
+        s.create_submission(&common::submission(i), 2_000_000_000, |_| vec![])
+            .unwrap();
+        let t = Instant::now();
+        assert!(std::sync::Arc::ptr_eq(&before, &s.live_jobs().unwrap()));
+        same.push(t.elapsed());
+    }
+    println!(
+        "  (9) the live list of {n}: read whole {}, after one live attempt's write {}, after a submission {}",
+        common::secs(median(&whole)),
+        common::secs(median(&patched)),
+        common::secs(median(&same))
+    );
+    rows.push(Row {
+        what: format!(
+            "(9) the poll's live list ({n} live): whole / after a write / after a submission"
+        ),
+        measured: format!(
+            "{} / {} / {}",
+            common::secs(median(&whole)),
+            common::secs(median(&patched)),
+            common::secs(median(&same))
+        ),
+        target: "no whole read after the loop's own writes".into(),
+    });
 }
 
 struct Bins {

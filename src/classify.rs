@@ -198,6 +198,30 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
         }
     }
 
+    // OverMemoryKill without cgroups kills a step's processes one at a time
+    // (proctrack/linuxproc): a batch script whose program went first can exit with its own
+    // code before its turn comes (`python3 big.py || exit 1`: FAILED 1:0, no signal on any
+    // row; seen on 22.05 under load). Slurm's own accounting still shows the run over what
+    // it asked for, and slurmstepd's line says why: both are needed, as the line alone is
+    // the job's own stderr, which its program can print.
+    if job.state == JobState::Failed {
+        if let (Some(rss), Some(req)) = (max_rss_bytes, job.req_mem_bytes) {
+            if rss > req {
+                if let Some(m) = MEMORY_KILL_MARKERS.iter().find(|m| stderr.contains(**m)) {
+                    return Ok(verdict(
+                        Classification::Oom,
+                        format!(
+                            "used {} MiB, over the {} MiB it asked for, and stderr says {m:?}",
+                            rss >> 20,
+                            req >> 20
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+
     let simple = match job.state {
         JobState::Completed if job.exit_code.code == 0 && job.exit_code.signal == 0 => Some((
             Classification::Completed,
@@ -458,6 +482,30 @@ slurmstepd-n1: error: Exceeded job memory limit
             v.completed_steps,
             vec!["14_3.2".to_string(), "14_3.10".into()]
         );
+    }
+
+    /// A job whose shell outlived its program killed for memory (FAILED 1:0, no signal on
+    /// any row: the real rows of a CI run on 22.05) is an OOM when Slurm's accounting shows
+    /// it over its request and slurmstepd said why; either alone is not.
+    #[test]
+    fn a_shell_that_outlived_its_program_killed_for_memory_is_an_oom() {
+        let over = "3726|3726|FAILED|1:0|n2||100M|00:30:00|00:00:01|debug|0|1795932089\n3726.batch|3726.batch|FAILED|1:0|n2|164864K||||||1795932089\n";
+        let under = "3726|3726|FAILED|1:0|n2||100M|00:30:00|00:00:01|debug|0|1795932089\n3726.batch|3726.batch|FAILED|1:0|n2|64864K||||||1795932089\n";
+        let said = "slurm_script: line 2: 12345 Killed python3 -c big\nslurmstepd-n2: error: StepId=3726.batch exceeded memory limit (172879872 > 104857600), being killed\nslurmstepd-n2: error: Exceeded job memory limit\n";
+        let v = classify(&obs("3726", over, Some(said)), &rules()).unwrap();
+        assert_eq!(v.classification, Classification::Oom, "{}", v.reason);
+        assert_eq!(
+            v.reason,
+            "used 161 MiB, over the 100 MiB it asked for, and stderr says \"Exceeded job memory limit\""
+        );
+        for (rows, stderr) in [
+            (under, Some(said)),
+            (over, Some("Traceback: MemoryError\n")),
+            (over, None),
+        ] {
+            let v = classify(&obs("3726", rows, stderr), &rules()).unwrap();
+            assert_eq!(v.classification, Classification::Ambiguous, "{stderr:?}");
+        }
     }
 
     #[test]

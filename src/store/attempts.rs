@@ -1,7 +1,6 @@
 //! Attempts: one sbatch (or in-place requeue) of a chain each, read whole
-//! ([`attempt_from`]) or as the little the poll needs of a live one every cycle
-//! ([`LiveJob`], kept while the store is unchanged); and what the poll saw of them
-//! ([`Store::set_last_seen`]).
+//! ([`attempt_from`]; the little the poll needs of a live one every cycle is
+//! [`super::live`]); and what the poll saw of them ([`Store::set_last_seen`]).
 
 use super::*;
 
@@ -62,22 +61,6 @@ pub struct Attempt {
     /// stderr lines; `None` while it runs, and for endings judged before signatures were.
     pub signature: Option<String>,
     pub signature_text: Option<String>,
-}
-
-/// What the poll needs of a live attempt every cycle, and no more: at 100,000 live jobs a
-/// cycle with nothing ending reads these alone ([`Store::live_jobs`]); an attempt is read
-/// whole only when it must be judged ([`Store::live_attempts_of`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveJob {
-    pub chain_id: i64,
-    pub n: u32,
-    pub slurm_job_id: Option<String>,
-    /// As [`Attempt::last_seen`].
-    pub last_seen: Option<String>,
-    /// As [`Attempt::owner_uid`].
-    pub owner_uid: u32,
-    /// As [`Attempt::owner_seen`].
-    pub owner_seen: bool,
 }
 
 pub(super) const ATTEMPT_COLS: &str = "a.chain_id, a.n, a.launch_id, a.slurm_job_id, a.state, a.slurm_state, a.exit_code, a.nodes, a.mem, a.time_limit, a.plan, a.restarts, a.last_seen, a.submitted_at, a.ended_at, l.tag, a.first_run, l.requeue_of IS NOT NULL, s.owner_uid, a.owner_seen, a.signature, a.signature_text";
@@ -150,43 +133,6 @@ impl Store {
         ))?;
         let rows = q.query_map([chain_id], attempt_from)?;
         rows.map(|r| finish_attempt(r?)).collect()
-    }
-
-    /// Every attempt Slurm is running or holding for us.
-    /// What the poll reads of every live attempt each cycle (see [`LiveJob`]), in chain
-    /// order. Read again only when the store changed since the last call: a cycle in
-    /// which nothing changed reads nothing.
-    pub fn live_jobs(&mut self) -> Result<std::sync::Arc<[LiveJob]>> {
-        let version = Version {
-            own: self.conn.total_changes(),
-            others: self
-                .conn
-                .query_row("PRAGMA data_version", [], |r| r.get(0))?,
-        };
-        if let Some((at, jobs)) = &self.live {
-            if *at == version {
-                return Ok(jobs.clone());
-            }
-        }
-        let jobs: std::sync::Arc<[LiveJob]> = {
-            let mut q = self.conn.prepare_cached(&format!(
-                "SELECT a.chain_id, a.n, a.slurm_job_id, a.last_seen, s.owner_uid, a.owner_seen \
-                 FROM {ATTEMPT_FROM} WHERE a.state = 'live' ORDER BY a.chain_id"
-            ))?;
-            let rows = q.query_map([], |r| {
-                Ok(LiveJob {
-                    chain_id: r.get(0)?,
-                    n: r.get(1)?,
-                    slurm_job_id: r.get(2)?,
-                    last_seen: r.get(3)?,
-                    owner_uid: r.get(4)?,
-                    owner_seen: r.get(5)?,
-                })
-            })?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()?.into()
-        };
-        self.live = Some((version, jobs.clone()));
-        Ok(jobs)
     }
 
     /// The live attempts among `which` (chain, attempt number), whole, in chain order:

@@ -12,7 +12,8 @@
 //! - `open.rs`: opening a store or a replica, migrations, snapshots of the file;
 //! - `submissions.rs`: submissions, their dependency rows, request ids, discarding one;
 //! - `launches.rs`: launches (the intent of an sbatch or requeue) and their answers;
-//! - `chains.rs`, `attempts.rs`: reading chains and attempts, the poll's live jobs;
+//! - `chains.rs`, `attempts.rs`: reading chains and attempts; `live.rs`: the poll's live
+//!   jobs, kept up to date by the writes (SQLite's update hook) instead of read again;
 //! - `apply.rs`: applying transitions, the one writer of chain states and decisions;
 //! - `decisions.rs`: decision records and observations, and the counts read of them;
 //! - `notifications.rs`: queued notifications, reminders and expiries due;
@@ -45,6 +46,7 @@ mod chains;
 mod decisions;
 mod launches;
 mod legacy;
+mod live;
 mod metrics;
 mod notifications;
 mod open;
@@ -66,10 +68,11 @@ use submissions::*;
 use totals::*;
 
 pub use apply::{Applied, Batch};
-pub use attempts::{Attempt, AttemptState, LiveJob};
+pub use attempts::{Attempt, AttemptState};
 pub use chains::ChainSummary;
 pub use decisions::DecisionRecord;
 pub use launches::{Launch, LaunchState};
+pub use live::LiveJob;
 pub use metrics::{DecisionTally, RetryProgress};
 pub use notifications::{Notification, Waiting};
 pub use opt_in::PlainRefusal;
@@ -183,8 +186,9 @@ pub use crate::policy::{AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, T
 pub struct Store {
     conn: Connection,
     instance: String,
-    /// The last [`Store::live_jobs`], and the store's version it was read at.
-    live: Option<(Version, std::sync::Arc<[LiveJob]>)>,
+    /// The last [`Store::live_jobs`], the store's version it stands for, and the rows
+    /// written since (`live`).
+    live: live::LiveCache,
     /// Cluster mode: this store is a replica of the shared journal (`journal`).
     journal: Option<Journaling>,
 }

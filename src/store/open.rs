@@ -139,10 +139,11 @@ impl Store {
             })
             .optional()?
             .unwrap_or_default();
+        let live = live::LiveCache::watch(&conn);
         Ok(Store {
             conn,
             instance,
-            live: None,
+            live,
             journal: None,
         })
     }
@@ -292,7 +293,7 @@ impl Store {
         j.seq = seq;
         j.opt_ins = None;
         j.unsure = false;
-        self.live = None;
+        self.live.forget();
         Ok(())
     }
 
@@ -348,10 +349,11 @@ impl Store {
                 i
             }
         };
+        let live = live::LiveCache::watch(&conn);
         Ok(Store {
             conn,
             instance,
-            live: None,
+            live,
             journal: None,
         })
     }

@@ -211,25 +211,20 @@ impl<S: Slurm> Engine<S> {
         }
         // The store as it is now. Unchanged since the question (the same list), every live
         // attempt but the held ones was asked about; else only those that were live then
-        // with the same job.
+        // with the same job (both lists are in key order: `Store::live_jobs`).
         let all = self.store.live_jobs()?;
-        let was_asked: Option<HashSet<(i64, u32, Option<&str>)>> =
-            (!std::sync::Arc::ptr_eq(&all, &asked)).then(|| {
-                asked
-                    .iter()
-                    .map(|a| (a.chain_id, a.n, a.slurm_job_id.as_deref()))
-                    .collect()
-            });
+        let unchanged = std::sync::Arc::ptr_eq(&all, &asked);
+        let was_asked = |a: &LiveJob| {
+            unchanged
+                || asked
+                    .binary_search_by_key(&a.key(), LiveJob::key)
+                    .is_ok_and(|i| asked[i].slurm_job_id == a.slurm_job_id)
+        };
         let live: Vec<&LiveJob> = all
             .iter()
             .filter(|a| !self.held.contains(a.chain_id) && !held_then.contains(&a.chain_id))
-            .filter(|a| {
-                was_asked
-                    .as_ref()
-                    .is_none_or(|w| w.contains(&(a.chain_id, a.n, a.slurm_job_id.as_deref())))
-            })
+            .filter(|a| was_asked(a))
             .collect();
-        drop(was_asked);
         drop(asked);
         for e in &queued.errors {
             let _span = row_span(e).entered();
@@ -276,8 +271,8 @@ impl<S: Slurm> Engine<S> {
             };
             match queued_for(a.owner_uid, jid) {
                 Some(state) if !state.is_terminal() => {
-                    let prev = a.last_seen.clone().unwrap_or_default();
-                    let requeued = is_running_like(&prev)
+                    let prev = a.last_seen.as_deref().unwrap_or_default();
+                    let requeued = is_running_like(prev)
                         && matches!(
                             state,
                             JobState::Pending
@@ -301,7 +296,10 @@ impl<S: Slurm> Engine<S> {
             self.slurm_up();
             return Ok(true);
         }
-        let ids: Vec<String> = ask.iter().filter_map(|a| a.slurm_job_id.clone()).collect();
+        let ids: Vec<String> = ask
+            .iter()
+            .filter_map(|a| a.slurm_job_id.as_deref().map(str::to_string))
+            .collect();
         let sa = match self.slurm.sacct(&ids).await {
             Ok(p) => p,
             Err(e) => {

@@ -99,6 +99,80 @@ fn the_live_jobs_are_read_again_whenever_the_store_changed() {
     assert_eq!(s.live_jobs().unwrap().len(), 2);
 }
 
+/// The live list kept up to date by the writes (`store::live`) is, after every kind of
+/// write, the list read whole; a write that changes nothing it shows (a new submission's
+/// launching attempt) leaves the very same list.
+#[test]
+fn the_live_list_kept_by_the_writes_is_the_one_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("supervisor.db");
+    let mut s = Store::open(&path).unwrap();
+    fn same(s: &mut Store, what: &str) -> std::sync::Arc<[LiveJob]> {
+        let kept = s.live_jobs().unwrap();
+        assert_eq!(&*kept, &*s.live_jobs_whole().unwrap(), "after {what}");
+        kept
+    }
+    same(&mut s, "nothing");
+    // Chains 1..=40 live, launched out of order, one of them an array of three tasks.
+    let mut launches = Vec::new();
+    for i in 0..40 {
+        let tasks = (i == 7).then(|| vec![0, 1, 2]);
+        launches.push(s.create_submission(&sub(tasks), 100, |_| vec![]).unwrap());
+    }
+    let before = same(&mut s, "submissions (launching attempts)");
+    assert!(before.is_empty());
+    for (k, l) in launches.iter().enumerate().rev() {
+        s.launch_submitted(l.id, &format!("{}", 500 + k), 101)
+            .unwrap();
+        if k % 9 == 0 {
+            same(&mut s, "a launch's answer");
+        }
+    }
+    let all = same(&mut s, "every launch's answer");
+    assert_eq!(all.len(), 42);
+    // A write that shows nothing new keeps the very list.
+    s.create_submission(&sub(None), 102, |_| vec![]).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &all,
+        &same(&mut s, "one more submission")
+    ));
+    // A transaction rolled back (one job is one chain's live attempt at most).
+    let dup = s.create_submission(&sub(None), 103, |_| vec![]).unwrap();
+    assert!(s.launch_submitted(dup.id, "500", 104).is_err());
+    same(&mut s, "a refused launch answer");
+    // States seen, owners seen.
+    s.set_last_seen(&[(3, 1, "RUNNING"), (9, 1, "PENDING")], &[(3, 1, true)])
+        .unwrap();
+    let seen = same(&mut s, "states seen");
+    assert_eq!(
+        seen.iter()
+            .find(|j| j.chain_id == 3)
+            .unwrap()
+            .last_seen
+            .as_deref(),
+        Some("RUNNING")
+    );
+    // Endings: live attempts leave the list.
+    let done = ChainUpdate::to(ChainState::Completed);
+    for c in [1, 5, 40] {
+        let d = decision(Classification::Ambiguous, Action::Escalate);
+        record_ending(&mut s, c, 1, tr(ChainState::Active, &done, d), 200).unwrap();
+    }
+    assert_eq!(same(&mut s, "three endings").len(), 39);
+    // More rows written at once than are patched: read whole.
+    let many: Vec<(i64, u32, &str)> = (0..3000).map(|i| (1 + i % 44, 1, "RUNNING")).collect();
+    s.set_last_seen(&many, &[]).unwrap();
+    same(&mut s, "thousands of rows written");
+    // Another connection's commit: read whole.
+    let mut other = Store::open(&path).unwrap();
+    other.set_last_seen(&[(2, 1, "COMPLETING")], &[]).unwrap();
+    let l = other
+        .create_submission(&sub(None), 300, |_| vec![])
+        .unwrap();
+    other.launch_submitted(l.id, "900", 301).unwrap();
+    assert_eq!(same(&mut s, "another connection's writes").len(), 40);
+}
+
 #[test]
 fn a_chain_with_a_launch_in_flight_gets_no_second_one_and_a_settled_launch_keeps_its_job() {
     let mut s = memory();
