@@ -400,7 +400,7 @@ impl Harness {
     }
 
     /// Begins a cancel of `id` as the daemon's loop does, expecting scancels to run.
-    async fn begin_scancel(&mut self, id: &str) -> requests::Beside {
+    async fn begin_scancel(&mut self, id: &str) -> requests::RequestFlight {
         let request = Request::Cancel { id: id.to_string() };
         match requests::begin(
             &mut self.engine.desk(),
@@ -410,14 +410,14 @@ impl Harness {
         )
         .await
         {
-            requests::Plan::Beside(c) => c,
+            requests::Plan::Fly(c) => c,
             other => panic!("no scancel: {other:?}"),
         }
     }
 
     /// Runs a request's Slurm command as the daemon does beside its loop.
-    async fn carry_out(&self, command: requests::Beside) -> requests::Landed {
-        requests::carry_out(&self.engine.runner(), command).await
+    async fn fly(&self, command: requests::RequestFlight) -> requests::Landed {
+        requests::fly(&self.engine.runner(), command).await
     }
 
     /// Runs one cycle and checks what must hold after every cycle.
@@ -1119,7 +1119,7 @@ impl Harness {
                 )
                 .await;
                 let command = match begun {
-                    requests::Plan::Beside(c) => c,
+                    requests::Plan::Fly(c) => c,
                     requests::Plan::Done(r) | requests::Plan::Reload(r) => {
                         self.log.push(format!("cancel {id} (no scancel: {r:?})"));
                         return self.after_cycle();
@@ -1134,7 +1134,7 @@ impl Harness {
                         self.fake().end(&job, *ending);
                     }
                 }
-                let landed = self.carry_out(command).await;
+                let landed = self.fly(command).await;
                 let scancelled_ok = matches!(landed, requests::Landed::Cancel(_, Ok(())));
                 let attempts = |h: &Self| -> Result<usize, TestCaseError> {
                     let mut n = 0;
@@ -1354,7 +1354,7 @@ async fn cancel_failing_beside_a_cycle(h: &mut Harness, c: i64, requeue: Option<
     if let Some(job) = requeue {
         assert!(h.fake().requeue(job, JobState::NodeFail));
     }
-    let landed = h.carry_out(command).await;
+    let landed = h.fly(command).await;
     assert!(matches!(landed, requests::Landed::Cancel(_, Err(_))));
     h.cycle().await.unwrap();
     let r = requests::finish(&mut h.engine.desk(), landed);
@@ -1456,7 +1456,7 @@ async fn a_chain_being_cancelled_is_not_resolved_meanwhile() {
         other => panic!("resolved while being cancelled: {other:?}"),
     }
     assert_eq!(h.store().decisions(waiting).unwrap().len(), count);
-    let landed = h.carry_out(command).await;
+    let landed = h.fly(command).await;
     let r = requests::finish(&mut h.engine.desk(), landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     for c in h.chains().unwrap() {

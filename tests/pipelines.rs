@@ -491,7 +491,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
     )
     .await
     {
-        requests::Plan::Beside(c) => c,
+        requests::Plan::Fly(c) => c,
         other => panic!("{other:?}"),
     };
     let c_down = p
@@ -505,7 +505,7 @@ async fn a_gate_is_not_decided_while_the_first_sbatch_is_unsettled() {
     p.cycle().await;
     p.cycle().await;
     assert_eq!(p.state(c_down), ChainState::Active, "not decided yet");
-    let landed = requests::carry_out(&p.engine.runner(), command).await;
+    let landed = requests::fly(&p.engine.runner(), command).await;
     let job = match requests::finish(&mut p.engine.desk(), landed) {
         Response::Ok(v) => v["job_id"].as_str().unwrap().to_string(),
         Response::Error(e) => panic!("{e:?}"),
@@ -642,7 +642,7 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
     };
     let command =
         match requests::begin(&mut p.engine.desk(), request, p.uid, tracing::Span::none()).await {
-            requests::Plan::Beside(c) => c,
+            requests::Plan::Fly(c) => c,
             other => panic!("{other:?}"),
         };
     // Its dependency can never hold now, while its scancel runs.
@@ -655,7 +655,7 @@ async fn a_chain_being_cancelled_by_its_user_is_not_cancelled_for_its_dependency
         "nothing is told of a chain being cancelled: {:?}",
         p.notified(c)
     );
-    let landed = requests::carry_out(&p.engine.runner(), command).await;
+    let landed = requests::fly(&p.engine.runner(), command).await;
     let r = requests::finish(&mut p.engine.desk(), landed);
     assert!(matches!(r, Response::Ok(_)), "{r:?}");
     assert_eq!(p.state(c), ChainState::Cancelled);

@@ -135,7 +135,7 @@ fn lock_state_dir(config: &Config) -> Result<std::fs::File, DaemonError> {
     })
 }
 
-/// A Slurm command that ran beside the loop, back with its answer.
+/// A flight (a Slurm command run beside the loop) back with its answer.
 enum Landing {
     /// A user's request (a submit's sbatch, a cancel's scancels), whose client waits for
     /// the answer.
@@ -144,7 +144,7 @@ enum Landing {
         tokio::sync::oneshot::Sender<crate::protocol::Response>,
     ),
     /// A retry (or a launch repeated after a crash).
-    Retry(Box<engine::Flight>, sbatch::LaunchOutcome),
+    Retry(Box<engine::RetryFlight>, sbatch::LaunchOutcome),
     /// A cycle's poll query: its squeue, and the listing read and folded.
     Polled(Box<engine::PollAnswer>),
 }
@@ -452,10 +452,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
                     // A submit's sbatch, a cancel's scancels: as the user, who could hold
                     // them (a slow controller, a SIGSTOP to their own process), so beside
                     // the loop, holding up no one else.
-                    requests::Plan::Beside(command) => {
+                    requests::Plan::Fly(command) => {
                         let (runner, reply) = (engine.runner(), ctl.reply);
                         in_flight.push(Box::pin(async move {
-                            Landing::Request(requests::carry_out(&runner, command).await, reply)
+                            Landing::Request(requests::fly(&runner, command).await, reply)
                         }.instrument(span)));
                         continue;
                     }

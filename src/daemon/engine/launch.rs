@@ -3,7 +3,7 @@
 
 use super::requeue::InPlace;
 use super::{
-    log_transition, now, Engine, Flight, Outage, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED,
+    log_transition, now, Engine, Outage, RetryFlight, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED,
 };
 use crate::daemon::sbatch::{self, LaunchOutcome};
 use crate::model::ChainState;
@@ -124,7 +124,7 @@ impl<S: Slurm> Engine<S> {
     ) -> Result<Option<LaunchOutcome>, StoreError> {
         if self.defer {
             self.in_flight.start_retry(l.id, sub.owner_uid);
-            self.takeoff.push(Flight {
+            self.takeoff.push(RetryFlight {
                 launch: l.clone(),
                 sub: sub.clone(),
             });
@@ -150,7 +150,7 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// Records what a retry's sbatch beside the loop answered, as `run_launch` would have.
-    pub fn land(&mut self, f: &Flight, outcome: LaunchOutcome) -> Result<(), StoreError> {
+    pub fn land(&mut self, f: &RetryFlight, outcome: LaunchOutcome) -> Result<(), StoreError> {
         self.in_flight.end(f.launch.id);
         let _span = super::launch_span(&f.launch).entered();
         let t = now();

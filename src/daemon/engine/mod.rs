@@ -8,7 +8,7 @@
 //! squeue, sacct for the ones that left the queue) and hands endings to `judge`, which
 //! classifies and records them; `pipeline` rewires and reports the jobs that wait on
 //! chains and settles their gates; `launch` starts the retries that are due (beside the
-//! loop in the daemon, as *flights*: [`Flight`], [`Engine::take_flights`],
+//! loop in the daemon, as *flights*: [`RetryFlight`], [`Engine::take_flights`],
 //! [`Engine::land`]; in place with `[retry] in_place`: `requeue`) and records what sbatch
 //! answered. In cluster mode the daemon runs `sweep` (held jobs with this store's tag)
 //! after a cycle, when due (the first cycle of each tenure, then once a lease). `held`
@@ -80,7 +80,7 @@ pub struct Engine<S: Slurm> {
     /// (the in-process tests, which drive cycles one by one).
     defer: bool,
     /// Retries ready to take off beside the loop, for the daemon to pick up.
-    takeoff: Vec<Flight>,
+    takeoff: Vec<RetryFlight>,
     /// Endings the last poll found and that are not judged yet (a burst is judged in
     /// batches, the loop answering requests in between). Lost with the process, found
     /// again by the next poll.
@@ -117,7 +117,7 @@ struct Found {
 /// A retry whose sbatch runs beside the loop: its intent is recorded; what sbatch
 /// answers comes back to `Engine::land`.
 #[derive(Debug)]
-pub struct Flight {
+pub struct RetryFlight {
     pub launch: crate::store::Launch,
     pub sub: crate::store::Submission,
 }
@@ -193,7 +193,7 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// The retries waiting to take off.
-    pub fn take_flights(&mut self) -> Vec<Flight> {
+    pub fn take_flights(&mut self) -> Vec<RetryFlight> {
         std::mem::take(&mut self.takeoff)
     }
 

@@ -109,7 +109,7 @@ impl<S: Slurm> Engine<S> {
             .store
             .begin_requeue(sub.id, chain.id, job, &fields, t)?;
         crate::failpoint::hit("after-intent");
-        self.carry_out(&l, sub, Stage::Ended, t).await
+        self.requeue_steps(&l, sub, Stage::Ended, t).await
     }
 
     /// Finishes (or undoes) an in-place requeue left as an intent, from where Slurm has
@@ -171,7 +171,7 @@ impl<S: Slurm> Engine<S> {
         };
         super::launch_span(l)
             .in_scope(|| info!(requeue_of = %job, "finishing an interrupted in-place requeue"));
-        self.carry_out(l, &sub, stage, t).await?;
+        self.requeue_steps(l, &sub, stage, t).await?;
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl<S: Slurm> Engine<S> {
     }
 
     /// The scontrol steps from `stage` on, each as the job's owner.
-    async fn carry_out(
+    async fn requeue_steps(
         &mut self,
         l: &Launch,
         sub: &Submission,

@@ -11,7 +11,7 @@
 //! cancel or a resolution); `finish_cancel` decides again from the chains as they are
 //! then and records it.
 
-use super::Beside;
+use super::RequestFlight;
 use crate::clock::now;
 use crate::config::Config;
 use crate::daemon::access::Caller;
@@ -44,7 +44,7 @@ impl super::Write for Cancel {
         match begin_cancel(desk.store, desk.config, &desk.holds, &self.id, uid, span) {
             Ok(BegunCancel::Scancel(p)) => {
                 desk.holds.hold(&p.chains);
-                super::Plan::Beside(Beside::Cancel(p))
+                super::Plan::Fly(RequestFlight::Cancel(p))
             }
             Ok(BegunCancel::Done(r)) | Err(r) => super::Plan::Done(r),
         }

@@ -12,10 +12,11 @@
 //! One path for every request that changes something, the daemon's and the tests'
 //! alike, as mini-redis parses a command once and applies it: [`begin`] checks it and does
 //! what can be done on the loop, and comes back with a [`Plan`]: answered now, or a Slurm
-//! command to run beside the loop ([`Beside`]: a submit's sbatch, a cancel's scancels, run
-//! as the caller, who could hold them), whose answer [`finish`] records and turns into the
-//! answer. The daemon runs [`carry_out`] beside its loop; [`handle`] (the in-process
-//! tests) awaits it in place. The answer is the truth: a submission the client is told
+//! command to run beside the loop, a *flight* as the daemon calls every such command
+//! ([`RequestFlight`]: a submit's sbatch, a cancel's scancels, run as the caller, who
+//! could hold them), whose answer ([`Landed`]) [`finish`] records and turns into the
+//! answer. The daemon runs [`fly`] beside its loop; [`handle`] (the in-process tests)
+//! awaits it in place. The answer is the truth: a submission the client is told
 //! failed is never submitted later.
 //!
 //! What a request may touch is its [`Desk`] (borrowed from the engine's fields,
@@ -275,7 +276,7 @@ pub enum Plan {
     /// a reload: a refused or own-scope request never does (any user may send one).
     Reload(Response),
     /// A Slurm command to run beside the loop.
-    Beside(Beside),
+    Fly(RequestFlight),
 }
 
 impl Plan {
@@ -288,34 +289,34 @@ impl Plan {
     }
 }
 
-/// A request's Slurm command, to run beside the loop.
+/// A request's Slurm command, to run beside the loop (its flight).
 #[derive(Debug)]
-pub enum Beside {
+pub enum RequestFlight {
     /// A submission whose intent is recorded: its sbatch is to run.
     Submit(Box<PendingSubmit>),
     /// A cancel of live jobs: its scancels are to run.
     Cancel(PendingCancel),
 }
 
-impl Beside {
+impl RequestFlight {
     /// The chains it holds (a cancel's), for the cycle to leave alone.
     pub fn chains(&self) -> &[i64] {
         match self {
-            Beside::Cancel(p) => &p.chains,
-            Beside::Submit(_) => &[],
+            RequestFlight::Cancel(p) => &p.chains,
+            RequestFlight::Submit(_) => &[],
         }
     }
 
     /// The submission whose sbatch it is to run, if it is a submit's.
     pub fn submission(&self) -> Option<&crate::store::Submission> {
         match self {
-            Beside::Submit(p) => Some(&p.sub),
-            Beside::Cancel(_) => None,
+            RequestFlight::Submit(p) => Some(&p.sub),
+            RequestFlight::Cancel(_) => None,
         }
     }
 }
 
-/// A plan's Slurm command, answered.
+/// A request's flight, landed: its Slurm command, answered.
 #[derive(Debug)]
 pub enum Landed {
     Submit(Box<PendingSubmit>, LaunchOutcome),
@@ -349,13 +350,13 @@ fn too_many(per_minute: u32, wait: std::time::Duration) -> Response {
 }
 
 /// Runs a request's Slurm command, as the caller (beside the loop, in the daemon).
-pub async fn carry_out<S: Slurm>(runner: &Runner<S>, command: Beside) -> Landed {
+pub async fn fly<S: Slurm>(runner: &Runner<S>, command: RequestFlight) -> Landed {
     match command {
-        Beside::Submit(p) => {
+        RequestFlight::Submit(p) => {
             let outcome = runner.sbatch(&p.launch, &p.sub).await;
             Landed::Submit(p, outcome)
         }
-        Beside::Cancel(p) => {
+        RequestFlight::Cancel(p) => {
             let scancelled = run_scancels(runner, &p).await;
             Landed::Cancel(p, scancelled)
         }
@@ -379,7 +380,7 @@ pub fn finish<S>(desk: &mut Desk<'_, S>, landed: Landed) -> Response {
     }
 }
 
-/// Handles one request to completion (reads too), through the same [`begin`], [`carry_out`]
+/// Handles one request to completion (reads too), through the same [`begin`], [`fly`]
 /// and [`finish`] as the daemon's loop, with the Slurm command awaited in place: the
 /// in-process tests drive it.
 pub async fn handle<S: Slurm + Clone>(
@@ -390,8 +391,8 @@ pub async fn handle<S: Slurm + Clone>(
     let span = tracing::Span::current();
     match begin(&mut engine.desk(), request, uid, span).await {
         Plan::Done(answered) | Plan::Reload(answered) => answered,
-        Plan::Beside(command) => {
-            let landed = carry_out(&engine.runner(), command).await;
+        Plan::Fly(command) => {
+            let landed = fly(&engine.runner(), command).await;
             finish(&mut engine.desk(), landed)
         }
     }

@@ -1,7 +1,7 @@
 //! `submit`: checks a submission, records its intent, and after its sbatch (run beside
 //! the loop) records what came of it and answers.
 
-use super::{Beside, Plan};
+use super::{Plan, RequestFlight};
 use crate::clock::now;
 use crate::config::LimitsConfig;
 use crate::continuation::Continuation;
@@ -53,7 +53,7 @@ impl super::Write for SubmitRequest {
         match begin_submit(desk, self, uid, span) {
             Ok(p) => {
                 desk.flights.start_submit(p.launch.id, p.uid);
-                Plan::Beside(Beside::Submit(Box::new(p)))
+                Plan::Fly(RequestFlight::Submit(Box::new(p)))
             }
             Err(e) => Plan::Done(e),
         }
