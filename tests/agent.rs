@@ -73,15 +73,28 @@ fn an_unsure_agent_holds_the_chain_for_a_person() {
         held["reason"].as_str().unwrap().contains("below 0.7"),
         "{held:#}"
     );
-    // A held chain is not handed to the agent again.
-    std::thread::sleep(Duration::from_secs(3));
+    // A held chain is not handed to the agent again, however many cycles pass (the agent
+    // is looked for every second, a cycle a second; a running job of its own makes each
+    // cycle ask squeue, which counts them).
+    let other = d.submit(&["job.sh"]);
+    assert_ne!(other, job);
+    let asked = fake.calls("squeue");
+    wait_until(
+        "three cycles after the hold",
+        Duration::from_secs(30),
+        || fake.calls("squeue") >= asked + 3,
+    );
     assert_eq!(
         d.log().matches("starting the agent").count(),
         1,
         "{}",
         d.log()
     );
-    assert_eq!(fake.sbatch_calls().len(), 1);
+    assert_eq!(
+        fake.sbatch_calls().len(),
+        2,
+        "the held chain was not retried"
+    );
 }
 
 #[test]

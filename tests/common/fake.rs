@@ -46,6 +46,16 @@ impl Fake {
             .collect()
     }
 
+    /// How many times `cmd` was called (`calls.log`): a count of cycles that asked.
+    pub fn calls(&self, cmd: &str) -> usize {
+        std::fs::read_to_string(self.bin.join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|c| c["cmd"] == cmd)
+            .count()
+    }
+
     /// The fake's jobs (id -> record).
     pub fn jobs(&self) -> serde_json::Map<String, Value> {
         let v: Value = serde_json::from_str(&self.ctl(&["dump"])).unwrap();
