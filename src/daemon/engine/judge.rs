@@ -494,29 +494,43 @@ impl<S: Slurm> Engine<S> {
                 return out;
             }
         }
+        // One query for the batch: everyone's records and its owners' own.
+        let records = match self.store.rule_decisions_for(owners) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("cannot read the rules users accepted for their own chains: {e}; the config's rules decide this batch");
+                return out;
+            }
+        };
+        let mut everyones = Vec::new();
+        let mut by_owner: BTreeMap<u32, Vec<crate::learn::RuleRecord>> = BTreeMap::new();
+        for r in records {
+            match r.owner_uid {
+                None => everyones.push(r),
+                Some(o) => by_owner.entry(o).or_default().push(r),
+            }
+        }
         let mut used = std::collections::HashSet::new();
-        for &o in owners {
-            // Theirs and everyone's: an admin's rejection for everyone after a user's own
-            // acceptance takes the user's rule out (`learn::accepted_by`).
-            match self.store.rule_decisions(Some(o)) {
-                Ok(records) => {
-                    let cache = &mut self.own_rules;
-                    let rules: Vec<crate::config::Rule> = crate::learn::accepted_by(&records, o)
-                        .into_iter()
-                        .filter_map(|r| {
-                            used.insert(r.id);
-                            // Compiled once per acceptance (a record never changes).
-                            cache
-                                .entry(r.id)
-                                .or_insert_with(|| crate::learn::rule_in_force(r))
-                                .clone()
-                        })
-                        .collect();
-                    if !rules.is_empty() {
-                        out.insert(o, rules);
-                    }
-                }
-                Err(e) => warn!(owner = o, "cannot read the rules this user accepted for their own chains: {e}; the config's rules decide their endings this batch"),
+        for (o, theirs) in by_owner {
+            // Theirs and everyone's, oldest first: an admin's rejection for everyone after
+            // a user's own acceptance takes the user's rule out (`learn::accepted_by`).
+            let mut seen: Vec<crate::learn::RuleRecord> =
+                everyones.iter().cloned().chain(theirs).collect();
+            seen.sort_by_key(|r| r.id);
+            let cache = &mut self.own_rules;
+            let rules: Vec<crate::config::Rule> = crate::learn::accepted_by(&seen, o)
+                .into_iter()
+                .filter_map(|r| {
+                    used.insert(r.id);
+                    // Compiled once per acceptance (a record never changes).
+                    cache
+                        .entry(r.id)
+                        .or_insert_with(|| crate::learn::rule_in_force(r))
+                        .clone()
+                })
+                .collect();
+            if !rules.is_empty() {
+                out.insert(o, rules);
             }
         }
         // Kept while in force for an owner of this batch; a rule out of force goes.

@@ -136,6 +136,11 @@ fn rule_decisions_are_records_of_their_own(journaled) {
     let alices = s.rule_decisions(Some(1000)).unwrap();
     assert_eq!(alices.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200]);
     assert_eq!(s.rule_decisions_of(1000).unwrap().len(), 1);
+    // A batch's owners in one query: everyone's and theirs, no one else's.
+    let batch = s.rule_decisions_for(&[1000, 3000].into()).unwrap();
+    assert_eq!(batch.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 200, 310]);
+    let none = s.rule_decisions_for(&Default::default()).unwrap();
+    assert_eq!(none.iter().map(|r| r.at).collect::<Vec<_>>(), [100]);
     assert!(s.any_user_rule_decisions().unwrap());
 }
 
