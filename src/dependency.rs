@@ -1,8 +1,10 @@
 //! Slurm dependency expressions (`--dependency`), read and written back, without running
 //! anything: the supervisor rewires a waiting job to a chain's new attempt by rewriting
 //! its expression, and resolves chain ids (`afterok:c12`) in a submission's. It also
-//! lists the jobs a submission's dependency names ([`submission_dependencies`], found in
-//! its argv or `#SBATCH` lines), which the store keeps.
+//! lists the jobs a `--dependency` value names ([`dependency_edges`]), which the store
+//! keeps; finding that value in a submission's argv or `#SBATCH` lines is reading its
+//! command line (`daemon::sbatch::dependency_rows`), which is not this part's: the store
+//! uses this one, and never reaches `sbatch_args` through it.
 //!
 //! The forms sbatch takes (checked on 22.05.8 and in sbatch(1)):
 //! - `kind:job[:job...]`, kinds `after`, `afterany`, `afterburstbuffer`, `aftercorr`,
@@ -16,7 +18,6 @@
 //! and `(null)` for none: [`Expr::parse`] reads both.
 
 use crate::model::ChainState;
-use crate::sbatch_args;
 use crate::slurm::jobid::JobId;
 use std::collections::HashMap;
 use std::fmt;
@@ -314,16 +315,6 @@ pub fn dependency_edges(dependency: &str) -> Vec<DependencyEdge> {
 /// submission (a 2 MiB list of ids) cannot turn into millions of rows.
 pub const MAX_DEPENDENCY_EDGES: usize = 1000;
 
-/// The dependency edges of a submission: its `--dependency` (command line first, else
-/// its script's `#SBATCH` line), at most `MAX_DEPENDENCY_EDGES`. Nothing when it cannot be
-/// read.
-pub fn submission_dependencies(argv: &[String], script: Option<&[u8]>) -> Vec<DependencyEdge> {
-    sbatch_args::Submitted::read(argv, script)
-        .ok()
-        .and_then(|s| s.option("dependency").map(dependency_edges))
-        .unwrap_or_default()
-}
-
 // ---- supervised upstreams ---------------------------------------------------------------
 
 /// A supervised chain that a dependency names, as the store knows it.
@@ -607,11 +598,8 @@ mod tests {
         );
         assert_eq!(jobs("afterok:12?afternotok:15"), vec!["12", "15"]);
         assert!(jobs("singleton").is_empty());
-        let huge = format!("--dependency=afterok:{}", vec!["12"; 100_000].join(":"));
-        assert_eq!(
-            submission_dependencies(&[huge, "--wrap=true".into()], None).len(),
-            MAX_DEPENDENCY_EDGES
-        );
+        let huge = format!("afterok:{}", vec!["12"; 100_000].join(":"));
+        assert_eq!(dependency_edges(&huge).len(), MAX_DEPENDENCY_EDGES);
         // A "kind" that is not one is no dependency (and is never copied per token).
         let hostile = format!("{}:1:1:1", "a".repeat(1 << 20));
         assert!(dependency_edges(&hostile).is_empty());

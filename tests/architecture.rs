@@ -175,9 +175,10 @@ const RULES: &[Rule] = &[
     },
     Rule {
         from: &["dependency"],
-        never: &["store", "policy", "daemon/*"],
+        never: &["store", "policy", "daemon/*", "sbatch_args"],
         but: &[],
-        why: "dependency's decisions (resolve, rewire) take what the store read as values",
+        why: "dependency's decisions (resolve, rewire) take what the store read as values; \
+              finding a submission's --dependency in its command line is daemon/sbatch's",
     },
     Rule {
         from: &["notification", "protocol"],
@@ -265,6 +266,13 @@ const NEVER_REACHES: &[(&str, &str, &str)] = &[
         "daemon/reads",
         "daemon/sbatch",
         "reads answer from the store beside the loop: no sbatch through any part",
+    ),
+    (
+        "store",
+        "sbatch_args",
+        "the store keeps the values it is given: a submission's dependency rows are read \
+         from its command line above it, and the reader is handed to it as a value \
+         (Store::read_dependencies_with), never reached through an import",
     ),
 ];
 
@@ -1054,6 +1062,13 @@ fn the_rules_refuse_each_hole_they_once_let_through() {
             "dependency.rs",
             "use crate::store::Probe;",
             "policy never reaches store",
+        ),
+        // The import dependency.rs had before its argv reading moved to daemon/sbatch:
+        // the store reached sbatch_args through it.
+        (
+            "dependency.rs",
+            "use crate::sbatch_args::Submitted;",
+            "store never reaches sbatch_args",
         ),
     ];
     assert!(

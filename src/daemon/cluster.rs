@@ -42,7 +42,7 @@ use crate::store::cluster::{
     read_password_file, Acquisition, Beat, ClusterDb, EntrySizes, EpochCell, LeaseView, NodeRole,
     NodeRow, Password, SharedJournal,
 };
-use crate::store::{Store, StoreError};
+use crate::store::{DependencyReader, Store, StoreError};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,11 +149,14 @@ impl Cluster {
     /// Opens this node's replica of the shared store of Slurm cluster `cluster_name`
     /// (applying every entry it lacks) and starts keeping the lease. The database must be
     /// this cluster's and hold no later journal format; the password file must be the
-    /// daemon's own.
+    /// daemon's own. `dependencies` reads a submission's `--dependency` from its command
+    /// line (`daemon::sbatch::dependency_rows`), for the replica to upgrade what an earlier
+    /// version wrote ([`Store::read_dependencies_with`]).
     pub fn start(
         config: &ClusterConfig,
         cluster_name: &str,
         replica: &Path,
+        dependencies: DependencyReader,
     ) -> Result<(Store, Cluster), ClusterError> {
         let password = read_password_file(&config.password_file)
             .map_err(|e| ClusterError::Config(e.to_string()))?;
@@ -170,6 +173,8 @@ impl Cluster {
             Ok(Ok((identity, head))) => {
                 let mut store =
                     Store::open_replica_as_it_is(replica, &identity.instance, Box::new(journal))?;
+                // Before catching up: an entry of revision 1 has its rows read by it.
+                store.read_dependencies_with(dependencies)?;
                 let head = head?;
                 // Compared before catching up: the journal only grows, so a replica that
                 // applied more than the journal held when it was read is ahead of it. (After
@@ -194,7 +199,10 @@ impl Cluster {
                 Some(instance) => {
                     warn!("cannot reach the shared database ({e}): standing by on this node's replica until it answers");
                     unchecked = Some((cluster_name.to_string(), config.clone()));
-                    Store::open_replica_as_it_is(replica, &instance, Box::new(journal))?
+                    let mut store =
+                        Store::open_replica_as_it_is(replica, &instance, Box::new(journal))?;
+                    store.read_dependencies_with(dependencies)?;
+                    store
                 }
                 None => {
                     return Err(ClusterError::Config(format!(

@@ -183,15 +183,20 @@ pub async fn run<S: Slurm + Clone + 'static>(
         source,
     })?;
     let (store, mut cluster) = match &config.cluster {
-        None => (Store::open(&config.db_path())?, None),
+        None => {
+            let mut store = Store::open(&config.db_path())?;
+            store.read_dependencies_with(sbatch::dependency_rows)?;
+            (store, None)
+        }
         Some(cc) => {
             let name = slurm
                 .cluster_name()
                 .await
                 .map_err(|e| DaemonError::Cluster(format!("cannot learn this node's Slurm ClusterName: {e}")))?
                 .ok_or_else(|| DaemonError::Cluster("slurm.conf names no ClusterName: cluster mode needs it, to keep one cluster's store apart from another's".into()))?;
-            let (store, c) = cluster::Cluster::start(cc, &name, &config.db_path())
-                .map_err(|e| DaemonError::Cluster(e.to_string()))?;
+            let (store, c) =
+                cluster::Cluster::start(cc, &name, &config.db_path(), sbatch::dependency_rows)
+                    .map_err(|e| DaemonError::Cluster(e.to_string()))?;
             (store, Some(c))
         }
     };

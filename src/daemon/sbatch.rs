@@ -280,6 +280,26 @@ fn check(s: &Submitted, o: &Overrides) -> Result<(), PrepareError> {
     Ok(())
 }
 
+/// The rows of the jobs a submission waits on (its `--dependency`, command line first,
+/// else its script's `#SBATCH` line: kind and job), at most
+/// [`crate::dependency::MAX_DEPENDENCY_EDGES`]; nothing when it cannot be read. The
+/// store keeps them as given: the writer computes them here, once
+/// ([`begin_submission`]), and a store that must read them itself (a store or journal
+/// entry from before they were kept) is given this function as its
+/// [`crate::store::DependencyReader`] by whoever opens it.
+pub fn dependency_rows(argv: &[String], script: Option<&[u8]>) -> Vec<(String, String)> {
+    Submitted::read(argv, script)
+        .ok()
+        .and_then(|s| {
+            s.option("dependency")
+                .map(crate::dependency::dependency_edges)
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.kind, e.job))
+        .collect()
+}
+
 /// Records a new submission and the intent of its first launch.
 pub fn begin_submission(
     store: &mut Store,
@@ -291,7 +311,8 @@ pub fn begin_submission(
     let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
     let edges = dep.as_ref().map(|d| d.edges.clone()).unwrap_or_default();
     let signal = warning_signal(config, new.continuation.as_deref(), submitted, &new.env);
-    let launch = store.create_submission_waiting(new, &edges, now, |tag| {
+    let rows = dependency_rows(&new.argv, new.script.as_deref());
+    let launch = store.create_submission_waiting(new, &edges, &rows, now, |tag| {
         let script = new
             .script_name
             .as_deref()
@@ -625,6 +646,33 @@ pub async fn find_tags<S: Slurm>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A submission's `--dependency` is read from its command line, else its script; a
+    /// hostile one (100,000 jobs) keeps at most `MAX_DEPENDENCY_EDGES` rows.
+    #[test]
+    fn a_submissions_dependency_rows_are_read_from_its_argv_or_script() {
+        let row = |k: &str, j: &str| (k.to_string(), j.to_string());
+        assert_eq!(
+            dependency_rows(
+                &["--dependency=afterok:12:13_2".into(), "job.sh".into()],
+                Some(b"#!/bin/sh\n")
+            ),
+            vec![row("afterok", "12"), row("afterok", "13_2")]
+        );
+        assert_eq!(
+            dependency_rows(
+                &["job.sh".into()],
+                Some(b"#!/bin/sh\n#SBATCH --dependency=afterany:7\n")
+            ),
+            vec![row("afterany", "7")]
+        );
+        assert!(dependency_rows(&["--wrap=true".into()], None).is_empty());
+        let huge = format!("--dependency=afterok:{}", vec!["12"; 100_000].join(":"));
+        assert_eq!(
+            dependency_rows(&[huge, "--wrap=true".into()], None).len(),
+            crate::dependency::MAX_DEPENDENCY_EDGES
+        );
+    }
 
     #[test]
     fn the_attempts_lose_slurms_fail_mails_unless_notify_mail_is_off() {

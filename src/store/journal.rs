@@ -342,7 +342,7 @@ pub(super) fn decode(
     seq: u64,
     format: u32,
     body: &[u8],
-    upgrade: impl Fn(&mut serde_json::Value) -> serde_json::Result<()>,
+    upgrade: impl Fn(&mut serde_json::Value) -> Result<()>,
 ) -> Result<Entry<'static>> {
     let corrupt = |e: serde_json::Error| {
         StoreError::Corrupt(format!(
@@ -381,7 +381,15 @@ pub(super) fn decode(
     }
     let mut ops: Vec<serde_json::Value> = serde_json::from_slice(body).map_err(corrupt)?;
     for op in &mut ops {
-        upgrade(op).map_err(corrupt)?;
+        upgrade(op).map_err(|e| match e {
+            StoreError::Corrupt(why) => StoreError::Corrupt(format!(
+                "journal entry {seq} (format {format}) cannot be read: {why}"
+            )),
+            StoreError::NoDependencyReader(what) => StoreError::NoDependencyReader(format!(
+                "journal entry {seq} (format {format}): {what}"
+            )),
+            e => e,
+        })?;
     }
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(corrupt)
 }

@@ -12,12 +12,39 @@ use super::*;
 /// ([`journal::Op::LegacyLaunchSubmitted`]). Only a journal written before revision 2
 /// holds such entries; the rows they make are those the version that wrote them made, as
 /// far as this version's parser agrees with that version's.
-pub(super) fn upgrade(op: &mut serde_json::Value) -> serde_json::Result<()> {
+///
+/// A submission's rows are read by the store's `reader` (given from above): without one
+/// the entry is refused with what to do ([`StoreError::NoDependencyReader`]), never
+/// applied without its rows.
+pub(super) fn upgrade(op: &mut serde_json::Value, reader: Option<DependencyReader>) -> Result<()> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(e.to_string());
+    let Some(fields) = op.as_object_mut() else {
+        return Err(StoreError::Corrupt("an operation is not an object".into()));
+    };
+    upgrade_fields(fields, reader).map_err(|e| match e {
+        Upgrade::Json(e) => corrupt(e),
+        Upgrade::Store(e) => e,
+    })
+}
+
+/// Why an operation of revision 1 cannot be upgraded.
+enum Upgrade {
+    Json(serde_json::Error),
+    Store(StoreError),
+}
+
+impl From<serde_json::Error> for Upgrade {
+    fn from(e: serde_json::Error) -> Upgrade {
+        Upgrade::Json(e)
+    }
+}
+
+fn upgrade_fields(
+    fields: &mut serde_json::Map<String, serde_json::Value>,
+    reader: Option<DependencyReader>,
+) -> std::result::Result<(), Upgrade> {
     use serde::de::Error;
     use serde_json::{json, Value};
-    let Some(fields) = op.as_object_mut() else {
-        return Err(serde_json::Error::custom("an operation is not an object"));
-    };
     match fields.get("op").and_then(Value::as_str) {
         Some("create_submission") => {
             let new: NewSubmission = serde_json::from_value(
@@ -26,7 +53,10 @@ pub(super) fn upgrade(op: &mut serde_json::Value) -> serde_json::Result<()> {
                     .cloned()
                     .ok_or_else(|| serde_json::Error::missing_field("new"))?,
             )?;
-            let rows = dependency_rows(&new.argv, new.script.as_deref());
+            let rows = dependency_rows(reader, &new.argv, new.script.as_deref(), || {
+                "it was written by a version before revision 2, and reading it".into()
+            })
+            .map_err(Upgrade::Store)?;
             fields.insert("dependencies".into(), json!(rows));
         }
         Some("launch_submitted") => {

@@ -125,6 +125,11 @@ pub enum StoreError {
         epoch: crate::election::Epoch,
         why: cluster::Fence,
     },
+    /// Upgrading what an earlier version wrote (`what`: a store's submissions from before
+    /// their dependency rows were kept, a journal entry of revision 1) reads submissions'
+    /// `--dependency`, and the store was given no reader of them.
+    #[error("{what} needs each submission's --dependency read from its command line, and this store was opened without a reader of them: nothing was changed; open it with slurm-supervisord (which gives one: Store::read_dependencies_with) to upgrade it", what = .0)]
+    NoDependencyReader(String),
 }
 
 impl StoreError {
@@ -191,7 +196,19 @@ pub struct Store {
     live: live::LiveCache,
     /// Cluster mode: this store is a replica of the shared journal (`journal`).
     journal: Option<Journaling>,
+    /// How a submission's dependency rows are read from its argv and script, given from
+    /// above ([`Store::read_dependencies_with`]): only upgrading what an earlier version
+    /// wrote needs it. The store imports no reader of a command line.
+    dependency_reader: Option<DependencyReader>,
+    /// Submissions from before dependency rows were kept (migration 4) wait for a
+    /// reader to have theirs filled in; until then nothing is written.
+    backfill_pending: bool,
 }
+
+/// Reads the rows of the jobs a submission waits on (its `--dependency`: kind and job)
+/// from its argv and script: `daemon::sbatch::dependency_rows`, given to the store by
+/// whoever opens it ([`Store::read_dependencies_with`]).
+pub type DependencyReader = fn(&[String], Option<&[u8]>) -> Vec<(String, String)>;
 
 /// A replica's side of the journal.
 struct Journaling {
@@ -514,8 +531,10 @@ impl Store {
             conn,
             instance,
             journal,
+            dependency_reader,
             ..
         } = self;
+        let reader = *dependency_reader;
         let j = journal.as_mut().expect("a replica");
         let mut applied = 0;
         let r = (|| {
@@ -531,7 +550,8 @@ impl Store {
                             j.seq
                         )));
                     }
-                    let ops = journal::decode(seq, format, &body, legacy::upgrade)?;
+                    let ops =
+                        journal::decode(seq, format, &body, |op| legacy::upgrade(op, reader))?;
                     let tx = conn.savepoint()?;
                     for op in ops {
                         if let Op::SetPlainOpt { uid, .. } = &op {
@@ -568,6 +588,11 @@ impl Store {
         run: impl FnOnce(&Connection, &str) -> Result<T>,
         record: impl FnOnce(&T, &mut Pending),
     ) -> Result<T> {
+        if self.backfill_pending {
+            return Err(StoreError::NoDependencyReader(
+                "this store holds submissions from before their dependency rows were kept, and filling them in".into(),
+            ));
+        }
         let outermost = self.conn.is_autocommit();
         if outermost && self.journal.as_ref().is_some_and(|j| j.unsure) {
             self.catch_up()?;

@@ -6,7 +6,9 @@
 use super::*;
 
 /// Brings the store's schema up to this program's (the migrations it lacks, in order).
-pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+/// Returns whether submissions from before dependency rows were kept still wait for
+/// theirs ([`backfill_dependencies`] without a reader).
+pub(super) fn migrate(conn: &mut Connection, reader: Option<DependencyReader>) -> Result<bool> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let known = schema::MIGRATIONS.len() as i64;
     if version > known {
@@ -21,8 +23,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
     }
-    backfill_dependencies(conn)?;
-    ensure_user_totals(conn)
+    let pending = backfill_dependencies(conn, reader)?;
+    ensure_user_totals(conn)?;
+    Ok(pending)
 }
 
 /// `VACUUM INTO dest` on `conn` (one read transaction); the journal entry the copy holds.
@@ -39,8 +42,14 @@ pub(super) fn snapshot_into(conn: &Connection, dest: &Path) -> Result<u64> {
 }
 
 /// Fills in the dependency rows of submissions made before they were kept (migration 4),
-/// once. Only submissions with an unfinished chain can still matter to anyone.
-pub(super) fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
+/// once, read by `reader`. Only submissions with an unfinished chain can still matter to
+/// anyone. Without a reader, when there are such submissions, nothing is done and it
+/// returns `true`: the work stays pending (and the store writes nothing) until
+/// [`Store::read_dependencies_with`] gives one.
+pub(super) fn backfill_dependencies(
+    conn: &mut Connection,
+    reader: Option<DependencyReader>,
+) -> Result<bool> {
     let pending: Option<String> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'dependencies_backfill'",
@@ -49,7 +58,7 @@ pub(super) fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
         )
         .optional()?;
     if pending.is_none() {
-        return Ok(());
+        return Ok(false);
     }
     let tx = conn.savepoint()?;
     let subs: Vec<(i64, String, Option<Vec<u8>>)> = {
@@ -61,13 +70,19 @@ pub(super) fn backfill_dependencies(conn: &mut Connection) -> Result<()> {
         let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         rows.collect::<rusqlite::Result<_>>()?
     };
+    if !subs.is_empty() && reader.is_none() {
+        return Ok(true);
+    }
     for (id, argv, script) in subs {
         let argv: Vec<String> = from_json(&argv)?;
-        insert_dependencies(&tx, id, &dependency_rows(&argv, script.as_deref()))?;
+        let rows = dependency_rows(reader, &argv, script.as_deref(), || {
+            format!("filling in the dependency rows of submission {id}")
+        })?;
+        insert_dependencies(&tx, id, &rows)?;
     }
     tx.execute("DELETE FROM meta WHERE key = 'dependencies_backfill'", [])?;
     tx.commit()?;
-    Ok(())
+    Ok(false)
 }
 
 impl Store {
@@ -145,6 +160,8 @@ impl Store {
             instance,
             live,
             journal: None,
+            dependency_reader: None,
+            backfill_pending: false,
         })
     }
 
@@ -287,7 +304,7 @@ impl Store {
             .restore(rusqlite::DatabaseName::Main, &file.0, None::<fn(_)>)?;
         // A snapshot made by an earlier version is brought to this one's schema, as the
         // replica's own file would be.
-        migrate(&mut self.conn)?;
+        self.backfill_pending = migrate(&mut self.conn, self.dependency_reader)?;
         let seq = journal_seq(&self.conn)?;
         let j = self.journal.as_mut().expect("a replica");
         j.seq = seq;
@@ -330,7 +347,7 @@ impl Store {
         // Every statement the loop runs stays prepared (rusqlite keeps 16 by default,
         // fewer than a cycle and a submit use between them).
         conn.set_prepared_statement_cache_capacity(64);
-        migrate(&mut conn)?;
+        let backfill_pending = migrate(&mut conn, None)?;
         let instance: Option<String> = conn
             .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
                 r.get(0)
@@ -355,7 +372,24 @@ impl Store {
             instance,
             live,
             journal: None,
+            dependency_reader: None,
+            backfill_pending,
         })
+    }
+
+    /// Gives the store its reader of a submission's `--dependency` (from its argv and
+    /// script: `daemon::sbatch::dependency_rows`), which it keeps: upgrading what an
+    /// earlier version wrote needs it (a journal entry of revision 1, a store or snapshot
+    /// whose submissions predate their dependency rows). Rows pending for such a store
+    /// are filled in now. Whoever opens a store it will write gives it one, right after
+    /// opening it (before a replica catches up). The store imports no reader itself: a
+    /// writer gives the rows it computed ([`Store::create_submission_waiting`]).
+    pub fn read_dependencies_with(&mut self, reader: DependencyReader) -> Result<()> {
+        self.dependency_reader = Some(reader);
+        if self.backfill_pending {
+            self.backfill_pending = backfill_dependencies(&mut self.conn, Some(reader))?;
+        }
+        Ok(())
     }
 
     /// Copies everything in the write-ahead log into the database file and empties the

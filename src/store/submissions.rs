@@ -1,7 +1,8 @@
 //! Submissions: what a user submitted, written with its chains and the intent of its
 //! first launch in one transaction ([`Store::create_submission_waiting`]), with the jobs
-//! it waits on (`--dependency`: its dependency rows, read once by the writer,
-//! [`dependency_rows`]); the request ids that made them (a retried request makes no
+//! it waits on (`--dependency`: its dependency rows, read once by the writer and given
+//! to the store; the store reads them itself, [`dependency_rows`], only for what an
+//! earlier version wrote); the request ids that made them (a retried request makes no
 //! second one); a refused first submission discarded whole.
 
 use super::*;
@@ -69,17 +70,23 @@ impl NewSubmission {
 }
 
 /// The rows of the jobs a submission waits on (its `--dependency`: kind and job), read
-/// from its argv and script. Only a writer (and the reading of an entry, or a store,
-/// from before they were carried) calls it; applying an operation never does.
-pub(super) fn dependency_rows(argv: &[String], script: Option<&[u8]>) -> Vec<(String, String)> {
+/// from its argv and script by the store's `reader` (given from above). Only the
+/// upgrading of what an earlier version wrote (a store's submissions from before the rows
+/// were kept, a journal entry that did not carry them: `what`) calls it; a writer gives
+/// the rows ([`Store::create_submission_waiting`]) and applying an operation never reads.
+/// Without a reader it is an error that says what to do, never a silent nothing.
+pub(super) fn dependency_rows(
+    reader: Option<DependencyReader>,
+    argv: &[String],
+    script: Option<&[u8]>,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<(String, String)>> {
     #[cfg(test)]
     if let Some(rows) = tests::parser_override(argv) {
-        return rows;
+        return Ok(rows);
     }
-    crate::dependency::submission_dependencies(argv, script)
-        .into_iter()
-        .map(|e| (e.kind, e.job))
-        .collect()
+    let reader = reader.ok_or_else(|| StoreError::NoDependencyReader(what()))?;
+    Ok(reader(argv, script))
 }
 
 /// Records the jobs a submission waits on (its `--dependency`), as given.
@@ -200,29 +207,35 @@ pub(super) fn finish_submission(raw: RawSubmission) -> Result<Submission> {
 }
 
 impl Store {
-    /// Records a new submission with its chains and the intent of its first launch.
-    /// `argv_for_tag` builds the exact sbatch argv once the tag is known.
-    /// Returns the launch.
+    /// Records a new submission that waits on no job (no dependency rows) with its chains
+    /// and the intent of its first launch. `argv_for_tag` builds the exact sbatch argv
+    /// once the tag is known. Returns the launch.
     pub fn create_submission(
         &mut self,
         new: &NewSubmission,
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        self.create_submission_waiting(new, &[], now, argv_for_tag)
+        self.create_submission_waiting(new, &[], &[], now, argv_for_tag)
     }
 
-    /// [`Store::create_submission`] for a submission that waits on supervised chains
-    /// (`edges`), some of them gates the supervisor opens: all in the one transaction,
-    /// so a held job never exists without its gates.
+    /// [`Store::create_submission`] for a submission that waits on jobs: `dependencies`,
+    /// the rows of every job its `--dependency` names (kind and job, read from its argv
+    /// and script by the caller: `daemon::sbatch::dependency_rows`), kept as given and
+    /// carried in the journal; `edges`, the supervised chains it waits on, some of them
+    /// gates the supervisor opens: all in the one transaction, so a held job never exists
+    /// without its gates.
     pub fn create_submission_waiting(
         &mut self,
         new: &NewSubmission,
         edges: &[crate::dependency::Edge],
+        dependencies: &[(String, String)],
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
-        let dependencies = dependency_rows(&new.argv, new.script.as_deref());
+        let dependencies = &dependencies[..dependencies
+            .len()
+            .min(crate::dependency::MAX_DEPENDENCY_EDGES)];
         self.write(
             |tx, instance| {
                 Self::exec_create_submission(
@@ -230,7 +243,7 @@ impl Store {
                     instance,
                     new,
                     edges,
-                    &dependencies,
+                    dependencies,
                     now,
                     argv_for_tag,
                 )
@@ -241,7 +254,7 @@ impl Store {
                     edges: Cow::Borrowed(edges),
                     now,
                     argv: Cow::Borrowed(&launch.argv),
-                    dependencies: Cow::Borrowed(&dependencies),
+                    dependencies: Cow::Borrowed(dependencies),
                 })
             },
         )

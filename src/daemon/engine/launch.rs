@@ -312,7 +312,7 @@ pub(crate) mod tests {
             let new = submission(1000);
             let l = engine
                 .store_mut()
-                .create_submission_waiting(&new, &[], 1, |t| vec![t.to_string()])
+                .create_submission_waiting(&new, &[], &[], 1, |t| vec![t.to_string()])
                 .unwrap();
             let sub = new.stored_as(l.submission_id, 1);
             assert!(engine.run_launch(&l, &sub, 2).await.unwrap().is_none());
@@ -331,7 +331,7 @@ pub(crate) mod tests {
         let new = submission(1000);
         let l = engine
             .store_mut()
-            .create_submission_waiting(&new, &[], 1, |t| vec![t.to_string()])
+            .create_submission_waiting(&new, &[], &[], 1, |t| vec![t.to_string()])
             .unwrap();
         let held = SlurmError::Held {
             command: "sbatch".into(),

@@ -243,6 +243,7 @@ mod tests {
                 .create_submission_waiting(
                     &crate::daemon::engine::sweep::tests::submission(),
                     &[],
+                    &[],
                     10,
                     |_| Vec::new(),
                 )

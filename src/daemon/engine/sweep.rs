@@ -244,7 +244,7 @@ pub(crate) mod tests {
         );
         let l = engine
             .store_mut()
-            .create_submission_waiting(&submission(), &[], 10, |_| Vec::new())
+            .create_submission_waiting(&submission(), &[], &[], 10, |_| Vec::new())
             .unwrap();
         (fake, engine, l)
     }

@@ -151,12 +151,10 @@ mod tests {
             .unwrap();
         s.launch_submitted(arr.id, "42", 13).unwrap();
         // One waiting on the first with --dependency, and one never submitted.
-        s.create_submission(
-            &submission(&["--dependency=afterok:41", "--wrap=true"], None),
-            14,
-            |_| vec![],
-        )
-        .unwrap();
+        let waiting = submission(&["--dependency=afterok:41", "--wrap=true"], None);
+        let rows = crate::daemon::sbatch::dependency_rows(&waiting.argv, None);
+        s.create_submission_waiting(&waiting, &[], &rows, 14, |_| vec![])
+            .unwrap();
         s.set_last_seen(&[(1, 1, "RUNNING")], &[]).unwrap();
         // The first fails for good (so the third's dependency failed), an array task
         // waits for a retry.

@@ -558,7 +558,7 @@ fn a_new_submission_is_what_reading_it_back_gives(journaled) {
     new.argv.push("--comment=a|b,c \"d\"".into());
     new.restartable = true;
     let l = s
-        .create_submission_waiting(&new, &[], 1234, |t| vec![t.to_string()])
+        .create_submission_waiting(&new, &[], &[], 1234, |t| vec![t.to_string()])
         .unwrap();
     let read = s.submission(l.submission_id).unwrap();
     assert_eq!(new.stored_as(l.submission_id, 1234), read);

@@ -312,6 +312,8 @@ fn the_migration_keeps_existing_twins_and_refuses_new_ones() {
     )
     .unwrap();
     let mut s = Store::init(conn).unwrap();
+    s.read_dependencies_with(crate::daemon::sbatch::dependency_rows)
+        .unwrap();
     assert_eq!(s.resolve("42").unwrap().len(), 2);
     let c = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     assert!(s.launch_submitted(c.id, "42", 101).is_err());
@@ -331,4 +333,43 @@ fn store_before_migration(marker: &str) -> Connection {
     conn.pragma_update(None, "user_version", before as i64)
         .unwrap();
     conn
+}
+
+/// A store from before dependency rows were kept (migration 4) has the rows of its
+/// unfinished submissions filled in by the reader it is given; until it has one it writes
+/// nothing and says what to do (never a store that silently lacks them).
+#[test]
+fn an_older_stores_dependency_rows_are_filled_in_by_the_reader_it_is_given() {
+    let conn = store_before_migration("CREATE TABLE dependencies");
+    conn.execute_batch(
+        r#"INSERT INTO submissions (owner_uid, user, argv, cwd, env, max_retries, created_at)
+             VALUES (1000, 'alice', '["--dependency=afterok:12:13_2","job.sh"]', '/tmp', '[]', 5, 1),
+                    (1000, 'alice', '["--dependency=afterok:14","job.sh"]', '/tmp', '[]', 5, 1);
+         INSERT INTO chains (submission_id, state, created_at, updated_at)
+             VALUES (1, 'active', 1, 1), (2, 'completed', 1, 1);"#,
+    )
+    .unwrap();
+    let mut s = Store::init(conn).unwrap();
+    let e = s
+        .create_submission(&sub(None), 100, |_| vec![])
+        .unwrap_err();
+    assert!(matches!(e, StoreError::NoDependencyReader(_)), "{e}");
+    assert!(
+        e.to_string().contains("open it with slurm-supervisord"),
+        "{e}"
+    );
+    assert!(s.submissions_with_dependencies().unwrap().is_empty());
+    s.read_dependencies_with(crate::daemon::sbatch::dependency_rows)
+        .unwrap();
+    // The unfinished submission's, once; the finished one's matter to no one.
+    assert_eq!(
+        s.submissions_with_dependencies().unwrap(),
+        HashSet::from([1])
+    );
+    let rows: i64 = s
+        .conn
+        .query_row("SELECT COUNT(*) FROM dependencies", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2);
+    s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
 }

@@ -192,12 +192,25 @@ fn a_replica_replays_an_older_journals_second_attempt_on_one_job() {
         assert!(text.contains("\"43\""), "{text}");
         last.1 = text.replace("\"43\"", "\"42\"").into_bytes();
     }
-    let mut replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    let mut replica = replica_as_the_daemon_opens_it(&journal).unwrap();
     assert_eq!(replica.resolve("42").unwrap().len(), 2);
     let c = replica
         .create_submission(&sub(None), 103, |_| vec![])
         .unwrap();
     assert!(replica.launch_submitted(c.id, "42", 104).is_err());
+}
+
+/// A replica as the daemon opens one: given its reader of a submission's `--dependency`
+/// before it catches up (an entry of revision 1 has its rows read by it).
+fn replica_as_the_daemon_opens_it(journal: &MemoryJournal) -> Result<Store> {
+    let mut s = Store::replica_as_it_is(
+        Connection::open_in_memory()?,
+        INSTANCE,
+        Box::new(journal.clone()),
+    )?;
+    s.read_dependencies_with(crate::daemon::sbatch::dependency_rows)?;
+    s.catch_up()?;
+    Ok(s)
 }
 
 thread_local! {
@@ -239,7 +252,10 @@ fn journal_of_derived_rows(journal: &MemoryJournal) -> Store {
         argv: vec!["--dependency=afterok:123:456_2".into(), "job.sh".into()],
         ..sub(None)
     };
-    let l = s.create_submission(&waiting, 100, |_| vec![]).unwrap();
+    let rows = crate::daemon::sbatch::dependency_rows(&waiting.argv, waiting.script.as_deref());
+    let l = s
+        .create_submission_waiting(&waiting, &[], &rows, 100, |_| vec![])
+        .unwrap();
     s.note_submit_request(1000, "r1", l.submission_id, 100)
         .unwrap();
     s.note_not_recovered(l.submission_id, &raw_items()).unwrap();
@@ -325,10 +341,10 @@ fn an_entry_of_an_unknown_format_is_refused_whole() {
     }
 }
 
-/// An entry as the previous revision wrote it (no dependency rows, no limits: its writer
-/// derived them when it applied it) replays to the rows its writer made.
-#[test]
-fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
+/// The journal of [`journal_of_derived_rows`] as the previous revision wrote it (no
+/// dependency rows, no limits: its writer derived them when it applied it), and the
+/// writer's store.
+fn journal_of_the_previous_revision() -> (MemoryJournal, Store) {
     let journal = MemoryJournal::default();
     let writer = journal_of_derived_rows(&journal);
     {
@@ -356,8 +372,37 @@ fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
             *body = serde_json::to_vec(&ops).unwrap();
         }
     }
-    let replica = Store::in_memory_replica(INSTANCE, Box::new(journal.clone())).unwrap();
+    (journal, writer)
+}
+
+/// An entry as the previous revision wrote it replays to the rows its writer made.
+#[test]
+fn an_entry_of_the_previous_revision_replays_as_its_writer_applied_it() {
+    let (journal, writer) = journal_of_the_previous_revision();
+    let replica = replica_as_the_daemon_opens_it(&journal).unwrap();
     assert_eq!(dependency_rows_of(&replica).len(), 2);
+    assert_eq!(dump(&replica), dump(&writer));
+}
+
+/// A replica given no reader of a submission's `--dependency` refuses an entry of the
+/// previous revision that needs one (it carries no rows), with what to do, rather than
+/// applying it without them; given one, it applies it.
+#[test]
+fn an_entry_of_the_previous_revision_needs_a_reader_of_dependencies() {
+    let (journal, writer) = journal_of_the_previous_revision();
+    let e = match Store::in_memory_replica(INSTANCE, Box::new(journal.clone())) {
+        Err(e) => e,
+        Ok(_) => panic!("a replica applied a submission of revision 1 without its rows"),
+    };
+    assert!(
+        matches!(&e, StoreError::NoDependencyReader(m) if m.starts_with("journal entry 1 ")),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("open it with slurm-supervisord"),
+        "{e}"
+    );
+    let replica = replica_as_the_daemon_opens_it(&journal).unwrap();
     assert_eq!(dump(&replica), dump(&writer));
 }
 
