@@ -152,7 +152,8 @@ CREATE INDEX decisions_failed_nodes ON decisions(at) WHERE failed_nodes IS NOT N
 "#,
     // 4: the jobs a submission waits on (`--dependency`), as rows, so "who waits on this
     // chain" is an indexed lookup, not a parse of every submission. Rows for submissions
-    // made before are filled in by `Store::open` (see `backfill_dependencies`).
+    // made before are filled in by the reader the store is given
+    // (`Store::read_dependencies_with`, see `backfill_dependencies`).
     r#"
 CREATE TABLE dependencies (
     submission_id INTEGER NOT NULL REFERENCES submissions(id),
