@@ -13,6 +13,11 @@
 //! written than patching is worth ([`PATCH_AT_MOST`]), or a snapshot replaced the file
 //! ([`LiveCache::forget`]).
 //!
+//! A list is kept only when it was read outside a transaction: a rollback fires no hook
+//! and leaves `sqlite3_total_changes` as it was, so a list read inside a batch that is then
+//! rolled back would be kept showing rows that are gone. A read inside one, or a read that
+//! failed, leaves the rows written noted for the next read.
+//!
 //! Patched and whole reads agree (`tests::the_live_list_kept_by_the_writes_is_the_one_read_whole`
 //! after every kind of write).
 
@@ -46,7 +51,7 @@ impl LiveJob {
 
 /// Past this many written rows since the last read, the list is read whole again (each
 /// patched row is one lookup by rowid; a whole read is one pass over the live rows).
-const PATCH_AT_MOST: usize = 2048;
+pub(super) const PATCH_AT_MOST: usize = 2048;
 
 /// The rows of `attempts` this connection wrote since the list was last read.
 #[derive(Debug, Default)]
@@ -95,6 +100,17 @@ impl LiveCache {
     fn take_touched(&self) -> Touched {
         std::mem::take(&mut *self.touched.lock().unwrap_or_else(|e| e.into_inner()))
     }
+
+    /// Notes again rows taken by [`LiveCache::take_touched`] that no kept list shows yet.
+    fn note_again(&self, taken: Touched) {
+        let mut t = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        if t.whole || taken.whole || t.rowids.len() + taken.rowids.len() > PATCH_AT_MOST {
+            t.whole = true;
+            t.rowids = HashSet::new();
+        } else {
+            t.rowids.extend(taken.rowids);
+        }
+    }
 }
 
 const LIVE_COLS: &str =
@@ -129,14 +145,30 @@ impl Store {
                 .query_row("PRAGMA data_version", [], |r| r.get(0))?,
         };
         let touched = self.live.take_touched();
-        let jobs = match &self.live.at {
-            Some((at, jobs)) if *at == version => jobs.clone(),
+        let read = match &self.live.at {
+            Some((at, jobs)) if *at == version => Ok(jobs.clone()),
             Some((at, jobs)) if at.others == version.others && !touched.whole => {
-                self.patched(jobs, &touched.rowids)?
+                self.patched(jobs, &touched.rowids)
             }
-            _ => self.live_jobs_whole()?,
+            _ => self.live_jobs_whole(),
         };
-        self.live.at = Some((version, jobs.clone()));
+        let jobs = match read {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                // The rows written since are in no list yet: the next read reads them.
+                self.live.note_again(touched);
+                return Err(e);
+            }
+        };
+        if self.conn.is_autocommit() {
+            self.live.at = Some((version, jobs.clone()));
+        } else {
+            // Inside a transaction, which may yet be rolled back: a rollback tells no hook
+            // and leaves the version as it is, so a list kept now could show rows that
+            // are not there any more. Not kept; the rows written stay noted, and the
+            // first read after the transaction reads them as they are then.
+            self.live.note_again(touched);
+        }
         Ok(jobs)
     }
 

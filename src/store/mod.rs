@@ -443,7 +443,8 @@ fn apply_op(tx: &Connection, instance: &str, op: Op<'_>) -> Result<()> {
 /// What changed in the store, as far as this connection can tell: its own changed rows
 /// (`sqlite3_total_changes`, which counts every row an INSERT, UPDATE or DELETE changed,
 /// in transactions rolled back too) and other connections' commits (`PRAGMA
-/// data_version`). Equal versions, equal contents.
+/// data_version`). Equal versions read outside a transaction, equal contents (a rollback
+/// changes the contents and neither number: `store::live` keeps no list read inside one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Version {
     own: u64,

@@ -99,6 +99,57 @@ fn the_live_jobs_are_read_again_whenever_the_store_changed() {
     assert_eq!(s.live_jobs().unwrap().len(), 2);
 }
 
+/// A read of the live list that fails (a busy or damaged file, an interrupt) after the
+/// store changed loses none of the writes since: the next read has them (here a job that
+/// went live, which the poll would otherwise never watch).
+#[test]
+fn a_failed_read_of_the_live_list_loses_no_write() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    assert!(s.live_jobs().unwrap().is_empty());
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    // The list's query cannot run for now.
+    let rename = |s: &Store, from: &str, to: &str| {
+        s.conn
+            .execute_batch(&format!(
+                "ALTER TABLE attempts RENAME COLUMN {from} TO {to}"
+            ))
+            .unwrap()
+    };
+    rename(&s, "last_seen", "seen_last");
+    assert!(s.live_jobs().is_err());
+    rename(&s, "seen_last", "last_seen");
+    let live = s.live_jobs().unwrap();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].slurm_job_id.as_deref(), Some("42"));
+}
+
+/// The live list read inside a batch shows the batch's writes; rolled back, they are gone
+/// from the next read too (a rollback tells no hook and leaves the store's version as it
+/// was); committed, they stay.
+#[test]
+fn the_live_list_read_inside_a_batch_follows_its_commit_or_rollback() {
+    let mut s = Store::in_memory().unwrap();
+    let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
+    assert!(s.live_jobs().unwrap().is_empty());
+    s.begin_batch().unwrap();
+    s.launch_submitted(l.id, "42", 101).unwrap();
+    assert_eq!(s.live_jobs().unwrap().len(), 1, "inside the batch");
+    s.end_batch(false).unwrap();
+    let live = s.live_jobs().unwrap();
+    assert!(live.is_empty(), "rolled back, yet kept: {live:?}");
+    s.begin_batch().unwrap();
+    s.launch_submitted(l.id, "43", 102).unwrap();
+    s.set_last_seen(&[(1, 1, "RUNNING")], &[]).unwrap();
+    assert_eq!(s.live_jobs().unwrap().len(), 1, "inside the batch");
+    s.end_batch(true).unwrap();
+    let live = s.live_jobs().unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].slurm_job_id.as_deref(), Some("43"));
+    assert_eq!(live[0].last_seen.as_deref(), Some("RUNNING"));
+    assert_eq!(&*live, &*s.live_jobs_whole().unwrap());
+}
+
 /// The live list kept up to date by the writes (`store::live`) is, after every kind of
 /// write, the list read whole; a write that changes nothing it shows (a new submission's
 /// launching attempt) leaves the very same list.
