@@ -19,7 +19,8 @@
 //! failed, leaves the rows written noted for the next read.
 //!
 //! Patched and whole reads agree (`tests::the_live_list_kept_by_the_writes_is_the_one_read_whole`
-//! after every kind of write).
+//! after every kind of write; `tests::live_prop` after random sequences of them, on the
+//! writer, another connection and a replica reloaded from a snapshot).
 
 use super::*;
 use rusqlite::hooks::Action;

@@ -302,6 +302,9 @@ impl Store {
         }
         self.conn
             .restore(rusqlite::DatabaseName::Main, &file.0, None::<fn(_)>)?;
+        // The rows are the snapshot's from here on, whatever fails next (a migration): the
+        // copy told no update hook and changed no version, so the live list is read whole.
+        self.live.forget();
         // A snapshot made by an earlier version is brought to this one's schema, as the
         // replica's own file would be.
         self.backfill_pending = migrate(&mut self.conn, self.dependency_reader)?;
@@ -310,7 +313,6 @@ impl Store {
         j.seq = seq;
         j.opt_ins = None;
         j.unsure = false;
-        self.live.forget();
         Ok(())
     }
 

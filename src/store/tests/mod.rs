@@ -2,6 +2,7 @@ use super::suite::*;
 use super::*;
 use journal::MemoryJournal;
 
+mod live_prop;
 mod replica;
 pub(super) use replica::parser_override;
 
