@@ -7,7 +7,7 @@
 //! for jobs held by their owner whose comment carries this store's tag:
 //! - a job that is its launch's recorded job, recorded recently (however long after its
 //!   sbatch) and not held on purpose (a gate, the user's own `--hold`, an in-place
-//!   requeue), is released if its hold is a daemon's, not its owner's own `scontrol
+//!   requeue, done or under way), is released if its hold is a daemon's, not its owner's own `scontrol
 //!   hold` (Slurm shows both as `JobHeldUser`: see [`Engine::held_by_the_daemon`]); by
 //!   the row's own id, never an array's base id (which would release every task);
 //! - a job of a launch that is not an intent and whose recorded job is another (or none)
@@ -58,6 +58,18 @@ impl<S: Slurm> Engine<S> {
         };
         let mut swept = Swept::default();
         tracing::debug!(held = held.rows.len(), "the sweep of held jobs");
+        // Jobs held for an in-place requeue under way (`scontrol requeuehold` done, its
+        // update and release not yet): the requeue releases them once its changes are
+        // made; released here, one would run again unchanged.
+        let requeuing: std::collections::HashSet<String> = if held.rows.is_empty() {
+            Default::default()
+        } else {
+            self.store
+                .open_launches()?
+                .into_iter()
+                .filter_map(|l| l.requeue_of)
+                .collect()
+        };
         for candidate in held.rows.iter().take(MAX_PER_SWEEP) {
             let id = &candidate.job_id_raw;
             // The listing names candidates; Slurm, asked about the one job, says what it is.
@@ -93,6 +105,8 @@ impl<S: Slurm> Engine<S> {
                         // after its sbatch is this daemon's to release all the same.
                         let recorded_at = launch.recorded_at.unwrap_or(launch.created_at);
                         if launch.requeue_of.is_some()
+                            || requeuing.contains(&row.job_id)
+                            || requeuing.contains(&base)
                             || holds(&launch.argv, sub.script.as_deref())
                             || t - recorded_at > recent
                         {
@@ -339,6 +353,40 @@ pub(crate) mod tests {
         assert!(fake.hold(&job));
         assert_eq!(engine.sweep_held(400, 100).await.unwrap(), Swept::default());
         assert!(fake.job(&job).unwrap().held);
+    }
+
+    /// A job held for an in-place requeue that is not finished (its `scontrol update`
+    /// failed, or the daemon that began it was deposed) is the requeue's to release, once
+    /// its changes are made: the sweep leaves it held, however recently it was recorded,
+    /// even on a daemon that does not know it released the job after its sbatch.
+    #[tokio::test]
+    async fn a_job_held_for_an_unfinished_requeue_in_place_is_left_to_it() {
+        let (fake, mut engine, l) = waiting_launch();
+        let chain = engine.store().launch_chains(l.id).unwrap()[0];
+        let job = held_job(&fake, &l.tag, &[]).await;
+        engine.store_mut().launch_submitted(l.id, &job, 11).unwrap();
+        // It ran and ended (released long ago, as far as Slurm is concerned); the chain's
+        // retry requeues it in place: `scontrol requeuehold` left it held, and the
+        // update that was to follow has not been made.
+        let requeue = engine
+            .store_mut()
+            .begin_requeue(l.submission_id, chain, &job, &["TimeLimit=20".into()], 20)
+            .unwrap();
+        assert!(fake.job(&job).unwrap().held);
+        assert_eq!(engine.sweep_held(30, 100).await.unwrap(), Swept::default());
+        assert!(
+            fake.job(&job).unwrap().held,
+            "released before its requeue's changes"
+        );
+        assert!(codes(&engine, chain).is_empty());
+        // Closed (undone), it holds the job no more: a hold left then is the sweep's.
+        let failed = crate::store::Batch {
+            failed_launch: Some((requeue.id, "refused".into())),
+            ..crate::store::Batch::each(Vec::new())
+        };
+        engine.store_mut().apply(&failed, 31).unwrap();
+        assert_eq!(engine.sweep_held(32, 100).await.unwrap().released, 1);
+        assert!(!fake.job(&job).unwrap().held);
     }
 
     /// An array's held task is released by its own id: never by the array's base id, which
