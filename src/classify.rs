@@ -203,11 +203,18 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
     // code before its turn comes (`python3 big.py || exit 1`: FAILED 1:0, no signal on any
     // row; seen on 22.05 under load). Slurm's own accounting still shows the run over what
     // it asked for, and slurmstepd's line says why: both are needed, as the line alone is
-    // the job's own stderr, which its program can print.
+    // the job's own stderr, which its program can print. The line must be slurmstepd's
+    // (a program's own "Out Of Memory" about its heap is not a kill), and the request a
+    // real one: a job that asked for no memory (ReqMem 0) had no limit to be killed at.
     if job.state == JobState::Failed {
         if let (Some(rss), Some(req)) = (max_rss_bytes, job.req_mem_bytes) {
-            if rss > req {
-                if let Some(m) = MEMORY_KILL_MARKERS.iter().find(|m| stderr.contains(**m)) {
+            if req > 0 && rss > req {
+                let stepd = MEMORY_KILL_MARKERS.iter().find(|m| {
+                    stderr
+                        .lines()
+                        .any(|l| l.trim_start().starts_with("slurmstepd") && l.contains(**m))
+                });
+                if let Some(m) = stepd {
                     return Ok(verdict(
                         Classification::Oom,
                         format!(
@@ -506,6 +513,30 @@ slurmstepd-n1: error: Exceeded job memory limit
             let v = classify(&obs("3726", rows, stderr), &rules()).unwrap();
             assert_eq!(v.classification, Classification::Ambiguous, "{stderr:?}");
         }
+    }
+
+    /// The FAILED-and-over-its-request OOM needs slurmstepd's own line, not a program's
+    /// words that happen to match (a runtime's "Out Of Memory" about its own heap), and a
+    /// request to be over: a job that asked for no memory (ReqMem 0, no limit to kill
+    /// it) is not an OOM by this rule, whatever it used.
+    #[test]
+    fn a_failed_job_over_its_request_is_an_oom_only_by_slurmstepds_line_and_a_real_request() {
+        let over = "3726|3726|FAILED|1:0|n2||100M|00:30:00|00:00:01|debug|0|1795932089\n3726.batch|3726.batch|FAILED|1:0|n2|164864K||||||1795932089\n";
+        let no_request = "3726|3726|FAILED|1:0|n2||0|00:30:00|00:00:01|debug|0|1795932089\n3726.batch|3726.batch|FAILED|1:0|n2|164864K||||||1795932089\n";
+        let stepd = "slurmstepd-n2: error: Exceeded job memory limit\n";
+        let own =
+            "solver: Out Of Memory in the cache of step 3 (raise CACHE_MB)\nsolver: giving up\n";
+        for (rows, stderr) in [(over, own), (no_request, stepd), (no_request, own)] {
+            let v = classify(&obs("3726", rows, Some(stderr)), &rules()).unwrap();
+            assert_eq!(
+                v.classification,
+                Classification::Ambiguous,
+                "{rows:?} {stderr:?}: {}",
+                v.reason
+            );
+        }
+        let v = classify(&obs("3726", over, Some(stepd)), &rules()).unwrap();
+        assert_eq!(v.classification, Classification::Oom, "{}", v.reason);
     }
 
     #[test]
