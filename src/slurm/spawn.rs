@@ -243,7 +243,8 @@ impl Credentials {
 pub struct Command {
     program: CString,
     argv: Vec<CString>,
-    /// `None`: the daemon's own environment.
+    /// `None`: the daemon's own environment, or none at all for a process run as a
+    /// user ([`Command::run_as`]).
     env: Option<Vec<CString>>,
     cwd: Option<CString>,
     credentials: Option<Credentials>,
@@ -429,6 +430,10 @@ impl Command {
         let inherited;
         let env: &[CString] = match &self.env {
             Some(e) => e,
+            // A process of another user's gets none of the daemon's variables (they can
+            // read its `/proc/PID/environ`; an `LD_PRELOAD` would load into it), even
+            // from a caller that set none.
+            None if self.credentials.is_some() => &[],
             None => {
                 inherited = std::env::vars_os()
                     .filter_map(|(k, v)| {
@@ -1451,6 +1456,39 @@ mod tests {
             resolved_on: None,
         });
         c
+    }
+
+    /// A program run as a user is never given the daemon's own environment, even by a
+    /// caller that set none: the user can read `/proc/PID/environ` of their process, and
+    /// the daemon's `LD_PRELOAD` would load into it. It gets none at all.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_program_run_as_a_user_without_an_environment_gets_none_of_the_daemons() {
+        if not_root() {
+            return;
+        }
+        assert!(
+            std::env::vars_os().next().is_some(),
+            "the test process has variables of its own"
+        );
+        let mut cmd = Command::new("/usr/bin/env");
+        cmd.run_as(Credentials {
+            uid: 65534,
+            gid: 65534,
+            groups: Groups::Given(vec![65534]),
+            resolved_on: None,
+        });
+        let mut child = cmd.spawn().await.unwrap();
+        let (status, out, err) = output(&mut child).await;
+        assert!(status.success(), "{}", String::from_utf8_lossy(&err));
+        let names: Vec<String> = String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_string()))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
+        // The daemon's own commands (no credentials) keep its environment.
+        let mut child = Command::new("/usr/bin/env").spawn().await.unwrap();
+        let (_, out, _) = output(&mut child).await;
+        assert!(!out.is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
