@@ -7,9 +7,10 @@
 //! for jobs held by their owner whose comment carries this store's tag:
 //! - a job that is its launch's recorded job, recorded recently (however long after its
 //!   sbatch) and not held on purpose (a gate, the user's own `--hold`, an in-place
-//!   requeue, done or under way), is released if its hold is a daemon's, not its owner's own `scontrol
-//!   hold` (Slurm shows both as `JobHeldUser`: see [`Engine::held_by_the_daemon`]); by
-//!   the row's own id, never an array's base id (which would release every task);
+//!   requeue, done or under way), is released if its hold is a daemon's, not its
+//!   owner's own `scontrol hold` (Slurm shows both as `JobHeldUser`: see
+//!   [`Engine::held_by_the_daemon`]); by the row's own id, never an array's base id
+//!   (which would release every task);
 //! - a job of a launch that is not an intent and whose recorded job is another (or none)
 //!   is a deposed daemon's extra submission: it is cancelled, as its owner, while held,
 //!   so it never runs.
