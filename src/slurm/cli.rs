@@ -1501,15 +1501,7 @@ mod tests {
             &sbatch,
             format!("#!/bin/sh\ntouch {}\necho 1\n", ran.display()),
         );
-        let cli = SlurmCli {
-            bin_dir: Some(dir.path().to_path_buf()),
-            timeout: Duration::from_secs(60),
-            sbatch_timeout: Duration::from_secs(60),
-            sacct_chunk: 5000,
-            observer: unobserved,
-            only_state: Default::default(),
-            named_up_to: 1,
-        };
+        let cli = cli_in(dir.path());
         let req = |cwd: &Path| SbatchRequest {
             argv: vec!["--wrap=true".into()],
             cwd: cwd.to_path_buf(),
@@ -1559,6 +1551,19 @@ mod tests {
 
     /// A fake `squeue` in a folder of its own: notes each call's arguments in `calls`, and
     /// answers with `body` (a shell `case` on the arguments).
+    /// The real commands' runner with its programs in `dir` (the tests' fakes).
+    fn cli_in(dir: &Path) -> SlurmCli {
+        SlurmCli {
+            bin_dir: Some(dir.to_path_buf()),
+            timeout: Duration::from_secs(60),
+            sbatch_timeout: Duration::from_secs(60),
+            sacct_chunk: 5000,
+            observer: unobserved,
+            only_state: Default::default(),
+            named_up_to: 1,
+        }
+    }
+
     fn fake_squeue(body: &str) -> (tempfile::TempDir, SlurmCli) {
         let dir = tempfile::tempdir().unwrap();
         let script = format!(
@@ -1567,15 +1572,7 @@ mod tests {
         );
         let squeue = dir.path().join("squeue");
         write_executable(&squeue, script);
-        let cli = SlurmCli {
-            bin_dir: Some(dir.path().to_path_buf()),
-            timeout: Duration::from_secs(60),
-            sbatch_timeout: Duration::from_secs(60),
-            sacct_chunk: 5000,
-            observer: unobserved,
-            only_state: Default::default(),
-            named_up_to: 1,
-        };
+        let cli = cli_in(dir.path());
         (dir, cli)
     }
 
@@ -1821,22 +1818,9 @@ mod tests {
         let seen = dir.path().join("env");
         write_executable(
             &dir.path().join("scontrol"),
-            format!(
-                "#!/bin/sh
-env > {}
-",
-                seen.display()
-            ),
+            format!("#!/bin/sh\nenv > {}\n", seen.display()),
         );
-        let cli = SlurmCli {
-            bin_dir: Some(dir.path().to_path_buf()),
-            timeout: Duration::from_secs(60),
-            sbatch_timeout: Duration::from_secs(60),
-            sacct_chunk: 5000,
-            observer: unobserved,
-            only_state: Default::default(),
-            named_up_to: 1,
-        };
+        let cli = cli_in(dir.path());
         let me = nix::unistd::User::from_uid(nix::unistd::getuid())
             .unwrap()
             .expect("the user running the tests has a passwd entry");

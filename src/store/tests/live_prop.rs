@@ -318,6 +318,16 @@ fn write(s: &mut Store, op: &Op, now: i64) {
     let in_state = |st: AttemptState| -> Vec<&Attempt> {
         all.iter().filter(|a| a.state == st).collect::<Vec<_>>()
     };
+    // The attempt `a` picks among those in `st`, changed by `attempt` with its chain to `to`.
+    let change_one = |s: &mut Store,
+                      st: AttemptState,
+                      a: usize,
+                      to: ChainState,
+                      attempt: &dyn Fn(u32) -> AttemptChange| {
+        if let Some(x) = pick(&in_state(st), a) {
+            change(s, x.chain_id, to, attempt(x.n), now);
+        }
+    };
     match op {
         Op::Submit(k) => {
             let tasks = (*k > 0).then(|| (0..u32::from(*k)).collect());
@@ -365,31 +375,15 @@ fn write(s: &mut Store, op: &Op, now: i64) {
                 let _ = record_ending(s, x.chain_id, x.n, t, now);
             }
         }
-        Op::RequeuedBySlurm(a) => {
-            if let Some(x) = pick(&in_state(AttemptState::Live), *a) {
-                let (c, n) = (x.chain_id, x.n);
-                let observation = serde_json::json!({});
-                change(
-                    s,
-                    c,
-                    ChainState::Active,
-                    AttemptChange::Requeued { n, observation },
-                    now,
-                );
+        Op::RequeuedBySlurm(a) => change_one(s, AttemptState::Live, *a, ChainState::Active, &|n| {
+            AttemptChange::Requeued {
+                n,
+                observation: serde_json::json!({}),
             }
-        }
-        Op::Lost(a) => {
-            if let Some(x) = pick(&in_state(AttemptState::Live), *a) {
-                let (c, n) = (x.chain_id, x.n);
-                change(
-                    s,
-                    c,
-                    ChainState::PendingFailed,
-                    AttemptChange::Lost { n },
-                    now,
-                );
-            }
-        }
+        }),
+        Op::Lost(a) => change_one(s, AttemptState::Live, *a, ChainState::PendingFailed, &|n| {
+            AttemptChange::Lost { n }
+        }),
         Op::Cancel(c) => {
             let chains = s.chains(None).unwrap();
             if let Some(c) = pick(&chains, *c) {
@@ -426,30 +420,20 @@ fn write(s: &mut Store, op: &Op, now: i64) {
                 }
             }
         }
-        Op::NotSubmitted(a) => {
-            if let Some(x) = pick(&in_state(AttemptState::Launching), *a) {
-                let (c, n) = (x.chain_id, x.n);
-                change(
-                    s,
-                    c,
-                    ChainState::PendingFailed,
-                    AttemptChange::NotSubmitted { n },
-                    now,
-                );
-            }
-        }
-        Op::Withdrawn(a) => {
-            if let Some(x) = pick(&in_state(AttemptState::Launching), *a) {
-                let (c, n) = (x.chain_id, x.n);
-                change(
-                    s,
-                    c,
-                    ChainState::PendingFailed,
-                    AttemptChange::Withdrawn { n },
-                    now,
-                );
-            }
-        }
+        Op::NotSubmitted(a) => change_one(
+            s,
+            AttemptState::Launching,
+            *a,
+            ChainState::PendingFailed,
+            &|n| AttemptChange::NotSubmitted { n },
+        ),
+        Op::Withdrawn(a) => change_one(
+            s,
+            AttemptState::Launching,
+            *a,
+            ChainState::PendingFailed,
+            &|n| AttemptChange::Withdrawn { n },
+        ),
         Op::Discard(a) => {
             // Any launch's: the store discards a submission with no decision, its live
             // attempts too (rows deleted).
