@@ -720,12 +720,19 @@ fn own_env_of(
         "SLURM_SACK_KEY",
         "SLURM_SACK_JWKS",
     ];
-    vars.filter(|(k, _)| {
-        let k = k.to_string_lossy();
-        !PREFIXES.iter().any(|p| k.starts_with(p)) && !NAMES.contains(&k.as_ref())
-    })
-    .chain(set.iter().map(|(k, v)| ((*k).into(), (*v).into())))
-    .collect()
+    let mut env = env_keeping(vars, |k| {
+        !PREFIXES.iter().any(|p| k.starts_with(p)) && !NAMES.contains(&k)
+    });
+    env.extend(set.iter().map(|(k, v)| ((*k).into(), (*v).into())));
+    env
+}
+
+/// The variables of `vars` whose name `keep` keeps, in their order.
+fn env_keeping(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.filter(|(k, _)| keep(&k.to_string_lossy())).collect()
 }
 
 /// The environment of a Slurm command the daemon runs as a user (`scontrol` and `scancel`
@@ -751,11 +758,7 @@ fn user_env_of(
         "LANG",
         "LANGUAGE",
     ];
-    vars.filter(|(k, _)| {
-        let k = k.to_string_lossy();
-        NAMES.contains(&k.as_ref()) || k.starts_with("LC_")
-    })
-    .collect()
+    env_keeping(vars, |k| NAMES.contains(&k) || k.starts_with("LC_"))
 }
 
 /// A start that may have reached the program after all: the watchdog killed a child held

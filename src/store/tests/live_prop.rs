@@ -270,15 +270,7 @@ impl World {
                 self.snapshots += 1;
                 let file = self.dir.join(format!("snap{}.db", self.snapshots));
                 let seq = self.writer.snapshot_to(&file).unwrap();
-                let head = snapshot::SnapshotHead {
-                    id: u64::from(self.snapshots),
-                    seq,
-                    format: snapshot::FORMAT,
-                    journal_format: journal::FORMAT,
-                    parts: 1,
-                    bytes: 0,
-                    sha256: String::new(),
-                };
+                let head = head_of(u64::from(self.snapshots), seq);
                 *self.journal.snapshot.lock().unwrap() = Some((head, file));
             }
             leaf => write(&mut self.writer, leaf, self.now),
@@ -470,15 +462,7 @@ fn a_snapshot_whose_migration_fails_leaves_no_live_list_kept_from_before() {
         .unwrap()
         .pragma_update(None, "user_version", schema::MIGRATIONS.len() as i64 - 1)
         .unwrap();
-    let head = snapshot::SnapshotHead {
-        id: 1,
-        seq,
-        format: snapshot::FORMAT,
-        journal_format: journal::FORMAT,
-        parts: 1,
-        bytes: 0,
-        sha256: String::new(),
-    };
+    let head = head_of(1, seq);
     *w.journal.snapshot.lock().unwrap() = Some((head, file));
     assert!(w.follower.catch_up().is_err());
     let whole = w.follower.live_jobs_whole().unwrap();
@@ -504,5 +488,18 @@ proptest! {
             w.run(o);
             w.check(o);
         }
+    }
+}
+
+/// The head of snapshot `id` at journal entry `seq`, as the test's journal offers it.
+fn head_of(id: u64, seq: u64) -> snapshot::SnapshotHead {
+    snapshot::SnapshotHead {
+        id,
+        seq,
+        format: snapshot::FORMAT,
+        journal_format: journal::FORMAT,
+        parts: 1,
+        bytes: 0,
+        sha256: String::new(),
     }
 }
