@@ -750,16 +750,18 @@ fn user_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
 fn user_env_of(
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
-    const NAMES: &[&str] = &[
-        "PATH",
-        "SLURM_CONF",
-        "LD_LIBRARY_PATH",
-        "TZ",
-        "LANG",
-        "LANGUAGE",
-    ];
-    env_keeping(vars, |k| NAMES.contains(&k) || k.starts_with("LC_"))
+    env_keeping(vars, |k| USER_ENV.contains(&k) || k.starts_with("LC_"))
 }
+
+/// What [`user_env`] keeps, with the locale's `LC_*`.
+const USER_ENV: &[&str] = &[
+    "PATH",
+    "SLURM_CONF",
+    "LD_LIBRARY_PATH",
+    "TZ",
+    "LANG",
+    "LANGUAGE",
+];
 
 /// A start that may have reached the program after all: the watchdog killed a child held
 /// before `execve` (`spawn::EXEC_DEADLINE`), and a child killed at that instant may just
@@ -1842,19 +1844,7 @@ mod tests {
         // The shell's own (PWD) aside, every name is a kept one.
         let strays: Vec<&&str> = names
             .iter()
-            .filter(|k| {
-                ![
-                    "PATH",
-                    "SLURM_CONF",
-                    "LD_LIBRARY_PATH",
-                    "TZ",
-                    "LANG",
-                    "LANGUAGE",
-                    "PWD",
-                ]
-                .contains(k)
-                    && !k.starts_with("LC_")
-            })
+            .filter(|k| !USER_ENV.contains(k) && **k != "PWD" && !k.starts_with("LC_"))
             .collect();
         assert!(strays.is_empty(), "{strays:?} in {env}");
         // Not vacuous: the test process has variables of its own (cargo sets these).
