@@ -289,11 +289,14 @@ fn check(s: &Submitted, o: &Overrides) -> Result<(), PrepareError> {
 /// [`crate::store::DependencyReader`] by whoever opens it.
 pub fn dependency_rows(argv: &[String], script: Option<&[u8]>) -> Vec<(String, String)> {
     Submitted::read(argv, script)
-        .ok()
-        .and_then(|s| {
-            s.option("dependency")
-                .map(crate::dependency::dependency_edges)
-        })
+        .map(|s| dependency_rows_of(&s))
+        .unwrap_or_default()
+}
+
+/// [`dependency_rows`] of a submission read already.
+fn dependency_rows_of(s: &Submitted) -> Vec<(String, String)> {
+    s.option("dependency")
+        .map(crate::dependency::dependency_edges)
         .unwrap_or_default()
         .into_iter()
         .map(|e| (e.kind, e.job))
@@ -311,7 +314,8 @@ pub fn begin_submission(
     let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
     let edges = dep.as_ref().map(|d| d.edges.clone()).unwrap_or_default();
     let signal = warning_signal(config, new.continuation.as_deref(), submitted, &new.env);
-    let rows = dependency_rows(&new.argv, new.script.as_deref());
+    // `submitted` is `new`'s argv and script, read: its rows are read from it, once.
+    let rows = dependency_rows_of(submitted);
     let launch = store.create_submission_waiting(new, &edges, &rows, now, |tag| {
         let script = new
             .script_name
