@@ -48,8 +48,8 @@ mod fake_slurm;
 mod mariadb;
 
 use fake_slurm::Call;
-use slurm_supervisor::model::{ChainState, Classification};
-use slurm_supervisor::policy::Judged;
+use slurm_supervisor::domain::model::{ChainState, Classification};
+use slurm_supervisor::domain::policy::Judged;
 use slurm_supervisor::store::cluster::{
     read_password_file, Acquisition, ClusterDb, EpochCell, SharedJournal, StoreUrl,
 };
@@ -1241,7 +1241,7 @@ fn unix_now() -> f64 {
 /// With `batch` > 0, every `batch` chains are one transaction (in cluster mode, one
 /// journal entry); the rows are the same.
 fn build_store(s: &mut Store, chains: usize, live: usize, batch: usize) -> Vec<LiveJob> {
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     let start = now - chains as i64 * 30;
     let step = (chains / live.max(1)).max(1);
     let mut out = Vec::new();

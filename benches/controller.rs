@@ -218,7 +218,7 @@ impl Drop for Running {
 
 fn build_store(path: &Path, ids: &[String], uid: u32) {
     let mut s = slurm_supervisor::store::Store::open(path).expect("create the store");
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     for (i, job) in ids.iter().enumerate() {
         let mut sub = common::submission(i);
         sub.owner_uid = uid;

@@ -28,14 +28,14 @@
 mod common;
 
 use serde_json::json;
-use slurm_supervisor::classify::Verdict;
 use slurm_supervisor::config::Config;
-use slurm_supervisor::learn;
-use slurm_supervisor::metrics::RuleFacts;
-use slurm_supervisor::model::{
+use slurm_supervisor::domain::classify::Verdict;
+use slurm_supervisor::domain::learn;
+use slurm_supervisor::domain::model::{
     Action, ChainState, Classification, RecoveryClass, Resolution, ResolveAction, RetryPlan,
 };
-use slurm_supervisor::policy::{Inputs, Judged, Reason};
+use slurm_supervisor::domain::policy::{Inputs, Judged, Reason};
+use slurm_supervisor::metrics::RuleFacts;
 use slurm_supervisor::store::{
     AttemptChange, AttemptEnd, ChainUpdate, Record, SignatureResolution, Store, Transition,
 };
@@ -354,7 +354,7 @@ fn relaunch(s: &mut Store, submission: i64, chain: i64, job: &str, now: i64) {
 /// Chain `i`, one more: its first attempt fails with signature `k`, waits, and a person
 /// retries it (its retry not yet launched).
 fn resolve_one_more(s: &mut Store, i: usize, k: usize) {
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     let l = s
         .create_submission(&common::submission(i), now, |tag| {
             vec![format!("--comment={tag}"), "train.sh".into()]
@@ -444,7 +444,7 @@ fn escalate_and_resolve(
 /// Builds the store; returns a summary of what is in it.
 fn build_store(path: &Path, chains: usize, resolved: usize, signatures: usize) -> String {
     let mut s = Store::open(path).expect("create the store");
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     let start = now - chains as i64 * 30;
     // Every `every`-th chain is a resolved one.
     let every = (chains / resolved.max(1)).max(1);

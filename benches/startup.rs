@@ -25,9 +25,11 @@
 mod common;
 
 use serde_json::json;
-use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
-use slurm_supervisor::policy::Judged;
-use slurm_supervisor::policy::{Inputs, Reason};
+use slurm_supervisor::domain::model::{
+    Action, ChainState, Classification, RecoveryClass, RetryPlan,
+};
+use slurm_supervisor::domain::policy::Judged;
+use slurm_supervisor::domain::policy::{Inputs, Reason};
 use slurm_supervisor::store::{AttemptChange, AttemptEnd, ChainUpdate, Record, Store, Transition};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -149,7 +151,7 @@ fn main() {
     // (create_submission, on disk with its fsync) and marking it submitted.
     let mut store = Store::open(&db).unwrap();
     let (mut create, mut submitted) = (Vec::new(), Vec::new());
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     for k in 0..REPEATS {
         let t = Instant::now();
         let l = store
@@ -269,7 +271,7 @@ fn record_ending(
 /// Builds the store; returns a summary of what is in it.
 fn build_store(path: &Path, chains: usize) -> String {
     let mut s = Store::open(path).expect("create the store");
-    let now = slurm_supervisor::clock::now();
+    let now = slurm_supervisor::plumbing::clock::now();
     let start = now - chains as i64 * 30;
     let (mut active, mut ready, mut pending, mut retried, mut failed, mut completed) =
         (0, 0, 0, 0, 0, 0);

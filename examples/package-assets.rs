@@ -97,7 +97,7 @@ fn main() -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
 
-    let daemon = slurm_supervisor::daemon_main::Args::command();
+    let daemon = slurm_supervisor::daemon::start::Args::command();
     clap_mangen::Man::new(daemon)
         .section("8")
         .manual("System Administration")

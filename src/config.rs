@@ -4,7 +4,7 @@
 //! `config/supervisor.toml`. Unknown keys are rejected so a typo never silently falls
 //! back to a default; errors name the file, line and column.
 
-use crate::model::Classification;
+use crate::domain::model::Classification;
 use regex::Regex;
 use serde::Deserialize;
 use std::ops::Range;
@@ -674,7 +674,7 @@ struct RawConfig {
     learn: LearnConfig,
     #[serde(default)]
     rules: Vec<RawRule>,
-    store: Option<crate::dbconfig::StoreConfig>,
+    store: Option<crate::plumbing::dbconfig::StoreConfig>,
 }
 
 /// Slurm command settings.
@@ -758,16 +758,16 @@ pub struct Config {
 /// Cluster mode's settings (docs/cluster.md), from `[store]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
-    pub url: crate::dbconfig::StoreUrl,
+    pub url: crate::plumbing::dbconfig::StoreUrl,
     pub password_file: PathBuf,
     /// The lease's length and the margin before its end (checked together).
-    pub timing: crate::election::Timing,
+    pub timing: crate::domain::election::Timing,
     /// The bound on every call to the database.
     pub timeout: Duration,
     /// This node's name, as the other nodes' users are told it.
     pub node: String,
     /// When the active daemon snapshots the store and prunes the journal.
-    pub snapshot: crate::dbconfig::SnapshotPolicy,
+    pub snapshot: crate::plumbing::dbconfig::SnapshotPolicy,
 }
 
 /// The lease's default length: a daemon that stops is replaced within it and a poll.
@@ -1352,7 +1352,7 @@ impl Config {
                 let lease = dur("lease", &st.lease, DEFAULT_LEASE)?;
                 let margin = dur("margin", &st.margin, DEFAULT_MARGIN)?;
                 let timeout = dur("timeout", &st.timeout, DEFAULT_DB_TIMEOUT)?;
-                let timing = crate::election::Timing::new(lease, margin)
+                let timing = crate::domain::election::Timing::new(lease, margin)
                     .map_err(|e| semantic(format!("store.lease and store.margin: {e}")))?;
                 // A command that changes Slurm starts only if its timeout ends before the
                 // lease's local deadline, which a renewal moves every third of the usable
@@ -1387,12 +1387,12 @@ impl Config {
                         "store.node = {node:?}: write this node's host name (letters, digits, '-', '.', '_', ':', at most 200)"
                     )));
                 }
-                let defaults = crate::dbconfig::SnapshotPolicy::default();
-                let snapshot = crate::dbconfig::SnapshotPolicy {
+                let defaults = crate::plumbing::dbconfig::SnapshotPolicy::default();
+                let snapshot = crate::plumbing::dbconfig::SnapshotPolicy {
                     entries: st.snapshot_entries.unwrap_or(defaults.entries),
                     bytes: st
                         .snapshot_mib
-                        .unwrap_or(crate::dbconfig::DEFAULT_SNAPSHOT_MIB)
+                        .unwrap_or(crate::plumbing::dbconfig::DEFAULT_SNAPSHOT_MIB)
                         .checked_mul(1 << 20)
                         .ok_or_else(|| {
                             semantic(

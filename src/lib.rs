@@ -6,43 +6,36 @@
 //!   with a stable id of the supervisor's own (`c17`);
 //! - an **attempt** is one Slurm job (or one array task) run for a chain;
 //! - an **observation** is what Slurm said about an attempt when it ended;
-//! - a **classification** is the verdict on that ending ([`model::Classification`]);
+//! - a **classification** is the verdict on that ending ([`domain::model::Classification`]);
 //! - a **decision** is what the supervisor does about it, with its recovery class
 //!   (R1 applied automatically, R2 escalated to an agent, R3 forbidden).
 //!
-//! `classify` and `policy` are pure; `slurm` is the only code that runs Slurm commands;
-//! `store` holds the only SQL; `daemon` carries out what the decisions say. In cluster
-//! mode, `election` (pure) says whether this daemon may act, from what the lease in the
-//! shared database (`store::cluster`) answered.
+//! The folders are the layers:
+//! - [`domain`], the pure core: the vocabulary ([`domain::model`]), the classifier of an
+//!   ending, the policy that decides, and the other values and decisions (a continuing
+//!   job's progress, pipelines, learned rules, the election, sbatch's command line). No
+//!   I/O, no clock, no Slurm command, no SQL;
+//! - the edges: [`slurm`], the only code that runs Slurm commands; [`store`], the only
+//!   SQL; [`protocol`], what the control socket and the network carry; [`client`], how a
+//!   program reaches a daemon; [`metrics`], the Prometheus exposition; [`config`], the
+//!   settings as read from their files;
+//! - the programs: [`daemon`] (the loop that carries out what the decisions say, its
+//!   requests, cluster mode), [`ctl`] (`supervisorctl`), [`mcp`] (its MCP server);
+//! - [`plumbing`]: leaves every layer may use and that know none of them (the clock,
+//!   logging, MUNGE, TLS, a database's connection settings, systemd's notify, fault
+//!   injection).
+//!
+//! In cluster mode, [`domain::election`] says whether this daemon may act, from what the
+//! lease in the shared database (`store::cluster`) answered.
 
-pub mod classify;
 pub mod client;
-pub mod clock;
 pub mod config;
-pub mod continuation;
 pub mod ctl;
 pub mod daemon;
-pub mod daemon_main;
-pub mod dbconfig;
-pub mod dependency;
-pub mod election;
-pub mod failpoint;
-pub mod ids;
-pub mod learn;
-pub mod logging;
+pub mod domain;
 pub mod mcp;
 pub mod metrics;
-pub mod model;
-pub mod munge;
-pub mod notification;
-pub mod osbytes;
-pub mod policy;
+pub mod plumbing;
 pub mod protocol;
-pub mod request_binding;
-pub mod sbatch_args;
-pub mod sd_notify;
-pub mod signature;
 pub mod slurm;
 pub mod store;
-pub mod syntax;
-pub mod tls;

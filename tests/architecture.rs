@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Modules whose sub-modules are parts of their own.
-const SPLIT: &[&str] = &["daemon", "slurm"];
+const SPLIT: &[&str] = &["daemon", "domain", "plumbing", "slurm"];
 
 /// For the circle check, modules whose sub-modules are one part again: slurm's `types`
 /// and `jobid` use each other (a row knows its job id, the grouping of rows by job knows
@@ -44,54 +44,79 @@ struct Rule {
 /// The architecture invariants. Keep in step with docs/ARCHITECTURE.md.
 const RULES: &[Rule] = &[
     Rule {
-        from: &["model"],
+        from: &["domain/*"],
+        never: &[
+            "store",
+            "protocol",
+            "daemon/*",
+            "ctl",
+            "mcp",
+            "client",
+            "metrics",
+            "slurm/cli",
+            "slurm/spawn",
+            "slurm/fake",
+        ],
+        but: &[],
+        why: "the domain is the pure core: it takes what the edges read as values (Slurm's \
+              rows, the settings) and reaches no database, socket, program or Slurm command",
+    },
+    Rule {
+        from: &["plumbing/*"],
+        never: &["*"],
+        but: &[],
+        why: "plumbing is the leaves every layer may use (clock, logging, MUNGE, TLS, ...): \
+              it knows none of the parts that use it",
+    },
+    Rule {
+        from: &["domain/model"],
         never: &["*"],
         but: &[],
         why: "model is the vocabulary every layer speaks; it knows none of them",
     },
     Rule {
-        from: &["syntax"],
+        from: &["domain/syntax"],
         never: &["*"],
-        but: &["osbytes"],
+        but: &["plumbing/osbytes"],
         why: "Slurm's value syntaxes sit below both sbatch_args and slurm, which share them; \
               they know neither (osbytes, a leaf, cuts an error's text)",
     },
     Rule {
-        from: &["osbytes", "clock"],
+        from: &["plumbing/osbytes", "plumbing/clock"],
         never: &["*"],
         but: &[],
         why: "leaves: raw bytes in strings and the wall clock are used everywhere",
     },
     Rule {
-        from: &["continuation"],
+        from: &["domain/continuation"],
         never: &["*"],
         but: &[],
         why: "what a continuing job asked for and what its progress path looked like are \
               values: reading the path is the daemon's, deciding is policy's",
     },
     Rule {
-        from: &["election"],
+        from: &["domain/election"],
         never: &["*"],
         but: &[],
         why: "election decides from the lease's answers and the monotonic time it is \
               given: it reads no database, no clock and knows no other part",
     },
     Rule {
-        from: &["tls", "dbconfig"],
+        from: &["plumbing/tls", "plumbing/dbconfig"],
         never: &["*"],
         but: &[],
         why: "leaves: reading a TLS key and certificate, and a database's connection \
               settings, know nothing of the supervisor that uses them",
     },
     Rule {
-        from: &["munge"],
+        from: &["plumbing/munge"],
         never: &["*"],
         but: &[],
         why: "munge speaks to libmunge and knows nothing of the supervisor: what a \
               credential's payload means and who may do what are above it",
     },
     Rule {
-        from: &["signature"],
+        from: &["domain/signature"],
         never: &["*"],
         but: &[],
         why: "a failure's signature is masked text and a hash of what it is given: it \
@@ -99,41 +124,47 @@ const RULES: &[Rule] = &[
               the same one",
     },
     Rule {
-        from: &["learn"],
+        from: &["domain/learn"],
         never: &[
-            "store", "protocol", "daemon/*", "slurm/*", "metrics", "policy", "classify",
+            "store",
+            "protocol",
+            "daemon/*",
+            "slurm/*",
+            "metrics",
+            "domain/policy",
+            "domain/classify",
         ],
         but: &[],
         why: "a rule proposal is decided from the resolutions it is given: it reads no \
               store, speaks no protocol and decides no ending",
     },
     Rule {
-        from: &["request_binding"],
+        from: &["domain/request_binding"],
         never: &["*"],
         but: &[],
         why: "a request binding is bytes and hashes: it obtains no credential (munge), \
               reads no protocol and issues no nonce",
     },
     Rule {
-        from: &["sbatch_args"],
+        from: &["domain/sbatch_args"],
         never: &["*"],
-        but: &["syntax"],
+        but: &["domain/syntax"],
         why: "sbatch_args knows sbatch's command line, not the jobs it makes: \
               job ids, dependencies, the store and the chains are others'",
     },
     Rule {
-        from: &["policy"],
+        from: &["domain/policy"],
         never: &["store", "protocol", "daemon/*", "slurm/*", "metrics"],
         but: &[],
         why: "policy decides from the values it is given: it reads no store, speaks no \
               protocol, runs nothing and counts nothing",
     },
     Rule {
-        from: &["classify"],
+        from: &["domain/classify"],
         never: &[
             "store",
             "daemon/*",
-            "policy",
+            "domain/policy",
             "metrics",
             "slurm",
             "slurm/cli",
@@ -151,9 +182,9 @@ const RULES: &[Rule] = &[
             "metrics",
             "daemon/*",
             "store",
-            "policy",
-            "classify",
-            "sbatch_args",
+            "domain/policy",
+            "domain/classify",
+            "domain/sbatch_args",
         ],
         but: &[],
         why: "slurm runs Slurm's commands and reads what they print; who observes them \
@@ -168,21 +199,21 @@ const RULES: &[Rule] = &[
     },
     Rule {
         from: &["store"],
-        never: &["sbatch_args", "daemon/*", "slurm/*"],
+        never: &["domain/sbatch_args", "daemon/*", "slurm/*"],
         but: &[],
         why: "the store keeps what it is given; reading argv and running Slurm happen \
               before it",
     },
     Rule {
-        from: &["dependency"],
-        never: &["store", "policy", "daemon/*", "sbatch_args"],
+        from: &["domain/dependency"],
+        never: &["store", "domain/policy", "daemon/*", "domain/sbatch_args"],
         but: &[],
         why: "dependency's decisions (resolve, rewire) take what the store read as values; \
               finding a submission's --dependency in its command line is daemon/sbatch's",
     },
     Rule {
-        from: &["notification", "protocol"],
-        never: &["store", "policy", "daemon/*", "slurm/*", "metrics"],
+        from: &["domain/notification", "protocol"],
+        never: &["store", "domain/policy", "daemon/*", "slurm/*", "metrics"],
         but: &[],
         why: "values and their text only: what a chain's notification says, what the \
               control protocol carries",
@@ -190,7 +221,14 @@ const RULES: &[Rule] = &[
     Rule {
         from: &["client"],
         never: &[
-            "daemon/*", "store", "policy", "slurm/*", "metrics", "classify", "ctl", "mcp",
+            "daemon/*",
+            "store",
+            "domain/policy",
+            "slurm/*",
+            "metrics",
+            "domain/classify",
+            "ctl",
+            "mcp",
         ],
         but: &[],
         why: "the client reaches a daemon by its protocol (socket, network, MUNGE, TLS); \
@@ -199,7 +237,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         from: &["ctl", "mcp"],
-        never: &["daemon/*", "store", "policy", "slurm/*", "metrics"],
+        never: &["daemon/*", "store", "domain/policy", "slurm/*", "metrics"],
         but: &[],
         why: "supervisorctl and its MCP server are clients: they speak the protocol and \
               hold none of the daemon's parts",
@@ -238,22 +276,22 @@ const RULES: &[Rule] = &[
 /// import at a time): `(from, never, why)`.
 const NEVER_REACHES: &[(&str, &str, &str)] = &[
     (
-        "policy",
+        "domain/policy",
         "store",
         "decisions are pure: no chain of imports takes policy to the database",
     ),
     (
-        "policy",
+        "domain/policy",
         "slurm/cli",
         "decisions are pure: no chain of imports takes policy to a Slurm command",
     ),
     (
-        "classify",
+        "domain/classify",
         "store",
         "classify is a pure function of what Slurm printed and the rules",
     ),
     (
-        "classify",
+        "domain/classify",
         "slurm/cli",
         "classify is a pure function of what Slurm printed and the rules",
     ),
@@ -269,7 +307,7 @@ const NEVER_REACHES: &[(&str, &str, &str)] = &[
     ),
     (
         "store",
-        "sbatch_args",
+        "domain/sbatch_args",
         "the store keeps the values it is given: a submission's dependency rows are read \
          from its command line above it, and the reader is handed to it as a value \
          (Store::read_dependencies_with), never reached through an import",
@@ -281,7 +319,7 @@ const NEVER_REACHES: &[(&str, &str, &str)] = &[
 /// reason.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[(
     "src/slurm/fake.rs",
-    "sbatch_args",
+    "domain/sbatch_args",
     "the in-process fake plays sbatch, so it reads a command line as sbatch does; \
      compiled only for tests (the fake-slurm feature)",
 )];
@@ -447,7 +485,7 @@ struct Scanned {
     refs: Vec<Ref>,
     test_children: Vec<String>,
     /// `pub use` items: the name they give (resolved from the crate's root, as
-    /// `["store", "Transition"]`) and what it names (`["policy", "Transition"]`).
+    /// `["store", "Transition"]`) and what it names (`["domain/policy", "Transition"]`).
     reexports: Vec<(Vec<String>, Vec<String>)>,
 }
 
@@ -1024,12 +1062,12 @@ fn forbidden(c: &Crate) -> String {
 fn the_rules_refuse_each_hole_they_once_let_through() {
     let holes: &[(&str, &str, &str)] = &[
         (
-            "tls.rs",
+            "plumbing/tls.rs",
             "fn probe() { crate::config::Config::defaults(); }",
-            "tls imports config",
+            "plumbing/tls imports config",
         ),
         (
-            "client.rs",
+            "client/mod.rs",
             "use crate::daemon::server::Server;",
             "client imports daemon/server",
         ),
@@ -1049,9 +1087,9 @@ fn the_rules_refuse_each_hole_they_once_let_through() {
             "daemon/reads imports daemon/engine",
         ),
         (
-            "policy/mod.rs",
+            "domain/policy/mod.rs",
             "#[derive(serde::Serialize)]\nstruct Probe {\n    #[serde(with = \"crate::store::probe\")]\n    at: u8,\n}",
-            "policy imports store",
+            "domain/policy imports store",
         ),
         (
             "lib.rs",
@@ -1059,16 +1097,26 @@ fn the_rules_refuse_each_hole_they_once_let_through() {
             "",
         ),
         (
-            "dependency.rs",
+            "domain/ids.rs",
+            "use crate::protocol::Request;",
+            "domain/ids imports protocol",
+        ),
+        (
+            "plumbing/logging.rs",
+            "use crate::config::Config;",
+            "plumbing/logging imports config",
+        ),
+        (
+            "domain/dependency.rs",
             "use crate::store::Probe;",
-            "policy never reaches store",
+            "domain/policy never reaches store",
         ),
         // The import dependency.rs had before its argv reading moved to daemon/sbatch:
         // the store reached sbatch_args through it.
         (
-            "dependency.rs",
-            "use crate::sbatch_args::Submitted;",
-            "store never reaches sbatch_args",
+            "domain/dependency.rs",
+            "use crate::domain::sbatch_args::Submitted;",
+            "store never reaches domain/sbatch_args",
         ),
     ];
     assert!(
@@ -1088,10 +1136,11 @@ fn the_rules_refuse_each_hole_they_once_let_through() {
     // A root re-export used from policy is the part it names.
     let report = forbidden(&read_crate_with(&[
         ("lib.rs", holes[6].1),
-        ("policy/mod.rs", "fn probe(_: crate::ProbeStore) {}"),
+        ("domain/policy/mod.rs", "fn probe(_: crate::ProbeStore) {}"),
     ]));
     assert!(
-        report.contains("policy imports store") && report.contains("which is crate::store::Store"),
+        report.contains("domain/policy imports store")
+            && report.contains("which is crate::store::Store"),
         "{report}"
     );
 }
@@ -1357,18 +1406,18 @@ fn every_rule_names_parts_that_exist() {
 fn the_scanner_finds_paths_as_rust_resolves_them() {
     let text = r##"
 //! A doc comment naming crate::store::Store is no import.
-use crate::model::ChainState;
+use crate::domain::model::ChainState;
 use crate::{config::Config, slurm::{self, jobid::JobId}};
 use super::sibling::Thing;
 use super::super::far::Away as Near;
 use self::child::Item;
-/* crate::policy::transition in a block comment, /* nested crate::metrics */ */
+/* crate::domain::policy::transition in a block comment, /* nested crate::metrics */ */
 fn f() {
     let _ = "crate::store::in_a_string";
     let _ = r#"crate::store::in_a_raw_string "quoted""#;
     let _ = ['c', '\'', '"'];
     let _: &'static str = "";
-    crate::clock::now();
+    crate::plumbing::clock::now();
     child::call();
     other::crate_like::path();
 }
@@ -1390,14 +1439,14 @@ pub(in crate::daemon) fn scoped() {}
     let s = scan(text, &module);
     let got: Vec<(usize, String)> = s.refs.iter().map(|r| (r.line, r.path.join("::"))).collect();
     let want: Vec<(usize, String)> = [
-        (3, "model::ChainState"),
+        (3, "domain::model::ChainState"),
         (4, "config::Config"),
         (4, "slurm"),
         (4, "slurm::jobid::JobId"),
         (5, "daemon::sibling::Thing"),
         (6, "far::Away"),
         (7, "daemon::engine::child::Item"),
-        (14, "clock::now"),
+        (14, "plumbing::clock::now"),
         (15, "daemon::engine::child::call"),
         (19, "daemon::up::There"),
     ]

@@ -5,8 +5,8 @@
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::ChainState;
-use slurm_supervisor::policy::{self, Context, Event};
+use slurm_supervisor::domain::model::ChainState;
+use slurm_supervisor::domain::policy::{self, Context, Event};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
 use slurm_supervisor::store::{Batch, Store};

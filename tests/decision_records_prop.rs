@@ -38,7 +38,7 @@ use serde_json::Value;
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::{Action, ChainState, Classification, RecoveryClass};
+use slurm_supervisor::domain::model::{Action, ChainState, Classification, RecoveryClass};
 use slurm_supervisor::protocol::{
     ErrorKind, Request, Resolution, ResolveAction, Response, SubmitRequest,
 };

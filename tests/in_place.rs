@@ -7,7 +7,7 @@
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::{Action, ChainState, RecoveryClass};
+use slurm_supervisor::domain::model::{Action, ChainState, RecoveryClass};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
 use slurm_supervisor::slurm::types::JobState;

@@ -13,7 +13,7 @@ mod mariadb;
 
 use mariadb::{wait_for, MariaDb, GRANTS};
 use mysql::prelude::Queryable;
-use slurm_supervisor::election::Epoch;
+use slurm_supervisor::domain::election::Epoch;
 use slurm_supervisor::store::cluster::{
     fence, read_password_file, Acquisition, ClusterDb, Fence, Grant, PasswordFileError, StoreUrl,
 };

@@ -13,8 +13,8 @@ mod common;
 mod mariadb;
 
 use mariadb::MariaDb;
-use slurm_supervisor::dbconfig::SnapshotPolicy;
-use slurm_supervisor::election::Epoch;
+use slurm_supervisor::domain::election::Epoch;
+use slurm_supervisor::plumbing::dbconfig::SnapshotPolicy;
 use slurm_supervisor::store::cluster::{
     read_password_file, Acquisition, ClusterDb, EntrySizes, EpochCell, Pruned, Refusal,
     SharedJournal, StoreUrl,
@@ -576,7 +576,7 @@ fn child_snapshot_until_the_failpoint() {
 }
 
 /// A daemon killed mid-snapshot (after its first part) or between the snapshot's
-/// publication and the pruning (SIGKILL, by `src/failpoint.rs`) leaves a usable state: a
+/// publication and the pruning (SIGKILL, by `src/plumbing/failpoint.rs`) leaves a usable state: a
 /// new node starts from the last complete snapshot and the journal after it, with the
 /// writer's rows; the next snapshot removes what the dead one left.
 #[test]

@@ -1,4 +1,4 @@
-//! The MUNGE binding (`src/munge.rs`) against a real munged: Debian's, started by each test
+//! The MUNGE binding (`src/plumbing/munge.rs`) against a real munged: Debian's, started by each test
 //! with its own key (1024 random bytes, mode 0400), socket, pid, log and seed files in a
 //! temporary folder, and stopped when the test ends. The host's munged, and the dev
 //! clusters', are never touched.
@@ -20,7 +20,7 @@ mod common;
 
 use common::munged::{wait_for, Munged};
 use common::system::User;
-use slurm_supervisor::munge::{Decoded, Munge, MungeError, MAX_CREDENTIAL, MAX_PAYLOAD};
+use slurm_supervisor::plumbing::munge::{Decoded, Munge, MungeError, MAX_CREDENTIAL, MAX_PAYLOAD};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use slurm_supervisor::sbatch_args::{
+use slurm_supervisor::domain::sbatch_args::{
     self, format_array_list, parse_array_spec, rebuild, script_directives, Overrides,
 };
 use slurm_supervisor::slurm::parse::{

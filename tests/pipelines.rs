@@ -7,7 +7,7 @@
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::{Action, ChainState, RecoveryClass};
+use slurm_supervisor::domain::model::{Action, ChainState, RecoveryClass};
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Command, Ending, FakeSlurm};
 use slurm_supervisor::slurm::{RunAs, SbatchRequest, Slurm};
@@ -57,14 +57,14 @@ impl Pipe {
 
     /// A submission that continues from its checkpoints (docs/continuation.md).
     async fn submit_continuing(&mut self, args: &[&str]) -> String {
-        let c = slurm_supervisor::continuation::Continuation::default();
+        let c = slurm_supervisor::domain::continuation::Continuation::default();
         self.try_submit_as(args, Some(c)).await.unwrap()
     }
 
     async fn try_submit_as(
         &mut self,
         args: &[&str],
-        continuation: Option<slurm_supervisor::continuation::Continuation>,
+        continuation: Option<slurm_supervisor::domain::continuation::Continuation>,
     ) -> Result<String, String> {
         let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         argv.push("--wrap=true".into());

@@ -2,11 +2,11 @@
 //! happens on the loop between the question and the answer. The real engine and store
 //! against the in-process fake Slurm.
 
-use slurm_supervisor::clock::now;
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::ChainState;
+use slurm_supervisor::domain::model::ChainState;
+use slurm_supervisor::plumbing::clock::now;
 use slurm_supervisor::protocol::{Request, Response, SubmitRequest};
 use slurm_supervisor::slurm::fake::{Ending, FakeSlurm};
 use slurm_supervisor::store::Store;

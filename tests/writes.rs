@@ -7,7 +7,7 @@
 use slurm_supervisor::config::Config;
 use slurm_supervisor::daemon::engine::Engine;
 use slurm_supervisor::daemon::requests;
-use slurm_supervisor::model::ChainState;
+use slurm_supervisor::domain::model::ChainState;
 use slurm_supervisor::protocol::{
     ErrorKind, Request, Resolution, ResolveAction, Response, SubmitRequest,
 };

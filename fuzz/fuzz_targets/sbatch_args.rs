@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slurm_supervisor::sbatch_args::{
+use slurm_supervisor::domain::sbatch_args::{
     self, check_overrides, format_array_list, parse, parse_array_spec, rebuild, script_directives,
     Overrides, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
 };

@@ -1,6 +1,6 @@
 use clap::Parser;
 
 fn main() {
-    let args = slurm_supervisor::daemon_main::Args::parse();
-    std::process::exit(slurm_supervisor::daemon_main::main(args));
+    let args = slurm_supervisor::daemon::start::Args::parse();
+    std::process::exit(slurm_supervisor::daemon::start::main(args));
 }

@@ -19,9 +19,9 @@
 //! not taken).
 
 use super::{ClientError, NetTarget};
-use crate::munge::Munge;
+use crate::domain::request_binding;
+use crate::plumbing::munge::Munge;
 use crate::protocol::net::{hex, Hello, MAX_HELLO, PROOF_UID_OF_ROOT, VERSION};
-use crate::request_binding;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -53,7 +53,7 @@ pub fn send(
     let munge = Munge::open(target.munge_socket.as_deref())?;
     let tls = match &target.tls_ca {
         None => None,
-        Some(ca) => Some(crate::tls::client_config(ca)?),
+        Some(ca) => Some(crate::plumbing::tls::client_config(ca)?),
     };
     let me = nix::unistd::geteuid().as_raw();
     let body = line.strip_suffix(b"\n").unwrap_or(line);
@@ -229,7 +229,7 @@ fn open(
     }
     let mut line = Vec::new();
     if let Err(e) = reader
-        .take(crate::munge::MAX_CREDENTIAL as u64 + 2)
+        .take(crate::plumbing::munge::MAX_CREDENTIAL as u64 + 2)
         .read_until(b'\n', &mut line)
     {
         return Ok(Opened::Unproven(format!("no proof came ({e})")));
@@ -276,9 +276,9 @@ fn open(
     let d = match decoded {
         Ok(d) => d,
         Err(
-            e @ (crate::munge::MungeError::Socket { .. }
-            | crate::munge::MungeError::Library { .. }
-            | crate::munge::MungeError::NoContext),
+            e @ (crate::plumbing::munge::MungeError::Socket { .. }
+            | crate::plumbing::munge::MungeError::Library { .. }
+            | crate::plumbing::munge::MungeError::NoContext),
         ) => return Err(ClientError::Munge(e)),
         Err(e) => {
             return Ok(Opened::Unproven(format!(
@@ -327,7 +327,8 @@ fn decode_as(
     uid: u32,
     munge: &Munge,
     cred: &[u8],
-) -> Result<Result<crate::munge::Decoded, crate::munge::MungeError>, ClientError> {
+) -> Result<Result<crate::plumbing::munge::Decoded, crate::plumbing::munge::MungeError>, ClientError>
+{
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let program = ["/usr/bin/unmunge", "/usr/local/bin/unmunge"]
@@ -357,7 +358,7 @@ fn decode_as(
     if !out.status.success() {
         let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
         // unmunge exits with MUNGE's error number.
-        return Ok(Err(crate::munge::MungeError::of_code(
+        return Ok(Err(crate::plumbing::munge::MungeError::of_code(
             out.status.code().unwrap_or(-1),
             said,
         )));
@@ -365,7 +366,7 @@ fn decode_as(
     // "UID: 0\nGID: 0\n\n" then the payload.
     let text = out.stdout;
     let Some(at) = text.windows(2).position(|w| w == b"\n\n") else {
-        return Ok(Err(crate::munge::MungeError::Contract(
+        return Ok(Err(crate::plumbing::munge::MungeError::Contract(
             "unmunge printed no metadata",
         )));
     };
@@ -376,11 +377,11 @@ fn decode_as(
             .and_then(|v| v.trim().parse().ok())
     };
     let (Some(uid), Some(gid)) = (field("UID:"), field("GID:")) else {
-        return Ok(Err(crate::munge::MungeError::Contract(
+        return Ok(Err(crate::plumbing::munge::MungeError::Contract(
             "unmunge printed no UID or GID",
         )));
     };
-    Ok(Ok(crate::munge::Decoded {
+    Ok(Ok(crate::plumbing::munge::Decoded {
         uid,
         gid,
         payload: text[at + 2..].to_vec(),
@@ -613,7 +614,7 @@ mod tests {
             daemon: "d".into(),
             uid: me,
             active: false,
-            nonce: Some("00".repeat(crate::request_binding::NONCE_LEN)),
+            nonce: Some("00".repeat(crate::domain::request_binding::NONCE_LEN)),
             active_at: None,
         })
         .unwrap();

@@ -10,7 +10,7 @@ pub mod wait;
 
 use crate::client;
 use crate::config::ClientConfig;
-use crate::model::ChainState;
+use crate::domain::model::ChainState;
 use crate::protocol::views::{
     ChainRow, HistoryAnswer, PendingChain, RecoverDryRun, StatsAnswer, SubmitAnswer,
 };
@@ -332,15 +332,15 @@ fn continuation_of(
     continue_: bool,
     progress: Option<&str>,
     requeue_exit: Option<&str>,
-) -> Result<Option<crate::continuation::Continuation>, String> {
+) -> Result<Option<crate::domain::continuation::Continuation>, String> {
     if !continue_ && progress.is_none() && requeue_exit.is_none() {
         return Ok(None);
     }
-    let c = crate::continuation::Continuation {
+    let c = crate::domain::continuation::Continuation {
         progress: progress.map(str::to_string),
         requeue_exit: match requeue_exit {
             Some(codes) => {
-                crate::continuation::parse_exit_codes(codes).map_err(|e| e.to_string())?
+                crate::domain::continuation::parse_exit_codes(codes).map_err(|e| e.to_string())?
             }
             None => Vec::new(),
         },
@@ -353,14 +353,14 @@ fn submit_request(
     sbatch: &[std::ffi::OsString],
     max_retries: Option<u32>,
     restartable: bool,
-    continuation: Option<crate::continuation::Continuation>,
+    continuation: Option<crate::domain::continuation::Continuation>,
     config: &ClientConfig,
 ) -> Result<SubmitRequest, String> {
-    use crate::osbytes::{escape, from_os, to_path};
+    use crate::plumbing::osbytes::{escape, from_os, to_path};
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let argv: Vec<String> = sbatch.iter().map(|a| from_os(a)).collect();
-    let cmd = crate::sbatch_args::parse(&argv)
+    let cmd = crate::domain::sbatch_args::parse(&argv)
         .map_err(|e| format!("cannot understand the sbatch command: {e}"))?;
     let wrap = cmd.options.iter().any(|o| o.name == "wrap");
     let script = match &cmd.script {

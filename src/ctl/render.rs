@@ -13,7 +13,7 @@ fn time(v: Option<i64>) -> String {
     v.map(format_unix).unwrap_or_else(|| "-".into())
 }
 
-pub use crate::clock::format_unix;
+pub use crate::plumbing::clock::format_unix;
 
 pub fn status_table(rows: &[ChainRow]) -> String {
     let mut out = String::new();
@@ -291,7 +291,7 @@ pub fn cluster_text(v: &ClusterAnswer) -> String {
 
 /// A decision about a rule proposal in one line: what, for whom, who, when, why. The
 /// reason is a user's text: shown escaped, on the line.
-fn rule_record_line(r: &crate::learn::RuleRecord) -> String {
+fn rule_record_line(r: &crate::domain::learn::RuleRecord) -> String {
     let why = if r.reason.is_empty() {
         String::new()
     } else {
@@ -313,7 +313,7 @@ fn rule_record_line(r: &crate::learn::RuleRecord) -> String {
 
 /// `rules accept|reject`'s answer.
 pub fn rule_decision_text(a: &crate::protocol::views::RuleDecisionAnswer) -> String {
-    use crate::learn::RuleAction;
+    use crate::domain::learn::RuleAction;
     let what = match (a.action, a.changed, &a.file) {
         (RuleAction::Accept, true, Some(file)) => {
             return format!("rule {} is in force, from {file}", a.name)
@@ -397,9 +397,9 @@ pub fn rules_text(v: &crate::protocol::views::RulesAnswer, history: bool) -> Str
             conflict,
         );
         let state = match p.state {
-            crate::learn::ProposalState::Waiting => "WAITING for a decision",
-            crate::learn::ProposalState::Rejected => "REJECTED",
-            crate::learn::ProposalState::Accepted => "ACCEPTED for your chains",
+            crate::domain::learn::ProposalState::Waiting => "WAITING for a decision",
+            crate::domain::learn::ProposalState::Rejected => "REJECTED",
+            crate::domain::learn::ProposalState::Accepted => "ACCEPTED for your chains",
         };
         match &p.decided {
             Some(d) => {

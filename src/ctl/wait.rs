@@ -9,7 +9,7 @@
 
 use super::render;
 use crate::client::{self, ClientError};
-use crate::model::ChainState;
+use crate::domain::model::ChainState;
 use crate::protocol::views::ChainRow;
 use crate::protocol::{decode, ErrorBody, ErrorKind, Request, Response};
 use std::collections::BTreeMap;

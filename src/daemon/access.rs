@@ -2,7 +2,7 @@
 //! against each chain's owner. Shared by every request handler, so nothing imports the
 //! dispatcher for it.
 
-use crate::ids::IdRef;
+use crate::domain::ids::IdRef;
 use crate::protocol::{ErrorKind, Response};
 use crate::store::{Chain, Store, StoreError};
 

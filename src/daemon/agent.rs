@@ -9,7 +9,7 @@
 use super::engine::AgentView;
 use super::program;
 use super::reads::views;
-use crate::model::{Action, ChainState};
+use crate::domain::model::{Action, ChainState};
 use crate::protocol::views::PendingChain;
 use crate::slurm::spawn;
 use crate::store::{Store, StoreError};
@@ -56,7 +56,7 @@ pub fn prompt<T: Serialize>(pending: &[T], min_confidence: f64) -> String {
         .and_then(|v| serde_json::to_string_pretty(&v))
         .unwrap_or_default();
     if evidence.len() > MAX_PROMPT_BYTES {
-        let cut = crate::osbytes::truncate(&evidence, MAX_PROMPT_BYTES).len();
+        let cut = crate::plumbing::osbytes::truncate(&evidence, MAX_PROMPT_BYTES).len();
         evidence.truncate(cut);
         evidence.push_str("\n... (cut; use `supervisorctl pending --json` or the MCP tool list_pending_failed for all of it)");
     }

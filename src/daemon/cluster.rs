@@ -33,7 +33,7 @@
 //!   lease thread, which writes this daemon's row, last read them ([`Cluster::seen`]).
 
 use crate::config::ClusterConfig;
-use crate::election::{Answer, Election, Epoch, Role};
+use crate::domain::election::{Answer, Election, Epoch, Role};
 use crate::protocol::views::{ClusterAnswer, LeaseAnswer, NodeAnswer};
 use crate::slurm::parse::Parsed;
 use crate::slurm::types::{HeldRow, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
@@ -748,7 +748,7 @@ fn snapshot_thread(
     mut connect: impl FnMut() -> Result<ClusterDb, StoreError>,
     replica: std::path::PathBuf,
     acting: EpochCell,
-    policy: crate::dbconfig::SnapshotPolicy,
+    policy: crate::plumbing::dbconfig::SnapshotPolicy,
     check: Duration,
     stop: Arc<AtomicBool>,
 ) {

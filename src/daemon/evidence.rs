@@ -2,7 +2,7 @@
 //! filename patterns) and their last lines.
 
 use crate::config::Config;
-use crate::sbatch_args::Submitted;
+use crate::domain::sbatch_args::Submitted;
 use crate::slurm::jobid::JobId;
 use crate::slurm::types::SacctRow;
 use crate::store::Submission;
@@ -215,7 +215,7 @@ pub fn output_tails(
         )
     };
     // The path was built from the user's (possibly non-UTF-8) options: back to raw bytes.
-    let raw = |p: PathBuf| crate::osbytes::to_path(&p.to_string_lossy());
+    let raw = |p: PathBuf| crate::plumbing::osbytes::to_path(&p.to_string_lossy());
     let err = output_path(sub, job_id, job_row, Stream::Stderr).map(raw);
     let out = output_path(sub, job_id, job_row, Stream::Stdout)
         .map(raw)
@@ -226,10 +226,10 @@ pub fn output_tails(
 /// A continuing job's working directory: its `--chdir` (from where it was submitted),
 /// else where it was submitted.
 fn job_dir(sub: &Submission) -> PathBuf {
-    let cwd = crate::osbytes::to_path(&sub.cwd);
+    let cwd = crate::plumbing::osbytes::to_path(&sub.cwd);
     let chdir = Submitted::read(&sub.argv, sub.script.as_deref())
         .ok()
-        .and_then(|s| s.option("chdir").map(crate::osbytes::to_path));
+        .and_then(|s| s.option("chdir").map(crate::plumbing::osbytes::to_path));
     match chdir {
         Some(d) if d.is_absolute() => d,
         Some(d) => cwd.join(d),
@@ -240,7 +240,7 @@ fn job_dir(sub: &Submission) -> PathBuf {
 /// The progress path of a continuing submission, in full (`path` is from the job's
 /// working directory, or absolute).
 pub fn progress_path(sub: &Submission, path: &str) -> PathBuf {
-    let p = crate::osbytes::to_path(path);
+    let p = crate::plumbing::osbytes::to_path(path);
     if p.is_absolute() {
         p
     } else {
@@ -271,15 +271,15 @@ const PSEUDO_FILESYSTEMS: &[i64] = &[
     0xcafe_4a11,
 ];
 
-/// What the progress path `full` looks like now ([`crate::continuation::Progress`]), read
+/// What the progress path `full` looks like now ([`crate::domain::continuation::Progress`]), read
 /// with this process's own rights: the daemon runs it in a child as the job's owner
 /// (`slurm-supervisord --read-progress`, [`read_progress_as`]), so the path is walked as
 /// they could walk it. The last component is never followed, nothing but a regular file
 /// or a folder is looked at (not on proc, sys and the like), a file is hashed up to its
 /// own size (at most 16 MiB), and a folder's entries are counted without following any
 /// link, at most [`FOLDER_ENTRIES_AT_MOST`] of them.
-pub fn progress_at(full: &Path) -> crate::continuation::Progress {
-    use crate::continuation::Progress;
+pub fn progress_at(full: &Path) -> crate::domain::continuation::Progress {
+    use crate::domain::continuation::Progress;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let unreadable = |why: String| Progress::Unreadable { why };
     let handle = match std::fs::OpenOptions::new()
@@ -382,8 +382,8 @@ pub fn read_progress_main(path: &Path) -> i32 {
 pub async fn read_progress_as(
     full: &Path,
     owner: Option<&crate::slurm::RunAs>,
-) -> Result<crate::continuation::Progress, String> {
-    use crate::continuation::Progress;
+) -> Result<crate::domain::continuation::Progress, String> {
+    use crate::domain::continuation::Progress;
     use crate::slurm::spawn;
     let mut cmd = spawn::Command::new("/proc/self/exe");
     cmd.args([std::ffi::OsStr::new("--read-progress"), full.as_os_str()]);
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn a_progress_path_on_proc_or_sys_is_not_read() {
-        use crate::continuation::Progress;
+        use crate::domain::continuation::Progress;
         for p in ["/proc/self/status", "/proc/self/maps", "/sys/kernel"] {
             assert!(
                 matches!(progress_at(Path::new(p)), Progress::Unreadable { .. }),

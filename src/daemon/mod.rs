@@ -32,6 +32,7 @@ mod refusals;
 pub mod requests;
 pub mod sbatch;
 pub mod server;
+pub mod start;
 
 use crate::config::Config;
 use crate::slurm::Slurm;
@@ -87,9 +88,9 @@ pub enum DaemonError {
     #[error("systemd passed this daemon a socket named {name:?} (slurm-supervisord.socket, FileDescriptorName=), but the config has no {key}: set {key} to the socket's address, or `systemctl disable --now slurm-supervisord.socket`")]
     Unused { name: String, key: &'static str },
     #[error("server.tls_cert, server.tls_key: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::plumbing::tls::TlsError),
     #[error("server.listen needs MUNGE to authenticate network clients: {0}")]
-    Munge(#[from] crate::munge::MungeError),
+    Munge(#[from] crate::plumbing::munge::MungeError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cluster mode ([store]): {0}")]
@@ -250,10 +251,10 @@ pub async fn run<S: Slurm + Clone + 'static>(
     let net_listener = match config.server.listen {
         None => None,
         Some(addr) => {
-            let munge = crate::munge::Munge::open(config.server.munge_socket.as_deref())?;
+            let munge = crate::plumbing::munge::Munge::open(config.server.munge_socket.as_deref())?;
             let tls = match &config.server.tls {
                 None => None,
-                Some(f) => Some(crate::tls::server_config(&f.cert, &f.key)?),
+                Some(f) => Some(crate::plumbing::tls::server_config(&f.cert, &f.key)?),
             };
             let listener = match activation::listen(activation::SERVER, addr) {
                 Ok((listener, inherited)) => {
@@ -363,7 +364,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     if let Some(c) = &cluster {
         c.turned();
     }
-    if let Err(e) = crate::sd_notify::notify("READY=1") {
+    if let Err(e) = crate::plumbing::sd_notify::notify("READY=1") {
         warn!("cannot notify systemd: {e}");
     }
     info!(socket = %socket_path.display(), poll_interval = ?engine.upkeep().config.poll_interval, "slurm-supervisord ready");
@@ -488,7 +489,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 }
                 let _ = ctl.reply.send(response);
                 if after.launch {
-                    if let Err(e) = engine.launch_ready(crate::clock::now()).await {
+                    if let Err(e) = engine.launch_ready(crate::plumbing::clock::now()).await {
                         error!("launching due retries failed: {e}");
                     }
                     dispatch(&mut engine, &mut in_flight);
@@ -548,7 +549,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
         }
     };
     info!("stopping");
-    let _ = crate::sd_notify::notify("STOPPING=1");
+    let _ = crate::plumbing::sd_notify::notify("STOPPING=1");
     let grace = NOTIFY_STOP_GRACE.min(engine.upkeep().config.notify.timeout.0);
     notifier.stop(engine.post(), grace).await;
     server.abort();
@@ -686,7 +687,10 @@ async fn after_cycle<S: Slurm + Clone + 'static>(
             .and_then(|c| c.sweep_due().then(|| c.lease()));
         if let Some(lease) = sweep {
             let recent = (engine.upkeep().config.slurm.sbatch_timeout + 2 * lease).as_secs() as i64;
-            if let Err(e) = engine.sweep_held(crate::clock::now(), recent).await {
+            if let Err(e) = engine
+                .sweep_held(crate::plumbing::clock::now(), recent)
+                .await
+            {
                 warn!("the sweep of held jobs failed: {e}");
                 note_fenced(cluster, &e);
             }

@@ -27,13 +27,13 @@
 
 use super::refusals::{self, RefusalLog};
 use super::server::{self, read_request, take_slot, Shared};
-use crate::munge::{Munge, MungeError};
+use crate::domain::request_binding::{self, Nonce};
+use crate::plumbing::munge::{Munge, MungeError};
 use crate::protocol::net::{
     nonce_from_hex, nonce_hex, salt_from_hex, Hello, MAX_OPENING, PROOF_UID_OF_ROOT, PROVE_FIRST,
     VERSION,
 };
 use crate::protocol::{ErrorKind, Response};
-use crate::request_binding::{self, Nonce};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -795,7 +795,7 @@ fn unreadable_opening(line: &[u8]) -> Refusal {
         },
         format!(
             "expected an opening: a MUNGE credential of at most {} bytes on one line (version {VERSION} of the network protocol)",
-            crate::munge::MAX_CREDENTIAL
+            crate::plumbing::munge::MAX_CREDENTIAL
         ),
     )
 }

@@ -1,4 +1,4 @@
-//! Delivering the notifications the store queued (`crate::notification` says what is
+//! Delivering the notifications the store queued (`crate::domain::notification` says what is
 //! told, and when): a mail through the site's mail program, and the optional
 //! `notify.command` with the event as JSON on stdin.
 //!
@@ -30,10 +30,10 @@
 
 use super::engine::{Post, Runner};
 use super::sbatch::run_as;
-use crate::clock::now;
 use crate::config::NotifyConfig;
-use crate::notification::{self, Event, Kind};
-use crate::sbatch_args::Submitted;
+use crate::domain::notification::{self, Event, Kind};
+use crate::domain::sbatch_args::Submitted;
+use crate::plumbing::clock::now;
 use crate::slurm::{spawn, RunAs, Slurm};
 use crate::store::{Notification, Store, StoreError};
 use futures_util::StreamExt;
@@ -598,7 +598,7 @@ async fn run(argv: &[String], input: &[u8], g: &Group, timeout: Duration) -> Res
             "{} failed ({}): {}",
             argv[0],
             ran.status,
-            crate::osbytes::truncate(String::from_utf8_lossy(&ran.stderr).trim(), 500)
+            crate::plumbing::osbytes::truncate(String::from_utf8_lossy(&ran.stderr).trim(), 500)
         ))
     }
 }

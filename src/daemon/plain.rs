@@ -151,7 +151,7 @@ impl Spool {
             if m.file_type().is_dir() && m.uid() == me && m.mode() & 0o7777 != 0o755 {
                 let aside = self
                     .root
-                    .join(format!("notes-before-{}", crate::clock::now()));
+                    .join(format!("notes-before-{}", crate::plumbing::clock::now()));
                 std::fs::rename(self.notes(), &aside).map_err(io(&self.notes()))?;
                 std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700))
                     .map_err(io(&aside))?;
@@ -403,7 +403,7 @@ impl Spool {
             }
             // A folder changed in the last seconds may change again within the same tick
             // of a coarse clock: it is read again whatever its times say.
-            let settled = crate::clock::now() - m.ctime() >= 2;
+            let settled = crate::plumbing::clock::now() - m.ctime() >= 2;
             if !left && theirs == 0 && settled {
                 // Read whole and nothing in it: not read again until it changes.
                 self.drained.insert(*uid, changed);
@@ -936,7 +936,7 @@ async fn take<S: crate::slurm::Slurm>(
     // was made); its owner sees why with `supervisorctl status JOBID`.
     tracing::warn!("a plain-sbatch job is not supervised: {refused}");
     desk.store
-        .note_plain_refused(job_id, uid, &refused, crate::clock::now())?;
+        .note_plain_refused(job_id, uid, &refused, crate::plumbing::clock::now())?;
     done(plain, false)
 }
 
@@ -1225,8 +1225,8 @@ mod tests {
             continuation: None,
         };
         let submitted =
-            crate::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
-        let t = crate::clock::now();
+            crate::domain::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
+        let t = crate::plumbing::clock::now();
         let desk = engine.desk();
         let l =
             crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)

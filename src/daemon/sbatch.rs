@@ -3,9 +3,9 @@
 //! the launch has to be repeated after a crash.
 
 use crate::config::Config;
-use crate::dependency::Resolved;
-use crate::model::RetryPlan;
-use crate::sbatch_args::{self, Overrides, Submitted};
+use crate::domain::dependency::Resolved;
+use crate::domain::model::RetryPlan;
+use crate::domain::sbatch_args::{self, Overrides, Submitted};
 use crate::slurm::jobid::base_job_id;
 use crate::slurm::{RunAs, SbatchRequest, Slurm, SlurmError};
 use crate::store::{Launch, NewSubmission, Store, StoreError, Submission};
@@ -35,7 +35,7 @@ pub enum PrepareError {
     #[error("the recorded sbatch command cannot be read: {0}")]
     Args(#[from] sbatch_args::ArgsError),
     #[error("its --dependency cannot be sent as it is: {0}")]
-    Dependency(#[from] crate::dependency::ResolveError),
+    Dependency(#[from] crate::domain::dependency::ResolveError),
     #[error("cannot write the script snapshot {path}: {source}")]
     Snapshot {
         path: PathBuf,
@@ -147,7 +147,7 @@ pub fn run_as(owner_uid: u32) -> Result<Option<RunAs>, String> {
 /// `--signal` of its own.
 pub fn warning_signal(
     config: &Config,
-    continuation: Option<&crate::continuation::Continuation>,
+    continuation: Option<&crate::domain::continuation::Continuation>,
     s: &Submitted,
     env: &[(String, String)],
 ) -> Option<String> {
@@ -197,7 +197,7 @@ fn overrides(
         // script's `#SBATCH --mail-type` is overridden from the command line the same way.
         mail_type: if notify_mail {
             s.option("mail-type")
-                .and_then(crate::notification::supervised_mail_type)
+                .and_then(crate::domain::notification::supervised_mail_type)
         } else {
             None
         },
@@ -206,7 +206,7 @@ fn overrides(
 }
 
 /// A submission's `--dependency` resolved against the supervised chains of its owner it
-/// names ([`crate::dependency::resolve`]): chain ids and earlier attempts become the
+/// names ([`crate::domain::dependency::resolve`]): chain ids and earlier attempts become the
 /// chains' latest jobs, afterany/afternotok on unfinished chains become gates (the job is
 /// held). `None` when it has no dependency or one this cannot read (sbatch judges it).
 pub fn resolve_dependency(
@@ -218,7 +218,7 @@ pub fn resolve_dependency(
     let Some(value) = s.option("dependency") else {
         return Ok(None);
     };
-    let Ok(expr) = crate::dependency::Expr::parse(value) else {
+    let Ok(expr) = crate::domain::dependency::Expr::parse(value) else {
         return Ok(None);
     };
     let jobs: Vec<String> = expr.targets().map(|(_, t)| t.job.clone()).collect();
@@ -235,11 +235,11 @@ pub fn resolve_dependency(
     if facts.is_empty()
         && !jobs
             .iter()
-            .any(|j| crate::dependency::chain_target(j).is_some())
+            .any(|j| crate::domain::dependency::chain_target(j).is_some())
     {
         return Ok(None);
     }
-    Ok(Some(crate::dependency::resolve(&expr, &facts)?))
+    Ok(Some(crate::domain::dependency::resolve(&expr, &facts)?))
 }
 
 /// The argv of a launch: the user's command with the supervisor's changes.
@@ -282,7 +282,7 @@ fn check(s: &Submitted, o: &Overrides) -> Result<(), PrepareError> {
 
 /// The rows of the jobs a submission waits on (its `--dependency`, command line first,
 /// else its script's `#SBATCH` line: kind and job), at most
-/// [`crate::dependency::MAX_DEPENDENCY_EDGES`]; nothing when it cannot be read. The
+/// [`crate::domain::dependency::MAX_DEPENDENCY_EDGES`]; nothing when it cannot be read. The
 /// store keeps them as given: the writer computes them here, once
 /// ([`begin_submission`]), and a store that must read them itself (a store or journal
 /// entry from before they were kept) is given this function as its
@@ -296,7 +296,7 @@ pub fn dependency_rows(argv: &[String], script: Option<&[u8]>) -> Vec<(String, S
 /// [`dependency_rows`] of a submission read already.
 fn dependency_rows_of(s: &Submitted) -> Vec<(String, String)> {
     s.option("dependency")
-        .map(crate::dependency::dependency_edges)
+        .map(crate::domain::dependency::dependency_edges)
         .unwrap_or_default()
         .into_iter()
         .map(|e| (e.kind, e.job))
@@ -479,7 +479,13 @@ pub fn preview_argv(
         array,
         "<tag assigned at launch>",
         script.as_deref(),
-        resolve_dependency(store, sub.owner_uid, &submitted, crate::clock::now())?.as_ref(),
+        resolve_dependency(
+            store,
+            sub.owner_uid,
+            &submitted,
+            crate::plumbing::clock::now(),
+        )?
+        .as_ref(),
         config.notify.mail,
     );
     check(&submitted, &o)?;
@@ -523,8 +529,9 @@ pub async fn sbatch<S: Slurm>(
     };
     let snapshot = match (&sub.script_name, &sub.script) {
         (Some(name), Some(content)) => {
-            let p =
-                crate::osbytes::to_path(&snapshot_path(state_dir, l.id, name).to_string_lossy());
+            let p = crate::plumbing::osbytes::to_path(
+                &snapshot_path(state_dir, l.id, name).to_string_lossy(),
+            );
             if let Err(e) = write_snapshot(&p, content, owner.as_ref()) {
                 remove_snapshot(&p);
                 return LaunchOutcome::Refused {
@@ -536,7 +543,7 @@ pub async fn sbatch<S: Slurm>(
         }
         _ => None,
     };
-    crate::failpoint::hit("before-sbatch");
+    crate::plumbing::failpoint::hit("before-sbatch");
     let req = SbatchRequest {
         argv: l.argv.clone(),
         cwd: PathBuf::from(&sub.cwd),
@@ -674,7 +681,7 @@ mod tests {
         let huge = format!("--dependency=afterok:{}", vec!["12"; 100_000].join(":"));
         assert_eq!(
             dependency_rows(&[huge, "--wrap=true".into()], None).len(),
-            crate::dependency::MAX_DEPENDENCY_EDGES
+            crate::domain::dependency::MAX_DEPENDENCY_EDGES
         );
     }
 

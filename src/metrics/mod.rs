@@ -19,7 +19,7 @@
 pub mod http;
 
 use crate::config::Config;
-use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
+use crate::domain::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
 use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -321,14 +321,14 @@ impl Snapshot {
                     .chain_counts_by_state_of(&resubmitted)?
                     .into_iter()
                     .collect(),
-                infra_failures: crate::policy::breaker_failures(
+                infra_failures: crate::domain::policy::breaker_failures(
                     &store.infra_failures_by_owner_since(
                         now - config.breaker.window.0.as_secs() as i64,
                     )?,
                     config.breaker.threshold,
                     config.breaker.min_users_here(),
                 ),
-                quarantined: crate::policy::quarantined(&failures, config, now),
+                quarantined: crate::domain::policy::quarantined(&failures, config, now),
                 store_bytes: store_bytes(db_path),
                 rule_proposals,
                 rules_not_working,
@@ -353,7 +353,7 @@ pub struct RuleFacts {
     resolutions: Vec<SignatureResolution>,
     retries: Vec<RuleRetry>,
     /// The decisions about rules (`rules accept`, `rules reject`), oldest first.
-    records: Vec<crate::learn::RuleRecord>,
+    records: Vec<crate::domain::learn::RuleRecord>,
     /// The counts made from the facts (proposals waiting, rules not working), and the
     /// rules and thresholds they were made under; `None` once a fact changed.
     counts: Option<(RulesInForce, u64, u64)>,
@@ -363,7 +363,7 @@ pub struct RuleFacts {
 /// the rules in force.
 #[derive(Debug, Clone, PartialEq)]
 struct RulesInForce {
-    thresholds: crate::learn::Thresholds,
+    thresholds: crate::domain::learn::Thresholds,
     names: Vec<String>,
 }
 
@@ -442,7 +442,7 @@ impl RuleFacts {
         self.retries.extend(new_retries);
         self.seen = self.seen.max(upto);
 
-        let t = crate::learn::Thresholds::from(&config.learn);
+        let t = crate::domain::learn::Thresholds::from(&config.learn);
         let in_force = RulesInForce {
             thresholds: t,
             names: config.rules.iter().map(|r| r.name.clone()).collect(),
@@ -452,18 +452,19 @@ impl RuleFacts {
                 return Ok((*proposals, *not_working));
             }
         }
-        let proposals =
-            crate::learn::histories(self.resolutions.iter().map(SignatureResolution::facts))
-                .iter()
-                .filter_map(|h| crate::learn::propose(h, t))
-                .filter(|p| !in_force.names.contains(&p.rule.name))
-                .filter(|p| {
-                    crate::learn::standing(&self.records, &p.id, None)
-                        .is_none_or(|d| d.action != crate::learn::RuleAction::Reject)
-                })
-                .count() as u64;
-        let outcomes = crate::learn::tally(self.retries.iter().map(RuleRetry::outcome));
-        let not_working = crate::learn::not_working_rules(&outcomes, t)
+        let proposals = crate::domain::learn::histories(
+            self.resolutions.iter().map(SignatureResolution::facts),
+        )
+        .iter()
+        .filter_map(|h| crate::domain::learn::propose(h, t))
+        .filter(|p| !in_force.names.contains(&p.rule.name))
+        .filter(|p| {
+            crate::domain::learn::standing(&self.records, &p.id, None)
+                .is_none_or(|d| d.action != crate::domain::learn::RuleAction::Reject)
+        })
+        .count() as u64;
+        let outcomes = crate::domain::learn::tally(self.retries.iter().map(RuleRetry::outcome));
+        let not_working = crate::domain::learn::not_working_rules(&outcomes, t)
             .iter()
             // A user's own rule of a name in force is not that rule (`learn::RuleKey`).
             .filter(|(name, owner)| owner.is_none() && in_force.names.contains(name))
@@ -823,7 +824,7 @@ impl Scraper {
             &mut state.rules,
             &config,
             &self.db_path,
-            crate::clock::now(),
+            crate::plumbing::clock::now(),
         );
         // A connection that failed is opened anew next time.
         if snap.is_ok() {

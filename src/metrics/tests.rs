@@ -278,8 +278,8 @@ fn cluster_mode_shows_the_role_epoch_journal_and_takeovers() {
 #[test]
 fn every_actor_policy_writes_has_a_kind() {
     for (actor, kind) in [
-        (crate::policy::SUPERVISOR, ActorKind::Supervisor),
-        (crate::policy::EXPIRY, ActorKind::Expiry),
+        (crate::domain::policy::SUPERVISOR, ActorKind::Supervisor),
+        (crate::domain::policy::EXPIRY, ActorKind::Expiry),
     ] {
         assert_eq!(actor.parse::<ActorKind>().unwrap(), kind);
     }
@@ -291,7 +291,7 @@ fn every_actor_policy_writes_has_a_kind() {
 /// config that puts the proposed rule in force, and the admin's rejection of it.
 #[test]
 fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
-    use crate::policy::{AttemptEnd, Inputs, Judged};
+    use crate::domain::policy::{AttemptEnd, Inputs, Judged};
     use crate::store::suite::sub;
     use crate::store::{AttemptChange, ChainUpdate, Record, Transition};
 
@@ -308,7 +308,7 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
     };
     let plain = config("");
     let sig = "5160aa00bb11";
-    let verdict = |c: Classification, rule: Option<&str>| -> crate::classify::Verdict {
+    let verdict = |c: Classification, rule: Option<&str>| -> crate::domain::classify::Verdict {
         serde_json::from_value(serde_json::json!({
             "classification": c, "reason": "FAILED 1:0", "rule": rule, "state": "FAILED",
             "exit_code": "1:0", "nodes": "n1", "req_mem_bytes": null, "max_rss_bytes": null,
@@ -320,7 +320,7 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
         classification: c,
         class,
         action,
-        reason: crate::policy::Reason::Resolution {
+        reason: crate::domain::policy::Reason::Resolution {
             given: "test".into(),
         },
         inputs,
@@ -394,10 +394,11 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
     }
     check(&s, &plain, (0, 0));
     for &(_, chain) in &chains {
-        let resolution: crate::model::Resolution = serde_json::from_value(serde_json::json!({
-            "id": format!("c{chain}"), "action": "retry", "reason": "downloaded again",
-        }))
-        .unwrap();
+        let resolution: crate::domain::model::Resolution =
+            serde_json::from_value(serde_json::json!({
+                "id": format!("c{chain}"), "action": "retry", "reason": "downloaded again",
+            }))
+            .unwrap();
         let r = Record {
             resolves_latest: true,
             actor: "user:alice".into(),
@@ -407,7 +408,7 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
                 Action::Resubmit,
                 Inputs::Resolution {
                     resolution,
-                    plan: crate::model::RetryPlan::default(),
+                    plan: crate::domain::model::RetryPlan::default(),
                     dependents: None,
                 },
             )
@@ -501,7 +502,7 @@ fn the_kept_rule_counts_are_those_read_anew_after_every_change() {
     s.record_rule_decision(&crate::store::NewRuleDecision {
         proposal: sig,
         owner_uid: None,
-        action: crate::learn::RuleAction::Reject,
+        action: crate::domain::learn::RuleAction::Reject,
         actor: "user:root",
         actor_uid: 0,
         reason: "the shards are fixed now",

@@ -64,7 +64,7 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: u32 = 3;
 
 /// The longest opening line a daemon reads: the credential and its newline.
-pub const MAX_OPENING: u64 = crate::munge::MAX_CREDENTIAL as u64 + 2;
+pub const MAX_OPENING: u64 = crate::plumbing::munge::MAX_CREDENTIAL as u64 + 2;
 
 /// The first line of root's client, before its nonce: prove yourself first (see the
 /// module's doc). A credential's armoured text starts with `MUNGE:`, never with this.
@@ -98,14 +98,14 @@ pub struct Hello {
 
 impl Hello {
     /// The nonce as bytes, if it is well formed.
-    pub fn nonce_bytes(&self) -> Option<crate::request_binding::Nonce> {
+    pub fn nonce_bytes(&self) -> Option<crate::domain::request_binding::Nonce> {
         nonce_from_hex(self.nonce.as_deref()?)
     }
 }
 
 /// A nonce from its hex form, if it is well formed.
-pub fn nonce_from_hex(text: &str) -> Option<crate::request_binding::Nonce> {
-    let mut out = [0u8; crate::request_binding::NONCE_LEN];
+pub fn nonce_from_hex(text: &str) -> Option<crate::domain::request_binding::Nonce> {
+    let mut out = [0u8; crate::domain::request_binding::NONCE_LEN];
     if text.len() != out.len() * 2 {
         return None;
     }
@@ -116,7 +116,7 @@ pub fn nonce_from_hex(text: &str) -> Option<crate::request_binding::Nonce> {
 }
 
 /// A nonce as the hello carries it.
-pub fn nonce_hex(nonce: &crate::request_binding::Nonce) -> String {
+pub fn nonce_hex(nonce: &crate::domain::request_binding::Nonce) -> String {
     hex(nonce)
 }
 
@@ -126,8 +126,8 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// A salt from its line (without the newline), if it is well formed.
-pub fn salt_from_hex(text: &[u8]) -> Option<crate::request_binding::Salt> {
-    let mut out = [0u8; crate::request_binding::SALT_LEN];
+pub fn salt_from_hex(text: &[u8]) -> Option<crate::domain::request_binding::Salt> {
+    let mut out = [0u8; crate::domain::request_binding::SALT_LEN];
     if text.len() != out.len() * 2 {
         return None;
     }
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn a_nonce_goes_there_and_back_and_a_bad_one_is_none() {
-        let n: crate::request_binding::Nonce = std::array::from_fn(|i| (i * 17) as u8);
+        let n: crate::domain::request_binding::Nonce = std::array::from_fn(|i| (i * 17) as u8);
         let mut h = Hello {
             version: VERSION,
             daemon: "login1:6827".into(),
@@ -160,7 +160,7 @@ mod tests {
         }
         h.nonce = None;
         assert_eq!(h.nonce_bytes(), None);
-        let salt: crate::request_binding::Salt = std::array::from_fn(|i| (i * 7) as u8);
+        let salt: crate::domain::request_binding::Salt = std::array::from_fn(|i| (i * 7) as u8);
         assert_eq!(salt_from_hex(hex(&salt).as_bytes()), Some(salt));
         for bad in [&b""[..], b"00", &[b'z'; 64], &[b'0'; 65]] {
             assert_eq!(salt_from_hex(bad), None);

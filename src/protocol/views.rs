@@ -8,7 +8,7 @@
 //! noted on [`PlannedResolution::would_run`].
 
 use super::ResolveAction;
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::domain::model::{Action, ChainState, Classification, RecoveryClass};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -461,18 +461,18 @@ pub struct NodeAnswer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RulesAnswer {
     pub rules: Vec<RuleInForce>,
-    pub proposals: Vec<crate::learn::Proposal>,
+    pub proposals: Vec<crate::domain::learn::Proposal>,
     /// The decisions about rule proposals the caller may see (all for an admin; for a
     /// user, those for everyone and their own), oldest first: records of their own.
     #[serde(default)]
-    pub decisions: Vec<crate::learn::RuleRecord>,
+    pub decisions: Vec<crate::domain::learn::RuleRecord>,
 }
 
 /// A `[[rules]]` entry in force.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuleInForce {
     pub name: String,
-    pub kind: crate::model::Classification,
+    pub kind: crate::domain::model::Classification,
     pub exit_codes: Vec<i32>,
     pub stderr: Option<String>,
     /// `config` (the config file), the path of the `rules.d/` file it came from, or
@@ -498,13 +498,13 @@ pub struct RuleDecisionAnswer {
     /// Its rule's name (`learnt-<id>`).
     pub name: String,
     /// `accept` or `reject`.
-    pub action: crate::learn::RuleAction,
+    pub action: crate::domain::learn::RuleAction,
     /// `everyone`, or `mine` (the caller's own chains).
     pub scope: String,
     /// False when it was so already: nothing was written.
     pub changed: bool,
     /// The decision it stands by: the new record, or the earlier one when nothing changed.
-    pub record: Option<crate::learn::RuleRecord>,
+    pub record: Option<crate::domain::learn::RuleRecord>,
     /// For an acceptance for everyone, the `rules.d/` file that holds the rule.
     pub file: Option<String>,
 }

@@ -77,7 +77,7 @@ fn id_chunks(ids: &[String], max_ids: usize) -> Vec<&[String]> {
 /// Told of every Slurm command [`SlurmCli`] ran, as it ends: the command's name
 /// (`sbatch`), whether it exited 0 (false for a non-zero exit, a signal, a timeout or a
 /// failure to start it), and how long it took. The daemon passes its metrics' counter
-/// (`daemon_main`); the slurm layer knows nothing of who listens.
+/// (`daemon::start`); the slurm layer knows nothing of who listens.
 pub type CommandObserver = fn(command: &str, ok: bool, elapsed: Duration);
 
 /// The observer of a [`SlurmCli`] no one observes.
@@ -130,7 +130,7 @@ fn trim_evidence(s: &str) -> String {
     }
     format!(
         "{}... ({} bytes in all)",
-        crate::osbytes::truncate(t, MAX),
+        crate::plumbing::osbytes::truncate(t, MAX),
         t.len()
     )
 }
@@ -806,7 +806,7 @@ fn no_such_directory(e: SlurmError, dir: &Path) -> SlurmError {
                     std::io::ErrorKind::NotFound,
                     format!(
                         "the working directory {} does not exist on {node}, the node whose daemon runs sbatch (as you); nothing was submitted: submit from a directory that exists on {node} too (a shared file system), or on {node} itself",
-                        crate::osbytes::escape(&dir.to_string_lossy())
+                        crate::plumbing::osbytes::escape(&dir.to_string_lossy())
                     ),
                 ),
             }
@@ -882,7 +882,7 @@ impl Slurm for SlurmCli {
 
     async fn sbatch(&self, req: &SbatchRequest) -> Result<String, SlurmError> {
         // The user's bytes go back to their raw form here (see `osbytes`).
-        use crate::osbytes::to_os;
+        use crate::plumbing::osbytes::to_os;
         // The site's plain-sbatch filter is never run for the daemon's own sbatch: its
         // job is recorded already (`super::PLAIN_SWITCH`).
         let env: Vec<_> = req
@@ -895,7 +895,7 @@ impl Slurm for SlurmCli {
                 std::ffi::OsString::from("off"),
             )))
             .collect();
-        let cwd = crate::osbytes::to_path(&req.cwd.to_string_lossy());
+        let cwd = crate::plumbing::osbytes::to_path(&req.cwd.to_string_lossy());
         let run_as = req.run_as.clone();
         let argv: Vec<std::ffi::OsString> = req.argv.iter().map(|a| to_os(a)).collect();
         let dir = cwd.clone();

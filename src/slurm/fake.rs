@@ -19,7 +19,7 @@ use super::jobid::JobId;
 use super::parse::{self, Parsed};
 use super::types::{ExitCode, HeldRow, JobState, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
 use super::{SbatchRequest, Slurm, SlurmError};
-use crate::sbatch_args;
+use crate::domain::sbatch_args;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};

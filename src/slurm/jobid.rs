@@ -95,7 +95,7 @@ impl JobId {
     /// Parses one of the printed forms; surrounding whitespace is not accepted.
     pub fn parse(s: &str) -> Result<JobId, BadJobId> {
         let bad = || BadJobId {
-            shown: crate::osbytes::truncate(s, 64).to_string(),
+            shown: crate::plumbing::osbytes::truncate(s, 64).to_string(),
         };
         if s.len() > MAX_LEN {
             return Err(bad());
@@ -183,10 +183,10 @@ impl JobId {
     }
 
     /// The task ids of a pending task list (`14_[3-5]` gives 3, 4, 5); `None` for any other
-    /// id, or a list Slurm shortened. At most [`crate::syntax::MAX_ARRAY_TASKS`].
+    /// id, or a list Slurm shortened. At most [`crate::domain::syntax::MAX_ARRAY_TASKS`].
     pub fn pending_tasks(&self) -> Option<Vec<u32>> {
         match &self.names {
-            Names::PendingTasks(list) => crate::syntax::parse_array_spec(list).ok(),
+            Names::PendingTasks(list) => crate::domain::syntax::parse_array_spec(list).ok(),
             _ => None,
         }
     }

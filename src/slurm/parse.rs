@@ -23,13 +23,13 @@
 
 use super::jobid;
 use super::types::{ExitCode, HeldRow, JobState, PendingRow, Queue, SacctRow, SqueueRow, TagRow};
-use crate::osbytes::shortened as truncate;
+use crate::plumbing::osbytes::shortened as truncate;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::fmt;
 
-// Slurm's durations are read by `sbatch_args` too, so they live in `crate::syntax`.
-pub use crate::syntax::{
+// Slurm's durations are read by `sbatch_args` too, so they live in `crate::domain::syntax`.
+pub use crate::domain::syntax::{
     format_time_limit, parse_duration, parse_duration_secs, BadDuration, Duration,
 };
 

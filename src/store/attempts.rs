@@ -57,7 +57,7 @@ pub struct Attempt {
     /// Slurm has shown its job owned by the chain's owner (a job's owner never changes):
     /// the poll may ask for its state alone.
     pub owner_seen: bool,
-    /// The ended attempt's failure signature (`crate::signature`), its id and masked
+    /// The ended attempt's failure signature (`crate::domain::signature`), its id and masked
     /// stderr lines; `None` while it runs, and for endings judged before signatures were.
     pub signature: Option<String>,
     pub signature_text: Option<String>,

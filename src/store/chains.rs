@@ -152,19 +152,19 @@ impl Store {
     /// Every lookup is an exact, indexed match; an id that is not one of those forms
     /// names nothing.
     pub fn resolve(&self, id: &str) -> Result<Vec<i64>> {
-        let sql = match crate::ids::IdRef::parse(id) {
+        let sql = match crate::domain::ids::IdRef::parse(id) {
             Err(_) => return Ok(Vec::new()),
-            Ok(crate::ids::IdRef::Chain(n)) => {
+            Ok(crate::domain::ids::IdRef::Chain(n)) => {
                 let found: Option<i64> = self
                     .conn
                     .query_row("SELECT id FROM chains WHERE id = ?1", [n], |r| r.get(0))
                     .optional()?;
                 return Ok(found.into_iter().collect());
             }
-            Ok(crate::ids::IdRef::Task(_)) => {
+            Ok(crate::domain::ids::IdRef::Task(_)) => {
                 "SELECT DISTINCT chain_id FROM attempts WHERE slurm_job_id = ?1 ORDER BY chain_id"
             }
-            Ok(crate::ids::IdRef::Job(_)) => {
+            Ok(crate::domain::ids::IdRef::Job(_)) => {
                 "SELECT chain_id FROM attempts WHERE slurm_job_id = ?1
                  UNION SELECT chain_id FROM attempts WHERE slurm_base_id = ?1 ORDER BY chain_id"
             }

@@ -16,7 +16,7 @@ pub struct DecisionRecord {
     pub class: RecoveryClass,
     pub action: Action,
     pub reason: String,
-    /// The reason's stable name ([`crate::policy::Reason::code`]); `None` for records
+    /// The reason's stable name ([`crate::domain::policy::Reason::code`]); `None` for records
     /// written before it was stored.
     pub reason_code: Option<String>,
     pub inputs: serde_json::Value,
@@ -210,7 +210,7 @@ impl Store {
     }
 
     /// The chain's latest decision with one of the reason codes `codes`
-    /// ([`crate::policy::Reason::code`]), e.g. its latest continuation: one query.
+    /// ([`crate::domain::policy::Reason::code`]), e.g. its latest continuation: one query.
     pub fn last_decision_coded(
         &self,
         chain_id: i64,

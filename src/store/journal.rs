@@ -36,9 +36,9 @@
 
 use super::snapshot::SnapshotHead;
 use super::{NewSubmission, Result, StoreError};
-use crate::dependency::Edge;
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
-use crate::policy::{AttemptChange, ChainUpdate, Notify, Transition};
+use crate::domain::dependency::Edge;
+use crate::domain::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::domain::policy::{AttemptChange, ChainUpdate, Notify, Transition};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -414,7 +414,7 @@ impl Journal for MemoryJournal {
         let mut entries = self.entries.lock().expect("journal lock");
         if self.fenced.load(Ordering::SeqCst) || seq != entries.len() as u64 + 1 {
             return Err(StoreError::Fenced {
-                epoch: crate::election::Epoch(0),
+                epoch: crate::domain::election::Epoch(0),
                 why: super::cluster::Fence::Released,
             });
         }

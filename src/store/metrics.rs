@@ -3,7 +3,7 @@
 //! append-only, so a total once counted never changes).
 
 use super::{parse_name, Result, Store};
-use crate::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
+use crate::domain::model::{Action, ActorKind, ChainState, Classification, RecoveryClass};
 
 /// How many decision records share these facts.
 #[derive(Debug, Clone, PartialEq, Eq)]

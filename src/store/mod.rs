@@ -82,7 +82,7 @@ pub use signatures::{RuleRetry, SignatureResolution};
 pub use submissions::{NewSubmission, Submission, SubmitRequestState, SUBMIT_REQUESTS_KEPT};
 pub use totals::{UserTotals, UserTotalsCheck};
 
-use crate::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
+use crate::domain::model::{Action, ChainState, Classification, RecoveryClass, RetryPlan};
 use journal::{Journal, Op, Pending, Step, WrittenRecord};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -122,7 +122,7 @@ pub enum StoreError {
     /// found it was rolled back, and the daemon must stop acting (`election`).
     #[error("this daemon is not the active one any more: its lease of epoch {epoch} {why}; nothing of the transaction was written")]
     Fenced {
-        epoch: crate::election::Epoch,
+        epoch: crate::domain::election::Epoch,
         why: cluster::Fence,
     },
     /// Upgrading what an earlier version wrote (`what`: a store's submissions from before
@@ -166,9 +166,9 @@ fn from_json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T> {
     serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{e}: {s:.200}")))
 }
 
-fn parse_name<T: std::str::FromStr<Err = crate::model::UnknownName>>(s: &str) -> Result<T> {
+fn parse_name<T: std::str::FromStr<Err = crate::domain::model::UnknownName>>(s: &str) -> Result<T> {
     s.parse()
-        .map_err(|e: crate::model::UnknownName| StoreError::Corrupt(e.to_string()))
+        .map_err(|e: crate::domain::model::UnknownName| StoreError::Corrupt(e.to_string()))
 }
 
 /// The unfinished chain states as an SQL list (`'active', 'ready', ...`), from
@@ -182,11 +182,13 @@ fn open_states() -> String {
         .join(", ")
 }
 
-pub use crate::model::chain_label;
+pub use crate::domain::model::chain_label;
 
-pub use crate::model::Chain;
+pub use crate::domain::model::Chain;
 
-pub use crate::policy::{AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, Transition};
+pub use crate::domain::policy::{
+    AttemptChange, AttemptEnd, ChainUpdate, Clock, Record, Transition,
+};
 
 pub struct Store {
     conn: Connection,

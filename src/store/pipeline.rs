@@ -7,9 +7,9 @@
 
 use super::journal::Op;
 use super::{open_states, parse_name, Result, Store};
-use crate::dependency::{Edge, Facts, Kind, Upstream};
-use crate::model::ChainState;
-pub use crate::policy::Gate;
+use crate::domain::dependency::{Edge, Facts, Kind, Upstream};
+use crate::domain::model::ChainState;
+pub use crate::domain::policy::Gate;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -105,8 +105,8 @@ impl Store {
             if facts.contains_key(job) {
                 continue;
             }
-            let by_chain_id = crate::dependency::chain_target(job).is_some();
-            let chains: Vec<i64> = if let Some(c) = crate::dependency::chain_target(job) {
+            let by_chain_id = crate::domain::dependency::chain_target(job).is_some();
+            let chains: Vec<i64> = if let Some(c) = crate::domain::dependency::chain_target(job) {
                 vec![c]
             } else if job.contains('_') && !job.ends_with("_*") {
                 by_job
@@ -114,7 +114,9 @@ impl Store {
                     .collect::<rusqlite::Result<_>>()?
             } else {
                 by_base
-                    .query_map([crate::dependency::whole_array_base(job)], |r| r.get(0))?
+                    .query_map([crate::domain::dependency::whole_array_base(job)], |r| {
+                        r.get(0)
+                    })?
                     .collect::<rusqlite::Result<_>>()?
             };
             total += chains.len();

@@ -7,7 +7,7 @@
 
 use super::journal::Op;
 use super::{from_json, json, Result, Store, StoreError};
-use crate::learn::{ProposedRule, RuleAction, RuleRecord};
+use crate::domain::learn::{ProposedRule, RuleAction, RuleRecord};
 use rusqlite::{params, Connection, Row};
 
 /// What one row counts in its owner's `rule_bytes`, as SQL over `rule_decisions`' columns.

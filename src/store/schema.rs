@@ -383,7 +383,7 @@ END;
     r#"
 ALTER TABLE submissions ADD COLUMN continuation TEXT;
 "#,
-    // 17: failure signatures (src/signature.rs, docs/rules.md): an ended attempt's
+    // 17: failure signatures (src/domain/signature.rs, docs/rules.md): an ended attempt's
     // signature, its id and its masked stderr lines, as the daemon computed them when it
     // judged the ending; NULL for attempts judged before. And an index of resolutions.
     r#"

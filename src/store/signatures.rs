@@ -1,5 +1,5 @@
 //! Failure signatures (docs/rules.md): the resolutions of endings that had one, as rule
-//! proposals (`crate::learn`) are made from, and how many endings had each. Read only:
+//! proposals (`crate::domain::learn`) are made from, and how many endings had each. Read only:
 //! the signature is written with its attempt's ending (`apply.rs`).
 
 use super::*;
@@ -48,8 +48,8 @@ pub struct RuleRetry {
 
 impl SignatureResolution {
     /// As `learn` reads it.
-    pub fn facts(&self) -> crate::learn::ResolutionFacts<'_> {
-        crate::learn::ResolutionFacts {
+    pub fn facts(&self) -> crate::domain::learn::ResolutionFacts<'_> {
+        crate::domain::learn::ResolutionFacts {
             signature: &self.signature,
             signature_text: &self.signature_text,
             slurm_state: &self.slurm_state,
@@ -70,11 +70,11 @@ impl SignatureResolution {
 
 impl RuleRetry {
     /// The rule's name and owner and how the retry went, as `learn::tally` reads it.
-    pub fn outcome(&self) -> (&str, Option<u32>, crate::learn::Outcome) {
+    pub fn outcome(&self) -> (&str, Option<u32>, crate::domain::learn::Outcome) {
         (
             &self.rule,
             self.rule_owner,
-            crate::learn::outcome(
+            crate::domain::learn::outcome(
                 self.next_state.as_deref(),
                 self.next_slurm_state.as_deref(),
                 self.chain_state,

@@ -22,7 +22,7 @@ pub struct Submission {
     /// `submit --restartable`: a rerun is safe even after srun steps completed.
     pub restartable: bool,
     /// A continuing submission (`submit --continue`, `#SSV --continue`).
-    pub continuation: Option<crate::continuation::Continuation>,
+    pub continuation: Option<crate::domain::continuation::Continuation>,
     pub created_at: i64,
 }
 
@@ -45,7 +45,7 @@ pub struct NewSubmission {
     /// A continuing submission. Absent from journal entries written before it existed,
     /// which meant none (the schema version in their format says which those are).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continuation: Option<Box<crate::continuation::Continuation>>,
+    pub continuation: Option<Box<crate::domain::continuation::Continuation>>,
 }
 
 impl NewSubmission {
@@ -228,14 +228,14 @@ impl Store {
     pub fn create_submission_waiting(
         &mut self,
         new: &NewSubmission,
-        edges: &[crate::dependency::Edge],
+        edges: &[crate::domain::dependency::Edge],
         dependencies: &[(String, String)],
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
         let dependencies = &dependencies[..dependencies
             .len()
-            .min(crate::dependency::MAX_DEPENDENCY_EDGES)];
+            .min(crate::domain::dependency::MAX_DEPENDENCY_EDGES)];
         self.write(
             |tx, instance| {
                 Self::exec_create_submission(
@@ -266,7 +266,7 @@ impl Store {
         tx: &Connection,
         instance: &str,
         new: &NewSubmission,
-        edges: &[crate::dependency::Edge],
+        edges: &[crate::domain::dependency::Edge],
         dependencies: &[(String, String)],
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,

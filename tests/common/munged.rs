@@ -2,7 +2,7 @@
 //! 0400), socket, pid, log and seed files in a temporary folder, stopped when the test
 //! ends. The host's munged, and the dev clusters', are never touched.
 
-use slurm_supervisor::munge::{Munge, MungeError};
+use slurm_supervisor::plumbing::munge::{Munge, MungeError};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

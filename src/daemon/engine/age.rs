@@ -8,7 +8,7 @@
 //! any other: `policy::transition` with `Event::Expired`, recorded as R3 by `expiry`.
 
 use super::Engine;
-use crate::policy::{self, Event};
+use crate::domain::policy::{self, Event};
 use crate::slurm::Slurm;
 use crate::store::StoreError;
 use tracing::{error, info, warn};

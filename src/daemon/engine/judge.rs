@@ -12,11 +12,11 @@
 //! and decided with the upstream chains that failed.
 
 use super::{log_transition, Engine, Found};
-use crate::classify::{self, Observation};
-use crate::continuation::Progress;
-use crate::model::Action;
-use crate::policy::Judged;
-use crate::policy::{self, ChainHistory, ContinuationFacts, Event};
+use crate::domain::classify::{self, Observation};
+use crate::domain::continuation::Progress;
+use crate::domain::model::Action;
+use crate::domain::policy::Judged;
+use crate::domain::policy::{self, ChainHistory, ContinuationFacts, Event};
 use crate::slurm::types::{JobState, SacctRow};
 use crate::slurm::Slurm;
 use crate::store::{AttemptEnd, StoreError, Submission};
@@ -398,7 +398,7 @@ impl<S: Slurm> Engine<S> {
                     .find_map(|a| a.submitted_at);
                 Ok(matches!((latest, since), (Some(l), Some(s)) if l > s))
             };
-            if state != crate::model::ChainState::Active || relaunched()? {
+            if state != crate::domain::model::ChainState::Active || relaunched()? {
                 out.push(c);
             }
         }
@@ -412,7 +412,7 @@ impl<S: Slurm> Engine<S> {
     fn continuation_facts(
         &self,
         a: &crate::store::Attempt,
-        spec: &crate::continuation::Continuation,
+        spec: &crate::domain::continuation::Continuation,
         now: Option<Progress>,
     ) -> Result<ContinuationFacts, StoreError> {
         let facts_of = |d: &crate::store::DecisionRecord| {
@@ -460,13 +460,13 @@ impl<S: Slurm> Engine<S> {
     /// With `[learn] stop_not_working` (docs/rules.md): the rules whose automatic
     /// retries stopped working, which no longer decide an ending; none without it. Each
     /// by its own retries (`learn::RuleKey`): a user's own rule stops for that user alone.
-    fn stopped_rules(&self) -> Vec<crate::learn::RuleKey> {
+    fn stopped_rules(&self) -> Vec<crate::domain::learn::RuleKey> {
         if !self.config.learn.stop_not_working {
             return Vec::new();
         }
         match self.store.rule_retries(None) {
-            Ok(retries) => crate::learn::not_working_rules(
-                &crate::learn::tally(retries.iter().map(crate::store::RuleRetry::outcome)),
+            Ok(retries) => crate::domain::learn::not_working_rules(
+                &crate::domain::learn::tally(retries.iter().map(crate::store::RuleRetry::outcome)),
                 (&self.config.learn).into(),
             ),
             Err(e) => {
@@ -503,7 +503,7 @@ impl<S: Slurm> Engine<S> {
             }
         };
         let mut everyones = Vec::new();
-        let mut by_owner: BTreeMap<u32, Vec<crate::learn::RuleRecord>> = BTreeMap::new();
+        let mut by_owner: BTreeMap<u32, Vec<crate::domain::learn::RuleRecord>> = BTreeMap::new();
         for r in records {
             match r.owner_uid {
                 None => everyones.push(r),
@@ -514,18 +514,18 @@ impl<S: Slurm> Engine<S> {
         for (o, theirs) in by_owner {
             // Theirs and everyone's, oldest first: an admin's rejection for everyone after
             // a user's own acceptance takes the user's rule out (`learn::accepted_by`).
-            let mut seen: Vec<crate::learn::RuleRecord> =
+            let mut seen: Vec<crate::domain::learn::RuleRecord> =
                 everyones.iter().cloned().chain(theirs).collect();
             seen.sort_by_key(|r| r.id);
             let cache = &mut self.own_rules;
-            let rules: Vec<crate::config::Rule> = crate::learn::accepted_by(&seen, o)
+            let rules: Vec<crate::config::Rule> = crate::domain::learn::accepted_by(&seen, o)
                 .into_iter()
                 .filter_map(|r| {
                     used.insert(r.id);
                     // Compiled once per acceptance (a record never changes).
                     cache
                         .entry(r.id)
-                        .or_insert_with(|| crate::learn::rule_in_force(r))
+                        .or_insert_with(|| crate::domain::learn::rule_in_force(r))
                         .clone()
                 })
                 .collect();
@@ -550,7 +550,7 @@ impl<S: Slurm> Engine<S> {
         obs: Observation,
         sub: &Submission,
         progress: Option<Progress>,
-        stopped: &[crate::learn::RuleKey],
+        stopped: &[crate::domain::learn::RuleKey],
         own: &[crate::config::Rule],
         t: i64,
     ) -> Result<(), StoreError> {
@@ -644,7 +644,7 @@ impl<S: Slurm> Engine<S> {
         let slurm_state = job_row.map(|r| r.state.to_string()).unwrap_or_default();
         // Computed here, by the writer, and kept as a value: a replica applying the
         // journal reads no output file (docs/rules.md).
-        let signature = (v.classification != crate::model::Classification::Completed)
+        let signature = (v.classification != crate::domain::model::Classification::Completed)
             .then(|| ending_signature(&slurm_state, &v, &obs, sub));
         let judged = Judged {
             n: a.n,
@@ -683,15 +683,15 @@ impl<S: Slurm> Engine<S> {
     }
 }
 
-/// An ending's failure signature (`crate::signature`): what is this job's own, masked, is
+/// An ending's failure signature (`crate::domain::signature`): what is this job's own, masked, is
 /// its working directory and home, its owner's name, its script's name and its nodes.
 fn ending_signature(
     slurm_state: &str,
     v: &classify::Verdict,
     obs: &Observation,
     sub: &Submission,
-) -> crate::signature::Signature {
-    use crate::signature::{signature, JobSpecifics};
+) -> crate::domain::signature::Signature {
+    use crate::domain::signature::{signature, JobSpecifics};
     let env = |name: &str| {
         sub.env
             .iter()

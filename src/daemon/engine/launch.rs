@@ -6,8 +6,8 @@ use super::{
     log_transition, now, Engine, Outage, RetryFlight, MAX_RETRY_FLIGHTS, UNCONFIRMED, UNREACHED,
 };
 use crate::daemon::sbatch::{self, LaunchOutcome};
-use crate::model::ChainState;
-use crate::policy::{self, Event};
+use crate::domain::model::ChainState;
+use crate::domain::policy::{self, Event};
 use crate::slurm::Slurm;
 use crate::store::{Batch, Store, StoreError};
 use std::collections::{BTreeMap, HashSet};
@@ -45,7 +45,9 @@ impl<S: Slurm> Engine<S> {
         // waits on to have a live attempt, and ends if one of them failed for good.
         let waiting: Vec<i64> = ready
             .iter()
-            .filter(|c| c.last_classification == Some(crate::model::Classification::Cancelled))
+            .filter(|c| {
+                c.last_classification == Some(crate::domain::model::Classification::Cancelled)
+            })
             .map(|c| c.id)
             .collect();
         if !waiting.is_empty() {
@@ -102,7 +104,7 @@ impl<S: Slurm> Engine<S> {
                     continue;
                 }
             };
-            crate::failpoint::hit("after-intent");
+            crate::plumbing::failpoint::hit("after-intent");
             match self.run_launch(&l, &sub, t).await? {
                 None | Some(LaunchOutcome::Submitted(_)) => {}
                 Some(LaunchOutcome::Unknown(_)) => return Ok(()),
@@ -243,7 +245,7 @@ pub(super) fn record_launch(
 ) -> Result<(), StoreError> {
     match outcome {
         LaunchOutcome::Submitted(job) => {
-            crate::failpoint::hit("after-sbatch");
+            crate::plumbing::failpoint::hit("after-sbatch");
             // sbatch runs as the user, with the user's environment, and the user can
             // change her job's comment: a job (with this launch's tag) that another
             // chain records as its live attempt is refused by the store (one job is

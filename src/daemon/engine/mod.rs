@@ -38,9 +38,9 @@ pub use contexts::{AgentView, Desk, Flights, Holds, Post, Upkeep};
 pub use poll::{PollAnswer, PollAsk};
 pub use runner::{Lookup, Runner};
 
-use crate::clock::now;
 use crate::config::Config;
-use crate::policy::{self, Effect, Event, Transition};
+use crate::domain::policy::{self, Effect, Event, Transition};
+use crate::plumbing::clock::now;
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::{Store, StoreError};
 use std::collections::{HashMap, HashSet};
@@ -299,7 +299,7 @@ impl<S: Slurm> Engine<S> {
     /// (which only requests can meet) is a bug, and leaves the chain as it is.
     fn decide(
         &self,
-        chain: &crate::model::Chain,
+        chain: &crate::domain::model::Chain,
         event: Event,
         ctx: &policy::Context,
     ) -> Transition {
@@ -380,7 +380,7 @@ pub fn with_dependents(
 /// about comes from the span it is logged in ([`attempt_span`], [`chain_span`]).
 fn log_transition(tr: &Transition) {
     match &tr.record {
-        Some(r) if r.class == crate::model::RecoveryClass::R1 => {
+        Some(r) if r.class == crate::domain::model::RecoveryClass::R1 => {
             info!(class = %r.class, action = %r.action, "{}", r.reason)
         }
         Some(r) => {

@@ -6,9 +6,9 @@
 //! for good. Every change is a decision record.
 
 use super::{log_transition, Engine};
-use crate::dependency::{self, Expr};
-use crate::model::ChainState;
-use crate::policy::{self, Event};
+use crate::domain::dependency::{self, Expr};
+use crate::domain::model::ChainState;
+use crate::domain::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, JobId};
 use crate::slurm::types::PendingRow;
 use crate::slurm::{Slurm, SlurmError};
@@ -490,7 +490,7 @@ impl<S: Slurm> Engine<S> {
                 Some((up, ..)) => self.store.chain(*up)?.and_then(|c| c.last_classification),
                 None => None,
             }
-            .unwrap_or(crate::model::Classification::Ambiguous);
+            .unwrap_or(crate::domain::model::Classification::Ambiguous);
             for c in own {
                 let Some(chain) = self.store.chain(c)? else {
                     continue;
@@ -663,7 +663,7 @@ impl<S: Slurm> Engine<S> {
             };
             // Only a chain whose job Slurm cancelled for its dependency: any other ran
             // once its upstream had completed.
-            if chain.last_classification != Some(crate::model::Classification::Cancelled) {
+            if chain.last_classification != Some(crate::domain::model::Classification::Cancelled) {
                 continue;
             }
             let broken = self.store.broken_upstreams(chain.submission_id)?;
@@ -688,7 +688,7 @@ impl<S: Slurm> Engine<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dependency::Upstream;
+    use crate::domain::dependency::Upstream;
 
     fn row(dependency: &str) -> PendingRow {
         PendingRow {

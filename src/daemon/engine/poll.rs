@@ -45,7 +45,7 @@
 //! is `slurm::cli`'s `own_env`).
 
 use super::{log_transition, Engine, Found};
-use crate::policy::{self, Event};
+use crate::domain::policy::{self, Event};
 use crate::slurm::jobid::{base_job_id, job_part, runs_by_job};
 use crate::slurm::types::{JobState, Queue, SacctRow};
 use crate::slurm::{Slurm, SlurmError};

@@ -6,7 +6,7 @@
 const UNCONFIRMED_AFTER_SECS: i64 = 300;
 use super::{Engine, UNREACHED};
 use crate::daemon::sbatch::{self, LaunchOutcome};
-use crate::policy::{Event, HeldJobSettled};
+use crate::domain::policy::{Event, HeldJobSettled};
 use crate::slurm::Slurm;
 use crate::store::StoreError;
 use std::collections::BTreeMap;

@@ -16,8 +16,8 @@
 
 use super::{log_transition, Engine};
 use crate::daemon::sbatch::{self, PrepareError};
-use crate::model::ChainState;
-use crate::policy::{self, AttemptChange, Event, Transition};
+use crate::domain::model::ChainState;
+use crate::domain::policy::{self, AttemptChange, Event, Transition};
 use crate::slurm::types::{JobState, SqueueRow};
 use crate::slurm::{Slurm, SlurmError};
 use crate::store::{AttemptState, Batch, Chain, Launch, StoreError, Submission};
@@ -74,7 +74,7 @@ impl<S: Slurm> Engine<S> {
         // A job Slurm cancelled for its dependency (kill_invalid_depend) is resubmitted:
         // requeued, it would keep the dependency Slurm marked failed and be cancelled
         // again; sbatch gets it resolved anew, on the upstreams' latest attempts.
-        if chain.last_classification == Some(crate::model::Classification::Cancelled) {
+        if chain.last_classification == Some(crate::domain::model::Classification::Cancelled) {
             return Ok(None);
         }
         let last = self.store.attempts(chain.id)?.pop();
@@ -108,7 +108,7 @@ impl<S: Slurm> Engine<S> {
         let l = self
             .store
             .begin_requeue(sub.id, chain.id, job, &fields, t)?;
-        crate::failpoint::hit("after-intent");
+        crate::plumbing::failpoint::hit("after-intent");
         self.requeue_steps(&l, sub, Stage::Ended, t).await
     }
 
@@ -230,7 +230,7 @@ impl<S: Slurm> Engine<S> {
                     return Ok(InPlace::Handled);
                 }
             }
-            crate::failpoint::hit("after-requeuehold");
+            crate::plumbing::failpoint::hit("after-requeuehold");
         }
         if stage != Stage::Released {
             if !l.argv.is_empty() {

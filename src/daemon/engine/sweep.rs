@@ -28,7 +28,7 @@
 use super::{log_transition, Engine};
 use crate::daemon::sbatch::holds;
 use crate::daemon::sbatch::tags_in;
-use crate::policy::{self, Event, HeldJobSettled};
+use crate::domain::policy::{self, Event, HeldJobSettled};
 use crate::slurm::jobid::base_job_id;
 use crate::slurm::{RunAs, Slurm};
 use crate::store::{Batch, Launch, LaunchState, StoreError};

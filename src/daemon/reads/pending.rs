@@ -5,7 +5,7 @@
 use super::status::StreamError;
 use super::{views, Read};
 use crate::daemon::access::sees_all;
-use crate::model::ChainState;
+use crate::domain::model::ChainState;
 use crate::protocol::views::PendingChain;
 use crate::protocol::Response;
 use crate::store::Store;
@@ -95,7 +95,7 @@ mod tests {
         let to = crate::store::Transition::of(
             ChainState::Active,
             crate::store::ChainUpdate {
-                last_classification: Some(crate::model::Classification::Ambiguous),
+                last_classification: Some(crate::domain::model::Classification::Ambiguous),
                 ..crate::store::ChainUpdate::to(ChainState::PendingFailed)
             },
             None,

@@ -1,6 +1,6 @@
 //! `rules`: the `[[rules]]` entries in force (the config's, `rules.d/`'s, and the rules
 //! users accepted for their own chains), the rules proposed from how people and agents
-//! resolved endings of one failure signature (docs/rules.md; `crate::learn` decides what
+//! resolved endings of one failure signature (docs/rules.md; `crate::domain::learn` decides what
 //! is proposed and where a proposal stands), and the decisions about them.
 //!
 //! An admin (root, the daemon's own user, a member of `[learn] admin_group`) sees the
@@ -11,7 +11,7 @@
 use super::Read;
 use crate::config::Config;
 use crate::daemon::access::{decides_rules_for_everyone, user_name, Caller};
-use crate::learn::{self, ProposalState, RuleAction, RuleRecord, Thresholds};
+use crate::domain::learn::{self, ProposalState, RuleAction, RuleRecord, Thresholds};
 use crate::protocol::views::{RuleInForce, RulesAnswer};
 use crate::protocol::Response;
 use crate::store::{RuleRetry, SignatureResolution, Store, StoreError};
@@ -29,7 +29,7 @@ pub fn scope(owner: Option<u32>) -> String {
 
 /// A record's time as answers say it.
 pub fn when(at: i64) -> String {
-    crate::clock::format_unix(at)
+    crate::plumbing::clock::format_unix(at)
 }
 
 fn rules(store: &Store, config: &Config, caller: &Caller) -> Result<RulesAnswer, StoreError> {

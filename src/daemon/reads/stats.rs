@@ -3,7 +3,7 @@
 
 use super::Read;
 use crate::daemon::access::{chains_for, sees_all};
-use crate::model::{Action, ChainState};
+use crate::domain::model::{Action, ChainState};
 use crate::protocol::views::{ChainStats, StatsAnswer, StatsTotal};
 use crate::protocol::Response;
 use crate::store::{chain_label, Chain, Store};

@@ -47,11 +47,11 @@ struct SortedRow<'a> {
     dependents: &'a [String],
     depends_on: &'a [String],
     id: &'a str,
-    last_classification: Option<crate::model::Classification>,
+    last_classification: Option<crate::domain::model::Classification>,
     next_retry_at: Option<i64>,
     slurm_job_id: Option<&'a str>,
     slurm_state: Option<&'a str>,
-    state: crate::model::ChainState,
+    state: crate::domain::model::ChainState,
     submission: i64,
     updated_at: i64,
 }
@@ -160,9 +160,9 @@ mod tests {
         // waits for a retry.
         let to = |state, not_before| {
             crate::store::Transition::of(
-                crate::model::ChainState::Active,
+                crate::domain::model::ChainState::Active,
                 crate::store::ChainUpdate {
-                    last_classification: Some(crate::model::Classification::Oom),
+                    last_classification: Some(crate::domain::model::Classification::Oom),
                     not_before,
                     ..crate::store::ChainUpdate::to(state)
                 },
@@ -173,8 +173,8 @@ mod tests {
         let moved = s
             .apply(
                 &crate::store::Batch::all(vec![
-                    (1, to(crate::model::ChainState::Failed, None)),
-                    (2, to(crate::model::ChainState::Ready, Some(99))),
+                    (1, to(crate::domain::model::ChainState::Failed, None)),
+                    (2, to(crate::domain::model::ChainState::Ready, Some(99))),
                 ]),
                 15,
             )

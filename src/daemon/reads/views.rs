@@ -2,7 +2,7 @@
 //! `protocol::views`, shared with `supervisorctl` and the MCP server; this module only
 //! fills them in.
 
-use crate::model::{Action, ChainState};
+use crate::domain::model::{Action, ChainState};
 use crate::protocol::views::{
     AttemptState, AttemptView, ChainFields, ChainHistory, ChainRow, DecisionView, Evidence,
     PendingChain, SubmissionView, Usage,
@@ -222,7 +222,7 @@ fn usage(observation: &Value) -> Option<Usage> {
 }
 
 /// The srun steps of the last observed run that completed (see
-/// [`crate::classify::completed_steps`]); empty for rows this daemon cannot read. Only a
+/// [`crate::domain::classify::completed_steps`]); empty for rows this daemon cannot read. Only a
 /// `pending_failed` chain shows evidence, so the run did not succeed as a whole (its job
 /// row may still say COMPLETED when a step was killed for memory and the script went on).
 fn completed_steps(observation: &Value) -> Vec<String> {
@@ -230,7 +230,7 @@ fn completed_steps(observation: &Value) -> Vec<String> {
         .get("rows")
         .and_then(|r| serde_json::from_value(r.clone()).ok())
         .unwrap_or_default();
-    crate::classify::completed_steps(&rows)
+    crate::domain::classify::completed_steps(&rows)
 }
 
 /// A text field of an observation, `None` when it is missing or not text.
@@ -267,9 +267,9 @@ pub fn pending_view(store: &Store, c: &Chain) -> Result<PendingChain, StoreError
             argv: sub
                 .argv
                 .iter()
-                .map(|a| crate::osbytes::escape(a).into_owned())
+                .map(|a| crate::plumbing::osbytes::escape(a).into_owned())
                 .collect(),
-            cwd: crate::osbytes::escape(&sub.cwd).into_owned(),
+            cwd: crate::plumbing::osbytes::escape(&sub.cwd).into_owned(),
             script_name: sub.script_name,
             script: sub
                 .script

@@ -2,15 +2,15 @@
 //! what Slurm says about it (`scontrol show job`, `scontrol write batch_script`). What it
 //! asks Slurm, on the loop as the daemon, is the desk's `Lookup` (`engine/runner.rs`).
 
-use crate::clock::now;
 use crate::daemon::access::Caller;
 use crate::daemon::access::{internal, parse_id, sees_all, Handled};
 use crate::daemon::engine::Desk;
+use crate::plumbing::clock::now;
 
 use super::Plan;
+use crate::domain::sbatch_args;
 use crate::protocol::views::AdoptAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
-use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, NewSubmission};
 
@@ -149,7 +149,7 @@ pub async fn adopt<S: Slurm>(
         ));
     }
     for id in job_ids {
-        if !matches!(parse_id(id)?, crate::ids::IdRef::Job(_)) {
+        if !matches!(parse_id(id)?, crate::domain::ids::IdRef::Job(_)) {
             return Err(Response::error(
                 ErrorKind::Usage,
                 format!("cannot adopt {id:?}: give the job id of a plain job, e.g. 12345"),
@@ -306,7 +306,7 @@ pub async fn adopt_job<S: Slurm>(
                 ))
             })?;
         if let Some(c) = job.get("Comment") {
-            crate::sbatch_args::check_comment(c).map_err(|e| usage(e.to_string()))?;
+            crate::domain::sbatch_args::check_comment(c).map_err(|e| usage(e.to_string()))?;
         }
         let argv = argv_from_scontrol(&job).map_err(usage)?;
         let script = desk.slurm.batch_script(id).await.map_err(|e| {
@@ -327,7 +327,7 @@ pub async fn adopt_job<S: Slurm>(
         // The script's `#SSV` lines (docs/continuation.md). A mistake in them does not leave
         // the job unsupervised: it is supervised without continuation, and `history` says why.
         let (continuation, ssv_error) =
-            match crate::continuation::Continuation::from_script(&script) {
+            match crate::domain::continuation::Continuation::from_script(&script) {
                 Ok(c) => (c, None),
                 Err(e) => (
                     None,

@@ -12,11 +12,11 @@
 //! then and records it.
 
 use super::RequestFlight;
-use crate::clock::now;
 use crate::config::Config;
 use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::{Desk, Holds, Runner};
+use crate::plumbing::clock::now;
 use crate::protocol::views::CancelAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::{RunAs, Slurm, SlurmError};
@@ -77,13 +77,13 @@ pub enum BegunCancel {
 /// What a cancel would record now: each open chain's transition (its live attempt ends
 /// with it), and the live jobs to scancel, by owner.
 type Plan = (
-    Vec<(i64, crate::policy::Transition)>,
+    Vec<(i64, crate::domain::policy::Transition)>,
     BTreeMap<u32, Vec<String>>,
 );
 
 fn plan(store: &Store, config: &Config, chains: &[Chain], uid: u32, t: i64) -> Handled<Plan> {
     let who = actor(uid);
-    let ctx = crate::policy::Context::at(t);
+    let ctx = crate::domain::policy::Context::at(t);
     let mut live_by_owner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     let mut items = Vec::with_capacity(chains.len());
     for c in chains {
@@ -92,15 +92,15 @@ fn plan(store: &Store, config: &Config, chains: &[Chain], uid: u32, t: i64) -> H
             .into_iter()
             .find(|a| a.state == crate::store::AttemptState::Live);
         let job = live.as_ref().and_then(|a| a.slurm_job_id.clone());
-        let event = crate::policy::Event::Cancelled {
+        let event = crate::domain::policy::Event::Cancelled {
             job: job.as_deref(),
             actor: &who,
         };
-        let Ok(tr) = crate::policy::transition(c, event, config, &ctx) else {
+        let Ok(tr) = crate::domain::policy::transition(c, event, config, &ctx) else {
             continue; // already ended
         };
         for e in &tr.effects {
-            if let crate::policy::Effect::Scancel(j) = e {
+            if let crate::domain::policy::Effect::Scancel(j) = e {
                 live_by_owner
                     .entry(store.owner_of(c.id)?)
                     .or_default()

@@ -3,12 +3,12 @@
 
 use super::resolution::{commit, plan_from, preview, transitions, usage};
 use super::Plan;
-use crate::clock::now;
 use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Desk;
-use crate::model::Action;
-use crate::policy::{self, Event};
+use crate::domain::model::Action;
+use crate::domain::policy::{self, Event};
+use crate::plumbing::clock::now;
 use crate::protocol::views::{ClassifyAnswer, ClassifyDryRun, ClassifyReply, PlannedResolution};
 use crate::protocol::{ErrorKind, Request, Resolution, ResolveAction, Response};
 use crate::slurm::Slurm;

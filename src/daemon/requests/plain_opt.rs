@@ -58,7 +58,7 @@ fn plain_opt(
         ));
     }
     // The same choice again is answered as it stands, and writes nothing.
-    store.set_plain_opt(uid, opted_in, crate::clock::now())?;
+    store.set_plain_opt(uid, opted_in, crate::plumbing::clock::now())?;
     Ok(PlainOptAnswer {
         uid,
         opted_in,

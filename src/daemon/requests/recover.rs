@@ -2,11 +2,11 @@
 
 use super::resolution::{commit, plan_from, preview, transitions};
 use super::Plan;
-use crate::clock::now;
 use crate::daemon::access::Caller;
 use crate::daemon::access::{actor, chains_for, Handled};
 use crate::daemon::engine::Desk;
-use crate::policy::Event;
+use crate::domain::policy::Event;
+use crate::plumbing::clock::now;
 use crate::protocol::views::{RecoverAnswer, RecoverDryRun, RecoverReply, SbatchPreview};
 use crate::protocol::{RecoverRequest, Request, Response};
 use crate::slurm::Slurm;

@@ -8,8 +8,8 @@ use crate::config::{Config, LimitsConfig};
 use crate::daemon::access::internal;
 use crate::daemon::engine::{self, Holds};
 use crate::daemon::sbatch;
-use crate::model::RetryPlan;
-use crate::policy::{self, Event, Transition};
+use crate::domain::model::RetryPlan;
+use crate::domain::policy::{self, Event, Transition};
 use crate::protocol::views::SbatchPreview;
 use crate::protocol::{ErrorKind, Response};
 use crate::store::{chain_label, Chain, Store};
@@ -115,9 +115,12 @@ pub(super) fn preview(
     })?;
     Ok(SbatchPreview {
         chain: chain_label(c.id),
-        cwd: crate::osbytes::escape(&sub.cwd).into_owned(),
+        cwd: crate::plumbing::osbytes::escape(&sub.cwd).into_owned(),
         command: std::iter::once("sbatch".to_string())
-            .chain(argv.iter().map(|a| crate::osbytes::escape(a).into_owned()))
+            .chain(
+                argv.iter()
+                    .map(|a| crate::plumbing::osbytes::escape(a).into_owned()),
+            )
             .collect(),
     })
 }

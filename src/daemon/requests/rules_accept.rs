@@ -14,7 +14,7 @@ use super::Plan;
 use crate::config::{is_proposal_id, Config, RULES_DIR};
 use crate::daemon::access::{actor, decides_rules_for_everyone, Caller};
 use crate::daemon::engine::Desk;
-use crate::learn::{self, Proposal, ProposalState, RuleAction, RuleRecord};
+use crate::domain::learn::{self, Proposal, ProposalState, RuleAction, RuleRecord};
 use crate::protocol::views::RuleDecisionAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::Slurm;
@@ -248,7 +248,7 @@ fn accept(
         actor_uid: uid,
         reason: &reason,
         rule: Some(&p.rule),
-        at: crate::clock::now(),
+        at: crate::plumbing::clock::now(),
     };
     let (record, file) = match owner {
         Some(o) => (accept_for_own(store, config, o, &records, &decision)?, None),
@@ -427,7 +427,7 @@ fn write_rules_d(config: &Config, uid: u32, p: &Proposal) -> Result<std::path::P
     let mut text = format!(
         "# Rule proposal {id}, accepted by uid {uid} at {} (supervisorctl rules accept).\n\
          # Signature: {} {}\n",
-        crate::clock::now(),
+        crate::plumbing::clock::now(),
         p.slurm_state,
         p.exit_code,
     );

@@ -13,7 +13,7 @@ use super::Plan;
 use crate::config::Config;
 use crate::daemon::access::{actor, Caller};
 use crate::daemon::engine::Desk;
-use crate::learn::{ProposalState, RuleAction};
+use crate::domain::learn::{ProposalState, RuleAction};
 use crate::protocol::views::RuleDecisionAnswer;
 use crate::protocol::{Request, Response};
 use crate::slurm::Slurm;
@@ -78,7 +78,7 @@ fn reject(
         actor_uid: uid,
         reason: &reason,
         rule: None,
-        at: crate::clock::now(),
+        at: crate::plumbing::clock::now(),
     };
     // Taking one of the caller's own rules out of force always passes the caps: it
     // follows an acceptance that counted against them, so these records stay within

@@ -2,16 +2,16 @@
 //! the loop) records what came of it and answers.
 
 use super::{Plan, RequestFlight};
-use crate::clock::now;
 use crate::config::LimitsConfig;
-use crate::continuation::Continuation;
 use crate::daemon::access::internal;
 use crate::daemon::access::Caller;
 use crate::daemon::engine::Desk;
 use crate::daemon::sbatch::LaunchOutcome;
+use crate::domain::continuation::Continuation;
+use crate::domain::sbatch_args;
+use crate::plumbing::clock::now;
 use crate::protocol::views::SubmitAnswer;
 use crate::protocol::{ErrorBody, ErrorKind, Request, Response, SubmitRequest};
-use crate::sbatch_args;
 use crate::slurm::Slurm;
 use crate::store::{chain_label, Launch, NewSubmission, Store, Submission, SubmitRequestState};
 
@@ -68,7 +68,7 @@ fn usage(m: impl Into<String>) -> Response {
 /// anywhere, an absolute working directory, environment names without `=`.
 fn check_request(r: &SubmitRequest) -> Result<(), Response> {
     let shown = |s: &str| {
-        crate::osbytes::escape(s)
+        crate::plumbing::osbytes::escape(s)
             .chars()
             .take(80)
             .collect::<String>()
@@ -289,7 +289,7 @@ pub fn begin_submit<S>(
             .note_submit_request(uid, id, l.submission_id, t)
             .map_err(internal)?;
     }
-    crate::failpoint::hit("after-intent");
+    crate::plumbing::failpoint::hit("after-intent");
     let sub = new.stored_as(l.submission_id, t);
     Ok(PendingSubmit {
         launch: l,

@@ -16,7 +16,7 @@
 //! every entry before, appends (at the number after its replica's last).
 
 use super::{ClusterDb, Fence};
-use crate::election::Epoch;
+use crate::domain::election::Epoch;
 use crate::store::journal::{Journal, FORMAT};
 use crate::store::snapshot::SnapshotHead;
 use crate::store::StoreError;

@@ -17,7 +17,7 @@
 
 use super::Fence;
 use super::{tx_options, ClusterDb};
-use crate::election::Epoch;
+use crate::domain::election::Epoch;
 use crate::store::StoreError;
 use mysql::prelude::Queryable;
 use mysql::Transaction;

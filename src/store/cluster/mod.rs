@@ -5,7 +5,7 @@
 //! each daemon applies to its own SQLite replica) and the `cluster` row; `snapshot.rs`:
 //! the replicas' snapshots and the journal's pruning; `nodes.rs`: each daemon's own row.
 //! The chains' tables themselves are each daemon's SQLite replica, never queried here.
-//! The address and password file are `crate::dbconfig`'s (the config loader reads them
+//! The address and password file are `crate::plumbing::dbconfig`'s (the config loader reads them
 //! too).
 //!
 //! The `mysql` crate is synchronous, as the SQLite store is: the daemon's loop calls the
@@ -24,14 +24,14 @@ pub mod lease;
 pub mod nodes;
 pub mod snapshot;
 
-use crate::election::Epoch;
+use crate::domain::election::Epoch;
 use crate::store::StoreError;
 use mysql::prelude::Queryable;
 use mysql::{IsolationLevel, OptsBuilder, TxOpts};
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::dbconfig::{
+pub use crate::plumbing::dbconfig::{
     read_password_file, Password, PasswordFileError, StoreConfig, StoreUrl, UrlError,
     DEFAULT_PASSWORD_FILE, DEFAULT_PORT,
 };

@@ -10,7 +10,7 @@
 //! updated, which its age shows.
 
 use super::ClusterDb;
-use crate::election::Epoch;
+use crate::domain::election::Epoch;
 use crate::store::StoreError;
 use mysql::prelude::Queryable;
 use serde::{Deserialize, Serialize};

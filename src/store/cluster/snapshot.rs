@@ -28,7 +28,7 @@
 //! after every snapshot, and the head counts the horizon (`journal_head`).
 
 use super::ClusterDb;
-use crate::election::Epoch;
+use crate::domain::election::Epoch;
 use crate::store::journal::FORMAT as JOURNAL_FORMAT;
 use crate::store::snapshot::{self, SnapshotHead};
 use crate::store::StoreError;
@@ -110,7 +110,7 @@ impl ClusterDb {
     pub fn snapshot_if_due(
         &mut self,
         epoch: Epoch,
-        policy: &crate::dbconfig::SnapshotPolicy,
+        policy: &crate::plumbing::dbconfig::SnapshotPolicy,
         sizes: &mut EntrySizes,
         near: Option<&Path>,
         make: impl FnOnce(&Path) -> Result<u64>,
@@ -352,7 +352,7 @@ impl ClusterDb {
     /// Writes a snapshot of the store in the SQLite file `file` (made by
     /// `Store::snapshot_to` or `Store::snapshot_file`, at entry `seq`) under `epoch`, then
     /// prunes. A daemon `stopping` gives up between parts (what it wrote is never read,
-    /// and the next pruning removes it). `crate::failpoint`s `snapshot-mid-parts` (after
+    /// and the next pruning removes it). `crate::plumbing::failpoint`s `snapshot-mid-parts` (after
     /// the first part) and `snapshot-before-prune` (after the publication) stop it there,
     /// for the tests.
     pub fn snapshot_and_prune(
@@ -371,12 +371,12 @@ impl ClusterDb {
             }
             self.put_snapshot_part(id, part, body)?;
             if part == 0 {
-                crate::failpoint::hit("snapshot-mid-parts");
+                crate::plumbing::failpoint::hit("snapshot-mid-parts");
             }
             Ok(())
         })?;
         self.publish_snapshot(epoch, id, parts, bytes, &sha256)?;
-        crate::failpoint::hit("snapshot-before-prune");
+        crate::plumbing::failpoint::hit("snapshot-before-prune");
         self.prune(epoch)
     }
 }

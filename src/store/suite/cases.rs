@@ -87,7 +87,7 @@ fn user_totals_follow_every_write(journaled) {
 /// for everyone and their own; a user's count in their totals for good, an admin's in no
 /// one's; a replica made from the journal holds the same rows.
 fn rule_decisions_are_records_of_their_own(journaled) {
-    use crate::learn::{Change, ProposedRule, RuleAction};
+    use crate::domain::learn::{Change, ProposedRule, RuleAction};
     let mut s = journaled();
     let rule = ProposedRule {
         name: "learnt-0123456789ab".into(),
@@ -495,8 +495,8 @@ fn notifications_are_queued_with_the_state_change(journaled) {
     assert!(s.chains_to_remind(10_000).unwrap().is_empty());
     // An expiry that holds: recorded, marked, told once; never found again.
     let expiry = Transition {
-        notify: Some(crate::policy::Notify {
-            kind: crate::notification::Kind::Expired,
+        notify: Some(crate::domain::policy::Notify {
+            kind: crate::domain::notification::Kind::Expired,
             names_decision: true,
         }),
         ..Transition::of(
@@ -581,14 +581,14 @@ fn a_withdrawn_requeue_of_a_finished_chain_leaves_the_chain_row(journaled) {
     let l = s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
     s.launch_submitted(l.id, "42", 101).unwrap();
     let c = s.chain(1).unwrap().unwrap();
-    let cancel = crate::policy::transition(
+    let cancel = crate::domain::policy::transition(
         &c,
-        crate::policy::Event::Cancelled {
+        crate::domain::policy::Event::Cancelled {
             job: Some("42"),
             actor: "alice",
         },
         &crate::config::Config::defaults(),
-        &crate::policy::Context::at(150),
+        &crate::domain::policy::Context::at(150),
     )
     .unwrap();
     assert!(s.apply_one(1, &cancel, 150).unwrap());

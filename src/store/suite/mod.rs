@@ -146,10 +146,10 @@ pub fn decision(c: Classification, action: Action) -> Record {
         classification: c,
         class: RecoveryClass::R1,
         action,
-        reason: crate::policy::Reason::Resolution {
+        reason: crate::domain::policy::Reason::Resolution {
             given: "test".into(),
         },
-        inputs: crate::policy::Inputs::None {},
+        inputs: crate::domain::policy::Inputs::None {},
         resolves_latest: false,
         actor: "supervisor".into(),
         infra_failure: false,
@@ -166,9 +166,9 @@ pub fn tr(from: ChainState, update: &ChainUpdate, record: Record) -> Transition 
 /// journal must carry to a replica as a value).
 pub fn record_ending(s: &mut Store, chain: i64, n: u32, t: Transition, now: i64) -> Result<bool> {
     let t = Transition {
-        attempt: Some(AttemptChange::Ended(crate::policy::Judged {
+        attempt: Some(AttemptChange::Ended(crate::domain::policy::Judged {
             n,
-            end: crate::policy::AttemptEnd {
+            end: crate::domain::policy::AttemptEnd {
                 signature: Some("0123456789ab".into()),
                 signature_text: Some("boom <n>".into()),
                 ..Default::default()
@@ -189,11 +189,11 @@ pub fn decide_chains(s: &mut Store, items: &[(i64, Transition)], now: i64) -> Re
 pub fn remind(s: &mut Store, chain: i64, now: i64) -> Result<bool> {
     let c = s.chain(chain)?.unwrap();
     let config = crate::config::Config::defaults();
-    let t = crate::policy::transition(
+    let t = crate::domain::policy::transition(
         &c,
-        crate::policy::Event::RemindDue,
+        crate::domain::policy::Event::RemindDue,
         &config,
-        &crate::policy::Context::at(now),
+        &crate::domain::policy::Context::at(now),
     )
     .unwrap();
     s.apply_one(chain, &t, now)

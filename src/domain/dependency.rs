@@ -17,7 +17,7 @@
 //! appended (`afterok:879(failed)`, `aftercorr:881_*(unfulfilled)`, `after:889+1(unfulfilled)`)
 //! and `(null)` for none: [`Expr::parse`] reads both.
 
-use crate::model::ChainState;
+use crate::domain::model::ChainState;
 use crate::slurm::jobid::JobId;
 use std::collections::HashMap;
 use std::fmt;

@@ -3,7 +3,7 @@
 
 use super::options::MEM_OPTIONS;
 use super::{parse_array_spec, ArgsError, SbatchCommand};
-use crate::syntax::{parse_duration, Duration};
+use crate::domain::syntax::{parse_duration, Duration};
 
 /// What a resubmission changes. `None`/empty means "as the user gave it".
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -12,7 +12,7 @@ pub struct Overrides {
     /// `--mem-per-cpu` and `--mem-per-gpu` of the command line. Zero would mean "all of
     /// each node's memory" to Slurm; [`check_overrides`] refuses it.
     pub mem_mb: Option<u64>,
-    /// New `--time`, already formatted ([`crate::syntax::format_time_limit`]).
+    /// New `--time`, already formatted ([`crate::domain::syntax::format_time_limit`]).
     pub time_limit: Option<String>,
     /// Node names (or hostlist expressions such as `n[1-2]`) to exclude, in addition to the
     /// user's own `-x/--exclude`.
@@ -29,7 +29,7 @@ pub struct Overrides {
     pub dependency: Option<String>,
     /// Adds `--hold` (the supervisor releases the job when its gates open).
     pub hold: bool,
-    /// The full new `--mail-type` (see [`crate::notification::supervised_mail_type`]).
+    /// The full new `--mail-type` (see [`crate::domain::notification::supervised_mail_type`]).
     pub mail_type: Option<String>,
     /// Adds `--signal=<this>` when the command line sets none (a continuing job's
     /// warning; the caller leaves it out when the script sets one).

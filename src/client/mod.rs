@@ -73,9 +73,9 @@ pub enum ClientError {
     #[error("no active slurm-supervisord took the request: {0}")]
     Network(String),
     #[error("cannot make a MUNGE credential: {0}")]
-    Munge(#[from] crate::munge::MungeError),
+    Munge(#[from] crate::plumbing::munge::MungeError),
     #[error("[client] tls_ca: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    Tls(#[from] crate::plumbing::tls::TlsError),
 }
 
 impl ClientError {

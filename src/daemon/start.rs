@@ -33,7 +33,7 @@ pub fn main(args: Args) -> i32 {
         // Before the config is read: the job's owner may not be able to read it.
         return crate::daemon::evidence::read_progress_main(path);
     }
-    crate::logging::init();
+    crate::plumbing::logging::init();
     let config = match &args.config {
         Some(p) => match Config::load(p) {
             Ok(c) => c,

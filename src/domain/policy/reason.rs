@@ -4,7 +4,7 @@
 //! the variant's name ([`Reason::code`]) is stored beside it (`reason_code`) and shown in
 //! `history --json`, so scripts, agents and tests match on a name, never on prose.
 
-use crate::model::{Classification, ResolveAction};
+use crate::domain::model::{Classification, ResolveAction};
 use std::fmt;
 
 /// A resource change made for a retry, as the reason tells it.

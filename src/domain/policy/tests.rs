@@ -357,8 +357,8 @@ fn a_partial_execution_is_not_retried_unless_restartable() {
          5.0|5.0|COMPLETED|0:0|n1|1024K||||||1795611422\n\
          5.1|5.1|OUT_OF_MEMORY|0:125|n1|204800K||||||1795611422\n",
     );
-    let v = crate::classify::classify(
-        &crate::classify::Observation {
+    let v = crate::domain::classify::classify(
+        &crate::domain::classify::Observation {
             job_id: "5".into(),
             rows: rows.rows,
             stderr_tail: None,
@@ -792,7 +792,7 @@ fn escalations_wait_for_an_agent() {
 
 #[test]
 fn every_reason_name_is_documented() {
-    let doc = include_str!("../../docs/json-schemas.md");
+    let doc = include_str!("../../../docs/json-schemas.md");
     let argv: Vec<String> = Vec::new();
     let v = verdict(Classification::Oom);
     let h = history();
@@ -1085,7 +1085,7 @@ fn expiry_applies_only_to_a_chain_that_waited_long_enough() {
 /// several users; a per-user daemon's one user counts whole.
 #[test]
 fn the_breaker_weighs_each_users_failures_at_most_threshold_over_min_users() {
-    use crate::policy::breaker_failures;
+    use crate::domain::policy::breaker_failures;
     // bob's ten transient failures and one of alice's: 5 + 1 of a threshold of 10.
     assert_eq!(breaker_failures(&[(1002, 10), (1001, 1)], 10, 2), 6);
     // Failures across users: a sick cluster.
@@ -1107,8 +1107,8 @@ fn the_breaker_weighs_each_users_failures_at_most_threshold_over_min_users() {
 /// and after this attempt.
 fn continuing(
     used: u32,
-    before: Option<crate::continuation::Progress>,
-    now: Option<crate::continuation::Progress>,
+    before: Option<crate::domain::continuation::Progress>,
+    now: Option<crate::domain::continuation::Progress>,
 ) -> ChainHistory {
     ChainHistory {
         plan: RetryPlan {
@@ -1116,7 +1116,7 @@ fn continuing(
             ..Default::default()
         },
         continuation: Some(Box::new(ContinuationFacts {
-            spec: crate::continuation::Continuation {
+            spec: crate::domain::continuation::Continuation {
                 progress: now.as_ref().map(|_| "ckpt".into()),
                 requeue_exit: vec![85],
             },
@@ -1130,8 +1130,8 @@ fn continuing(
     }
 }
 
-fn file(size: u64) -> crate::continuation::Progress {
-    crate::continuation::Progress::File {
+fn file(size: u64) -> crate::domain::continuation::Progress {
+    crate::domain::continuation::Progress::File {
         size,
         mtime_ns: size as i64 * 1_000_000_000,
         sha256: None,
@@ -1195,7 +1195,11 @@ fn no_progress_means_no_continuation() {
         d.reason
     );
     // The path is not there.
-    let h = continuing(0, None, Some(crate::continuation::Progress::Missing));
+    let h = continuing(
+        0,
+        None,
+        Some(crate::domain::continuation::Progress::Missing),
+    );
     let d = decide(
         &verdict(Classification::Timeout),
         &h,

@@ -33,10 +33,10 @@ pub use continuation::ContinuationFacts;
 pub use reason::{Change, Reason};
 pub use table::{budget, disposition, is_infrastructure, Disposition, Never, Resources};
 
-use crate::classify::Verdict;
 use crate::config::Config;
-use crate::dependency::Kind;
-use crate::model::{
+use crate::domain::classify::Verdict;
+use crate::domain::dependency::Kind;
+use crate::domain::model::{
     chain_label, Action, Chain, ChainState, Classification, RecoverRequest, RecoveryClass,
     Resolution, ResolveAction, RetryPlan,
 };
@@ -564,7 +564,7 @@ impl AttemptChange {
 /// least once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notify {
-    pub kind: crate::notification::Kind,
+    pub kind: crate::domain::notification::Kind,
     /// It is about the chain's latest decision (after this transition's record); a
     /// completion is about none.
     pub names_decision: bool,
@@ -673,7 +673,7 @@ impl Transition {
 /// for the states they hear about, or that the supervisor cancelled it because a job it
 /// waits on failed for good (its dependency can never be satisfied).
 fn notification_of(t: &Transition) -> Option<Notify> {
-    use crate::notification::Kind;
+    use crate::domain::notification::Kind;
     let to = t.update.state;
     if to == t.from {
         return None;
@@ -857,7 +857,7 @@ pub fn transition(
             }
             Transition {
                 notify: Some(Notify {
-                    kind: crate::notification::Kind::Reminder,
+                    kind: crate::domain::notification::Kind::Reminder,
                     names_decision: true,
                 }),
                 ..Transition::of(
@@ -1292,7 +1292,7 @@ fn expired(
             Vec::new(),
             Clock::Expire,
             Some(Notify {
-                kind: crate::notification::Kind::Expired,
+                kind: crate::domain::notification::Kind::Expired,
                 names_decision: true,
             }),
         ),

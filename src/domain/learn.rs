@@ -1,5 +1,5 @@
 //! Rule proposals: from how people and agents resolved the endings of one failure
-//! signature (`crate::signature`), the `[[rules]]` entry that would have decided them, if
+//! signature (`crate::domain::signature`), the `[[rules]]` entry that would have decided them, if
 //! they agree and their retries worked (docs/rules.md).
 //!
 //! A **resolution** here is a decision by someone other than the supervisor (a person,
@@ -15,7 +15,7 @@
 //! Pure: no I/O, no clock; the store reads the history, the daemon's read shows the
 //! answer.
 
-use crate::model::{Action, ChainState, Classification};
+use crate::domain::model::{Action, ChainState, Classification};
 use serde::{Deserialize, Serialize};
 
 /// What a retry changed, as its resolution asked.
@@ -145,7 +145,7 @@ fn resolved(r: &ResolutionFacts) -> Resolved {
         .then(|| outcome(r.next_state, r.next_slurm_state, r.chain_state));
     Resolved {
         decision: r.decision,
-        chain: crate::model::chain_label(r.chain),
+        chain: crate::domain::model::chain_label(r.chain),
         attempt: r.attempt,
         at: r.at,
         actor: r.actor.to_string(),
@@ -522,7 +522,7 @@ pub fn rule_toml(rule: &ProposedRule, proposal: &str) -> String {
 /// A regex over stderr that matches the lines a signature's masked `text` came from:
 /// the text's words literally, each mask by what it hides, any whitespace by any.
 pub fn stderr_pattern(text: &str) -> String {
-    use crate::signature::{DATE, DIR, HEX, NAME, NUM, TIME};
+    use crate::domain::signature::{DATE, DIR, HEX, NAME, NUM, TIME};
     let masks: [(&str, &str); 6] = [
         (TIME, r"\S+(?:[ T]\S+)*?"),
         (DATE, r"\S+"),
@@ -542,9 +542,9 @@ pub fn stderr_pattern(text: &str) -> String {
             }
         }
         let c = rest.chars().next().unwrap_or(' ');
-        if c == crate::signature::LT || c == crate::signature::GT {
+        if c == crate::domain::signature::LT || c == crate::domain::signature::GT {
             // A `<` or `>` of stderr itself (`signature::mask_line`), matched as it was.
-            out.push_str(if c == crate::signature::LT {
+            out.push_str(if c == crate::domain::signature::LT {
                 "[<\u{2039}]"
             } else {
                 "[>\u{203a}]"
@@ -564,7 +564,7 @@ pub fn stderr_pattern(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::{signature, JobSpecifics};
+    use crate::domain::signature::{signature, JobSpecifics};
 
     const T: Thresholds = Thresholds {
         agreeing: 3,
@@ -912,7 +912,7 @@ mod tests {
     /// the signature of a real timestamp nor a pattern that matches anything.
     #[test]
     fn placeholders_typed_into_stderr_are_text_not_wildcards() {
-        use crate::signature::{signature, JobSpecifics};
+        use crate::domain::signature::{signature, JobSpecifics};
         let typed = signature("FAILED", "1:0", Some("<time>\n"), &JobSpecifics::default());
         let real = signature(
             "FAILED",
@@ -949,9 +949,9 @@ mod tests {
     #[test]
     fn a_rules_pattern_is_compiled_within_a_size_limit() {
         let line = "2026-11-28T23:28:53Z ".repeat(10);
-        let text = crate::signature::mask_tail(
+        let text = crate::domain::signature::mask_tail(
             &format!("{line}\n{line}\n{line}\n{line}\n"),
-            &crate::signature::JobSpecifics::default(),
+            &crate::domain::signature::JobSpecifics::default(),
         );
         assert!(compile_rule_pattern(&stderr_pattern(&text)).is_ok());
         let e = compile_rule_pattern(&r"\w{1000}".repeat(8)).unwrap_err();

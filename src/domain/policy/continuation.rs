@@ -5,10 +5,10 @@
 //! evidence and is never continued in a loop.
 
 use super::{supervisor, ChainHistory, Context, Inputs, Record, Transition};
-use crate::classify::Verdict;
 use crate::config::Config;
-use crate::continuation::{Continuation, Progress};
-use crate::model::{Action, ChainState, Classification, RecoveryClass};
+use crate::domain::classify::Verdict;
+use crate::domain::continuation::{Continuation, Progress};
+use crate::domain::model::{Action, ChainState, Classification, RecoveryClass};
 use serde::{Deserialize, Serialize};
 
 use super::reason::Reason;

@@ -7,7 +7,7 @@
 //! each case is in docs/slurm-observed.md.
 
 use crate::config::Rule;
-use crate::model::Classification;
+use crate::domain::model::Classification;
 use crate::slurm::jobid::{JobId, StepKind};
 use crate::slurm::types::{JobState, SacctRow};
 use serde::{Deserialize, Serialize};
@@ -257,7 +257,7 @@ pub fn classify(obs: &Observation, rules: &[Rule]) -> Result<Verdict, ClassifyEr
             format!(
                 "hit its time limit ({})",
                 job.timelimit_secs
-                    .map(crate::syntax::format_time_limit)
+                    .map(crate::domain::syntax::format_time_limit)
                     .unwrap_or_else(|| "unknown".into())
             ),
         )),
@@ -306,7 +306,7 @@ mod tests {
     use crate::slurm::parse::parse_sacct;
 
     fn rules() -> Vec<Rule> {
-        Config::parse(include_str!("../config/supervisor.toml"), None)
+        Config::parse(include_str!("../../config/supervisor.toml"), None)
             .unwrap()
             .rules
     }

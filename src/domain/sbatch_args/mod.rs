@@ -17,7 +17,7 @@
 //! - `rebuild.rs`: the argv of a retry, the user's with a few [`Overrides`] ([`rebuild`],
 //!   [`check_overrides`]).
 //!
-//! Array specs (`--array`) are read by `crate::syntax`, whose parser Slurm's side shares;
+//! Array specs (`--array`) are read by `crate::domain::syntax`, whose parser Slurm's side shares;
 //! its names are re-exported here.
 //!
 //! Things that differ from what one might expect, checked on 22.05.8:
@@ -52,8 +52,8 @@ pub use rebuild::{check_overrides, merge_node_lists, rebuild, Overrides};
 pub use submitted::{check_comment, effective_option, script_mem_conflict, BadComment, Submitted};
 
 // The array syntax is Slurm's as much as sbatch's (squeue prints pending task lists in it),
-// so it lives in `crate::syntax`; an `--array` value is read through these names here.
-pub use crate::syntax::{
+// so it lives in `crate::domain::syntax`; an `--array` value is read through these names here.
+pub use crate::domain::syntax::{
     array_throttle, format_array_list, parse_array_spec, parse_array_spec_limited, MAX_ARRAY_INDEX,
     MAX_ARRAY_TASKS,
 };
@@ -81,7 +81,7 @@ pub enum ArgsError {
     #[error("#SBATCH line {line}: unmatched {quote} quote (sbatch rejects the script)")]
     UnmatchedQuote { line: usize, quote: char },
     #[error(transparent)]
-    BadArray(#[from] crate::syntax::BadArray),
+    BadArray(#[from] crate::domain::syntax::BadArray),
     #[error("invalid override: {0}")]
     BadOverride(String),
 }

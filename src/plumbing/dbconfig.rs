@@ -241,7 +241,7 @@ impl fmt::Display for StoreUrl {
 pub struct Password(String);
 
 impl Password {
-    pub(super) fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -10,7 +10,7 @@
 //! `osbytes::truncate` (itself a leaf), so anything may use it and it can never be part
 //! of a circle. `tests/architecture.rs` checks.
 
-use crate::osbytes::shortened as truncate;
+use crate::plumbing::osbytes::shortened as truncate;
 use std::fmt::Write as _;
 use std::str::FromStr;
 

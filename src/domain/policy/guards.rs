@@ -4,8 +4,8 @@
 use super::reason::Reason;
 use super::table::is_infrastructure;
 use super::{ChainHistory, Context};
-use crate::classify::Verdict;
 use crate::config::Config;
+use crate::domain::classify::Verdict;
 
 /// What a guard looks at.
 pub struct Facts<'a> {

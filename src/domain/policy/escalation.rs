@@ -8,9 +8,9 @@
 use super::reason::{Change, Reason};
 use super::table::Resources;
 use super::{ChainHistory, Context};
-use crate::classify::Verdict;
 use crate::config::Config;
-use crate::model::RetryPlan;
+use crate::domain::classify::Verdict;
+use crate::domain::model::RetryPlan;
 
 const MIB: u64 = 1024 * 1024;
 

@@ -2,8 +2,8 @@
 //! (`Classification::row`): the config reads it too (default budgets, what a rule may give).
 
 use crate::config::Config;
-use crate::model::Classification;
-pub use crate::model::{Disposition, Never, Resources};
+use crate::domain::model::Classification;
+pub use crate::domain::model::{Disposition, Never, Resources};
 
 /// What an ending of classification `c` gets by default.
 pub fn disposition(c: Classification) -> Disposition {

@@ -7,8 +7,8 @@ pub mod net;
 pub mod views;
 
 // A resolution, a recover and the resolve action are the product's vocabulary (policy
-// decides on them): they live in `crate::model` and travel here as they are.
-pub use crate::model::{RecoverRequest, Resolution, ResolveAction};
+// decides on them): they live in `crate::domain::model` and travel here as they are.
+pub use crate::domain::model::{RecoverRequest, Resolution, ResolveAction};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -167,7 +167,7 @@ pub struct SubmitRequest {
     /// The job continues from its own checkpoints (`submit --continue`,
     /// docs/continuation.md); the script's `#SSV` lines add to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continuation: Option<crate::continuation::Continuation>,
+    pub continuation: Option<crate::domain::continuation::Continuation>,
     /// The client's id for this submission (1 to 64 of `A-Z a-z 0-9 - _`): a retry with
     /// the same id, by the same user, is answered with the first one's job instead of
     /// submitting again (`supervisorctl` sends one over the network).
