@@ -2890,3 +2890,106 @@ fn a_hung_progress_read_keeps_no_daemon_thread() {
         "the ending was judged, but daemon threads still wait on the hung mount: {stuck:?}"
     );
 }
+
+/// Issue 32: every opted-in user writes into their own notes folder, and the daemon cannot
+/// bound what they write there between two scans, so notes on the state directory's
+/// filesystem let one user fill it and stop the store's writes for everyone.
+/// `slurm-supervisord --mount-notes` (the package's unit runs it, as root, before the
+/// daemon) puts `notes/` on a small tmpfs of its own, carrying over the notes already
+/// waiting; alice filling it then fills that tmpfs alone, and the daemon, which warned
+/// before, says the notes are apart and goes on reading them.
+#[test]
+fn mounted_notes_keep_a_user_who_fills_them_off_the_state_filesystem() {
+    let mut sys = System::prepare("", "");
+    let spool = sys.root().join("spool");
+    let text = std::fs::read_to_string(&sys.d.config).unwrap();
+    std::fs::write(
+        &sys.d.config,
+        format!(
+            "{text}\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+            spool.display().to_string()
+        ),
+    )
+    .unwrap();
+    const SHARED: &str = "the plain-sbatch notes are on the state directory's filesystem";
+    const APART: &str = "the plain-sbatch notes are on a filesystem of their own";
+    sys.spawn();
+    let out = sys.as_user("alice", &["opt-in"]);
+    assert!(out.status.success(), "{}", err_text(&out));
+    assert_eq!(sys.d.stop().code(), Some(0));
+    assert_eq!(sys.d.log().matches(SHARED).count(), 1, "{}", sys.d.log());
+    let alice = User::get("alice");
+    let notes = spool.join("notes");
+    let folder = notes.join(alice.uid.to_string());
+    // A note left while the daemon is down, by alice in her own folder.
+    let waiting = folder.join("4242.17.1700000000");
+    let touched = sys.user_command("alice", "touch").arg(&waiting).status();
+    assert!(touched.unwrap().success());
+    let mount_notes = || {
+        Command::new(DAEMON)
+            .arg("--config")
+            .arg(&sys.d.config)
+            .arg("--mount-notes")
+            .output()
+            .unwrap()
+    };
+    let out = mount_notes();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}{}", err_text(&out));
+    let _m = Mount(notes.clone());
+    assert!(said.contains("1 waiting notes carried over"), "{said}");
+    let dev = |p: &Path| std::fs::metadata(p).unwrap().dev();
+    assert_ne!(dev(&notes), dev(&sys.state_dir()), "{said}");
+    let mounted = |p: &Path| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(p.to_str().unwrap()) && l.contains(" - tmpfs "))
+            .count()
+    };
+    assert_eq!(mounted(&notes), 1);
+    // The note waits in alice's folder, hers as before, and the folder is closed to others.
+    let m = std::fs::symlink_metadata(&waiting).unwrap();
+    assert!(m.file_type().is_file() && m.len() == 0 && m.uid() == alice.uid);
+    let f = std::fs::symlink_metadata(&folder).unwrap();
+    assert_eq!((f.uid(), f.mode() & 0o7777), (alice.uid, 0o700));
+    // Again: nothing more is mounted.
+    let out = mount_notes();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && said.contains("already on a filesystem of its own"),
+        "{said}"
+    );
+    assert_eq!(mounted(&notes), 1);
+    // alice writes all she can: the tmpfs fills, and it alone.
+    let filler = folder.join("filler");
+    let dd = sys
+        .user_command("alice", "dd")
+        .args(["if=/dev/zero", "bs=1M", "count=64"])
+        .arg(format!("of={}", filler.display()))
+        .output()
+        .unwrap();
+    assert!(
+        !dd.status.success(),
+        "alice wrote 64 MiB into her notes folder"
+    );
+    assert!(
+        String::from_utf8_lossy(&dd.stderr).contains("No space left on device"),
+        "{}",
+        err_text(&dd)
+    );
+    let written = std::fs::metadata(&filler).unwrap();
+    assert!(written.len() <= 16 << 20, "{} bytes", written.len());
+    assert_eq!(written.dev(), dev(&notes));
+    // The daemon says the notes are apart, and its scan reads them: the filler, not a
+    // note, is removed unread.
+    sys.spawn();
+    wait_until(
+        "the filler removed by the scan",
+        Duration::from_secs(30),
+        || !filler.exists(),
+    );
+    let log = sys.d.log();
+    assert_eq!(log.matches(SHARED).count(), 1, "{log}");
+    assert_eq!(log.matches(APART).count(), 1, "{log}");
+}

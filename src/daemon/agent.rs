@@ -8,7 +8,7 @@
 
 use super::engine::AgentView;
 use super::program;
-use super::reads::views;
+use super::reads::fill;
 use crate::domain::model::{Action, ChainState};
 use crate::protocol::views::PendingChain;
 use crate::slurm::spawn;
@@ -43,7 +43,7 @@ pub fn waiting(store: &Store) -> Result<Vec<PendingChain>, StoreError> {
             .last_decision(c.id)?
             .is_some_and(|d| d.action == Action::Hold);
         if !held {
-            out.push(views::pending_view(store, &c)?);
+            out.push(fill::pending_view(store, &c)?);
         }
     }
     Ok(out)

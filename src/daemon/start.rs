@@ -21,6 +21,11 @@ pub struct Args {
     /// Check the config and exit (0 ok, 78 bad).
     #[arg(long)]
     pub validate: bool,
+    /// Put the plain-sbatch notes on a tmpfs of their own, unless they already are apart
+    /// from the state directory's filesystem, and exit (as root, before the daemon
+    /// starts: the package's unit runs it; docs/plain-sbatch.md).
+    #[arg(long)]
+    pub mount_notes: bool,
     /// Internal: print what a continuing job's progress path looks like, as JSON, and exit
     /// (the daemon runs this as the job's owner; docs/continuation.md).
     #[arg(long, hide = true, value_name = "PATH")]
@@ -54,6 +59,9 @@ pub fn main(args: Args) -> i32 {
             config.rules.len()
         );
         return 0;
+    }
+    if args.mount_notes {
+        return mount_notes(&config);
     }
     detach_from_terminal();
     // The daemon's loop runs on this (main) thread, in `block_on`; the control socket's
@@ -105,6 +113,47 @@ pub fn main(args: Args) -> i32 {
             }
         }
     })
+}
+
+/// `--mount-notes`: 0 when the notes are apart from the state directory's filesystem
+/// (now or already) or plain sbatch is off, 1 when they could not be put there.
+fn mount_notes(config: &Config) -> i32 {
+    use crate::daemon::plain::{mount, Spool};
+    if !config.plain_sbatch.enabled {
+        println!("plain sbatch is off ([plain_sbatch] enabled): no notes folder to mount");
+        return 0;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        println!("not root: a per-user daemon's notes are its own user's, on their own filesystem; nothing to mount");
+        return 0;
+    }
+    let spool = Spool::of(config);
+    match mount::mount_notes(&spool, &config.state_dir) {
+        Ok(mount::Mounted::Apart) => {
+            println!(
+                "{}: already on a filesystem of its own",
+                spool.notes().display()
+            );
+            0
+        }
+        Ok(mount::Mounted::Now { carried, left }) => {
+            println!(
+                "{}: a tmpfs of its own ({}), {carried} waiting notes carried over{}",
+                spool.notes().display(),
+                mount::OPTIONS,
+                if left > 0 {
+                    format!(", {left} not (logged)")
+                } else {
+                    String::new()
+                }
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("slurm-supervisord: {e}");
+            1
+        }
+    }
 }
 
 /// The daemon never owns a terminal: a terminal it owned could stop it (^C, or SIGHUP

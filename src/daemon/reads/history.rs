@@ -1,6 +1,6 @@
 //! `history`: a chain's attempts and decisions, in order (every task's, for an array).
 
-use super::{views, Read};
+use super::{fill, Read};
 use crate::daemon::access::chains_for;
 use crate::protocol::views::HistoryAnswer;
 use crate::protocol::Response;
@@ -15,13 +15,13 @@ pub fn read(id: String) -> Read {
 fn history(store: &Store, id: &str, uid: u32) -> Result<HistoryAnswer, Response> {
     let chains = chains_for(store, id, uid)?;
     if let [one] = chains.as_slice() {
-        return Ok(HistoryAnswer::One(Box::new(views::history_view(
+        return Ok(HistoryAnswer::One(Box::new(fill::history_view(
             store, one,
         )?)));
     }
     let all: Result<Vec<_>, StoreError> = chains
         .iter()
-        .map(|c| views::history_view(store, c))
+        .map(|c| fill::history_view(store, c))
         .collect();
     Ok(HistoryAnswer::Many(all?))
 }

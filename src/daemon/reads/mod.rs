@@ -5,13 +5,13 @@
 //! dispatch (`requests::dispatch`) names it for its request.
 
 pub mod cluster;
+pub mod fill;
 pub mod history;
 pub mod pending;
 pub mod ping;
 pub mod rules;
 pub mod stats;
 pub mod status;
-pub mod views;
 
 use crate::protocol::Response;
 use crate::store::Store;

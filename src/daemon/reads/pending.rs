@@ -3,7 +3,7 @@
 //! a time, holding one chain's view, not the list.
 
 use super::status::StreamError;
-use super::{views, Read};
+use super::{fill, Read};
 use crate::daemon::access::sees_all;
 use crate::domain::model::ChainState;
 use crate::protocol::views::PendingChain;
@@ -23,7 +23,7 @@ fn pending(store: &Store, uid: u32) -> Result<Vec<PendingChain>, Response> {
     let mut out = Vec::new();
     for c in store.chains_in_state(ChainState::PendingFailed)? {
         if sees_all(uid) || store.owner_of(c.id)? == uid {
-            out.push(views::pending_view(store, &c)?);
+            out.push(fill::pending_view(store, &c)?);
         }
     }
     Ok(out)
@@ -42,7 +42,7 @@ pub fn write_all(store: &Store, uid: u32, out: &mut dyn Write) -> Result<(), Str
             continue;
         }
         let value =
-            serde_json::to_value(views::pending_view(store, &c)?).map_err(std::io::Error::from)?;
+            serde_json::to_value(fill::pending_view(store, &c)?).map_err(std::io::Error::from)?;
         if !first {
             out.write_all(b",")?;
         }

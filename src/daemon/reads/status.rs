@@ -2,7 +2,7 @@
 //! is written out row by row as it is read (`write_all`): one query, and nothing of it
 //! kept, however many chains the store holds.
 
-use super::{views, Read};
+use super::{fill, Read};
 use crate::daemon::access::{chains_for, sees_all};
 use crate::protocol::views::ChainRow;
 use crate::protocol::Response;
@@ -29,7 +29,7 @@ fn status(store: &Store, id: Option<&str>, uid: u32) -> Result<Vec<ChainRow>, Re
         None => store.chains(if sees_all(uid) { None } else { Some(uid) })?,
     };
     let rows: Result<Vec<ChainRow>, StoreError> =
-        chains.iter().map(|c| views::chain_view(store, c)).collect();
+        chains.iter().map(|c| fill::chain_view(store, c)).collect();
     Ok(rows?)
 }
 
@@ -101,7 +101,7 @@ pub fn write_all(store: &Store, uid: u32, out: &mut dyn Write) -> Result<(), Str
     out.write_all(b"{\"ok\":[")?;
     let mut first = true;
     store.each_chain_summary(owner, |s| -> Result<(), StreamError> {
-        let row = views::summary_view(store, s, &waits, &members)?;
+        let row = fill::summary_view(store, s, &waits, &members)?;
         if !first {
             out.write_all(b",")?;
         }

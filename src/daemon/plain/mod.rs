@@ -44,6 +44,8 @@
 //! Discovery runs after each cycle with a request's `Desk` (adopting is `adopt`'s): the
 //! store, the config, and of Slurm what adoption asks (`Lookup`, the marked jobs too).
 
+pub mod mount;
+
 use crate::config::{Config, PlainSbatchConfig};
 use crate::daemon::engine::Desk;
 use std::collections::{HashMap, HashSet};
@@ -101,10 +103,16 @@ pub enum SpoolError {
     Locked { path: PathBuf, holder: String },
 }
 
-/// Whether `a` and `b` are on one filesystem (both exist and have one device number).
+/// Whether `a` and `b` are on one filesystem: the device numbers of each, or of its
+/// nearest folder that exists (a state directory not made yet is on its parent's).
 fn shares_filesystem(a: &Path, b: &Path) -> bool {
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+    let dev = |p: &Path| {
+        p.ancestors()
+            .find_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.dev())
+    };
+    match (dev(a), dev(b)) {
+        (Some(a), Some(b)) => a == b,
         _ => false,
     }
 }
@@ -607,12 +615,19 @@ impl Plain {
         }
         let spool = Spool::of(config);
         let lock = spool.prepare()?;
-        if nix::unistd::geteuid().is_root() && shares_filesystem(&spool.root, &config.state_dir) {
-            tracing::warn!(
-                spool = %spool.root.display(),
-                state_dir = %config.state_dir.display(),
-                "the plain-sbatch spool is on the state directory's filesystem: each user's notes folder is theirs, so a user can fill that filesystem and stop the store's writes; put the spool on another filesystem ([plain_sbatch] spool), or give users a quota there (docs/plain-sbatch.md)"
-            );
+        if nix::unistd::geteuid().is_root() {
+            if shares_filesystem(&spool.notes(), &config.state_dir) {
+                tracing::warn!(
+                    notes = %spool.notes().display(),
+                    state_dir = %config.state_dir.display(),
+                    "the plain-sbatch notes are on the state directory's filesystem: each user's notes folder is theirs, so a user can fill that filesystem and stop the store's writes; run `slurm-supervisord --mount-notes` as root before the daemon starts (the package's unit does), or put the spool on another filesystem ([plain_sbatch] spool) (docs/plain-sbatch.md)"
+                );
+            } else {
+                tracing::info!(
+                    notes = %spool.notes().display(),
+                    "the plain-sbatch notes are on a filesystem of their own, apart from the state directory's"
+                );
+            }
         }
         let marks = config.plain_sbatch.admin_comment.then(|| Marks {
             every: (config.poll_interval * 10).min(MARKS_AT_MOST_EVERY),
@@ -951,7 +966,15 @@ mod tests {
         assert!(super::shares_filesystem(&a, &b));
         // /proc is another filesystem than any temporary folder.
         assert!(!super::shares_filesystem(&a, std::path::Path::new("/proc")));
-        assert!(!super::shares_filesystem(&a, &dir.path().join("missing")));
+        // A folder not made yet is on its nearest existing parent's filesystem.
+        assert!(super::shares_filesystem(
+            &a,
+            &dir.path().join("missing/deeper")
+        ));
+        assert!(!super::shares_filesystem(
+            std::path::Path::new("/proc/missing"),
+            &a
+        ));
     }
 
     use super::*;

@@ -1,0 +1,197 @@
+//! The notes on a filesystem of their own (`slurm-supervisord --mount-notes`, run as root
+//! by the package's unit before the daemon starts: `ExecStartPre=+`).
+//!
+//! Every opted-in user can write into their own `notes/<uid>/`, and the daemon cannot
+//! bound what they write between two scans. On the state directory's filesystem, one user
+//! who filled it would stop the store's writes for everyone. So `notes/` gets a small
+//! tmpfs of its own ([`OPTIONS`]): filled, it stops only plain sbatch's notes, never the
+//! store. The notes are empty files read within a cycle, so a tmpfs loses nothing the
+//! daemon needs across its own restarts; across a reboot, notes not yet read are lost (the
+//! job_submit mark finds such jobs, when installed: docs/plain-sbatch.md).
+//!
+//! Mounting is done once, before the daemon takes the spool, and only where `notes/`
+//! shares the state directory's filesystem; notes already waiting are carried over by
+//! name, each recreated in its user's folder as that user's, never by following anything
+//! a user made.
+
+use super::{job_of_name, uid_of_name, Spool, SpoolError};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// The tmpfs's options: root's, 0755 (as `notes/` must be: no user creates a name in
+/// it), 16 MiB of data in all (a note has none) and 262,144 inodes (notes and users'
+/// folders), mounted nosuid, nodev, noexec.
+pub const OPTIONS: &str = "mode=0755,uid=0,gid=0,size=16m,nr_inodes=262144";
+
+/// The most waiting notes carried over to the new filesystem; more are left behind (and
+/// logged): they were made before the daemon's last stop, and a site with more has the
+/// job_submit mark to find those jobs.
+const MAX_CARRIED: usize = 65_536;
+
+/// What `--mount-notes` found or did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Mounted {
+    /// `notes/` was already on another filesystem than the state directory's (mounted
+    /// before, or a spool configured elsewhere): nothing done.
+    Apart,
+    /// A tmpfs was mounted on `notes/`, with this many waiting notes carried over.
+    Now { carried: usize, left: usize },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("cannot mount a tmpfs on {path} ({OPTIONS}): {source}")]
+    Mount {
+        path: std::path::PathBuf,
+        source: nix::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Puts `spool`'s `notes/` on a tmpfs of its own, unless it is already apart from
+/// `state_dir`'s filesystem. Takes the spool's lock (refused while a daemon holds it), so
+/// no daemon scans the folder while it moves.
+pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountError> {
+    let _lock = spool.prepare()?;
+    let notes = spool.notes();
+    if !super::shares_filesystem(&notes, state_dir) {
+        return Ok(Mounted::Apart);
+    }
+    let waiting = waiting_notes(spool);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| MountError::Io { path, source }
+    };
+    // The old folder moves aside whole (a rename in a folder only root writes), and a new
+    // empty one takes its place for the mount.
+    let aside = spool
+        .root
+        .join(format!("notes-unmounted-{}", crate::plumbing::clock::now()));
+    std::fs::rename(&notes, &aside).map_err(io(&notes))?;
+    std::fs::create_dir(&notes).map_err(io(&notes))?;
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o755)).map_err(io(&notes))?;
+    use nix::mount::MsFlags;
+    if let Err(source) = nix::mount::mount(
+        Some("slurm-supervisor-notes"),
+        &notes,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(OPTIONS),
+    ) {
+        // Back as it was.
+        let _ = std::fs::remove_dir(&notes);
+        let _ = std::fs::rename(&aside, &notes);
+        return Err(MountError::Mount {
+            path: notes,
+            source,
+        });
+    }
+    let (mut carried, mut left) = (0, 0);
+    for (uid, name) in &waiting {
+        match carry(spool, *uid, name) {
+            Ok(()) => carried += 1,
+            Err(e) => {
+                left += 1;
+                tracing::warn!(
+                    "plain sbatch: the note {} of uid {uid} could not be carried to the new notes folder: {e}",
+                    Path::new(name).display()
+                );
+            }
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(&aside) {
+        tracing::warn!(
+            "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
+            aside.display()
+        );
+    }
+    Ok(Mounted::Now { carried, left })
+}
+
+/// The notes waiting in `notes/`, as the scan would take them: in folders named by their
+/// owner's uid, empty regular files of that owner named by a job id. Nothing is followed.
+fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut found = Vec::new();
+    let Ok(folders) = std::fs::read_dir(spool.notes()) else {
+        return found;
+    };
+    for f in folders.flatten() {
+        let Some(uid) = uid_of_name(f.file_name().as_bytes()) else {
+            continue;
+        };
+        let dir = spool.folder(uid);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_dir() && m.uid() == uid => {}
+            _ => continue,
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if found.len() >= MAX_CARRIED {
+                tracing::warn!("plain sbatch: more than {MAX_CARRIED} notes were waiting; the rest are not carried to the new notes folder");
+                return found;
+            }
+            let name = e.file_name();
+            if job_of_name(name.as_bytes()).is_none() {
+                continue;
+            }
+            match std::fs::symlink_metadata(dir.join(&name)) {
+                Ok(m) if m.file_type().is_file() && m.uid() == uid && m.len() == 0 => {
+                    found.push((uid, name))
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// Makes `uid`'s note `name` again in the new `notes/`: its folder (theirs, 0700) and an
+/// empty file of theirs, new (`O_EXCL`, never through a link).
+fn carry(spool: &Spool, uid: u32, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    let gid = crate::slurm::RunAs::lookup(uid)
+        .map(|who| who.gid)
+        .ok_or_else(|| std::io::Error::other("no account on this host"))?;
+    spool.make_folder(uid, gid)?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(spool.folder(uid).join(name))?;
+    std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_notes_a_scan_would_take_are_carried() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::at(dir.path().join("spool"));
+        drop(spool.prepare().unwrap());
+        let me = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        spool.make_folder(me, gid).unwrap();
+        let f = spool.folder(me);
+        std::fs::write(f.join("42.1.1"), b"").unwrap();
+        std::fs::write(f.join("43.1.1"), b"not empty").unwrap();
+        std::fs::write(f.join("junk"), b"").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", f.join("44.1.1")).unwrap();
+        std::fs::create_dir(f.join("45.1.1")).unwrap();
+        // A folder not named by its owner's uid is no one's.
+        std::fs::create_dir(spool.notes().join((me + 1).to_string())).unwrap();
+        std::fs::write(spool.notes().join((me + 1).to_string()).join("46.1.1"), b"").unwrap();
+        let got = waiting_notes(&spool);
+        assert_eq!(got, vec![(me, std::ffi::OsString::from("42.1.1"))]);
+    }
+}
