@@ -2756,6 +2756,54 @@ fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
     assert_eq!(ino(&file_of("bob")), bob, "bob's file was rewritten");
 }
 
+/// Issue 32's attacking review: `opt-in` and `opt-out` in turn each changed the choice, so
+/// within the write rate one user made 3,000 kept changes a minute (in cluster mode as many
+/// journal entries, applied by every node). A change of choice has a rate of its own, a
+/// dozen an hour; the choice already made is answered and takes none; bob's are his own.
+#[test]
+fn a_users_plain_sbatch_choice_changes_a_dozen_times_an_hour_at_most() {
+    let mut sys = System::prepare("", "");
+    let spool = sys.root().join("spool");
+    let text = std::fs::read_to_string(&sys.d.config).unwrap();
+    std::fs::write(
+        &sys.d.config,
+        format!(
+            "{text}\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
+            spool.display().to_string()
+        ),
+    )
+    .unwrap();
+    sys.spawn();
+    let published = |user: &str| {
+        std::fs::read_to_string(spool.join("optin").join(User::get(user).uid.to_string())).unwrap()
+    };
+    let opt = |user: &str, what: &str| sys.as_user(user, &[what]);
+    for k in 0..12 {
+        let what = if k % 2 == 0 { "opt-in" } else { "opt-out" };
+        let out = opt("alice", what);
+        assert!(out.status.success(), "change {k}: {}", err_text(&out));
+    }
+    assert_eq!(published("alice"), "out\n");
+    // The choice already made is answered, however often.
+    for _ in 0..3 {
+        let out = opt("alice", "opt-out");
+        assert!(out.status.success(), "{}", err_text(&out));
+    }
+    // A thirteenth change is refused, nothing done, and said so.
+    let out = opt("alice", "opt-in");
+    assert_eq!(out.status.code(), Some(75), "{}", err_text(&out));
+    let said = err_text(&out);
+    assert!(
+        said.contains("may change 12 times an hour") && said.contains("try again in"),
+        "{said}"
+    );
+    assert_eq!(published("alice"), "out\n");
+    // bob's choices are his own.
+    let out = opt("bob", "opt-in");
+    assert!(out.status.success(), "{}", err_text(&out));
+    assert_eq!(published("bob"), "in\n");
+}
+
 // Continuation (docs/continuation.md): a progress path is read as the job's owner, in a
 // child the daemon can kill (issue 34's attacking review).
 

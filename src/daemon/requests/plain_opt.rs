@@ -5,6 +5,7 @@ use super::Plan;
 use crate::config::PlainSbatchConfig;
 use crate::daemon::access::Caller;
 use crate::daemon::engine::Desk;
+use crate::daemon::rate::{WriteRate, CHOICES_PER_HOUR};
 use crate::protocol::views::PlainOptAnswer;
 use crate::protocol::{ErrorKind, Request, Response};
 use crate::slurm::Slurm;
@@ -34,8 +35,10 @@ impl super::Write for PlainOpt {
         Plan::answered(plain_opt(
             desk.store,
             &desk.config.plain_sbatch,
+            desk.rate,
             uid,
             self.opted_in,
+            std::time::Instant::now(),
         ))
     }
 }
@@ -44,8 +47,10 @@ impl super::Write for PlainOpt {
 fn plain_opt(
     store: &mut Store,
     plain_sbatch: &PlainSbatchConfig,
+    rate: &mut WriteRate,
     uid: u32,
     opted_in: bool,
+    now: std::time::Instant,
 ) -> Result<PlainOptAnswer, Response> {
     // A choice this daemon would never read changes nothing: refused, so nothing is kept
     // (each one a journal entry every node applies, in cluster mode).
@@ -57,7 +62,20 @@ fn plain_opt(
              or ask your admin to enable plain sbatch",
         ));
     }
-    // The same choice again is answered as it stands, and writes nothing.
+    // The same choice again is answered as it stands, and writes nothing; a change is
+    // kept for good (a journal entry every node applies), so it has a rate of its own.
+    if store.plain_opt(uid)? != Some(opted_in) {
+        if let Err(wait) = rate.take_choice(uid, now) {
+            return Err(Response::error(
+                ErrorKind::Unavailable,
+                format!(
+                    "your plain-sbatch choice may change {CHOICES_PER_HOUR} times an hour, and you have changed it that often; \
+                     it stays as it was: try again in {} s",
+                    wait.as_secs() + 1
+                ),
+            ));
+        }
+    }
     store.set_plain_opt(uid, opted_in, crate::plumbing::clock::now())?;
     Ok(PlainOptAnswer {
         uid,
