@@ -2962,8 +2962,10 @@ fn mounted_notes_keep_a_user_who_fills_them_off_the_state_filesystem() {
     const SHARED: &str = "the plain-sbatch notes are on the state directory's filesystem";
     const APART: &str = "the plain-sbatch notes are on a filesystem of their own";
     sys.spawn();
-    let out = sys.as_user("alice", &["opt-in"]);
-    assert!(out.status.success(), "{}", err_text(&out));
+    for user in ["alice", "bob"] {
+        let out = sys.as_user(user, &["opt-in"]);
+        assert!(out.status.success(), "{}", err_text(&out));
+    }
     assert_eq!(sys.d.stop().code(), Some(0));
     assert_eq!(sys.d.log().matches(SHARED).count(), 1, "{}", sys.d.log());
     let alice = User::get("alice");
@@ -3032,6 +3034,15 @@ fn mounted_notes_keep_a_user_who_fills_them_off_the_state_filesystem() {
     // The daemon says the notes are apart, and its scan reads them: the filler, not a
     // note, is removed unread.
     sys.spawn();
+    // bob's folder is made again at the start (his choice is in the store), and a note is
+    // an empty file: his is written all the same.
+    let bobs_folder = notes.join(User::get("bob").uid.to_string());
+    wait_until("bob's folder made again", Duration::from_secs(30), || {
+        bobs_folder.is_dir()
+    });
+    let bobs = bobs_folder.join("4343.18.1700000000");
+    let touched = sys.user_command("bob", "touch").arg(&bobs).status();
+    assert!(touched.unwrap().success(), "bob's note was not written");
     wait_until(
         "the filler removed by the scan",
         Duration::from_secs(30),
