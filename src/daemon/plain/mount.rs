@@ -105,7 +105,14 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
             }
         }
     }
-    if let Err(e) = std::fs::remove_dir_all(&aside) {
+    // The users' folders in the old tree are still theirs, and a user holding one open
+    // could go on filling it: each folder is made root's and closed (top down, never
+    // through a link) before the tree is removed, so that none can grow while it goes.
+    let removed = match lock_down(&aside, &mut 0) {
+        Ok(()) => std::fs::remove_dir_all(&aside),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = removed {
         tracing::warn!(
             "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
             aside.display()
@@ -114,11 +121,46 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     Ok(Mounted::Now { carried, left })
 }
 
+/// The most entries of the old tree made root's before its removal; a tree with more is
+/// left for the admin (logged), so that a user who filled their folder before the upgrade
+/// cannot hold the daemon's start.
+const MAX_LOCKED: usize = 1 << 20;
+
+/// Makes the folder `dir` and every folder under it root's and 0700, top down: each is
+/// opened without following a link and changed through its descriptor, so once a folder
+/// is done no one but root changes what is in it, and the paths below it are root's.
+fn lock_down(dir: &Path, seen: &mut usize) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(dir)?;
+    std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o700))?;
+    for e in std::fs::read_dir(dir)? {
+        *seen += 1;
+        if *seen > MAX_LOCKED {
+            return Err(std::io::Error::other(format!(
+                "more than {MAX_LOCKED} entries"
+            )));
+        }
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            lock_down(&e.path(), seen)?;
+        }
+    }
+    Ok(())
+}
+
+/// The most entries of the users' folders read for waiting notes (a user's junk is
+/// skipped, not carried; past this, the rest of the notes are not carried either).
+const MAX_READ: usize = 1 << 20;
+
 /// The notes waiting in `notes/`, as the scan would take them: in folders named by their
 /// owner's uid, empty regular files of that owner named by a job id. Nothing is followed.
 fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
     use std::os::unix::ffi::OsStrExt;
     let mut found = Vec::new();
+    let mut read = 0;
     let Ok(folders) = std::fs::read_dir(spool.notes()) else {
         return found;
     };
@@ -135,8 +177,9 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
             continue;
         };
         for e in entries.flatten() {
-            if found.len() >= MAX_CARRIED {
-                tracing::warn!("plain sbatch: more than {MAX_CARRIED} notes were waiting; the rest are not carried to the new notes folder");
+            read += 1;
+            if found.len() >= MAX_CARRIED || read > MAX_READ {
+                tracing::warn!("plain sbatch: more than {MAX_CARRIED} notes, or {MAX_READ} entries, were waiting; the rest are not carried to the new notes folder");
                 return found;
             }
             let name = e.file_name();
@@ -193,5 +236,30 @@ mod tests {
         std::fs::write(spool.notes().join((me + 1).to_string()).join("46.1.1"), b"").unwrap();
         let got = waiting_notes(&spool);
         assert_eq!(got, vec![(me, std::ffi::OsString::from("42.1.1"))]);
+    }
+
+    #[test]
+    fn the_old_tree_is_made_roots_top_down_and_never_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("old");
+        std::fs::create_dir_all(top.join("1000/deeper")).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&outside, top.join("1000/link")).unwrap();
+        let mut seen = 0;
+        lock_down(&top, &mut seen).unwrap();
+        assert_eq!(seen, 2 + 1);
+        for d in [top.clone(), top.join("1000"), top.join("1000/deeper")] {
+            let m = std::fs::symlink_metadata(&d).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o700, "{}", d.display());
+        }
+        // The folder a link names is not touched.
+        let m = std::fs::metadata(&outside).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o755);
+        // A tree past the bound is refused, not walked to its end.
+        let mut seen = MAX_LOCKED;
+        assert!(lock_down(&top, &mut seen).is_err());
     }
 }
