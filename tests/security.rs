@@ -2703,14 +2703,9 @@ fn assert_alice_waited_behind_at_most_two_of_bobs(log: &Path) {
     );
 }
 
-/// Issue 32's attacking review: a user's `opt-in`, repeated, makes the daemon rewrite no
-/// other user's published choice nor the site's default (it used to rewrite every user's
-/// `optin/<uid>` and `default` on the loop for each request: O(users) file writes per
-/// request, a request that changes nothing), and not even the asker's own file when the
-/// choice is the one published.
-#[test]
-fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
-    let mut sys = System::prepare("", "");
+/// Turns plain sbatch on in a prepared system's config, its spool in the system's folder;
+/// returns the spool.
+fn plain_sbatch_on(sys: &System) -> PathBuf {
     let spool = sys.root().join("spool");
     let text = std::fs::read_to_string(&sys.d.config).unwrap();
     std::fs::write(
@@ -2721,6 +2716,18 @@ fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
         ),
     )
     .unwrap();
+    spool
+}
+
+/// Issue 32's attacking review: a user's `opt-in`, repeated, makes the daemon rewrite no
+/// other user's published choice nor the site's default (it used to rewrite every user's
+/// `optin/<uid>` and `default` on the loop for each request: O(users) file writes per
+/// request, a request that changes nothing), and not even the asker's own file when the
+/// choice is the one published.
+#[test]
+fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
+    let mut sys = System::prepare("", "");
+    let spool = plain_sbatch_on(&sys);
     sys.spawn();
     let ino = |p: &Path| std::fs::symlink_metadata(p).unwrap().ino();
     let file_of = |user: &str| spool.join("optin").join(User::get(user).uid.to_string());
@@ -2763,16 +2770,7 @@ fn review_a_repeated_opt_in_rewrites_no_one_elses_published_choice() {
 #[test]
 fn a_users_plain_sbatch_choice_changes_a_dozen_times_an_hour_at_most() {
     let mut sys = System::prepare("", "");
-    let spool = sys.root().join("spool");
-    let text = std::fs::read_to_string(&sys.d.config).unwrap();
-    std::fs::write(
-        &sys.d.config,
-        format!(
-            "{text}\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
-            spool.display().to_string()
-        ),
-    )
-    .unwrap();
+    let spool = plain_sbatch_on(&sys);
     sys.spawn();
     let published = |user: &str| {
         std::fs::read_to_string(spool.join("optin").join(User::get(user).uid.to_string())).unwrap()
@@ -2949,16 +2947,7 @@ fn a_hung_progress_read_keeps_no_daemon_thread() {
 #[test]
 fn mounted_notes_keep_a_user_who_fills_them_off_the_state_filesystem() {
     let mut sys = System::prepare("", "");
-    let spool = sys.root().join("spool");
-    let text = std::fs::read_to_string(&sys.d.config).unwrap();
-    std::fs::write(
-        &sys.d.config,
-        format!(
-            "{text}\n[plain_sbatch]\nenabled = true\nspool = {:?}\n",
-            spool.display().to_string()
-        ),
-    )
-    .unwrap();
+    let spool = plain_sbatch_on(&sys);
     const SHARED: &str = "the plain-sbatch notes are on the state directory's filesystem";
     const APART: &str = "the plain-sbatch notes are on a filesystem of their own";
     sys.spawn();
