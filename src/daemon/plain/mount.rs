@@ -125,6 +125,9 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     // The users' folders in the old tree are still theirs, and a user holding one open
     // could go on filling it: each folder is made root's and closed (top down, never
     // through a link) before the tree is removed, so that none can grow while it goes.
+    // A file held open, or a folder the walk does not reach (it stops at the first
+    // error), is still writable through its descriptor: no program can take that back
+    // (docs/security.md, "What stays possible").
     let removed = match lock_down(&aside, &mut 0) {
         Ok(()) => std::fs::remove_dir_all(&aside),
         Err(e) => Err(e),
