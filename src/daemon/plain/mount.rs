@@ -23,10 +23,17 @@ use std::path::Path;
 /// folders), mounted nosuid, nodev, noexec.
 pub const OPTIONS: &str = "mode=0755,uid=0,gid=0,size=16m,nr_inodes=262144";
 
-/// The most waiting notes carried over to the new filesystem; more are left behind (and
-/// logged): they were made before the daemon's last stop, and a site with more has the
-/// job_submit mark to find those jobs.
+/// The most waiting notes carried over to the new filesystem; more are not carried (they
+/// go with the old tree, logged): they were made before the daemon's last stop, and a site
+/// with more has the job_submit mark to find those jobs.
 const MAX_CARRIED: usize = 65_536;
+
+/// The most waiting notes of one user carried over, and the most entries of one user's
+/// folder read: one user's flood (notes or junk) takes their own share, never the others'
+/// (it would otherwise use up [`MAX_CARRIED`] or [`MAX_READ`] before another user's
+/// folder is read, and that user's notes would go with the old tree).
+const MAX_CARRIED_PER_USER: usize = 4096;
+const MAX_READ_PER_USER: usize = 65_536;
 
 /// What `--mount-notes` found or did.
 #[derive(Debug, PartialEq, Eq)]
@@ -93,8 +100,18 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
         });
     }
     let (mut carried, mut left) = (0, 0);
+    // Each user's account is looked up once (a lookup may ask a directory server), not
+    // once for each of their notes.
+    let mut gids: std::collections::HashMap<u32, Option<u32>> = Default::default();
     for (uid, name) in &waiting {
-        match carry(spool, *uid, name) {
+        let gid = *gids
+            .entry(*uid)
+            .or_insert_with(|| crate::slurm::RunAs::lookup(*uid).map(|who| who.gid));
+        let carried_one = match gid {
+            Some(gid) => carry(spool, *uid, gid, name),
+            None => Err(std::io::Error::other("no account on this host")),
+        };
+        match carried_one {
             Ok(()) => carried += 1,
             Err(e) => {
                 left += 1;
@@ -108,6 +125,9 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     // The users' folders in the old tree are still theirs, and a user holding one open
     // could go on filling it: each folder is made root's and closed (top down, never
     // through a link) before the tree is removed, so that none can grow while it goes.
+    // A file held open, or a folder the walk does not reach (it stops at the first
+    // error), is still writable through its descriptor: no program can take that back
+    // (docs/security.md, "What stays possible").
     let removed = match lock_down(&aside, &mut 0) {
         Ok(()) => std::fs::remove_dir_all(&aside),
         Err(e) => Err(e),
@@ -176,11 +196,17 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
+        let (mut theirs, mut read_theirs) = (0, 0);
         for e in entries.flatten() {
             read += 1;
+            read_theirs += 1;
             if found.len() >= MAX_CARRIED || read > MAX_READ {
                 tracing::warn!("plain sbatch: more than {MAX_CARRIED} notes, or {MAX_READ} entries, were waiting; the rest are not carried to the new notes folder");
                 return found;
+            }
+            if theirs >= MAX_CARRIED_PER_USER || read_theirs > MAX_READ_PER_USER {
+                tracing::warn!("plain sbatch: uid {uid} had more than {MAX_CARRIED_PER_USER} notes, or {MAX_READ_PER_USER} entries, waiting; the rest of theirs are not carried to the new notes folder");
+                break;
             }
             let name = e.file_name();
             if job_of_name(name.as_bytes()).is_none() {
@@ -188,6 +214,7 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
             }
             match std::fs::symlink_metadata(dir.join(&name)) {
                 Ok(m) if m.file_type().is_file() && m.uid() == uid && m.len() == 0 => {
+                    theirs += 1;
                     found.push((uid, name))
                 }
                 _ => {}
@@ -197,12 +224,9 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
     found
 }
 
-/// Makes `uid`'s note `name` again in the new `notes/`: its folder (theirs, 0700) and an
-/// empty file of theirs, new (`O_EXCL`, never through a link).
-fn carry(spool: &Spool, uid: u32, name: &std::ffi::OsStr) -> std::io::Result<()> {
-    let gid = crate::slurm::RunAs::lookup(uid)
-        .map(|who| who.gid)
-        .ok_or_else(|| std::io::Error::other("no account on this host"))?;
+/// Makes `uid`'s note `name` again in the new `notes/`: its folder (theirs and `gid`'s,
+/// 0700) and an empty file of theirs, new (`O_EXCL`, never through a link).
+fn carry(spool: &Spool, uid: u32, gid: u32, name: &std::ffi::OsStr) -> std::io::Result<()> {
     spool.make_folder(uid, gid)?;
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -236,6 +260,47 @@ mod tests {
         std::fs::write(spool.notes().join((me + 1).to_string()).join("46.1.1"), b"").unwrap();
         let got = waiting_notes(&spool);
         assert_eq!(got, vec![(me, std::ffi::OsString::from("42.1.1"))]);
+    }
+
+    /// Review 19: the bounds were for all users together, so one user who left 65,536
+    /// notes (or a million entries) before an upgrade used them up before another user's
+    /// folder was read, whenever hers came first, and that user's waiting notes went with
+    /// the old tree. Each user's flood now takes their own share only.
+    #[test]
+    fn one_users_flood_of_notes_leaves_another_users_note_carried() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the test makes folders of other users: run it as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::at(dir.path().join("spool"));
+        drop(spool.prepare().unwrap());
+        for u in [4101, 4102] {
+            spool.make_folder(u, u).unwrap();
+        }
+        // The flood is in the folder read first, whatever the filesystem's order.
+        let order: Vec<u32> = std::fs::read_dir(spool.notes())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect();
+        let (mallory, alice) = (order[0], order[1]);
+        let note = |uid: u32, name: String| {
+            let p = spool.folder(uid).join(name);
+            std::fs::write(&p, b"").unwrap();
+            std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+        };
+        for i in 0..=MAX_CARRIED {
+            note(mallory, format!("{}.1.1", 100 + i));
+        }
+        note(alice, "42.1.1".into());
+        let got = waiting_notes(&spool);
+        assert!(
+            got.contains(&(alice, "42.1.1".into())),
+            "alice's note is not carried: {} notes found, all mallory's",
+            got.len()
+        );
+        let hers = got.iter().filter(|(u, _)| *u == mallory).count();
+        assert_eq!(hers, MAX_CARRIED_PER_USER);
     }
 
     #[test]
