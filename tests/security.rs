@@ -2937,6 +2937,34 @@ fn a_hung_progress_read_keeps_no_daemon_thread() {
     );
 }
 
+/// `slurm-supervisord --mount-notes` for a system's config, as the package's unit runs it
+/// (as root, before the daemon).
+fn mount_notes(sys: &System) -> Output {
+    Command::new(DAEMON)
+        .arg("--config")
+        .arg(&sys.d.config)
+        .arg("--mount-notes")
+        .output()
+        .unwrap()
+}
+
+/// Review 19: at the first start with a state directory configured where none is yet
+/// (the unit's StateDirectory= makes only the package's), `--mount-notes` failed and the
+/// unit never started the daemon. It makes the state directory as the daemon would.
+#[test]
+fn mount_notes_at_the_first_start_makes_the_state_directory() {
+    let sys = System::prepare("", "");
+    let spool = plain_sbatch_on(&sys);
+    assert!(!sys.state_dir().exists());
+    let out = mount_notes(&sys);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}{}", err_text(&out));
+    let _m = Mount(spool.join("notes"));
+    assert!(said.contains("0 waiting notes carried over"), "{said}");
+    let m = std::fs::metadata(sys.state_dir()).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o711);
+}
+
 /// Issue 32: every opted-in user writes into their own notes folder, and the daemon cannot
 /// bound what they write there between two scans, so notes on the state directory's
 /// filesystem let one user fill it and stop the store's writes for everyone.
@@ -2964,14 +2992,7 @@ fn mounted_notes_keep_a_user_who_fills_them_off_the_state_filesystem() {
     let waiting = folder.join("4242.17.1700000000");
     let touched = sys.user_command("alice", "touch").arg(&waiting).status();
     assert!(touched.unwrap().success());
-    let mount_notes = || {
-        Command::new(DAEMON)
-            .arg("--config")
-            .arg(&sys.d.config)
-            .arg("--mount-notes")
-            .output()
-            .unwrap()
-    };
+    let mount_notes = || mount_notes(&sys);
     let out = mount_notes();
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{said}{}", err_text(&out));

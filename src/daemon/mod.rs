@@ -102,7 +102,7 @@ pub enum DaemonError {
 /// users may pass through to the script snapshot that belongs to them (0711 root-owned
 /// folder, 0600 file owned by them) so their own sbatch can read it, and can list or read
 /// nothing else.
-fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
+pub(crate) fn prepare_state_dir(config: &Config) -> Result<(), DaemonError> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let err = |source| DaemonError::StateDir {
         path: config.state_dir.clone(),

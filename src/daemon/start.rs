@@ -127,6 +127,12 @@ fn mount_notes(config: &Config) -> i32 {
         println!("not root: a per-user daemon's notes are its own user's, on their own filesystem; nothing to mount");
         return 0;
     }
+    // The state directory as the daemon makes it (the unit's StateDirectory= makes the
+    // package's; one configured elsewhere may not exist yet at the first start).
+    if let Err(e) = crate::daemon::prepare_state_dir(config) {
+        eprintln!("slurm-supervisord: {e}");
+        return 1;
+    }
     let spool = Spool::of(config);
     match mount::mount_notes(&spool, &config.state_dir) {
         Ok(mount::Mounted::Apart) => {

@@ -128,10 +128,14 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     // A file held open, or a folder the walk does not reach (it stops at the first
     // error), is still writable through its descriptor: no program can take that back
     // (docs/security.md, "What stays possible").
-    let removed = match lock_down(&aside, &mut 0) {
-        Ok(()) => std::fs::remove_dir_all(&aside),
-        Err(e) => Err(e),
-    };
+    let failed = lock_down(&aside, &mut 0);
+    if failed > 0 {
+        tracing::warn!(
+            "plain sbatch: {failed} folders of the notes before the mount, in {}, could not be made root's; a user holding one open can still write there",
+            aside.display()
+        );
+    }
+    let removed = std::fs::remove_dir_all(&aside);
     if let Err(e) = removed {
         tracing::warn!(
             "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
@@ -146,29 +150,45 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
 /// cannot hold the daemon's start.
 const MAX_LOCKED: usize = 1 << 20;
 
-/// Makes the folder `dir` and every folder under it root's and 0700, top down: each is
-/// opened without following a link and changed through its descriptor, so once a folder
-/// is done no one but root changes what is in it, and the paths below it are root's.
-fn lock_down(dir: &Path, seen: &mut usize) -> std::io::Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOCTTY)
-        .open(dir)?;
-    std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o700))?;
-    for e in std::fs::read_dir(dir)? {
-        *seen += 1;
-        if *seen > MAX_LOCKED {
-            return Err(std::io::Error::other(format!(
-                "more than {MAX_LOCKED} entries"
-            )));
-        }
-        let e = e?;
-        if e.file_type()?.is_dir() {
-            lock_down(&e.path(), seen)?;
+/// Makes the folder `dir` and every folder under it root's and 0700, breadth first (every
+/// user's folder before anything deeper in any of them): each is opened without following
+/// a link and changed through its descriptor, so once a folder is done no one but root
+/// changes what is in it, and the paths below it are root's. A folder that cannot be done
+/// (a path too long, a name that went away) is counted and the walk goes on; past
+/// [`MAX_LOCKED`] entries it stops. Returns how many could not be done.
+fn lock_down(dir: &Path, seen: &mut usize) -> usize {
+    let mut failed = 0;
+    let mut queue = std::collections::VecDeque::from([dir.to_path_buf()]);
+    while let Some(dir) = queue.pop_front() {
+        let locked = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .open(&dir)
+            .and_then(|f| {
+                std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
+                f.set_permissions(std::fs::Permissions::from_mode(0o700))
+            })
+            .and_then(|()| std::fs::read_dir(&dir));
+        let entries = match locked {
+            Ok(entries) => entries,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        };
+        for e in entries {
+            *seen += 1;
+            if *seen > MAX_LOCKED {
+                return failed + 1 + queue.len();
+            }
+            match e.and_then(|e| Ok((e.file_type()?, e.path()))) {
+                Ok((ty, path)) if ty.is_dir() => queue.push_back(path),
+                Ok(_) => {}
+                Err(_) => failed += 1,
+            }
         }
     }
-    Ok(())
+    failed
 }
 
 /// The most entries of the users' folders read for waiting notes (a user's junk is
@@ -314,7 +334,7 @@ mod tests {
         std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::os::unix::fs::symlink(&outside, top.join("1000/link")).unwrap();
         let mut seen = 0;
-        lock_down(&top, &mut seen).unwrap();
+        assert_eq!(lock_down(&top, &mut seen), 0);
         assert_eq!(seen, 2 + 1);
         for d in [top.clone(), top.join("1000"), top.join("1000/deeper")] {
             let m = std::fs::symlink_metadata(&d).unwrap();
@@ -325,6 +345,50 @@ mod tests {
         assert_eq!(m.mode() & 0o7777, 0o755);
         // A tree past the bound is refused, not walked to its end.
         let mut seen = MAX_LOCKED;
-        assert!(lock_down(&top, &mut seen).is_err());
+        assert!(lock_down(&top, &mut seen) > 0);
+    }
+
+    /// Review 19: a chain of folders deeper than a path can name, in one user's folder,
+    /// stopped the walk at its first error and left every other user's folder theirs.
+    #[test]
+    fn a_folder_the_walk_cannot_reach_stops_it_for_no_one_else() {
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::{mkdirat, Mode};
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("old");
+        std::fs::create_dir_all(top.join("1000")).unwrap();
+        // Other users' folders, some listed after 1000's whatever the listing's order.
+        let others: Vec<_> = (1001..1021).map(|u| top.join(u.to_string())).collect();
+        for o in &others {
+            std::fs::create_dir(o).unwrap();
+            std::fs::set_permissions(o, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // 2,100 levels of `d`: past PATH_MAX from the top.
+        let open = |at: i32, name: &str| {
+            let fd = openat(
+                Some(at),
+                name,
+                OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+                Mode::empty(),
+            )
+            .unwrap();
+            // SAFETY: a descriptor openat just returned, owned by nothing else.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        };
+        let mut at = open(libc::AT_FDCWD, top.join("1000").to_str().unwrap());
+        for _ in 0..2100 {
+            mkdirat(Some(at.as_raw_fd()), "d", Mode::from_bits_truncate(0o755)).unwrap();
+            at = open(at.as_raw_fd(), "d");
+        }
+        drop(at);
+        let failed = lock_down(&top, &mut 0);
+        assert!(failed > 0);
+        for o in &others {
+            let m = std::fs::symlink_metadata(o).unwrap();
+            assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o700), "{}", o.display());
+        }
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }
