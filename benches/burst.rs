@@ -53,7 +53,9 @@ use slurm_supervisor::domain::policy::Judged;
 use slurm_supervisor::store::cluster::{
     read_password_file, Acquisition, ClusterDb, EpochCell, SharedJournal, StoreUrl,
 };
-use slurm_supervisor::store::{AttemptChange, AttemptEnd, ChainUpdate, Store, Transition};
+use slurm_supervisor::store::{
+    AttemptChange, AttemptEnd, ChainUpdate, Store, Transition, SUBMIT_REQUESTS_KEPT,
+};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -486,7 +488,7 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
     }
     let ratio = median(&submit).as_secs_f64() / median(&direct).as_secs_f64();
     println!(
-        "  (6) submit: {}; direct fake sbatch (sleeping {delay} ms): {}; ratio {ratio:.1}",
+        "  (6) submit: {}; direct fake sbatch (sleeping {delay} ms): {}; ratio {ratio:.2}",
         spread(&submit),
         spread(&direct)
     );
@@ -496,7 +498,7 @@ fn steady(s: &Sizes, b: &Bins, root: &Path, built: &Path, live: &[LiveJob], rows
             s.chains
         ),
         measured: format!(
-            "{} / {} = {ratio:.1}x",
+            "{} / {} = {ratio:.2}x",
             common::secs(median(&submit)),
             common::secs(median(&direct))
         ),
@@ -1250,11 +1252,19 @@ fn build_store(s: &mut Store, chains: usize, live: usize, batch: usize) -> Vec<L
             s.begin_batch().unwrap();
         }
         let t = start + i as i64 * 30;
+        let new = common::submission(i);
         let l = s
-            .create_submission(&common::submission(i), t, |tag| {
+            .create_submission(&new, t, |tag| {
                 vec![format!("--comment={tag}"), "train.sh".into()]
             })
             .unwrap();
+        // The last submissions' request ids, kept as `supervisorctl submit` leaves them:
+        // the submitter of (6) has made as many submits as the store keeps ids of, so
+        // each of theirs prunes one, as a user's does in service (issue 32).
+        if i + SUBMIT_REQUESTS_KEPT as usize >= chains {
+            s.note_submit_request(new.owner_uid, &format!("built-{i}"), l.submission_id, t)
+                .unwrap();
+        }
         let job = (1_000_000 + i).to_string();
         s.launch_submitted(l.id, &job, t + 1).unwrap();
         let batch_ends = batch > 0 && ((i + 1) % batch == 0 || i + 1 == chains);

@@ -587,6 +587,54 @@ fn cluster_on_a_single_node_says_it_always_acts() {
     assert_eq!(v["nodes"], serde_json::json!([]));
 }
 
+/// A submit's intent is committed (synced: docs/guarantees.md) before its sbatch runs,
+/// so a daemon that dies meanwhile finds the job by its tag; the job sbatch answered is
+/// committed before the client is told, so `status JOBID` right after finds its chain.
+#[test]
+fn a_submits_intent_is_committed_before_its_sbatch_runs_and_its_job_before_the_answer() {
+    let (d, fake) = start("", &[]);
+    let slow = Command::new(CTL)
+        .arg("--config")
+        .arg(&d.config)
+        .args(["submit", "--", "--wrap", "true"])
+        .current_dir(d.work_dir())
+        .env("SSV_FAKE_SBATCH_SLEEP", "2")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the submit's sbatch to start",
+        Duration::from_secs(30),
+        || fake.sbatch_calls().len() == 1,
+    );
+    let reader =
+        slurm_supervisor::store::Store::open_reader(&d.state_dir().join("supervisor.db")).unwrap();
+    let open = reader.open_launches().unwrap();
+    assert_eq!(open.len(), 1, "the intent is committed while sbatch runs");
+    let argv = fake.sbatch_calls()[0]["argv"].to_string();
+    assert!(
+        argv.contains(&open[0].tag),
+        "{argv} carries {}",
+        open[0].tag
+    );
+    let out = slow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(reader.open_launches().unwrap().is_empty(), "landed");
+    assert_eq!(
+        reader.resolve(&job).unwrap().len(),
+        1,
+        "recorded before the answer"
+    );
+    assert_eq!(d.status(&job).len(), 1);
+}
+
 /// A cycle's squeue runs beside the loop (issue 32: at 100,000 live jobs a submit waited
 /// for the cycle's squeue and the reading of its listing): a submit is answered while the
 /// cycle's squeue has not answered yet, no other cycle starts meanwhile, and the cycle

@@ -422,4 +422,10 @@ BEGIN
     DELETE FROM user_totals WHERE owner_uid = NEW.owner_uid;
 END;
 "#,
+    // 19: a user's request ids in the order a submit prunes them (the newest
+    // `SUBMIT_REQUESTS_KEPT` are kept): without it every submit sorted all of the user's
+    // ids, 0.3 ms at 300 and over 1 ms at 1,000 (docs/benchmarks.md, issue 32).
+    r#"
+CREATE INDEX submit_requests_by_age ON submit_requests(owner_uid, created_at, submission_id);
+"#,
 ];

@@ -125,10 +125,12 @@ pub(super) fn exec_note_submit_request(
          VALUES (?1, ?2, ?3, ?4)",
     )?
     .execute(params![owner_uid, request_id, submission_id, now])?;
+    // The rows past the newest `keep`, found along `submit_requests_by_age`: no sort,
+    // `keep` index entries stepped over (the same rows as `NOT IN` the newest `keep`).
     tx.prepare_cached(
-        "DELETE FROM submit_requests WHERE owner_uid = ?1 AND request_id NOT IN
+        "DELETE FROM submit_requests WHERE owner_uid = ?1 AND request_id IN
            (SELECT request_id FROM submit_requests WHERE owner_uid = ?1
-            ORDER BY created_at DESC, submission_id DESC LIMIT ?2)",
+            ORDER BY created_at DESC, submission_id DESC LIMIT -1 OFFSET ?2)",
     )?
     .execute(params![owner_uid, keep])?;
     Ok(())

@@ -425,3 +425,36 @@ fn an_older_stores_dependency_rows_are_filled_in_by_the_reader_it_is_given() {
     assert_eq!(rows, 2);
     s.create_submission(&sub(None), 100, |_| vec![]).unwrap();
 }
+
+/// A submit keeps its user's newest request ids (by time, then submission) and removes
+/// the older ones, never another user's: the same rows whichever way they are found
+/// (`submit_requests_by_age`, migration 19).
+#[test]
+fn a_users_newest_request_ids_are_kept_and_no_one_elses_are_touched() {
+    let s = Store::in_memory().unwrap();
+    let keep = 3;
+    for (uid, id, sub, at) in [
+        (1, "a", 1, 10),
+        (1, "b", 2, 10),
+        (2, "x", 3, 5),
+        (1, "c", 4, 11),
+        (1, "d", 5, 9),
+        (1, "e", 6, 12),
+    ] {
+        submissions::exec_note_submit_request(&s.conn, uid, id, sub, at, keep).unwrap();
+    }
+    let ids = |uid: u32| -> Vec<String> {
+        s.conn
+            .prepare(
+                "SELECT request_id FROM submit_requests WHERE owner_uid = ?1 ORDER BY request_id",
+            )
+            .unwrap()
+            .query_map([uid], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    // d (at 9) went when it came, a (at 10, the older submission of two) when e came.
+    assert_eq!(ids(1), ["b", "c", "e"]);
+    assert_eq!(ids(2), ["x"]);
+}
