@@ -123,19 +123,26 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
         }
     }
     // The users' folders in the old tree are still theirs, and a user holding one open
-    // could go on filling it: each folder is made root's and closed (top down, never
+    // could go on filling it: each folder is made root's and closed (breadth first, never
     // through a link) before the tree is removed, so that none can grow while it goes.
-    // A file held open, or a folder the walk does not reach (it stops at the first
-    // error), is still writable through its descriptor: no program can take that back
+    // A file held open, or a folder the walk does not reach (deeper than a path can name),
+    // is still writable through its descriptor: no program can take that back
     // (docs/security.md, "What stays possible").
-    let failed = lock_down(&aside, &mut 0);
+    let mut seen = 0;
+    let failed = lock_down(&aside, &mut seen);
     if failed > 0 {
         tracing::warn!(
             "plain sbatch: {failed} folders of the notes before the mount, in {}, could not be made root's; a user holding one open can still write there",
             aside.display()
         );
     }
-    let removed = std::fs::remove_dir_all(&aside);
+    let removed = if seen > MAX_LOCKED {
+        Err(std::io::Error::other(format!(
+            "more than {MAX_LOCKED} entries, left for the admin rather than hold the daemon's start"
+        )))
+    } else {
+        std::fs::remove_dir_all(&aside)
+    };
     if let Err(e) = removed {
         tracing::warn!(
             "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
