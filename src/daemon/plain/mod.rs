@@ -143,6 +143,26 @@ impl Spool {
         self.root.join("optin")
     }
 
+    /// Moves `notes/` aside whole (`<prefix>-<time>`, a rename in a folder only the daemon
+    /// writes) and makes every folder in it the daemon's and 0700 ([`lock_down`]), so that
+    /// no user adds to it any more, even through a folder of theirs held open. Returns
+    /// where it is and whether the walk saw all of it.
+    fn set_aside(&self, prefix: &str) -> std::io::Result<(PathBuf, bool)> {
+        let aside = self
+            .root
+            .join(format!("{prefix}-{}", crate::plumbing::clock::now()));
+        std::fs::rename(self.notes(), &aside)?;
+        let mut seen = 0;
+        let failed = lock_down(&aside, &mut seen);
+        if failed > 0 {
+            tracing::warn!(
+                "plain sbatch: {failed} folders of {} could not be closed to their users; one holding such a folder open can still write there (docs/security.md)",
+                aside.display()
+            );
+        }
+        Ok((aside, seen <= MAX_LOCKED))
+    }
+
     /// Creates the folders (the spool, `notes/` and `optin/`, each 0755) or checks the
     /// ones there: each a real folder of the daemon's user. A `notes/` of an older version
     /// (1733: anyone could create names in it, plant links and FIFOs, make folders) is
@@ -157,12 +177,7 @@ impl Spool {
         };
         if let Ok(m) = std::fs::symlink_metadata(self.notes()) {
             if m.file_type().is_dir() && m.uid() == me && m.mode() & 0o7777 != 0o755 {
-                let aside = self
-                    .root
-                    .join(format!("notes-before-{}", crate::plumbing::clock::now()));
-                std::fs::rename(self.notes(), &aside).map_err(io(&self.notes()))?;
-                std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o700))
-                    .map_err(io(&aside))?;
+                let (aside, _) = self.set_aside("notes-before").map_err(io(&self.notes()))?;
                 tracing::warn!(
                     "plain sbatch: the notes folder of an older version, which every user could write, is moved aside to {} (its notes are not taken up; remove it when convenient); install the new cli_filter.lua (docs/plain-sbatch.md)",
                     aside.display()
@@ -290,8 +305,8 @@ impl Spool {
             let Ok(m) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            match uid_of_name(name.as_bytes()) {
-                Some(uid) if m.file_type().is_dir() && m.uid() == uid => {
+            match users_folder(name.as_bytes(), &m) {
+                Some(uid) => {
                     // A folder its user opened to others (where they could plant links
                     // and FIFOs for the user's own filter) is closed again each cycle. It
                     // cannot be replaced by its user (`notes/` is the daemon's): the mode
@@ -382,10 +397,8 @@ impl Spool {
                 let Ok(em) = std::fs::symlink_metadata(&path) else {
                     continue;
                 };
-                match job_of_name(name.as_bytes()) {
-                    Some(job_id)
-                        if em.file_type().is_file() && em.uid() == *uid && em.len() == 0 =>
-                    {
+                match note_job(*uid, name.as_bytes(), &em) {
+                    Some(job_id) => {
                         theirs += 1;
                         notes.push(Note {
                             job_id,
@@ -452,6 +465,65 @@ fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
     drop(f);
     std::fs::rename(&tmp, path)
+}
+
+/// The uid whose own notes folder an entry of `notes/` is, by its name and `lstat`: a
+/// folder named by a uid and owned by it (the kernel's word). Anything else is no one's.
+fn users_folder(name: &[u8], m: &std::fs::Metadata) -> Option<u32> {
+    uid_of_name(name).filter(|&uid| m.file_type().is_dir() && m.uid() == uid)
+}
+
+/// The job an entry of `uid`'s folder is a note of, by its name and `lstat`: an empty
+/// regular file of that user named by a job id. Anything else is not a note.
+fn note_job(uid: u32, name: &[u8], m: &std::fs::Metadata) -> Option<String> {
+    job_of_name(name).filter(|_| m.file_type().is_file() && m.uid() == uid && m.len() == 0)
+}
+
+/// The most entries of a notes folder set aside ([`Spool::set_aside`]) that are walked;
+/// a tree with more is left for the admin (logged), so that a user who filled their folder
+/// cannot hold the daemon's start.
+pub(super) const MAX_LOCKED: usize = 1 << 20;
+
+/// Makes the folder `dir` and every folder under it the daemon's and 0700, breadth first (every
+/// user's folder before anything deeper in any of them): each is opened without following
+/// a link and changed through its descriptor, so once a folder is done no one but root
+/// changes what is in it, and the paths below it are root's. A folder that cannot be done
+/// (a path too long, a name that went away) is counted and the walk goes on; past
+/// [`MAX_LOCKED`] entries it stops. Returns how many could not be done.
+pub(super) fn lock_down(dir: &Path, seen: &mut usize) -> usize {
+    let mut failed = 0;
+    let mut queue = std::collections::VecDeque::from([dir.to_path_buf()]);
+    while let Some(dir) = queue.pop_front() {
+        let locked = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .open(&dir)
+            .and_then(|f| {
+                let me = nix::unistd::geteuid().as_raw();
+                std::os::unix::fs::fchown(&f, Some(me), Some(nix::unistd::getegid().as_raw()))?;
+                f.set_permissions(std::fs::Permissions::from_mode(0o700))
+            })
+            .and_then(|()| std::fs::read_dir(&dir));
+        let entries = match locked {
+            Ok(entries) => entries,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        };
+        for e in entries {
+            *seen += 1;
+            if *seen > MAX_LOCKED {
+                return failed + 1 + queue.len();
+            }
+            match e.and_then(|e| Ok((e.file_type()?, e.path()))) {
+                Ok((ty, path)) if ty.is_dir() => queue.push_back(path),
+                Ok(_) => {}
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    failed
 }
 
 /// The uid a folder's name is: digits only, no leading zero (but `0` itself).

@@ -14,8 +14,8 @@
 //! name, each recreated in its user's folder as that user's, never by following anything
 //! a user made.
 
-use super::{job_of_name, uid_of_name, Spool, SpoolError};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use super::{note_job, users_folder, Spool, SpoolError};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// The tmpfs's options: root's, 0755 (as `notes/` must be: no user creates a name in
@@ -65,6 +65,24 @@ pub enum MountError {
 /// `state_dir`'s filesystem. Takes the spool's lock (refused while a daemon holds it), so
 /// no daemon scans the folder while it moves.
 pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountError> {
+    mount_notes_with(spool, state_dir, |notes| {
+        use nix::mount::MsFlags;
+        nix::mount::mount(
+            Some("slurm-supervisor-notes"),
+            notes,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some(OPTIONS),
+        )
+    })
+}
+
+/// [`mount_notes`], with the mount made by `mount` (the tests' seam).
+fn mount_notes_with(
+    spool: &Spool,
+    state_dir: &Path,
+    mount: impl FnOnce(&Path) -> nix::Result<()>,
+) -> Result<Mounted, MountError> {
     let _lock = spool.prepare()?;
     let notes = spool.notes();
     if !super::shares_filesystem(&notes, state_dir) {
@@ -77,28 +95,12 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     };
     // The old folder moves aside whole (a rename in a folder only root writes), and a new
     // empty one takes its place for the mount.
-    let aside = spool
-        .root
-        .join(format!("notes-unmounted-{}", crate::plumbing::clock::now()));
-    std::fs::rename(&notes, &aside).map_err(io(&notes))?;
+    let (aside, whole) = spool.set_aside("notes-unmounted").map_err(io(&notes))?;
     std::fs::create_dir(&notes).map_err(io(&notes))?;
     std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o755)).map_err(io(&notes))?;
-    use nix::mount::MsFlags;
-    if let Err(source) = nix::mount::mount(
-        Some("slurm-supervisor-notes"),
-        &notes,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some(OPTIONS),
-    ) {
-        // Back as it was.
-        let _ = std::fs::remove_dir(&notes);
-        let _ = std::fs::rename(&aside, &notes);
-        return Err(MountError::Mount {
-            path: notes,
-            source,
-        });
-    }
+    // Refused, the notes are carried all the same, into the new folder on the state
+    // filesystem as before (the old one's folders are closed to their users already).
+    let mounted = mount(&notes);
     let (mut carried, mut left) = (0, 0);
     // Each user's account is looked up once (a lookup may ask a directory server), not
     // once for each of their notes.
@@ -122,26 +124,15 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
             }
         }
     }
-    // The users' folders in the old tree are still theirs, and a user holding one open
-    // could go on filling it: each folder is made root's and closed (breadth first, never
-    // through a link) before the tree is removed, so that none can grow while it goes.
-    // A file held open, or a folder the walk does not reach (deeper than a path can name),
-    // is still writable through its descriptor: no program can take that back
-    // (docs/security.md, "What stays possible").
-    let mut seen = 0;
-    let failed = lock_down(&aside, &mut seen);
-    if failed > 0 {
-        tracing::warn!(
-            "plain sbatch: {failed} folders of the notes before the mount, in {}, could not be made root's; a user holding one open can still write there",
-            aside.display()
-        );
-    }
-    let removed = if seen > MAX_LOCKED {
-        Err(std::io::Error::other(format!(
-            "more than {MAX_LOCKED} entries, left for the admin rather than hold the daemon's start"
-        )))
-    } else {
+    // The old tree's folders were made the daemon's as it was set aside, so none grows
+    // while it goes; one too big to walk whole is left for the admin rather than hold the
+    // daemon's start.
+    let removed = if whole {
         std::fs::remove_dir_all(&aside)
+    } else {
+        Err(std::io::Error::other(
+            "too many entries, left for the admin rather than hold the daemon's start",
+        ))
     };
     if let Err(e) = removed {
         tracing::warn!(
@@ -149,53 +140,13 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
             aside.display()
         );
     }
-    Ok(Mounted::Now { carried, left })
-}
-
-/// The most entries of the old tree made root's before its removal; a tree with more is
-/// left for the admin (logged), so that a user who filled their folder before the upgrade
-/// cannot hold the daemon's start.
-const MAX_LOCKED: usize = 1 << 20;
-
-/// Makes the folder `dir` and every folder under it root's and 0700, breadth first (every
-/// user's folder before anything deeper in any of them): each is opened without following
-/// a link and changed through its descriptor, so once a folder is done no one but root
-/// changes what is in it, and the paths below it are root's. A folder that cannot be done
-/// (a path too long, a name that went away) is counted and the walk goes on; past
-/// [`MAX_LOCKED`] entries it stops. Returns how many could not be done.
-fn lock_down(dir: &Path, seen: &mut usize) -> usize {
-    let mut failed = 0;
-    let mut queue = std::collections::VecDeque::from([dir.to_path_buf()]);
-    while let Some(dir) = queue.pop_front() {
-        let locked = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOCTTY)
-            .open(&dir)
-            .and_then(|f| {
-                std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
-                f.set_permissions(std::fs::Permissions::from_mode(0o700))
-            })
-            .and_then(|()| std::fs::read_dir(&dir));
-        let entries = match locked {
-            Ok(entries) => entries,
-            Err(_) => {
-                failed += 1;
-                continue;
-            }
-        };
-        for e in entries {
-            *seen += 1;
-            if *seen > MAX_LOCKED {
-                return failed + 1 + queue.len();
-            }
-            match e.and_then(|e| Ok((e.file_type()?, e.path()))) {
-                Ok((ty, path)) if ty.is_dir() => queue.push_back(path),
-                Ok(_) => {}
-                Err(_) => failed += 1,
-            }
-        }
+    match mounted {
+        Ok(()) => Ok(Mounted::Now { carried, left }),
+        Err(source) => Err(MountError::Mount {
+            path: notes,
+            source,
+        }),
     }
-    failed
 }
 
 /// The most entries of the users' folders read for waiting notes (a user's junk is
@@ -212,14 +163,13 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
         return found;
     };
     for f in folders.flatten() {
-        let Some(uid) = uid_of_name(f.file_name().as_bytes()) else {
+        let dir = f.path();
+        let Some(uid) = std::fs::symlink_metadata(&dir)
+            .ok()
+            .and_then(|m| users_folder(f.file_name().as_bytes(), &m))
+        else {
             continue;
         };
-        let dir = spool.folder(uid);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_dir() && m.uid() == uid => {}
-            _ => continue,
-        }
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -236,15 +186,12 @@ fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
                 break;
             }
             let name = e.file_name();
-            if job_of_name(name.as_bytes()).is_none() {
-                continue;
-            }
-            match std::fs::symlink_metadata(dir.join(&name)) {
-                Ok(m) if m.file_type().is_file() && m.uid() == uid && m.len() == 0 => {
-                    theirs += 1;
-                    found.push((uid, name))
-                }
-                _ => {}
+            let note = std::fs::symlink_metadata(dir.join(&name))
+                .ok()
+                .and_then(|m| note_job(uid, name.as_bytes(), &m));
+            if note.is_some() {
+                theirs += 1;
+                found.push((uid, name))
             }
         }
     }
@@ -266,7 +213,9 @@ fn carry(spool: &Spool, uid: u32, gid: u32, name: &std::ffi::OsStr) -> std::io::
 
 #[cfg(test)]
 mod tests {
+    use super::super::{lock_down, MAX_LOCKED};
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn only_the_notes_a_scan_would_take_are_carried() {
@@ -287,6 +236,32 @@ mod tests {
         std::fs::write(spool.notes().join((me + 1).to_string()).join("46.1.1"), b"").unwrap();
         let got = waiting_notes(&spool);
         assert_eq!(got, vec![(me, std::ffi::OsString::from("42.1.1"))]);
+    }
+
+    /// A mount refused (here by the seam) leaves the notes where they were, on the state
+    /// filesystem: each waiting note is carried into the new folder all the same, its
+    /// user's folder theirs again (the old tree's were closed as it was set aside), and
+    /// the refusal is the answer.
+    #[test]
+    fn a_refused_mount_carries_the_notes_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::at(dir.path().join("spool"));
+        drop(spool.prepare().unwrap());
+        let me = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        spool.make_folder(me, gid).unwrap();
+        std::fs::write(spool.folder(me).join("42.1.1"), b"").unwrap();
+        let got = mount_notes_with(&spool, dir.path(), |_| Err(nix::Error::EPERM));
+        assert!(matches!(got, Err(MountError::Mount { .. })), "{got:?}");
+        let folder = std::fs::symlink_metadata(spool.folder(me)).unwrap();
+        assert_eq!((folder.uid(), folder.mode() & 0o7777), (me, 0o700));
+        assert!(spool.folder(me).join("42.1.1").is_file());
+        let left: Vec<_> = std::fs::read_dir(&spool.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("notes-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     /// Review 19: the bounds were for all users together, so one user who left 65,536
