@@ -407,13 +407,18 @@ fn submit_request(
         continuation,
         // A retry of this request (the network client's, when an answer is lost) is
         // answered with the job it made, never a second one.
-        request_id: Some(
-            rand::random::<[u8; 16]>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        ),
+        request_id: Some(request_id()),
     })
+}
+
+/// A new request id: 128 bits from the kernel's generator, in hex. Read straight from it
+/// (one `getrandom`), not through a seeded generator, whose set-up costs a short-lived
+/// client more than the bits (docs/benchmarks.md, issue 32, session 20).
+fn request_id() -> String {
+    use rand::RngCore;
+    let mut bits = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut bits);
+    bits.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// This process's umask (set back at once; the client starts no thread that creates files).

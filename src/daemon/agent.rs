@@ -22,10 +22,12 @@ use tracing::{info, warn};
 const MAX_PROMPT_BYTES: usize = 256 * 1024;
 
 /// Whether an agent is running and when the last one started.
-#[derive(Default)]
 pub struct Runner {
     running: Option<JoinHandle<()>>,
     last_start: Option<Instant>,
+    /// Where the agent's task runs: beside the loop, so it waits for the agent's output
+    /// and timeout while the loop works.
+    beside: tokio::runtime::Handle,
 }
 
 /// Chains waiting for an agent that no one asked to hold for a person (for a root
@@ -78,6 +80,15 @@ A confidence below {min_confidence} is turned into hold. Do not retry a fix that
 }
 
 impl Runner {
+    /// No agent started yet; each runs as a task of `beside`.
+    pub fn beside(beside: tokio::runtime::Handle) -> Runner {
+        Runner {
+            running: None,
+            last_start: None,
+            beside,
+        }
+    }
+
     /// Starts the agent if one is configured, something waits for it, none is running,
     /// and the interval has passed.
     pub fn maybe_start(&mut self, view: AgentView<'_>) {
@@ -107,7 +118,7 @@ impl Runner {
         self.last_start = Some(Instant::now());
         info!(chains = pending.len(), command = ?argv, "starting the agent");
         let env = agent_env(&cfg.env, view.config_path);
-        self.running = Some(tokio::spawn(async move {
+        self.running = Some(self.beside.spawn(async move {
             // Started by `slurm::spawn` (no fd of the daemon's but 0-2), with only the
             // environment it is given, in its own process group: a timeout kills what it
             // started too.

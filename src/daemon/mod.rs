@@ -170,11 +170,14 @@ fn dispatch<S: Slurm + Clone + 'static>(
 /// outcome is then recorded instead of delivered again at the next start).
 const NOTIFY_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Runs the daemon until a `Shutdown` event (or until `events` closes).
+/// Runs the daemon until a `Shutdown` event (or until `events` closes): the loop where it
+/// is awaited, and what serves requests (the socket, the network, metrics) and runs the
+/// agent on `beside`, a runtime of worker threads.
 pub async fn run<S: Slurm + Clone + 'static>(
     config: Config,
     slurm: S,
     mut events: mpsc::Receiver<Event>,
+    beside: tokio::runtime::Handle,
 ) -> Result<(), DaemonError> {
     use futures_util::stream::{FuturesUnordered, StreamExt};
     prepare_state_dir(&config)?;
@@ -295,7 +298,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
         cluster.as_ref().map(cluster::Cluster::activity),
         &config,
     );
-    let server = tokio::spawn(server::serve(listener, shared.clone()));
+    let server = beside.spawn(server::serve(listener, shared.clone()));
     let net_server = net_listener.map(|(addr, munge, tls, listener)| {
         let id = config
             .server
@@ -318,7 +321,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             },
             tls,
         );
-        tokio::spawn(async move {
+        beside.spawn(async move {
             let listener = match listener {
                 Some(l) => l,
                 None => activation::listen_when_free(activation::SERVER, addr).await,
@@ -332,7 +335,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
             let scraper = std::sync::Arc::new(crate::metrics::Scraper::new(&config));
             info!(%addr, "serving metrics at /metrics");
             (
-                Some(tokio::spawn({
+                Some(beside.spawn({
                     let scraper = scraper.clone();
                     async move {
                         let listener = match listener {
@@ -369,7 +372,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
     }
     info!(socket = %socket_path.display(), poll_interval = ?engine.upkeep().config.poll_interval, "slurm-supervisord ready");
 
-    let mut agent = agent::Runner::default();
+    let mut agent = agent::Runner::beside(beside.clone());
     let mut notifier = notifications::Notifier::default();
     if acting(&cluster) {
         agent.maybe_start(engine.agent_view());

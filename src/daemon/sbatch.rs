@@ -303,12 +303,14 @@ fn dependency_rows_of(s: &Submitted) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Records a new submission and the intent of its first launch.
+/// Records a new submission and the intent of its first launch, and with `request_id`
+/// the request that made it, in one transaction.
 pub fn begin_submission(
     store: &mut Store,
     config: &Config,
     new: &NewSubmission,
     submitted: &Submitted,
+    request_id: Option<&str>,
     now: i64,
 ) -> Result<Launch, PrepareError> {
     let dep = resolve_dependency(store, new.owner_uid, submitted, now)?;
@@ -316,7 +318,7 @@ pub fn begin_submission(
     let signal = warning_signal(config, new.continuation.as_deref(), submitted, &new.env);
     // `submitted` is `new`'s argv and script, read: its rows are read from it, once.
     let rows = dependency_rows_of(submitted);
-    let launch = store.create_submission_waiting(new, &edges, &rows, now, |tag| {
+    let launch = store.create_submission_requested(new, &edges, &rows, request_id, now, |tag| {
         let script = new
             .script_name
             .as_deref()
@@ -853,7 +855,7 @@ mod tests {
             continuation: None,
         };
         let submitted = Submitted::read(&new.argv, None).unwrap();
-        let l = begin_submission(&mut store, &config, &new, &submitted, 10).unwrap();
+        let l = begin_submission(&mut store, &config, &new, &submitted, None, 10).unwrap();
         let sub = store.submission(l.submission_id).unwrap();
         let LaunchOutcome::Submitted(job) = sbatch(&fake, dir.path(), &l, &sub).await else {
             panic!("not submitted")

@@ -64,21 +64,32 @@ pub fn main(args: Args) -> i32 {
         return mount_notes(&config);
     }
     detach_from_terminal();
-    // The daemon's loop runs on this (main) thread, in `block_on`; the control socket's
-    // tasks run on two worker threads, so reading and answering requests never waits for
-    // the loop's work (a poll cycle, a store write). Slurm commands are started from the
-    // loop, so PDEATHSIG ties them to the main thread, which lives as long as the process.
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    // The daemon's loop runs on this (main) thread, on a runtime of its own; the control
+    // socket's tasks (and the network's, the metrics', the agent's) run on two worker
+    // threads beside it, so reading and answering requests never waits for the loop's
+    // work (a poll cycle, a store write). The loop's own runtime drives the pipes and exits
+    // of the Slurm commands it starts, so their ends wake this thread itself, not a worker
+    // that would then wake it (docs/benchmarks.md, issue 32, session 20). Slurm commands
+    // are started from the loop, so PDEATHSIG ties them to the main thread, which lives as
+    // long as the process.
+    let runtimes = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
+        .and_then(|beside| {
+            let own = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            Ok((beside, own))
+        });
+    let (beside, rt) = match runtimes {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("slurm-supervisord: cannot start the runtime: {e}");
             return 70;
         }
     };
+    let beside_handle = beside.handle().clone();
     rt.block_on(async move {
         let (tx, rx) = mpsc::channel(8);
         let signals = async move {
@@ -104,7 +115,7 @@ pub fn main(args: Args) -> i32 {
         tokio::spawn(signals);
         // Every Slurm command the daemon runs is counted for its metrics.
         let slurm = SlurmCli::new(&config.slurm).observed_by(crate::metrics::slurm_command);
-        match daemon::run(config, slurm, rx).await {
+        match daemon::run(config, slurm, rx, beside_handle).await {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!("{e}");

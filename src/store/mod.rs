@@ -4,7 +4,8 @@
 //! intent of a launch (see `schema.rs`) is committed before sbatch runs.
 //!
 //! This file keeps [`Store`], [`StoreError`], the one write path ([`Store::write`]: a
-//! savepoint, and in cluster mode the journal entry) and catch-up ([`Store::catch_up`]);
+//! transaction, or a savepoint inside a batch, and in cluster mode the journal entry) and
+//! catch-up ([`Store::catch_up`]);
 //! `dispatch.rs`, the dispatch of a journal operation to the function that applies it
 //! (`apply_op`).
 //! Each aggregate is a file of its own with its reads, its writes, the `exec_*` function
@@ -404,10 +405,17 @@ impl Store {
         }
     }
 
-    /// Runs one write: `run` in a savepoint, and in cluster mode its operation (`op` of
-    /// what `run` returned; `None`: it wrote nothing) into the journal. Outside a batch
-    /// the entry is appended before the savepoint commits, so a write the journal refused
-    /// (the lease is not this daemon's) is rolled back.
+    /// Runs one write: `run` in a transaction of its own, or inside a batch in a savepoint,
+    /// and in cluster mode its operation (`op` of what `run` returned; `None`: it wrote
+    /// nothing) into the journal. Outside a batch the entry is appended before the
+    /// transaction commits, so a write the journal refused (the lease is not this daemon's)
+    /// is rolled back.
+    ///
+    /// A transaction, not a savepoint, when nothing encloses the write: a savepoint copies
+    /// every page the write changes into a statement journal (so it could be rolled back
+    /// to while its transaction goes on), which SQLite spills to a temporary file past 16
+    /// pages; a write of its own is all or nothing without it (docs/benchmarks.md, issue
+    /// 32, session 20).
     fn write<T>(
         &mut self,
         run: impl FnOnce(&Connection, &str) -> Result<T>,
@@ -428,7 +436,11 @@ impl Store {
             journal,
             ..
         } = self;
-        let tx = conn.savepoint()?;
+        let tx = if outermost {
+            Scope::Own(conn.transaction()?)
+        } else {
+            Scope::Nested(conn.savepoint()?)
+        };
         let out = run(&tx, instance)?;
         if let Some(j) = journal.as_mut() {
             record(&out, &mut j.pending);
@@ -512,6 +524,33 @@ impl Store {
         }
         ended?;
         Ok(())
+    }
+}
+
+/// Where one write runs ([`Store::write`]): a transaction of its own, or a savepoint in
+/// the batch around it. Dropped without `commit`, it rolls back.
+enum Scope<'c> {
+    Own(rusqlite::Transaction<'c>),
+    Nested(rusqlite::Savepoint<'c>),
+}
+
+impl Scope<'_> {
+    fn commit(self) -> rusqlite::Result<()> {
+        match self {
+            Scope::Own(tx) => tx.commit(),
+            Scope::Nested(sp) => sp.commit(),
+        }
+    }
+}
+
+impl std::ops::Deref for Scope<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match self {
+            Scope::Own(tx) => tx,
+            Scope::Nested(sp) => sp,
+        }
     }
 }
 

@@ -235,12 +235,28 @@ impl Store {
         now: i64,
         argv_for_tag: impl FnOnce(&str) -> Vec<String>,
     ) -> Result<Launch> {
+        self.create_submission_requested(new, edges, dependencies, None, now, argv_for_tag)
+    }
+
+    /// [`Store::create_submission_waiting`], and with `request_id` the request that made
+    /// it, noted as [`Store::note_submit_request`] notes one, in the same transaction:
+    /// a retry of the request finds the submission, and a crash leaves neither.
+    pub fn create_submission_requested(
+        &mut self,
+        new: &NewSubmission,
+        edges: &[crate::domain::dependency::Edge],
+        dependencies: &[(String, String)],
+        request_id: Option<&str>,
+        now: i64,
+        argv_for_tag: impl FnOnce(&str) -> Vec<String>,
+    ) -> Result<Launch> {
         let dependencies = &dependencies[..dependencies
             .len()
             .min(crate::domain::dependency::MAX_DEPENDENCY_EDGES)];
+        let keep = SUBMIT_REQUESTS_KEPT;
         self.write(
             |tx, instance| {
-                Self::exec_create_submission(
+                let launch = Self::exec_create_submission(
                     tx,
                     instance,
                     new,
@@ -248,7 +264,12 @@ impl Store {
                     dependencies,
                     now,
                     argv_for_tag,
-                )
+                )?;
+                if let Some(id) = request_id {
+                    let sub = launch.submission_id;
+                    exec_note_submit_request(tx, new.owner_uid, id, sub, now, keep)?;
+                }
+                Ok(launch)
             },
             |launch, p| {
                 p.push(&Op::CreateSubmission {
@@ -257,7 +278,16 @@ impl Store {
                     now,
                     argv: Cow::Borrowed(&launch.argv),
                     dependencies: Cow::Borrowed(dependencies),
-                })
+                });
+                if let Some(id) = request_id {
+                    p.push(&Op::NoteSubmitRequest {
+                        owner_uid: new.owner_uid,
+                        request_id: Cow::Borrowed(id),
+                        submission_id: launch.submission_id,
+                        now,
+                        keep,
+                    })
+                }
             },
         )
     }

@@ -143,14 +143,16 @@ impl Spool {
         self.root.join("optin")
     }
 
-    /// Moves `notes/` aside whole (`<prefix>-<time>`, a rename in a folder only the daemon
-    /// writes) and makes every folder in it the daemon's and 0700 ([`lock_down`]), so that
+    /// Moves `notes/` aside whole (`<prefix>-<time>-<random>`, a rename in a folder only
+    /// the daemon writes; the random part keeps two in one second apart) and makes every folder in it the daemon's and 0700 ([`lock_down`]), so that
     /// no user adds to it any more, even through a folder of theirs held open. Returns
     /// where it is and whether the walk saw all of it.
     fn set_aside(&self, prefix: &str) -> std::io::Result<(PathBuf, bool)> {
-        let aside = self
-            .root
-            .join(format!("{prefix}-{}", crate::plumbing::clock::now()));
+        let aside = self.root.join(format!(
+            "{prefix}-{}-{:08x}",
+            crate::plumbing::clock::now(),
+            rand::random::<u32>()
+        ));
         std::fs::rename(self.notes(), &aside)?;
         let mut seen = 0;
         let failed = lock_down(&aside, &mut seen);
@@ -1323,9 +1325,15 @@ mod tests {
             crate::domain::sbatch_args::Submitted::read(&new.argv, new.script.as_deref()).unwrap();
         let t = crate::plumbing::clock::now();
         let desk = engine.desk();
-        let l =
-            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
-                .unwrap();
+        let l = crate::daemon::sbatch::begin_submission(
+            desk.store,
+            desk.config,
+            &new,
+            &submitted,
+            None,
+            t,
+        )
+        .unwrap();
         let sub = desk.store.submission(l.submission_id).unwrap();
         fake.lose_next_sbatch_reply();
         engine.run_launch(&l, &sub, t).await.unwrap();

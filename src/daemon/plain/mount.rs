@@ -14,7 +14,7 @@
 //! name, each recreated in its user's folder as that user's, never by following anything
 //! a user made.
 
-use super::{note_job, users_folder, Spool, SpoolError};
+use super::{lock_down, note_job, Spool, SpoolError, MAX_LOCKED};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -77,6 +77,11 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     })
 }
 
+/// The name a notes folder set aside for the mount starts with (`<it>-<time>`). One that
+/// is still there holds notes not carried yet: a start that stopped part way leaves it,
+/// and the next start carries them.
+const ASIDE: &str = "notes-unmounted";
+
 /// [`mount_notes`], with the mount made by `mount` (the tests' seam).
 fn mount_notes_with(
     spool: &Spool,
@@ -85,88 +90,130 @@ fn mount_notes_with(
 ) -> Result<Mounted, MountError> {
     let _lock = spool.prepare()?;
     let notes = spool.notes();
-    if !super::shares_filesystem(&notes, state_dir) {
-        return Ok(Mounted::Apart);
-    }
-    let waiting = waiting_notes(spool);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| MountError::Io { path, source }
     };
-    // The old folder moves aside whole (a rename in a folder only root writes), and a new
-    // empty one takes its place for the mount.
-    let (aside, whole) = spool.set_aside("notes-unmounted").map_err(io(&notes))?;
-    std::fs::create_dir(&notes).map_err(io(&notes))?;
-    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o755)).map_err(io(&notes))?;
-    // Refused, the notes are carried all the same, into the new folder on the state
-    // filesystem as before (the old one's folders are closed to their users already).
-    let mounted = mount(&notes);
-    let (mut carried, mut left) = (0, 0);
-    // Each user's account is looked up once (a lookup may ask a directory server), not
-    // once for each of their notes.
-    let mut gids: std::collections::HashMap<u32, Option<u32>> = Default::default();
-    for (uid, name) in &waiting {
-        let gid = *gids
-            .entry(*uid)
-            .or_insert_with(|| crate::slurm::RunAs::lookup(*uid).map(|who| who.gid));
-        let carried_one = match gid {
-            Some(gid) => carry(spool, *uid, gid, name),
-            None => Err(std::io::Error::other("no account on this host")),
-        };
-        match carried_one {
-            Ok(()) => carried += 1,
-            Err(e) => {
-                left += 1;
-                tracing::warn!(
-                    "plain sbatch: the note {} of uid {uid} could not be carried to the new notes folder: {e}",
-                    Path::new(name).display()
-                );
-            }
-        }
-    }
-    // The old tree's folders were made the daemon's as it was set aside, so none grows
-    // while it goes; one too big to walk whole is left for the admin rather than hold the
-    // daemon's start.
-    let removed = if whole {
-        std::fs::remove_dir_all(&aside)
+    let (mounted, fresh) = if super::shares_filesystem(&notes, state_dir) {
+        // The old folder moves aside whole (a rename in a folder only root writes), and a
+        // new empty one takes its place for the mount. Its notes are read from where it
+        // went, once it is closed to its users: none made before then is left behind.
+        let aside = spool.set_aside(ASIDE).map_err(io(&notes))?;
+        std::fs::create_dir(&notes).map_err(io(&notes))?;
+        std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(&notes))?;
+        // Refused, the notes are carried all the same, into the new folder on the state
+        // filesystem as before (the old one's folders are closed to their users already).
+        (Some(mount(&notes)), Some(aside))
     } else {
-        Err(std::io::Error::other(
-            "too many entries, left for the admin rather than hold the daemon's start",
-        ))
+        (None, None)
     };
-    if let Err(e) = removed {
-        tracing::warn!(
-            "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
-            aside.display()
-        );
-    }
+    // This start's folder set aside, and any an earlier start left there when it stopped
+    // between setting its folder aside and removing it.
+    let (carried, left) = carry_set_aside(spool, fresh);
     match mounted {
-        Ok(()) => Ok(Mounted::Now { carried, left }),
-        Err(source) => Err(MountError::Mount {
+        None => Ok(Mounted::Apart),
+        Some(Ok(())) => Ok(Mounted::Now { carried, left }),
+        Some(Err(source)) => Err(MountError::Mount {
             path: notes,
             source,
         }),
     }
 }
 
+/// Carries the waiting notes of every notes folder set aside for the mount ([`ASIDE`])
+/// into `notes/`, then removes the folder. `fresh`: the one this start set aside, closed
+/// already, and whether its walk saw all of it. Returns how many notes were carried and
+/// how many could not be.
+fn carry_set_aside(spool: &Spool, fresh: Option<(std::path::PathBuf, bool)>) -> (usize, usize) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let prefix = format!("{ASIDE}-");
+    // Only the daemon's user creates names in the spool's folder.
+    let trees: Vec<_> = std::fs::read_dir(&spool.root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().as_bytes().starts_with(prefix.as_bytes()))
+        .map(|e| e.path())
+        .filter(|p| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir() && m.uid() == me)
+        })
+        .collect();
+    let (mut carried, mut left) = (0, 0);
+    // Each user's account is looked up once (a lookup may ask a directory server), not
+    // once for each of their notes.
+    let mut gids: std::collections::HashMap<u32, Option<u32>> = Default::default();
+    for tree in trees {
+        // One an earlier start left is closed to its users again: that start may have
+        // stopped before closing it whole (closing a closed folder changes nothing).
+        let whole = match &fresh {
+            Some((path, whole)) if *path == tree => *whole,
+            _ => {
+                let mut seen = 0;
+                lock_down(&tree, &mut seen);
+                seen <= MAX_LOCKED
+            }
+        };
+        for (uid, name) in waiting_notes(&tree) {
+            let gid = *gids
+                .entry(uid)
+                .or_insert_with(|| crate::slurm::RunAs::lookup(uid).map(|who| who.gid));
+            let carried_one = match gid {
+                Some(gid) => carry(spool, uid, gid, &name),
+                None => Err(std::io::Error::other("no account on this host")),
+            };
+            match carried_one {
+                Ok(()) => carried += 1,
+                Err(e) => {
+                    left += 1;
+                    tracing::warn!(
+                        "plain sbatch: the note {} of uid {uid} could not be carried to the new notes folder: {e}",
+                        Path::new(&name).display()
+                    );
+                }
+            }
+        }
+        // Its folders were made the daemon's, so none grows while it goes; one too big
+        // to walk whole is left for the admin rather than hold the daemon's start (and
+        // its notes, carried already, are carried again at the next start: each once).
+        let removed = if whole {
+            std::fs::remove_dir_all(&tree)
+        } else {
+            Err(std::io::Error::other(
+                "too many entries, left for the admin rather than hold the daemon's start",
+            ))
+        };
+        if let Err(e) = removed {
+            tracing::warn!(
+                "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
+                tree.display()
+            );
+        }
+    }
+    (carried, left)
+}
+
 /// The most entries of the users' folders read for waiting notes (a user's junk is
 /// skipped, not carried; past this, the rest of the notes are not carried either).
 const MAX_READ: usize = 1 << 20;
 
-/// The notes waiting in `notes/`, as the scan would take them: in folders named by their
-/// owner's uid, empty regular files of that owner named by a job id. Nothing is followed.
-fn waiting_notes(spool: &Spool) -> Vec<(u32, std::ffi::OsString)> {
+/// The notes waiting in `tree`, a notes folder set aside and closed ([`ASIDE`]), as the
+/// scan would take them: in folders named by their owner's uid (only the daemon made
+/// names in `notes/`, each user's folder for that user), empty regular files of that
+/// owner named by a job id. Nothing is followed.
+fn waiting_notes(tree: &Path) -> Vec<(u32, std::ffi::OsString)> {
     use std::os::unix::ffi::OsStrExt;
     let mut found = Vec::new();
     let mut read = 0;
-    let Ok(folders) = std::fs::read_dir(spool.notes()) else {
+    let Ok(folders) = std::fs::read_dir(tree) else {
         return found;
     };
     for f in folders.flatten() {
         let dir = f.path();
-        let Some(uid) = std::fs::symlink_metadata(&dir)
-            .ok()
-            .and_then(|m| users_folder(f.file_name().as_bytes(), &m))
+        let Some(uid) = super::uid_of_name(f.file_name().as_bytes())
+            .filter(|_| std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_dir()))
         else {
             continue;
         };
@@ -231,10 +278,13 @@ mod tests {
         std::fs::write(f.join("junk"), b"").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", f.join("44.1.1")).unwrap();
         std::fs::create_dir(f.join("45.1.1")).unwrap();
-        // A folder not named by its owner's uid is no one's.
+        // A folder not named by a uid is no one's; a note of another user in one's folder
+        // is not one.
+        std::fs::create_dir(spool.notes().join("junk")).unwrap();
+        std::fs::write(spool.notes().join("junk").join("46.1.1"), b"").unwrap();
         std::fs::create_dir(spool.notes().join((me + 1).to_string())).unwrap();
-        std::fs::write(spool.notes().join((me + 1).to_string()).join("46.1.1"), b"").unwrap();
-        let got = waiting_notes(&spool);
+        std::fs::write(spool.notes().join((me + 1).to_string()).join("47.1.1"), b"").unwrap();
+        let got = waiting_notes(&spool.notes());
         assert_eq!(got, vec![(me, std::ffi::OsString::from("42.1.1"))]);
     }
 
@@ -262,6 +312,55 @@ mod tests {
             .filter(|n| n.starts_with("notes-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Session 20: a start that stopped between setting the notes aside and carrying them
+    /// (a crash, a kill) left them in the closed folder for good, and their jobs went
+    /// unsupervised. The next start carries them: here both when it mounts and when the
+    /// notes are apart already.
+    #[test]
+    fn notes_a_stopped_start_set_aside_are_carried_by_the_next() {
+        let me = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let stopped_after_setting_aside = |spool: &Spool| {
+            drop(spool.prepare().unwrap());
+            spool.make_folder(me, gid).unwrap();
+            std::fs::write(spool.folder(me).join("42.1.1"), b"").unwrap();
+            spool.set_aside(ASIDE).unwrap();
+        };
+        let left_aside = |spool: &Spool| -> Vec<String> {
+            std::fs::read_dir(&spool.root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.starts_with(ASIDE))
+                .collect()
+        };
+        // On the state filesystem: the next start mounts.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::at(dir.path().join("spool"));
+        stopped_after_setting_aside(&spool);
+        let got = mount_notes_with(&spool, dir.path(), |_| Ok(())).unwrap();
+        assert_eq!(
+            got,
+            Mounted::Now {
+                carried: 1,
+                left: 0
+            }
+        );
+        assert!(spool.folder(me).join("42.1.1").is_file());
+        assert_eq!(left_aside(&spool), Vec::<String>::new());
+        // Apart already (the spool on /dev/shm, the state in the temporary directory).
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let spool = Spool::at(shm.path().join("spool"));
+        stopped_after_setting_aside(&spool);
+        assert!(!crate::daemon::plain::shares_filesystem(
+            shm.path(),
+            dir.path()
+        ));
+        let got = mount_notes_with(&spool, dir.path(), |_| panic!("nothing to mount")).unwrap();
+        assert_eq!(got, Mounted::Apart);
+        assert!(spool.folder(me).join("42.1.1").is_file());
+        assert_eq!(left_aside(&spool), Vec::<String>::new());
     }
 
     /// Review 19: the bounds were for all users together, so one user who left 65,536
@@ -295,7 +394,7 @@ mod tests {
             note(mallory, format!("{}.1.1", 100 + i));
         }
         note(alice, "42.1.1".into());
-        let got = waiting_notes(&spool);
+        let got = waiting_notes(&spool.notes());
         assert!(
             got.contains(&(alice, "42.1.1".into())),
             "alice's note is not carried: {} notes found, all mallory's",

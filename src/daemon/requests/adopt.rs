@@ -361,9 +361,15 @@ pub async fn adopt_job<S: Slurm>(
             + new.argv.iter().map(|a| a.len() + 3).sum::<usize>();
         super::submit::check_room(desk.store, &desk.config.limits, owner, 1, size as u64)?;
         let t = now();
-        let l =
-            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
-                .map_err(internal)?;
+        let l = crate::daemon::sbatch::begin_submission(
+            desk.store,
+            desk.config,
+            &new,
+            &submitted,
+            None,
+            t,
+        )
+        .map_err(internal)?;
         // Said before the job counts as supervised, so no chain of it is ever shown
         // without what its retries lack.
         let mut items = not_recovered(&job);

@@ -279,26 +279,18 @@ pub fn begin_submit<S>(
     // The intent and the request id that made it are one transaction, one sync to disk,
     // before sbatch runs: a retry of this request finds the submission, and a crash
     // before it leaves neither (the client was told nothing, and nothing runs).
-    desk.store.begin_batch().map_err(internal)?;
-    let begun = (|| -> Result<crate::store::Launch, Response> {
-        let l =
-            crate::daemon::sbatch::begin_submission(desk.store, desk.config, &new, &submitted, t)
-                .map_err(|e| match e {
-                crate::daemon::sbatch::PrepareError::Dependency(d) => {
-                    usage(format!("--dependency: {d}"))
-                }
-                e => internal(e),
-            })?;
-        if let Some(id) = &r.request_id {
-            desk.store
-                .note_submit_request(uid, id, l.submission_id, t)
-                .map_err(internal)?;
-        }
-        Ok(l)
-    })();
-    let ended = desk.store.end_batch(begun.is_ok());
-    let l = begun?;
-    ended.map_err(internal)?;
+    let l = crate::daemon::sbatch::begin_submission(
+        desk.store,
+        desk.config,
+        &new,
+        &submitted,
+        r.request_id.as_deref(),
+        t,
+    )
+    .map_err(|e| match e {
+        crate::daemon::sbatch::PrepareError::Dependency(d) => usage(format!("--dependency: {d}")),
+        e => internal(e),
+    })?;
     crate::plumbing::failpoint::hit("after-intent");
     let sub = new.stored_as(l.submission_id, t);
     Ok(PendingSubmit {
