@@ -93,13 +93,14 @@ pub(super) fn exec_launch_submitted(
     let mut totals = TotalsDelta::default();
     for (chain, n, task) in launch_members(tx, launch_id)? {
         // A chain that had ended (none should, with a launch in flight) is unfinished again.
-        let (open, owner, submission): (bool, u32, i64) = tx
+        let (open, active, owner, submission): (bool, bool, u32, i64) = tx
             .prepare_cached(&format!(
-                "SELECT state IN ({}), COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
+                "SELECT state IN ({}), state = 'active',
+                        COALESCE(owner_uid, (SELECT owner_uid FROM submissions WHERE id = submission_id)),
                         submission_id FROM chains WHERE id = ?1",
                 open_states()
             ))?
-            .query_row([chain], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            .query_row([chain], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
         let jid = match task {
             Some(t) => format!("{job_id}_{t}"),
             None => job_id.to_string(),
@@ -108,9 +109,14 @@ pub(super) fn exec_launch_submitted(
             "UPDATE attempts SET slurm_job_id = ?3, slurm_base_id = ?5, state = 'live', submitted_at = ?4, twin = ?6 WHERE chain_id = ?1 AND n = ?2",
         )?
         .execute(params![chain, n, jid, now, job_id, twin])?;
-        tx.prepare_cached(
-            "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1",
-        )?
+        // The state is set only when it changes: an UPDATE that names `state` rewrites the
+        // entries of every index on it (three pages of the chain's, for a first launch
+        // whose chain is active already).
+        tx.prepare_cached(if active {
+            "UPDATE chains SET not_before = NULL, updated_at = ?2 WHERE id = ?1"
+        } else {
+            "UPDATE chains SET state = 'active', not_before = NULL, updated_at = ?2 WHERE id = ?1"
+        })?
         .execute(params![chain, now])?;
         if !open {
             totals.opened_or_closed(tx, owner, submission, chain, true, 0)?;
