@@ -727,3 +727,46 @@ fn a_submit_is_answered_while_the_cycles_squeue_has_not_answered() {
         "{status}"
     );
 }
+
+/// Review 20: with the loop on a runtime of its own, the listeners were made on the loop's
+/// runtime, which drives them only when the loop gives way: while the loop waited on a
+/// store write (another process held SQLite's write lock), no new connection was
+/// accepted, and a `status` took as long as the wait. The listeners are now the worker
+/// threads' own, and reads are answered throughout.
+#[test]
+fn reads_are_answered_while_the_loop_waits_on_the_store() {
+    let (d, _fake) = start("", &[]);
+    d.write_script("job.sh", "echo hi");
+    // Another writer holds the store: the submit's intent waits for it, and so does the loop.
+    let holder = rusqlite::Connection::open(d.state_dir().join("supervisor.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (config, work) = (d.config.clone(), d.work_dir());
+    let submit = std::thread::spawn(move || {
+        Command::new(CTL)
+            .arg("--config")
+            .arg(&config)
+            .args(["submit", "--", "job.sh"])
+            .current_dir(&work)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    });
+    // Reads for four seconds of the hold (the store waits up to ten for a lock).
+    let (start, mut worst, mut reads) = (std::time::Instant::now(), Duration::ZERO, 0);
+    while start.elapsed() < Duration::from_secs(4) {
+        let t = std::time::Instant::now();
+        let out = d.ctl(&["status", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        worst = worst.max(t.elapsed());
+        reads += 1;
+    }
+    let waited = !submit.is_finished();
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert!(
+        worst < Duration::from_secs(2),
+        "{reads} reads while the loop waited on the store, the slowest {worst:?}"
+    );
+    assert!(waited, "the submit did not wait for the store");
+    let out = submit.join().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -1,5 +1,3 @@
-#![no_main]
-
 use clap::Parser;
 
 // The unwinder linked in, as `gcc -static-libgcc` does: otherwise the dynamic loader maps
@@ -21,20 +19,13 @@ use clap::Parser;
 )]
 extern "C" {}
 
-// The C `main`, not Rust's: Rust's start-up, which a one-request client does not need,
-// reads /proc/self/maps to place a guard below the main thread's stack, maps an
-// alternate signal stack and installs SIGSEGV and SIGBUS handlers (a stack overflow is
-// then reported by name rather than as a plain SIGSEGV), and ignores SIGPIPE, which this
-// client wants at its default anyway: about 0.04 ms of a 0.7 ms start (docs/benchmarks.md,
-// issue 32, session 20). The arguments still reach `std::env::args` (glibc hands them to
-// the standard library's initialiser), and a panic still ends the process with 101.
-#[no_mangle]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    let code = std::panic::catch_unwind(|| {
-        let cli = slurm_supervisor::ctl::Cli::parse();
-        slurm_supervisor::ctl::main_with(cli)
-    })
-    .unwrap_or(101);
-    // Flushes standard output, as returning from Rust's `main` would.
-    std::process::exit(code)
+fn main() {
+    // Like any Unix filter: a closed pipe (`supervisorctl status | head`) ends the
+    // process quietly instead of a panic on the next print.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = slurm_supervisor::ctl::Cli::parse();
+    std::process::exit(slurm_supervisor::ctl::main_with(cli));
 }

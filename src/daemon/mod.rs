@@ -239,7 +239,7 @@ pub async fn run<S: Slurm + Clone + 'static>(
         None => None,
         Some(addr) => Some((
             addr,
-            match activation::listen(activation::METRICS, addr) {
+            match made_beside(&beside, || activation::listen(activation::METRICS, addr)) {
                 Ok((l, _)) => Some(l),
                 Err(e) if e.is_taken() => {
                     error!(%addr, "cannot serve metrics on {addr} (metrics.listen): {e}; another process holds the port (`ss -ltnp 'sport = :{}'`): serving without metrics, and taking the port once it is free (hold it with a socket unit, docs/security.md)", addr.port());
@@ -259,7 +259,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
                 None => None,
                 Some(f) => Some(crate::plumbing::tls::server_config(&f.cert, &f.key)?),
             };
-            let listener = match activation::listen(activation::SERVER, addr) {
+            let listener = match made_beside(&beside, || {
+                activation::listen(activation::SERVER, addr)
+            }) {
                 Ok((listener, inherited)) => {
                     if inherited {
                         info!(%addr, "network listener from systemd (slurm-supervisord.socket)");
@@ -285,9 +287,11 @@ pub async fn run<S: Slurm + Clone + 'static>(
         };
         return Err(DaemonError::Unused { name, key });
     }
-    let listener = server::bind(&config.socket).map_err(|source| DaemonError::Socket {
-        path: config.socket.clone(),
-        source,
+    let listener = made_beside(&beside, || server::bind(&config.socket)).map_err(|source| {
+        DaemonError::Socket {
+            path: config.socket.clone(),
+            source,
+        }
     })?;
     let socket_path = config.socket.clone();
     let (ctl_tx, mut ctl_rx) = mpsc::channel(64);
@@ -546,7 +550,9 @@ pub async fn run<S: Slurm + Clone + 'static>(
             }
             // Last: a backlog of notifications is marked a turn at a time, after
             // everything above that is ready.
-            _ = std::future::ready(()), if notifier.has_more() && acting(&cluster) => {
+            // `yield_now`, not a future that is always ready: the loop's own runtime drives
+            // its timers, pipes and signals only when the loop gives way (review 20).
+            _ = tokio::task::yield_now(), if notifier.has_more() && acting(&cluster) => {
                 notifier.tick(engine.post());
             }
         }
@@ -570,6 +576,14 @@ pub async fn run<S: Slurm + Clone + 'static>(
         warn!("cannot fold the write-ahead log into the store at shutdown: {e}");
     }
     result
+}
+
+/// Runs `make`, whose tokio objects (the listeners) then belong to `beside`'s runtime, not
+/// the loop's: the loop's runtime drives them only when the loop gives way, and a listener
+/// there would accept nothing while the loop works (review 20).
+fn made_beside<T>(beside: &tokio::runtime::Handle, make: impl FnOnce() -> T) -> T {
+    let _in = beside.enter();
+    make()
 }
 
 /// Whether this daemon acts in the coming cycle: always on a single node; in cluster mode

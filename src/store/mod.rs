@@ -448,7 +448,7 @@ impl Store {
                 let seq = j.seq + 1;
                 let body = j.pending.take();
                 set_journal_seq(&tx, seq)?;
-                // An error drops the savepoint, which rolls the write back.
+                // An error drops the transaction (or savepoint), which rolls the write back.
                 j.append(seq, &body)?;
                 if let Err(e) = tx.commit() {
                     j.unsure = true;

@@ -77,10 +77,14 @@ pub fn mount_notes(spool: &Spool, state_dir: &Path) -> Result<Mounted, MountErro
     })
 }
 
-/// The name a notes folder set aside for the mount starts with (`<it>-<time>`). One that
-/// is still there holds notes not carried yet: a start that stopped part way leaves it,
-/// and the next start carries them.
+/// The name a notes folder set aside for the mount starts with (`<it>-<time>-<random>`).
+/// One that is still there holds notes not carried yet: a start that stopped part way
+/// leaves it, and the next start carries them.
 const ASIDE: &str = "notes-unmounted";
+
+/// What a folder set aside is renamed to once its notes are carried, before it is
+/// removed: one that cannot be removed (too big to walk, an error) is never carried again.
+const CARRIED: &str = "notes-carried";
 
 /// [`mount_notes`], with the mount made by `mount` (the tests' seam).
 fn mount_notes_with(
@@ -166,6 +170,8 @@ fn carry_set_aside(spool: &Spool, fresh: Option<(std::path::PathBuf, bool)>) -> 
             };
             match carried_one {
                 Ok(()) => carried += 1,
+                // Carried by an earlier start that stopped before renaming the folder.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => carried += 1,
                 Err(e) => {
                     left += 1;
                     tracing::warn!(
@@ -175,20 +181,28 @@ fn carry_set_aside(spool: &Spool, fresh: Option<(std::path::PathBuf, bool)>) -> 
                 }
             }
         }
-        // Its folders were made the daemon's, so none grows while it goes; one too big
-        // to walk whole is left for the admin rather than hold the daemon's start (and
-        // its notes, carried already, are carried again at the next start: each once).
-        let removed = if whole {
-            std::fs::remove_dir_all(&tree)
-        } else {
-            Err(std::io::Error::other(
-                "too many entries, left for the admin rather than hold the daemon's start",
-            ))
-        };
+        // Renamed first, so its notes are never carried again (a job's id may name
+        // another job by the next start); its folders were made the daemon's, so none
+        // grows while it goes; one too big to walk whole is left for the admin rather
+        // than hold the daemon's start.
+        let done = tree.with_file_name(
+            tree.file_name()
+                .map(|n| n.to_string_lossy().replacen(ASIDE, CARRIED, 1))
+                .unwrap_or_default(),
+        );
+        let removed = std::fs::rename(&tree, &done).and_then(|()| {
+            if whole {
+                std::fs::remove_dir_all(&done)
+            } else {
+                Err(std::io::Error::other(
+                    "too many entries, left for the admin rather than hold the daemon's start",
+                ))
+            }
+        });
         if let Err(e) = removed {
-            tracing::warn!(
-                "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); remove it when convenient",
-                tree.display()
+            tracing::error!(
+                "plain sbatch: the notes folder before the mount, {}, could not be removed ({e}); its notes are carried already: remove it",
+                done.display()
             );
         }
     }
@@ -361,6 +375,14 @@ mod tests {
         assert_eq!(got, Mounted::Apart);
         assert!(spool.folder(me).join("42.1.1").is_file());
         assert_eq!(left_aside(&spool), Vec::<String>::new());
+        // A folder whose notes were carried but that could not be removed is not carried
+        // again: the note the scan took meanwhile stays taken.
+        std::fs::remove_file(spool.folder(me).join("42.1.1")).unwrap();
+        let kept = spool.root.join(format!("{CARRIED}-1-0"));
+        std::fs::create_dir_all(kept.join(me.to_string())).unwrap();
+        std::fs::write(kept.join(me.to_string()).join("42.1.1"), b"").unwrap();
+        mount_notes_with(&spool, dir.path(), |_| panic!("nothing to mount")).unwrap();
+        assert!(!spool.folder(me).join("42.1.1").exists());
     }
 
     /// Review 19: the bounds were for all users together, so one user who left 65,536
