@@ -1253,18 +1253,16 @@ fn build_store(s: &mut Store, chains: usize, live: usize, batch: usize) -> Vec<L
         }
         let t = start + i as i64 * 30;
         let new = common::submission(i);
-        let l = s
-            .create_submission(&new, t, |tag| {
-                vec![format!("--comment={tag}"), "train.sh".into()]
-            })
-            .unwrap();
         // The last submissions' request ids, kept as `supervisorctl submit` leaves them:
         // the submitter of (6) has made as many submits as the store keeps ids of, so
         // each of theirs prunes one, as a user's does in service (issue 32).
-        if i + SUBMIT_REQUESTS_KEPT as usize >= chains {
-            s.note_submit_request(new.owner_uid, &format!("built-{i}"), l.submission_id, t)
-                .unwrap();
-        }
+        let request_id =
+            (i + SUBMIT_REQUESTS_KEPT as usize >= chains).then(|| format!("built-{i}"));
+        let l = s
+            .create_submission_requested(&new, &[], &[], request_id.as_deref(), t, |tag| {
+                vec![format!("--comment={tag}"), "train.sh".into()]
+            })
+            .unwrap();
         let job = (1_000_000 + i).to_string();
         s.launch_submitted(l.id, &job, t + 1).unwrap();
         let batch_ends = batch > 0 && ((i + 1) % batch == 0 || i + 1 == chains);

@@ -239,8 +239,9 @@ impl Store {
     }
 
     /// [`Store::create_submission_waiting`], and with `request_id` the request that made
-    /// it, noted as [`Store::note_submit_request`] notes one, in the same transaction:
-    /// a retry of the request finds the submission, and a crash leaves neither.
+    /// it (written before its sbatch runs, in the same transaction: a retry of the request
+    /// finds the submission and never runs a second one, and a crash leaves neither). The
+    /// user's ids past the newest [`SUBMIT_REQUESTS_KEPT`] are pruned.
     pub fn create_submission_requested(
         &mut self,
         new: &NewSubmission,
@@ -348,32 +349,6 @@ impl Store {
         )
     }
 
-    /// sbatch definitively refused a first submission: nothing was created in Slurm, so
-    /// nothing is kept (the user sees sbatch's error instead).
-    /// Remembers that `owner_uid`'s request `request_id` made submission `submission_id`
-    /// (written before its sbatch runs, so a retry can never run a second one).
-    pub fn note_submit_request(
-        &mut self,
-        owner_uid: u32,
-        request_id: &str,
-        submission_id: i64,
-        now: i64,
-    ) -> Result<()> {
-        let keep = SUBMIT_REQUESTS_KEPT;
-        self.write(
-            |tx, _| exec_note_submit_request(tx, owner_uid, request_id, submission_id, now, keep),
-            |_, p| {
-                p.push(&Op::NoteSubmitRequest {
-                    owner_uid,
-                    request_id: Cow::Borrowed(request_id),
-                    submission_id,
-                    now,
-                    keep,
-                })
-            },
-        )
-    }
-
     /// The submission `owner_uid`'s request `request_id` made, if it still exists: only
     /// that owner's ids are looked at.
     pub fn submit_request(
@@ -400,6 +375,8 @@ impl Store {
         }))
     }
 
+    /// sbatch definitively refused a first submission: nothing was created in Slurm, so
+    /// nothing is kept (the user sees sbatch's error instead).
     pub fn discard_submission(&mut self, launch_id: i64) -> Result<()> {
         self.write(
             |tx, _| exec_discard_submission(tx, launch_id),

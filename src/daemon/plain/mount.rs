@@ -278,14 +278,30 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
+    /// A spool in `dir` with a folder of this test's own user, whose uid is returned.
+    fn spool_with_mine(dir: &Path) -> (Spool, u32) {
+        let spool = Spool::at(dir.join("spool"));
+        drop(spool.prepare().unwrap());
+        let me = nix::unistd::geteuid().as_raw();
+        spool
+            .make_folder(me, nix::unistd::getegid().as_raw())
+            .unwrap();
+        (spool, me)
+    }
+
+    /// The notes folders set aside (or carried) still in the spool.
+    fn left_aside(spool: &Spool) -> Vec<String> {
+        std::fs::read_dir(&spool.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("notes-"))
+            .collect()
+    }
+
     #[test]
     fn only_the_notes_a_scan_would_take_are_carried() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::at(dir.path().join("spool"));
-        drop(spool.prepare().unwrap());
-        let me = nix::unistd::geteuid().as_raw();
-        let gid = nix::unistd::getegid().as_raw();
-        spool.make_folder(me, gid).unwrap();
+        let (spool, me) = spool_with_mine(dir.path());
         let f = spool.folder(me);
         std::fs::write(f.join("42.1.1"), b"").unwrap();
         std::fs::write(f.join("43.1.1"), b"not empty").unwrap();
@@ -309,22 +325,14 @@ mod tests {
     #[test]
     fn a_refused_mount_carries_the_notes_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::at(dir.path().join("spool"));
-        drop(spool.prepare().unwrap());
-        let me = nix::unistd::geteuid().as_raw();
-        let gid = nix::unistd::getegid().as_raw();
-        spool.make_folder(me, gid).unwrap();
+        let (spool, me) = spool_with_mine(dir.path());
         std::fs::write(spool.folder(me).join("42.1.1"), b"").unwrap();
         let got = mount_notes_with(&spool, dir.path(), |_| Err(nix::Error::EPERM));
         assert!(matches!(got, Err(MountError::Mount { .. })), "{got:?}");
         let folder = std::fs::symlink_metadata(spool.folder(me)).unwrap();
         assert_eq!((folder.uid(), folder.mode() & 0o7777), (me, 0o700));
         assert!(spool.folder(me).join("42.1.1").is_file());
-        let left: Vec<_> = std::fs::read_dir(&spool.root)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.starts_with("notes-"))
-            .collect();
+        let left = left_aside(&spool);
         assert!(left.is_empty(), "{left:?}");
     }
 
@@ -334,25 +342,15 @@ mod tests {
     /// notes are apart already.
     #[test]
     fn notes_a_stopped_start_set_aside_are_carried_by_the_next() {
-        let me = nix::unistd::geteuid().as_raw();
-        let gid = nix::unistd::getegid().as_raw();
-        let stopped_after_setting_aside = |spool: &Spool| {
-            drop(spool.prepare().unwrap());
-            spool.make_folder(me, gid).unwrap();
+        let stopped_after_setting_aside = |dir: &Path| {
+            let (spool, me) = spool_with_mine(dir);
             std::fs::write(spool.folder(me).join("42.1.1"), b"").unwrap();
             spool.set_aside(ASIDE).unwrap();
-        };
-        let left_aside = |spool: &Spool| -> Vec<String> {
-            std::fs::read_dir(&spool.root)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter(|n| n.starts_with(ASIDE))
-                .collect()
+            (spool, me)
         };
         // On the state filesystem: the next start mounts.
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::at(dir.path().join("spool"));
-        stopped_after_setting_aside(&spool);
+        let (spool, me) = stopped_after_setting_aside(dir.path());
         let got = mount_notes_with(&spool, dir.path(), |_| Ok(())).unwrap();
         assert_eq!(
             got,
@@ -365,8 +363,7 @@ mod tests {
         assert_eq!(left_aside(&spool), Vec::<String>::new());
         // Apart already (the spool on /dev/shm, the state in the temporary directory).
         let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-        let spool = Spool::at(shm.path().join("spool"));
-        stopped_after_setting_aside(&spool);
+        let (spool, me) = stopped_after_setting_aside(shm.path());
         assert!(!crate::daemon::plain::shares_filesystem(
             shm.path(),
             dir.path()

@@ -254,9 +254,7 @@ fn journal_of_derived_rows(journal: &MemoryJournal) -> Store {
     };
     let rows = crate::daemon::sbatch::dependency_rows(&waiting.argv, waiting.script.as_deref());
     let l = s
-        .create_submission_waiting(&waiting, &[], &rows, 100, |_| vec![])
-        .unwrap();
-    s.note_submit_request(1000, "r1", l.submission_id, 100)
+        .create_submission_requested(&waiting, &[], &rows, Some("r1"), 100, |_| vec![])
         .unwrap();
     s.note_not_recovered(l.submission_id, &raw_items()).unwrap();
     s.note_plain_refused("77", 1000, "not opted in", 100)
