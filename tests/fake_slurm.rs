@@ -338,6 +338,48 @@ fn the_client_links_no_regex_engine_and_no_libgcc_s() {
     );
 }
 
+/// The signal handlers are installed before the socket exists: a SIGTERM the moment the
+/// socket appears (a stop during start-up, `systemctl stop` right after start) ends the
+/// daemon cleanly, never by the signal's default action. Before, they were installed by a
+/// task that first ran when the loop first gave way, after the socket answered and the
+/// first cycle ran (`tests/package.rs` stops a daemon as soon as it answers). Five starts,
+/// each stopped the moment its socket is bound.
+#[test]
+fn a_sigterm_as_soon_as_the_socket_exists_stops_cleanly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (mut d, _fake) = start("", &[]);
+    assert!(d.stop().success());
+    let socket = d.state_dir().join("supervisor.sock");
+    for round in 0..5 {
+        let _ = std::fs::remove_file(&socket);
+        d.spawn_unwaited();
+        let child = d.child.as_mut().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // Spins, not sleeps: the signal must come as soon as the socket is bound.
+        while std::fs::symlink_metadata(&socket).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "round {round}: the daemon exited early ({status}):\n{}",
+                    d.log()
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: no socket within 60 s:\n{}",
+                d.log()
+            );
+            std::hint::spin_loop();
+        }
+        let status = d.stop();
+        assert!(
+            status.success(),
+            "round {round}: a SIGTERM as the socket appeared ended the daemon with {status} (signal {:?}):\n{}",
+            status.signal(),
+            tail(&d.log(), 30)
+        );
+    }
+}
+
 #[test]
 fn sighup_reloads_and_a_bad_reload_keeps_the_old_config() {
     let (d, _fake) = start("", &[]);

@@ -436,8 +436,10 @@ fn one_local_user_holding_connections_does_not_blind_the_endpoint() {
          print(len(closed), flush=True)\n\
          sys.stdin.read()\n"
     );
+    // Created if missing (a new machine has no bob before the real-Slurm tests).
+    let bob = common::system::User::get("bob");
     let mut bob = Command::new("runuser")
-        .args(["-u", "bob", "--", "/usr/bin/python3", "-c", &holder])
+        .args(["-u", &bob.name, "--", "/usr/bin/python3", "-c", &holder])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

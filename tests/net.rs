@@ -305,15 +305,9 @@ impl Net {
     /// A credential made by `user` with this test's munged (or `munged`), restricted to
     /// `restrict`, living `ttl` seconds, holding `payload`.
     fn cred_with(munged: &Munged, user: &str, payload: &[u8], restrict: u32, ttl: u32) -> Vec<u8> {
-        let out = munged.run_as(
-            (user, None),
-            "munge",
-            &[
-                &format!("--restrict-uid={restrict}"),
-                &format!("--ttl={ttl}"),
-            ],
-            payload,
-        );
+        let args = [format!("--restrict-uid={restrict}"), format!("--ttl={ttl}")];
+        let args = args.each_ref().map(String::as_str);
+        let out = munged.run_as((user, None), "munge", &args, payload);
         assert!(out.status.success(), "munge as {user}: {out:?}");
         out.stdout.trim_ascii_end().to_vec()
     }
@@ -321,6 +315,16 @@ impl Net {
     /// An opening credential by `user` for this connection's hello, committed to `body`.
     fn cred_for(&self, user: &str, hello: &Hi, body: &[u8]) -> Vec<u8> {
         Self::cred_with(&self.munged, user, &hello.opening(body), 0, 60)
+    }
+
+    /// The same, made by `uid`, which needs no account on this host.
+    fn cred_by_uid(&self, uid: u32, hello: &Hi, body: &[u8]) -> Vec<u8> {
+        let payload = hello.opening(body);
+        let out = self
+            .munged
+            .run_as_uid(uid, "munge", &["--restrict-uid=0", "--ttl=60"], &payload);
+        assert!(out.status.success(), "munge as uid {uid}: {out:?}");
+        out.stdout.trim_ascii_end().to_vec()
     }
 
     /// Sends a credential as the opening line; if the daemon proves itself, sends the
@@ -2315,18 +2319,20 @@ fn the_shared_databases_error_is_shown_to_root_only() {
 #[test]
 fn a_daemons_proof_is_for_its_client_alone_never_for_root_or_slurm() {
     let n = Net::start("");
-    let open_as = |user: &str| -> String {
+    let open_with = |cred: &dyn Fn(&Hi) -> Vec<u8>| -> String {
         let (mut s, mut r, hello) = n.connect();
-        let mut line = n.cred_for(user, &hello, PING);
+        let mut line = cred(&hello);
         line.push(b'\n');
         s.write_all(&line).unwrap();
         let mut answer = String::new();
         r.read_line(&mut answer).unwrap();
         answer
     };
-    // A system account and the fake's SlurmUser (slurm(64030)): no proof.
-    for (user, uid) in [("daemon", 1), ("slurm", 64030)] {
-        let answer = open_as(user);
+    let open_as = |user: &str| open_with(&|hello| n.cred_for(user, hello, PING));
+    // A system account and the fake's SlurmUser (slurm(64030)): no proof. Made by uid:
+    // a new machine has no account named slurm before Slurm's packages are installed.
+    for uid in [1, 64030] {
+        let answer = open_with(&|hello| n.cred_by_uid(uid, hello, PING));
         forbidden(&answer, &format!("no proof is made for uid {uid}"));
     }
     n.logged_refusals("proof_uid", 2);

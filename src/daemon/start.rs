@@ -92,15 +92,21 @@ pub fn main(args: Args) -> i32 {
     let beside_handle = beside.handle().clone();
     rt.block_on(async move {
         let (tx, rx) = mpsc::channel(8);
+        // The handlers are installed here, before the socket exists: `signal` installs
+        // one when it is called, while a task spawned on this runtime first runs only when
+        // the loop first gives way, after the socket answers and the first cycle ran.
+        // Until then a SIGTERM or SIGHUP would have ended the daemon uncleanly (the
+        // default action); a signal that comes before the task runs is kept for it.
+        // Test: `tests/fake_slurm.rs` `a_sigterm_as_soon_as_the_socket_exists_stops_cleanly`.
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) else {
+            eprintln!("slurm-supervisord: cannot install the signal handlers");
+            return 70;
+        };
         let signals = async move {
-            let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::hangup()),
-            ) else {
-                tracing::error!("cannot install signal handlers");
-                return;
-            };
             loop {
                 let ev = tokio::select! {
                     _ = term.recv() => Event::Shutdown,

@@ -90,6 +90,29 @@ impl Daemon {
 
     /// Starts (or restarts) the daemon process and waits for its socket to answer.
     pub fn spawn(&mut self) {
+        self.spawn_unwaited();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.ctl(&["status", "--json"]).status.success() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "slurm-supervisord exited early ({status}); log:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not answer within 60s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts (or restarts) the daemon process, and returns at once.
+    pub fn spawn_unwaited(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -120,24 +143,6 @@ impl Daemon {
             cmd.env(k, v);
         }
         self.child = Some(cmd.spawn().expect("start slurm-supervisord"));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.ctl(&["status", "--json"]).status.success() {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "slurm-supervisord exited early ({status}); log:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "daemon did not answer within 60s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     /// SIGKILL, as a crash would.

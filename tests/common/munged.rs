@@ -125,8 +125,37 @@ impl Munged {
         if let Some(group) = group {
             runuser.args(["-g", group]);
         }
-        let mut child = runuser
-            .arg("--")
+        self.run_under(runuser.arg("--"), user, program_name, args, input)
+    }
+
+    /// `program_name` run as `uid` (and gid), which needs no account on this host: Slurm's
+    /// own uid, say, where Slurm's packages (which make the account) are not installed.
+    pub fn run_as_uid(&self, uid: u32, program_name: &str, args: &[&str], input: &[u8]) -> Output {
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args([
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".to_string(),
+            "--".to_string(),
+        ]);
+        self.run_under(
+            &mut setpriv,
+            &format!("uid {uid}"),
+            program_name,
+            args,
+            input,
+        )
+    }
+
+    fn run_under(
+        &self,
+        under: &mut Command,
+        user: &str,
+        program_name: &str,
+        args: &[&str],
+        input: &[u8],
+    ) -> Output {
+        let mut child = under
             .arg(program(program_name))
             .arg(format!("--socket={}", self.socket().display()))
             .args(args)

@@ -396,7 +396,15 @@ mod tests {
     async fn another_users_job_is_answered_as_an_unknown_one() {
         use crate::slurm::fake::FakeSlurm;
         use crate::slurm::SbatchRequest;
-        let (alice, mallory) = (1001, 1002);
+        // Alice must have an account on this host (a job is adopted only for one):
+        // `nobody`'s, which every host has; mallory's uid needs none.
+        let alice = nix::unistd::User::from_name("nobody")
+            .unwrap()
+            .expect("an account named nobody")
+            .uid
+            .as_raw();
+        let mallory = 1002;
+        assert_ne!(alice, mallory);
         let fake = FakeSlurm::new();
         let mut engine = crate::daemon::engine::Engine::new(
             crate::config::Config::parse("", None).unwrap(),
