@@ -253,35 +253,31 @@ fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
     }
     assert!(slurm_mail_types(&job_fail).is_empty());
     // Each retry is looked at as soon as its chain completed, well within MinJobAge
-    // (30 s on the dev clusters), while `scontrol show job` still knows it.
-    let mut chains = Vec::new();
-    for (job, keeps_begin) in [(&job_all, true), (&job_fail, false)] {
-        let rows = d.wait_state(job, "completed", 4 * MIN);
-        let chain = rows[0]["id"].as_str().unwrap().to_string();
-        let h = d.history(job);
-        let attempts = h["attempts"].as_array().unwrap();
-        assert_eq!(attempts.len(), 2, "retried once: {h:#}");
-        assert_eq!(attempts[0]["slurm_state"], "FAILED", "{h:#}");
-        let retry = attempts[1]["slurm_job_id"].as_str().unwrap();
-        let out = slurm("scontrol")
-            .args(["show", "job", retry])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "scontrol show job {retry}: {out:?}");
-        let t = slurm_mail_types(retry);
-        assert_eq!(
-            t.contains(&"BEGIN".to_string()),
-            keeps_begin,
-            "{chain}: {t:?}"
-        );
+    // (30 s on the dev clusters), while `scontrol show job` still knows it: both chains
+    // are watched at once, so the one that completes first is not left waiting for the
+    // other (and forgotten by slurmctld meanwhile).
+    let mut chains = [None, None];
+    let deadline = Instant::now() + 4 * MIN;
+    while chains.iter().any(Option::is_none) {
+        for (i, (job, keeps_begin)) in [(&job_all, true), (&job_fail, false)]
+            .into_iter()
+            .enumerate()
+        {
+            if chains[i].is_none() {
+                chains[i] = retry_checked(&d, job, keeps_begin);
+            }
+        }
         assert!(
-            !t.iter()
-                .any(|x| ["FAIL", "END", "REQUEUE", "ALL"].contains(&x.as_str())),
-            "{chain}: {t:?}"
+            Instant::now() < deadline,
+            "the chains of {job_all} and {job_fail} did not both complete within 4 minutes: {chains:?}\n{}",
+            tail(&d.log(), 60)
         );
-        chains.push(chain);
+        std::thread::sleep(Duration::from_secs(1));
     }
-    let (chain_all, chain_fail) = (chains[0].clone(), chains[1].clone());
+    let [Some(chain_all), Some(chain_fail)] = chains else {
+        unreachable!()
+    };
+
     // The completed mail of the chain whose ALL asks for it.
     let mails = wait_mails(&all, 1, MIN);
     assert_eq!(mails.len(), 1, "{mails:#?}");
@@ -307,4 +303,37 @@ fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
     );
     assert!(mails_naming(&fail).is_empty(), "{:#?}", mails_naming(&fail));
     assert_eq!(mails_naming(&all).len(), 1);
+}
+
+/// Once `job`'s chain has completed (None before): its chain, after checking that it was
+/// retried once and that its retry asks Slurm for BEGIN mail only if `keeps_begin`, and
+/// never for FAIL, END, REQUEUE or ALL (the chain's own mails are the daemon's).
+fn retry_checked(d: &Daemon, job: &str, keeps_begin: bool) -> Option<String> {
+    let rows = d.status(job);
+    if rows.is_empty() || rows.iter().any(|r| r["state"] != "completed") {
+        return None;
+    }
+    let chain = rows[0]["id"].as_str().unwrap().to_string();
+    let h = d.history(job);
+    let attempts = h["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "retried once: {h:#}");
+    assert_eq!(attempts[0]["slurm_state"], "FAILED", "{h:#}");
+    let retry = attempts[1]["slurm_job_id"].as_str().unwrap();
+    let out = slurm("scontrol")
+        .args(["show", "job", retry])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scontrol show job {retry}: {out:?}");
+    let t = slurm_mail_types(retry);
+    assert_eq!(
+        t.contains(&"BEGIN".to_string()),
+        keeps_begin,
+        "{chain}: {t:?}"
+    );
+    assert!(
+        !t.iter()
+            .any(|x| ["FAIL", "END", "REQUEUE", "ALL"].contains(&x.as_str())),
+        "{chain}: {t:?}"
+    );
+    Some(chain)
 }

@@ -380,8 +380,10 @@ fn a_newline_in_bobs_comment_forges_nothing_about_alices_job_on_real_slurm() {
     ensure_user("bob");
     let (d, ctl) = root_daemon("ssv-forge-", "");
     let config = d.config.clone();
-    let alice_home = home_of(&d, "alice", "#!/bin/bash\nsleep 120\n");
-    let bob_home = home_of(&d, "bob", "#!/bin/bash\nsleep 120\n");
+    // Long enough that alice's job is still running whatever the queue makes bob's wait
+    // (both are cancelled at the end).
+    let alice_home = home_of(&d, "alice", "#!/bin/bash\nsleep 600\n");
+    let bob_home = home_of(&d, "bob", "#!/bin/bash\nsleep 600\n");
     let submit = |user: &str, home: &Path| {
         let out = as_user(
             user,
@@ -400,7 +402,7 @@ fn a_newline_in_bobs_comment_forges_nothing_about_alices_job_on_real_slurm() {
     let a = submit("alice", &alice_home);
     let b = submit("bob", &bob_home);
     let alice_uid = run("id", &["-u", "alice"]).trim().to_string();
-    wait_for("both jobs running", Duration::from_secs(120), || {
+    wait_for("both jobs running", Duration::from_secs(300), || {
         d.status(&a)[0]["slurm_state"] == "RUNNING" && d.status(&b)[0]["slurm_state"] == "RUNNING"
     });
     let forged = format!(
