@@ -269,7 +269,9 @@ fn a_retried_attempt_mails_nothing_and_completed_is_mailed_only_for_end() {
         }
         assert!(
             Instant::now() < deadline,
-            "the chains of {job_all} and {job_fail} did not both complete within 4 minutes: {chains:?}\n{}",
+            "the chains of {job_all} and {job_fail} did not both complete within 4 minutes: {chains:?}\n{:#}\n{:#}\nlog tail:\n{}",
+            d.history(&job_all),
+            d.history(&job_fail),
             tail(&d.log(), 60)
         );
         std::thread::sleep(Duration::from_secs(1));

@@ -401,6 +401,15 @@ fn a_newline_in_bobs_comment_forges_nothing_about_alices_job_on_real_slurm() {
     };
     let a = submit("alice", &alice_home);
     let b = submit("bob", &bob_home);
+    // Cancelled however the test ends: a failed check must not leave two ten-minute jobs
+    // holding the cluster's CPUs from the other tests.
+    struct Cancel<'a>(&'a [&'a str]);
+    impl Drop for Cancel<'_> {
+        fn drop(&mut self) {
+            let _ = slurm("scancel").args(self.0).output();
+        }
+    }
+    let _cancel = Cancel(&[&a, &b]);
     let alice_uid = run("id", &["-u", "alice"]).trim().to_string();
     wait_for("both jobs running", Duration::from_secs(300), || {
         d.status(&a)[0]["slurm_state"] == "RUNNING" && d.status(&b)[0]["slurm_state"] == "RUNNING"
