@@ -305,10 +305,21 @@ impl Net {
     /// A credential made by `user` with this test's munged (or `munged`), restricted to
     /// `restrict`, living `ttl` seconds, holding `payload`.
     fn cred_with(munged: &Munged, user: &str, payload: &[u8], restrict: u32, ttl: u32) -> Vec<u8> {
-        let args = [format!("--restrict-uid={restrict}"), format!("--ttl={ttl}")];
-        let args = args.each_ref().map(String::as_str);
-        let out = munged.run_as((user, None), "munge", &args, payload);
-        assert!(out.status.success(), "munge as {user}: {out:?}");
+        let out = munged.run_as(
+            (user, None),
+            "munge",
+            &[
+                &format!("--restrict-uid={restrict}"),
+                &format!("--ttl={ttl}"),
+            ],
+            payload,
+        );
+        Self::made(out, user)
+    }
+
+    /// The credential `munge` printed, once it said it made one.
+    fn made(out: std::process::Output, maker: &str) -> Vec<u8> {
+        assert!(out.status.success(), "munge as {maker}: {out:?}");
         out.stdout.trim_ascii_end().to_vec()
     }
 
@@ -323,8 +334,7 @@ impl Net {
         let out = self
             .munged
             .run_as_uid(uid, "munge", &["--restrict-uid=0", "--ttl=60"], &payload);
-        assert!(out.status.success(), "munge as uid {uid}: {out:?}");
-        out.stdout.trim_ascii_end().to_vec()
+        Self::made(out, &format!("uid {uid}"))
     }
 
     /// Sends a credential as the opening line; if the daemon proves itself, sends the
