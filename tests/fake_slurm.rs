@@ -637,12 +637,14 @@ fn cluster_on_a_single_node_says_it_always_acts() {
 #[test]
 fn a_submits_intent_is_committed_before_its_sbatch_runs_and_its_job_before_the_answer() {
     let (d, fake) = start("", &[]);
+    // The sbatch waits at a gate until the intent has been looked at.
+    let gate = fake.gate("submit");
     let slow = Command::new(CTL)
         .arg("--config")
         .arg(&d.config)
         .args(["submit", "--", "--wrap", "true"])
         .current_dir(d.work_dir())
-        .env("SSV_FAKE_SBATCH_SLEEP", "2")
+        .env("SSV_FAKE_SBATCH_GATE", &gate)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -663,6 +665,7 @@ fn a_submits_intent_is_committed_before_its_sbatch_runs_and_its_job_before_the_a
         "{argv} carries {}",
         open[0].tag
     );
+    fake.open(&gate);
     let out = slow.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -324,14 +324,15 @@ fn item01_a_refused_submission_leaves_no_snapshot_for_its_owner_to_hold() {
     let mut thief = Helper::start(cmd);
     let opened = thief.json_line();
 
-    // alice submits a script of the same name, twice; the second sbatch is slow, so a
-    // snapshot (if any) exists while bob looks for it.
+    // alice submits a script of the same name, twice; the second sbatch waits at a gate
+    // until bob has looked, so a snapshot (if any) exists while he looks for it.
     let alice_script = script("echo alice secret 7f3a; ./train --data /home/alice/private");
     sys.write_as("alice", "job.sh", &alice_script);
     sys.submit_as("alice", &["job.sh"]);
     let left_after_alice = files_under(&scripts_dir);
     let mut slow = sys.ctl_command("alice", &["submit", "--", "job.sh"]);
-    slow.env("SSV_FAKE_SBATCH_SLEEP", "3")
+    let gate = sys.fake.gate("alice");
+    slow.env("SSV_FAKE_SBATCH_GATE", &gate)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let slow = slow.spawn().unwrap();
@@ -359,6 +360,7 @@ fn item01_a_refused_submission_leaves_no_snapshot_for_its_owner_to_hold() {
             })
         })
         .collect();
+    sys.fake.open(&gate);
     let slow = slow.wait_with_output().unwrap();
     assert!(slow.status.success(), "{}", err_text(&slow));
     let left_at_end = files_under(&scripts_dir);
@@ -1125,9 +1127,13 @@ fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
     let sys = System::start("", "");
     sys.write_as("alice", "job.sh", &script("echo hi"));
     sys.write_as("bob", "job.sh", &script("echo hi"));
+    // bob's sbatch calls wait at a gate the test opens only at its end: a daemon whose
+    // loop waited for them would keep alice waiting until then, so the bounds below (10 s,
+    // 15 s for a submit) leave room for a busy machine and still tell the two apart.
+    let gate = sys.fake.gate("bob");
     let slow_submit = || {
         let mut c = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
-        c.env("SSV_FAKE_SBATCH_SLEEP", "40")
+        c.env("SSV_FAKE_SBATCH_GATE", &gate)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         c.spawn().unwrap()
@@ -1140,14 +1146,14 @@ fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
         &sys,
         "alice",
         &["status", "--json"],
-        Duration::from_secs(2),
+        Duration::from_secs(10),
         "bob's sbatch hung",
     );
     answers_quickly(
         &sys,
         "alice",
         &["submit", "--", "job.sh"],
-        Duration::from_secs(5),
+        Duration::from_secs(15),
         "bob's sbatch hung",
     );
     // Four of bob's submissions may wait on sbatch at once; the fifth is told to come back.
@@ -1165,7 +1171,7 @@ fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
         sys.sbatch_calls_of("bob").len()
     );
     let mut fifth = sys.ctl_command("bob", &["submit", "--", "job.sh"]);
-    fifth.env("SSV_FAKE_SBATCH_SLEEP", "40");
+    fifth.env("SSV_FAKE_SBATCH_GATE", &gate);
     let t = run_within(fifth, Duration::from_secs(10));
     let o = t.output.expect("bob's fifth submit is answered at once");
     assert_eq!(o.status.code(), Some(75), "{}", err_text(&o));
@@ -1183,9 +1189,10 @@ fn item03_a_slow_sbatch_of_one_user_does_not_delay_another() {
         &sys,
         "alice",
         &["status", "--json"],
-        Duration::from_secs(2),
+        Duration::from_secs(10),
         "bob had four sbatch calls hanging",
     );
+    sys.fake.open(&gate);
     for mut c in slow {
         let _ = c.kill();
         let _ = c.wait();
@@ -2202,11 +2209,12 @@ fn review_a_slow_retry_sbatch_of_one_user_does_not_delay_another() {
         Duration::from_secs(30),
         || sys.sbatch_calls_of("bob").len() == 2,
     );
+    // Waiting for bob's retry would take its sleep's 25 s.
     answers_quickly(
         &sys,
         "alice",
         &["submit", "--", "job.sh"],
-        Duration::from_secs(5),
+        Duration::from_secs(12),
         "bob's retry sbatch was slow",
     );
 }

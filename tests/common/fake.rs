@@ -37,6 +37,17 @@ impl Fake {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A gate for `SSV_FAKE_SBATCH_GATE`: an sbatch given it waits, once it has logged its
+    /// call, until [`Fake::open`] opens it (a fact to wait on, not a sleep).
+    pub fn gate(&self, name: &str) -> PathBuf {
+        self.bin.join(format!("gate-{name}"))
+    }
+
+    /// Opens a gate: the sbatch calls waiting there go on.
+    pub fn open(&self, gate: &std::path::Path) {
+        std::fs::write(gate, b"").unwrap();
+    }
+
     /// Every sbatch call made, in order (argv and cwd).
     pub fn sbatch_calls(&self) -> Vec<Value> {
         std::fs::read_to_string(self.bin.join("sbatch.log"))
@@ -64,6 +75,11 @@ impl Fake {
 }
 
 /// A daemon wired to a fake Slurm (`extra` is more config, `env` more environment).
+/// Its sbatch times out after 10 s and its other Slurm commands after 5 s (what a 12 s
+/// lease allows, which the cluster-mode tests use): a test that wants a timeout makes the
+/// fake hang, and every other call of the fake (a Python program) finishes well within
+/// that, however busy the machine (with 3 s, a fake sbatch given two seconds' work was
+/// once killed in a busy CI run).
 pub fn start(extra: &str, env: &[(&str, &str)]) -> (Daemon, Fake) {
     let root = tempfile::Builder::new()
         .prefix("ssv-fake-")
@@ -72,7 +88,7 @@ pub fn start(extra: &str, env: &[(&str, &str)]) -> (Daemon, Fake) {
         .keep();
     let fake = Fake::new(&root);
     let cfg = format!(
-        "[slurm]\nbin_dir = {:?}\ncommand_timeout = \"3s\"\nsbatch_timeout = \"3s\"\n{extra}",
+        "[slurm]\nbin_dir = {:?}\ncommand_timeout = \"5s\"\nsbatch_timeout = \"10s\"\n{extra}",
         fake.bin.display().to_string()
     );
     (Daemon::start_with_env(&cfg, env), fake)

@@ -22,7 +22,9 @@ environment values whose names start with SSV_ (hex), and the batch script it wa
 sha256 and the first 64 KiB (hex). Every call of every command is appended to calls.log
 (its name, uid, pid and time).
 An sbatch whose environment has SSV_FAKE_SBATCH_SLEEP=<seconds> sleeps that long after
-logging the call, outside the state lock (a slow sbatch for one user only).
+logging the call, outside the state lock (a slow sbatch for one user only). One with
+SSV_FAKE_SBATCH_GATE=<path> waits there until that path exists (a test opens the gate once
+it has looked at what a running sbatch leaves; it fails after 300 s of waiting).
 """
 import fcntl, hashlib, json, os, pwd, signal, stat, sys, time
 
@@ -201,6 +203,14 @@ def sbatch(args):
     wait = os.environ.get("SSV_FAKE_SBATCH_SLEEP")
     if wait:
         time.sleep(float(wait))
+    gate = os.environ.get("SSV_FAKE_SBATCH_GATE")
+    if gate:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(gate):
+            if time.monotonic() > deadline:
+                sys.stderr.write(f"sbatch: error: the fake's gate {gate} stayed shut for 300 s\n")
+                sys.exit(1)
+            time.sleep(0.05)
     with Locked() as s:
         mode = misbehave(s, "sbatch")
         if mode == "reject":
