@@ -132,13 +132,13 @@ fn the_agent_gets_a_clean_environment_and_its_children_die_at_its_timeout() {
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nenv > {out:?}.tmp\nfor f in /proc/$$/fd/*; do echo \"$f $(readlink $f)\"; done >> {out:?}.fds\nmv {out:?}.tmp {out:?}\nsleep 1000 &\necho $! > {pidfile:?}\nwait\n"
+            "#!/bin/sh\nenv > {out:?}.tmp\nfor f in /proc/$$/fd/*; do echo \"$f $(readlink $f)\"; done >> {out:?}.fds\nmv {out:?}.tmp {out:?}\nsleep 1000 &\necho $! > {pidfile:?}.tmp\nmv {pidfile:?}.tmp {pidfile:?}\nwait\n"
         ),
     )
     .unwrap();
     let (d, fake) = start(
         &format!(
-            "[agent]\ncommand = [\"/bin/sh\", {:?}]\ninterval = \"1s\"\ntimeout = \"3s\"\nenv = [\"SSV_AGENT_KEY\"]\n",
+            "[agent]\ncommand = [\"/bin/sh\", {:?}]\ninterval = \"1s\"\ntimeout = \"6s\"\nenv = [\"SSV_AGENT_KEY\"]\n",
             script.display().to_string()
         ),
         &[

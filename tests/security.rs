@@ -926,14 +926,16 @@ fn item03_answers_nobody_reads_do_not_block_the_daemon() {
     cmd.arg(&sys.socket).arg("40");
     let mut deaf = Helper::start(cmd);
     deaf.json_line();
-    // For as long as the daemon may be busy with bob's answers.
+    // For as long as the daemon may be busy with bob's answers. Held behind them, alice
+    // would wait until they are dropped (30 s, `WRITE_TIMEOUT`): the bounds leave a busy
+    // machine room and still tell the two apart.
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
         answers_quickly(
             &sys,
             "alice",
             &["status", "--json"],
-            Duration::from_secs(2),
+            Duration::from_secs(8),
             "bob left large answers unread",
         );
     }
@@ -941,7 +943,7 @@ fn item03_answers_nobody_reads_do_not_block_the_daemon() {
         &sys,
         "alice",
         &["submit", "--", "job.sh"],
-        Duration::from_secs(5),
+        Duration::from_secs(15),
         "bob left large answers unread",
     );
     // The daemon's own work goes on: a job that ends is judged.
