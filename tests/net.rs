@@ -718,8 +718,8 @@ fn a_changed_body_an_expired_credential_another_uid_and_another_key_are_refused(
         Duration::from_secs(10),
         || made.elapsed().unwrap() >= Duration::from_secs(3),
     );
-    // The first connection's wait for a credential is over by now; on a fresh one the
-    // nonce would not match either, but munged's verdict comes first: expired.
+    // A fresh connection: its nonce would not match either, but munged's verdict comes
+    // first: expired.
     drop((s, r));
     let (s, r, _) = n.connect();
     forbidden(&Net::send((s, r), &cred, PING), "expired");

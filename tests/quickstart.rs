@@ -3,8 +3,9 @@
 //! time-limit, node-failure and preemption chains completed (each after its own kind of
 //! ending), the permanent one failed without a retry, and the ambiguous one waiting in
 //! `pending_failed`, listed by `pending` with its evidence. The demo takes a node down and
-//! preempts a job, so scripts/test runs this file on its own, after the other real-Slurm
-//! tests. `supervisorctl wait`'s exit codes are checked here on real endings too.
+//! preempts a job, so scripts/test runs this file on its own in its cluster, after the
+//! cluster's other real-Slurm tests (before tests/package.rs). `supervisorctl wait`'s exit
+//! codes are checked here on real endings too.
 
 mod common;
 

@@ -3,7 +3,8 @@
 //! leaving it waiting, and the supervisor brings the job back once the upstream is
 //! retried. The dev cluster is switched to that setting for these tests only
 //! (`DEV_CLUSTER_KILL_INVALID_DEPEND=1 scripts/dev-cluster up`); scripts/test does it after
-//! the other real-Slurm tests, runs this file, and switches the cluster back.
+//! the cluster's other real-Slurm tests (before tests/package.rs), runs this file, and
+//! switches the cluster back.
 
 mod common;
 
